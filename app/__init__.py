@@ -1,0 +1,1 @@
+"""Flower apps: the primary party's ServerApp and the secondaries' ClientApp."""

@@ -1,0 +1,99 @@
+"""The primary's channel to the secondaries over Flower messages, with byte and time accounting."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from app import messages
+from strategies.fedsim import GradBlock
+
+
+class PartyError(RuntimeError):
+    """A secondary failed, did not answer in time, or the party set is wrong."""
+
+
+@dataclass
+class Traffic:
+    exchanges: int = 0
+    bytes_down: int = 0  # primary -> secondaries
+    bytes_up: int = 0  # secondaries -> primary
+    seconds: list[float] = field(default_factory=list)
+
+
+class FlowerChannel:
+    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float) -> None:
+        self.grid, self.nodes, self.timeout = grid, nodes, timeout
+        self.traffic = Traffic()
+
+    def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
+        msgs = {p: Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()}
+        t0 = time.perf_counter()
+        replies = list(self.grid.send_and_receive(list(msgs.values()), timeout=self.timeout))
+        self.traffic.seconds.append(time.perf_counter() - t0)
+        self.traffic.exchanges += 1
+        by_node = {r.metadata.src_node_id: r for r in replies}
+        out = {}
+        for party, node in self.nodes.items():
+            if party not in contents:
+                continue
+            reply = by_node.get(node)
+            if reply is None:
+                raise PartyError(f"party {party!r} (node {node}) did not answer {message_type} within {self.timeout} s")
+            if reply.has_error():
+                raise PartyError(f"party {party!r} failed on {message_type}: {reply.error.reason}")
+            out[party] = reply.content
+            self.traffic.bytes_down += messages.payload_bytes(contents[party])
+            self.traffic.bytes_up += messages.payload_bytes(reply.content)
+        return out
+
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        replies = self._exchange("train.step", {p: messages.step_content(apply[p], embed[p]) for p in embed})
+        return {p: messages.read_embeddings(c) for p, c in replies.items()}
+
+    def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        replies = self._exchange("query.embed", {p: messages.tokens_content(t) for p, t in tokens.items()})
+        return {p: messages.read_embeddings(c) for p, c in replies.items()}
+
+    def ping(self) -> float:
+        """One empty exchange with every party: Flower's own floor per exchange."""
+        t0 = time.perf_counter()
+        self._exchange("query.ping", {p: RecordDict() for p in self.nodes})
+        self.traffic.exchanges -= 1
+        self.traffic.seconds.pop()
+        return time.perf_counter() - t0
+
+    def finish(self, folder: str) -> None:
+        self._exchange("query.finish", {p: RecordDict({"finish": ConfigRecord({"folder": folder})}) for p in self.nodes})
+
+
+def handshake(grid: Grid, parties: list[str], job_dir: str, timeout: float) -> dict[str, int]:
+    """Ask every connected node which party it is; map party -> node id, refusing a missing
+    or duplicated party. Node ids are never assumed to follow any order."""
+    deadline = time.monotonic() + timeout
+    node_ids = list(grid.get_node_ids())
+    while len(node_ids) < len(parties) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        node_ids = list(grid.get_node_ids())
+    if not node_ids:
+        raise PartyError(f"no SuperNode connected within {timeout} s; expected parties {parties}")
+    hello = {nid: Message(RecordDict({"hello": ConfigRecord({"job_dir": job_dir})}), dst_node_id=nid,
+                          message_type="query.hello") for nid in node_ids}
+    replies = list(grid.send_and_receive(list(hello.values()), timeout=timeout))
+    nodes: dict[str, int] = {}
+    for reply in replies:
+        if reply.has_error():
+            raise PartyError(f"node {reply.metadata.src_node_id} failed the handshake: {reply.error.reason}")
+        party = str(reply.content.config_records["hello"]["party"])
+        if party in nodes:
+            raise PartyError(f"party {party!r} is played by two nodes ({nodes[party]} and {reply.metadata.src_node_id})")
+        nodes[party] = reply.metadata.src_node_id
+    missing = sorted(set(parties) - set(nodes))
+    extra = sorted(set(nodes) - set(parties))
+    if missing or extra:
+        raise PartyError(f"party set mismatch: missing {missing}, unexpected {extra} (expected {parties})")
+    return nodes

@@ -1,0 +1,153 @@
+"""Run configuration: read once from ``context.run_config`` into a typed, validated dataclass.
+
+Every key of ``[tool.flwr.app.config]`` in pyproject.toml is a field here. Numeric
+"0" (or -1 for weight-decay / dropout, "" for merge) means "the dataset's default" from
+:data:`DATASET_DEFAULTS` (the paper's App. E / the reference's hyperparameters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+
+from strategies.model import ModelConfig
+
+
+class ConfigError(ValueError):
+    """A run-config value of the wrong type or out of range; the message names the key."""
+
+
+@dataclass(frozen=True)
+class DatasetDefaults:
+    k: int
+    batch_size: int
+    epochs: int
+    lr: float
+    weight_decay: float
+    model: ModelConfig
+
+
+DATASET_DEFAULTS: dict[str, DatasetDefaults] = {
+    "hdb": DatasetDefaults(50, 128, 100, 1e-3, 1e-4, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)),
+    "synthetic": DatasetDefaults(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
+    "frog": DatasetDefaults(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
+}
+METHODS = ("fedsim", "solo")
+MERGES = ("", "cnn", "mlp", "avg")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    dataset: str = "hdb"
+    data_dir: str = ""
+    out_dir: str = ""
+    run_name: str = ""
+    method: str = "fedsim"
+    k: int = 0
+    batch_size: int = 0
+    epochs: int = 0
+    lr: float = 0.0
+    weight_decay: float = -1.0
+    dropout: float = -1.0
+    merge: str = ""
+    weight_gate: bool = True
+    sort_gate: bool = True
+    tau: float = 1.0
+    seed: int = 0
+    steps_per_exchange: int = 32
+    device: str = "auto"
+    dtype: str = "float32"
+    n_rows: int = 0
+    sigma_cf: float = 0.0
+    max_steps: int = 0
+    eval_chunk: int = 50_000
+    bench_floor: int = 0
+    node_timeout: float = 120.0
+
+    @classmethod
+    def from_flower(cls, run_config: dict) -> "RunConfig":
+        known = {f.name.replace("_", "-"): f for f in fields(cls)}
+        unknown = sorted(set(run_config) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown run-config key(s) {unknown}; known: {sorted(known)}")
+        values = {}
+        for key, value in run_config.items():
+            f = known[key]
+            want = {"int": int, "float": float, "str": str, "bool": bool}[f.type]
+            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
+            if want is float and isinstance(value, int) and not isinstance(value, bool):
+                value, ok = float(value), True
+            if not ok:
+                raise ConfigError(f"run-config {key!r} must be {f.type}, got {type(value).__name__} {value!r}")
+            values[f.name] = value
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(msg)
+
+        need(self.method in METHODS, f"run-config 'method' must be one of {METHODS}, got {self.method!r}")
+        need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
+        need(self.device in ("auto", "cpu", "cuda"), f"run-config 'device' must be auto, cpu or cuda, got {self.device!r}")
+        need(self.dtype in ("float32", "float64"), f"run-config 'dtype' must be float32 or float64, got {self.dtype!r}")
+        for key in ("k", "batch_size", "epochs", "n_rows", "max_steps", "bench_floor"):
+            need(getattr(self, key) >= 0, f"run-config {key.replace('_', '-')!r} must be >= 0, got {getattr(self, key)}")
+        need(self.steps_per_exchange >= 1, f"run-config 'steps-per-exchange' must be >= 1, got {self.steps_per_exchange}")
+        need(self.eval_chunk >= 1, f"run-config 'eval-chunk' must be >= 1, got {self.eval_chunk}")
+        need(0.0 < self.tau <= 1.0, f"run-config 'tau' must be in (0, 1], got {self.tau}")
+        need(self.sigma_cf >= 0.0, f"run-config 'sigma-cf' must be >= 0, got {self.sigma_cf}")
+        need(self.lr >= 0.0, f"run-config 'lr' must be >= 0 (0 = dataset default), got {self.lr}")
+        need(self.node_timeout > 0, f"run-config 'node-timeout' must be > 0, got {self.node_timeout}")
+        need(self.dropout == -1.0 or 0.0 <= self.dropout < 1.0, f"run-config 'dropout' must be in [0, 1), got {self.dropout}")
+
+    # ------------------------------------------------------------------ resolved values
+
+    def defaults(self) -> DatasetDefaults:
+        # A dataset without tuned defaults (e.g. registered later) gets hdb's
+        return DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["hdb"])
+
+    def resolve(self) -> "Settings":
+        d = self.defaults()
+        model = d.model
+        if self.merge:
+            model = dataclasses.replace(model, merge=self.merge)
+        if self.dropout >= 0:
+            model = dataclasses.replace(model, dropout=self.dropout)
+        model = dataclasses.replace(model, weight_gate=self.weight_gate, sort_gate=self.sort_gate)
+        return Settings(
+            k=self.k or d.k,
+            batch_size=self.batch_size or d.batch_size,
+            epochs=self.epochs or d.epochs,
+            lr=self.lr or d.lr,
+            weight_decay=self.weight_decay if self.weight_decay >= 0 else d.weight_decay,
+            model=model,
+        )
+
+    def torch_device(self) -> torch.device:
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("run-config device='cuda' but no CUDA device is available")
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self) -> torch.dtype:
+        return torch.float64 if self.dtype == "float64" else torch.float32
+
+    def out_path(self) -> Path:
+        return Path(self.out_dir).expanduser().resolve() if self.out_dir else Path.cwd() / "runs"
+
+
+@dataclass(frozen=True)
+class Settings:
+    k: int
+    batch_size: int
+    epochs: int
+    lr: float
+    weight_decay: float
+    model: ModelConfig

@@ -1,0 +1,95 @@
+"""Building each party's pieces from a run config: data, linkage view, models.
+
+Shared by the ServerApp, the ClientApp, the one-process twin and the benchmarks so that
+all of them start from identical data, linkage and initial weights.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from app.config import RunConfig, Settings
+from datasets import VFLDataset, load_dataset
+from datasets.registry import DatasetOptions
+from linkage_server.pipeline import LinkageResult, PrimaryLinkage, link
+from linkage_server.store import load_primary, save_job
+from strategies.fedsim import FedSimStrategy
+from strategies.heads import TaskHead
+from strategies.model import SimilarityModel, build_seeded, local_model
+from strategies.optim import party_seed
+
+
+@functools.lru_cache(maxsize=4)
+def _load(name: str, data_dir: str, options: DatasetOptions) -> VFLDataset:
+    # A per-process cache of immutable data (not party state): in simulation one worker
+    # serves every message, so each message does not re-read the CSVs.
+    return load_dataset(name, data_dir or None, options)
+
+
+def load_data(cfg: RunConfig) -> VFLDataset:
+    return _load(cfg.dataset, cfg.data_dir, DatasetOptions(seed=cfg.seed, n_rows=cfg.n_rows, sigma_cf=cfg.sigma_cf))
+
+
+def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
+    """What the linkage service computes from both parties' identifiers."""
+    return link(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
+                k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train)
+
+
+def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
+    """Run (or reuse) the linkage job; persist one file per party; return the primary's view.
+
+    In simulation the linkage service runs in the ServerApp's process; only the primary's
+    file is read back, and each secondary reads its own token -> row map."""
+    result = run_linkage(ds, cfg, settings)
+    folder = cfg.out_path() / "linkage" / result.primary.job_id
+    save_job(result, folder)
+    return load_primary(folder), folder
+
+
+def head_for(ds: VFLDataset) -> TaskHead:
+    return TaskHead.fit(ds.task, ds.labels[ds.split.train], ds.n_classes)
+
+
+def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> SimilarityModel:
+    head = head_for(ds)
+    parties = {} if cfg.method == "solo" else {p: settings.model.cut_dim for p in ds.secondaries}
+    return build_seeded(party_seed(cfg.seed, "primary"), lambda: SimilarityModel(
+        ds.primary.n_features, parties, settings.k, head.d_out, settings.model, head.squash_pairs))
+
+
+def build_secondary_model(d_in: int, party: str, cfg: RunConfig, settings: Settings) -> nn.Module:
+    return build_seeded(party_seed(cfg.seed, party), lambda: local_model(d_in, settings.model))
+
+
+def build_strategy(ds: VFLDataset, linkage: PrimaryLinkage | None, cfg: RunConfig,
+                   settings: Settings) -> FedSimStrategy:
+    from strategies.gates import seed_dropout
+
+    device = cfg.torch_device()
+    model = build_primary_model(ds, cfg, settings)
+    strategy = FedSimStrategy(model, head_for(ds), linkage, ds.primary.features, ds.labels,
+                              settings.lr, settings.weight_decay, device, cfg.torch_dtype())
+    seed_dropout(strategy.model, party_seed(cfg.seed, "dropout"), device)
+    return strategy
+
+
+def secondary_features(cfg: RunConfig, party: str) -> np.ndarray:
+    ds = load_data(cfg)
+    if party not in ds.secondaries:
+        raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {sorted(ds.secondaries)}")
+    return ds.secondaries[party].features
+
+
+def simulation_party(cfg: RunConfig, partition_id: int) -> str:
+    """In simulation, virtual node i plays the i-th secondary party (sorted by name)."""
+    parties = sorted(load_data(cfg).secondaries)
+    if not 0 <= partition_id < len(parties):
+        raise ValueError(f"partition-id {partition_id} but dataset {cfg.dataset!r} has secondaries {parties}")
+    return parties[partition_id]
+

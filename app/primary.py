@@ -1,0 +1,110 @@
+"""The primary party's run: data, linkage, handshake, training, metrics on disk."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+from logging import INFO
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from app.channel import FlowerChannel, handshake
+from app.config import RunConfig
+from app.parties import build_strategy, linkage_job, load_data
+from strategies.protocol import EpochRecord, TrainPlan, best_epoch, fit
+
+
+def run_dir_for(cfg: RunConfig) -> Path:
+    name = cfg.run_name or f"{cfg.dataset}-{cfg.method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = cfg.out_path() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def fmt(metrics: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
+
+
+def run_primary(grid: Grid, cfg: RunConfig) -> dict:
+    settings = cfg.resolve()
+    out = run_dir_for(cfg)
+    (out / "config.json").write_text(json.dumps({"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings)}, indent=2))
+    log(INFO, "[primary] run dir %s", out)
+
+    t0 = time.perf_counter()
+    ds = load_data(cfg)
+    log(INFO, "[primary] dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
+        ds.name, ds.primary.n_rows, len(ds.split.train), len(ds.split.val), len(ds.split.test),
+        {p: t.n_rows for p, t in ds.secondaries.items()})
+    load_seconds = time.perf_counter() - t0
+
+    linkage, channel, link_seconds = None, None, 0.0
+    if cfg.method != "solo":
+        t0 = time.perf_counter()
+        linkage, job_dir = linkage_job(ds, cfg, settings)
+        link_seconds = time.perf_counter() - t0
+        log(INFO, "[primary] linkage job %s: K=%d tau=%g sigma=%.4g in %.2f s", linkage.job_id, linkage.k,
+            linkage.tau, linkage.sigma, link_seconds)
+        nodes = handshake(grid, sorted(ds.secondaries), str(job_dir), cfg.node_timeout)
+        log(INFO, "[primary] parties: %s", nodes)
+        channel = FlowerChannel(grid, nodes, cfg.node_timeout)
+
+    floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
+    if floor:
+        log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
+
+    strategy = build_strategy(ds, linkage, cfg, settings)
+    plan = TrainPlan(settings.epochs, settings.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps,
+                     cfg.eval_chunk)
+    metrics_file = (out / "metrics.jsonl").open("w")
+    last = {"t": time.perf_counter()}
+
+    def on_epoch(rec: EpochRecord) -> None:
+        row = dataclasses.asdict(rec)
+        if channel:
+            row.update(bytes_down=channel.traffic.bytes_down, bytes_up=channel.traffic.bytes_up)
+        metrics_file.write(json.dumps(row) + "\n")
+        metrics_file.flush()
+        log(INFO, "[primary] epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s",
+            rec.epoch, rec.train_loss, fmt(rec.val), fmt(rec.test), rec.steps, rec.exchanges, rec.seconds)
+
+    def progress(step: int, n_steps: int, loss: float) -> None:
+        if time.perf_counter() - last["t"] > 10.0:
+            last["t"] = time.perf_counter()
+            log(INFO, "[primary]   step %d (epoch of %d batches) loss=%.5f", step, n_steps, loss)
+
+    t0 = time.perf_counter()
+    records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress)
+    train_seconds = time.perf_counter() - t0
+    metrics_file.close()
+
+    torch.save(strategy.model.state_dict(), out / "primary_model.pt")
+    if channel:
+        channel.finish(str(out))
+    best = best_epoch(records, strategy)
+    summary = {
+        "dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k,
+        "steps_per_exchange": cfg.steps_per_exchange, "device": str(strategy.device),
+        "best_epoch": best.epoch, "val": best.val, "test": best.test,
+        "epochs_run": len(records), "steps": len(step_losses),
+        "seconds": {"load": load_seconds, "linkage": link_seconds, "train_and_eval": train_seconds,
+                    "epochs": [r.seconds for r in records]},
+        "exchange": {
+            "count": channel.traffic.exchanges if channel else 0,
+            "bytes_down": channel.traffic.bytes_down if channel else 0,
+            "bytes_up": channel.traffic.bytes_up if channel else 0,
+            "median_seconds": statistics.median(channel.traffic.seconds) if channel and channel.traffic.seconds else 0.0,
+            "floor_median_seconds": statistics.median(floor) if floor else None,
+        },
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    np.save(out / "step_losses.npy", np.asarray(step_losses))
+    log(INFO, "[primary] best epoch %d: val %s | test %s", best.epoch, fmt(best.val), fmt(best.test))
+    log(INFO, "[primary] results in %s", out)
+    return summary

@@ -1,0 +1,100 @@
+"""A secondary party: its local model and optimiser, kept in ``context.state`` between
+messages, answering embedding requests and applying gradient blocks in order."""
+
+from __future__ import annotations
+
+import functools
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context
+
+from app.config import RunConfig
+from app.parties import build_secondary_model, secondary_features
+from linkage_server.store import load_secondary
+from strategies.fedsim import GradBlock
+from strategies.optim import make_optimizer
+
+
+@functools.lru_cache(maxsize=8)
+def _row_map(job_dir: str, party: str) -> np.ndarray:
+    return load_secondary(Path(job_dir), party).row_of_token
+
+
+class SecondaryParty:
+    def __init__(self, cfg: RunConfig, party: str, job_dir: str) -> None:
+        settings = cfg.resolve()
+        self.party, self.job_dir = party, job_dir
+        self.device, self.dtype = cfg.torch_device(), cfg.torch_dtype()
+        features = secondary_features(cfg, party)
+        self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
+        self.row_of_token = _row_map(job_dir, party)
+        if len(self.row_of_token) != len(features):
+            raise ValueError(f"party {party!r}: linkage job maps {len(self.row_of_token)} tokens "
+                             f"but the party has {len(features)} rows")
+        self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
+        self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
+
+    # ------------------------------------------------------------------ protocol steps
+
+    def rows(self, tokens: np.ndarray) -> torch.Tensor:
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= len(self.row_of_token)):
+            raise ValueError(f"party {self.party!r}: token out of range [0, {len(self.row_of_token)})")
+        return torch.as_tensor(self.row_of_token[tokens], device=self.device)
+
+    @torch.no_grad()
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        """(U,) tokens -> (U, c) embeddings from the current weights."""
+        return self.model(self.x[self.rows(tokens)]).cpu().numpy()
+
+    def apply(self, blocks: list[GradBlock]) -> None:
+        """Backpropagate each block's gradient through a fresh forward pass, one step each."""
+        for block in blocks:
+            out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
+            self.optimizer.zero_grad(set_to_none=True)
+            out.backward(torch.as_tensor(block.grad, device=self.device, dtype=self.dtype))
+            self.optimizer.step()
+
+    def save(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.model.state_dict(), folder / "model.pt")
+        return folder / "model.pt"
+
+    # ------------------------------------------------------------------ context.state
+
+    @classmethod
+    def restore(cls, cfg: RunConfig, context: Context) -> "SecondaryParty":
+        meta = context.state.config_records.get("party")
+        if meta is None:
+            raise RuntimeError("this node has not been introduced: the primary must send query.hello first")
+        party = cls(cfg, str(meta["party"]), str(meta["job_dir"]))
+        if "model" in context.state.array_records:
+            party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
+            opt = torch.load(io.BytesIO(context.state.config_records["optim"]["bytes"]), weights_only=True)
+            party.optimizer.load_state_dict(opt)
+        return party
+
+    def persist(self, context: Context) -> None:
+        context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir})
+        context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
+        buf = io.BytesIO()
+        torch.save(self.optimizer.state_dict(), buf)
+        context.state.config_records["optim"] = ConfigRecord({"bytes": buf.getvalue()})
+
+
+class LocalChannel:
+    """The channel with secondaries in the same process (no Flower): same party code,
+    direct calls. Used by tests and benchmarks to separate transport cost from compute."""
+
+    def __init__(self, parties: dict[str, SecondaryParty]) -> None:
+        self.parties = parties
+
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for p, blocks in apply.items():
+            self.parties[p].apply(blocks)
+        return {p: self.parties[p].embed(t) for p, t in embed.items()}
+
+    def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {p: self.parties[p].embed(t) for p, t in tokens.items()}

@@ -1,0 +1,16 @@
+"""ServerApp of the primary party (labels): reads the run config and drives the strategy."""
+
+from __future__ import annotations
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from app.config import RunConfig
+from app.primary import run_primary
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    run_primary(grid, RunConfig.from_flower(context.run_config))

@@ -1,0 +1,136 @@
+"""The one typed structure every dataset is loaded into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+Task = Literal["regression", "binary", "multiclass"]
+IdKind = Literal["numeric", "string"]
+TASKS = ("regression", "binary", "multiclass")
+
+
+class DatasetError(ValueError):
+    """Bad dataset input: the message names the dataset, party and column."""
+
+
+@dataclass(frozen=True)
+class PartyTable:
+    """One party's records: model features and linkage identifiers, row-aligned.
+
+    features:    (n, d) float32, already numeric (one-hot etc.), NaN-free.
+    identifiers: (n, d_id) float64 for numeric identifiers, (n,) object/str for strings.
+    """
+
+    name: str
+    features: np.ndarray
+    feature_names: tuple[str, ...]
+    identifiers: np.ndarray
+    id_names: tuple[str, ...]
+    id_kind: IdKind = "numeric"
+
+    def __post_init__(self) -> None:
+        n = len(self.features)
+        if self.features.ndim != 2:
+            raise DatasetError(f"party {self.name!r}: features must be 2-D, got shape {self.features.shape}")
+        if self.features.shape[1] != len(self.feature_names):
+            raise DatasetError(
+                f"party {self.name!r}: {self.features.shape[1]} feature columns but "
+                f"{len(self.feature_names)} feature names"
+            )
+        if len(self.identifiers) != n:
+            raise DatasetError(
+                f"party {self.name!r}: {n} feature rows but {len(self.identifiers)} identifier rows"
+            )
+        if np.isnan(self.features).any():
+            col = int(np.where(np.isnan(self.features).any(axis=0))[0][0])
+            raise DatasetError(f"party {self.name!r}: NaN in feature column {self.feature_names[col]!r}")
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_features(self) -> int:
+        return self.features.shape[1]
+
+
+@dataclass(frozen=True)
+class Split:
+    """Row indices of the primary party's train / validation / test records."""
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+    def train_mask(self, n: int) -> np.ndarray:
+        mask = np.zeros(n, dtype=bool)
+        mask[self.train] = True
+        return mask
+
+
+def split_primary(n: int, seed: int, ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)) -> Split:
+    """Seeded train/val/test split of ``n`` primary rows (default 7:1:2)."""
+    if n < 3:
+        raise DatasetError(f"the primary party needs at least 3 rows to split, got {n}")
+    if abs(sum(ratios) - 1.0) > 1e-9 or min(ratios) <= 0:
+        raise DatasetError(f"split ratios must be positive and sum to 1, got {ratios}")
+    perm = np.random.default_rng(seed).permutation(n)
+    n_train = int(round(ratios[0] * n))
+    n_val = max(1, int(round(ratios[1] * n)))
+    return Split(
+        train=np.sort(perm[:n_train]),
+        val=np.sort(perm[n_train : n_train + n_val]),
+        test=np.sort(perm[n_train + n_val :]),
+    )
+
+
+@dataclass(frozen=True)
+class VFLDataset:
+    """A primary party with labels and one or more secondary parties, before linkage.
+
+    ``labels`` are float32 targets for regression, int64 class ids for classification.
+    ``true_match`` (optional, synthetic sets): for each primary row the secondary row of
+    the same entity, per secondary party; used only for evaluation of linkage.
+    """
+
+    name: str
+    task: Task
+    primary: PartyTable
+    labels: np.ndarray
+    secondaries: dict[str, PartyTable]
+    split: Split
+    n_classes: int = 1
+    label_name: str = "y"
+    true_match: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise DatasetError(f"dataset {self.name!r}: task must be one of {TASKS}, got {self.task!r}")
+        if len(self.labels) != self.primary.n_rows:
+            raise DatasetError(
+                f"dataset {self.name!r}: {self.primary.n_rows} primary rows but {len(self.labels)} labels"
+            )
+        if self.primary.n_rows == 0:
+            raise DatasetError(f"dataset {self.name!r}: the primary party has zero rows")
+        for party, table in self.secondaries.items():
+            if party != table.name:
+                raise DatasetError(f"dataset {self.name!r}: secondary key {party!r} != table name {table.name!r}")
+            if table.n_rows == 0:
+                raise DatasetError(f"dataset {self.name!r}: secondary party {party!r} has zero rows")
+            if table.id_kind != self.primary.id_kind:
+                raise DatasetError(
+                    f"dataset {self.name!r}: party {party!r} has {table.id_kind} identifiers, "
+                    f"the primary has {self.primary.id_kind}"
+                )
+            if table.id_kind == "numeric" and table.identifiers.shape[1:] != self.primary.identifiers.shape[1:]:
+                raise DatasetError(
+                    f"dataset {self.name!r}: party {party!r} has identifiers of shape "
+                    f"{table.identifiers.shape[1:]}, the primary {self.primary.identifiers.shape[1:]}"
+                )
+
+    @property
+    def output_dim(self) -> int:
+        return self.n_classes if self.task == "multiclass" else 1

@@ -1,0 +1,67 @@
+"""Named dataset loaders and where their files are found."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasets.base import DatasetError, VFLDataset
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """Everything a loader may depend on; part of the cache key of a loaded dataset."""
+
+    seed: int = 0
+    n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
+    sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
+
+
+Loader = Callable[[Path | None, DatasetOptions], VFLDataset]
+DATASETS: dict[str, Loader] = {}
+
+
+def register(name: str) -> Callable[[Loader], Loader]:
+    def wrap(fn: Loader) -> Loader:
+        DATASETS[name] = fn
+        return fn
+
+    return wrap
+
+
+def dataset_names() -> list[str]:
+    _import_loaders()
+    return sorted(DATASETS)
+
+
+def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:
+    """The folder holding ``subdir``: the given data dir, $FEDSIM_DATA_DIR, the repo's
+    embedded ``data/``, or ``../shared/data`` beside the repo, in that order."""
+    repo = Path(__file__).resolve().parents[1]
+    candidates = [Path(data_dir)] if data_dir else []
+    if os.environ.get("FEDSIM_DATA_DIR"):
+        candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]))
+    candidates += [repo / "data", repo.parent / "shared" / "data"]
+    for base in candidates:
+        if (base / subdir).is_dir():
+            return base / subdir
+    raise DatasetError(
+        f"data folder {subdir!r} not found in {[str(c) for c in candidates]}; "
+        "pass data-dir (run config) or set FEDSIM_DATA_DIR"
+    )
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, options: DatasetOptions | None = None) -> VFLDataset:
+    _import_loaders()
+    if name not in DATASETS:
+        raise DatasetError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}")
+    return DATASETS[name](Path(data_dir) if data_dir else None, options or DatasetOptions())
+
+
+def _import_loaders() -> None:
+    # Loaders register themselves on import.
+    import datasets.frog  # noqa: F401
+    import datasets.hdb  # noqa: F401
+    import datasets.synthetic  # noqa: F401

@@ -1,0 +1,74 @@
+"""Task heads: loss on the model's raw output, predictions and metrics in original units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class TaskHead:
+    """regression: sigmoid output, MSE on y min-max scaled with the training labels;
+    binary: BCE on a logit; multiclass: cross-entropy on logits."""
+
+    task: str
+    n_classes: int = 1
+    y_min: float = 0.0
+    y_max: float = 1.0
+
+    @classmethod
+    def fit(cls, task: str, y_train: np.ndarray, n_classes: int) -> "TaskHead":
+        if task == "regression":
+            lo, hi = float(y_train.min()), float(y_train.max())
+            return cls(task, 1, lo, hi if hi > lo else lo + 1.0)
+        return cls(task, n_classes)
+
+    @property
+    def d_out(self) -> int:
+        return self.n_classes if self.task == "multiclass" else 1
+
+    @property
+    def squash_pairs(self) -> bool:
+        return self.task != "multiclass"
+
+    def target(self, y: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        if self.task == "regression":
+            return torch.as_tensor((y - self.y_min) / (self.y_max - self.y_min), device=device, dtype=dtype)
+        if self.task == "binary":
+            return torch.as_tensor(y, device=device, dtype=dtype)
+        return torch.as_tensor(y, device=device, dtype=torch.long)
+
+    def loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.task == "regression":
+            return F.mse_loss(torch.sigmoid(out.squeeze(-1)), target)
+        if self.task == "binary":
+            return F.binary_cross_entropy_with_logits(out.squeeze(-1), target)
+        return F.cross_entropy(out, target)
+
+    def predict(self, out: torch.Tensor) -> np.ndarray:
+        """Regression: value in original units; binary: P(y=1); multiclass: class id."""
+        if self.task == "regression":
+            return torch.sigmoid(out.squeeze(-1)).cpu().numpy() * (self.y_max - self.y_min) + self.y_min
+        if self.task == "binary":
+            return torch.sigmoid(out.squeeze(-1)).cpu().numpy()
+        return out.argmax(-1).cpu().numpy()
+
+    def metrics(self, pred: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        if self.task == "regression":
+            err = pred - y
+            ss_tot = float(((y - y.mean()) ** 2).sum())
+            return {"rmse": float(np.sqrt((err**2).mean())), "r2": 1.0 - float((err**2).sum()) / max(ss_tot, 1e-12)}
+        if self.task == "binary":
+            return {"accuracy": float(((pred > 0.5) == (y == 1)).mean())}
+        return {"accuracy": float((pred == y).mean())}
+
+    @property
+    def key_metric(self) -> str:
+        return "rmse" if self.task == "regression" else "accuracy"
+
+    def better(self, a: float, b: float) -> bool:
+        """Is metric value a better than b (for best-validation epoch selection)?"""
+        return a < b if self.task == "regression" else a > b

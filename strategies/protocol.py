@@ -1,0 +1,125 @@
+"""The split-learning protocol, written against a channel to the secondaries.
+
+One exchange serves one window of S training steps: the message carries the gradient
+blocks of the previous window (applied in order by each secondary) and the token
+requests of this window; the reply carries embeddings of those tokens computed from the
+secondary's current weights. S = 1 is exact split learning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from strategies.fedsim import FedSimStrategy, GradBlock
+from strategies.schedule import epoch_batches, windows
+
+
+class SecondaryChannel(Protocol):
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Apply the gradient blocks in order, then return embeddings (U, c) of the tokens (U,)."""
+
+    def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Embeddings without gradients (validation / test)."""
+
+
+@dataclass
+class TrainPlan:
+    epochs: int
+    batch_size: int
+    steps_per_exchange: int
+    seed: int
+    max_steps: int = 0  # 0 = no limit (tests stop after a few steps)
+    eval_chunk: int = 50_000  # tokens per evaluation message
+    eval_batch: int = 4096  # primary records per evaluation forward pass
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    train_loss: float
+    steps: int
+    exchanges: int
+    seconds: float
+    val: dict[str, float] = field(default_factory=dict)
+    test: dict[str, float] = field(default_factory=dict)
+
+
+def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
+                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]) -> int:
+    """Run the epoch's steps window by window; returns the number of exchanges."""
+    parties = strategy.parties
+    pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
+    exchanges = 0
+    for window in windows(batches, plan.steps_per_exchange):
+        needs = [strategy.needs(rows) for rows in window]
+        emb: dict[str, np.ndarray] = {}
+        union: dict[str, np.ndarray] = {}
+        if parties:
+            union = {p: np.unique(np.concatenate([n[p] for n in needs])) for p in parties}
+            emb = channel.step(pending, union)
+            exchanges += 1
+        pending = {p: [] for p in parties}
+        for rows, need in zip(window, needs):
+            batch_emb = {p: emb[p][np.searchsorted(union[p], need[p])] for p in parties}
+            loss, grads = strategy.train_step(rows, need, batch_emb)
+            step_losses.append(loss)
+            for p in parties:
+                pending[p].append(grads[p])
+            progress(len(step_losses), len(batches), loss)
+    if parties:  # flush the last window's gradients before evaluation
+        channel.step(pending, {p: np.empty(0, dtype=np.int64) for p in parties})
+        exchanges += 1
+    return exchanges
+
+
+def evaluate(strategy: FedSimStrategy, channel: SecondaryChannel | None, rows: np.ndarray,
+             plan: TrainPlan) -> dict[str, float]:
+    lookup: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for p, tokens in strategy.needs(rows).items():
+        chunks = [channel.embed({p: tokens[i : i + plan.eval_chunk]})[p] for i in range(0, len(tokens), plan.eval_chunk)]
+        lookup[p] = (tokens, np.concatenate(chunks))
+    pred = np.concatenate([strategy.predict(rows[i : i + plan.eval_batch], lookup)
+                           for i in range(0, len(rows), plan.eval_batch)])
+    return strategy.head.metrics(pred, strategy.y[rows])
+
+
+def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: np.ndarray, val_rows: np.ndarray,
+        test_rows: np.ndarray, plan: TrainPlan, on_epoch: Callable[[EpochRecord], None],
+        progress: Callable[[int, int, float], None]) -> tuple[list[EpochRecord], list[float]]:
+    """Train for ``plan.epochs``; every epoch evaluate validation and test.
+
+    The caller picks the best-validation epoch from the records (test is reported there,
+    never selected on)."""
+    records: list[EpochRecord] = []
+    step_losses: list[float] = []
+    for epoch in range(plan.epochs):
+        t0 = time.perf_counter()
+        batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
+        if plan.max_steps:
+            batches = batches[: max(0, plan.max_steps - len(step_losses))]
+        n0 = len(step_losses)
+        exchanges = train_epoch(strategy, channel, batches, plan, step_losses, progress)
+        seconds = time.perf_counter() - t0
+        rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
+                          len(batches), exchanges, seconds)
+        rec.val = evaluate(strategy, channel, val_rows, plan)
+        rec.test = evaluate(strategy, channel, test_rows, plan)
+        records.append(rec)
+        on_epoch(rec)
+        if plan.max_steps and len(step_losses) >= plan.max_steps:
+            break
+    return records, step_losses
+
+
+def best_epoch(records: list[EpochRecord], strategy: FedSimStrategy) -> EpochRecord:
+    key = strategy.head.key_metric
+    best = records[0]
+    for rec in records[1:]:
+        if strategy.head.better(rec.val[key], best.val[key]):
+            best = rec
+    return best
