@@ -38,12 +38,14 @@ def dataset_names() -> list[str]:
 
 def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:
     """The folder holding ``subdir``: the given data dir, $FEDSIM_DATA_DIR, the repo's
-    embedded ``data/``, or ``../shared/data`` beside the repo, in that order."""
+    embedded ``data/`` or ``../shared/data`` beside it (repo, then working directory)."""
     repo = Path(__file__).resolve().parents[1]
     candidates = [Path(data_dir)] if data_dir else []
     if os.environ.get("FEDSIM_DATA_DIR"):
         candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]))
-    candidates += [repo / "data", repo.parent / "shared" / "data"]
+    # the repo when run from a checkout; the working directory when run as an installed Flower app
+    for root in dict.fromkeys([repo, Path.cwd()]):
+        candidates += [root / "data", root.parent / "shared" / "data"]
     for base in candidates:
         if (base / subdir).is_dir():
             return base / subdir

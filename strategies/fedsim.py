@@ -43,14 +43,12 @@ class FedSimStrategy:
         """Distinct tokens per party that the records ``rows`` are linked to."""
         return {p: np.unique(self.linkage.tokens[p][rows]) for p in self.parties}
 
-    def _pairs(self, rows: np.ndarray, emb: dict[str, torch.Tensor], tokens: dict[str, np.ndarray]):
-        """Gather per-token embeddings (U, c) into per-pair tensors (B, K, c)."""
-        out = {}
-        for p in self.parties:
-            _, inverse = unique_tokens(self.linkage.tokens[p][rows])  # (B, K) into sorted tokens[p]
-            out[p] = emb[p][torch.as_tensor(inverse, device=self.device)]
+    def _inputs(self, rows: np.ndarray):
+        """Per party the (B, K) index of each pair into the batch's sorted distinct tokens."""
+        index = {p: torch.as_tensor(unique_tokens(self.linkage.tokens[p][rows])[1], device=self.device)
+                 for p in self.parties}
         sims = torch.as_tensor(self.linkage.sims[rows], device=self.device, dtype=self.dtype) if self.parties else None
-        return out, sims
+        return index, sims
 
     def train_step(self, rows: np.ndarray, tokens: dict[str, np.ndarray],
                    emb: dict[str, np.ndarray]) -> tuple[float, dict[str, GradBlock]]:
@@ -58,8 +56,8 @@ class FedSimStrategy:
         self.model.train()
         leaves = {p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).requires_grad_(True)
                   for p in self.parties}
-        pairs, sims = self._pairs(rows, leaves, tokens)
-        out = self.model(self.x[rows], pairs, sims)
+        index, sims = self._inputs(rows)
+        out = self.model(self.x[rows], leaves, index, sims)
         loss = self.head.loss(out, self.head.target(self.y[rows], self.device, self.dtype))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -74,5 +72,5 @@ class FedSimStrategy:
         tokens = self.needs(rows)
         emb = {p: torch.as_tensor(lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])],
                                   device=self.device, dtype=self.dtype) for p in self.parties}
-        pairs, sims = self._pairs(rows, emb, tokens)
-        return self.head.predict(self.model(self.x[rows], pairs, sims))
+        index, sims = self._inputs(rows)
+        return self.head.predict(self.model(self.x[rows], emb, index, sims))

@@ -44,13 +44,14 @@ def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndar
                 stale = {p: m(sx[p]) for p, m in secondary_models.items()}  # (n, c) at window start
             for rows in window:
                 model.train()
-                pairs = {}
+                pairs, index = {}, {}
                 for p, m in secondary_models.items():
                     r = torch.as_tensor(row_of_token[p][linkage.tokens[p][rows]], device=device)  # (B, K)
-                    live = m(sx[p][r])  # (B, K, c)
-                    pairs[p] = stale[p][r] + (live - live.detach())
+                    live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
+                    pairs[p] = stale[p][r.flatten()] + (live - live.detach())
+                    index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
                 sims = torch.as_tensor(linkage.sims[rows], device=device, dtype=dtype) if secondary_models else None
-                out = model(xt[rows], pairs, sims)
+                out = model(xt[rows], pairs, index, sims)
                 loss = head.loss(out, head.target(y[rows], device, dtype))
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)

@@ -1,0 +1,102 @@
+"""Running this app as a local Flower simulation from Python (tests, benchmarks, scripts).
+
+``flwr run`` starts a detached local SuperLink and leaves it running; :func:`simulate`
+gives each caller its own FLWR_HOME and ports and :func:`stop_superlink` ends exactly the
+processes that SuperLink started (its session and its SuperExec's session: the
+simulation process and Ray).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUIET_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "") + "'"
+    return repr(v)
+
+
+def run_config_arg(values: dict[str, object]) -> str:
+    return " ".join(f"{k}={toml_value(v)}" for k, v in values.items())
+
+
+def write_federation(home: Path, num_supernodes: int, cpus_per_client: int = 1) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+        f"options.num-supernodes = {num_supernodes}\n"
+        f"options.backend.client-resources.num-cpus = {cpus_per_client}\n"
+    )
+
+
+def _processes() -> list[tuple[int, int, int, str]]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,sid=,args="], capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        pid, ppid, sid, args = line.split(None, 3) if len(line.split(None, 3)) == 4 else (*line.split(), "")
+        rows.append((int(pid), int(ppid), int(sid), args))
+    return rows
+
+
+def stop_superlink(port: int, timeout: float = 10.0) -> int:
+    """Kill the local SuperLink listening on ``port`` and everything it started; returns
+    the number of processes signalled."""
+    procs = _processes()
+    links = [p for p in procs if "flower-superlink" in p[3] and f"--port {port}" in p[3]]
+    sessions = {p[2] for p in links}
+    sessions |= {p[2] for p in procs if p[1] in {link[0] for link in links}}
+    victims = [p[0] for p in procs if p[2] in sessions and p[0] != os.getpid()]
+    for sid in sessions:
+        try:
+            os.killpg(sid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p[0] in victims for p in _processes()):
+        time.sleep(0.2)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(victims)
+
+
+def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0,
+             app_dir: Path = REPO) -> subprocess.CompletedProcess:
+    """``flwr run <app> --stream`` with its own FLWR_HOME and ports; stops its SuperLink after."""
+    write_federation(home, num_supernodes)
+    port, control = free_port(), free_port()
+    env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home),
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control)}
+    flwr = shutil.which("flwr", path=str(Path(sys.executable).parent)) or "flwr"
+    cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
+    try:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        stop_superlink(port)

@@ -1,0 +1,21 @@
+# Source me: environment for `flwr run` in this repo (simulation on this machine).
+# FLWR_HOME inside the repo (or $FEDSIM_FLWR_HOME), telemetry/update checks off, and no
+# runtime dependency installation (it would pull a CUDA torch with uv on every run).
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export FLWR_HOME="${FEDSIM_FLWR_HOME:-$REPO/.flwr}"
+export FLWR_TELEMETRY_ENABLED=0
+export FLWR_DISABLE_UPDATE_CHECK=1
+export RAY_USAGE_STATS_ENABLED=0
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+mkdir -p "$FLWR_HOME"
+if [ ! -f "$FLWR_HOME/config.toml" ]; then
+  cat > "$FLWR_HOME/config.toml" <<'TOML'
+[superlink]
+default = "local"
+
+[superlink.local]
+address = ":local:"
+options.num-supernodes = 1
+options.backend.client-resources.num-cpus = 1
+TOML
+fi

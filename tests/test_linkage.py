@@ -1,0 +1,132 @@
+"""The linkage pipeline: contracts, planted truth, noise, tokens, and bad input."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from linkage_server.pipeline import (
+    LinkageError,
+    add_noise,
+    fit_standardizer,
+    link,
+    make_tokens,
+    sigma_from_tau,
+    similarity,
+    topk_euclidean,
+)
+from linkage_server.store import load_primary, load_secondary, save_job
+
+
+def planted(m=200, n=150, d=2, seed=0):
+    """Each of the first n primary records has an exact copy among the secondaries."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0, 10, size=(n, d))
+    perm = rng.permutation(n)
+    query = np.concatenate([base[perm], rng.uniform(0, 10, size=(m - n, d))])
+    return query, base, perm
+
+
+def test_every_stage_keeps_its_array_contract():
+    query, base, _ = planted()
+    k = 5
+    dist, idx = topk_euclidean(query, base, k)
+    assert dist.shape == idx.shape == (len(query), k) and idx.dtype == np.int64
+    raw = similarity(dist)
+    assert raw.shape == dist.shape and (raw <= 0).all()
+    mean, std = fit_standardizer(raw, np.arange(100))
+    assert np.isfinite(mean) and std > 0
+    rng = np.random.default_rng(0)
+    assert add_noise(raw, 0.5, rng).shape == raw.shape
+    tok = make_tokens(len(base), rng)
+    assert sorted(tok) == list(range(len(base)))
+
+
+def test_planted_matches_are_the_most_similar_tokens():
+    query, base, perm = planted()
+    res = link(query, {"s": base}, k=3, tau=1.0, seed=1, train_rows=np.arange(150))
+    row_of_token = res.secondaries["s"].row_of_token
+    top1_rows = row_of_token[res.primary.tokens["s"][:150, 0]]
+    np.testing.assert_array_equal(top1_rows, perm)
+
+
+def test_zero_noise_gives_the_standardised_raw_similarities():
+    query, base, _ = planted()
+    train = np.arange(0, 200, 2)
+    res = link(query, {"s": base}, k=4, tau=1.0, seed=3, train_rows=train)
+    dist, _ = topk_euclidean(query, base, 4)
+    raw = -dist
+    want = (raw - raw[train].mean()) / raw[train].std()
+    assert res.primary.sigma == 0.0
+    np.testing.assert_allclose(res.primary.sims, want, rtol=1e-5, atol=1e-5)
+    # standardised on the training records' neighbours
+    assert abs(res.primary.sims[train].mean()) < 1e-5 and abs(res.primary.sims[train].std() - 1) < 1e-4
+
+
+def test_noise_has_the_sigma_of_theorem_2_and_is_seeded():
+    rng = np.random.default_rng(0)
+    query, base = rng.uniform(0, 1000, size=(3000, 2)), rng.uniform(0, 1000, size=(30, 2))
+    a = link(query, {"s": base}, k=10, tau=0.3, seed=5, train_rows=np.arange(3000))
+    b = link(query, {"s": base}, k=10, tau=0.3, seed=5, train_rows=np.arange(3000))
+    clean = link(query, {"s": base}, k=10, tau=1.0, seed=5, train_rows=np.arange(3000))
+    np.testing.assert_array_equal(a.primary.sims, b.primary.sims)
+    sigma = a.primary.sigma
+    assert sigma == pytest.approx(sigma_from_tau(0.3, a.primary.sim_std))
+    noise = a.primary.sims.astype(np.float64) - clean.primary.sims
+    assert noise.std() == pytest.approx(sigma, rel=0.05)
+
+
+@pytest.mark.parametrize("tau,s0", [(0.5, 5.0), (0.1, 20.0), (0.999, 0.3), (0.01, 200.0)])
+def test_sigma_from_tau_solves_the_bound(tau, s0):
+    sigma = sigma_from_tau(tau, s0)
+    assert erf(math.sqrt(sigma**2 + 1) / (2 * math.sqrt(2) * sigma * s0)) == pytest.approx(tau, abs=1e-9)
+
+
+def test_tau_one_is_no_noise_and_unreachable_tau_is_refused():
+    assert sigma_from_tau(1.0, 3.0) == 0.0
+    with pytest.raises(LinkageError, match="unreachable"):
+        sigma_from_tau(0.05, 1.0)  # floor erf(1/(2*sqrt(2))) = 0.38
+    with pytest.raises(LinkageError, match="tau must be"):
+        sigma_from_tau(0.0, 1.0)
+
+
+def test_tokens_are_opaque_and_map_back_to_rows():
+    query, base, _ = planted(n=150)
+    res = link(query, {"s": base}, k=150, tau=1.0, seed=2, train_rows=np.arange(200))
+    tokens = res.primary.tokens["s"]
+    _, idx = topk_euclidean(query, base, 150)
+    assert not np.array_equal(tokens, idx)  # tokens are not row numbers
+    np.testing.assert_array_equal(res.secondaries["s"].row_of_token[tokens], idx)
+    other = link(query, {"s": base}, k=150, tau=1.0, seed=9, train_rows=np.arange(200))
+    assert not np.array_equal(other.primary.tokens["s"], tokens)  # the permutation depends on the seed
+
+
+def test_job_round_trips_through_per_party_files(tmp_path):
+    query, base, _ = planted()
+    res = link(query, {"s": base}, k=3, tau=1.0, seed=0, train_rows=np.arange(100))
+    save_job(res, tmp_path)
+    p = load_primary(tmp_path)
+    np.testing.assert_array_equal(p.tokens["s"], res.primary.tokens["s"])
+    np.testing.assert_array_equal(p.sims, res.primary.sims)
+    assert p.job_id == res.primary.job_id
+    np.testing.assert_array_equal(load_secondary(tmp_path, "s").row_of_token, res.secondaries["s"].row_of_token)
+    with pytest.raises(LinkageError, match="no linkage for party 'zz'"):
+        load_secondary(tmp_path, "zz")
+
+
+@pytest.mark.parametrize(
+    "query,base,k,match",
+    [
+        (np.ones((5, 2)), np.ones((3, 2)), 4, r"K=4 must be between 1 and the size of party 's' \(3 rows\)"),
+        (np.ones((5, 2)), np.ones((3, 2)), 0, "K=0"),
+        (np.ones((5, 2)), np.zeros((0, 2)), 1, "zero rows"),
+        (np.zeros((0, 2)), np.ones((3, 2)), 1, "primary party has zero rows"),
+        (np.ones((5, 2)), np.ones((3, 3)), 1, "identifier dimensions differ: primary has 2, party 's' has 3"),
+        (np.array([[1.0, np.nan], [0, 0]]), np.ones((3, 2)), 1, r"primary: 1 identifier row\(s\) are NaN"),
+        (np.ones((5, 2)), np.array([[1.0, 1.0], [np.inf, 0]]), 1, r"s: 1 identifier row\(s\) are NaN/inf"),
+    ],
+)
+def test_bad_linkage_input_is_refused_by_name(query, base, k, match):
+    with pytest.raises(LinkageError, match=match):
+        link(query, {"s": base}, k=k, tau=1.0, seed=0, train_rows=np.arange(len(query)))

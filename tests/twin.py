@@ -1,0 +1,59 @@
+"""Helpers: build the federated parties in one process, and the one-process twin, from a RunConfig."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from app.config import RunConfig
+from app.parties import build_primary_model, build_secondary_model, build_strategy, head_for, linkage_job, load_data
+from app.secondary import LocalChannel, SecondaryParty
+from linkage_server.store import load_secondary
+from strategies.gates import seed_dropout
+from strategies.optim import party_seed
+from strategies.protocol import TrainPlan, fit
+from strategies.twin import train_twin
+
+
+def plan_of(cfg: RunConfig) -> TrainPlan:
+    s = cfg.resolve()
+    return TrainPlan(s.epochs, s.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps, cfg.eval_chunk)
+
+
+def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None):
+    """The federated protocol with in-process secondaries (LocalChannel)."""
+    settings = cfg.resolve()
+    ds = load_data(cfg)
+    linkage, job = linkage_job(ds, cfg, settings)
+    strategy = build_strategy(ds, linkage, cfg, settings)
+    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries}
+    plan = plan_of(cfg)
+    if steps_per_exchange:
+        plan.steps_per_exchange = steps_per_exchange
+    _, losses = fit(strategy, LocalChannel(parties), ds.split.train, ds.split.val, ds.split.test, plan,
+                    lambda rec: None, lambda *a: None)
+    return np.asarray(losses), strategy.model.state_dict(), {p: s.model.state_dict() for p, s in parties.items()}
+
+
+def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None):
+    """The one-process twin from the same config: same data, linkage, seeds and schedule."""
+    settings = cfg.resolve()
+    ds = load_data(cfg)
+    linkage, job = linkage_job(ds, cfg, settings)
+    device, dtype = cfg.torch_device(), cfg.torch_dtype()
+    model = build_primary_model(ds, cfg, settings)
+    seed_dropout(model, party_seed(cfg.seed, "dropout"), device)
+    secondaries = {p: build_secondary_model(t.n_features, p, cfg, settings) for p, t in ds.secondaries.items()}
+    plan = plan_of(cfg)
+    if steps_per_exchange:
+        plan.steps_per_exchange = steps_per_exchange
+    losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
+                        {p: t.features for p, t in ds.secondaries.items()},
+                        {p: load_secondary(job, p).row_of_token for p in secondaries},
+                        ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
+    return np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()}
+
+
+def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
