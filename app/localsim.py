@@ -55,12 +55,17 @@ def write_federation(home: Path, num_supernodes: int, cpus_per_client: int = 1) 
 
 
 def _processes() -> list[tuple[int, int, int, str]]:
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,sid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,sid=,args="], capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():
         pid, ppid, sid, args = line.split(None, 3) if len(line.split(None, 3)) == 4 else (*line.split(), "")
         rows.append((int(pid), int(ppid), int(sid), args))
     return rows
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (e.g. a FLWR_HOME path)."""
+    return [pid for pid, _, _, args in _processes() if text in args and pid != os.getpid()]
 
 
 def stop_superlink(port: int, timeout: float = 10.0) -> int:

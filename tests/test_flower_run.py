@@ -1,0 +1,52 @@
+"""End to end through `flwr run` (Flower simulation): the federated run equals the twin.
+
+Each run starts its own local SuperLink (own FLWR_HOME and ports) and stops it after.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from app.config import RunConfig
+from app.localsim import processes_mentioning, simulate
+from tests.twin import max_param_gap, run_twin
+
+pytestmark = pytest.mark.slow
+
+RUNS = {
+    "synthetic-S1": dict(dataset="synthetic", n_rows=600, k=10, batch_size=32, sigma_cf=0.1, steps_per_exchange=1),
+    "hdb-S3": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=3),
+}
+
+
+def flower_keys(values: dict) -> dict:
+    return {k.replace("_", "-"): v for k, v in values.items()}
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_flower_run_equals_one_process_twin(name, tmp_path):
+    values = dict(RUNS[name], epochs=2, max_steps=12, out_dir=str(tmp_path / "out"), run_name=name)
+    proc = simulate(flower_keys(values), tmp_path / "flwr-home", timeout=400)
+    run_dir = tmp_path / "out" / name
+    assert processes_mentioning(str(tmp_path / "flwr-home")) == []  # the SuperLink it started is gone
+    assert (run_dir / "summary.json").exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 12 and summary["exchange"]["bytes_down"] > 0
+    assert "[primary] best epoch" in proc.stdout
+
+    cfg = RunConfig(**values)
+    twin_losses, twin_primary, twin_secondary = run_twin(cfg)
+    np.testing.assert_allclose(np.load(run_dir / "step_losses.npy"), twin_losses, rtol=1e-5, atol=1e-6)
+    assert max_param_gap(torch.load(run_dir / "primary_model.pt"), twin_primary) < 1e-5
+    for party, state in twin_secondary.items():
+        assert max_param_gap(torch.load(run_dir / party / "model.pt"), state) < 1e-5
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(set(r["val"]) == set(r["test"]) for r in rows)
+
+
+def test_flower_run_names_a_bad_input(tmp_path):
+    values = dict(dataset="hdb", n_rows=500, k=200, out_dir=str(tmp_path / "out"), run_name="bad")
+    proc = simulate(flower_keys(values), tmp_path / "flwr-home", timeout=300)
+    assert "K=200 must be between 1 and the size of party 'school' (165 rows)" in proc.stdout + proc.stderr
