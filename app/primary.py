@@ -35,7 +35,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     settings = cfg.resolve()
     out = run_dir_for(cfg)
     (out / "config.json").write_text(json.dumps({"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings)}, indent=2))
-    log(INFO, "[primary] run dir %s", out)
+    log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
 
     t0 = time.perf_counter()
     ds = load_data(cfg)
@@ -62,6 +62,9 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     strategy = build_strategy(ds, linkage, cfg, settings)
     plan = TrainPlan(settings.epochs, settings.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps,
                      cfg.eval_chunk)
+    log(INFO, "[primary] training %s: K=%d, batch %d, %d epochs, lr %g, S=%d steps per exchange, device %s",
+        cfg.method, settings.k, settings.batch_size, settings.epochs, settings.lr, cfg.steps_per_exchange,
+        strategy.device)
     metrics_file = (out / "metrics.jsonl").open("w")
     last = {"t": time.perf_counter()}
 
@@ -77,7 +80,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     def progress(step: int, n_steps: int, loss: float) -> None:
         if time.perf_counter() - last["t"] > 10.0:
             last["t"] = time.perf_counter()
-            log(INFO, "[primary]   step %d (epoch of %d batches) loss=%.5f", step, n_steps, loss)
+            log(INFO, "[primary]   step %d (%d per epoch) loss=%.5f", step, n_steps, loss)
 
     t0 = time.perf_counter()
     records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress)

@@ -44,7 +44,8 @@ class EpochRecord:
     train_loss: float
     steps: int
     exchanges: int
-    seconds: float
+    seconds: float  # training steps only
+    eval_seconds: float = 0.0
     val: dict[str, float] = field(default_factory=dict)
     test: dict[str, float] = field(default_factory=dict)
 
@@ -107,8 +108,10 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         seconds = time.perf_counter() - t0
         rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
                           len(batches), exchanges, seconds)
+        t1 = time.perf_counter()
         rec.val = evaluate(strategy, channel, val_rows, plan)
         rec.test = evaluate(strategy, channel, test_rows, plan)
+        rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)
         if plan.max_steps and len(step_losses) >= plan.max_steps:

@@ -1,0 +1,50 @@
+"""Shared bits of the benchmark scripts: run a conf file through `flwr run`, machine info."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+from app.localsim import REPO, simulate
+
+
+def machine() -> str:
+    import torch
+
+    cpu = "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {gpu}, Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def git_rev() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def run_flower(values: dict, work: Path, name: str, timeout: float = 3600) -> tuple[dict, Path, float]:
+    """One `flwr run` simulation; returns (summary.json, run dir, wall seconds)."""
+    values = {**values, "out-dir": str(work / "out"), "run-name": name}
+    t0 = time.perf_counter()
+    proc = simulate(values, work / f"flwr-home-{name}", timeout=timeout)
+    wall = time.perf_counter() - t0
+    run_dir = work / "out" / name
+    summary_file = run_dir / "summary.json"
+    if not summary_file.exists():
+        raise RuntimeError(f"run {name} produced no summary:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return json.loads(summary_file.read_text()), run_dir, wall
+
+
+def load_conf(name: str) -> dict:
+    return tomllib.loads((REPO / "conf" / f"{name}.toml").read_text())
+
+
+def epochs_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
