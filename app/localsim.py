@@ -105,3 +105,13 @@ def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int =
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     finally:
         stop_superlink(port)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Stop the local SuperLink that `flwr run` left running.")
+    ap.add_argument("command", choices=["stop"])
+    ap.add_argument("--port", type=int, default=int(os.environ.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39091")))
+    args = ap.parse_args()
+    print(f"stopped {stop_superlink(args.port)} process(es) of the local SuperLink on port {args.port}")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.config import RunConfig
-from tests.twin import max_param_gap, run_in_process, run_twin
+from app.inprocess import max_param_gap, run_in_process, run_twin
 
 CASES = {
     "synthetic-binary-avg": dict(dataset="synthetic", n_rows=600, k=10, batch_size=32, sigma_cf=0.1),
@@ -25,29 +25,27 @@ CASES = {
 def test_protocol_equals_one_process_twin(case, steps_per_exchange, tmp_path):
     cfg = RunConfig(**CASES[case], epochs=2, max_steps=14, steps_per_exchange=steps_per_exchange,
                     out_dir=str(tmp_path))
-    fed_losses, fed_primary, fed_secondary = run_in_process(cfg)
-    twin_losses, twin_primary, twin_secondary = run_twin(cfg)
-    assert len(fed_losses) == len(twin_losses) == 14
-    np.testing.assert_allclose(fed_losses, twin_losses, rtol=1e-5, atol=1e-6)
-    assert max_param_gap(fed_primary, twin_primary) < 1e-5
-    for party in fed_secondary:
-        assert max_param_gap(fed_secondary[party], twin_secondary[party]) < 1e-5
-    assert max_param_gap(fed_primary, {k: v * 0 for k, v in fed_primary.items()}) > 0  # the model is not empty
+    fed, twin = run_in_process(cfg), run_twin(cfg)
+    assert len(fed.losses) == len(twin.losses) == 14
+    np.testing.assert_allclose(fed.losses, twin.losses, rtol=1e-5, atol=1e-6)
+    assert max_param_gap(fed.primary, twin.primary) < 1e-5
+    assert fed.secondaries.keys() == twin.secondaries.keys() and fed.secondaries
+    for party in fed.secondaries:
+        assert max_param_gap(fed.secondaries[party], twin.secondaries[party]) < 1e-5
 
 
 def test_the_oracle_tells_schedules_apart(tmp_path):
     """The comparison can fail: a twin on another S-step schedule gives other losses."""
     cfg = RunConfig(**CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=14, steps_per_exchange=4,
                     out_dir=str(tmp_path))
-    fed_losses, _, fed_secondary = run_in_process(cfg)
-    twin_losses, _, twin_secondary = run_twin(cfg, steps_per_exchange=1)
-    assert np.abs(fed_losses - twin_losses).max() > 1e-6  # float noise between equal runs is < 1e-7
-    assert max_param_gap(fed_secondary["school"], twin_secondary["school"]) > 1e-4
+    fed, twin = run_in_process(cfg), run_twin(cfg, steps_per_exchange=1)
+    assert np.abs(fed.losses - twin.losses).max() > 1e-6  # float noise between equal runs is < 1e-7
+    assert max_param_gap(fed.secondaries["school"], twin.secondaries["school"]) > 1e-4
 
 
 def test_solo_trains_the_primary_alone(tmp_path):
     cfg = RunConfig(dataset="hdb", n_rows=800, method="solo", batch_size=64, epochs=1, max_steps=5,
                     out_dir=str(tmp_path))
-    losses, primary, _ = run_in_process(cfg)
-    assert len(losses) == 5 and np.isfinite(losses).all()
-    assert {k.split(".")[0] for k in primary} == {"local", "agg"}  # no gates, no secondary path
+    run = run_in_process(cfg)
+    assert len(run.losses) == 5 and np.isfinite(run.losses).all()
+    assert {k.split(".")[0] for k in run.primary} == {"local", "agg"}  # no gates, no secondary path

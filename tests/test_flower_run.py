@@ -11,7 +11,7 @@ import torch
 
 from app.config import RunConfig
 from app.localsim import processes_mentioning, simulate
-from tests.twin import max_param_gap, run_twin
+from app.inprocess import max_param_gap, run_twin
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +37,10 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
     assert "[primary] best epoch" in proc.stdout
 
     cfg = RunConfig(**values)
-    twin_losses, twin_primary, twin_secondary = run_twin(cfg)
-    np.testing.assert_allclose(np.load(run_dir / "step_losses.npy"), twin_losses, rtol=1e-5, atol=1e-6)
-    assert max_param_gap(torch.load(run_dir / "primary_model.pt"), twin_primary) < 1e-5
-    for party, state in twin_secondary.items():
+    twin = run_twin(cfg)
+    np.testing.assert_allclose(np.load(run_dir / "step_losses.npy"), twin.losses, rtol=1e-5, atol=1e-6)
+    assert max_param_gap(torch.load(run_dir / "primary_model.pt"), twin.primary) < 1e-5
+    for party, state in twin.secondaries.items():
         assert max_param_gap(torch.load(run_dir / party / "model.pt"), state) < 1e-5
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(set(r["val"]) == set(r["test"]) for r in rows)

@@ -1,6 +1,11 @@
-"""Helpers: build the federated parties in one process, and the one-process twin, from a RunConfig."""
+"""One-process runs built from a RunConfig exactly as the Flower apps build them:
+the federated protocol with in-process secondaries, and the one-process twin.
+Used by the equivalence tests and the benchmarks."""
 
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -13,6 +18,14 @@ from strategies.gates import seed_dropout
 from strategies.optim import party_seed
 from strategies.protocol import TrainPlan, fit
 from strategies.twin import train_twin
+
+
+@dataclass
+class OneProcessRun:
+    losses: np.ndarray  # (steps,)
+    primary: dict[str, torch.Tensor]  # final state dicts
+    secondaries: dict[str, dict[str, torch.Tensor]]
+    train_seconds: float  # training steps only, no evaluation
 
 
 def plan_of(cfg: RunConfig) -> TrainPlan:
@@ -30,9 +43,10 @@ def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None):
     plan = plan_of(cfg)
     if steps_per_exchange:
         plan.steps_per_exchange = steps_per_exchange
-    _, losses = fit(strategy, LocalChannel(parties), ds.split.train, ds.split.val, ds.split.test, plan,
-                    lambda rec: None, lambda *a: None)
-    return np.asarray(losses), strategy.model.state_dict(), {p: s.model.state_dict() for p, s in parties.items()}
+    records, losses = fit(strategy, LocalChannel(parties), ds.split.train, ds.split.val, ds.split.test, plan,
+                          lambda rec: None, lambda *a: None)
+    return OneProcessRun(np.asarray(losses), strategy.model.state_dict(),
+                         {p: s.model.state_dict() for p, s in parties.items()}, sum(r.seconds for r in records))
 
 
 def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None):
@@ -47,11 +61,14 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None):
     plan = plan_of(cfg)
     if steps_per_exchange:
         plan.steps_per_exchange = steps_per_exchange
+    t0 = time.perf_counter()
     losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
                         {p: t.features for p, t in ds.secondaries.items()},
                         {p: load_secondary(job, p).row_of_token for p in secondaries},
                         ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
-    return np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()}
+    seconds = time.perf_counter() - t0
+    return OneProcessRun(np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()},
+                         seconds)
 
 
 def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -1,0 +1,107 @@
+"""What Flower costs this protocol in simulation, on hdb (92k flats x 165 schools, K = 50).
+
+Measures in one go, on this machine:
+  A. Flower's floor: median time of an empty exchange (query.ping), inside a `flwr run`;
+     and the federated per-step time at S = 1 in the same run.
+  B. The same steps in one process: the protocol with in-process secondaries (no Flower)
+     and the one-process twin; per-step overhead = federated - in-process.
+  C. One full epoch at the default S (pyproject) through Flower vs the twin's epoch.
+  D. Bytes exchanged per epoch vs the naive protocol that ships B*K embeddings and
+     B*K gradients per step.
+  E. Linkage time (exact top-K + standardise + tokens).
+
+    python -m bench.sim_cost [--steps 150] [--s 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from app.config import RunConfig
+from app.inprocess import run_in_process, run_twin
+from app.localsim import REPO
+from app.parties import load_data, run_linkage
+from bench.common import git_rev, machine, run_flower
+
+
+def default_s() -> int:
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    return int(conf["steps-per-exchange"])
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=150, help="training steps timed at S = 1")
+    ap.add_argument("--s", type=int, default=default_s(), help="steps per exchange for the full epoch")
+    ap.add_argument("--floor", type=int, default=40, help="empty exchanges timed")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} | {machine()} | commit {git_rev()}", flush=True)
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        base = RunConfig(dataset="hdb", out_dir=str(work / "local"))
+        settings = base.resolve()
+
+        # E. linkage
+        ds = load_data(base)
+        _, res["linkage_s"] = timed(lambda: run_linkage(ds, base, settings))
+        print(f"E linkage hdb {ds.primary.n_rows} x {ds.secondaries['school'].n_rows}, K={settings.k}: "
+              f"{res['linkage_s']:.3f} s", flush=True)
+
+        # A. floor + S = 1 steps through Flower
+        s1, _, _ = run_flower({"dataset": "hdb", "epochs": 1, "steps-per-exchange": 1, "max-steps": args.steps,
+                               "bench-floor": args.floor}, work, "s1")
+        floor = s1["exchange"]["floor_median_seconds"]
+        fed_step = s1["seconds"]["epochs"][0] / s1["steps"]
+        res.update(floor_s=floor, exchange_median_s=s1["exchange"]["median_seconds"], fed_step_s1=fed_step)
+
+        # B. the same steps in one process
+        cfg1 = dataclasses.replace(base, epochs=1, steps_per_exchange=1, max_steps=args.steps)
+        res.update(local_step=run_in_process(cfg1).train_seconds / args.steps,
+                   twin_step=run_twin(cfg1).train_seconds / args.steps)
+        print(f"A Flower floor (empty exchange, median of {args.floor}): {floor * 1000:.1f} ms; "
+              f"exchange at S=1 (median): {res['exchange_median_s'] * 1000:.1f} ms", flush=True)
+        print(f"A federated step at S=1: {fed_step * 1000:.1f} ms", flush=True)
+        overhead = fed_step - res["local_step"]
+        print(f"B same steps in one process: protocol with in-process secondaries {res['local_step'] * 1000:.1f} ms, "
+              f"twin {res['twin_step'] * 1000:.1f} ms", flush=True)
+        print(f"B per-step overhead of Flower at S=1: {overhead * 1000:.1f} ms = floor {floor * 1000:.1f} ms "
+              f"+ {(overhead - floor) * 1000:.1f} ms", flush=True)
+
+        # C. a full epoch at the default S
+        sd, _, _ = run_flower({"dataset": "hdb", "epochs": 1, "steps-per-exchange": args.s}, work, f"s{args.s}")
+        fed_epoch = sd["seconds"]["epochs"][0]
+        twin_epoch = run_twin(dataclasses.replace(base, epochs=1, steps_per_exchange=args.s)).train_seconds
+        res.update(fed_epoch_s=fed_epoch, twin_epoch_s=twin_epoch, s=args.s, steps_per_epoch=sd["steps"],
+                   exchanges_per_epoch=sd["exchange"]["count"])
+        print(f"C full epoch at S={args.s}: federated {fed_epoch:.1f} s ({sd['steps']} steps, "
+              f"{sd['exchange']['count']} train exchanges) vs twin {twin_epoch:.1f} s: ratio {fed_epoch / twin_epoch:.2f}",
+              flush=True)
+
+        # D. bytes per epoch vs naive B*K embeddings + gradients
+        ours = sd["exchange"]["bytes_down"] + sd["exchange"]["bytes_up"]
+        n_train = len(ds.split.train)
+        naive = 2 * n_train * settings.k * settings.model.cut_dim * 4  # every pair's embedding up, gradient down
+        res.update(bytes_epoch=ours, bytes_naive=naive)
+        print(f"D bytes per epoch (incl. val/test evaluation): {ours / 1e6:.2f} MB vs naive B*K {naive / 1e6:.1f} MB: "
+              f"{naive / ours:.0f}x fewer", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
