@@ -1,0 +1,65 @@
+"""The primary's model and gates: shapes, the sort order, and the factored aggregation."""
+
+import torch
+
+from strategies.gates import CNNMerge, SeededDropout, WeightGate, seed_dropout, sort_by_similarity
+from strategies.heads import TaskHead
+from strategies.model import ModelConfig, SimilarityModel, build_seeded
+
+import numpy as np
+import pytest
+
+
+def test_sort_gate_orders_pairs_by_similarity_most_similar_first():
+    sims = torch.tensor([[0.25, 0.75, -1.0], [2.0, 0.0, 1.0]])  # (B=2, K=3)
+    pairs = torch.arange(6, dtype=torch.float32).view(2, 3, 1)  # (B, K, r=1)
+    s, p = sort_by_similarity(sims, pairs)
+    assert s.tolist() == [[0.75, 0.25, -1.0], [2.0, 1.0, 0.0]]
+    assert p.squeeze(-1).tolist() == [[1.0, 0.0, 2.0], [3.0, 5.0, 4.0]]
+
+
+def test_weight_gate_maps_each_similarity_to_a_positive_weight():
+    gate = WeightGate()
+    w = gate(torch.linspace(-3, 3, 12).view(3, 4))
+    assert w.shape == (3, 4) and (w > 0).all() and (w <= 1 + 1e-6).all()
+    # elementwise: a similarity's weight does not depend on its neighbours
+    assert torch.allclose(gate(torch.tensor([[0.5, 2.0]]))[0, 0], gate(torch.tensor([[0.5, -7.0]]))[0, 0])
+
+
+def test_cnn_merge_shape():
+    merge = CNNMerge(k=5, r=3, d_out=2, k_conv=3, channels=4, hidden=16, dropout=0.0)
+    assert merge(torch.randn(7, 5, 3)).shape == (7, 2)
+
+
+def test_factored_aggregation_equals_the_mlp_on_concatenated_pairs():
+    cfg = ModelConfig(local_hidden=(8,), cut_dim=6, agg_hidden=(5,), r=4, merge="avg", dropout=0.0)
+    model = build_seeded(0, lambda: SimilarityModel(3, {"s": 7}, k=4, d_out=4, cfg=cfg, squash_pairs=False))
+    h = torch.randn(2, 6)  # (B, c_P)
+    emb = torch.randn(5, 7)  # (U, c_S)
+    index = torch.tensor([[0, 1, 1, 4], [3, 3, 2, 0]])  # (B, K)
+    cat = torch.cat([h.unsqueeze(1).expand(2, 4, 6), emb[index]], dim=-1)  # (B, K, 13)
+    torch.testing.assert_close(model.aggregate(h, {"s": emb}, {"s": index}), model.agg(cat), rtol=1e-5, atol=1e-6)
+
+
+def test_seeded_model_and_dropout_repeat_without_global_rng():
+    cfg = ModelConfig(dropout=0.5)
+    make = lambda: build_seeded(3, lambda: SimilarityModel(4, {"s": 100}, 6, 1, cfg, True))  # noqa: E731
+    a, b = make(), make()
+    for m in (a, b):
+        seed_dropout(m, 9, torch.device("cpu"))
+    torch.manual_seed(123)
+    x, emb, idx, sims = torch.randn(3, 4), {"s": torch.randn(5, 100)}, {"s": torch.randint(0, 5, (3, 6))}, torch.randn(3, 6)
+    torch.manual_seed(456)  # global RNG state must not matter
+    out_a = a(x, emb, idx, sims)
+    out_b = b(x, emb, idx, sims)
+    torch.testing.assert_close(out_a, out_b)
+    with pytest.raises(RuntimeError, match="seed_dropout"):
+        SeededDropout(0.5).train()(torch.ones(2))
+
+
+def test_regression_head_reports_original_units():
+    head = TaskHead.fit("regression", np.array([100.0, 300.0]), 1)
+    out = torch.tensor([[0.0]])  # sigmoid(0) = 0.5 -> 200
+    assert head.predict(out).tolist() == [200.0]
+    m = head.metrics(np.array([200.0, 250.0]), np.array([200.0, 150.0]))
+    assert m["rmse"] == pytest.approx(np.sqrt(5000.0))
