@@ -21,7 +21,9 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class DatasetDefaults:
+class Settings:
+    """Training hyperparameters: a dataset's defaults, or those resolved for one run."""
+
     k: int
     batch_size: int
     epochs: int
@@ -30,10 +32,10 @@ class DatasetDefaults:
     model: ModelConfig
 
 
-DATASET_DEFAULTS: dict[str, DatasetDefaults] = {
-    "hdb": DatasetDefaults(50, 128, 100, 1e-3, 1e-4, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)),
-    "synthetic": DatasetDefaults(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
-    "frog": DatasetDefaults(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
+DATASET_DEFAULTS: dict[str, Settings] = {
+    "hdb": Settings(50, 128, 100, 1e-3, 1e-4, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)),
+    "synthetic": Settings(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
+    "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
 }
 METHODS = ("fedsim", "solo")
 MERGES = ("", "cnn", "mlp", "avg")
@@ -108,7 +110,7 @@ class RunConfig:
 
     # ------------------------------------------------------------------ resolved values
 
-    def defaults(self) -> DatasetDefaults:
+    def defaults(self) -> Settings:
         # A dataset without tuned defaults (e.g. registered later) gets hdb's
         return DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["hdb"])
 
@@ -142,12 +144,3 @@ class RunConfig:
     def out_path(self) -> Path:
         return Path(self.out_dir).expanduser().resolve() if self.out_dir else Path.cwd() / "runs"
 
-
-@dataclass(frozen=True)
-class Settings:
-    k: int
-    batch_size: int
-    epochs: int
-    lr: float
-    weight_decay: float
-    model: ModelConfig
