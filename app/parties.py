@@ -19,6 +19,7 @@ from datasets.registry import DatasetOptions
 from linkage_server.pipeline import LinkageResult, PrimaryLinkage, link
 from linkage_server.store import load_primary, save_job
 from strategies.fedsim import FedSimStrategy
+from strategies.gates import seed_dropout
 from strategies.heads import TaskHead
 from strategies.model import SimilarityModel, build_seeded, local_model
 from strategies.optim import party_seed
@@ -69,8 +70,6 @@ def build_secondary_model(d_in: int, party: str, cfg: RunConfig, settings: Setti
 
 def build_strategy(ds: VFLDataset, linkage: PrimaryLinkage | None, cfg: RunConfig,
                    settings: Settings) -> FedSimStrategy:
-    from strategies.gates import seed_dropout
-
     device = cfg.torch_device()
     model = build_primary_model(ds, cfg, settings)
     strategy = FedSimStrategy(model, head_for(ds), linkage, ds.primary.features, ds.labels,
