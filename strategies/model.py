@@ -63,7 +63,9 @@ class SimilarityModel(nn.Module):
             raise ValueError(f"merge='avg' needs r == output dim ({d_out}), got r={cfg.r}")
         self.cuts = {"primary": cfg.cut_dim, **{p: secondary_cuts[p] for p in self.parties}}
         self.agg = mlp(d_cat, cfg.agg_hidden, cfg.r)
-        self.squash_pairs = squash_pairs  # sigmoid on pair outputs (binary/regression), as the reference
+        # sigmoid on pair outputs for binary/regression before a learned merge, as the reference;
+        # the weighted average merges raw outputs, so the model's output stays pre-activation
+        self.squash_pairs = squash_pairs and cfg.merge != "avg"
         self.weight_gate = WeightGate() if cfg.weight_gate else None
         if cfg.merge == "cnn":
             self.merge = CNNMerge(k, cfg.r, d_out, cfg.k_conv, cfg.channels, cfg.merge_hidden, cfg.dropout)

@@ -63,3 +63,24 @@ def test_regression_head_reports_original_units():
     assert head.predict(out).tolist() == [200.0]
     m = head.metrics(np.array([200.0, 250.0]), np.array([200.0, 150.0]))
     assert m["rmse"] == pytest.approx(np.sqrt(5000.0))
+
+
+@pytest.mark.parametrize("merge", ["avg", "cnn", "mlp"])
+def test_binary_output_is_a_logit_that_can_predict_both_classes(merge):
+    """Regression test: the average merge once averaged sigmoid outputs and the head applied
+    a sigmoid again, so every prediction was > 0.5."""
+    cfg = ModelConfig(local_hidden=(8,), cut_dim=4, agg_hidden=(8,), r=1, merge=merge, k_conv=3, channels=2,
+                      merge_hidden=8, dropout=0.0)
+    model = build_seeded(0, lambda: SimilarityModel(2, {"s": 4}, 5, 1, cfg, squash_pairs=True))
+    head = TaskHead("binary", 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 2, generator=g)
+    y = (x[:, 0] > 0).float()  # planted: the label is the sign of a primary feature
+    emb, idx, sims = {"s": torch.randn(10, 4, generator=g)}, {"s": torch.randint(0, 10, (64, 5), generator=g)}, torch.randn(64, 5, generator=g)
+    for _ in range(150):
+        opt.zero_grad()
+        head.loss(model(x, emb, idx, sims), y).backward()
+        opt.step()
+    pred = head.predict(model(x, emb, idx, sims))
+    assert ((pred > 0.5) == (y == 1).numpy()).mean() > 0.9
