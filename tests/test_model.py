@@ -73,7 +73,7 @@ def test_binary_output_is_a_logit_that_can_predict_both_classes(merge):
                       merge_hidden=8, dropout=0.0)
     model = build_seeded(0, lambda: SimilarityModel(2, {"s": 4}, 5, 1, cfg, squash_pairs=True))
     head = TaskHead("binary", 2)
-    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    opt = torch.optim.Adam(model.parameters(), lr=0.005)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 2, generator=g)
     y = (x[:, 0] > 0).float()  # planted: the label is the sign of a primary feature
