@@ -4,7 +4,6 @@ messages, answering embedding requests and applying gradient blocks in order."""
 from __future__ import annotations
 
 import functools
-import io
 from pathlib import Path
 
 import numpy as np
@@ -72,17 +71,40 @@ class SecondaryParty:
         party = cls(cfg, str(meta["party"]), str(meta["job_dir"]))
         if "model" in context.state.array_records:
             party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
-            opt = torch.load(io.BytesIO(context.state.config_records["optim"]["bytes"]), weights_only=True)
-            party.optimizer.load_state_dict(opt)
+            load_optimizer_state(party.optimizer, context.state.array_records["optim_arrays"],
+                                 context.state.config_records["optim_scalars"])
         return party
 
     def persist(self, context: Context) -> None:
         context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir})
         context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
-        buf = io.BytesIO()
-        torch.save(self.optimizer.state_dict(), buf)
-        context.state.config_records["optim"] = ConfigRecord({"bytes": buf.getvalue()})
+        arrays, scalars = optimizer_state_records(self.optimizer)
+        context.state.array_records["optim_arrays"] = arrays  # keys are unique across record types
+        context.state.config_records["optim_scalars"] = scalars
 
+
+def optimizer_state_records(optimizer: torch.optim.Optimizer) -> tuple[ArrayRecord, ConfigRecord]:
+    """Per-parameter optimiser state as arrays + scalars (no pickling; cheap per message).
+    Hyperparameters (param_groups) are not stored: they come from the run config."""
+    arrays, scalars = {}, {}
+    for i, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.dim() > 0:
+                arrays[f"{i}/{key}"] = value.detach().cpu()
+            else:
+                scalars[f"{i}/{key}"] = float(value)
+    return ArrayRecord(arrays), ConfigRecord(scalars)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, arrays: ArrayRecord, scalars: ConfigRecord) -> None:
+    state: dict[int, dict] = {}
+    for name, tensor in arrays.to_torch_state_dict().items():
+        i, key = name.split("/", 1)
+        state.setdefault(int(i), {})[key] = tensor
+    for name, value in scalars.items():
+        i, key = name.split("/", 1)
+        state.setdefault(int(i), {})[key] = int(value) if key == "step" and float(value).is_integer() else value
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
 
 class LocalChannel:
     """The channel with secondaries in the same process (no Flower): same party code,
