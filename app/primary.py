@@ -103,7 +103,9 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
             "bytes_down": channel.traffic.bytes_down if channel else 0,
             "bytes_up": channel.traffic.bytes_up if channel else 0,
             "median_seconds": statistics.median(channel.traffic.seconds) if channel and channel.traffic.seconds else 0.0,
+            "mean_seconds": statistics.fmean(channel.traffic.seconds) if channel and channel.traffic.seconds else 0.0,
             "floor_median_seconds": statistics.median(floor) if floor else None,
+            "floor_mean_seconds": statistics.fmean(floor) if floor else None,
         },
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
