@@ -92,7 +92,7 @@ def main() -> None:
         res.update(fed_epoch_s=fed_epoch, twin_epoch_s=twin_epoch, s=args.s, steps_per_epoch=sd["steps"],
                    exchanges_per_epoch=sd["exchange"]["count"])
         print(f"C full epoch at S={args.s}: federated {fed_epoch:.1f} s ({sd['steps']} steps, "
-              f"{sd["exchange"]["count"]} exchanges incl. evaluation and the final save) vs twin {twin_epoch:.1f} s: ratio {fed_epoch / twin_epoch:.2f}",
+              f"{sd['exchange']['count']} exchanges incl. evaluation and the final save) vs twin {twin_epoch:.1f} s: ratio {fed_epoch / twin_epoch:.2f}",
               flush=True)
 
         # D. bytes per epoch vs naive B*K embeddings + gradients
