@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--s", type=int, default=default_s(), help="steps per exchange for the full epoch")
     ap.add_argument("--floor", type=int, default=40, help="empty exchanges timed")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--skip-epoch", action="store_true", help="only parts A, B and E")
     args = ap.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} | {machine()} | commit {git_rev()}", flush=True)
     res: dict = {}
@@ -85,6 +86,8 @@ def main() -> None:
         print(f"B per-step overhead of Flower at S=1: {overhead * 1000:.1f} ms = mean empty-exchange floor "
               f"{floor * 1000:.1f} ms + {(overhead - floor) * 1000:.1f} ms", flush=True)
 
+        if args.skip_epoch:
+            return
         # C. a full epoch at the default S
         sd, _, _ = run_flower({"dataset": "hdb", "epochs": 1, "steps-per-exchange": args.s}, work, f"s{args.s}")
         fed_epoch = sd["seconds"]["epochs"][0]

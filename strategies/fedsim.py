@@ -12,7 +12,6 @@ from linkage_server.pipeline import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.model import SimilarityModel
 from strategies.optim import make_optimizer
-from strategies.schedule import unique_tokens
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,9 @@ class FedSimStrategy:
         """Distinct tokens per party that the records ``rows`` are linked to."""
         return {p: np.unique(self.linkage.tokens[p][rows]) for p in self.parties}
 
-    def _inputs(self, rows: np.ndarray):
-        """Per party the (B, K) index of each pair into the batch's sorted distinct tokens."""
-        index = {p: torch.as_tensor(unique_tokens(self.linkage.tokens[p][rows])[1], device=self.device)
+    def _inputs(self, rows: np.ndarray, tokens: dict[str, np.ndarray]):
+        """Per party the (B, K) index of each pair into ``tokens[p]`` (sorted distinct tokens)."""
+        index = {p: torch.as_tensor(np.searchsorted(tokens[p], self.linkage.tokens[p][rows]), device=self.device)
                  for p in self.parties}
         sims = torch.as_tensor(self.linkage.sims[rows], device=self.device, dtype=self.dtype) if self.parties else None
         return index, sims
@@ -56,7 +55,7 @@ class FedSimStrategy:
         self.model.train()
         leaves = {p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).requires_grad_(True)
                   for p in self.parties}
-        index, sims = self._inputs(rows)
+        index, sims = self._inputs(rows, tokens)
         out = self.model(self.x[rows], leaves, index, sims)
         loss = self.head.loss(out, self.head.target(self.y[rows], self.device, self.dtype))
         self.optimizer.zero_grad(set_to_none=True)
@@ -72,5 +71,5 @@ class FedSimStrategy:
         tokens = self.needs(rows)
         emb = {p: torch.as_tensor(lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])],
                                   device=self.device, dtype=self.dtype) for p in self.parties}
-        index, sims = self._inputs(rows)
+        index, sims = self._inputs(rows, tokens)
         return self.head.predict(self.model(self.x[rows], emb, index, sims))

@@ -16,8 +16,3 @@ def windows(batches: list[np.ndarray], steps_per_exchange: int) -> list[list[np.
     s = steps_per_exchange
     return [batches[i : i + s] for i in range(0, len(batches), s)]
 
-
-def unique_tokens(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct tokens (U,) sorted, and for each (record, neighbour) its index into them (B, K)."""
-    uniq, inverse = np.unique(tokens, return_inverse=True)
-    return uniq, inverse.reshape(tokens.shape)
