@@ -59,7 +59,7 @@ class RunConfig:
     sort_gate: bool = True
     tau: float = 1.0
     seed: int = 0
-    steps_per_exchange: int = 32
+    steps_per_exchange: int = 8
     device: str = "auto"
     dtype: str = "float32"
     n_rows: int = 0
