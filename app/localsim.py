@@ -97,9 +97,10 @@ def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int =
     """``flwr run <app> --stream`` with its own FLWR_HOME and ports; stops its SuperLink after."""
     write_federation(home, num_supernodes)
     port, control = free_port(), free_port()
-    env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home),
+    bin_dir = str(Path(sys.executable).parent)  # flwr starts `flower-superlink` from PATH
+    env = {**os.environ, **QUIET_ENV, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "FLWR_HOME": str(home),
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control)}
-    flwr = shutil.which("flwr", path=str(Path(sys.executable).parent)) or "flwr"
+    flwr = shutil.which("flwr", path=bin_dir) or "flwr"
     cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
     try:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -68,6 +68,7 @@ def test_missing_data_folder_says_where_it_looked(tmp_path, monkeypatch):
     import datasets.registry as reg
 
     monkeypatch.setattr(reg, "__file__", str(tmp_path / "x" / "registry.py"))
+    monkeypatch.chdir(tmp_path)  # the working directory is searched too
     with pytest.raises(DatasetError, match="data folder 'frog' not found"):
         load_dataset("frog", data_dir=tmp_path)
 
