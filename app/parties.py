@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 from app.config import RunConfig, Settings
@@ -29,7 +30,10 @@ from strategies.optim import party_seed
 def _load(name: str, data_dir: str, options: DatasetOptions) -> VFLDataset:
     # A per-process cache of immutable data (not party state): in simulation one worker
     # serves every message, so each message does not re-read the CSVs.
-    return load_dataset(name, data_dir or None, options)
+    # numpy's OpenBLAS is held to one thread here: inside Flower's simulation process (a
+    # thread of a Ray driver) its thread pool was seen to spin forever in exec_blas.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return load_dataset(name, data_dir or None, options)
 
 
 def load_data(cfg: RunConfig) -> VFLDataset:
@@ -38,8 +42,9 @@ def load_data(cfg: RunConfig) -> VFLDataset:
 
 def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
     """What the linkage service computes from both parties' identifiers."""
-    return link(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
-                k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train)
+    with threadpool_limits(limits=1, user_api="blas"):  # see _load
+        return link(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
+                    k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train)
 
 
 def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
