@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import git_rev, load_conf, machine, run_flower
+from bench.common import epochs_of, git_rev, load_conf, machine, run_flower
 
 
 def parse_value(text: str):
@@ -39,7 +39,7 @@ def main() -> None:
                 row = {"conf": conf, "seed": seed, "best_epoch": summary["best_epoch"], "epochs": summary["epochs_run"],
                        "val": summary["val"], "test": summary["test"], "wall_s": round(wall, 1),
                        "train_s_per_epoch": round(sum(summary["seconds"]["epochs"]) / summary["epochs_run"], 2),
-                       "epochs_metrics": [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]}
+                       "epochs_metrics": epochs_of(run_dir)}
                 rows.append(row)
                 metrics = " ".join(f"test_{k}={v:.4f}" for k, v in row["test"].items())
                 vals = " ".join(f"val_{k}={v:.4f}" for k, v in row["val"].items())
