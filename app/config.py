@@ -50,7 +50,7 @@ class RunConfig:
     method: str = "fedsim"
     k: int = 0
     batch_size: int = 0
-    epochs: int = 0
+    epochs: int = 2  # the demo; as in pyproject.toml
     lr: float = 0.0
     weight_decay: float = -1.0
     dropout: float = -1.0

@@ -4,6 +4,7 @@ Used by the equivalence tests and the benchmarks."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -11,12 +12,13 @@ import numpy as np
 import torch
 
 from app.config import RunConfig
-from app.parties import build_primary_model, build_secondary_model, build_strategy, head_for, linkage_job, load_data
+from app.parties import (build_primary_model, build_secondary_model, build_strategy, head_for, linkage_job, load_data,
+                         train_plan)
 from app.secondary import LocalChannel, SecondaryParty
 from linkage_server.store import load_secondary
 from strategies.gates import seed_dropout
 from strategies.optim import party_seed
-from strategies.protocol import TrainPlan, fit
+from strategies.protocol import fit
 from strategies.twin import train_twin
 
 
@@ -28,39 +30,33 @@ class OneProcessRun:
     train_seconds: float  # training steps only, no evaluation
 
 
-def plan_of(cfg: RunConfig) -> TrainPlan:
-    s = cfg.resolve()
-    return TrainPlan(s.epochs, s.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps, cfg.eval_chunk)
-
-
-def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None):
-    """The federated protocol with in-process secondaries (LocalChannel)."""
+def _setup(cfg: RunConfig, steps_per_exchange: int | None):
+    if steps_per_exchange:
+        cfg = dataclasses.replace(cfg, steps_per_exchange=steps_per_exchange)
     settings = cfg.resolve()
     ds = load_data(cfg)
     linkage, job = linkage_job(ds, cfg, settings)
+    return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
+
+
+def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
+    """The federated protocol with in-process secondaries (LocalChannel)."""
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     strategy = build_strategy(ds, linkage, cfg, settings)
     parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries}
-    plan = plan_of(cfg)
-    if steps_per_exchange:
-        plan.steps_per_exchange = steps_per_exchange
     records, losses = fit(strategy, LocalChannel(parties), ds.split.train, ds.split.val, ds.split.test, plan,
                           lambda rec: None, lambda *a: None)
     return OneProcessRun(np.asarray(losses), strategy.model.state_dict(),
                          {p: s.model.state_dict() for p, s in parties.items()}, sum(r.seconds for r in records))
 
 
-def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None):
+def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
     """The one-process twin from the same config: same data, linkage, seeds and schedule."""
-    settings = cfg.resolve()
-    ds = load_data(cfg)
-    linkage, job = linkage_job(ds, cfg, settings)
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     model = build_primary_model(ds, cfg, settings)
     seed_dropout(model, party_seed(cfg.seed, "dropout"), device)
     secondaries = {p: build_secondary_model(t.n_features, p, cfg, settings) for p, t in ds.secondaries.items()}
-    plan = plan_of(cfg)
-    if steps_per_exchange:
-        plan.steps_per_exchange = steps_per_exchange
     t0 = time.perf_counter()
     losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
                         {p: t.features for p, t in ds.secondaries.items()},

@@ -24,6 +24,7 @@ from strategies.gates import seed_dropout
 from strategies.heads import TaskHead
 from strategies.model import SimilarityModel, build_seeded, local_model
 from strategies.optim import party_seed
+from strategies.protocol import TrainPlan
 
 
 @functools.lru_cache(maxsize=4)
@@ -56,6 +57,11 @@ def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[Pri
     folder = cfg.out_path() / "linkage" / result.primary.job_id
     save_job(result, folder)
     return load_primary(folder), folder
+
+
+def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
+    return TrainPlan(settings.epochs, settings.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps,
+                     cfg.eval_chunk)
 
 
 def head_for(ds: VFLDataset) -> TaskHead:

@@ -16,8 +16,8 @@ from flwr.serverapp import Grid
 
 from app.channel import FlowerChannel, handshake
 from app.config import RunConfig
-from app.parties import build_strategy, linkage_job, load_data
-from strategies.protocol import EpochRecord, TrainPlan, best_epoch, fit
+from app.parties import build_strategy, linkage_job, load_data, train_plan
+from strategies.protocol import EpochRecord, best_epoch, fit
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -60,8 +60,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
         log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
 
     strategy = build_strategy(ds, linkage, cfg, settings)
-    plan = TrainPlan(settings.epochs, settings.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps,
-                     cfg.eval_chunk)
+    plan = train_plan(cfg, settings)
     log(INFO, "[primary] training %s: K=%d, batch %d, %d epochs, lr %g, S=%d steps per exchange, device %s",
         cfg.method, settings.k, settings.batch_size, settings.epochs, settings.lr, cfg.steps_per_exchange,
         strategy.device)

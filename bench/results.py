@@ -10,14 +10,13 @@ import argparse
 import json
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 from bench.common import epochs_of, git_rev, load_conf, machine, run_flower
 
 
 def parse_value(text: str):
-    import tomllib
-
     return tomllib.loads(f"v = {text}")["v"]
 
 

@@ -10,7 +10,7 @@ Measures in one go, on this machine:
      B*K gradients per step.
   E. Linkage time (exact top-K + standardise + tokens).
 
-    python -m bench.sim_cost [--steps 150] [--s 32]
+    python -m bench.sim_cost [--steps 150] [--s S]   (S defaults to pyproject's steps-per-exchange)
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import tempfile
 import time
 import tomllib

@@ -17,6 +17,11 @@ def test_every_pyproject_key_is_a_field_and_parses():
     assert cfg.dataset == "hdb" and cfg.steps_per_exchange >= 1
 
 
+def test_dataclass_defaults_match_pyproject():
+    """RunConfig() is used outside Flower (tests, benches); it must mean what `flwr run .` means."""
+    assert RunConfig.from_flower(pyproject_config()) == RunConfig()
+
+
 def test_dataset_defaults_and_overrides_resolve():
     s = RunConfig.from_flower({"dataset": "hdb"}).resolve()
     assert (s.k, s.batch_size, s.lr, s.model.merge, s.model.k_conv) == (50, 128, 1e-3, "cnn", 7)
