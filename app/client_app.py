@@ -26,7 +26,8 @@ def party_name(cfg: RunConfig, context: Context) -> str:
 def hello(msg: Message, context: Context) -> Message:
     cfg = RunConfig.from_flower(context.run_config)
     name = party_name(cfg, context)
-    job_dir = str(msg.content.config_records["hello"]["job_dir"])
+    # a deployed party may keep its own copy of its linkage result (node config "linkage-dir")
+    job_dir = str(context.node_config.get("linkage-dir", msg.content.config_records["hello"]["job_dir"]))
     party = SecondaryParty(cfg, name, job_dir)
     party.persist(context)
     reply = ConfigRecord({"party": name, "rows": int(party.x.shape[0])})

@@ -58,6 +58,7 @@ class RunConfig:
     weight_gate: bool = True
     sort_gate: bool = True
     tau: float = 1.0
+    linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
     seed: int = 0
     steps_per_exchange: int = 8
     device: str = "auto"

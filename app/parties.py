@@ -17,7 +17,7 @@ from torch import nn
 from app.config import RunConfig, Settings
 from datasets import VFLDataset, load_dataset
 from datasets.registry import DatasetOptions
-from linkage_server.pipeline import LinkageResult, PrimaryLinkage, link
+from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link
 from linkage_server.store import load_primary, save_job
 from strategies.fedsim import FedSimStrategy
 from strategies.gates import seed_dropout
@@ -49,14 +49,33 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
 
 
 def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
-    """Run (or reuse) the linkage job; persist one file per party; return the primary's view.
+    """The primary's view of the linkage job and the folder the secondaries read theirs from.
 
-    In simulation the linkage service runs in the ServerApp's process; only the primary's
-    file is read back, and each secondary reads its own token -> row map."""
+    With ``linkage-dir`` set: the files fetched from the linkage service, checked against this
+    run. Otherwise the linkage runs here in the ServerApp's process on behalf of the service;
+    only the primary's file is read back, and each secondary reads its own token -> row map."""
+    if cfg.linkage_dir:
+        folder = Path(cfg.linkage_dir).resolve()
+        return check_linkage(load_primary(folder), ds, settings), folder
     result = run_linkage(ds, cfg, settings)
     folder = cfg.out_path() / "linkage" / result.primary.job_id
     save_job(result, folder)
     return load_primary(folder), folder
+
+
+def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings) -> PrimaryLinkage:
+    """Refuse a fetched linkage that does not fit this run (other K, rows or parties)."""
+    if linkage.k != settings.k:
+        raise LinkageError(f"linkage job {linkage.job_id} has K={linkage.k} but this run uses k={settings.k}; "
+                           "set run-config k to match")
+    if sorted(linkage.links) != sorted(ds.secondaries):
+        raise LinkageError(f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
+                           f"the dataset has secondaries {sorted(ds.secondaries)}")
+    for party, link in linkage.links.items():
+        if len(link.tokens) != ds.primary.n_rows:
+            raise LinkageError(f"linkage job {linkage.job_id} covers {len(link.tokens)} primary records, "
+                               f"the primary has {ds.primary.n_rows}")
+    return linkage
 
 
 def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:

@@ -1,11 +1,17 @@
-"""The linkage pipeline: validate -> top-K -> similarity -> standardise -> noise -> tokens.
+"""The linkage pipeline: validate -> top-K -> similarity -> standardise -> noise -> select -> tokens.
 
 Array contracts (m primary records, n secondary records, d identifier dims, K neighbours):
-  topk_*(query (m, d), base (n, d), k)      -> dist (m, K) float64 ascending, idx (m, K) int64
+  topk_*(query, base, k)                     -> dist (m, K) float64 ascending, idx (m, K) int64
+      euclidean: query (m, d) float, base (n, d) float
+      edit:      query (m,) str,     base (n,) str        (linkage_server.strings)
+      hamming:   query (m, B) uint8, base (n, B) uint8     (packed bits; linkage_server.hamming)
   similarity(dist (m, K))                    -> raw sim (m, K) = -dist
   fit_standardizer(sim (m, K), rows)         -> (mean, std) over the given rows' K similarities
   add_noise(sim (m, K), sigma, rng)          -> sim + N(0, sigma), same shape
+  select_top(sim (m, P), idx (m, P), k)      -> the K largest (noisy) similarities per row, descending
   make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
+:func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
+:func:`release` turns its output into what the parties receive. :func:`link` = both.
 Every random draw comes from a ``numpy.random.Generator`` seeded by the caller.
 """
 
@@ -13,12 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.spatial import cKDTree
 from scipy.special import erf
+
+METRICS = ("euclidean", "edit", "hamming")
+Progress = Callable[[int, int], None]
 
 
 class LinkageError(ValueError):
@@ -26,21 +36,57 @@ class LinkageError(ValueError):
 
 
 @dataclass(frozen=True)
-class PrimaryLinkage:
-    """What the primary party receives: per record K opaque tokens and similarities.
+class PartyLink:
+    """What the primary holds about one secondary party.
 
-    tokens[party]: (m, K) int64 opaque ids of that party's records (not row numbers).
-    sims:          (m, K) float32 standardised (and possibly noised) similarities.
+    tokens: (m, K) int64 opaque ids of that party's records (not row numbers).
+    sims:   (m, K) float32 standardised (and possibly noised) similarities, descending per row.
     """
 
-    job_id: str
-    tokens: dict[str, np.ndarray]
+    tokens: np.ndarray
     sims: np.ndarray
-    k: int
-    tau: float
     sigma: float
     sim_mean: float
     sim_std: float
+    dp_sigma: float = float("nan")  # Theorem 1's (eps=1)-DP noise scale for the same job, for reference
+
+
+@dataclass(frozen=True)
+class PrimaryLinkage:
+    """What the primary party receives: per record and per secondary K (token, similarity) pairs."""
+
+    job_id: str
+    k: int
+    tau: float
+    links: dict[str, PartyLink]
+    metric: str = "euclidean"
+
+    @property
+    def tokens(self) -> dict[str, np.ndarray]:
+        return {p: link.tokens for p, link in self.links.items()}
+
+    def _only(self) -> PartyLink:
+        if len(self.links) != 1:
+            raise LinkageError(
+                f"this linkage has {len(self.links)} independently linked secondaries {sorted(self.links)}; "
+                "ask for one party's similarities with .links[party]")
+        return next(iter(self.links.values()))
+
+    @property
+    def sims(self) -> np.ndarray:
+        return self._only().sims
+
+    @property
+    def sigma(self) -> float:
+        return self._only().sigma
+
+    @property
+    def sim_mean(self) -> float:
+        return self._only().sim_mean
+
+    @property
+    def sim_std(self) -> float:
+        return self._only().sim_std
 
 
 @dataclass(frozen=True)
@@ -55,31 +101,54 @@ class SecondaryLinkage:
 @dataclass(frozen=True)
 class LinkageResult:
     primary: PrimaryLinkage
-    secondaries: dict[str, SecondaryLinkage]
+    secondaries: dict[str, SecondaryLinkage] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- validation
 
 
-def check_identifiers(query: np.ndarray, base: np.ndarray, k: int, party: str) -> None:
-    if query.ndim != 2 or base.ndim != 2:
-        raise LinkageError(f"numeric identifiers must be 2-D (rows, dims); got {query.shape} and {base.shape}")
+def _as_identifiers(ids, metric: str, who: str) -> np.ndarray:
+    """Coerce one party's identifiers to the metric's array type, refusing what does not fit."""
+    arr = np.asarray(ids)
+    if metric == "euclidean":
+        if arr.dtype.kind not in "fiu" or arr.ndim != 2:
+            raise LinkageError(f"{who}: euclidean identifiers must be a 2-D numeric array (rows, dims); "
+                               f"got dtype {arr.dtype} with shape {arr.shape}")
+        arr = arr.astype(np.float64, copy=False)
+        bad = ~np.isfinite(arr).all(axis=1)
+        if bad.any():
+            raise LinkageError(f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf "
+                               f"(first: {np.flatnonzero(bad)[:5].tolist()})")
+    elif metric == "edit":
+        if arr.ndim != 1 or arr.dtype.kind not in "UO":
+            raise LinkageError(f"{who}: edit-distance identifiers must be a 1-D array of strings; "
+                               f"got dtype {arr.dtype} with shape {arr.shape}")
+        bad = np.array([not isinstance(s, str) for s in arr], dtype=bool) if arr.dtype.kind == "O" else None
+        if bad is not None and bad.any():
+            raise LinkageError(f"{who}: {int(bad.sum())} identifier(s) are not strings (missing/NaN?) "
+                               f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
+    elif metric == "hamming":
+        if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] == 0:
+            raise LinkageError(f"{who}: hamming identifiers must be packed bits, a 2-D uint8 array "
+                               f"(rows, bytes); got dtype {arr.dtype} with shape {arr.shape}")
+    else:
+        raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+    return arr
+
+
+def check_identifiers(query, base, k: int, party: str, metric: str = "euclidean") -> tuple[np.ndarray, np.ndarray]:
+    """Validate a (primary, secondary) pair for one metric; return them as the metric's arrays."""
+    query, base = _as_identifiers(query, metric, "primary"), _as_identifiers(base, metric, party)
     if len(query) == 0:
         raise LinkageError("the primary party has zero rows to link")
     if len(base) == 0:
         raise LinkageError(f"secondary party {party!r} has zero rows to link against")
-    if query.shape[1] != base.shape[1]:
-        raise LinkageError(
-            f"identifier dimensions differ: primary has {query.shape[1]}, party {party!r} has {base.shape[1]}"
-        )
-    for who, ids in (("primary", query), (party, base)):
-        bad = ~np.isfinite(ids).all(axis=1)
-        if bad.any():
-            raise LinkageError(
-                f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf (first: {np.flatnonzero(bad)[:5].tolist()})"
-            )
+    if query.ndim == 2 and query.shape[1] != base.shape[1]:
+        what = "bytes per filter" if metric == "hamming" else "identifier dimensions"
+        raise LinkageError(f"{what} differ: primary has {query.shape[1]}, party {party!r} has {base.shape[1]}")
     if not 1 <= k <= len(base):
         raise LinkageError(f"K={k} must be between 1 and the size of party {party!r} ({len(base)} rows)")
+    return query, base
 
 
 # ----------------------------------------------------------------------------- top-K
@@ -111,9 +180,28 @@ def topk_kdtree(query: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray
     return dist.astype(np.float64), idx.astype(np.int64)
 
 
-def topk_euclidean(query: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def topk_euclidean(query: np.ndarray, base: np.ndarray, k: int, progress: Progress | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Exact Euclidean top-K: k-d tree at low dimension, chunked matrix products above."""
-    return topk_kdtree(query, base, k) if query.shape[1] <= 8 else topk_bruteforce(query, base, k)
+    out = topk_kdtree(query, base, k) if query.shape[1] <= 8 else topk_bruteforce(query, base, k)
+    if progress is not None:
+        progress(len(query), len(query))
+    return out
+
+
+def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Dispatch to the metric's exact (euclidean, hamming) or certified-candidate (edit) top-K."""
+    if metric == "euclidean":
+        return topk_euclidean(query, base, k, progress)
+    if metric == "edit":
+        from linkage_server.strings import topk_edit
+
+        return topk_edit(list(query), list(base), k, progress=progress)
+    if metric == "hamming":
+        from linkage_server.hamming import topk_hamming
+
+        return topk_hamming(query, base, k, progress=progress)
+    raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
 
 
 # ----------------------------------------------------------------------------- similarities
@@ -155,8 +243,32 @@ def sigma_from_tau(tau: float, raw_std: float) -> float:
     return math.exp(brentq(gap, math.log(1e-12), math.log(1e12), xtol=1e-12))
 
 
+def dp_sigma(n: int, mu0: float, sigma0: float, eps: float = 1.0) -> float:
+    """The smallest sigma an (eps, delta)-DP release of the similarities needs (paper Theorem 1).
+
+    Delta_G = n * max(|(1 + mu0) / sigma0|, |(-1 + mu0) / sigma0|), sigma >= Delta_G / sqrt(2 eps),
+    with mu0, sigma0 the mean and std of the raw similarities. It grows with n, the size of the
+    secondary party: in practice it drowns the similarities, which is why the paper (and we)
+    calibrate to Theorem 2's attack bound instead, and report this number for reference.
+    """
+    if eps <= 0:
+        raise LinkageError(f"eps must be > 0, got {eps}")
+    delta_g = n * max(abs((1.0 + mu0) / sigma0), abs((-1.0 + mu0) / sigma0))
+    return delta_g / math.sqrt(2.0 * eps)
+
+
 def add_noise(sim: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
     return sim if sigma == 0.0 else sim + rng.normal(0.0, sigma, size=sim.shape)
+
+
+def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the K largest similarities of each row, in descending order (stable on ties)."""
+    if sim.shape[1] == k:
+        order = np.argsort(-sim, axis=1, kind="stable")
+    else:
+        part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+        order = np.take_along_axis(part, np.argsort(-np.take_along_axis(sim, part, 1), axis=1, kind="stable"), 1)
+    return np.take_along_axis(sim, order, 1), np.take_along_axis(idx, order, 1)
 
 
 def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -167,47 +279,70 @@ def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
 # ----------------------------------------------------------------------------- the job
 
 
-def job_id_of(primary_ids: np.ndarray, secondary_ids: dict[str, np.ndarray], k: int, tau: float, seed: int) -> str:
+def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, seed: int, metric: str = "euclidean",
+              pool: int = 0) -> str:
+    """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
     for arr in (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids))):
-        h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
-    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{seed}|euclidean".encode())
+        arr = np.asarray(arr)
+        h.update(arr.astype(np.float64).tobytes() if arr.dtype.kind in "fiu" and arr.dtype != np.uint8
+                 else "\x1f".join(map(str, arr.ravel())).encode() if arr.dtype.kind in "UO" else arr.tobytes())
+    tail = f"|{pool}" if pool else ""
+    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{seed}|{metric}{tail}".encode())
     return h.hexdigest()[:16]
 
 
-def link(
-    primary_ids: np.ndarray,
-    secondary_ids: dict[str, np.ndarray],
-    *,
-    k: int,
-    tau: float,
-    seed: int,
-    train_rows: np.ndarray,
-) -> LinkageResult:
-    """Link every primary record to its K nearest records of the secondary party.
+def search(query, base, *, metric: str, k: int, party: str, progress: Progress | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one (primary, secondary) pair and find each primary record's K nearest: (dist, idx)."""
+    query, base = check_identifiers(query, base, k, party, metric)
+    return topk(metric, query, base, k, progress)
 
-    Similarities are standardised with mean/std of the training records' neighbours and
-    noised with sigma from tau; tokens are a seeded random permutation per party.
+
+def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
+            seed: int, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
+            dp_eps: float = 1.0) -> LinkageResult:
+    """Standardise, noise and select each party's neighbours, and issue opaque tokens.
+
+    neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
+    standardised with the mean/std of the training records' candidates, noised with sigma from
+    tau (Theorem 2), and then the K largest *noisy* similarities are kept (as the reference
+    does; with P == K the selection only re-orders). sizes[party] = that party's row count.
     """
-    if len(secondary_ids) != 1:
-        raise LinkageError(
-            f"this linkage links one secondary party; got {sorted(secondary_ids)} "
-            "(several independently linked secondaries are a separate scheme)"
-        )
-    (party, base), = secondary_ids.items()
-    query = np.asarray(primary_ids, dtype=np.float64)
-    base = np.asarray(base, dtype=np.float64)
-    check_identifiers(query, base, k, party)
+    if not neighbours:
+        raise LinkageError("a linkage job needs at least one secondary party")
     rng = np.random.default_rng([seed, 7])
+    links, secondaries = {}, {}
+    for party in sorted(neighbours):
+        dist, idx = neighbours[party]
+        if dist.shape[1] < k:
+            raise LinkageError(f"party {party!r}: {dist.shape[1]} candidates per record, fewer than K={k}")
+        rows = np.arange(len(dist)) if train_rows is None else np.asarray(train_rows)
+        raw = similarity(dist)
+        mean, std = fit_standardizer(raw, rows)
+        sigma = sigma_from_tau(tau, std)
+        noisy = add_noise((raw - mean) / std, sigma, rng)
+        sims, chosen = select_top(noisy, idx, k)
+        token_of_row = make_tokens(sizes[party], rng)
+        links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), sigma, mean, std,
+                                 dp_sigma(sizes[party], mean, std, dp_eps))
+        secondaries[party] = SecondaryLinkage(job_id, party, np.argsort(token_of_row))
+    return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)
 
-    dist, idx = topk_euclidean(query, base, k)  # (m, K)
-    raw = similarity(dist)
-    mean, std = fit_standardizer(raw, train_rows)
-    sigma = sigma_from_tau(tau, std)
-    sims = add_noise((raw - mean) / std, sigma, rng).astype(np.float32)
-    token_of_row = make_tokens(len(base), rng)
-    job = job_id_of(query, {party: base}, k, tau, seed)
-    return LinkageResult(
-        primary=PrimaryLinkage(job, {party: token_of_row[idx]}, sims, k, tau, sigma, mean, std),
-        secondaries={party: SecondaryLinkage(job, party, np.argsort(token_of_row))},
-    )
+
+def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, seed: int, train_rows: np.ndarray | None = None,
+         metric: str = "euclidean", pool: int = 0, job_id: str | None = None) -> LinkageResult:
+    """Link every primary record to its K most similar records of each secondary party.
+
+    pool > K takes the top-`pool` candidates first and keeps the K best after noise.
+    """
+    if not secondary_ids:
+        raise LinkageError("a linkage job needs at least one secondary party")
+    neighbours, sizes = {}, {}
+    for party, base in secondary_ids.items():
+        check_identifiers(primary_ids, base, k, party, metric)
+        p = min(max(pool, k), len(base))
+        neighbours[party] = search(primary_ids, base, metric=metric, k=p, party=party)
+        sizes[party] = len(base)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, metric, pool)
+    return release(neighbours, sizes, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job, metric=metric)

@@ -1,41 +1,76 @@
-"""Persisting a linkage job as separate files per party: primary.npz, secondary-<party>.npz."""
+"""Persisting a linkage job as separate files per party: primary.npz, secondary-<party>.npz.
+
+These files are the service's download format too: the primary fetches ``primary.npz``, each
+secondary its own ``secondary-<party>.npz``, and training reads them from one folder
+(``linkage-dir`` in the run config) or from each party's own copy.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 
-from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, SecondaryLinkage
+from linkage_server.pipeline import LinkageError, LinkageResult, PartyLink, PrimaryLinkage, SecondaryLinkage
+
+
+def primary_bytes(p: PrimaryLinkage) -> bytes:
+    meta = {"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "parties": sorted(p.links),
+            "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma}
+                      for q, l in p.links.items()}}
+    arrays = {}
+    for q, l in p.links.items():
+        arrays[f"tokens__{q}"], arrays[f"sims__{q}"] = l.tokens, l.sims
+    buf = io.BytesIO()
+    np.savez(buf, meta=json.dumps(meta), **arrays)
+    return buf.getvalue()
+
+
+def secondary_bytes(s: SecondaryLinkage) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, row_of_token=s.row_of_token, job_id=s.job_id, party=s.party)
+    return buf.getvalue()
 
 
 def save_job(result: LinkageResult, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    p = result.primary
-    meta = {"job_id": p.job_id, "k": p.k, "tau": p.tau, "sigma": p.sigma, "sim_mean": p.sim_mean, "sim_std": p.sim_std,
-            "parties": sorted(p.tokens)}
-    np.savez(folder / "primary.npz", sims=p.sims, meta=json.dumps(meta),
-             **{f"tokens__{party}": t for party, t in p.tokens.items()})
+    _write(folder / "primary.npz", primary_bytes(result.primary))
     for party, s in result.secondaries.items():
-        np.savez(folder / f"secondary-{party}.npz", row_of_token=s.row_of_token, job_id=s.job_id)
+        _write(folder / f"secondary-{party}.npz", secondary_bytes(s))
     return folder
 
 
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")  # atomic: a crash never leaves half a file
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def read_primary(source) -> PrimaryLinkage:
+    with np.load(source, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        links = {q: PartyLink(z[f"tokens__{q}"], z[f"sims__{q}"], **meta["stats"][q]) for q in meta["parties"]}
+    return PrimaryLinkage(meta["job_id"], meta["k"], meta["tau"], links, meta.get("metric", "euclidean"))
+
+
+def read_secondary(source, party: str) -> SecondaryLinkage:
+    with np.load(source, allow_pickle=False) as z:
+        if "party" in z and str(z["party"]) != party:
+            raise LinkageError(f"this linkage file is for party {str(z['party'])!r}, not {party!r}")
+        return SecondaryLinkage(str(z["job_id"]), party, z["row_of_token"])
+
+
 def load_primary(folder: Path) -> PrimaryLinkage:
-    path = folder / "primary.npz"
+    path = Path(folder) / "primary.npz"
     if not path.exists():
         raise LinkageError(f"no primary linkage at {path}")
-    with np.load(path) as z:
-        meta = json.loads(str(z["meta"]))
-        tokens = {party: z[f"tokens__{party}"] for party in meta["parties"]}
-        return PrimaryLinkage(meta["job_id"], tokens, z["sims"], meta["k"], meta["tau"], meta["sigma"],
-                              meta["sim_mean"], meta["sim_std"])
+    return read_primary(path)
 
 
 def load_secondary(folder: Path, party: str) -> SecondaryLinkage:
-    path = folder / f"secondary-{party}.npz"
+    path = Path(folder) / f"secondary-{party}.npz"
     if not path.exists():
         raise LinkageError(f"no linkage for party {party!r} at {path}")
-    with np.load(path) as z:
-        return SecondaryLinkage(str(z["job_id"]), party, z["row_of_token"])
+    return read_secondary(path, party)

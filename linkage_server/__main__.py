@@ -1,0 +1,3 @@
+from linkage_server.cli import main
+
+main()

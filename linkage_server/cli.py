@@ -1,0 +1,270 @@
+"""Command line: ``python -m linkage_server <command>``; see ``--help`` of each command.
+
+  serve       run the service (one process; results persist under --data-dir)
+  create-job  (admin) a job for named parties; writes each party's secret to a file
+  encode      (party) identifiers from a CSV -> a .npy to upload (Bloom / FEDERAL private mode)
+  link        (party) upload identifiers; the primary may also start the job; --wait, --fetch
+  status      (party) the job's state and progress
+  fetch       (party) download this party's result into a folder training reads
+  delta       the training-free improvement estimate of Definition 1 from a primary result
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_URL = "http://127.0.0.1:8471"
+
+
+def _read_secret(path: str | None, env: str) -> str:
+    if path:
+        return Path(path).read_text().strip()
+    if os.environ.get(env):
+        return os.environ[env].strip()
+    raise SystemExit(f"error: give --secret-file or set ${env}")
+
+
+def _verify(args) -> bool | str:
+    return args.ca_cert or True
+
+
+# ----------------------------------------------------------------------------- identifiers
+
+
+def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
+    """One party's identifier columns from its CSV, checked: numbers (n, d) float64 or strings (n,)."""
+    import pandas as pd
+
+    from linkage_server.pipeline import LinkageError
+
+    df = pd.read_csv(csv)
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise LinkageError(f"{csv}: no column(s) {missing}; columns are {list(df.columns)}")
+    sub = df[columns]
+    bad = sub.isna().any(axis=1).to_numpy()
+    if bad.any():
+        raise LinkageError(f"{csv}: {int(bad.sum())} row(s) have a missing identifier in {columns} "
+                           f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
+    if kind == "strings":
+        if len(columns) != 1:
+            raise LinkageError(f"string identifiers are one column; got {columns}")
+        from linkage_server.strings import normalize_strings
+
+        return np.array(normalize_strings(sub[columns[0]].astype(str).tolist()), dtype=str)
+    try:
+        return sub.to_numpy(dtype=np.float64)
+    except ValueError as e:
+        raise LinkageError(f"{csv}: numeric identifier columns {columns} hold non-numbers ({e})") from None
+
+
+def encode(ids: np.ndarray, key: dict) -> np.ndarray:
+    """Private mode, run by each party: raw identifiers -> packed bits with the parties' shared key."""
+    from linkage_server import encode as enc
+
+    secret = key["secret"].encode()
+    if ids.dtype.kind == "U":
+        b = key.get("bloom", {})
+        return enc.bloom_strings(list(ids), secret, **b)
+    f = key.get("federal")
+    if not f:
+        raise SystemExit("error: the key file has no 'federal' section for numeric identifiers")
+    return enc.federal_numbers(ids, secret, **f)
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_serve(args) -> None:
+    import uvicorn
+
+    from linkage_server.service import create_app
+
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token_file = Path(args.admin_token_file) if args.admin_token_file else data_dir / "admin-token"
+    if not token_file.exists():
+        token_file.write_text(secrets.token_urlsafe(32))
+        token_file.chmod(0o600)
+        print(f"admin token written to {token_file}", flush=True)
+    app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
+                     chunk_rows=args.chunk_rows)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
+
+
+def cmd_create_job(args) -> None:
+    from linkage_server.client import create_job
+
+    token = _read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
+    out = create_job(args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=_verify(args))
+    folder = Path(args.secrets_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for party, secret in out["secrets"].items():
+        path = folder / f"{out['job']}-{party}.secret"
+        path.write_text(secret)
+        path.chmod(0o600)
+    print(json.dumps({"job": out["job"], "secret_files": sorted(str(p) for p in folder.glob(f"{out['job']}-*"))}))
+
+
+def _client(args):
+    from linkage_server.client import LinkageClient
+
+    secret = _read_secret(args.secret_file, "FEDSIM_LINKAGE_SECRET")
+    return LinkageClient(args.url, args.job, args.party, secret, verify=_verify(args))
+
+
+def _identifiers(args) -> np.ndarray:
+    if args.npy:
+        return np.load(args.npy, allow_pickle=False)
+    ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
+    if args.key_file:
+        ids = encode(ids, json.loads(Path(args.key_file).read_text()))
+    return ids
+
+
+def cmd_encode(args) -> None:
+    ids = _identifiers(args)
+    np.save(args.out, ids, allow_pickle=False)
+    print(f"{args.out}: {ids.shape} {ids.dtype}")
+
+
+def _progress(st: dict) -> None:
+    p = st["progress"]
+    print(f"\r{st['state']}: {p['done']}/{p['total']} chunks", end="", file=sys.stderr, flush=True)
+
+
+def cmd_link(args) -> None:
+    with _client(args) as c:
+        print(json.dumps({"uploaded": c.upload(_identifiers(args))}))
+        if args.train_rows:
+            print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
+        if args.start:
+            st = c.start(args.metric, args.k, args.tau, args.seed, args.pool)
+            print(json.dumps({"state": st["state"]}))
+        if args.wait or args.fetch:
+            st = c.wait(timeout=args.timeout, on_progress=_progress)
+            print(file=sys.stderr)
+            print(json.dumps({"state": st["state"], "seconds": st["seconds"], "stats": st["stats"]}))
+        if args.fetch:
+            print(f"fetched {c.fetch(Path(args.fetch))}")
+
+
+def cmd_status(args) -> None:
+    with _client(args) as c:
+        st = c.wait(timeout=args.timeout, on_progress=_progress) if args.wait else c.status()
+        print(json.dumps(st, indent=1))
+
+
+def cmd_fetch(args) -> None:
+    with _client(args) as c:
+        print(f"fetched {c.fetch(Path(args.out))}")
+
+
+def cmd_delta(args) -> None:
+    from linkage_server.quality import improvement_delta
+    from linkage_server.store import load_primary
+
+    p = load_primary(Path(args.linkage_dir))
+    for party, link in p.links.items():
+        k_avg = args.k_avg or p.k
+        print(f"{party}: K={p.k} Delta(Top1Sim)={improvement_delta(link.sims, 1):.3f} "
+              f"Delta(AvgSim, K={k_avg})={improvement_delta(link.sims, k_avg):.3f}")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m linkage_server", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the linkage service")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8471)
+    s.add_argument("--data-dir", required=True, help="jobs, uploads and results live here (survive restarts)")
+    s.add_argument("--admin-token-file", help="default: <data-dir>/admin-token, created if absent")
+    s.add_argument("--max-upload-mb", type=float, default=512)
+    s.add_argument("--chunk-rows", type=int, default=20_000, help="primary rows per resumable search chunk")
+    s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS")
+    s.add_argument("--keyfile")
+    s.add_argument("--log-level", default="warning")
+    s.set_defaults(func=cmd_serve)
+
+    def conn(p, party=True):
+        p.add_argument("--url", default=os.environ.get("FEDSIM_LINKAGE_URL", DEFAULT_URL))
+        p.add_argument("--ca-cert", help="CA certificate to verify an HTTPS service")
+        if party:
+            p.add_argument("--job", required=True)
+            p.add_argument("--party", required=True)
+            p.add_argument("--secret-file", help="this party's secret (or $FEDSIM_LINKAGE_SECRET)")
+
+    def ids(p):
+        g = p.add_mutually_exclusive_group(required=True)
+        g.add_argument("--csv", help="the party's CSV file")
+        g.add_argument("--npy", help="identifiers already as a .npy array")
+        p.add_argument("--columns", help="identifier column(s), comma-separated")
+        p.add_argument("--kind", choices=["numbers", "strings"], default="numbers")
+        p.add_argument("--key-file", help="private mode: JSON key shared by the parties (not the service)")
+
+    s = sub.add_parser("create-job", help="(admin) create a job and per-party secrets")
+    conn(s, party=False)
+    s.add_argument("--admin-token-file")
+    s.add_argument("--primary", required=True)
+    s.add_argument("--secondary", action="append", required=True)
+    s.add_argument("--duplicates", choices=["allow", "refuse"], default="allow")
+    s.add_argument("--secrets-dir", default=".", help="where <job>-<party>.secret files are written")
+    s.set_defaults(func=cmd_create_job)
+
+    s = sub.add_parser("encode", help="(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
+    ids(s)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_encode)
+
+    s = sub.add_parser("link", help="(party) upload identifiers; the primary may start the job")
+    conn(s)
+    ids(s)
+    s.add_argument("--train-rows", help="(primary) .npy of training row numbers to standardise on")
+    s.add_argument("--start", action="store_true", help="(primary) start the job after uploading")
+    s.add_argument("--metric", choices=["euclidean", "edit", "hamming"], default="euclidean")
+    s.add_argument("--k", type=int, default=100)
+    s.add_argument("--tau", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
+    s.add_argument("--wait", action="store_true")
+    s.add_argument("--fetch", help="wait, then download this party's result into this folder")
+    s.add_argument("--timeout", type=float, default=3600)
+    s.set_defaults(func=cmd_link)
+
+    s = sub.add_parser("status", help="(party) job state and progress")
+    conn(s)
+    s.add_argument("--wait", action="store_true")
+    s.add_argument("--timeout", type=float, default=3600)
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("fetch", help="(party) download this party's result")
+    conn(s)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_fetch)
+
+    s = sub.add_parser("delta", help="Definition 1's improvement estimate from a primary result")
+    s.add_argument("--linkage-dir", required=True)
+    s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (default: all K)")
+    s.set_defaults(func=cmd_delta)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from linkage_server.client import ServiceError
+    from linkage_server.pipeline import LinkageError
+
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ServiceError, LinkageError, TimeoutError) as e:
+        raise SystemExit(f"error: {e}") from None

@@ -1,0 +1,99 @@
+"""A party's client for the linkage service (httpx); the CLI is a thin layer over it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import numpy as np
+
+from linkage_server.uploads import to_npy
+
+
+class ServiceError(RuntimeError):
+    """The service refused a request; the message is the service's explanation."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"linkage service answered {status}: {detail}")
+        self.status, self.detail = status, detail
+
+
+def _check(r: httpx.Response) -> httpx.Response:
+    if r.is_success:
+        return r
+    try:
+        detail = r.json().get("detail", r.text)
+    except ValueError:
+        detail = r.text
+    raise ServiceError(r.status_code, str(detail))
+
+
+def create_job(url: str, admin_token: str, primary: str, secondaries: list[str], *, duplicates: str = "allow",
+               verify: bool | str = True) -> dict:
+    """Admin: a new job and one secret per party, to hand to each party out of band."""
+    r = httpx.post(f"{url}/jobs", json={"primary": primary, "secondaries": secondaries, "duplicates": duplicates},
+                   headers={"Authorization": f"Bearer {admin_token}"}, verify=verify, timeout=30)
+    return _check(r).json()
+
+
+class LinkageClient:
+    """One party of one job."""
+
+    def __init__(self, url: str, job: str, party: str, secret: str, *, verify: bool | str = True,
+                 timeout: float = 600.0) -> None:
+        self.job, self.party = job, party
+        self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, verify=verify,
+                                  timeout=timeout)
+
+    def __enter__(self) -> "LinkageClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._http.close()
+
+    def upload(self, identifiers: np.ndarray) -> dict:
+        data = to_npy(np.asarray(identifiers))
+        return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers", content=data)).json()
+
+    def upload_train_rows(self, rows: np.ndarray) -> dict:
+        data = to_npy(np.asarray(rows, dtype=np.int64))
+        return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data)).json()
+
+    def start(self, metric: str, k: int, tau: float = 1.0, seed: int = 0, pool: int = 0) -> dict:
+        body = {"metric": metric, "k": k, "tau": tau, "seed": seed, "pool": pool}
+        return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
+
+    def status(self) -> dict:
+        return _check(self._http.get(f"/jobs/{self.job}")).json()
+
+    def wait(self, timeout: float = 3600.0, poll: float = 0.2, on_progress: Callable[[dict], None] | None = None
+             ) -> dict:
+        """Block until the job is done (returns its status) or failed (raises with its error)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if on_progress is not None:
+                on_progress(st)
+            if st["state"] == "done":
+                return st
+            if st["state"] == "failed":
+                raise ServiceError(409, f"job {self.job} failed: {st['error']}")
+            if st["state"] == "created":
+                raise ServiceError(409, f"job {self.job} has not been started by the primary")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.job} still {st['state']} after {timeout} s ({st['progress']})")
+            time.sleep(poll)
+
+    def fetch(self, folder: Path) -> Path:
+        """Download this party's result into `folder` under the name training reads."""
+        st = self.status()
+        r = _check(self._http.get(f"/jobs/{self.job}/parties/{self.party}/result"))
+        name = "primary.npz" if self.party == st["primary"] else f"secondary-{self.party}.npz"
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (name + ".part")
+        tmp.write_bytes(r.content)
+        tmp.replace(folder / name)
+        return folder / name

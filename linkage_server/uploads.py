@@ -1,0 +1,87 @@
+"""Parsing and validating one party's identifier upload (a single ``.npy`` array).
+
+Kinds, by dtype: numbers (float/int, 2-D rows x dims) for Euclidean, strings (unicode, 1-D)
+for edit distance, bits (uint8, 2-D rows x bytes, packed Bloom filters) for Hamming. Every
+refusal is an :class:`UploadError` whose message names the problem; nothing is stored unless
+the whole upload is valid.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+KIND_OF_METRIC = {"euclidean": "numbers", "edit": "strings", "hamming": "bits"}
+
+
+class UploadError(ValueError):
+    """A malformed or invalid upload."""
+
+
+@dataclass(frozen=True)
+class UploadSummary:
+    kind: str
+    rows: int
+    shape: tuple[int, ...]
+    dtype: str
+    duplicates: int
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "rows": self.rows, "shape": list(self.shape), "dtype": self.dtype,
+                "duplicates": self.duplicates}
+
+
+def to_npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def parse_npy(data: bytes) -> np.ndarray:
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as e:  # numpy raises ValueError/OSError/EOFError/... on bad bytes
+        raise UploadError(f"malformed upload: not a .npy array ({type(e).__name__}: {e})") from None
+    if not isinstance(arr, np.ndarray):
+        raise UploadError("malformed upload: expected one .npy array, got an .npz archive")
+    return arr
+
+
+def kind_of(arr: np.ndarray) -> str:
+    if arr.dtype == np.uint8:
+        return "bits"
+    if arr.dtype.kind in "fi" or arr.dtype.kind == "u":
+        return "numbers"
+    if arr.dtype.kind == "U":
+        return "strings"
+    raise UploadError(f"unsupported identifier dtype {arr.dtype}: send float numbers, unicode strings, "
+                      "or packed bits (uint8)")
+
+
+def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
+    """Check shape, dtype, NaN/empty identifiers and size; count duplicate identifiers."""
+    kind = kind_of(arr)
+    want_ndim = 1 if kind == "strings" else 2
+    if arr.ndim != want_ndim:
+        raise UploadError(f"{kind} identifiers must be a {want_ndim}-D array; got shape {arr.shape}")
+    if len(arr) == 0:
+        raise UploadError("the upload has zero rows")
+    if len(arr) > max_rows:
+        raise UploadError(f"the upload has {len(arr)} rows, more than the service's cap of {max_rows}")
+    if arr.ndim == 2 and arr.shape[1] == 0:
+        raise UploadError("identifiers have zero columns")
+    if kind == "numbers":
+        bad = ~np.isfinite(arr.astype(np.float64, copy=False)).all(axis=1)
+        if bad.any():
+            raise UploadError(f"{int(bad.sum())} identifier row(s) are NaN/inf (first rows: "
+                              f"{np.flatnonzero(bad)[:5].tolist()})")
+    if kind == "strings":
+        empty = np.char.str_len(arr) == 0
+        if empty.any():
+            raise UploadError(f"{int(empty.sum())} identifier(s) are empty strings (first rows: "
+                              f"{np.flatnonzero(empty)[:5].tolist()})")
+    keys = arr if arr.ndim == 1 else np.ascontiguousarray(arr).view(np.dtype((np.void, arr.dtype.itemsize * arr.shape[1]))).ravel()
+    duplicates = int(len(arr) - len(np.unique(keys)))
+    return UploadSummary(kind, int(len(arr)), tuple(int(s) for s in arr.shape), str(arr.dtype), duplicates)

@@ -1,0 +1,215 @@
+"""The linkage service over loopback: a real `python -m linkage_server serve` process.
+
+Register, upload, link, download; restart the process and download the same bytes; refusals of
+wrong secrets, other parties' results and bad uploads; the result equals the in-process pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from linkage_server.client import LinkageClient, ServiceError, create_job
+from linkage_server.jobs import JobParams, JobStore
+from linkage_server.pipeline import link
+from linkage_server.store import load_primary, load_secondary
+from linkage_server.uploads import to_npy
+
+ADMIN = "admin-token-for-tests-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def service(data_dir: Path, port: int, *extra: str):
+    token = data_dir.parent / "admin.token"
+    token.write_text(ADMIN)
+    proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
+                             str(port), "--data-dir", str(data_dir), "--admin-token-file", str(token), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).is_success:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"service did not start:\n{proc.stdout.read() if proc.poll() is not None else ''}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def planted(m=300, n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0, 10, size=(n, 2))
+    query = np.concatenate([base[rng.permutation(n)] + rng.normal(0, 0.01, (n, 2)), rng.uniform(0, 10, (m - n, 2))])
+    return query, base
+
+
+def test_service_round_trip_restart_and_refusals(tmp_path):
+    query, base = planted()
+    train = np.arange(0, 300, 2)
+    data, port = tmp_path / "svc", free_port()
+    with service(data, port, "--max-upload-mb", "0.05", "--chunk-rows", "64") as url:
+        with pytest.raises(ServiceError, match="admin token"):
+            create_job(url, "not-the-admin-token-xxxxxxxx", "p", ["s"])
+        made = create_job(url, ADMIN, "p", ["s"])
+        job, keys = made["job"], made["secrets"]
+        prim = LinkageClient(url, job, "p", keys["p"])
+        sec = LinkageClient(url, job, "s", keys["s"])
+
+        # bad uploads: each refused with a message naming the problem, nothing stored
+        with pytest.raises(ServiceError, match="malformed upload"):
+            _put(prim, job, "p", b"not numpy")
+        with pytest.raises(ServiceError, match="NaN"):
+            prim.upload(np.array([[1.0, np.nan], [0.0, 0.0]]))
+        with pytest.raises(ServiceError, match="exceeds the service's cap") as big:
+            prim.upload(np.zeros((10_000, 2)))
+        assert big.value.status == 413
+        with pytest.raises(ServiceError, match="2-D"):
+            prim.upload(np.zeros(5))
+        with pytest.raises(ServiceError, match="wrong secret for party 'p'"):
+            LinkageClient(url, job, "p", keys["s"]).upload(query)
+        with pytest.raises(ServiceError, match="unknown party 'x'"):
+            LinkageClient(url, job, "x", keys["s"]).upload(query)
+        with pytest.raises(ServiceError, match="waiting for uploads from \\['p', 's'\\]"):
+            prim.start("euclidean", 5)
+        assert prim.status()["uploads"] == {}  # the refused uploads left nothing behind
+
+        prim.upload(query)
+        prim.upload_train_rows(train)
+        sec.upload(base)
+        with pytest.raises(ServiceError, match="wrong secret for party 'p'"):
+            sec.start("euclidean", 5)  # only the primary starts
+        with pytest.raises(ServiceError, match=r"K=500 must be between 1 and the size of party 's' \(120 rows\)"):
+            prim.start("euclidean", 500)
+        with pytest.raises(ServiceError, match="needs bits identifiers"):
+            prim.start("hamming", 5)
+        prim.start("euclidean", 5, tau=0.9, seed=3)
+        st = prim.wait(timeout=60)
+        assert st["progress"] == {"done": 5, "total": 5} and st["stats"]["s"]["sigma"] > 0
+        with pytest.raises(ServiceError, match="uploads are closed"):
+            sec.upload(base)
+        first = tmp_path / "first"
+        prim.fetch(first)
+        sec.fetch(first)
+        with pytest.raises(ServiceError, match="wrong secret for party 'p'"):
+            LinkageClient(url, job, "p", keys["s"]).fetch(tmp_path / "stolen")  # s reading p's result
+        with pytest.raises(ServiceError, match="wrong secret for party 's'"):
+            LinkageClient(url, job, "s", keys["p"]).fetch(tmp_path / "stolen")  # p reading s's row map
+        assert not (tmp_path / "stolen").exists()
+
+    with service(data, port) as url:  # a new process on the same folder
+        again = tmp_path / "again"
+        LinkageClient(url, job, "p", keys["p"]).fetch(again)
+        LinkageClient(url, job, "s", keys["s"]).fetch(again)
+        for name in ("primary.npz", "secondary-s.npz"):
+            assert (again / name).read_bytes() == (first / name).read_bytes()
+
+    # the oracle: the service's result is the in-process pipeline's, bit for bit
+    want = link(query, {"s": base}, k=5, tau=0.9, seed=3, train_rows=train, job_id=job)
+    got = load_primary(first)
+    np.testing.assert_array_equal(got.tokens["s"], want.primary.tokens["s"])
+    np.testing.assert_array_equal(got.sims, want.primary.sims)
+    np.testing.assert_array_equal(load_secondary(first, "s").row_of_token, want.secondaries["s"].row_of_token)
+
+
+def _put(client: LinkageClient, job: str, party: str, data: bytes):
+    from linkage_server.client import _check
+
+    return _check(client._http.put(f"/jobs/{job}/parties/{party}/identifiers", content=data))
+
+
+def test_an_interrupted_job_resumes_from_its_finished_chunks(tmp_path):
+    query, base = planted(m=250)
+    store = JobStore(tmp_path, chunk_rows=50)
+    job, _ = store.create("p", ["s"])
+    store.upload(job, "p", to_npy(query))
+    store.upload(job, "s", to_npy(base))
+    store.start(job, JobParams("euclidean", 4, seed=1))
+    store.run(job)
+    done = (tmp_path / "jobs" / job / "results" / "primary.npz").read_bytes()
+    # simulate a crash after 3 of 5 chunks: drop the results and two chunks, leave the job 'running'
+    work = sorted((tmp_path / "jobs" / job / "work" / "s").glob("*.npz"))
+    stamps = {p: p.stat().st_mtime_ns for p in work}
+    for p in work[3:]:
+        p.unlink()
+    (tmp_path / "jobs" / job / "results" / "primary.npz").unlink()
+    store._update(job, state="running")
+    restarted = JobStore(tmp_path, chunk_rows=50)
+    assert restarted.pending() == [job]
+    restarted.run(job)
+    assert restarted.meta(job)["state"] == "done"
+    assert (tmp_path / "jobs" / job / "results" / "primary.npz").read_bytes() == done
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in work[:3])  # finished chunks were not recomputed
+
+
+def test_a_failing_job_reports_why_and_can_be_restarted(tmp_path):
+    query, base = planted()
+    store = JobStore(tmp_path)
+    job, _ = store.create("p", ["s"])
+    store.upload(job, "p", to_npy(query))
+    store.upload(job, "s", to_npy(base))
+    store.start(job, JobParams("euclidean", 4, tau=0.01))  # unreachable on this data (Theorem 2's floor)
+    store.run(job)
+    meta = store.meta(job)
+    assert meta["state"] == "failed" and "unreachable" in meta["error"]
+    store.start(job, JobParams("euclidean", 4, tau=1.0))
+    store.run(job)
+    assert store.meta(job)["state"] == "done"
+
+
+def test_fedsim_trains_from_the_services_output(tmp_path):
+    """Upload a dataset's identifiers through the service, fetch, train from the files: the
+    losses and final weights equal a run that links in-process."""
+    from app.config import RunConfig
+    from app.inprocess import max_param_gap, run_in_process
+    from app.parties import load_data
+
+    base_cfg = RunConfig(dataset="synthetic", n_rows=600, epochs=1, max_steps=6, steps_per_exchange=2,
+                         out_dir=str(tmp_path / "runs"), tau=0.9)
+    ds, settings = load_data(base_cfg), base_cfg.resolve()
+    (party, table), = ds.secondaries.items()
+    fetched = tmp_path / "fetched"
+    with service(tmp_path / "svc", free_port()) as url:
+        made = create_job(url, ADMIN, "primary", [party])
+        with LinkageClient(url, made["job"], "primary", made["secrets"]["primary"]) as p, \
+                LinkageClient(url, made["job"], party, made["secrets"][party]) as s:
+            p.upload(ds.primary.identifiers)
+            p.upload_train_rows(ds.split.train)
+            s.upload(table.identifiers)
+            p.start("euclidean", settings.k, tau=0.9, seed=base_cfg.seed)
+            p.wait(timeout=60)
+            p.fetch(fetched)
+            s.fetch(fetched)
+    import dataclasses
+
+    from_service = run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched)))
+    in_process = run_in_process(base_cfg)
+    np.testing.assert_allclose(from_service.losses, in_process.losses, rtol=0, atol=1e-6)
+    assert max_param_gap(from_service.primary, in_process.primary) < 1e-6
+
+    with pytest.raises(Exception, match="has K=.* but this run uses k=7"):
+        run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched), k=7))
