@@ -130,3 +130,65 @@ def test_job_round_trips_through_per_party_files(tmp_path):
 def test_bad_linkage_input_is_refused_by_name(query, base, k, match):
     with pytest.raises(LinkageError, match=match):
         link(query, {"s": base}, k=k, tau=1.0, seed=0, train_rows=np.arange(len(query)))
+
+
+def test_selection_after_noise_keeps_the_k_best_noisy_candidates():
+    query, base, _ = planted()
+    pooled = link(query, {"s": base}, k=4, tau=0.8, seed=3, pool=12, train_rows=np.arange(200))
+    sims = pooled.primary.sims
+    assert sims.shape == (200, 4) and (np.diff(sims, axis=1) <= 0).all()  # descending after noise
+    # the same draws over the 12 candidates, then the top 4 of them
+    from linkage_server.pipeline import release, search
+
+    dist, idx = search(query, base, metric="euclidean", k=12, party="s")
+    full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, seed=3, train_rows=np.arange(200), job_id="x")
+    np.testing.assert_array_equal(sims, full.primary.sims[:, :4])
+    # tokens follow their similarities through the selection
+    rows = pooled.secondaries["s"].row_of_token[pooled.primary.tokens["s"]]
+    rows_full = full.secondaries["s"].row_of_token[full.primary.tokens["s"]]
+    np.testing.assert_array_equal(rows, rows_full[:, :4])
+
+
+def test_several_secondaries_are_linked_independently():
+    query, base, _ = planted()
+    res = link(query, {"a": base, "b": base[::-1].copy()}, k=3, tau=1.0, seed=0)
+    ra = res.secondaries["a"].row_of_token[res.primary.links["a"].tokens]
+    rb = res.secondaries["b"].row_of_token[res.primary.links["b"].tokens]
+    np.testing.assert_array_equal(ra, len(base) - 1 - rb)  # the reversed table's rows
+    np.testing.assert_allclose(res.primary.links["a"].sims, res.primary.links["b"].sims, atol=1e-6)
+    with pytest.raises(LinkageError, match="ask for one party's similarities"):
+        res.primary.sims
+
+
+def test_theorem_1_sigma_grows_with_the_secondary_size():
+    from linkage_server.pipeline import dp_sigma
+
+    # Delta_G = n * max(|(1+mu)/s|, |(-1+mu)/s|); sigma = Delta_G / sqrt(2 eps)
+    assert dp_sigma(100, -5.0, 2.0, eps=2.0) == pytest.approx(100 * 3.0 / 2.0)
+    assert dp_sigma(1000, -5.0, 2.0) == pytest.approx(10 * dp_sigma(100, -5.0, 2.0))
+
+
+@pytest.mark.parametrize(
+    "metric,query,base,match",
+    [
+        ("edit", np.array(["a", "b"]), np.ones((3, 2)), "edit-distance identifiers must be a 1-D array of strings"),
+        ("edit", np.array(["a", None], dtype=object), np.array(["x", "y"]), r"1 identifier\(s\) are not strings"),
+        ("hamming", np.ones((2, 4)), np.ones((3, 4), np.uint8), "hamming identifiers must be packed bits"),
+        ("hamming", np.ones((2, 4), np.uint8), np.ones((3, 8), np.uint8), "bytes per filter differ"),
+        ("cosine", np.ones((2, 2)), np.ones((3, 2)), "unknown metric 'cosine'"),
+    ],
+)
+def test_metric_specific_input_is_checked(metric, query, base, match):
+    with pytest.raises(LinkageError, match=match):
+        link(query, {"s": base}, k=1, tau=1.0, seed=0, metric=metric)
+
+
+def test_recall_and_the_improvement_estimate_by_hand():
+    from linkage_server.quality import improvement_delta, recall_at
+
+    rows = np.array([[3, 1, 2], [0, 2, 1]])
+    assert recall_at(np.array([1, -1]), rows, 1) == 0.0 and recall_at(np.array([1, -1]), rows, 2) == 1.0
+    sims = np.array([[4.0, 2.0, 0.0], [4.0, 4.0, 0.0]])  # scaled: [1, .5, 0], [1, 1, 0]
+    # Top1Sim: (1 - s1) + s2 + s3 = [0.5, 1.0]; AvgSim over all 3: sum(1 - s) = [1.5, 1.0]
+    assert improvement_delta(sims, 1) == pytest.approx(0.75)
+    assert improvement_delta(sims, 3) == pytest.approx(1.25)
