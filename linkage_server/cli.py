@@ -2,6 +2,7 @@
 
   serve       run the service (one process; results persist under --data-dir)
   create-job  (admin) a job for named parties; writes each party's secret to a file
+  make-key    (parties) a shared secret for private mode, with FEDERAL parameters for numbers
   encode      (party) identifiers from a CSV -> a .npy to upload (Bloom / FEDERAL private mode)
   link        (party) upload identifiers; the primary may also start the job; --wait, --fetch
   status      (party) the job's state and progress
@@ -130,6 +131,24 @@ def _identifiers(args) -> np.ndarray:
     return ids
 
 
+def cmd_make_key(args) -> None:
+    """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
+    key: dict = {"secret": secrets.token_urlsafe(32)}
+    if args.csv:
+        from linkage_server.encode import federal_params
+
+        values = read_identifiers(args.csv, args.columns.split(","), "numbers")
+        p = federal_params(values, k=args.k, bits_per_dim=args.bits_per_dim)
+        key["federal"] = {"bits_per_dim": p["bits_per_dim"], "t": np.asarray(p["t"]).tolist(),
+                          "lo": np.asarray(p["lo"]).tolist(), "hi": np.asarray(p["hi"]).tolist()}
+        print(f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
+              f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)", file=sys.stderr)
+    out = Path(args.out)
+    out.write_text(json.dumps(key, indent=1))
+    out.chmod(0o600)
+    print(f"key written to {out}: share it with the other parties, never with the service")
+
+
 def cmd_encode(args) -> None:
     ids = _identifiers(args)
     np.save(args.out, ids, allow_pickle=False)
@@ -220,6 +239,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--duplicates", choices=["allow", "refuse"], default="allow")
     s.add_argument("--secrets-dir", default=".", help="where <job>-<party>.secret files are written")
     s.set_defaults(func=cmd_create_job)
+
+    s = sub.add_parser("make-key", help="(parties) a shared secret (+ FEDERAL parameters) for private mode")
+    s.add_argument("--out", required=True)
+    s.add_argument("--csv", help="numeric identifiers to fit FEDERAL's t, lo, hi on (optional)")
+    s.add_argument("--columns")
+    s.add_argument("--k", type=int, default=100)
+    s.add_argument("--bits-per-dim", type=int, default=1024)
+    s.set_defaults(func=cmd_make_key)
 
     s = sub.add_parser("encode", help="(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
     ids(s)
