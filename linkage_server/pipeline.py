@@ -156,7 +156,8 @@ def check_identifiers(query, base, k: int, party: str, metric: str = "euclidean"
 
 def topk_bruteforce(query: np.ndarray, base: np.ndarray, k: int, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-K by full distance matrices in chunks; the oracle, and the fast path at high d."""
-    q, b = np.asarray(query, np.float64), np.asarray(base, np.float64)
+    shift = np.asarray(base, np.float64).mean(0)  # centre: |q|^2 - 2 q.b + |b|^2 cancels badly far from 0
+    q, b = np.asarray(query, np.float64) - shift, np.asarray(base, np.float64) - shift
     b_sq = (b * b).sum(1)
     dist_out = np.empty((len(q), k))
     idx_out = np.empty((len(q), k), dtype=np.int64)
