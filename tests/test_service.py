@@ -183,7 +183,7 @@ def test_a_failing_job_reports_why_and_can_be_restarted(tmp_path):
 
 def test_fedsim_trains_from_the_services_output(tmp_path):
     """Upload a dataset's identifiers through the service, fetch, train from the files: the
-    losses and final weights equal a run that links in-process."""
+    losses and final weights equal a run that links in-process (to 1e-5, as the twin oracles)."""
     from app.config import RunConfig
     from app.inprocess import max_param_gap, run_in_process
     from app.parties import load_data
@@ -208,8 +208,9 @@ def test_fedsim_trains_from_the_services_output(tmp_path):
 
     from_service = run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched)))
     in_process = run_in_process(base_cfg)
-    np.testing.assert_allclose(from_service.losses, in_process.losses, rtol=0, atol=1e-6)
-    assert max_param_gap(from_service.primary, in_process.primary) < 1e-6
+    # the same tolerance as the twin oracles: CPU scatter-adds do not sum in a fixed order
+    np.testing.assert_allclose(from_service.losses, in_process.losses, rtol=0, atol=1e-5)
+    assert max_param_gap(from_service.primary, in_process.primary) < 1e-5
 
     with pytest.raises(Exception, match="has K=.* but this run uses k=7"):
         run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched), k=7))
