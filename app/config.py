@@ -37,7 +37,19 @@ DATASET_DEFAULTS: dict[str, Settings] = {
     "synthetic": Settings(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
     "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
 }
-METHODS = ("fedsim", "solo")
+METHODS = ("fedsim", "solo", "top1sim", "avgsim", "featuresim", "exact", "combine")
+# Baselines are switches of the one model (paper Sec. 6 / App. E): what each method changes.
+#   top1sim: the most similar neighbour only; avgsim: the mean of the K pair outputs;
+#   featuresim: avgsim with the similarity as a feature of every pair; exact: neighbours at
+#   distance 0 only, unmatched records get the secondary's mean features; combine: the true
+#   row (synthetic sets only). The gates' ablations are weight-gate / sort-gate / merge.
+BASELINE_MODEL = dict(merge="avg", uniform_weights=True, sort_gate=False, weight_gate=False)
+METHOD_MODEL: dict[str, dict] = {
+    "fedsim": {}, "solo": {},
+    "top1sim": BASELINE_MODEL, "avgsim": BASELINE_MODEL, "exact": BASELINE_MODEL, "combine": BASELINE_MODEL,
+    "featuresim": BASELINE_MODEL | {"sim_feature": True},
+}
+ONE_NEIGHBOUR = ("top1sim", "exact", "combine")
 MERGES = ("", "cnn", "mlp", "avg")
 
 
@@ -123,8 +135,9 @@ class RunConfig:
         if self.dropout >= 0:
             model = dataclasses.replace(model, dropout=self.dropout)
         model = dataclasses.replace(model, weight_gate=self.weight_gate, sort_gate=self.sort_gate)
+        model = dataclasses.replace(model, **METHOD_MODEL[self.method])
         return Settings(
-            k=self.k or d.k,
+            k=1 if self.method in ONE_NEIGHBOUR else self.k or d.k,
             batch_size=self.batch_size or d.batch_size,
             epochs=self.epochs or d.epochs,
             lr=self.lr or d.lr,

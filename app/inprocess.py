@@ -14,7 +14,7 @@ import torch
 from app.config import RunConfig
 from app.parties import (build_primary_model, build_secondary_model, build_strategy, head_for, linkage_job, load_data,
                          train_plan)
-from app.secondary import LocalChannel, SecondaryParty
+from app.secondary import LocalChannel, SecondaryParty, with_imputed_row
 from linkage_server.store import load_secondary
 from strategies.gates import seed_dropout
 from strategies.optim import party_seed
@@ -57,10 +57,11 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProces
     model = build_primary_model(ds, cfg, settings)
     seed_dropout(model, party_seed(cfg.seed, "dropout"), device)
     secondaries = {p: build_secondary_model(t.n_features, p, cfg, settings) for p, t in ds.secondaries.items()}
+    row_of_token = {p: load_secondary(job, p).row_of_token for p in secondaries}
     t0 = time.perf_counter()
     losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
-                        {p: t.features for p, t in ds.secondaries.items()},
-                        {p: load_secondary(job, p).row_of_token for p in secondaries},
+                        {p: with_imputed_row(t.features, len(row_of_token[p]), p) for p, t in ds.secondaries.items()},
+                        row_of_token,
                         ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
     seconds = time.perf_counter() - t0
     return OneProcessRun(np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()},

@@ -17,7 +17,7 @@ from torch import nn
 from app.config import RunConfig, Settings
 from datasets import VFLDataset, load_dataset
 from datasets.registry import DatasetOptions
-from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link
+from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link, link_exact, link_known
 from linkage_server.store import load_primary, save_job
 from strategies.fedsim import FedSimStrategy
 from strategies.gates import seed_dropout
@@ -44,6 +44,15 @@ def load_data(cfg: RunConfig) -> VFLDataset:
 def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
     """What the linkage service computes from both parties' identifiers."""
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
+        if cfg.method == "combine":
+            if not ds.true_match:
+                raise ValueError(f"method 'combine' needs the true alignment, which dataset {ds.name!r} does not "
+                                 "have (synthetic sets only)")
+            sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
+            return link_known(ds.true_match, sizes, seed=cfg.seed, job_id=f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}")
+        if cfg.method == "exact":
+            return link_exact(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
+                              seed=cfg.seed, train_rows=ds.split.train)
         return link(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
                     k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train)
 

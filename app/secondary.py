@@ -22,17 +22,24 @@ def _row_map(job_dir: str, party: str) -> np.ndarray:
     return load_secondary(Path(job_dir), party).row_of_token
 
 
+def with_imputed_row(features: np.ndarray, n_tokens: int, party: str) -> np.ndarray:
+    """The party's rows; a linkage with one token more than rows (Exact: records without an
+    exact match) maps that token to an extra row of the party's mean features."""
+    if n_tokens == len(features) + 1:
+        return np.vstack([features, features.mean(0, keepdims=True)])
+    if n_tokens != len(features):
+        raise ValueError(f"party {party!r}: linkage job maps {n_tokens} tokens but the party has {len(features)} rows")
+    return features
+
+
 class SecondaryParty:
     def __init__(self, cfg: RunConfig, party: str, job_dir: str) -> None:
         settings = cfg.resolve()
         self.party, self.job_dir = party, job_dir
         self.device, self.dtype = cfg.torch_device(), cfg.torch_dtype()
-        features = secondary_features(cfg, party)
-        self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.row_of_token = _row_map(job_dir, party)
-        if len(self.row_of_token) != len(features):
-            raise ValueError(f"party {party!r}: linkage job maps {len(self.row_of_token)} tokens "
-                             f"but the party has {len(features)} rows")
+        features = with_imputed_row(secondary_features(cfg, party), len(self.row_of_token), party)
+        self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
 

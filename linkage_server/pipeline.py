@@ -347,3 +347,25 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, seed: int, tra
         sizes[party] = len(base)
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, metric, pool)
     return release(neighbours, sizes, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job, metric=metric)
+
+
+def link_exact(primary_ids, secondary_ids: dict, *, seed: int, train_rows: np.ndarray | None = None,
+               metric: str = "euclidean", job_id: str | None = None) -> LinkageResult:
+    """The Exact baseline's linkage: each record's neighbour at distance 0, if any.
+
+    A record without an exact match is linked to a virtual row n of the secondary (its token
+    is the n+1-th); the secondary maps it to its mean features (mean imputation).
+    """
+    neighbours, sizes = {}, {}
+    for party, base in secondary_ids.items():
+        dist, idx = search(primary_ids, base, metric=metric, k=1, party=party)
+        idx = np.where(dist > 0, len(base), idx)  # (m, 1)
+        neighbours[party], sizes[party] = (dist, idx), len(base) + 1
+    job = job_id or job_id_of(primary_ids, secondary_ids, 1, 1.0, seed, f"{metric}-exact")
+    return release(neighbours, sizes, k=1, tau=1.0, seed=seed, train_rows=train_rows, job_id=job, metric=metric)
+
+
+def link_known(true_row: dict[str, np.ndarray], sizes: dict[str, int], *, seed: int, job_id: str) -> LinkageResult:
+    """The Combine baseline's linkage: each record's true row (known for synthetic sets only)."""
+    neighbours = {p: (np.zeros((len(r), 1)), np.asarray(r, dtype=np.int64)[:, None]) for p, r in true_row.items()}
+    return release(neighbours, sizes, k=1, tau=1.0, seed=seed, job_id=job_id)

@@ -25,8 +25,10 @@ class ModelConfig:
     channels: int = 8
     merge_hidden: int = 400
     dropout: float = 0.2
-    weight_gate: bool = True
+    weight_gate: bool = True  # False: the raw similarity is the weight (the reference's -dw)
     sort_gate: bool = True
+    uniform_weights: bool = False  # every neighbour weighs the same (AvgSim, Top1Sim, Exact)
+    sim_feature: bool = False  # the similarity enters the aggregation MLP as a feature (FeatureSim)
 
 
 def local_model(d_in: int, cfg: ModelConfig) -> nn.Sequential:
@@ -59,18 +61,19 @@ class SimilarityModel(nn.Module):
         if not self.parties:
             self.agg = mlp(d_cat, cfg.agg_hidden, d_out)
             return
-        if cfg.merge == "avg" and cfg.r != d_out:
-            raise ValueError(f"merge='avg' needs r == output dim ({d_out}), got r={cfg.r}")
+        r = d_out if cfg.merge == "avg" else cfg.r  # averaging merges the pairs' outputs themselves
         self.cuts = {"primary": cfg.cut_dim, **{p: secondary_cuts[p] for p in self.parties}}
-        self.agg = mlp(d_cat, cfg.agg_hidden, cfg.r)
+        self.agg = mlp(d_cat, cfg.agg_hidden, r)
         # sigmoid on pair outputs for binary/regression before a learned merge, as the reference;
         # the weighted average merges raw outputs, so the model's output stays pre-activation
         self.squash_pairs = squash_pairs and cfg.merge != "avg"
-        self.weight_gate = WeightGate() if cfg.weight_gate else None
+        self.weight_gate = WeightGate() if cfg.weight_gate and not cfg.uniform_weights else None
+        # FeatureSim: a column of the aggregation's first layer for the similarity
+        self.sim_weight = nn.Parameter(torch.zeros(self.agg[0].out_features)) if cfg.sim_feature else None
         if cfg.merge == "cnn":
-            self.merge = CNNMerge(k, cfg.r, d_out, cfg.k_conv, cfg.channels, cfg.merge_hidden, cfg.dropout)
+            self.merge = CNNMerge(k, r, d_out, cfg.k_conv, cfg.channels, cfg.merge_hidden, cfg.dropout)
         elif cfg.merge == "mlp":
-            self.merge = MLPMerge(k, cfg.r, d_out)
+            self.merge = MLPMerge(k, r, d_out)
         else:
             self.merge = None
 
@@ -81,17 +84,21 @@ class SimilarityModel(nn.Module):
         h = self.local(x)  # (B, c_P)
         if not self.parties:
             return self.agg(h)
-        pairs = self.aggregate(h, emb, index)  # (B, K, r)
+        pairs = self.aggregate(h, emb, index, sims)  # (B, K, r)
         if self.squash_pairs:
             pairs = torch.sigmoid(pairs)
         if self.cfg.sort_gate:
             sims, pairs = sort_by_similarity(sims, pairs)
-        weights = self.weight_gate(sims) if self.weight_gate is not None else sims  # (B, K)
+        if self.cfg.uniform_weights:
+            weights = torch.ones_like(sims)  # (B, K)
+        else:
+            weights = self.weight_gate(sims) if self.weight_gate is not None else sims  # (B, K)
         if self.merge is None:
             return weighted_average(pairs, weights)
         return self.merge(pairs * weights.unsqueeze(-1))
 
-    def aggregate(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor]) -> torch.Tensor:
+    def aggregate(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                  sims: torch.Tensor | None = None) -> torch.Tensor:
         """The aggregation MLP on every (record, neighbour) pair's concatenated cut layers.
 
         Its first layer is linear in the concatenation, W [h; e] = W_P h + W_S e, so each
@@ -102,4 +109,6 @@ class SimilarityModel(nn.Module):
         z = (h @ w[0].T + first.bias).unsqueeze(1)  # (B, 1, h1)
         for p, w_p in zip(self.parties, w[1:]):
             z = z + (emb[p] @ w_p.T)[index[p]]  # (U, h1) gathered to (B, K, h1)
+        if self.sim_weight is not None:
+            z = z + sims.unsqueeze(-1) * self.sim_weight  # (B, K, h1)
         return rest(z)  # (B, K, r)
