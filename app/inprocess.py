@@ -71,3 +71,33 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProces
 def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def run_experiment(cfg: RunConfig, out: "Path") -> dict:
+    """A whole run in one process (secondaries behind a LocalChannel, the protocol proven equal
+    to `flwr run` by the twin oracles): every epoch evaluated, best-validation epoch reported.
+    Writes metrics.jsonl, summary.json and primary_model.pt into `out` like the ServerApp."""
+    import json
+    from pathlib import Path
+
+    from strategies.protocol import best_epoch
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = cfg.resolve()
+    t0 = time.perf_counter()
+    ds = load_data(cfg)
+    linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
+    strategy = build_strategy(ds, linkage, cfg, settings)
+    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if linkage else {}
+    with (out / "metrics.jsonl").open("w") as f:
+        records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
+                              ds.split.test, train_plan(cfg, settings),
+                              lambda rec: f.write(json.dumps(dataclasses.asdict(rec)) + "\n"), lambda *a: None)
+    torch.save(strategy.model.state_dict(), out / "primary_model.pt")
+    best = best_epoch(records, strategy)
+    summary = {"dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k, "tau": cfg.tau,
+               "engine": "inprocess", "best_epoch": best.epoch, "val": best.val, "test": best.test,
+               "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -6,6 +6,7 @@ all of them start from identical data, linkage and initial weights.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -65,11 +66,25 @@ def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[Pri
     only the primary's file is read back, and each secondary reads its own token -> row map."""
     if cfg.linkage_dir:
         folder = Path(cfg.linkage_dir).resolve()
-        return check_linkage(load_primary(folder), ds, settings), folder
-    result = run_linkage(ds, cfg, settings)
-    folder = cfg.out_path() / "linkage" / result.primary.job_id
-    save_job(result, folder)
-    return load_primary(folder), folder
+        linkage = check_linkage(load_primary(folder), ds, settings)
+    else:
+        result = run_linkage(ds, cfg, settings)
+        folder = cfg.out_path() / "linkage" / result.primary.job_id
+        save_job(result, folder)
+        linkage = load_primary(folder)
+    return (linkage if settings.model.sort_gate else unsorted(linkage, cfg.seed)), folder
+
+
+def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:
+    """The K neighbours of each record in a seeded random order (the service hands them out
+    sorted): without the sort gate the model sees them as the reference's did, unordered."""
+    rng = np.random.default_rng([seed, 11])
+    links = {}
+    for p, link in linkage.links.items():
+        order = np.argsort(rng.random(link.tokens.shape), axis=1)  # (m, K) a permutation per row
+        links[p] = dataclasses.replace(link, tokens=np.take_along_axis(link.tokens, order, 1),
+                                       sims=np.take_along_axis(link.sims, order, 1))
+    return dataclasses.replace(linkage, links=links)
 
 
 def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings) -> PrimaryLinkage:

@@ -1,0 +1,221 @@
+"""Run a sweep file's (dataset, variant, seed) runs, resume where it stopped, and tabulate.
+
+    python -m bench.sweep conf/sweeps/synthetic.toml            # the full preset
+    python -m bench.sweep conf/sweeps/synthetic.toml --quick    # its [quick] overrides (minutes)
+    python -m bench.sweep conf/sweeps/synthetic.toml --engine flower   # every run through `flwr run`
+
+A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
+`[set.<dataset>]`), and variants (`[variants]`: name -> run-config values, e.g. a method or an
+ablation). Each run writes runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a run
+whose summary exists is skipped, so an interrupted sweep resumes. At the end it writes
+results.csv (one row per run), results.md (mean ± std over seeds of the test metric at the
+best-validation epoch) and plots (learning curves; the weight gate's similarity -> weight curve).
+Engine "inprocess" runs the federated protocol with in-process secondaries, which the twin
+oracles prove equal to `flwr run` (tests/test_equivalence.py, tests/test_flower_run.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from bench.common import REPO, git_rev, machine, run_flower
+
+
+def load_sweep(path: Path, quick: bool) -> dict:
+    sweep = tomllib.loads(path.read_text())
+    for key in ("datasets", "seeds", "variants"):
+        if key not in sweep:
+            raise SystemExit(f"{path}: missing '{key}'")
+    if quick:
+        q = sweep.get("quick", {})
+        sweep["seeds"] = q.get("seeds", sweep["seeds"])
+        sweep["quick_set"] = q.get("set", {})
+    sweep.setdefault("name", path.stem + ("-quick" if quick else ""))
+    return sweep
+
+
+def applies(sweep: dict, dataset: str, variant: str) -> bool:
+    """A variant may name the datasets it applies to (`only = [...]`, e.g. combine: synthetic sets)."""
+    only = sweep["variants"][variant].get("only")
+    return only is None or dataset in only
+
+
+def run_values(sweep: dict, dataset: str, variant: str, seed: int) -> dict:
+    common = {k: v for k, v in sweep.get("set", {}).items() if not isinstance(v, dict)}
+    per_dataset = sweep.get("set", {}).get(dataset, {})
+    own = {k: v for k, v in sweep["variants"][variant].items() if k != "only"}
+    return {"dataset": dataset, **common, **per_dataset, **own, **sweep.get("quick_set", {}), "seed": seed}
+
+
+def run_one(values: dict, out: Path, engine: str) -> dict:
+    if engine == "flower":
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, run_dir, _ = run_flower(values, Path(tmp), "run")
+            out.mkdir(parents=True, exist_ok=True)
+            for name in ("metrics.jsonl", "summary.json", "primary_model.pt"):
+                (out / name).write_bytes((run_dir / name).read_bytes())
+            return summary
+    from app.config import RunConfig
+    from app.inprocess import run_experiment
+
+    cfg = RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")})
+    return run_experiment(cfg, out)
+
+
+def key_metric(summary: dict) -> tuple[str, bool]:
+    """The metric a table reports, and whether higher is better."""
+    return ("accuracy", True) if "accuracy" in summary["test"] else ("rmse", False)
+
+
+def tabulate(root: Path, sweep: dict) -> list[dict]:
+    rows = []
+    for dataset in sweep["datasets"]:
+        for variant in sweep["variants"]:
+            for seed in sweep["seeds"]:
+                f = root / dataset / variant / f"s{seed}" / "summary.json"
+                if f.exists():
+                    s = json.loads(f.read_text())
+                    metric, _ = key_metric(s)
+                    rows.append({"dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
+                                 "test": s["test"][metric], "val": s["val"][metric], "best_epoch": s["best_epoch"],
+                                 "epochs": s["epochs_run"], "seconds": round(s["seconds"] if isinstance(
+                                     s["seconds"], (int, float)) else s["seconds"]["train_and_eval"], 1)})
+    with (root / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["dataset"])
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: float) -> str:
+    lines = [f"### Sweep `{sweep['name']}`", "",
+             f"`{command}` — engine {engine}, {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d')}, "
+             f"{seconds / 60:.1f} min. Test metric at the best-validation epoch, mean ± std over seeds "
+             f"{sweep['seeds']}.", ""]
+    for dataset in sweep["datasets"]:
+        sub = [r for r in rows if r["dataset"] == dataset]
+        if not sub:
+            continue
+        metric = sub[0]["metric"]
+        lines += [f"**{dataset}** (test {metric})", "", f"| variant | test {metric} | val {metric} | runs | s/run |",
+                  "|---|---|---|---|---|"]
+        for variant in sweep["variants"]:
+            v = [r for r in sub if r["variant"] == variant]
+            if not v:
+                continue
+            t, va = [r["test"] for r in v], [r["val"] for r in v]
+            sd = statistics.stdev(t) if len(t) > 1 else 0.0
+            lines.append(f"| {variant} | {statistics.fmean(t):.4f} ± {sd:.4f} | {statistics.fmean(va):.4f} | "
+                         f"{len(v)} | {statistics.fmean(r['seconds'] for r in v):.0f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(root: Path, sweep: dict) -> list[Path]:
+    """Validation learning curves per dataset; the weight gate's curve for FedSim variants."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    out = []
+    for dataset in sweep["datasets"]:
+        fig, (ax, gx) = plt.subplots(1, 2, figsize=(11, 4))
+        for variant in sweep["variants"]:
+            curves, gates = [], []
+            for seed in sweep["seeds"]:
+                run = root / dataset / variant / f"s{seed}"
+                if not (run / "metrics.jsonl").exists():
+                    continue
+                recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+                metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
+                curves.append([r["val"][metric] for r in recs])
+                state = torch.load(run / "primary_model.pt", map_location="cpu")
+                if "weight_gate.net.0.weight" in state:
+                    gates.append(weight_curve(state))
+            if curves:
+                n = min(map(len, curves))
+                ax.plot(range(n), [statistics.fmean(c[i] for c in curves) for i in range(n)], label=variant)
+                ax.set_ylabel(f"validation {metric}")
+            if gates:
+                s, _ = gates[0]
+                gx.plot(s, [statistics.fmean(g[1][i] for g in gates) for i in range(len(s))], label=variant)
+        ax.set_xlabel("epoch")
+        ax.set_title(f"{dataset}: learning curves (mean over seeds)")
+        ax.legend(fontsize=7)
+        gx.set_xlabel("standardised similarity s")
+        gx.set_ylabel("weight")
+        gx.set_title("weight gate")
+        if gx.lines:
+            gx.legend(fontsize=7)
+        path = root / f"{dataset}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        out.append(path)
+    return out
+
+
+def weight_curve(state: dict) -> tuple[list[float], list[float]]:
+    import torch
+
+    from strategies.gates import WeightGate
+
+    gate = WeightGate()
+    gate.load_state_dict({k.removeprefix("weight_gate."): v.float() for k, v in state.items()
+                          if k.startswith("weight_gate.")})
+    s = torch.linspace(-3, 3, 61)
+    with torch.no_grad():
+        w = gate(s[None, :])[0]
+    return s.tolist(), w.tolist()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", type=Path)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--engine", choices=["inprocess", "flower"], default="inprocess")
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
+    args = ap.parse_args()
+    sweep = load_sweep(args.sweep, args.quick)
+    root = args.root / sweep["name"]
+    t0 = time.perf_counter()
+    failures: list[str] = []
+    for dataset in sweep["datasets"]:
+        for variant in sweep["variants"]:
+            for seed in sweep["seeds"]:
+                out = root / dataset / variant / f"s{seed}"
+                if (out / "summary.json").exists() or not applies(sweep, dataset, variant):
+                    continue
+                values = run_values(sweep, dataset, variant, seed)
+                try:
+                    s = run_one(values, out, args.engine)
+                except Exception as e:  # one bad run does not stop the sweep; it is reported and not tabulated
+                    failures.append(f"{dataset} {variant} seed {seed}: {type(e).__name__}: {e}")
+                    print(f"FAILED {failures[-1]}", flush=True)
+                    continue
+                metric, _ = key_metric(s)
+                print(f"{dataset} {variant} seed {seed}: test {metric} {s['test'][metric]:.4f} "
+                      f"(best epoch {s['best_epoch']})", flush=True)
+    rows = tabulate(root, sweep)
+    command = f"python -m bench.sweep {args.sweep.relative_to(REPO) if args.sweep.is_absolute() else args.sweep}" + (
+        " --quick" if args.quick else "") + (" --engine flower" if args.engine == "flower" else "")
+    md = markdown(rows, sweep, command, args.engine, time.perf_counter() - t0)
+    if failures:
+        md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
+    (root / "results.md").write_text(md)
+    for p in plots(root, sweep):
+        md += f"\n![{p.stem}]({p})\n"
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
