@@ -35,6 +35,8 @@ class Settings:
 DATASET_DEFAULTS: dict[str, Settings] = {
     "hdb": Settings(50, 128, 100, 1e-3, 1e-4, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)),
     "synthetic": Settings(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
+    "house": Settings(100, 128, 100, 1e-3, 1e-5, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.3)),
+    "game": Settings(50, 32, 50, 1e-3, 1e-5, ModelConfig((100,), 50, (100,), 10, "cnn", 5, 8, 400, 0.7)),
     "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
 }
 METHODS = ("fedsim", "solo", "top1sim", "avgsim", "featuresim", "exact", "combine")

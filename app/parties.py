@@ -46,16 +46,22 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
     """What the linkage service computes from both parties' identifiers."""
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.method == "combine":
-            if not ds.true_match:
-                raise ValueError(f"method 'combine' needs the true alignment, which dataset {ds.name!r} does not "
-                                 "have (synthetic sets only)")
+            if not ds.true_match or any((r < 0).any() for r in ds.true_match.values()):
+                raise ValueError(f"method 'combine' needs the true alignment of every record, which dataset "
+                                 f"{ds.name!r} does not have (synthetic sets only)")
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             return link_known(ds.true_match, sizes, seed=cfg.seed, job_id=f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}")
+        metric = metric_of(ds)
         if cfg.method == "exact":
             return link_exact(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
-                              seed=cfg.seed, train_rows=ds.split.train)
+                              seed=cfg.seed, train_rows=ds.split.train, metric=metric)
         return link(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
-                    k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train)
+                    k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train, metric=metric)
+
+
+def metric_of(ds: VFLDataset) -> str:
+    """Numbers are linked by Euclidean distance, strings by edit distance."""
+    return "edit" if ds.primary.id_kind == "string" else "euclidean"
 
 
 def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:

@@ -64,6 +64,9 @@ def load_dataset(name: str, data_dir: str | Path | None = None, options: Dataset
 
 def _import_loaders() -> None:
     # Loaders register themselves on import.
+    import datasets.csv_parties  # noqa: F401
     import datasets.frog  # noqa: F401
+    import datasets.game  # noqa: F401
     import datasets.hdb  # noqa: F401
+    import datasets.house  # noqa: F401
     import datasets.synthetic  # noqa: F401

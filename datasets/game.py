@@ -1,0 +1,80 @@
+"""Steam games (labels) <- title, edit distance -> How-Long-To-Beat (play times, review score).
+
+Primary "steam" (27,075 games): label = more than 20,000 owners (owners != "0-20000", 31%
+positive). Features: price, required age, English, achievements, release year, platforms and
+the 20 most common genres / categories as multi-hot. Steam's ratings and play-time columns are
+left out: they are near-proxies of the owner count (../shared/docs/datasets-notes.md).
+Secondary "hltb" (60,409 titles): review score, main story / extras / completionist hours
+("23h 17m" parsed), release year. Identifiers: the title (edit distance after normalisation).
+steam_app_id gives the true link for 69% of Steam games (true_match, evaluation only).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from datasets.base import VFLDataset, split_primary
+from datasets.registry import DatasetOptions, find_data_dir, register
+from datasets.tables import party_table, require_columns
+
+_H = re.compile(r"(?:(\d+)h)?\s*(?:(\d+)m)?")
+
+
+def hours(text) -> float:
+    """'23h 17m' -> 23.28; missing or unparsable -> NaN (mean-imputed later)."""
+    if not isinstance(text, str) or not text.strip():
+        return float("nan")
+    m = _H.fullmatch(text.strip())
+    if not m or not any(m.groups()):
+        return float("nan")
+    return float(m.group(1) or 0) + float(m.group(2) or 0) / 60.0
+
+
+def multi_hot(col: pd.Series, prefix: str, top: int = 20) -> pd.DataFrame:
+    items = col.fillna("").str.split(";")
+    counts = pd.Series([t for row in items for t in row if t]).value_counts()
+    keep = list(counts.index[:top])
+    return pd.DataFrame({f"{prefix}_{t}": items.map(lambda row, t=t: float(t in row)) for t in keep})
+
+
+@register("game")
+def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
+    from linkage_server.strings import normalize_strings
+
+    folder = find_data_dir("game", data_dir)
+    steam = pd.read_csv(folder / "steam.csv.gz")
+    hltb = pd.read_csv(folder / "hltb.csv.gz")
+    require_columns(steam, ["appid", "name", "owners", "price", "release_date", "platforms", "genres", "categories"],
+                    "game steam.csv.gz")
+    require_columns(hltb, ["Name", "Review_score", "steam_app_id", "main_story", "extras", "completionist"],
+                    "game hltb.csv.gz")
+    if opts.n_rows:
+        steam = steam.sample(n=min(opts.n_rows, len(steam)), random_state=opts.seed).reset_index(drop=True)
+    steam["title"] = normalize_strings(steam["name"].astype(str).tolist())
+    steam["year"] = pd.to_datetime(steam["release_date"], errors="coerce").dt.year
+    for p in ("windows", "mac", "linux"):
+        steam[f"on_{p}"] = steam["platforms"].fillna("").str.contains(p).astype(float)
+    hot = pd.concat([multi_hot(steam["genres"], "genre"), multi_hot(steam["categories"], "cat")], axis=1)
+    steam = pd.concat([steam, hot], axis=1)
+    split = split_primary(len(steam), opts.seed)
+    primary = party_table("steam", steam, id_cols=["title"], id_kind="string", fit_rows=split.train,
+                          numeric_cols=["price", "required_age", "english", "achievements", "year", "on_windows",
+                                        "on_mac", "on_linux", *hot.columns])
+    hltb["title"] = normalize_strings(hltb["Name"].astype(str).tolist())
+    for col in ("main_story", "extras", "completionist"):
+        hltb[f"{col}_h"] = hltb[col].map(hours)
+    hltb["year"] = pd.to_datetime(hltb.get("Release_date"), errors="coerce").dt.year
+    secondary = party_table("hltb", hltb, id_cols=["title"], id_kind="string",
+                            numeric_cols=["Review_score", "main_story_h", "extras_h", "completionist_h", "year"])
+    row_of_app = {}
+    for j, app in enumerate(hltb["steam_app_id"].to_numpy()):
+        if np.isfinite(app):
+            row_of_app.setdefault(int(app), j)
+    true_row = np.array([row_of_app.get(int(a), -1) for a in steam["appid"]], dtype=np.int64)
+    return VFLDataset(name="game", task="binary", primary=primary,
+                      labels=(steam["owners"] != "0-20000").to_numpy().astype(np.int64), secondaries={"hltb": secondary},
+                      split=split, n_classes=2, label_name="owners > 20,000", true_match={"hltb": true_row})
