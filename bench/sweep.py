@@ -164,6 +164,40 @@ def plots(root: Path, sweep: dict) -> list[Path]:
     return out
 
 
+def param_plot(root: Path, sweep: dict, rows: list[dict]) -> list[Path]:
+    """A sweep with `x = "<run-config key>"` (e.g. k, tau): test metric vs that value, per dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key, out = sweep.get("x"), []
+    if not key:
+        return out
+    for dataset in sweep["datasets"]:
+        pts = []
+        for variant, values in sweep["variants"].items():
+            t = [r["test"] for r in rows if r["dataset"] == dataset and r["variant"] == variant]
+            if t and key in values:
+                pts.append((values[key], statistics.fmean(t), statistics.stdev(t) if len(t) > 1 else 0.0))
+        if not pts:
+            continue
+        pts.sort()
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3)
+        ax.set_xlabel(key)
+        ax.set_ylabel(f"test {rows[0]['metric']}")
+        ax.set_title(f"{dataset}: test {rows[0]['metric']} vs {key}")
+        if key == "tau":
+            ax.set_xscale("log")
+        path = root / f"{dataset}-vs-{key}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        out.append(path)
+    return out
+
+
 def weight_curve(state: dict) -> tuple[list[float], list[float]]:
     import torch
 
@@ -178,15 +212,11 @@ def weight_curve(state: dict) -> tuple[list[float], list[float]]:
     return s.tolist(), w.tolist()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sweep", type=Path)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--engine", choices=["inprocess", "flower"], default="inprocess")
-    ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
-    args = ap.parse_args()
-    sweep = load_sweep(args.sweep, args.quick)
-    root = args.root / sweep["name"]
+def run_sweep(path: Path, quick: bool = False, engine: str = "inprocess", root: Path | None = None,
+              log=print) -> tuple[str, list[Path]]:
+    """Run (or resume) a sweep; returns its markdown table and plot files."""
+    sweep = load_sweep(path, quick)
+    root = (root or REPO / "runs" / "sweeps") / sweep["name"]
     t0 = time.perf_counter()
     failures: list[str] = []
     for dataset in sweep["datasets"]:
@@ -197,24 +227,33 @@ def main() -> None:
                     continue
                 values = run_values(sweep, dataset, variant, seed)
                 try:
-                    s = run_one(values, out, args.engine)
+                    s = run_one(values, out, engine)
                 except Exception as e:  # one bad run does not stop the sweep; it is reported and not tabulated
                     failures.append(f"{dataset} {variant} seed {seed}: {type(e).__name__}: {e}")
-                    print(f"FAILED {failures[-1]}", flush=True)
+                    log(f"FAILED {failures[-1]}")
                     continue
                 metric, _ = key_metric(s)
-                print(f"{dataset} {variant} seed {seed}: test {metric} {s['test'][metric]:.4f} "
-                      f"(best epoch {s['best_epoch']})", flush=True)
+                log(f"{dataset} {variant} seed {seed}: test {metric} {s['test'][metric]:.4f} (best epoch {s['best_epoch']})")
     rows = tabulate(root, sweep)
-    command = f"python -m bench.sweep {args.sweep.relative_to(REPO) if args.sweep.is_absolute() else args.sweep}" + (
-        " --quick" if args.quick else "") + (" --engine flower" if args.engine == "flower" else "")
-    md = markdown(rows, sweep, command, args.engine, time.perf_counter() - t0)
+    shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
+    command = f"python -m bench.sweep {shown}" + (" --quick" if quick else "") + (
+        " --engine flower" if engine == "flower" else "")
+    md = markdown(rows, sweep, command, engine, time.perf_counter() - t0)
     if failures:
         md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
     (root / "results.md").write_text(md)
-    for p in plots(root, sweep):
-        md += f"\n![{p.stem}]({p})\n"
-    print(md)
+    return md, plots(root, sweep) + param_plot(root, sweep, rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", type=Path)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--engine", choices=["inprocess", "flower"], default="inprocess")
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
+    args = ap.parse_args()
+    md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root, log=lambda m: print(m, flush=True))
+    print(md + "".join(f"\n![{p.stem}]({p})\n" for p in pngs))
 
 
 if __name__ == "__main__":
