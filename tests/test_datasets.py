@@ -59,7 +59,7 @@ def test_frog_is_split_like_the_paper():
 
 
 def test_unknown_dataset_is_named():
-    with pytest.raises(DatasetError, match=r"unknown dataset 'nope'; known datasets: \['frog', 'hdb', 'synthetic'\]"):
+    with pytest.raises(DatasetError, match=r"unknown dataset 'nope'; known datasets: \['csv', 'frog', 'game', 'hdb', 'house', 'synthetic'\]"):
         load_dataset("nope")
 
 
