@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.common import REPO, git_rev, machine
 from bench.sweep import run_sweep
 
-SWEEPS = ["baselines", "real", "k", "tau"]
+SWEEPS = ["baselines", "hdb_full", "real", "k", "tau"]
 
 
 def main() -> None:
