@@ -9,7 +9,6 @@ runs it, fetches both results, restarts the service and fetches again; stops wha
 from __future__ import annotations
 
 import argparse
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +18,9 @@ import numpy as np
 from bench.common import git_rev, machine
 from bench.linkage import inputs
 from linkage_server.client import LinkageClient, create_job
-from tests.test_service import ADMIN, service
+from linkage_server.local import free_port, local_service
+
+ADMIN = "bench-admin-token-0123456789"
 
 
 def main() -> None:
@@ -30,14 +31,12 @@ def main() -> None:
     metric = {"house": "euclidean", "game": "edit", "hamming": "hamming"}[args.case]
     query, base = inputs(args.case, args.scale)
     query, base = np.asarray(query), np.asarray(base)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     print(f"# bench.linkage_service  {machine()}  git {git_rev()}  {args.case} {len(query):,} x {len(base):,} K=100")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         t = {}
-        with service(tmp / "svc", port) as url:
+        with local_service(tmp / "svc", port, ADMIN) as url:
             made = create_job(url, ADMIN, "p", ["s"])
             p = LinkageClient(url, made["job"], "p", made["secrets"]["p"])
             s = LinkageClient(url, made["job"], "s", made["secrets"]["s"])
@@ -56,7 +55,7 @@ def main() -> None:
             s.fetch(tmp / "out")
             t["fetch both"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        with service(tmp / "svc", port) as url:
+        with local_service(tmp / "svc", port, ADMIN) as url:
             t["restart"] = time.perf_counter() - t0
             LinkageClient(url, made["job"], "p", made["secrets"]["p"]).fetch(tmp / "again")
         same = (tmp / "again" / "primary.npz").read_bytes() == (tmp / "out" / "primary.npz").read_bytes()

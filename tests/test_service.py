@@ -7,18 +7,14 @@ wrong secrets, other parties' results and bad uploads; the result equals the in-
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from linkage_server.client import LinkageClient, ServiceError, create_job
 from linkage_server.jobs import JobParams, JobStore
+from linkage_server.local import free_port, local_service
 from linkage_server.pipeline import link
 from linkage_server.store import load_primary, load_secondary
 from linkage_server.uploads import to_npy
@@ -26,39 +22,10 @@ from linkage_server.uploads import to_npy
 ADMIN = "admin-token-for-tests-0123456789"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def service(data_dir: Path, port: int, *extra: str):
-    token = data_dir.parent / "admin.token"
-    token.write_text(ADMIN)
-    proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
-                             str(port), "--data-dir", str(data_dir), "--admin-token-file", str(token), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).is_success:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"service did not start:\n{proc.stdout.read() if proc.poll() is not None else ''}")
-            time.sleep(0.1)
+    with local_service(data_dir, port, ADMIN, *extra) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def planted(m=300, n=120, seed=0):

@@ -1,0 +1,48 @@
+"""Start and stop a linkage service process on 127.0.0.1 (tests, benchmarks, local runs)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_service(data_dir: Path, port: int, admin_token: str, *extra: str, timeout: float = 60.0):
+    """`python -m linkage_server serve` on 127.0.0.1:port; yields its URL; stops it on exit."""
+    token = Path(data_dir).parent / "admin.token"
+    token.write_text(admin_token)
+    proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
+                             str(port), "--data-dir", str(data_dir), "--admin-token-file", str(token), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).is_success:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"service did not start:\n{proc.stdout.read() if proc.poll() is not None else ''}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
