@@ -9,6 +9,7 @@ from typing import Callable
 import httpx
 import numpy as np
 
+from linkage_server.store import write_atomic
 from linkage_server.uploads import to_npy
 
 
@@ -91,9 +92,6 @@ class LinkageClient:
         st = self.status()
         r = _check(self._http.get(f"/jobs/{self.job}/parties/{self.party}/result"))
         name = "primary.npz" if self.party == st["primary"] else f"secondary-{self.party}.npz"
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / (name + ".part")
-        tmp.write_bytes(r.content)
-        tmp.replace(folder / name)
-        return folder / name
+        path = Path(folder) / name
+        write_atomic(path, r.content)
+        return path

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from linkage_server.pipeline import METRICS, LinkageError, check_identifiers, release, search
-from linkage_server.store import primary_bytes, secondary_bytes
+from linkage_server.store import primary_bytes, secondary_bytes, write_atomic
 from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -82,13 +82,6 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{threading.get_ident()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 class JobStore:
     """Jobs under one data folder; thread-safe; the only code that touches the files."""
 
@@ -111,7 +104,7 @@ class JobStore:
         return json.loads(path.read_text())
 
     def _save(self, meta: dict) -> None:
-        _write_atomic(self._dir(meta["job"]) / "job.json", json.dumps(meta, indent=1).encode())
+        write_atomic(self._dir(meta["job"]) / "job.json", json.dumps(meta, indent=1).encode())
 
     def _update(self, job: str, **changes) -> dict:
         with self._lock:
@@ -174,7 +167,7 @@ class JobStore:
             summary = validate(arr, max_rows=self.max_rows)
             if meta["duplicates"] == "refuse" and summary.duplicates:
                 raise UploadError(f"{summary.duplicates} duplicate identifier(s), and this job refuses duplicates")
-            _write_atomic(self._dir(job) / "uploads" / f"{party}.npy", data)
+            write_atomic(self._dir(job) / "uploads" / f"{party}.npy", data)
             meta["uploads"][party] = summary.as_dict()
             self._save(meta)
             return summary.as_dict()
@@ -184,7 +177,7 @@ class JobStore:
             raise JobError(403, "only the primary party sends training rows")
         if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) == 0:
             raise UploadError(f"training rows must be a non-empty 1-D integer array; got {arr.dtype} {arr.shape}")
-        _write_atomic(self._dir(meta["job"]) / "uploads" / f"{party}.train.npy", to_npy(arr))
+        write_atomic(self._dir(meta["job"]) / "uploads" / f"{party}.train.npy", to_npy(arr))
         meta["train_rows"] = int(len(arr))
         self._save(meta)
         return {"train_rows": int(len(arr))}
@@ -240,7 +233,7 @@ class JobStore:
                     path = folder / "work" / party / f"{lo}-{hi}.npz"
                     if not path.exists():
                         dist, idx = search(query[lo:hi], base, metric=params.metric, k=pool, party=party)
-                        _write_atomic(path, _npz(dist=dist, idx=idx))
+                        write_atomic(path, _npz(dist=dist, idx=idx))
                     with np.load(path) as z:
                         parts.append((z["dist"], z["idx"]))
                     done += 1
@@ -250,9 +243,9 @@ class JobStore:
             t1 = time.perf_counter()
             result = release(neighbours, sizes, k=params.k, tau=params.tau, seed=params.seed, train_rows=train_rows,
                              job_id=job, metric=params.metric)
-            _write_atomic(folder / "results" / "primary.npz", primary_bytes(result.primary))
+            write_atomic(folder / "results" / "primary.npz", primary_bytes(result.primary))
             for party, s in result.secondaries.items():
-                _write_atomic(folder / "results" / f"secondary-{party}.npz", secondary_bytes(s))
+                write_atomic(folder / "results" / f"secondary-{party}.npz", secondary_bytes(s))
             stats = {p: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma_eps1": l.dp_sigma}
                      for p, l in result.primary.links.items()}
             self._update(job, state="done", stats=stats,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -36,14 +37,16 @@ def secondary_bytes(s: SecondaryLinkage) -> bytes:
 
 def save_job(result: LinkageResult, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    _write(folder / "primary.npz", primary_bytes(result.primary))
+    write_atomic(folder / "primary.npz", primary_bytes(result.primary))
     for party, s in result.secondaries.items():
-        _write(folder / f"secondary-{party}.npz", secondary_bytes(s))
+        write_atomic(folder / f"secondary-{party}.npz", secondary_bytes(s))
     return folder
 
 
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")  # atomic: a crash never leaves half a file
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary name, then rename: a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
     tmp.write_bytes(data)
     tmp.replace(path)
 
