@@ -35,16 +35,21 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None):
         cfg = dataclasses.replace(cfg, steps_per_exchange=steps_per_exchange)
     settings = cfg.resolve()
     ds = load_data(cfg)
-    linkage, job = linkage_job(ds, cfg, settings)
+    linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
     return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
+
+
+def _local_parties(cfg: RunConfig, ds, job) -> dict[str, SecondaryParty]:
+    """The secondaries as in-process objects (none for Solo, which has no linkage job)."""
+    return {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if job is not None else {}
 
 
 def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
     """The federated protocol with in-process secondaries (LocalChannel)."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     strategy = build_strategy(ds, linkage, cfg, settings)
-    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries}
-    records, losses = fit(strategy, LocalChannel(parties), ds.split.train, ds.split.val, ds.split.test, plan,
+    parties = _local_parties(cfg, ds, job)
+    records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val, ds.split.test, plan,
                           lambda rec: None, lambda *a: None)
     return OneProcessRun(np.asarray(losses), strategy.model.state_dict(),
                          {p: s.model.state_dict() for p, s in parties.items()}, sum(r.seconds for r in records))
@@ -84,16 +89,14 @@ def run_experiment(cfg: RunConfig, out: "Path") -> dict:
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = cfg.resolve()
     t0 = time.perf_counter()
-    ds = load_data(cfg)
-    linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
     strategy = build_strategy(ds, linkage, cfg, settings)
-    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if linkage else {}
+    parties = _local_parties(cfg, ds, job)
     with (out / "metrics.jsonl").open("w") as f:
         records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
-                              ds.split.test, train_plan(cfg, settings),
-                              lambda rec: f.write(json.dumps(dataclasses.asdict(rec)) + "\n"), lambda *a: None)
+                              ds.split.test, plan, lambda rec: f.write(json.dumps(dataclasses.asdict(rec)) + "\n"),
+                              lambda *a: None)
     torch.save(strategy.model.state_dict(), out / "primary_model.pt")
     best = best_epoch(records, strategy)
     summary = {"dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k, "tau": cfg.tau,

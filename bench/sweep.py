@@ -118,14 +118,27 @@ def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: 
     return "\n".join(lines)
 
 
-def plots(root: Path, sweep: dict) -> list[Path]:
-    """Validation learning curves per dataset; the weight gate's curve for FedSim variants."""
+def _pyplot():
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plots(root: Path, sweep: dict) -> list[Path]:
+    """Validation learning curves per dataset; the weight gate's curve for FedSim variants."""
     import torch
 
+    plt = _pyplot()
     out = []
     for dataset in sweep["datasets"]:
         fig, (ax, gx) = plt.subplots(1, 2, figsize=(11, 4))
@@ -156,21 +169,13 @@ def plots(root: Path, sweep: dict) -> list[Path]:
         gx.set_title("weight gate")
         if gx.lines:
             gx.legend(fontsize=7)
-        path = root / f"{dataset}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        out.append(path)
+        out.append(_save(plt, fig, root / f"{dataset}.png"))
     return out
 
 
 def param_plot(root: Path, sweep: dict, rows: list[dict]) -> list[Path]:
     """A sweep with `x = "<run-config key>"` (e.g. k, tau): test metric vs that value, per dataset."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     key, out = sweep.get("x"), []
     if not key:
         return out
@@ -190,11 +195,7 @@ def param_plot(root: Path, sweep: dict, rows: list[dict]) -> list[Path]:
         ax.set_title(f"{dataset}: test {rows[0]['metric']} vs {key}")
         if key == "tau":
             ax.set_xscale("log")
-        path = root / f"{dataset}-vs-{key}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        out.append(path)
+        out.append(_save(plt, fig, root / f"{dataset}-vs-{key}.png"))
     return out
 
 

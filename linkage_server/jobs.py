@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import json
 import queue
 import re
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from linkage_server.pipeline import METRICS, LinkageError, check_identifiers, release, search
-from linkage_server.store import primary_bytes, secondary_bytes, write_atomic
+from linkage_server.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
 from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -233,7 +232,7 @@ class JobStore:
                     path = folder / "work" / party / f"{lo}-{hi}.npz"
                     if not path.exists():
                         dist, idx = search(query[lo:hi], base, metric=params.metric, k=pool, party=party)
-                        write_atomic(path, _npz(dist=dist, idx=idx))
+                        write_atomic(path, npz_bytes(dist=dist, idx=idx))
                     with np.load(path) as z:
                         parts.append((z["dist"], z["idx"]))
                     done += 1
@@ -263,12 +262,6 @@ class JobStore:
                                 + (f" ({meta['error']})" if meta.get("error") else ""))
         name = "primary.npz" if party == meta["primary"] else f"secondary-{party}.npz"
         return self._dir(job) / "results" / name
-
-
-def _npz(**arrays) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
 
 
 class Worker:

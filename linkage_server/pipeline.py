@@ -285,12 +285,19 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, seed: int, m
     """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
     for arr in (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids))):
-        arr = np.asarray(arr)
-        h.update(arr.astype(np.float64).tobytes() if arr.dtype.kind in "fiu" and arr.dtype != np.uint8
-                 else "\x1f".join(map(str, arr.ravel())).encode() if arr.dtype.kind in "UO" else arr.tobytes())
+        h.update(_identifier_bytes(np.asarray(arr)))
     tail = f"|{pool}" if pool else ""
     h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{seed}|{metric}{tail}".encode())
     return h.hexdigest()[:16]
+
+
+def _identifier_bytes(arr: np.ndarray) -> bytes:
+    """Numbers as float64 (ids of int and float copies agree), strings joined, bits as they are."""
+    if arr.dtype.kind in "UO":
+        return "\x1f".join(map(str, arr.ravel())).encode()
+    if arr.dtype == np.uint8:
+        return arr.tobytes()
+    return arr.astype(np.float64).tobytes()
 
 
 def search(query, base, *, metric: str, k: int, party: str, progress: Progress | None = None

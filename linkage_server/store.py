@@ -17,6 +17,13 @@ import numpy as np
 from linkage_server.pipeline import LinkageError, LinkageResult, PartyLink, PrimaryLinkage, SecondaryLinkage
 
 
+def npz_bytes(**arrays) -> bytes:
+    """An uncompressed .npz archive in memory."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
 def primary_bytes(p: PrimaryLinkage) -> bytes:
     meta = {"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "parties": sorted(p.links),
             "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma}
@@ -24,15 +31,11 @@ def primary_bytes(p: PrimaryLinkage) -> bytes:
     arrays = {}
     for q, l in p.links.items():
         arrays[f"tokens__{q}"], arrays[f"sims__{q}"] = l.tokens, l.sims
-    buf = io.BytesIO()
-    np.savez(buf, meta=json.dumps(meta), **arrays)
-    return buf.getvalue()
+    return npz_bytes(meta=json.dumps(meta), **arrays)
 
 
 def secondary_bytes(s: SecondaryLinkage) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, row_of_token=s.row_of_token, job_id=s.job_id, party=s.party)
-    return buf.getvalue()
+    return npz_bytes(row_of_token=s.row_of_token, job_id=s.job_id, party=s.party)
 
 
 def save_job(result: LinkageResult, folder: Path) -> Path:
