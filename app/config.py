@@ -53,6 +53,7 @@ METHOD_MODEL: dict[str, dict] = {
 }
 ONE_NEIGHBOUR = ("top1sim", "exact", "combine")
 MERGES = ("", "cnn", "mlp", "avg")
+LAYOUTS = ("independent", "chain")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class RunConfig:
     sort_gate: bool = True
     tau: float = 1.0
     linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
+    layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
+    parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
     seed: int = 0
     steps_per_exchange: int = 8
     device: str = "auto"
@@ -111,6 +114,7 @@ class RunConfig:
 
         need(self.method in METHODS, f"run-config 'method' must be one of {METHODS}, got {self.method!r}")
         need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
+        need(self.layout in LAYOUTS, f"run-config 'layout' must be one of {LAYOUTS}, got {self.layout!r}")
         need(self.device in ("auto", "cpu", "cuda"), f"run-config 'device' must be auto, cpu or cuda, got {self.device!r}")
         need(self.dtype in ("float32", "float64"), f"run-config 'dtype' must be float32 or float64, got {self.dtype!r}")
         for key in ("k", "batch_size", "epochs", "n_rows", "max_steps", "bench_floor"):
@@ -156,6 +160,9 @@ class RunConfig:
 
     def torch_dtype(self) -> torch.dtype:
         return torch.float64 if self.dtype == "float64" else torch.float32
+
+    def party_subset(self) -> list[str]:
+        return [p.strip() for p in self.parties.split(",") if p.strip()]
 
     def out_path(self) -> Path:
         return Path(self.out_dir).expanduser().resolve() if self.out_dir else Path.cwd() / "runs"

@@ -18,7 +18,7 @@ from torch import nn
 from app.config import RunConfig, Settings
 from datasets import VFLDataset, load_dataset
 from datasets.registry import DatasetOptions
-from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link, link_exact, link_known
+from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link, link_chain, link_exact, link_known
 from linkage_server.store import load_primary, save_job
 from strategies.fedsim import FedSimStrategy
 from strategies.gates import seed_dropout
@@ -39,7 +39,23 @@ def _load(name: str, data_dir: str, options: DatasetOptions) -> VFLDataset:
 
 
 def load_data(cfg: RunConfig) -> VFLDataset:
-    return _load(cfg.dataset, cfg.data_dir, DatasetOptions(seed=cfg.seed, n_rows=cfg.n_rows, sigma_cf=cfg.sigma_cf))
+    ds = _load(cfg.dataset, cfg.data_dir, DatasetOptions(seed=cfg.seed, n_rows=cfg.n_rows, sigma_cf=cfg.sigma_cf))
+    return with_parties(ds, cfg.party_subset())
+
+
+def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
+    """The dataset restricted to the secondaries named in run-config ``parties`` ("" = all)."""
+    if not subset:
+        return ds
+    unknown = sorted(set(subset) - set(ds.secondaries))
+    if unknown:
+        raise ValueError(f"run-config 'parties' names {unknown}, which dataset {ds.name!r} does not have; "
+                         f"its secondaries: {sorted(ds.secondaries)}")
+    if len(set(subset)) != len(subset):
+        raise ValueError(f"run-config 'parties' names a party twice: {subset}")
+    keep = sorted(subset)
+    return dataclasses.replace(ds, secondaries={p: ds.secondaries[p] for p in keep},
+                               true_match={p: r for p, r in ds.true_match.items() if p in keep})
 
 
 def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
@@ -55,8 +71,12 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
         if cfg.method == "exact":
             return link_exact(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
                               seed=cfg.seed, train_rows=ds.split.train, metric=metric)
-        return link(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
-                    k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train, metric=metric)
+        ids = {p: t.identifiers for p, t in ds.secondaries.items()}
+        if cfg.layout == "chain":
+            return link_chain(ds.primary.identifiers, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, seed=cfg.seed,
+                              train_rows=ds.split.train, metric=metric)
+        return link(ds.primary.identifiers, ids, k=settings.k, tau=cfg.tau, seed=cfg.seed,
+                    train_rows=ds.split.train, metric=metric)
 
 
 def metric_of(ds: VFLDataset) -> str:
@@ -72,7 +92,7 @@ def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[Pri
     only the primary's file is read back, and each secondary reads its own token -> row map."""
     if cfg.linkage_dir:
         folder = Path(cfg.linkage_dir).resolve()
-        linkage = check_linkage(load_primary(folder), ds, settings)
+        linkage = check_linkage(load_primary(folder), ds, settings, cfg.layout)
     else:
         result = run_linkage(ds, cfg, settings)
         folder = cfg.out_path() / "linkage" / result.primary.job_id
@@ -85,19 +105,25 @@ def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:
     """The K neighbours of each record in a seeded random order (the service hands them out
     sorted): without the sort gate the model sees them as the reference's did, unordered."""
     rng = np.random.default_rng([seed, 11])
-    links = {}
-    for p, link in linkage.links.items():
+    links, shared = {}, None
+    for p, link in sorted(linkage.links.items()):
         order = np.argsort(rng.random(link.tokens.shape), axis=1)  # (m, K) a permutation per row
+        if linkage.shared_sims:  # a chain's parties keep their k-th neighbours together
+            order = shared = order if shared is None else shared
         links[p] = dataclasses.replace(link, tokens=np.take_along_axis(link.tokens, order, 1),
                                        sims=np.take_along_axis(link.sims, order, 1))
     return dataclasses.replace(linkage, links=links)
 
 
-def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings) -> PrimaryLinkage:
+def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings,
+                  layout: str = "independent") -> PrimaryLinkage:
     """Refuse a fetched linkage that does not fit this run (other K, rows or parties)."""
     if linkage.k != settings.k:
         raise LinkageError(f"linkage job {linkage.job_id} has K={linkage.k} but this run uses k={settings.k}; "
                            "set run-config k to match")
+    if len(linkage.links) > 1 and linkage.layout != layout:
+        raise LinkageError(f"linkage job {linkage.job_id} is a {linkage.layout!r} linkage of {len(linkage.links)} "
+                           f"parties but this run uses layout={layout!r}; set run-config layout to match")
     if sorted(linkage.links) != sorted(ds.secondaries):
         raise LinkageError(f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
                            f"the dataset has secondaries {sorted(ds.secondaries)}")
@@ -120,8 +146,9 @@ def head_for(ds: VFLDataset) -> TaskHead:
 def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> SimilarityModel:
     head = head_for(ds)
     parties = {} if cfg.method == "solo" else {p: settings.model.cut_dim for p in ds.secondaries}
+    shared = cfg.layout == "chain"
     return build_seeded(party_seed(cfg.seed, "primary"), lambda: SimilarityModel(
-        ds.primary.n_features, parties, settings.k, head.d_out, settings.model, head.squash_pairs))
+        ds.primary.n_features, parties, settings.k, head.d_out, settings.model, head.squash_pairs, shared))
 
 
 def build_secondary_model(d_in: int, party: str, cfg: RunConfig, settings: Settings) -> nn.Module:

@@ -152,7 +152,7 @@ def plots(root: Path, sweep: dict) -> list[Path]:
                 metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
                 curves.append([r["val"][metric] for r in recs])
                 state = torch.load(run / "primary_model.pt", map_location="cpu")
-                if "weight_gate.net.0.weight" in state:
+                if gate_prefix(state):
                     gates.append(weight_curve(state))
             if curves:
                 n = min(map(len, curves))
@@ -199,14 +199,22 @@ def param_plot(root: Path, sweep: dict, rows: list[dict]) -> list[Path]:
     return out
 
 
+def gate_prefix(state: dict) -> str:
+    """Where the (first) weight gate sits in a saved primary model ("" when it has none);
+    models saved before the per-path refactor kept it at the top level."""
+    for key in ("paths.all.weight_gate.", "weight_gate."):
+        if f"{key}net.0.weight" in state:
+            return key
+    return next((k.removesuffix("net.0.weight") for k in sorted(state) if k.endswith("weight_gate.net.0.weight")), "")
+
+
 def weight_curve(state: dict) -> tuple[list[float], list[float]]:
     import torch
 
     from strategies.gates import WeightGate
 
-    gate = WeightGate()
-    gate.load_state_dict({k.removeprefix("weight_gate."): v.float() for k, v in state.items()
-                          if k.startswith("weight_gate.")})
+    gate, prefix = WeightGate(), gate_prefix(state)
+    gate.load_state_dict({k.removeprefix(prefix): v.float() for k, v in state.items() if k.startswith(prefix)})
     s = torch.linspace(-3, 3, 61)
     with torch.no_grad():
         w = gate(s[None, :])[0]

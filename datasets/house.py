@@ -28,6 +28,20 @@ BNB_NUM = ["price", "minimum_nights", "number_of_reviews", "reviews_per_month", 
 
 @register("house")
 def load_house(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
+    return _load(data_dir, opts, {"airbnb": BNB_NUM})
+
+
+# Paper App. F.3: the secondary's features split equally into three parties (same listings,
+# same coordinates), for multi-party runs and every subset of parties.
+HOUSE3_PARTIES = {"airbnb_a": BNB_NUM[0:3], "airbnb_b": BNB_NUM[3:6], "airbnb_c": BNB_NUM[6:9]}
+
+
+@register("house3")
+def load_house3(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
+    return _load(data_dir, opts, HOUSE3_PARTIES, name="house3")
+
+
+def _load(data_dir: Path | None, opts: DatasetOptions, parties: dict[str, list[str]], name: str = "house") -> VFLDataset:
     folder = find_data_dir("house_melbourne", data_dir)
     sales = pd.read_csv(folder / "sales.csv.gz")
     require_columns(sales, ["Price", "Date", "Lattitude", "Longtitude", *SALES_NUM[:-1], *SALES_CAT],
@@ -45,7 +59,8 @@ def load_house(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     bnb = bnb.dropna(subset=["latitude", "longitude"]).reset_index(drop=True)
     for col in BNB_NUM:
         bnb[col] = pd.to_numeric(bnb[col].astype(str).str.replace(r"[^0-9.\-]", "", regex=True), errors="coerce")
-    airbnb = party_table("airbnb", bnb, id_cols=["latitude", "longitude"], id_kind="numeric", numeric_cols=BNB_NUM)
-    return VFLDataset(name="house", task="regression", primary=primary,
+    secondaries = {party: party_table(party, bnb, id_cols=["latitude", "longitude"], id_kind="numeric",
+                                      numeric_cols=cols) for party, cols in parties.items()}
+    return VFLDataset(name=name, task="regression", primary=primary,
                       labels=(sales["Price"].to_numpy(dtype=np.float64) / 1000.0).astype(np.float32),
-                      secondaries={"airbnb": airbnb}, split=split, label_name="price (k AUD)")
+                      secondaries=secondaries, split=split, label_name="price (k AUD)")

@@ -17,6 +17,8 @@ Every random draw comes from a ``numpy.random.Generator`` seeded by the caller.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -60,17 +62,26 @@ class PrimaryLinkage:
     tau: float
     links: dict[str, PartyLink]
     metric: str = "euclidean"
+    # "independent": each secondary linked to the primary on its own (its own tokens and sims);
+    # "chain": paper App. C, the secondaries linked one-to-one among themselves and the primary
+    # linked top-K to that chain, so every party's k-th neighbour shares one similarity.
+    layout: str = "independent"
+
+    @property
+    def shared_sims(self) -> bool:
+        """One similarity per (record, neighbour) for all parties: one party, or a chain."""
+        return len(self.links) == 1 or self.layout == "chain"
 
     @property
     def tokens(self) -> dict[str, np.ndarray]:
         return {p: link.tokens for p, link in self.links.items()}
 
     def _only(self) -> PartyLink:
-        if len(self.links) != 1:
+        if not self.shared_sims:
             raise LinkageError(
                 f"this linkage has {len(self.links)} independently linked secondaries {sorted(self.links)}; "
                 "ask for one party's similarities with .links[party]")
-        return next(iter(self.links.values()))
+        return self.links[min(self.links)]
 
     @property
     def sims(self) -> np.ndarray:
@@ -354,6 +365,34 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, seed: int, tra
         sizes[party] = len(base)
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, metric, pool)
     return release(neighbours, sizes, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job, metric=metric)
+
+
+def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, seed: int,
+               train_rows: np.ndarray | None = None, metric: str = "euclidean", pool: int = 0,
+               job_id: str | None = None) -> LinkageResult:
+    """Paper App. C: link every other secondary one-to-one to the ``anchor`` secondary (each
+    anchor row to its most similar row of that party), then the primary top-K to the anchor.
+
+    All parties share the anchor's tokens and similarities; each party's token -> row map
+    points at the row chained to that anchor row. Parties must have the same identifier kind."""
+    if anchor not in secondary_ids:
+        raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {sorted(secondary_ids)}")
+    base = secondary_ids[anchor]
+    check_identifiers(primary_ids, base, k, anchor, metric)
+    neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, f"{metric}-chain-{anchor}", pool)
+    result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job,
+                     metric=metric)
+    link_a, rows_a = result.primary.links[anchor], result.secondaries[anchor].row_of_token
+    links, secondaries = {anchor: link_a}, {anchor: result.secondaries[anchor]}
+    for party, ids in secondary_ids.items():
+        if party == anchor:
+            continue
+        check_identifiers(base, ids, 1, party, metric)
+        _, match = search(base, ids, metric=metric, k=1, party=party)  # (n_anchor, 1) one-to-one
+        links[party] = link_a
+        secondaries[party] = SecondaryLinkage(job, party, match[:, 0][rows_a])
+    return LinkageResult(dataclasses.replace(result.primary, links=links, layout="chain"), secondaries)
 
 
 def link_exact(primary_ids, secondary_ids: dict, *, seed: int, train_rows: np.ndarray | None = None,

@@ -37,16 +37,21 @@ class FedSimStrategy:
         self.y = y
         self.device, self.dtype = device, dtype
         self.optimizer = make_optimizer(self.model.parameters(), lr, weight_decay)
+        self.sims: dict[str, np.ndarray] = {}  # (m, K) per path of the model
+        if self.parties:
+            self.sims = ({"all": linkage.sims} if model.shared_sims
+                         else {p: linkage.links[p].sims for p in self.parties})
 
     def needs(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Distinct tokens per party that the records ``rows`` are linked to."""
         return {p: np.unique(self.linkage.tokens[p][rows]) for p in self.parties}
 
     def _inputs(self, rows: np.ndarray, tokens: dict[str, np.ndarray]):
-        """Per party the (B, K) index of each pair into ``tokens[p]`` (sorted distinct tokens)."""
+        """Per party the (B, K) index of each pair into ``tokens[p]`` (sorted distinct tokens),
+        and the (B, K) similarities: one shared entry "all", or one per independently linked party."""
         index = {p: torch.as_tensor(np.searchsorted(tokens[p], self.linkage.tokens[p][rows]), device=self.device)
                  for p in self.parties}
-        sims = torch.as_tensor(self.linkage.sims[rows], device=self.device, dtype=self.dtype) if self.parties else None
+        sims = {name: torch.as_tensor(s[rows], device=self.device, dtype=self.dtype) for name, s in self.sims.items()}
         return index, sims
 
     def train_step(self, rows: np.ndarray, tokens: dict[str, np.ndarray],

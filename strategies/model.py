@@ -43,27 +43,19 @@ def build_seeded(seed: int, build):
         return build()
 
 
-class SimilarityModel(nn.Module):
-    """FedSim's primary-side model.
+class PairPath(nn.Module):
+    """Aggregation MLP over (record, neighbour) pairs, then the gates, for the parties whose
+    k-th neighbours share one similarity (one party, or a chain of them; paper App. C).
 
-    The primary's local model runs once per record and is broadcast over its K pairs; a
-    secondary's embedding enters once per distinct record.
-    With no secondary party (Solo) it is local MLP -> aggregation MLP -> output.
-    """
+    Its output is (B, d_out), before the head's activation."""
 
-    def __init__(self, d_primary: int, secondary_cuts: dict[str, int], k: int, d_out: int, cfg: ModelConfig,
-                 squash_pairs: bool) -> None:
+    def __init__(self, cuts: dict[str, int], k: int, d_out: int, cfg: ModelConfig, squash_pairs: bool) -> None:
         super().__init__()
-        self.parties = sorted(secondary_cuts)
         self.cfg = cfg
-        self.local = local_model(d_primary, cfg)
-        d_cat = cfg.cut_dim + sum(secondary_cuts.values())
-        if not self.parties:
-            self.agg = mlp(d_cat, cfg.agg_hidden, d_out)
-            return
+        self.cuts = cuts  # "primary" first, then the path's parties
+        self.parties = [p for p in cuts if p != "primary"]
         r = d_out if cfg.merge == "avg" else cfg.r  # averaging merges the pairs' outputs themselves
-        self.cuts = {"primary": cfg.cut_dim, **{p: secondary_cuts[p] for p in self.parties}}
-        self.agg = mlp(d_cat, cfg.agg_hidden, r)
+        self.agg = mlp(sum(cuts.values()), cfg.agg_hidden, r)
         # sigmoid on pair outputs for binary/regression before a learned merge, as the reference;
         # the weighted average merges raw outputs, so the model's output stays pre-activation
         self.squash_pairs = squash_pairs and cfg.merge != "avg"
@@ -77,13 +69,9 @@ class SimilarityModel(nn.Module):
         else:
             self.merge = None
 
-    def forward(self, x: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                sims: torch.Tensor | None) -> torch.Tensor:
-        """x (B, d_P); emb[p] (U_p, c) one row per distinct secondary record; index[p] (B, K)
-        into emb[p]; sims (B, K). Returns (B, d_out)."""
-        h = self.local(x)  # (B, c_P)
-        if not self.parties:
-            return self.agg(h)
+    def forward(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                sims: torch.Tensor) -> torch.Tensor:
+        """h (B, c_P); emb[p] (U_p, c); index[p] (B, K) into emb[p]; sims (B, K) -> (B, d_out)."""
         pairs = self.aggregate(h, emb, index, sims)  # (B, K, r)
         if self.squash_pairs:
             pairs = torch.sigmoid(pairs)
@@ -112,3 +100,46 @@ class SimilarityModel(nn.Module):
         if self.sim_weight is not None:
             z = z + sims.unsqueeze(-1) * self.sim_weight  # (B, K, h1)
         return rest(z)  # (B, K, r)
+
+
+class SimilarityModel(nn.Module):
+    """FedSim's primary-side model.
+
+    The primary's local model runs once per record and is broadcast over its K pairs; a
+    secondary's embedding enters once per distinct record.
+    With no secondary party (Solo) it is local MLP -> aggregation MLP -> output. Parties that
+    share similarities (one party, or an App. C chain) go through one :class:`PairPath`.
+    Independently linked parties each get their own path (own weight / sort / merge gates),
+    and a linear layer merges the paths' outputs.
+    """
+
+    def __init__(self, d_primary: int, secondary_cuts: dict[str, int], k: int, d_out: int, cfg: ModelConfig,
+                 squash_pairs: bool, shared_sims: bool = True) -> None:
+        super().__init__()
+        self.parties = sorted(secondary_cuts)
+        self.cfg = cfg
+        self.shared_sims = shared_sims or len(self.parties) <= 1
+        self.local = local_model(d_primary, cfg)
+        if not self.parties:
+            self.agg = mlp(cfg.cut_dim, cfg.agg_hidden, d_out)
+            return
+        if self.shared_sims:
+            cuts = {"primary": cfg.cut_dim, **{p: secondary_cuts[p] for p in self.parties}}
+            self.paths = nn.ModuleDict({"all": PairPath(cuts, k, d_out, cfg, squash_pairs)})
+            return
+        self.paths = nn.ModuleDict({p: PairPath({"primary": cfg.cut_dim, p: secondary_cuts[p]}, k, d_out, cfg,
+                                                squash_pairs) for p in self.parties})
+        self.combine = nn.Linear(len(self.parties) * d_out, d_out)
+
+    def forward(self, x: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                sims: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """x (B, d_P); emb[p] (U_p, c) one row per distinct secondary record; index[p] (B, K)
+        into emb[p]; sims[p] (B, K) (one shared entry "all" when similarities are shared).
+        Returns (B, d_out)."""
+        h = self.local(x)  # (B, c_P)
+        if not self.parties:
+            return self.agg(h)
+        if self.shared_sims:
+            return self.paths["all"](h, emb, index, sims["all"])
+        outs = [self.paths[p](h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties]  # P x (B, d_out)
+        return self.combine(torch.cat(outs, dim=1))

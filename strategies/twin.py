@@ -50,7 +50,11 @@ def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndar
                     live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
                     pairs[p] = stale[p][r.flatten()] + (live - live.detach())
                     index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
-                sims = torch.as_tensor(linkage.sims[rows], device=device, dtype=dtype) if secondary_models else None
+                sims = None
+                if secondary_models:
+                    per_path = {"all": linkage.sims} if model.shared_sims else {
+                        p: linkage.links[p].sims for p in secondary_models}
+                    sims = {k: torch.as_tensor(s[rows], device=device, dtype=dtype) for k, s in per_path.items()}
                 out = model(xt[rows], pairs, index, sims)
                 loss = head.loss(out, head.target(y[rows], device, dtype))
                 for opt in optimizers:

@@ -38,7 +38,7 @@ def test_baselines_change_only_what_they_claim():
 def test_featuresim_learns_from_the_similarity(tmp_path):
     cfg = RunConfig(**BASE, k=6, method="featuresim", out_dir=str(tmp_path))
     run = run_in_process(cfg)
-    assert float(run.primary["sim_weight"].abs().sum()) > 0  # started at zero, moved by the gradient
+    assert float(run.primary["paths.all.sim_weight"].abs().sum()) > 0  # started at zero, moved by the gradient
 
 
 def test_exact_links_copies_and_imputes_the_rest():

@@ -17,6 +17,10 @@ CASES = {
     "frog-multiclass": dict(dataset="frog", n_rows=1500, k=15, batch_size=32),
     "hdb-mlp-merge-no-gates": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, merge="mlp",
                                    weight_gate=False, sort_gate=False),
+    # three secondaries: each linked on its own (a weight/sort/merge path per party), and the
+    # paper's App. C chain (one-to-one among the secondaries, top-K to the chain)
+    "house3-independent-paths": dict(dataset="house3", n_rows=800, k=6, batch_size=32),
+    "house3-chain-no-sort": dict(dataset="house3", n_rows=800, k=6, batch_size=32, layout="chain", sort_gate=False),
 }
 
 

@@ -192,3 +192,36 @@ def test_recall_and_the_improvement_estimate_by_hand():
     # Top1Sim: (1 - s1) + s2 + s3 = [0.5, 1.0]; AvgSim over all 3: sum(1 - s) = [1.5, 1.0]
     assert improvement_delta(sims, 1) == pytest.approx(0.75)
     assert improvement_delta(sims, 3) == pytest.approx(1.25)
+
+
+def test_chain_links_the_secondaries_one_to_one_then_the_primary_top_k(tmp_path):
+    """Paper App. C: b holds a's entities in another order; the chain maps each token to the
+    same entity in both parties, and all parties share the anchor's similarities."""
+    from linkage_server.pipeline import link_chain
+    from linkage_server.store import load_primary, save_job
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(50, 2))
+    perm_b = rng.permutation(50)  # b's row r holds entity perm_b[r]
+    query = base[:20] + rng.normal(scale=1e-3, size=(20, 2))
+    res = link_chain(query, {"a": base, "b": base[perm_b] + 1e-9}, anchor="a", k=3, tau=1.0, seed=0,
+                     train_rows=np.arange(20))
+    pa, pb = res.primary.links["a"], res.primary.links["b"]
+    assert res.primary.layout == "chain" and res.primary.shared_sims
+    assert np.array_equal(pa.tokens, pb.tokens) and np.array_equal(pa.sims, pb.sims)
+    rows_a = res.secondaries["a"].row_of_token[pa.tokens]  # (20, 3)
+    rows_b = res.secondaries["b"].row_of_token[pb.tokens]
+    np.testing.assert_array_equal(perm_b[rows_b], rows_a)
+    np.testing.assert_array_equal(rows_a[:, 0], np.arange(20))  # top-1 is the planted copy
+    assert load_primary(save_job(res, tmp_path)).layout == "chain"
+    with pytest.raises(LinkageError, match="anchor 'c'"):
+        link_chain(query, {"a": base}, anchor="c", k=3, tau=1.0, seed=0)
+
+
+def test_independent_parties_do_not_share_similarities():
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(40, 2))
+    res = link(base[:10], {"a": base, "b": base[::-1].copy()}, k=3, tau=1.0, seed=0)
+    assert res.primary.layout == "independent" and not res.primary.shared_sims
+    with pytest.raises(LinkageError, match="independently linked"):
+        res.primary.sims

@@ -38,7 +38,8 @@ def test_factored_aggregation_equals_the_mlp_on_concatenated_pairs():
     emb = torch.randn(5, 7)  # (U, c_S)
     index = torch.tensor([[0, 1, 1, 4], [3, 3, 2, 0]])  # (B, K)
     cat = torch.cat([h.unsqueeze(1).expand(2, 4, 6), emb[index]], dim=-1)  # (B, K, 13)
-    torch.testing.assert_close(model.aggregate(h, {"s": emb}, {"s": index}), model.agg(cat), rtol=1e-5, atol=1e-6)
+    path = model.paths["all"]
+    torch.testing.assert_close(path.aggregate(h, {"s": emb}, {"s": index}), path.agg(cat), rtol=1e-5, atol=1e-6)
 
 
 def test_seeded_model_and_dropout_repeat_without_global_rng():
@@ -50,8 +51,8 @@ def test_seeded_model_and_dropout_repeat_without_global_rng():
     torch.manual_seed(123)
     x, emb, idx, sims = torch.randn(3, 4), {"s": torch.randn(5, 100)}, {"s": torch.randint(0, 5, (3, 6))}, torch.randn(3, 6)
     torch.manual_seed(456)  # global RNG state must not matter
-    out_a = a(x, emb, idx, sims)
-    out_b = b(x, emb, idx, sims)
+    out_a = a(x, emb, idx, {"all": sims})
+    out_b = b(x, emb, idx, {"all": sims})
     torch.testing.assert_close(out_a, out_b)
     with pytest.raises(RuntimeError, match="seed_dropout"):
         SeededDropout(0.5).train()(torch.ones(2))
@@ -80,8 +81,8 @@ def test_binary_output_is_a_logit_that_can_predict_both_classes(merge):
     emb, idx, sims = {"s": torch.randn(10, 4, generator=g)}, {"s": torch.randint(0, 10, (64, 5), generator=g)}, torch.randn(64, 5, generator=g)
     for _ in range(150):
         opt.zero_grad()
-        head.loss(model(x, emb, idx, sims), y).backward()
+        head.loss(model(x, emb, idx, {"all": sims}), y).backward()
         opt.step()
     with torch.no_grad():
-        pred = head.predict(model(x, emb, idx, sims))
+        pred = head.predict(model(x, emb, idx, {"all": sims}))
     assert ((pred > 0.5) == (y == 1).numpy()).mean() > 0.9
