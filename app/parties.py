@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from app.config import RunConfig, Settings
 from datasets import VFLDataset, load_dataset
 from datasets.registry import DatasetOptions
 from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link, link_chain, link_exact, link_known
-from linkage_server.store import load_primary, save_job
+from linkage_server.store import load_primary, save_job, write_atomic
 from strategies.fedsim import FedSimStrategy
 from strategies.gates import seed_dropout
 from strategies.heads import TaskHead
@@ -165,11 +168,26 @@ def build_strategy(ds: VFLDataset, linkage: PrimaryLinkage | None, cfg: RunConfi
     return strategy
 
 
-def secondary_features(cfg: RunConfig, party: str) -> np.ndarray:
+def secondary_features(cfg: RunConfig, party: str, cache_dir: str = "") -> np.ndarray:
+    """A secondary's feature matrix. A deployed SuperNode runs every message in a fresh process;
+    with a ``cache_dir`` (node config "cache-dir") it parses its CSVs once and later messages
+    memory-map the saved matrix."""
+    path = None
+    if cache_dir:
+        key = hashlib.sha256(json.dumps([cfg.dataset, cfg.data_dir, cfg.n_rows, cfg.seed, cfg.sigma_cf, party])
+                             .encode()).hexdigest()[:16]
+        path = Path(cache_dir) / f"features-{party}-{key}.npy"
+        if path.exists():
+            return np.load(path, mmap_mode="r")
     ds = load_data(cfg)
     if party not in ds.secondaries:
         raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {sorted(ds.secondaries)}")
-    return ds.secondaries[party].features
+    features = ds.secondaries[party].features
+    if path is not None:
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(features))
+        write_atomic(path, buf.getvalue())
+    return features
 
 
 def simulation_party(cfg: RunConfig, partition_id: int) -> str:

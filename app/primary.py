@@ -49,8 +49,8 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
         t0 = time.perf_counter()
         linkage, job_dir = linkage_job(ds, cfg, settings)
         link_seconds = time.perf_counter() - t0
-        log(INFO, "[primary] linkage job %s: K=%d tau=%g sigma=%.4g in %.2f s", linkage.job_id, linkage.k,
-            linkage.tau, linkage.sigma, link_seconds)
+        log(INFO, "[primary] linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s", linkage.job_id, linkage.layout,
+            linkage.k, linkage.tau, {p: round(l.sigma, 4) for p, l in linkage.links.items()}, link_seconds)
         nodes = handshake(grid, sorted(ds.secondaries), str(job_dir), cfg.node_timeout)
         log(INFO, "[primary] parties: %s", nodes)
         channel = FlowerChannel(grid, nodes, cfg.node_timeout)

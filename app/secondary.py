@@ -33,12 +33,12 @@ def with_imputed_row(features: np.ndarray, n_tokens: int, party: str) -> np.ndar
 
 
 class SecondaryParty:
-    def __init__(self, cfg: RunConfig, party: str, job_dir: str) -> None:
+    def __init__(self, cfg: RunConfig, party: str, job_dir: str, cache_dir: str = "") -> None:
         settings = cfg.resolve()
-        self.party, self.job_dir = party, job_dir
+        self.party, self.job_dir, self.cache_dir = party, job_dir, cache_dir
         self.device, self.dtype = cfg.torch_device(), cfg.torch_dtype()
         self.row_of_token = _row_map(job_dir, party)
-        features = with_imputed_row(secondary_features(cfg, party), len(self.row_of_token), party)
+        features = with_imputed_row(np.array(secondary_features(cfg, party, cache_dir)), len(self.row_of_token), party)
         self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
@@ -75,7 +75,7 @@ class SecondaryParty:
         meta = context.state.config_records.get("party")
         if meta is None:
             raise RuntimeError("this node has not been introduced: the primary must send query.hello first")
-        party = cls(cfg, str(meta["party"]), str(meta["job_dir"]))
+        party = cls(cfg, str(meta["party"]), str(meta["job_dir"]), str(meta.get("cache_dir", "")))
         if "model" in context.state.array_records:
             party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
             load_optimizer_state(party.optimizer, context.state.array_records["optim_arrays"],
@@ -83,7 +83,8 @@ class SecondaryParty:
         return party
 
     def persist(self, context: Context) -> None:
-        context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir})
+        context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir,
+                                                              "cache_dir": self.cache_dir})
         context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
         arrays, scalars = optimizer_state_records(self.optimizer)
         context.state.array_records["optim_arrays"] = arrays  # keys are unique across record types

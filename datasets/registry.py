@@ -37,10 +37,14 @@ def dataset_names() -> list[str]:
 
 
 def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:
-    """The folder holding ``subdir``: the given data dir, $FEDSIM_DATA_DIR, the repo's
+    """The folder holding ``subdir``: the given data dir (only), else $FEDSIM_DATA_DIR, the repo's
     embedded ``data/`` or ``../shared/data`` beside it (repo, then working directory)."""
     repo = Path(__file__).resolve().parents[1]
-    candidates = [Path(data_dir)] if data_dir else []
+    if data_dir:  # an explicit data dir is used or refused, never silently replaced
+        if (Path(data_dir) / subdir).is_dir():
+            return Path(data_dir) / subdir
+        raise DatasetError(f"data folder {subdir!r} not found in data-dir {str(data_dir)!r}")
+    candidates = []
     if os.environ.get("FEDSIM_DATA_DIR"):
         candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]))
     # the repo when run from a checkout; the working directory when run as an installed Flower app
@@ -69,4 +73,5 @@ def _import_loaders() -> None:
     import datasets.game  # noqa: F401
     import datasets.hdb  # noqa: F401
     import datasets.house  # noqa: F401
+    import datasets.overlap  # noqa: F401
     import datasets.synthetic  # noqa: F401

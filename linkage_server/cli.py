@@ -166,7 +166,7 @@ def cmd_link(args) -> None:
         if args.train_rows:
             print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
         if args.start:
-            st = c.start(args.metric, args.k, args.tau, args.seed, args.pool)
+            st = c.start(args.metric, args.k, args.tau, args.seed, args.pool, args.layout, args.anchor)
             print(json.dumps({"state": st["state"]}))
         if args.wait or args.fetch:
             st = c.wait(timeout=args.timeout, on_progress=_progress)
@@ -263,6 +263,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tau", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
+    s.add_argument("--layout", choices=["independent", "chain"], default="independent",
+                   help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
+    s.add_argument("--anchor", default="", help="the chain's anchor secondary ('' = first by name)")
     s.add_argument("--wait", action="store_true")
     s.add_argument("--fetch", help="wait, then download this party's result into this folder")
     s.add_argument("--timeout", type=float, default=3600)

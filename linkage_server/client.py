@@ -62,8 +62,9 @@ class LinkageClient:
         data = to_npy(np.asarray(rows, dtype=np.int64))
         return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data)).json()
 
-    def start(self, metric: str, k: int, tau: float = 1.0, seed: int = 0, pool: int = 0) -> dict:
-        body = {"metric": metric, "k": k, "tau": tau, "seed": seed, "pool": pool}
+    def start(self, metric: str, k: int, tau: float = 1.0, seed: int = 0, pool: int = 0,
+              layout: str = "independent", anchor: str = "") -> dict:
+        body = {"metric": metric, "k": k, "tau": tau, "seed": seed, "pool": pool, "layout": layout, "anchor": anchor}
         return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
 
     def status(self) -> dict:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage_server.pipeline import METRICS, LinkageError, check_identifiers, release, search
+from linkage_server.pipeline import METRICS, LinkageError, chain_to, check_identifiers, release, search
 from linkage_server.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
 from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
 
@@ -52,16 +52,19 @@ class JobParams:
     tau: float = 1.0
     seed: int = 0
     pool: int = 0  # candidates per record before noise; 0 = K (select, then noise)
+    layout: str = "independent"  # or "chain": paper App. C, secondaries linked one-to-one to `anchor`
+    anchor: str = ""  # the chain's anchor secondary; "" = the first by name
 
     @classmethod
     def parse(cls, body: dict) -> "JobParams":
-        known = {"metric", "k", "tau", "seed", "pool"}
+        known = {"metric", "k", "tau", "seed", "pool", "layout", "anchor"}
         unknown = sorted(set(body) - known)
         if unknown:
             raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
         try:
             p = cls(metric=str(body["metric"]), k=int(body["k"]), tau=float(body.get("tau", 1.0)),
-                    seed=int(body.get("seed", 0)), pool=int(body.get("pool", 0)))
+                    seed=int(body.get("seed", 0)), pool=int(body.get("pool", 0)),
+                    layout=str(body.get("layout", "independent")), anchor=str(body.get("anchor", "")))
         except KeyError as e:
             raise JobError(422, f"missing job parameter {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:
@@ -70,6 +73,8 @@ class JobParams:
             raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
         if p.k < 1:
             raise JobError(422, f"k must be >= 1, got {p.k}")
+        if p.layout not in ("independent", "chain"):
+            raise JobError(422, f"layout must be 'independent' or 'chain', got {p.layout!r}")
         if not 0.0 < p.tau <= 1.0:
             raise JobError(422, f"tau must be in (0, 1], got {p.tau}")
         if p.pool and p.pool < p.k:
@@ -223,7 +228,12 @@ class JobStore:
             total = len(chunks) * len(meta["secondaries"])
             done = 0
             neighbours, sizes = {}, {}
-            for party in meta["secondaries"]:
+            anchor = params.anchor or min(meta["secondaries"])
+            if params.layout == "chain" and anchor not in meta["secondaries"]:
+                raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {meta['secondaries']}")
+            searched = [anchor] if params.layout == "chain" else meta["secondaries"]
+            total = len(chunks) * len(searched)
+            for party in searched:
                 base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
                 check_identifiers(query[:1], base, params.k, party, params.metric)
                 pool = min(max(params.pool, params.k), len(base))
@@ -242,6 +252,9 @@ class JobStore:
             t1 = time.perf_counter()
             result = release(neighbours, sizes, k=params.k, tau=params.tau, seed=params.seed, train_rows=train_rows,
                              job_id=job, metric=params.metric)
+            if params.layout == "chain":
+                ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+                result = chain_to(result, anchor, ids.pop(anchor), ids, params.metric)
             write_atomic(folder / "results" / "primary.npz", primary_bytes(result.primary))
             for party, s in result.secondaries.items():
                 write_atomic(folder / "results" / f"secondary-{party}.npz", secondary_bytes(s))

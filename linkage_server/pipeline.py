@@ -383,16 +383,20 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, f"{metric}-chain-{anchor}", pool)
     result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job,
                      metric=metric)
-    link_a, rows_a = result.primary.links[anchor], result.secondaries[anchor].row_of_token
-    links, secondaries = {anchor: link_a}, {anchor: result.secondaries[anchor]}
-    for party, ids in secondary_ids.items():
-        if party == anchor:
-            continue
-        check_identifiers(base, ids, 1, party, metric)
-        _, match = search(base, ids, metric=metric, k=1, party=party)  # (n_anchor, 1) one-to-one
+    return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)
+
+
+def chain_to(anchored: LinkageResult, anchor: str, anchor_ids, others: dict, metric: str) -> LinkageResult:
+    """Extend a released primary -> anchor linkage to the other secondaries: each anchor row is
+    linked one-to-one to its most similar row of every other party, which shares its tokens."""
+    link_a, rows_a = anchored.primary.links[anchor], anchored.secondaries[anchor].row_of_token
+    links, secondaries = {anchor: link_a}, {anchor: anchored.secondaries[anchor]}
+    for party, ids in others.items():
+        check_identifiers(anchor_ids, ids, 1, party, metric)
+        _, match = search(anchor_ids, ids, metric=metric, k=1, party=party)  # (n_anchor, 1) one-to-one
         links[party] = link_a
-        secondaries[party] = SecondaryLinkage(job, party, match[:, 0][rows_a])
-    return LinkageResult(dataclasses.replace(result.primary, links=links, layout="chain"), secondaries)
+        secondaries[party] = SecondaryLinkage(anchored.primary.job_id, party, match[:, 0][rows_a])
+    return LinkageResult(dataclasses.replace(anchored.primary, links=links, layout="chain"), secondaries)
 
 
 def link_exact(primary_ids, secondary_ids: dict, *, seed: int, train_rows: np.ndarray | None = None,

@@ -5,7 +5,7 @@ Endpoints (JSON unless noted; ``Authorization: Bearer <secret>`` on every call):
   GET  /jobs/{job}                           any party of the job -> state, progress, parameters
   PUT  /jobs/{job}/parties/{p}/identifiers   party p, body: one .npy array -> upload summary
   PUT  /jobs/{job}/parties/{p}/train-rows    the primary, body: .npy int array (standardisation rows)
-  POST /jobs/{job}/start                     the primary, {metric, k, tau, seed, pool}
+  POST /jobs/{job}/start                     the primary, {metric, k, tau, seed, pool, layout, anchor}
   GET  /jobs/{job}/parties/{p}/result        party p -> .npz (primary: tokens+similarities;
                                              secondary: its token -> row map)
   GET  /health

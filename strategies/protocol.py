@@ -51,8 +51,10 @@ class EpochRecord:
 
 
 def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
-                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]) -> int:
-    """Run the epoch's steps window by window; returns the number of exchanges."""
+                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]
+                ) -> tuple[int, dict[str, list[GradBlock]]]:
+    """Run the epoch's steps window by window. Returns the number of exchanges and the last
+    window's gradient blocks, which the next exchange (the evaluation's) delivers."""
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
     exchanges = 0
@@ -72,18 +74,33 @@ def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batc
             for p in parties:
                 pending[p].append(grads[p])
             progress(len(step_losses), len(batches), loss)
-    if parties:  # flush the last window's gradients before evaluation
-        channel.step(pending, {p: np.empty(0, dtype=np.int64) for p in parties})
-        exchanges += 1
-    return exchanges
+    return exchanges, pending
 
 
-def evaluate(strategy: FedSimStrategy, channel: SecondaryChannel | None, rows: np.ndarray,
+def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, row_sets: list[np.ndarray],
+                    pending: dict[str, list[GradBlock]], plan: TrainPlan
+                    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+    """Deliver the last gradient blocks and fetch the embeddings every evaluation set needs, all
+    parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
+    carries the blocks). Returns per party (sorted tokens (T,), embeddings (T, c)) and the
+    number of exchanges."""
+    if not strategy.parties:
+        return {}, 0
+    needs = [strategy.needs(rows) for rows in row_sets]
+    tokens = {p: np.unique(np.concatenate([n[p] for n in needs])) for p in strategy.parties}
+    n_chunks = max(1, max(-(-len(t) // plan.eval_chunk) for t in tokens.values()))
+    parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
+    for i in range(n_chunks):
+        chunk = {p: t[i * plan.eval_chunk : (i + 1) * plan.eval_chunk] for p, t in tokens.items()}
+        out = channel.step(pending, chunk)
+        pending = {p: [] for p in tokens}
+        for p in tokens:
+            parts[p].append(out[p])
+    return {p: (tokens[p], np.concatenate(parts[p])) for p in tokens}, n_chunks
+
+
+def evaluate(strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray,
              plan: TrainPlan) -> dict[str, float]:
-    lookup: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for p, tokens in strategy.needs(rows).items():
-        chunks = [channel.embed({p: tokens[i : i + plan.eval_chunk]})[p] for i in range(0, len(tokens), plan.eval_chunk)]
-        lookup[p] = (tokens, np.concatenate(chunks))
     pred = np.concatenate([strategy.predict(rows[i : i + plan.eval_batch], lookup)
                            for i in range(0, len(rows), plan.eval_batch)])
     return strategy.head.metrics(pred, strategy.y[rows])
@@ -104,13 +121,15 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         if plan.max_steps:
             batches = batches[: max(0, plan.max_steps - len(step_losses))]
         n0 = len(step_losses)
-        exchanges = train_epoch(strategy, channel, batches, plan, step_losses, progress)
+        exchanges, pending = train_epoch(strategy, channel, batches, plan, step_losses, progress)
         seconds = time.perf_counter() - t0
         rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
                           len(batches), exchanges, seconds)
         t1 = time.perf_counter()
-        rec.val = evaluate(strategy, channel, val_rows, plan)
-        rec.test = evaluate(strategy, channel, test_rows, plan)
+        lookup, n_eval = eval_embeddings(strategy, channel, [val_rows, test_rows], pending, plan)
+        rec.exchanges += n_eval
+        rec.val = evaluate(strategy, lookup, val_rows, plan)
+        rec.test = evaluate(strategy, lookup, test_rows, plan)
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)

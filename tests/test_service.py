@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from linkage_server.client import LinkageClient, ServiceError, create_job
-from linkage_server.jobs import JobParams, JobStore
+from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
 from linkage_server.pipeline import link
 from linkage_server.store import load_primary, load_secondary
@@ -181,3 +181,30 @@ def test_fedsim_trains_from_the_services_output(tmp_path):
 
     with pytest.raises(Exception, match="has K=.* but this run uses k=7"):
         run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched), k=7))
+
+
+def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
+    """Paper App. C through the job store: secondaries b, c chained one-to-one to anchor a."""
+    from linkage_server.pipeline import link_chain
+
+    query, base = planted(m=120, n=60)
+    rng = np.random.default_rng(5)
+    ids = {"a": base, "b": base[rng.permutation(60)], "c": base[rng.permutation(60)] + 1e-6}
+    store = JobStore(tmp_path, chunk_rows=50)
+    job, _ = store.create("p", sorted(ids))
+    store.upload(job, "p", to_npy(query))
+    for party, x in ids.items():
+        store.upload(job, party, to_npy(x))
+    store.start(job, JobParams("euclidean", 4, seed=2, layout="chain"))
+    store.run(job)
+    assert store.meta(job)["state"] == "done", store.meta(job).get("error")
+    got = load_primary(tmp_path / "jobs" / job / "results")
+    want = link_chain(query, ids, anchor="a", k=4, tau=1.0, seed=2, job_id=job)
+    assert got.layout == "chain"
+    for party in ids:
+        np.testing.assert_array_equal(got.tokens[party], want.primary.tokens[party])
+        np.testing.assert_array_equal(load_secondary(tmp_path / "jobs" / job / "results", party).row_of_token,
+                                      want.secondaries[party].row_of_token)
+    np.testing.assert_array_equal(got.sims, want.primary.sims)
+    with pytest.raises(JobError, match="layout must be"):
+        JobParams.parse({"metric": "euclidean", "k": 3, "layout": "ring"})
