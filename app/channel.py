@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,9 +30,10 @@ class Traffic:
 
 
 class FlowerChannel:
-    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float) -> None:
-        self.grid, self.nodes, self.timeout = grid, nodes, timeout
+    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float, job_id: str = "") -> None:
+        self.grid, self.nodes, self.timeout, self.job_id = grid, nodes, timeout, job_id
         self.traffic = Traffic()
+        self.cursor = {p: 0 for p in nodes}  # gradient blocks each party has applied
 
     def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
         msgs = {p: Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()}
@@ -70,7 +72,10 @@ class FlowerChannel:
         return replies
 
     def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        replies = self._exchange("train.step", {p: messages.step_content(apply[p], embed[p]) for p in embed})
+        replies = self._exchange("train.step", {p: messages.step_content(apply[p], embed[p], self.job_id,
+                                                                         self.cursor[p]) for p in embed})
+        for p in embed:
+            self.cursor[p] += len(apply[p])
         return {p: messages.read_embeddings(c) for p, c in replies.items()}
 
     def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -84,6 +89,23 @@ class FlowerChannel:
         self.traffic.exchanges -= 1
         self.traffic.seconds.pop()
         return time.perf_counter() - t0
+
+    def checkpoint(self, folder: str, epoch: int) -> dict[str, dict]:
+        """Each party saves model, optimiser and cursor for ``epoch`` (to its node config's
+        "checkpoint-dir" if set, else to ``folder``/<party>) and answers the file's digest."""
+        return self._state_exchange("query.checkpoint", folder, epoch)
+
+    def restore(self, folder: str, epoch: int) -> dict[str, dict]:
+        states = self._state_exchange("query.restore", folder, epoch)
+        self.cursor = {p: s["applied"] for p, s in states.items()}
+        return states
+
+    def _state_exchange(self, message_type: str, folder: str, epoch: int) -> dict[str, dict]:
+        run = Path(folder).parent.name  # folder = <run dir>/checkpoint
+        replies = self._exchange(message_type, {p: RecordDict({"state": ConfigRecord(
+            {"folder": f"{folder}/{p}", "run": run, "epoch": epoch})}) for p in self.nodes})
+        return {p: {"digest": str(c.config_records["state"]["digest"]), "applied": int(c.config_records["state"]["applied"])}
+                for p, c in replies.items()}
 
     def finish(self, folder: str) -> None:
         self._exchange("query.finish", {p: RecordDict({"finish": ConfigRecord({"folder": folder})}) for p in self.nodes})

@@ -92,9 +92,10 @@ def stop_superlink(port: int, timeout: float = 10.0) -> int:
     return len(victims)
 
 
-def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0,
-             app_dir: Path = REPO) -> subprocess.CompletedProcess:
-    """``flwr run <app> --stream`` with its own FLWR_HOME and ports; stops its SuperLink after."""
+def start_simulation(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1,
+                     app_dir: Path = REPO) -> tuple[subprocess.Popen, int]:
+    """``flwr run <app> --stream`` in the background with its own FLWR_HOME and ports; returns
+    the process and the port of the SuperLink it starts (pass it to :func:`stop_superlink`)."""
     write_federation(home, num_supernodes)
     port, control = free_port(), free_port()
     bin_dir = str(Path(sys.executable).parent)  # flwr starts `flower-superlink` from PATH
@@ -102,8 +103,20 @@ def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int =
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control)}
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
     cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), port
+
+
+def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0,
+             app_dir: Path = REPO) -> subprocess.CompletedProcess:
+    """``flwr run <app> --stream`` with its own FLWR_HOME and ports; stops its SuperLink after."""
+    proc, port = start_simulation(run_config, home, num_supernodes=num_supernodes, app_dir=app_dir)
     try:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
     finally:
         stop_superlink(port)
 

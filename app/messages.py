@@ -2,25 +2,51 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.fedsim import GradBlock
 
 
-def step_content(apply: list[GradBlock], tokens: np.ndarray) -> RecordDict:
+@dataclass(frozen=True)
+class StepMeta:
+    """What a step message says about itself, so a party can tell it is aligned with the primary:
+    the linkage job its tokens belong to, how many gradient blocks the party must have applied
+    before this one (the cursor), and a digest of the job id, cursor and every token list."""
+
+    job_id: str
+    cursor: int
+    digest: str
+
+
+def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.ndarray) -> str:
+    h = hashlib.sha256(f"{job_id}|{cursor}|{len(apply)}|".encode())
+    for block in apply:
+        h.update(np.ascontiguousarray(block.tokens, dtype=np.int64).tobytes())
+        h.update(b"|")
+    h.update(np.ascontiguousarray(tokens, dtype=np.int64).tobytes())
+    return h.hexdigest()[:32]
+
+
+def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", cursor: int = 0) -> RecordDict:
     arrays = {"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}
     for j, block in enumerate(apply):
         arrays[f"apply_tokens_{j}"] = Array(np.ascontiguousarray(block.tokens, dtype=np.int64))
         arrays[f"apply_grad_{j}"] = Array(np.ascontiguousarray(block.grad))
-    return RecordDict({"step": ArrayRecord(arrays), "meta": ConfigRecord({"n_apply": len(apply)})})
+    meta = {"n_apply": len(apply), "job_id": job_id, "cursor": cursor,
+            "digest": step_digest(job_id, cursor, apply, tokens)}
+    return RecordDict({"step": ArrayRecord(arrays), "meta": ConfigRecord(meta)})
 
 
-def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray]:
+def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
     arrays = content.array_records["step"]
-    n = int(content.config_records["meta"]["n_apply"])
+    meta = content.config_records["meta"]
+    n = int(meta["n_apply"])
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
-    return blocks, arrays["tokens"].numpy()
+    return blocks, arrays["tokens"].numpy(), StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]))
 
 
 def tokens_content(tokens: np.ndarray) -> RecordDict:

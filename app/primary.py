@@ -14,6 +14,7 @@ import torch
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from app import checkpoint
 from app.channel import FlowerChannel, handshake
 from app.config import RunConfig
 from app.parties import build_strategy, linkage_job, load_data, train_plan
@@ -23,6 +24,9 @@ from strategies.protocol import EpochRecord, best_epoch, fit
 def run_dir_for(cfg: RunConfig) -> Path:
     name = cfg.run_name or f"{cfg.dataset}-{cfg.method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder = cfg.out_path() / name
+    if cfg.resume and not (folder / "checkpoint" / checkpoint.MANIFEST).exists():
+        raise checkpoint.CheckpointError(f"run-config resume=true but run {name!r} has no checkpoint at "
+                                         f"{folder / 'checkpoint'}")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -53,7 +57,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
             linkage.k, linkage.tau, {p: round(l.sigma, 4) for p, l in linkage.links.items()}, link_seconds)
         nodes = handshake(grid, sorted(ds.secondaries), str(job_dir), cfg.node_timeout)
         log(INFO, "[primary] parties: %s", nodes)
-        channel = FlowerChannel(grid, nodes, cfg.node_timeout)
+        channel = FlowerChannel(grid, nodes, cfg.node_timeout, linkage.job_id)
 
     floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
     if floor:
@@ -64,7 +68,15 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     log(INFO, "[primary] training %s: K=%d, batch %d, %d epochs, lr %g, S=%d steps per exchange, device %s",
         cfg.method, settings.k, settings.batch_size, settings.epochs, settings.lr, cfg.steps_per_exchange,
         strategy.device)
+    ckpt = out / "checkpoint"
+    job_id = linkage.job_id if linkage else ""
+    done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id) if cfg.resume else None
+    if done:
+        log(INFO, "[primary] resumed from the checkpoint of epoch %d (%d steps done)", len(done[0]) - 1, len(done[1]))
+    after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None
     metrics_file = (out / "metrics.jsonl").open("w")
+    for rec in done[0] if done else []:
+        metrics_file.write(json.dumps(dataclasses.asdict(rec)) + "\n")
     last = {"t": time.perf_counter()}
 
     def on_epoch(rec: EpochRecord) -> None:
@@ -82,7 +94,8 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
             log(INFO, "[primary]   step %d (%d per epoch) loss=%.5f", step, n_steps, loss)
 
     t0 = time.perf_counter()
-    records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress)
+    records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress,
+                               after_epoch, done)
     train_seconds = time.perf_counter() - t0
     metrics_file.close()
 

@@ -4,6 +4,8 @@ messages, answering embedding requests and applying gradient blocks in order."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +14,20 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from app.config import RunConfig
 from app.parties import build_secondary_model, secondary_features
-from linkage_server.store import load_secondary
+from app.messages import StepMeta, step_digest
+from linkage_server.store import load_secondary, write_atomic
 from strategies.fedsim import GradBlock
 from strategies.optim import make_optimizer
 
 
 @functools.lru_cache(maxsize=8)
-def _row_map(job_dir: str, party: str) -> np.ndarray:
-    return load_secondary(Path(job_dir), party).row_of_token
+def _row_map(job_dir: str, party: str) -> tuple[str, np.ndarray]:
+    s = load_secondary(Path(job_dir), party)
+    return s.job_id, s.row_of_token
+
+
+class MisalignedStep(RuntimeError):
+    """A step message that does not fit this party's linkage job or training position."""
 
 
 def with_imputed_row(features: np.ndarray, n_tokens: int, party: str) -> np.ndarray:
@@ -37,7 +45,8 @@ class SecondaryParty:
         settings = cfg.resolve()
         self.party, self.job_dir, self.cache_dir = party, job_dir, cache_dir
         self.device, self.dtype = cfg.torch_device(), cfg.torch_dtype()
-        self.row_of_token = _row_map(job_dir, party)
+        self.job_id, self.row_of_token = _row_map(job_dir, party)
+        self.applied = 0  # gradient blocks applied so far (the step cursor)
         features = with_imputed_row(np.array(secondary_features(cfg, party, cache_dir)), len(self.row_of_token), party)
         self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
@@ -62,6 +71,49 @@ class SecondaryParty:
             self.optimizer.zero_grad(set_to_none=True)
             out.backward(torch.as_tensor(block.grad, device=self.device, dtype=self.dtype))
             self.optimizer.step()
+            self.applied += 1
+
+    def check(self, meta: StepMeta, blocks: list[GradBlock], tokens: np.ndarray) -> None:
+        """Refuse a step that belongs to another linkage job, another training position, or
+        whose token lists are not the ones the primary hashed: never train on wrong rows."""
+        if meta.job_id != self.job_id:
+            raise MisalignedStep(f"party {self.party!r}: step for linkage job {meta.job_id!r}, but this party "
+                                 f"holds job {self.job_id!r}; refusing to train on misaligned rows")
+        if meta.cursor != self.applied:
+            raise MisalignedStep(f"party {self.party!r}: the primary is at step {meta.cursor} but this party has "
+                                 f"applied {self.applied} gradient blocks (a lost message or a restore from another "
+                                 "checkpoint); refusing to continue")
+        if step_digest(meta.job_id, meta.cursor, blocks, tokens) != meta.digest:
+            raise MisalignedStep(f"party {self.party!r}: the step's token lists do not match their digest "
+                                 f"(cursor {meta.cursor}); refusing to train on misaligned rows")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, folder: Path, epoch: int, keep: int = 2) -> str:
+        """Model, optimiser and cursor as ``epoch-<e>.pt`` (atomic); returns its SHA-256, which the
+        primary records in its manifest. Older files beyond the last ``keep`` are removed."""
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "applied": self.applied, "job_id": self.job_id, "epoch": epoch}, buf)
+        data = buf.getvalue()
+        write_atomic(Path(folder) / f"epoch-{epoch}.pt", data)
+        for old in sorted(Path(folder).glob("epoch-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-keep]:
+            old.unlink(missing_ok=True)
+        return hashlib.sha256(data).hexdigest()
+
+    def load_checkpoint(self, folder: Path, epoch: int) -> str:
+        path = Path(folder) / f"epoch-{epoch}.pt"
+        if not path.exists():
+            raise FileNotFoundError(f"party {self.party!r}: no checkpoint for epoch {epoch} at {path}")
+        data = path.read_bytes()
+        state = torch.load(io.BytesIO(data), map_location=self.device)
+        if state["job_id"] != self.job_id:
+            raise MisalignedStep(f"party {self.party!r}: checkpoint {path} is for linkage job {state['job_id']!r}, "
+                                 f"this party holds {self.job_id!r}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.applied = int(state["applied"])
+        return hashlib.sha256(data).hexdigest()
 
     def save(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
@@ -76,6 +128,7 @@ class SecondaryParty:
         if meta is None:
             raise RuntimeError("this node has not been introduced: the primary must send query.hello first")
         party = cls(cfg, str(meta["party"]), str(meta["job_dir"]), str(meta.get("cache_dir", "")))
+        party.applied = int(meta.get("applied", 0))
         if "model" in context.state.array_records:
             party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
             load_optimizer_state(party.optimizer, context.state.array_records["optim_arrays"],
@@ -84,7 +137,7 @@ class SecondaryParty:
 
     def persist(self, context: Context) -> None:
         context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir,
-                                                              "cache_dir": self.cache_dir})
+                                                              "cache_dir": self.cache_dir, "applied": self.applied})
         context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
         arrays, scalars = optimizer_state_records(self.optimizer)
         context.state.array_records["optim_arrays"] = arrays  # keys are unique across record types
@@ -128,3 +181,11 @@ class LocalChannel:
 
     def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {p: self.parties[p].embed(t) for p, t in tokens.items()}
+
+    def checkpoint(self, folder: str, epoch: int) -> dict[str, dict]:
+        return {p: {"digest": s.save_checkpoint(Path(folder) / p, epoch), "applied": s.applied}
+                for p, s in self.parties.items()}
+
+    def restore(self, folder: str, epoch: int) -> dict[str, dict]:
+        return {p: {"digest": s.load_checkpoint(Path(folder) / p, epoch), "applied": s.applied}
+                for p, s in self.parties.items()}

@@ -108,14 +108,21 @@ def evaluate(strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.nd
 
 def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: np.ndarray, val_rows: np.ndarray,
         test_rows: np.ndarray, plan: TrainPlan, on_epoch: Callable[[EpochRecord], None],
-        progress: Callable[[int, int, float], None]) -> tuple[list[EpochRecord], list[float]]:
+        progress: Callable[[int, int, float], None],
+        after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
+        done: tuple[list[EpochRecord], list[float]] | None = None) -> tuple[list[EpochRecord], list[float]]:
     """Train for ``plan.epochs``; every epoch evaluate validation and test.
 
-    The caller picks the best-validation epoch from the records (test is reported there,
-    never selected on)."""
-    records: list[EpochRecord] = []
-    step_losses: list[float] = []
-    for epoch in range(plan.epochs):
+    ``after_epoch`` (e.g. a checkpoint) runs once an epoch is evaluated, when every party has
+    applied all of its gradient blocks. ``done`` = the records and step losses of the epochs a
+    checkpoint already holds: training goes on from the next epoch (the schedule is a function
+    of the seed and the epoch, so it continues exactly). The caller picks the best-validation
+    epoch from the records (test is reported there, never selected on)."""
+    records: list[EpochRecord] = list(done[0]) if done else []
+    step_losses: list[float] = list(done[1]) if done else []
+    if plan.max_steps and len(step_losses) >= plan.max_steps:
+        return records, step_losses
+    for epoch in range(len(records), plan.epochs):
         t0 = time.perf_counter()
         batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
         if plan.max_steps:
@@ -133,6 +140,8 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)
+        if after_epoch:
+            after_epoch(epoch, records, step_losses)
         if plan.max_steps and len(step_losses) >= plan.max_steps:
             break
     return records, step_losses

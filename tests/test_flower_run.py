@@ -50,3 +50,39 @@ def test_flower_run_names_a_bad_input(tmp_path):
     values = dict(dataset="hdb", n_rows=500, k=200, out_dir=str(tmp_path / "out"), run_name="bad")
     proc = simulate(flower_keys(values), tmp_path / "flwr-home", timeout=300)
     assert "K=200 must be between 1 and the size of party 'school' (165 rows)" in proc.stdout + proc.stderr
+
+
+def test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics(tmp_path):
+    """Kill the whole simulation (SuperLink, ServerApp, ClientApps) after epoch 0's checkpoint;
+    `flwr run` with resume=true ends with the metrics of an uninterrupted run (S = 1)."""
+    import time
+
+    from app.localsim import start_simulation, stop_superlink
+
+    base = dict(dataset="hdb", n_rows=1200, k=10, batch_size=128, epochs=3, steps_per_exchange=1,
+                out_dir=str(tmp_path / "out"))
+    whole = simulate(flower_keys(dict(base, run_name="whole")), tmp_path / "home-whole", timeout=500)
+    want = [json.loads(x) for x in (tmp_path / "out" / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert len(want) == 3, whole.stdout[-3000:]
+
+    proc, port = start_simulation(flower_keys(dict(base, run_name="killed")), tmp_path / "home-killed")
+    manifest = tmp_path / "out" / "killed" / "checkpoint" / "checkpoint.json"
+    deadline = time.monotonic() + 400
+    while not manifest.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert manifest.exists(), "no checkpoint was written"
+    stop_superlink(port)  # kills the run mid-training
+    proc.kill()
+    proc.communicate()
+    assert processes_mentioning(str(tmp_path / "home-killed")) == []
+    rows = (tmp_path / "out" / "killed" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) < 3  # it really was interrupted
+
+    again = simulate(flower_keys(dict(base, run_name="killed", resume=True)), tmp_path / "home-resume", timeout=500)
+    assert "resumed from the checkpoint of epoch" in again.stdout, again.stdout[-3000:] + again.stderr[-2000:]
+    got = [json.loads(x) for x in (tmp_path / "out" / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in got] == [0, 1, 2]
+    for a, b in zip(got, want):
+        for split in ("val", "test"):
+            for key in b[split]:
+                assert a[split][key] == pytest.approx(b[split][key], rel=1e-4), (split, key, a, b)

@@ -1,0 +1,117 @@
+"""Checkpoints, resume after a crash, and the per-step alignment check (issue 5)."""
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+
+from app import checkpoint, messages
+from app.config import ConfigError, RunConfig
+from app.inprocess import _local_parties, _setup
+from app.parties import build_strategy
+from app.secondary import LocalChannel, MisalignedStep
+from strategies.fedsim import GradBlock
+from strategies.protocol import fit
+
+CFG = dict(dataset="hdb", n_rows=1200, k=10, batch_size=64, epochs=3, steps_per_exchange=1)  # CNN merge + dropout
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = False):
+    """The federated protocol in one process, checkpointing into ``folder``; optionally crash
+    right after epoch ``crash_after``'s checkpoint, or start from the last checkpoint."""
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
+    strategy = build_strategy(ds, linkage, cfg, settings)
+    channel = LocalChannel(_local_parties(cfg, ds, job))
+    done = checkpoint.resume(folder, strategy, channel, cfg, linkage.job_id) if resume else None
+    save = checkpoint.checkpointer(folder, strategy, channel, cfg, linkage.job_id)
+
+    def after_epoch(epoch, records, losses):
+        save(epoch, records, losses)
+        if epoch == crash_after:
+            raise Crash
+
+    records, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None,
+                          lambda *a: None, after_epoch, done)
+    return records, losses, strategy, channel
+
+
+def test_a_run_resumed_after_a_crash_ends_like_the_uninterrupted_run(tmp_path):
+    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    full, full_losses, _, _ = _run(cfg, tmp_path / "full")
+    with pytest.raises(Crash):
+        _run(cfg, tmp_path / "ckpt", crash_after=0)
+    assert checkpoint.read_manifest(tmp_path / "ckpt").epoch == 0
+    resumed, losses, _, _ = _run(cfg, tmp_path / "ckpt", resume=True)
+    assert [r.epoch for r in resumed] == [0, 1, 2]
+    np.testing.assert_allclose(losses, full_losses, rtol=1e-4, atol=1e-6)
+    for a, b in zip(resumed, full):
+        for split in ("val", "test"):
+            for key in a.val:
+                assert getattr(a, split)[key] == pytest.approx(getattr(b, split)[key], rel=1e-4)
+
+
+def test_the_resume_oracle_can_fail(tmp_path):
+    """Resuming a checkpoint without its dropout generators and optimiser state gives other losses."""
+    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    _, full_losses, _, _ = _run(cfg, tmp_path / "full")
+    with pytest.raises(Crash):
+        _run(cfg, tmp_path / "ckpt", crash_after=0)
+    cfg2, settings, ds, linkage, job, plan = _setup(cfg, None)
+    strategy = build_strategy(ds, linkage, cfg2, settings)
+    channel = LocalChannel(_local_parties(cfg2, ds, job))
+    manifest = checkpoint.read_manifest(tmp_path / "ckpt")
+    state = __import__("torch").load(tmp_path / "ckpt" / f"primary-{manifest.epoch}.pt")
+    strategy.model.load_state_dict(state["model"])  # weights only: a fresh optimiser and dropout stream
+    channel.restore(str(tmp_path / "ckpt"), manifest.epoch)
+    _, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None,
+                    lambda *a: None, None, ([None] * (manifest.epoch + 1), state["step_losses"]))
+    assert np.abs(np.asarray(losses) - np.asarray(full_losses)).max() > 1e-3
+
+
+def test_resume_refuses_another_run_or_a_tampered_party_checkpoint(tmp_path):
+    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    with pytest.raises(Crash):
+        _run(cfg, tmp_path / "ckpt", crash_after=0)
+    with pytest.raises(checkpoint.CheckpointError, match=r"differs from the checkpoint's in \{'lr'"):
+        _run(dataclasses.replace(cfg, lr=0.5), tmp_path / "ckpt", resume=True)
+    kept = tmp_path / "kept"
+    shutil.copytree(tmp_path / "ckpt", kept)
+    party_file = kept / "school" / "epoch-0.pt"
+    party_file.write_bytes(party_file.read_bytes() + b"\0")  # another state than the manifest recorded
+    with pytest.raises(checkpoint.CheckpointError, match="party 'school' restored a checkpoint other than"):
+        _run(cfg, kept, resume=True)
+    with pytest.raises(checkpoint.CheckpointError, match="nothing to resume"):
+        _run(cfg, tmp_path / "empty", resume=True)
+    with pytest.raises(ConfigError, match="'resume' needs 'run-name'"):
+        RunConfig.from_flower({"resume": True})
+
+
+def test_a_party_refuses_a_misaligned_step(tmp_path):
+    cfg = RunConfig(dataset="hdb", n_rows=600, k=5, out_dir=str(tmp_path))
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
+    party = _local_parties(cfg, ds, job)["school"]
+    tokens = linkage.tokens["school"][:4].ravel()
+    block = GradBlock(np.unique(tokens), np.zeros((len(np.unique(tokens)), settings.model.cut_dim), np.float32))
+
+    def check(content):
+        blocks, toks, meta = messages.read_step(content)
+        party.check(meta, blocks, toks)
+        party.apply(blocks)
+
+    check(messages.step_content([], tokens, party.job_id, 0))  # aligned: accepted
+    check(messages.step_content([block], tokens, party.job_id, 0))
+    assert party.applied == 1
+    with pytest.raises(MisalignedStep, match="step for linkage job 'other'"):
+        check(messages.step_content([block], tokens, "other", 1))
+    with pytest.raises(MisalignedStep, match="the primary is at step 0 but this party has applied 1"):
+        check(messages.step_content([block], tokens, party.job_id, 0))  # a replayed message
+    tampered = messages.step_content([block], tokens, party.job_id, 1)
+    tampered.array_records["step"]["tokens"] = messages.Array(tokens[::-1].copy())
+    with pytest.raises(MisalignedStep, match="do not match their digest"):
+        check(tampered)
+    assert party.applied == 1  # nothing refused was applied
