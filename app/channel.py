@@ -14,7 +14,8 @@ from app import messages
 from strategies.fedsim import GradBlock
 
 
-POLL = 0.005  # seconds between pulls of replies
+POLL = 0.005  # seconds before the first pull of replies; then backing off x1.5 up to POLL_MAX
+POLL_MAX = 0.25  # a deployed exchange takes seconds: do not hammer the SuperLink (2 cores here)
 
 
 class PartyError(RuntimeError):
@@ -34,6 +35,7 @@ class FlowerChannel:
         self.grid, self.nodes, self.timeout, self.job_id = grid, nodes, timeout, job_id
         self.traffic = Traffic()
         self.cursor = {p: 0 for p in nodes}  # gradient blocks each party has applied
+        self.saved: dict[str, dict] = {}  # the parties' last checkpoint (saved inside a step)
 
     def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
         msgs = {p: Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()}
@@ -57,25 +59,32 @@ class FlowerChannel:
         return out
 
     def _send_and_receive(self, msgs: list[Message]) -> list[Message]:
-        """Push, then pull every POLL seconds until every reply is in or the timeout passes.
+        """Push, then pull (every POLL seconds at first, backing off) until every reply is in or the timeout passes.
         Grid.send_and_receive sleeps 0.1 s between pulls (3 s in deployment), which adds up to
         one more tick to an exchange whose reply arrives just after a pull."""
         ids = set(self.grid.push_messages(msgs))
         replies: list[Message] = []
         deadline = time.monotonic() + self.timeout
+        pause = POLL
         while ids and time.monotonic() < deadline:
             for reply in self.grid.pull_messages(list(ids)):
                 ids.discard(reply.metadata.reply_to_message_id)
                 replies.append(reply)
             if ids:
-                time.sleep(POLL)
+                time.sleep(pause)
+                pause = min(POLL_MAX, pause * 1.5)
         return replies
 
-    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        replies = self._exchange("train.step", {p: messages.step_content(apply[p], embed[p], self.job_id,
-                                                                         self.cursor[p]) for p in embed})
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
+             save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
+        saving = None if save is None else (save[0], Path(save[0]).parent.name, save[1])  # folder = <run>/checkpoint
+        replies = self._exchange("train.step", {p: messages.step_content(
+            apply[p], embed[p], self.job_id, self.cursor[p],
+            None if saving is None else (f"{saving[0]}/{p}", saving[1], saving[2])) for p in embed})
         for p in embed:
             self.cursor[p] += len(apply[p])
+        if save is not None:
+            self.saved = {p: messages.read_state(c) for p, c in replies.items()}
         return {p: messages.read_embeddings(c) for p, c in replies.items()}
 
     def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -90,17 +99,14 @@ class FlowerChannel:
         self.traffic.seconds.pop()
         return time.perf_counter() - t0
 
-    def checkpoint(self, folder: str, epoch: int) -> dict[str, dict]:
-        """Each party saves model, optimiser and cursor for ``epoch`` (to its node config's
-        "checkpoint-dir" if set, else to ``folder``/<party>) and answers the file's digest."""
-        return self._state_exchange("query.checkpoint", folder, epoch)
-
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
         states = self._state_exchange("query.restore", folder, epoch)
         self.cursor = {p: s["applied"] for p, s in states.items()}
         return states
 
     def _state_exchange(self, message_type: str, folder: str, epoch: int) -> dict[str, dict]:
+        """``folder`` = <run dir>/checkpoint; a deployed party keeps its own under node config
+        "checkpoint-dir"/<run>/<party> instead."""
         run = Path(folder).parent.name  # folder = <run dir>/checkpoint
         replies = self._exchange(message_type, {p: RecordDict({"state": ConfigRecord(
             {"folder": f"{folder}/{p}", "run": run, "epoch": epoch})}) for p in self.nodes})

@@ -3,8 +3,9 @@
 After epoch e is evaluated every party has applied all of its gradient blocks, so the state
 is consistent. Then:
 
-1. each secondary saves ``epoch-<e>.pt`` (model, optimiser, cursor) on its own disk and
-   answers the file's SHA-256 (app/client_app.py ``query.checkpoint``);
+1. in the evaluation's first exchange (no extra round trip), each secondary applies its last
+   gradient blocks, saves ``epoch-<e>.pt`` (model, optimiser, cursor) on its own disk and
+   answers the file's SHA-256 with its embeddings (app/client_app.py ``train.step``);
 2. the primary saves ``primary-<e>.pt`` (model, optimiser, dropout generators, the epoch
    records and step losses);
 3. the primary writes ``checkpoint.json`` (the commit point): epoch, seed, linkage job id,
@@ -128,9 +129,12 @@ def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: s
     folder.mkdir(parents=True, exist_ok=True)
 
     def after_epoch(epoch: int, records: list[EpochRecord], step_losses: list[float]) -> None:
-        states = channel.checkpoint(str(folder), epoch) if channel else {}
-        for party, s in states.items():
-            if channel is not None and hasattr(channel, "cursor") and s["applied"] != channel.cursor[party]:
+        # the parties saved theirs in the evaluation's first exchange (fit's checkpoint_dir)
+        states = {p: {"digest": s["digest"], "applied": s["applied"]} for p, s in channel.saved.items()} if channel else {}
+        for party, s in (channel.saved if channel else {}).items():
+            if s["epoch"] != epoch:
+                raise CheckpointError(f"party {party!r} last checkpointed epoch {s['epoch']}, not {epoch}")
+            if hasattr(channel, "cursor") and s["applied"] != channel.cursor[party]:
                 raise CheckpointError(f"party {party!r} checkpointed at cursor {s['applied']}, "
                                       f"the primary is at {channel.cursor[party]}")
         digest = save_primary(folder, strategy, epoch, records, step_losses)

@@ -212,7 +212,7 @@ def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
     """One party's SuperNode, configured by its own node config (party name, data, linkage)."""
     port = free_port()
     node_config = (f'party="{party}" data-dir="{dep.data_dir}" linkage-dir="{dep.linkage_dir(party)}" '
-                   f'cache-dir="{dep.party_dir(party) / "cache"}"')
+                   f'cache-dir="{dep.party_dir(party) / "cache"}" checkpoint-dir="{dep.party_dir(party) / "checkpoints"}"')
     cmd = [_tool("flower-supernode"), "--superlink", f"127.0.0.1:{dep.superlink.port}", "--host", "127.0.0.1",
            "--port", str(port), "--node-config", node_config, "--max-retries", "3", "--max-wait-time", "30"]
     if dep.secure:
@@ -330,12 +330,27 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
     return job["job"]
 
 
-def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 3600.0) -> subprocess.CompletedProcess:
+def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, object]:
+    return {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
+            **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **run_config}
+
+
+def start_run(dep: Deployment, run_config: dict[str, object]) -> subprocess.Popen:
     """`flwr run <repo> fedsim-deploy --stream` with the deployment's dataset and linkage."""
-    values = {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
-              **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **run_config}
-    cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
-    return subprocess.run(cmd, env=dep.env(), capture_output=True, text=True, timeout=timeout, cwd=dep.root)
+    cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config",
+           run_config_arg(run_values(dep, run_config))]
+    return subprocess.Popen(cmd, env=dep.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=dep.root)
+
+
+def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 3600.0) -> subprocess.CompletedProcess:
+    proc = start_run(dep, run_config)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def main() -> None:

@@ -31,14 +31,24 @@ def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.nda
     return h.hexdigest()[:32]
 
 
-def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", cursor: int = 0) -> RecordDict:
+def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", cursor: int = 0,
+                 save: tuple[str, str, int] | None = None) -> RecordDict:
+    """A step: gradient blocks to apply, then tokens to embed; ``save`` = (folder, run, epoch)
+    asks the party to checkpoint between the two."""
     arrays = {"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}
     for j, block in enumerate(apply):
         arrays[f"apply_tokens_{j}"] = Array(np.ascontiguousarray(block.tokens, dtype=np.int64))
         arrays[f"apply_grad_{j}"] = Array(np.ascontiguousarray(block.grad))
     meta = {"n_apply": len(apply), "job_id": job_id, "cursor": cursor,
             "digest": step_digest(job_id, cursor, apply, tokens)}
+    if save is not None:
+        meta.update(save_folder=save[0], save_run=save[1], save_epoch=save[2])
     return RecordDict({"step": ArrayRecord(arrays), "meta": ConfigRecord(meta)})
+
+
+def read_save(content: RecordDict) -> tuple[str, str, int] | None:
+    meta = content.config_records["meta"]
+    return (str(meta["save_folder"]), str(meta["save_run"]), int(meta["save_epoch"])) if "save_epoch" in meta else None
 
 
 def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
@@ -57,8 +67,17 @@ def read_tokens(content: RecordDict) -> np.ndarray:
     return content.array_records["step"]["tokens"].numpy()
 
 
-def embeddings_content(emb: np.ndarray) -> RecordDict:
-    return RecordDict({"out": ArrayRecord({"emb": Array(np.ascontiguousarray(emb))})})
+def embeddings_content(emb: np.ndarray, state: dict | None = None) -> RecordDict:
+    content = RecordDict({"out": ArrayRecord({"emb": Array(np.ascontiguousarray(emb))})})
+    if state is not None:
+        content["state"] = ConfigRecord(state)
+    return content
+
+
+def read_state(content: RecordDict) -> dict | None:
+    rec = content.config_records.get("state")
+    return None if rec is None else {"digest": str(rec["digest"]), "applied": int(rec["applied"]),
+                                     "epoch": int(rec["epoch"])}
 
 
 def read_embeddings(content: RecordDict) -> np.ndarray:

@@ -95,7 +95,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
 
     t0 = time.perf_counter()
     records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress,
-                               after_epoch, done)
+                               after_epoch, done, str(ckpt) if cfg.checkpoint else "")
     train_seconds = time.perf_counter() - t0
     metrics_file.close()
 

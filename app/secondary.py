@@ -173,18 +173,20 @@ class LocalChannel:
 
     def __init__(self, parties: dict[str, SecondaryParty]) -> None:
         self.parties = parties
+        self.saved: dict[str, dict] = {}
 
-    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
+             save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
         for p, blocks in apply.items():
             self.parties[p].apply(blocks)
+        if save is not None:
+            folder, epoch = save
+            self.saved = {p: {"digest": s.save_checkpoint(Path(folder) / p, epoch), "applied": s.applied,
+                              "epoch": epoch} for p, s in self.parties.items()}
         return {p: self.parties[p].embed(t) for p, t in embed.items()}
 
     def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {p: self.parties[p].embed(t) for p, t in tokens.items()}
-
-    def checkpoint(self, folder: str, epoch: int) -> dict[str, dict]:
-        return {p: {"digest": s.save_checkpoint(Path(folder) / p, epoch), "applied": s.applied}
-                for p, s in self.parties.items()}
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
         return {p: {"digest": s.load_checkpoint(Path(folder) / p, epoch), "applied": s.applied}

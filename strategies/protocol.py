@@ -20,8 +20,12 @@ from strategies.schedule import epoch_batches, windows
 
 
 class SecondaryChannel(Protocol):
-    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Apply the gradient blocks in order, then return embeddings (U, c) of the tokens (U,)."""
+    saved: dict[str, dict]  # per party {"digest", "applied"} of the last checkpoint a step saved
+
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
+             save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
+        """Apply the gradient blocks in order, then (``save`` = (folder, epoch)) checkpoint, then
+        return embeddings (U, c) of the tokens (U,)."""
 
     def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Embeddings without gradients (validation / test)."""
@@ -78,11 +82,12 @@ def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batc
 
 
 def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, row_sets: list[np.ndarray],
-                    pending: dict[str, list[GradBlock]], plan: TrainPlan
+                    pending: dict[str, list[GradBlock]], plan: TrainPlan, save: tuple[str, int] | None = None
                     ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
     """Deliver the last gradient blocks and fetch the embeddings every evaluation set needs, all
     parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
-    carries the blocks). Returns per party (sorted tokens (T,), embeddings (T, c)) and the
+    carries the blocks, and with ``save`` asks every party to checkpoint right after applying
+    them: no extra exchange). Returns per party (sorted tokens (T,), embeddings (T, c)) and the
     number of exchanges."""
     if not strategy.parties:
         return {}, 0
@@ -92,7 +97,7 @@ def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, 
     parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
     for i in range(n_chunks):
         chunk = {p: t[i * plan.eval_chunk : (i + 1) * plan.eval_chunk] for p, t in tokens.items()}
-        out = channel.step(pending, chunk)
+        out = channel.step(pending, chunk, save if i == 0 else None)
         pending = {p: [] for p in tokens}
         for p in tokens:
             parts[p].append(out[p])
@@ -110,11 +115,13 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         test_rows: np.ndarray, plan: TrainPlan, on_epoch: Callable[[EpochRecord], None],
         progress: Callable[[int, int, float], None],
         after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
-        done: tuple[list[EpochRecord], list[float]] | None = None) -> tuple[list[EpochRecord], list[float]]:
+        done: tuple[list[EpochRecord], list[float]] | None = None,
+        checkpoint_dir: str = "") -> tuple[list[EpochRecord], list[float]]:
     """Train for ``plan.epochs``; every epoch evaluate validation and test.
 
     ``after_epoch`` (e.g. a checkpoint) runs once an epoch is evaluated, when every party has
-    applied all of its gradient blocks. ``done`` = the records and step losses of the epochs a
+    applied all of its gradient blocks; with ``checkpoint_dir`` the parties checkpoint in the
+    evaluation's first exchange. ``done`` = the records and step losses of the epochs a
     checkpoint already holds: training goes on from the next epoch (the schedule is a function
     of the seed and the epoch, so it continues exactly). The caller picks the best-validation
     epoch from the records (test is reported there, never selected on)."""
@@ -133,7 +140,8 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
                           len(batches), exchanges, seconds)
         t1 = time.perf_counter()
-        lookup, n_eval = eval_embeddings(strategy, channel, [val_rows, test_rows], pending, plan)
+        lookup, n_eval = eval_embeddings(strategy, channel, [val_rows, test_rows], pending, plan,
+                                         (checkpoint_dir, epoch) if checkpoint_dir else None)
         rec.exchanges += n_eval
         rec.val = evaluate(strategy, lookup, val_rows, plan)
         rec.test = evaluate(strategy, lookup, test_rows, plan)

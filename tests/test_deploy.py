@@ -1,0 +1,89 @@
+"""A real deployment on loopback (issue 5): SuperLink + 3 SuperNodes + the linkage service, with TLS
+and SuperNode authentication, trained through `flwr run`; refusals and a killed SuperNode."""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from app import deploy
+from app.certs import make_node_key
+from app.localsim import processes_mentioning
+
+pytestmark = pytest.mark.slow
+
+RUN = {"k": 8, "n-rows": 800, "batch-size": 128, "steps-per-exchange": 1000, "node-timeout": 60.0}
+
+
+def _wait_exit(proc: deploy.Proc, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not deploy._alive(proc.pid):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path):
+    root = tmp_path / "dep"
+    dep = deploy.up(root, "house3")
+    try:
+        assert dep.secure and sorted(dep.nodes) == ["airbnb_a", "airbnb_b", "airbnb_c"]
+        assert dep.service_url.startswith("https://127.0.0.1:")
+        deploy.link(dep, k=RUN["k"], n_rows=RUN["n-rows"])
+        for party in dep.parties:  # each party holds only its own token -> row map
+            assert [f.name for f in dep.linkage_dir(party).iterdir()] == [f"secondary-{party}.npz"]
+
+        r = deploy.flwr_run(dep, {**RUN, "epochs": 2, "run-name": "ok"}, timeout=900)
+        run_dir = root / "runs" / "ok"
+        log = r.stdout + r.stderr
+        assert (run_dir / "summary.json").exists(), log[-5000:]
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [x["epoch"] for x in rows] == [0, 1] and all(x["test"]["rmse"] > 0 for x in rows)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["exchange"]["count"] > 0
+        manifest = json.loads((run_dir / "checkpoint" / "checkpoint.json").read_text())
+        assert manifest["epoch"] == 1 and sorted(manifest["parties"]) == dep.parties
+        for party in dep.parties:  # each party's checkpoint is on its own disk (node config checkpoint-dir)
+            assert (dep.party_dir(party) / "checkpoints" / "ok" / party / "epoch-1.pt").exists()
+
+        # a SuperNode whose key the SuperLink has not registered is refused
+        rogue = deploy.start_node(dep, "rogue", key=make_node_key(tmp_path / "rogue", "rogue"))
+        assert _wait_exit(rogue, 60), "an unregistered SuperNode stayed up"
+        assert "Failed to activate SuperNode" in open(rogue.log).read()
+
+        # a party played by two (registered) nodes is refused before any training
+        make_node_key(dep.creds / "nodes", "airbnb_a-twin")
+        deploy.register_node(dep, "airbnb_a-twin")
+        twin = deploy.start_node(dep, "airbnb_a", key=dep.creds / "nodes" / "airbnb_a-twin")
+        try:
+            deadline = time.monotonic() + 60
+            while "SuperNode ID" not in open(twin.log).read() and time.monotonic() < deadline:
+                time.sleep(0.5)  # until the SuperLink has activated it
+            r = deploy.flwr_run(dep, {**RUN, "epochs": 1, "run-name": "twin"}, timeout=600)
+            assert "party 'airbnb_a' is played by two nodes" in r.stdout + r.stderr, (r.stdout + r.stderr)[-4000:]
+            assert not (root / "runs" / "twin" / "metrics.jsonl").exists()
+        finally:
+            deploy.stop(twin)
+
+        # a SuperNode killed mid-run: the run fails with a clear error within node-timeout
+        proc = deploy.start_run(dep, {**RUN, "epochs": 3, "run-name": "killed", "node-timeout": 30.0})
+        metrics = root / "runs" / "killed" / "metrics.jsonl"  # opened once the handshake is done
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None and not metrics.exists():
+            time.sleep(0.2)
+        assert metrics.exists(), "the run did not get past its handshake"
+        deploy.stop(dep.nodes["airbnb_b"])
+        killed_at = time.monotonic()
+        try:
+            out, err = proc.communicate(timeout=30 + 120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the run hung after a SuperNode was killed")
+        assert "party 'airbnb_b'" in out + err and "did not answer" in out + err, (out + err)[-4000:]
+        assert time.monotonic() - killed_at < 30 + 120
+    finally:
+        deploy.down(root)
+    time.sleep(1)
+    assert processes_mentioning(str(root)) == []  # everything it started is gone
