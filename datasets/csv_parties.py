@@ -123,3 +123,14 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     return VFLDataset(name="csv", task=spec["task"], primary=primary, labels=labels, secondaries=secondaries,
                       split=split, n_classes=n_classes if spec["task"] != "regression" else 1,
                       label_name=spec["label"])
+
+
+def load_secondary_party(data_dir: Path, party: str) -> PartyTable:
+    """One secondary's table alone, from its own CSV: what a deployed party's SuperNode reads
+    (it needs neither the primary's file nor the other secondaries')."""
+    folder = Path(data_dir)
+    spec = read_spec(folder)
+    if party not in spec["secondaries"]:
+        raise DatasetError(f"party {party!r} is not a secondary of {folder / SPEC}; "
+                           f"secondaries: {sorted(spec['secondaries'])}")
+    return read_party(folder, party, spec["secondaries"][party])

@@ -96,3 +96,20 @@ def test_game_and_house_load_without_label_leaks():
     assert not any("rating" in n or "playtime" in n for n in game.primary.feature_names)
     house = load_dataset("house")
     assert not any(n.startswith(("Suburb", "Postcode", "CouncilArea", "Distance")) for n in house.primary.feature_names)
+
+
+def test_a_secondary_reads_only_its_own_csv(tmp_path):
+    """A deployed SuperNode of a csv dataset needs neither the primary's nor other parties' files."""
+    from app.parties import secondary_features
+
+    full, alone = tmp_path / "full", tmp_path / "alone"
+    full.mkdir()
+    alone.mkdir()
+    write_parties(full)
+    (alone / "parties.toml").write_text(SPEC)
+    (alone / "shops.csv").write_bytes((full / "shops.csv").read_bytes())  # no sales.csv here
+    want = load_dataset("csv", full).secondaries["shops"].features
+    got = secondary_features(RunConfig(dataset="csv", data_dir=str(alone)), "shops")
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(DatasetError, match="party 'bank' is not a secondary"):
+        secondary_features(RunConfig(dataset="csv", data_dir=str(alone)), "bank")

@@ -1,0 +1,96 @@
+"""What a real deployment costs per step and per epoch, against Flower simulation, on hdb.
+
+    python -m bench.deploy_cost [--n-rows 0] [--steps 6] [--epochs 2] [--s 100000] [--insecure]
+
+A. Simulation (`flwr run`, one virtual SuperNode): `--epochs` epochs at S = `--s` (default:
+   a whole epoch per exchange); epoch time = training + evaluation (+ checkpoint) per epoch.
+B. Deployment (app.deploy: SuperLink + SuperNode + linkage service on 127.0.0.1, TLS and node
+   auth unless --insecure), linked through the service:
+   B1. S = 1 for `--steps` steps: the per-step latency of exact split learning;
+   B2. the same `--epochs` epochs at S = `--s`.
+Prints a markdown table; docs/benchmarks.md records it with the command, machine and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from app import deploy
+from bench.common import epochs_of, git_rev, machine, run_flower
+
+
+def epoch_seconds(run_dir: Path) -> list[float]:
+    return [r["seconds"] + r.get("eval_seconds", 0.0) for r in epochs_of(run_dir)]
+
+
+def deployed_run(dep: deploy.Deployment, values: dict, name: str) -> tuple[dict, Path, float]:
+    import json
+
+    t0 = time.perf_counter()
+    r = deploy.flwr_run(dep, {**values, "run-name": name}, timeout=3600)
+    wall = time.perf_counter() - t0
+    run_dir = dep.root / "runs" / name
+    if not (run_dir / "summary.json").exists():
+        raise RuntimeError(f"deployed run {name} failed:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
+    return json.loads((run_dir / "summary.json").read_text()), run_dir, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="hdb")
+    ap.add_argument("--n-rows", type=int, default=0)
+    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=6, help="S = 1 steps timed in deployment")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--s", type=int, default=100000, help="steps per exchange for the epoch runs (>= an epoch: one)")
+    ap.add_argument("--insecure", action="store_true")
+    args = ap.parse_args()
+    base = {"dataset": args.dataset, "n-rows": args.n_rows, "k": args.k, "seed": 0}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print(f"# {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
+        sim, sim_dir, sim_wall = run_flower({**base, "epochs": args.epochs, "steps-per-exchange": args.s}, work, "sim")
+        sim_epochs = epoch_seconds(sim_dir)
+        rows.append(("simulation", args.s, "", sim["exchange"]["median_seconds"], sim["exchange"]["count"] / args.epochs,
+                     statistics.fmean(sim_epochs), sim_wall))
+        print("simulation done", sim_epochs, flush=True)
+
+        t0 = time.perf_counter()
+        dep = deploy.up(work / "dep", args.dataset, secure=not args.insecure)
+        up_s = time.perf_counter() - t0
+        try:
+            t0 = time.perf_counter()
+            deploy.link(dep, k=args.k, n_rows=args.n_rows)
+            link_s = time.perf_counter() - t0
+            one, one_dir, one_wall = deployed_run(dep, {**base, "epochs": 1, "steps-per-exchange": 1,
+                                                        "max-steps": args.steps}, "s1")
+            step_s = epochs_of(one_dir)[0]["seconds"] / args.steps
+            rows.append(("deployment", 1, step_s, one["exchange"]["median_seconds"], "", "", one_wall))
+            print("deployment S=1 done", step_s, flush=True)
+            dep_run, dep_dir, dep_wall = deployed_run(dep, {**base, "epochs": args.epochs,
+                                                            "steps-per-exchange": args.s}, "sdef")
+            dep_epochs = epoch_seconds(dep_dir)
+            rows.append(("deployment", args.s, "", dep_run["exchange"]["median_seconds"],
+                         dep_run["exchange"]["count"] / args.epochs, statistics.fmean(dep_epochs), dep_wall))
+        finally:
+            deploy.down(dep.root)
+    security = "insecure" if args.insecure else "TLS + SuperNode auth"
+    print(f"\ndataset {args.dataset} (n-rows {args.n_rows or 'all'}, K={args.k}), {security}; "
+          f"deployment up {up_s:.1f} s, linkage through the service {link_s:.1f} s\n")
+    print("| runtime | S | per step s (S=1) | median exchange s | exchanges / epoch | epoch s (train+eval) | wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        cells = [f"{c:.2f}" if isinstance(c, float) else str(c) for c in r]
+        print("| " + " | ".join(cells) + " |")
+    print(f"\ndeployment epoch / simulation epoch at S={args.s}: {statistics.fmean(dep_epochs) / statistics.fmean(sim_epochs):.2f}x"
+          f" (epochs: simulation {[round(x, 1) for x in sim_epochs]}, deployment {[round(x, 1) for x in dep_epochs]})")
+    print(f"test rmse after {args.epochs} epochs: simulation {sim['test']}, deployment {dep_run['test']}")
+
+
+if __name__ == "__main__":
+    main()
