@@ -72,10 +72,20 @@ class LinkageClient:
 
     def wait(self, timeout: float = 3600.0, poll: float = 0.2, on_progress: Callable[[dict], None] | None = None
              ) -> dict:
-        """Block until the job is done (returns its status) or failed (raises with its error)."""
+        """Block until the job is done (returns its status) or failed (raises with its error).
+
+        A service that stops answering is retried (it resumes its jobs when restarted) until
+        ``timeout``, then reported as unreachable: never a hang."""
         deadline = time.monotonic() + timeout
         while True:
-            st = self.status()
+            try:
+                st = self.status()
+            except httpx.TransportError as e:
+                if time.monotonic() > deadline:
+                    raise ServiceError(503, f"linkage service at {self._http.base_url} unreachable while waiting "
+                                            f"for job {self.job} ({timeout} s): {e}") from None
+                time.sleep(max(poll, 0.5))
+                continue
             if on_progress is not None:
                 on_progress(st)
             if st["state"] == "done":

@@ -208,3 +208,17 @@ def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
     np.testing.assert_array_equal(got.sims, want.primary.sims)
     with pytest.raises(JobError, match="layout must be"):
         JobParams.parse({"metric": "euclidean", "k": 3, "layout": "ring"})
+
+
+def test_waiting_on_a_killed_service_fails_clearly_within_the_timeout(tmp_path):
+    import time
+
+    port = free_port()
+    with service(tmp_path / "data", port) as url:
+        keys = create_job(url, ADMIN, "p", ["s"])
+        job = keys["job"]
+        prim = LinkageClient(url, job, "p", keys["secrets"]["p"])
+    t0 = time.monotonic()  # the service process has been stopped here
+    with pytest.raises(ServiceError, match=f"linkage service at .* unreachable while waiting for job {job}"):
+        prim.wait(timeout=2.0)
+    assert time.monotonic() - t0 < 10
