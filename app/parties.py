@@ -179,10 +179,15 @@ def secondary_features(cfg: RunConfig, party: str, cache_dir: str = "") -> np.nd
         path = Path(cache_dir) / f"features-{party}-{key}.npy"
         if path.exists():
             return np.load(path, mmap_mode="r")
-    ds = load_data(cfg)
-    if party not in ds.secondaries:
-        raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {sorted(ds.secondaries)}")
-    features = ds.secondaries[party].features
+    if cfg.dataset == "csv":  # a party's own CSV only: a deployed SuperNode needs no other file
+        from datasets.csv_parties import load_secondary_party
+
+        features = load_secondary_party(Path(cfg.data_dir), party).features
+    else:
+        ds = load_data(cfg)
+        if party not in ds.secondaries:
+            raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {sorted(ds.secondaries)}")
+        features = ds.secondaries[party].features
     if path is not None:
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(features))
