@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from app import messages
+from app import ea_guest, messages
 from app.config import RunConfig
 from app.parties import simulation_party
 from app.secondary import SecondaryParty
 
 app = ClientApp()
+
+
+def run_config(context: Context) -> RunConfig:
+    """The run's config; a deployed party's own data location (node config "data-dir") wins."""
+    cfg = RunConfig.from_flower(context.run_config)
+    data_dir = str(context.node_config.get("data-dir", ""))
+    return dataclasses.replace(cfg, data_dir=data_dir) if data_dir else cfg
 
 
 def party_name(cfg: RunConfig, context: Context) -> str:
@@ -24,11 +32,11 @@ def party_name(cfg: RunConfig, context: Context) -> str:
 
 @app.query("hello")
 def hello(msg: Message, context: Context) -> Message:
-    cfg = RunConfig.from_flower(context.run_config)
+    cfg = run_config(context)
     name = party_name(cfg, context)
     # a deployed party may keep its own copy of its linkage result (node config "linkage-dir")
     job_dir = str(context.node_config.get("linkage-dir", msg.content.config_records["hello"]["job_dir"]))
-    party = SecondaryParty(cfg, name, job_dir)
+    party = SecondaryParty(cfg, name, job_dir, str(context.node_config.get("cache-dir", "")))
     party.persist(context)
     reply = ConfigRecord({"party": name, "rows": int(party.x.shape[0])})
     return Message(RecordDict({"hello": reply}), reply_to=msg)
@@ -36,27 +44,58 @@ def hello(msg: Message, context: Context) -> Message:
 
 @app.train("step")
 def step(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(RunConfig.from_flower(context.run_config), context)
-    blocks, tokens = messages.read_step(msg.content)
+    party = SecondaryParty.restore(run_config(context), context)
+    blocks, tokens, meta = messages.read_step(msg.content)
+    party.check(meta, blocks, tokens)
     party.apply(blocks)
+    state = None
+    save = messages.read_save(msg.content)
+    if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
+        folder, run, epoch = save
+        digest = party.save_checkpoint(state_folder(folder, run, context, party.party), epoch)
+        state = {"digest": digest, "applied": party.applied, "epoch": epoch}
     emb = party.embed(tokens)
     party.persist(context)
-    return Message(messages.embeddings_content(emb), reply_to=msg)
+    return Message(messages.embeddings_content(emb, state), reply_to=msg)
 
 
 @app.query("embed")
 def embed(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(RunConfig.from_flower(context.run_config), context)
+    party = SecondaryParty.restore(run_config(context), context)
     return Message(messages.embeddings_content(party.embed(messages.read_tokens(msg.content))), reply_to=msg)
 
 
 @app.query("finish")
 def finish(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(RunConfig.from_flower(context.run_config), context)
+    party = SecondaryParty.restore(run_config(context), context)
     party.save(Path(str(msg.content.config_records["finish"]["folder"])) / party.party)
     return Message(RecordDict(), reply_to=msg)
+
+
+def state_folder(folder: str, run: str, context: Context, party: str) -> Path:
+    """Where this party keeps its checkpoints: its node config's "checkpoint-dir" (a deployed
+    party's own disk), else the folder the primary proposes (simulation: one machine)."""
+    own = str(context.node_config.get("checkpoint-dir", ""))
+    return Path(own) / run / party if own else Path(folder)
+
+
+@app.query("restore")
+def restore(msg: Message, context: Context) -> Message:
+    party = SecondaryParty.restore(run_config(context), context)
+    rec = msg.content.config_records["state"]
+    folder = state_folder(str(rec["folder"]), str(rec["run"]), context, party.party)
+    digest = party.load_checkpoint(folder, int(rec["epoch"]))
+    party.persist(context)
+    return Message(RecordDict({"state": ConfigRecord({"digest": digest, "applied": party.applied})}), reply_to=msg)
 
 
 @app.query("ping")
 def ping(msg: Message, context: Context) -> Message:
     return Message(RecordDict(), reply_to=msg)
+
+
+# Entity Augmentation (run-config mode = "entity-aug"): the guest's handlers, app/ea_guest.py
+app.query("ea_hello")(ea_guest.hello)
+app.train("ea_step")(ea_guest.step)
+app.query("ea_embed")(ea_guest.embed)
+app.query("ea_finish")(ea_guest.finish)

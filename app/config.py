@@ -36,6 +36,7 @@ DATASET_DEFAULTS: dict[str, Settings] = {
     "hdb": Settings(50, 128, 100, 1e-3, 1e-4, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)),
     "synthetic": Settings(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
     "house": Settings(100, 128, 100, 1e-3, 1e-5, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.3)),
+    "house3": Settings(100, 128, 100, 1e-3, 1e-5, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.3)),
     "game": Settings(50, 32, 50, 1e-3, 1e-5, ModelConfig((100,), 50, (100,), 10, "cnn", 5, 8, 400, 0.7)),
     "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
 }
@@ -53,6 +54,8 @@ METHOD_MODEL: dict[str, dict] = {
 }
 ONE_NEIGHBOUR = ("top1sim", "exact", "combine")
 MERGES = ("", "cnn", "mlp", "avg")
+MODES = ("vfl", "entity-aug")
+EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.VARIANTS
 LAYOUTS = ("independent", "chain")
 
 
@@ -86,6 +89,13 @@ class RunConfig:
     eval_chunk: int = 50_000
     bench_floor: int = 0
     node_timeout: float = 120.0
+    checkpoint: bool = True  # every party saves its state after each epoch (app/checkpoint.py)
+    resume: bool = False  # go on from the last checkpoint of run `run-name`
+    mode: str = "vfl"  # vfl (FedSim and its baselines) | entity-aug (app/ea_host.py)
+    overlap: float = 0.05  # entity-aug: fraction of training entities held by every guest
+    ea_variant: str = "augment"  # entity-aug: aligned | augment | full (strategies/entity_aug.py)
+    guest_timeout: float = 0.0  # entity-aug: s to wait for a guest before reusing its last activation; 0 = no fallback
+    guest_delay: float = 0.0  # entity-aug fault injection (tests): the first guest sleeps this long on odd steps
 
     @classmethod
     def from_flower(cls, run_config: dict) -> "RunConfig":
@@ -124,7 +134,14 @@ class RunConfig:
         need(0.0 < self.tau <= 1.0, f"run-config 'tau' must be in (0, 1], got {self.tau}")
         need(self.sigma_cf >= 0.0, f"run-config 'sigma-cf' must be >= 0, got {self.sigma_cf}")
         need(self.lr >= 0.0, f"run-config 'lr' must be >= 0 (0 = dataset default), got {self.lr}")
+        need(not self.resume or bool(self.run_name),
+             "run-config 'resume' needs 'run-name': the run whose checkpoint to go on from")
         need(self.node_timeout > 0, f"run-config 'node-timeout' must be > 0, got {self.node_timeout}")
+        need(self.mode in MODES, f"run-config 'mode' must be one of {MODES}, got {self.mode!r}")
+        need(0.0 < self.overlap <= 1.0, f"run-config 'overlap' must be in (0, 1], got {self.overlap}")
+        need(self.ea_variant in EA_VARIANTS, f"run-config 'ea-variant' must be one of {EA_VARIANTS}, got {self.ea_variant!r}")
+        need(self.guest_timeout >= 0, f"run-config 'guest-timeout' must be >= 0 (0 = no fallback), got {self.guest_timeout}")
+        need(self.guest_delay >= 0, f"run-config 'guest-delay' must be >= 0, got {self.guest_delay}")
         need(self.dropout == -1.0 or 0.0 <= self.dropout < 1.0, f"run-config 'dropout' must be in [0, 1), got {self.dropout}")
 
     # ------------------------------------------------------------------ resolved values

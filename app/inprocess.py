@@ -87,6 +87,10 @@ def run_experiment(cfg: RunConfig, out: "Path") -> dict:
 
     from strategies.protocol import best_epoch
 
+    if cfg.mode == "entity-aug":  # Entity Augmentation: its own host loop, guests in process
+        from app.ea_host import run_ea_in_process
+
+        return run_ea_in_process(cfg, Path(out))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -6,6 +6,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from app.config import RunConfig
+from app.ea_host import run_ea_host
 from app.primary import run_primary
 
 app = ServerApp()
@@ -13,4 +14,8 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    run_primary(grid, RunConfig.from_flower(context.run_config))
+    cfg = RunConfig.from_flower(context.run_config)
+    if cfg.mode == "entity-aug":
+        run_ea_host(grid, cfg)
+    else:
+        run_primary(grid, cfg)

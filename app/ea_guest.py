@@ -1,0 +1,89 @@
+"""ClientApp side of Entity Augmentation (``mode = "entity-aug"``): one guest per node.
+
+The guest's model, optimiser state and the ids of its last activation live in
+``context.state`` between messages; registered in app/client_app.py as
+``query.ea_hello``, ``train.ea_step``, ``query.ea_embed`` and ``query.ea_finish``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+from app.config import RunConfig
+from app.ea_parties import (act_content, build_party, read_ids, read_request, reply_content, simulation_guest,
+                             torch_threads)
+from app.secondary import load_optimizer_state, optimizer_state_records
+from strategies.entity_aug import EAParty
+
+
+def guest_config(context: Context) -> RunConfig:
+    """The run's config; a deployed guest's own data location (node config "data-dir") wins."""
+    cfg = RunConfig.from_flower(context.run_config)
+    data_dir = str(context.node_config.get("data-dir", ""))
+    return dataclasses.replace(cfg, data_dir=data_dir) if data_dir else cfg
+
+
+def guest_name(cfg: RunConfig, context: Context) -> str:
+    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th guest."""
+    if "party" in context.node_config:
+        return str(context.node_config["party"])
+    return simulation_guest(cfg, int(context.node_config["partition-id"]))
+
+
+def restore(cfg: RunConfig, context: Context) -> EAParty:
+    meta = context.state.config_records.get("ea_party")
+    if meta is None:
+        raise RuntimeError("this node has not been introduced: the host must send query.ea_hello first")
+    party = build_party(cfg, str(meta["party"]))
+    if "ea_model" in context.state.array_records:
+        party.model.load_state_dict(context.state.array_records["ea_model"].to_torch_state_dict())
+        load_optimizer_state(party.optimizer, context.state.array_records["ea_optim_arrays"],
+                             context.state.config_records["ea_optim_scalars"])
+        pending = context.state.array_records["ea_pending"]["ids"].numpy()
+        party.pending = pending if bool(meta["has_pending"]) else None
+    return party
+
+
+def persist(party: EAParty, context: Context) -> None:
+    context.state.config_records["ea_party"] = ConfigRecord({"party": party.name, "has_pending": party.pending is not None})
+    context.state.array_records["ea_model"] = ArrayRecord({k: v.cpu() for k, v in party.model.state_dict().items()})
+    arrays, scalars = optimizer_state_records(party.optimizer)
+    context.state.array_records["ea_optim_arrays"] = arrays
+    context.state.config_records["ea_optim_scalars"] = scalars
+    pending = party.pending if party.pending is not None else np.empty(0, dtype=np.int64)
+    context.state.array_records["ea_pending"] = ArrayRecord({"ids": Array(np.ascontiguousarray(pending, dtype=np.int64))})
+
+
+def hello(msg: Message, context: Context) -> Message:
+    cfg = guest_config(context)
+    party = build_party(cfg, guest_name(cfg, context))
+    persist(party, context)
+    reply = ConfigRecord({"party": party.name, "records": int(len(party.plan.records))})
+    return Message(RecordDict({"ea_hello": reply}), reply_to=msg)
+
+
+def step(msg: Message, context: Context) -> Message:
+    with torch_threads(1):
+        party = restore(guest_config(context), context)
+        reply = party.step(read_request(msg.content))
+        persist(party, context)
+    return Message(reply_content(reply), reply_to=msg)
+
+
+def embed(msg: Message, context: Context) -> Message:
+    party = restore(guest_config(context), context)
+    return Message(act_content(party.embed(read_ids(msg.content))), reply_to=msg)
+
+
+def finish(msg: Message, context: Context) -> Message:
+    import torch
+
+    party = restore(guest_config(context), context)
+    folder = Path(str(msg.content.config_records["ea_finish"]["folder"])) / party.name
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(party.model.state_dict(), folder / "model.pt")
+    return Message(RecordDict(), reply_to=msg)
