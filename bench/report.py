@@ -2,6 +2,7 @@
 
     python -m bench.report           # the full presets (see docs/results.md for their run time)
     python -m bench.report --quick   # every sweep's [quick] preset, into runs/report-quick/ (minutes)
+    python -m bench.report --existing  # run nothing: tables of the finished runs, missing ones listed
 
 The hand-written comparison with the paper lives in docs/results-notes.md and is included
 verbatim; the tables and plots are generated. Runs are resumable (bench.sweep).
@@ -17,7 +18,7 @@ from pathlib import Path
 from bench.common import REPO, git_rev, machine
 from bench.sweep import run_sweep
 
-SWEEPS = ["baselines", "hdb_full", "real", "k", "tau"]
+SWEEPS = ["baselines", "hdb_full", "real", "real_full", "k", "tau", "s", "parties", "entity_aug"]
 
 
 def main() -> None:
@@ -25,6 +26,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sweeps", default=",".join(SWEEPS))
     ap.add_argument("--out", type=Path, default=None, help="default: docs/results.md (quick: runs/report-quick/)")
+    ap.add_argument("--existing", action="store_true", help="run nothing: tabulate finished runs, list missing ones")
     args = ap.parse_args()
     out = args.out or (REPO / "runs" / "report-quick" / "results.md" if args.quick else REPO / "docs" / "results.md")
     img = out.parent / "img"
@@ -32,7 +34,8 @@ def main() -> None:
     t0 = time.perf_counter()
     parts = []
     for name in args.sweeps.split(","):
-        md, pngs = run_sweep(REPO / "conf" / "sweeps" / f"{name}.toml", args.quick, log=lambda m: print(m, flush=True))
+        md, pngs = run_sweep(REPO / "conf" / "sweeps" / f"{name}.toml", args.quick, log=lambda m: print(m, flush=True),
+                             existing_only=args.existing)
         for p in pngs:
             target = img / f"{name}-{p.name}"
             shutil.copyfile(p, target)

@@ -87,6 +87,7 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
                                  "test": s["test"][metric], "val": s["val"][metric], "best_epoch": s["best_epoch"],
                                  "epochs": s["epochs_run"], "seconds": round(s["seconds"] if isinstance(
                                      s["seconds"], (int, float)) else s["seconds"]["train_and_eval"], 1)})
+    root.mkdir(parents=True, exist_ok=True)
     with (root / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["dataset"])
         w.writeheader()
@@ -146,7 +147,7 @@ def plots(root: Path, sweep: dict) -> list[Path]:
             curves, gates = [], []
             for seed in sweep["seeds"]:
                 run = root / dataset / variant / f"s{seed}"
-                if not (run / "metrics.jsonl").exists():
+                if not (run / "summary.json").exists():  # unfinished (or running) runs are not plotted
                     continue
                 recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
                 metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
@@ -222,17 +223,22 @@ def weight_curve(state: dict) -> tuple[list[float], list[float]]:
 
 
 def run_sweep(path: Path, quick: bool = False, engine: str = "inprocess", root: Path | None = None,
-              log=print) -> tuple[str, list[Path]]:
-    """Run (or resume) a sweep; returns its markdown table and plot files."""
+              log=print, existing_only: bool = False) -> tuple[str, list[Path]]:
+    """Run (or resume) a sweep; returns its markdown table and plot files. With
+    ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed."""
     sweep = load_sweep(path, quick)
     root = (root or REPO / "runs" / "sweeps") / sweep["name"]
     t0 = time.perf_counter()
     failures: list[str] = []
+    missing: list[str] = []
     for dataset in sweep["datasets"]:
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
                 out = root / dataset / variant / f"s{seed}"
                 if (out / "summary.json").exists() or not applies(sweep, dataset, variant):
+                    continue
+                if existing_only:
+                    missing.append(f"{dataset} {variant} seed {seed}")
                     continue
                 values = run_values(sweep, dataset, variant, seed)
                 try:
@@ -250,6 +256,9 @@ def run_sweep(path: Path, quick: bool = False, engine: str = "inprocess", root: 
     md = markdown(rows, sweep, command, engine, time.perf_counter() - t0)
     if failures:
         md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
+    if missing:
+        md += f"\n**Not run yet** ({len(missing)} of the preset's runs; the table shows the finished ones): " + \
+            ", ".join(missing) + "\n"
     (root / "results.md").write_text(md)
     return md, plots(root, sweep) + param_plot(root, sweep, rows)
 
