@@ -31,9 +31,12 @@ def _name(common: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-    os.chmod(path, 0o600)
+def write_private(path: Path, data: bytes) -> None:
+    """Created 0600 (never readable by others, not even for a moment); an existing file is replaced."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -61,7 +64,7 @@ def make_ca(folder: Path, days: int = 365) -> tuple[x509.Certificate, ec.Ellipti
             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .sign(key, hashes.SHA384()))
     (folder / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(folder / "ca.key", _pem_key(key))
+    write_private(folder / "ca.key", _pem_key(key))
     return cert, key
 
 
@@ -77,14 +80,14 @@ def make_server_cert(folder: Path, ca: x509.Certificate, ca_key: ec.EllipticCurv
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA384()))
     (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(folder / f"{name}.key", _pem_key(key))
+    write_private(folder / f"{name}.key", _pem_key(key))
 
 
 def make_node_key(folder: Path, party: str) -> Path:
     """An EC P-384 key pair in OpenSSH format, the form Flower's SuperNode auth reads."""
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP384R1())
-    _write_private(folder / party, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+    write_private(folder / party, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                                      serialization.NoEncryption()))
     (folder / f"{party}.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                                          serialization.PublicFormat.OpenSSH))
@@ -92,7 +95,7 @@ def make_node_key(folder: Path, party: str) -> Path:
 
 
 def make_credentials(folder: Path, parties: list[str], hosts: list[str] = ()) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     ca, ca_key = make_ca(folder)
     make_server_cert(folder, ca, ca_key, [*LOCAL_NAMES, *hosts])
     for party in parties:

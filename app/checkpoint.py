@@ -54,16 +54,23 @@ def _dropouts(strategy: FedSimStrategy) -> list[SeededDropout]:
 
 
 def save_primary(folder: Path, strategy: FedSimStrategy, epoch: int, records: list[EpochRecord],
-                 step_losses: list[float], keep: int = 2) -> str:
+                 step_losses: list[float]) -> str:
     buf = io.BytesIO()
     torch.save({"model": strategy.model.state_dict(), "optimizer": strategy.optimizer.state_dict(),
                 "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
                 "records": [dataclasses.asdict(r) for r in records], "step_losses": list(step_losses)}, buf)
     data = buf.getvalue()
     write_atomic(folder / f"primary-{epoch}.pt", data)
-    for old in sorted(folder.glob("primary-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-keep]:
-        old.unlink(missing_ok=True)
+    prune(folder, "primary", epoch)
     return hashlib.sha256(data).hexdigest()
+
+
+def prune(folder: Path, prefix: str, epoch: int) -> None:
+    """Keep ``<prefix>-<e>.pt`` for this epoch and the one before (the manifest may still name
+    it); remove the rest, later epochs of an earlier run included."""
+    for f in Path(folder).glob(f"{prefix}-*.pt"):
+        if int(f.stem.split("-")[1]) not in (epoch, epoch - 1):
+            f.unlink(missing_ok=True)
 
 
 def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> tuple[list[EpochRecord], list[float]]:
@@ -73,7 +80,7 @@ def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> 
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != manifest.primary_digest:
         raise CheckpointError(f"{path} does not match the digest its manifest recorded")
-    state = torch.load(io.BytesIO(data), map_location=strategy.device)
+    state = torch.load(io.BytesIO(data), map_location="cpu")  # generator states must stay CPU tensors
     strategy.model.load_state_dict(state["model"])
     strategy.optimizer.load_state_dict(state["optimizer"])
     for d, g in zip([d for d in _dropouts(strategy) if d.generator is not None], state["dropout"]):
@@ -117,11 +124,19 @@ def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
 
 # Run-config keys that may change between a run and its resumption (paths, patience, bookkeeping).
 MAY_CHANGE = ("epochs", "run_name", "out_dir", "data_dir", "linkage_dir", "resume", "checkpoint", "node_timeout",
-              "bench_floor", "eval_chunk", "device")
+              "bench_floor", "eval_chunk")
 
 
 def fixed_config(cfg) -> dict:
     return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in MAY_CHANGE}
+
+
+def fresh(folder: Path) -> None:
+    """A run that does not resume starts without the checkpoint of an earlier run of that name
+    (its manifest would otherwise stay in force until this run's first epoch)."""
+    (folder / MANIFEST).unlink(missing_ok=True)
+    for f in folder.glob("primary-*.pt"):
+        f.unlink()
 
 
 def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: str):

@@ -75,6 +75,8 @@ def finish(msg: Message, context: Context) -> Message:
 def state_folder(folder: str, run: str, context: Context, party: str) -> Path:
     """Where this party keeps its checkpoints: its node config's "checkpoint-dir" (a deployed
     party's own disk), else the folder the primary proposes (simulation: one machine)."""
+    if not run or "/" in run or "\\" in run or run in (".", ".."):
+        raise ValueError(f"refusing checkpoint run name {run!r}: it must be one plain folder name")
     own = str(context.node_config.get("checkpoint-dir", ""))
     return Path(own) / run / party if own else Path(folder)
 

@@ -136,6 +136,10 @@ class RunConfig:
         need(self.lr >= 0.0, f"run-config 'lr' must be >= 0 (0 = dataset default), got {self.lr}")
         need(not self.resume or bool(self.run_name),
              "run-config 'resume' needs 'run-name': the run whose checkpoint to go on from")
+        need(not (self.resume and self.mode == "entity-aug"),
+             "run-config 'resume' is not supported with mode='entity-aug' (it does not checkpoint)")
+        need(not (self.layout == "chain" and self.method in ("exact", "combine")),
+             f"run-config layout='chain' does not apply to method {self.method!r} (its linkage is per party)")
         need(self.node_timeout > 0, f"run-config 'node-timeout' must be > 0, got {self.node_timeout}")
         need(self.mode in MODES, f"run-config 'mode' must be one of {MODES}, got {self.mode!r}")
         need(0.0 < self.overlap <= 1.0, f"run-config 'overlap' must be in (0, 1], got {self.overlap}")

@@ -52,6 +52,7 @@ class Deployment:
     nodes: dict[str, Proc] = field(default_factory=dict)
     service: Proc | None = None
     job: str = ""  # the linkage job of `link`
+    link_params: dict = field(default_factory=dict)  # run-config values the job was linked with
 
     # ------------------------------------------------------------------ paths
 
@@ -227,8 +228,9 @@ def start_service(dep: Deployment, timeout: float) -> None:
     port = free_port()
     token = dep.root / "admin.token"
     if not token.exists():
-        token.write_text(os.urandom(24).hex())
-        os.chmod(token, 0o600)
+        from app.certs import write_private
+
+        write_private(token, os.urandom(24).hex().encode())
     cmd = [sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--data-dir", str(dep.root / "linkage-service"), "--admin-token-file", str(token)]
     if dep.secure:
@@ -261,11 +263,11 @@ def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None
             if secure:
                 register_node(dep, party)
             dep.nodes[party] = start_node(dep, party)
-            dep.linkage_dir(party).mkdir(parents=True, exist_ok=True)
             dep.save()
+            dep.linkage_dir(party).mkdir(parents=True, exist_ok=True)
         start_service(dep, timeout)
     except BaseException:
-        down(folder)
+        stop_all(dep)  # what this call started, from memory (deploy.json may be older or absent)
         raise
     return dep
 
@@ -292,7 +294,10 @@ def _procs(dep: Deployment) -> list[Proc]:
 
 def down(folder: Path) -> int:
     """Stop what `up` started (each process's whole session); returns how many were running."""
-    dep = Deployment.load(folder)
+    return stop_all(Deployment.load(folder))
+
+
+def stop_all(dep: Deployment) -> int:
     running = [p for p in _procs(dep) if _alive(p.pid)]
     for p in [*dep.nodes.values(), dep.service, dep.superlink]:  # nodes first: they would retry the link
         stop(p)
@@ -326,13 +331,20 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
             c.fetch(dep.linkage_dir(party))
     dep.job = job["job"]
+    dep.link_params = {"k": k, "tau": tau, "seed": seed, "n-rows": n_rows, "layout": layout}
     dep.save()
     return job["job"]
 
 
 def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, object]:
+    """The run config against this deployment: its dataset and data, its linkage job, and the
+    values that job was linked with (another seed would sample other rows of the same count)."""
+    clash = {k: (v, run_config[k]) for k, v in dep.link_params.items() if k in run_config and run_config[k] != v}
+    if clash:
+        raise SystemExit(f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
+                         f"re-link with `python -m app.deploy link` for other values")
     return {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
-            **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **run_config}
+            **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **dep.link_params, **run_config}
 
 
 def start_run(dep: Deployment, run_config: dict[str, object]) -> subprocess.Popen:

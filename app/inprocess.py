@@ -65,7 +65,7 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProces
     row_of_token = {p: load_secondary(job, p).row_of_token for p in secondaries}
     t0 = time.perf_counter()
     losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
-                        {p: with_imputed_row(t.features, len(row_of_token[p]), p) for p, t in ds.secondaries.items()},
+                        {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
                         row_of_token,
                         ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
     seconds = time.perf_counter() - t0
@@ -87,6 +87,11 @@ def run_experiment(cfg: RunConfig, out: "Path") -> dict:
 
     from strategies.protocol import best_epoch
 
+    if cfg.resume:
+        from app.config import ConfigError
+
+        raise ConfigError("run_experiment (the sweeps' in-process engine) does not resume from checkpoints: "
+                          "a sweep resumes at run granularity; use `flwr run` with resume=true")
     if cfg.mode == "entity-aug":  # Entity Augmentation: its own host loop, guests in process
         from app.ea_host import run_ea_in_process
 

@@ -14,8 +14,11 @@ from strategies.fedsim import GradBlock
 @dataclass(frozen=True)
 class StepMeta:
     """What a step message says about itself, so a party can tell it is aligned with the primary:
-    the linkage job its tokens belong to, how many gradient blocks the party must have applied
-    before this one (the cursor), and a digest of the job id, cursor and every token list."""
+    the linkage job its tokens belong to and how many gradient blocks the party must have applied
+    before this one (the cursor) catch misalignment between the parties (another job, a lost,
+    replayed or reordered message, a restore from another checkpoint); the digest of the job id,
+    cursor and every token list catches a message altered or mixed up after it was built (TLS
+    guards the wire itself)."""
 
     job_id: str
     cursor: int

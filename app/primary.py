@@ -71,6 +71,8 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     ckpt = out / "checkpoint"
     job_id = linkage.job_id if linkage else ""
     done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id) if cfg.resume else None
+    if not cfg.resume:
+        checkpoint.fresh(ckpt)
     if done:
         log(INFO, "[primary] resumed from the checkpoint of epoch %d (%d steps done)", len(done[0]) - 1, len(done[1]))
     after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None

@@ -30,13 +30,16 @@ class MisalignedStep(RuntimeError):
     """A step message that does not fit this party's linkage job or training position."""
 
 
-def with_imputed_row(features: np.ndarray, n_tokens: int, party: str) -> np.ndarray:
-    """The party's rows; a linkage with one token more than rows (Exact: records without an
-    exact match) maps that token to an extra row of the party's mean features."""
-    if n_tokens == len(features) + 1:
+def with_imputed_row(features: np.ndarray, row_of_token: np.ndarray, party: str) -> np.ndarray:
+    """The party's rows. A linkage that maps tokens to row n of an n-row party (Exact: records
+    without an exact match) gets that extra row as the party's mean features. A chain's map has
+    the anchor's length and may point at any of the party's rows."""
+    top = int(row_of_token.max()) if len(row_of_token) else -1
+    if top == len(features):
         return np.vstack([features, features.mean(0, keepdims=True)])
-    if n_tokens != len(features):
-        raise ValueError(f"party {party!r}: linkage job maps {n_tokens} tokens but the party has {len(features)} rows")
+    if top > len(features):
+        raise ValueError(f"party {party!r}: linkage job maps tokens to row {top} but the party has "
+                         f"{len(features)} rows")
     return features
 
 
@@ -47,7 +50,7 @@ class SecondaryParty:
         self.device, self.dtype = cfg.torch_device(), cfg.torch_dtype()
         self.job_id, self.row_of_token = _row_map(job_dir, party)
         self.applied = 0  # gradient blocks applied so far (the step cursor)
-        features = with_imputed_row(np.array(secondary_features(cfg, party, cache_dir)), len(self.row_of_token), party)
+        features = with_imputed_row(np.array(secondary_features(cfg, party, cache_dir)), self.row_of_token, party)
         self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
@@ -89,16 +92,17 @@ class SecondaryParty:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save_checkpoint(self, folder: Path, epoch: int, keep: int = 2) -> str:
+    def save_checkpoint(self, folder: Path, epoch: int) -> str:
         """Model, optimiser and cursor as ``epoch-<e>.pt`` (atomic); returns its SHA-256, which the
-        primary records in its manifest. Older files beyond the last ``keep`` are removed."""
+        primary records in its manifest. Files of other epochs than e and e - 1 are removed."""
         buf = io.BytesIO()
         torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "applied": self.applied, "job_id": self.job_id, "epoch": epoch}, buf)
         data = buf.getvalue()
         write_atomic(Path(folder) / f"epoch-{epoch}.pt", data)
-        for old in sorted(Path(folder).glob("epoch-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-keep]:
-            old.unlink(missing_ok=True)
+        for old in Path(folder).glob("epoch-*.pt"):  # keep this epoch and the one the manifest may still name
+            if int(old.stem.split("-")[1]) not in (epoch, epoch - 1):
+                old.unlink(missing_ok=True)
         return hashlib.sha256(data).hexdigest()
 
     def load_checkpoint(self, folder: Path, epoch: int) -> str:

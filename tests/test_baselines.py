@@ -49,10 +49,11 @@ def test_exact_links_copies_and_imputes_the_rest():
     rows = res.secondaries["s"].row_of_token[res.primary.tokens["s"][:, 0]]
     np.testing.assert_array_equal(rows, [4, 9, 9, 50, 50])  # row 50 = the imputed mean row
     feats = rng.normal(size=(50, 3))
-    full = with_imputed_row(feats, 51, "s")
+    full = with_imputed_row(feats, res.secondaries["s"].row_of_token, "s")
     np.testing.assert_allclose(full[50], feats.mean(0))
-    with pytest.raises(ValueError, match="maps 53 tokens but the party has 50 rows"):
-        with_imputed_row(feats, 53, "s")
+    assert with_imputed_row(feats, np.array([3, 0, 49]), "s") is feats  # a chain's map: no extra row
+    with pytest.raises(ValueError, match="maps tokens to row 52 but the party has 50 rows"):
+        with_imputed_row(feats, np.array([0, 52]), "s")
 
 
 def test_combine_uses_the_true_rows_and_needs_them(tmp_path):

@@ -21,9 +21,12 @@ class Crash(RuntimeError):
     pass
 
 
-def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = False):
+def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = False,
+         crash_before_manifest: int | None = None):
     """The federated protocol in one process, checkpointing into ``folder``; optionally crash
-    right after epoch ``crash_after``'s checkpoint, or start from the last checkpoint."""
+    right after epoch ``crash_after``'s checkpoint, or after the parties saved epoch
+    ``crash_before_manifest`` but before the primary committed it, or start from the last
+    checkpoint."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
     strategy = build_strategy(ds, linkage, cfg, settings)
     channel = LocalChannel(_local_parties(cfg, ds, job))
@@ -35,7 +38,11 @@ def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = 
         if epoch == crash_after:
             raise Crash
 
-    records, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None,
+    def on_epoch(rec):
+        if rec.epoch == crash_before_manifest:  # the parties saved in the evaluation's exchange
+            raise Crash
+
+    records, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch,
                           lambda *a: None, after_epoch, done, str(folder))
     return records, losses, strategy, channel
 
@@ -115,3 +122,23 @@ def test_a_party_refuses_a_misaligned_step(tmp_path):
     with pytest.raises(MisalignedStep, match="do not match their digest"):
         check(tampered)
     assert party.applied == 1  # nothing refused was applied
+
+
+def test_a_crash_between_the_parties_save_and_the_manifest_resumes_from_the_epoch_before(tmp_path):
+    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    _, full_losses, _, _ = _run(cfg, tmp_path / "full")
+    with pytest.raises(Crash):
+        _run(cfg, tmp_path / "ckpt", crash_before_manifest=1)
+    assert (tmp_path / "ckpt" / "school" / "epoch-1.pt").exists()  # saved, but not committed
+    assert checkpoint.read_manifest(tmp_path / "ckpt").epoch == 0
+    _, losses, _, _ = _run(cfg, tmp_path / "ckpt", resume=True)
+    np.testing.assert_allclose(losses, full_losses, rtol=1e-4, atol=1e-6)
+
+
+def test_a_fresh_run_under_an_old_name_never_resumes_the_old_run(tmp_path):
+    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    with pytest.raises(Crash):
+        _run(cfg, tmp_path / "ckpt", crash_after=1)  # an earlier run left epochs 0-1
+    checkpoint.fresh(tmp_path / "ckpt")  # what the ServerApp does for a run that does not resume
+    with pytest.raises(checkpoint.CheckpointError, match="nothing to resume"):
+        _run(cfg, tmp_path / "ckpt", resume=True)

@@ -82,7 +82,7 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
             proc.kill()
             pytest.fail("the run hung after a SuperNode was killed")
         assert "party 'airbnb_b'" in out + err and "did not answer" in out + err, (out + err)[-4000:]
-        assert time.monotonic() - killed_at < 30 + 120
+        assert time.monotonic() - killed_at < 30 + 60  # node-timeout + the run's own teardown
     finally:
         deploy.down(root)
     time.sleep(1)

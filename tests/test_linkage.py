@@ -225,3 +225,19 @@ def test_independent_parties_do_not_share_similarities():
     assert res.primary.layout == "independent" and not res.primary.shared_sims
     with pytest.raises(LinkageError, match="independently linked"):
         res.primary.sims
+
+
+def test_a_chain_links_parties_of_different_sizes():
+    """b holds a's 50 entities plus 30 others: its map has the anchor's length and points into
+    its own 80 rows, each anchor row at the same entity."""
+    from linkage_server.pipeline import link_chain
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(50, 2))
+    extra = rng.normal(loc=5.0, size=(30, 2))
+    b = np.concatenate([extra, base])  # b's row 30 + j is entity j
+    res = link_chain(base[:10] + 1e-4, {"a": base, "b": b}, anchor="a", k=2, tau=1.0, seed=0)
+    rows_a = res.secondaries["a"].row_of_token[res.primary.tokens["a"]]
+    rows_b = res.secondaries["b"].row_of_token[res.primary.tokens["b"]]
+    assert len(res.secondaries["b"].row_of_token) == 50
+    np.testing.assert_array_equal(rows_b, rows_a + 30)
