@@ -59,7 +59,8 @@ def test_frog_is_split_like_the_paper():
 
 
 def test_unknown_dataset_is_named():
-    with pytest.raises(DatasetError, match=r"unknown dataset 'nope'; known datasets: \['csv', 'frog', 'game', 'hdb', 'house', 'synthetic'\]"):
+    with pytest.raises(DatasetError, match=r"unknown dataset 'nope'; known datasets: \['credit', 'csv', 'digits', 'frog', "
+                                           r"'game', 'handwritten', 'hdb', 'house', 'house3', 'parkinsons', 'synthetic'\]"):
         load_dataset("nope")
 
 
