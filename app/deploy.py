@@ -32,6 +32,10 @@ from app.localsim import QUIET_ENV, REPO, free_port, run_config_arg
 
 CONNECTION = "fedsim-deploy"
 PRIMARY = "primary"
+# Steps per exchange of a deployed run unless the run config says otherwise: a deployed
+# exchange costs about 6-8 s (docs/benchmarks.md "Deployment"), so windows are long; chosen
+# from the accuracy-vs-S and epoch-time measurements there.
+DEPLOY_S = 128
 
 
 @dataclass
@@ -344,6 +348,7 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
         raise SystemExit(f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
                          f"re-link with `python -m app.deploy link` for other values")
     return {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
+            "steps-per-exchange": DEPLOY_S,
             **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **dep.link_params, **run_config}
 
 
