@@ -117,9 +117,10 @@ class FlowerChannel:
         self._exchange("query.finish", {p: RecordDict({"finish": ConfigRecord({"folder": folder})}) for p in self.nodes})
 
 
-def handshake(grid: Grid, parties: list[str], job_dir: str, timeout: float) -> dict[str, int]:
-    """Ask every connected node which party it is; map party -> node id, refusing a missing
-    or duplicated party. Node ids are never assumed to follow any order."""
+def handshake(grid: Grid, parties: list[str], job_dir: str, timeout: float, *, action: str = "hello") -> dict[str, int]:
+    """Ask every connected node which party it is (``query.<action>``, answered in a record of
+    that name); map party -> node id, refusing a missing or duplicated party. Node ids are never
+    assumed to follow any order. Entity Augmentation's guests answer ``query.ea_hello``."""
     deadline = time.monotonic() + timeout
     node_ids = list(grid.get_node_ids())
     while len(node_ids) < len(parties) and time.monotonic() < deadline:
@@ -127,14 +128,14 @@ def handshake(grid: Grid, parties: list[str], job_dir: str, timeout: float) -> d
         node_ids = list(grid.get_node_ids())
     if not node_ids:
         raise PartyError(f"no SuperNode connected within {timeout} s; expected parties {parties}")
-    hello = {nid: Message(RecordDict({"hello": ConfigRecord({"job_dir": job_dir})}), dst_node_id=nid,
-                          message_type="query.hello") for nid in node_ids}
-    replies = list(grid.send_and_receive(list(hello.values()), timeout=timeout))
+    hello = [Message(RecordDict({action: ConfigRecord({"job_dir": job_dir})}), dst_node_id=nid,
+                     message_type=f"query.{action}") for nid in node_ids]
+    replies = list(grid.send_and_receive(hello, timeout=timeout))
     nodes: dict[str, int] = {}
     for reply in replies:
         if reply.has_error():
             raise PartyError(f"node {reply.metadata.src_node_id} failed the handshake: {reply.error.reason}")
-        party = str(reply.content.config_records["hello"]["party"])
+        party = str(reply.content.config_records[action]["party"])
         if party in nodes:
             raise PartyError(f"party {party!r} is played by two nodes ({nodes[party]} and {reply.metadata.src_node_id})")
         nodes[party] = reply.metadata.src_node_id

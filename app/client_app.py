@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -10,17 +9,11 @@ from flwr.clientapp import ClientApp
 
 from app import ea_guest, messages
 from app.config import RunConfig
+from app.node import node_run_config
 from app.parties import simulation_party
 from app.secondary import SecondaryParty
 
 app = ClientApp()
-
-
-def run_config(context: Context) -> RunConfig:
-    """The run's config; a deployed party's own data location (node config "data-dir") wins."""
-    cfg = RunConfig.from_flower(context.run_config)
-    data_dir = str(context.node_config.get("data-dir", ""))
-    return dataclasses.replace(cfg, data_dir=data_dir) if data_dir else cfg
 
 
 def party_name(cfg: RunConfig, context: Context) -> str:
@@ -32,7 +25,7 @@ def party_name(cfg: RunConfig, context: Context) -> str:
 
 @app.query("hello")
 def hello(msg: Message, context: Context) -> Message:
-    cfg = run_config(context)
+    cfg = node_run_config(context)
     name = party_name(cfg, context)
     # a deployed party may keep its own copy of its linkage result (node config "linkage-dir")
     job_dir = str(context.node_config.get("linkage-dir", msg.content.config_records["hello"]["job_dir"]))
@@ -44,7 +37,7 @@ def hello(msg: Message, context: Context) -> Message:
 
 @app.train("step")
 def step(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(run_config(context), context)
+    party = SecondaryParty.restore(node_run_config(context), context)
     blocks, tokens, meta = messages.read_step(msg.content)
     party.check(meta, blocks, tokens)
     party.apply(blocks)
@@ -61,13 +54,13 @@ def step(msg: Message, context: Context) -> Message:
 
 @app.query("embed")
 def embed(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(run_config(context), context)
+    party = SecondaryParty.restore(node_run_config(context), context)
     return Message(messages.embeddings_content(party.embed(messages.read_tokens(msg.content))), reply_to=msg)
 
 
 @app.query("finish")
 def finish(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(run_config(context), context)
+    party = SecondaryParty.restore(node_run_config(context), context)
     party.save(Path(str(msg.content.config_records["finish"]["folder"])) / party.party)
     return Message(RecordDict(), reply_to=msg)
 
@@ -83,7 +76,7 @@ def state_folder(folder: str, run: str, context: Context, party: str) -> Path:
 
 @app.query("restore")
 def restore(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(run_config(context), context)
+    party = SecondaryParty.restore(node_run_config(context), context)
     rec = msg.content.config_records["state"]
     folder = state_folder(str(rec["folder"]), str(rec["run"]), context, party.party)
     digest = party.load_checkpoint(folder, int(rec["epoch"]))

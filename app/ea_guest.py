@@ -7,24 +7,17 @@ The guest's model, optimiser state and the ids of its last activation live in
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from app.config import RunConfig
+from app.node import node_run_config
 from app.ea_parties import (act_content, build_party, read_ids, read_request, reply_content, simulation_guest,
                              torch_threads)
 from app.secondary import load_optimizer_state, optimizer_state_records
 from strategies.entity_aug import EAParty
-
-
-def guest_config(context: Context) -> RunConfig:
-    """The run's config; a deployed guest's own data location (node config "data-dir") wins."""
-    cfg = RunConfig.from_flower(context.run_config)
-    data_dir = str(context.node_config.get("data-dir", ""))
-    return dataclasses.replace(cfg, data_dir=data_dir) if data_dir else cfg
 
 
 def guest_name(cfg: RunConfig, context: Context) -> str:
@@ -59,7 +52,7 @@ def persist(party: EAParty, context: Context) -> None:
 
 
 def hello(msg: Message, context: Context) -> Message:
-    cfg = guest_config(context)
+    cfg = node_run_config(context)
     party = build_party(cfg, guest_name(cfg, context))
     persist(party, context)
     reply = ConfigRecord({"party": party.name, "records": int(len(party.plan.records))})
@@ -68,21 +61,21 @@ def hello(msg: Message, context: Context) -> Message:
 
 def step(msg: Message, context: Context) -> Message:
     with torch_threads(1):
-        party = restore(guest_config(context), context)
+        party = restore(node_run_config(context), context)
         reply = party.step(read_request(msg.content))
         persist(party, context)
     return Message(reply_content(reply), reply_to=msg)
 
 
 def embed(msg: Message, context: Context) -> Message:
-    party = restore(guest_config(context), context)
+    party = restore(node_run_config(context), context)
     return Message(act_content(party.embed(read_ids(msg.content))), reply_to=msg)
 
 
 def finish(msg: Message, context: Context) -> Message:
     import torch
 
-    party = restore(guest_config(context), context)
+    party = restore(node_run_config(context), context)
     folder = Path(str(msg.content.config_records["ea_finish"]["folder"])) / party.name
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(party.model.state_dict(), folder / "model.pt")

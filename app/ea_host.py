@@ -22,7 +22,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app import ea_parties as wire
-from app.channel import POLL, PartyError, Traffic
+from app.channel import POLL, PartyError, Traffic, handshake
 from app.config import RunConfig
 from app.ea_parties import build_host, build_party, ea_data, ea_plan, ea_settings, overlap_parts, torch_threads
 from app.messages import payload_bytes
@@ -89,30 +89,6 @@ class FlowerLink:
 
     def finish(self, folder: str) -> None:
         self._ask_all("query.ea_finish", RecordDict({"ea_finish": ConfigRecord({"folder": folder})}))
-
-
-def handshake(grid: Grid, guests: list[str], timeout: float) -> dict[str, int]:
-    """Ask every connected node which guest it plays; refuse a missing or duplicated guest."""
-    deadline = time.monotonic() + timeout
-    node_ids = list(grid.get_node_ids())
-    while len(node_ids) < len(guests) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        node_ids = list(grid.get_node_ids())
-    if not node_ids:
-        raise PartyError(f"no SuperNode connected within {timeout} s; expected guests {guests}")
-    hello = [Message(RecordDict(), dst_node_id=nid, message_type="query.ea_hello") for nid in node_ids]
-    nodes: dict[str, int] = {}
-    for reply in grid.send_and_receive(hello, timeout=timeout):
-        if reply.has_error():
-            raise PartyError(f"node {reply.metadata.src_node_id} failed the handshake: {reply.error.reason}")
-        party = str(reply.content.config_records["ea_hello"]["party"])
-        if party in nodes:
-            raise PartyError(f"guest {party!r} is played by two nodes ({nodes[party]} and {reply.metadata.src_node_id})")
-        nodes[party] = reply.metadata.src_node_id
-    missing, extra = sorted(set(guests) - set(nodes)), sorted(set(nodes) - set(guests))
-    if missing or extra:
-        raise PartyError(f"guest set mismatch: missing {missing}, unexpected {extra} (expected {guests})")
-    return nodes
 
 
 # ---------------------------------------------------------------------------- one run
@@ -183,7 +159,7 @@ def run_ea_host(grid: Grid, cfg: RunConfig) -> dict:
     out = cfg.out_path() / name
     out.mkdir(parents=True, exist_ok=True)
     log(INFO, "[host] run dir %s", out)
-    nodes = handshake(grid, data.guests, cfg.node_timeout)
+    nodes = handshake(grid, data.guests, "", cfg.node_timeout, action="ea_hello")
     log(INFO, "[host] guests: %s", nodes)
     local = {HOST: build_party(cfg, HOST, data)} if HOST in data.blocks else {}
     link = FlowerLink(grid, nodes, cfg.node_timeout, local)
