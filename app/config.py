@@ -53,6 +53,35 @@ METHOD_MODEL: dict[str, dict] = {
     "featuresim": BASELINE_MODEL | {"sim_feature": True},
 }
 ONE_NEIGHBOUR = ("top1sim", "exact", "combine")
+# The reference's per-method baseline scripts (../shared/docs/fedsim-reference.md, "Baselines:
+# layers, lr, weight decay, batch, epochs"; the paper's App. E), used with run-config
+# hparams = "paper". Local model and cut sizes there equal the dataset's FedSim ones; epochs
+# stay a run-config choice. Explicit lr / batch-size / weight-decay values still win.
+_TOP1 = dict(batch_size=4096)
+PAPER_METHOD_HPARAMS: dict[tuple[str, str], dict] = {
+    ("house", "avgsim"): dict(lr=3e-3, weight_decay=1e-5, batch_size=128),
+    ("hdb", "avgsim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128, agg_hidden=(400,)),
+    ("game", "avgsim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128, agg_hidden=(400,)),
+    ("synthetic", "avgsim"): dict(lr=1e-3, weight_decay=1e-4, batch_size=32),
+    ("frog", "avgsim"): dict(lr=3e-3, weight_decay=1e-3, batch_size=32),
+    ("house", "featuresim"): dict(lr=3e-3, weight_decay=1e-5, batch_size=128),
+    ("hdb", "featuresim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128),
+    ("game", "featuresim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128),
+    ("synthetic", "featuresim"): dict(lr=1e-3, weight_decay=1e-4, batch_size=32),
+    ("frog", "featuresim"): dict(lr=3e-3, weight_decay=1e-3, batch_size=32),
+    ("house", "top1sim"): _TOP1 | dict(lr=3e-3, weight_decay=1e-5),
+    ("hdb", "top1sim"): _TOP1 | dict(lr=1e-2, weight_decay=1e-5),
+    ("game", "top1sim"): _TOP1 | dict(lr=1e-3, weight_decay=1e-5, agg_hidden=(400,)),
+    ("synthetic", "top1sim"): _TOP1 | dict(lr=3e-3, weight_decay=1e-4),
+    ("frog", "top1sim"): _TOP1 | dict(lr=3e-2, weight_decay=1e-3),
+    ("house", "solo"): _TOP1 | dict(lr=3e-3, weight_decay=1e-5),
+    ("hdb", "solo"): _TOP1 | dict(lr=1e-2, weight_decay=1e-5),
+    ("game", "solo"): _TOP1 | dict(lr=3e-3, weight_decay=1e-5),
+    ("synthetic", "solo"): _TOP1 | dict(lr=1e-3, weight_decay=1e-5),
+    ("frog", "solo"): _TOP1 | dict(lr=3e-2, weight_decay=1e-3),
+    ("game", "exact"): _TOP1 | dict(lr=1e-3, agg_hidden=(400,)),
+}
+HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.VARIANTS
@@ -78,6 +107,7 @@ class RunConfig:
     tau: float = 1.0
     linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
     layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
+    hparams: str = "dataset"  # "dataset": every method uses the dataset's FedSim values; "paper": per method
     parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
     seed: int = 0
     steps_per_exchange: int = 8
@@ -125,6 +155,7 @@ class RunConfig:
         need(self.method in METHODS, f"run-config 'method' must be one of {METHODS}, got {self.method!r}")
         need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
         need(self.layout in LAYOUTS, f"run-config 'layout' must be one of {LAYOUTS}, got {self.layout!r}")
+        need(self.hparams in HPARAMS, f"run-config 'hparams' must be one of {HPARAMS}, got {self.hparams!r}")
         need(self.device in ("auto", "cpu", "cuda"), f"run-config 'device' must be auto, cpu or cuda, got {self.device!r}")
         need(self.dtype in ("float32", "float64"), f"run-config 'dtype' must be float32 or float64, got {self.dtype!r}")
         for key in ("k", "batch_size", "epochs", "n_rows", "max_steps", "bench_floor"):
@@ -163,12 +194,15 @@ class RunConfig:
             model = dataclasses.replace(model, dropout=self.dropout)
         model = dataclasses.replace(model, weight_gate=self.weight_gate, sort_gate=self.sort_gate)
         model = dataclasses.replace(model, **METHOD_MODEL[self.method])
+        paper = PAPER_METHOD_HPARAMS.get((self.dataset, self.method), {}) if self.hparams == "paper" else {}
+        if "agg_hidden" in paper:
+            model = dataclasses.replace(model, agg_hidden=paper["agg_hidden"])
         return Settings(
             k=1 if self.method in ONE_NEIGHBOUR else self.k or d.k,
-            batch_size=self.batch_size or d.batch_size,
+            batch_size=self.batch_size or paper.get("batch_size", d.batch_size),
             epochs=self.epochs or d.epochs,
-            lr=self.lr or d.lr,
-            weight_decay=self.weight_decay if self.weight_decay >= 0 else d.weight_decay,
+            lr=self.lr or paper.get("lr", d.lr),
+            weight_decay=self.weight_decay if self.weight_decay >= 0 else paper.get("weight_decay", d.weight_decay),
             model=model,
         )
 

@@ -62,3 +62,16 @@ def test_combine_uses_the_true_rows_and_needs_them(tmp_path):
     with pytest.raises(ValueError, match="needs the true alignment"):
         run_in_process(RunConfig(dataset="hdb", n_rows=500, method="combine", epochs=1, max_steps=1,
                                  out_dir=str(tmp_path)))
+
+
+def test_paper_hyperparameters_per_method_are_opt_in_and_overridable():
+    """hparams="paper": the reference's baseline scripts (fedsim-reference.md, App. E)."""
+    top1 = RunConfig(dataset="hdb", method="top1sim", hparams="paper").resolve()
+    assert (top1.batch_size, top1.lr, top1.weight_decay) == (4096, 1e-2, 1e-5)
+    avg = RunConfig(dataset="game", method="avgsim", hparams="paper").resolve()
+    assert (avg.batch_size, avg.lr, avg.model.agg_hidden) == (128, 1e-3, (400,))
+    assert RunConfig(dataset="hdb", method="top1sim", hparams="paper", lr=0.5).resolve().lr == 0.5
+    same = RunConfig(dataset="hdb", method="top1sim").resolve()  # the default: the dataset's FedSim values
+    assert (same.batch_size, same.lr) == (128, 1e-3)
+    fedsim = RunConfig(dataset="hdb", hparams="paper").resolve()
+    assert fedsim == RunConfig(dataset="hdb").resolve()  # FedSim's own values are the dataset's
