@@ -18,7 +18,7 @@ from pathlib import Path
 from bench.common import REPO, git_rev, machine
 from bench.sweep import run_sweep
 
-SWEEPS = ["baselines", "hdb_full", "real", "real_full", "k", "tau", "s", "s_full", "parties", "entity_aug"]
+SWEEPS = ["baselines", "hdb_full", "real", "k", "tau", "s", "s_full", "parties", "entity_aug"]
 
 
 def main() -> None:
