@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -361,12 +362,19 @@ def start_run(dep: Deployment, run_config: dict[str, object]) -> subprocess.Pope
 
 
 def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 3600.0) -> subprocess.CompletedProcess:
+    """A run to its end; past ``timeout`` the run itself is stopped on the SuperLink (`flwr stop`),
+    not only this command, so the SuperNodes are free again."""
     proc = start_run(dep, run_config)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
+        run_id = re.search(r"Successfully started run (\d+)", out or "")
+        if run_id:
+            subprocess.run([_tool("flwr"), "stop", run_id.group(1), CONNECTION], env=dep.env(), capture_output=True,
+                           timeout=60)
+        err = (err or "") + f"\n[app.deploy] run stopped after its {timeout} s timeout"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
