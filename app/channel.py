@@ -77,18 +77,14 @@ class FlowerChannel:
 
     def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
              save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
-        saving = None if save is None else (save[0], Path(save[0]).parent.name, save[1])  # folder = <run>/checkpoint
+        run = Path(save[0]).parent.name if save else ""  # save = (<run dir>/checkpoint, epoch)
         replies = self._exchange("train.step", {p: messages.step_content(
-            apply[p], embed[p], self.job_id, self.cursor[p],
-            None if saving is None else (f"{saving[0]}/{p}", saving[1], saving[2])) for p in embed})
+            apply[p], embed[p], self.job_id, self.cursor[p], (f"{save[0]}/{p}", run, save[1]) if save else None)
+            for p in embed})
         for p in embed:
             self.cursor[p] += len(apply[p])
         if save is not None:
             self.saved = {p: messages.read_state(c) for p, c in replies.items()}
-        return {p: messages.read_embeddings(c) for p, c in replies.items()}
-
-    def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        replies = self._exchange("query.embed", {p: messages.tokens_content(t) for p, t in tokens.items()})
         return {p: messages.read_embeddings(c) for p, c in replies.items()}
 
     def ping(self) -> float:
@@ -100,18 +96,15 @@ class FlowerChannel:
         return time.perf_counter() - t0
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
-        states = self._state_exchange("query.restore", folder, epoch)
+        """Every party loads its checkpoint of ``epoch`` (``folder`` = <run dir>/checkpoint; a
+        deployed party reads its own node config "checkpoint-dir"/<run>/<party> instead)."""
+        run = Path(folder).parent.name
+        replies = self._exchange("query.restore", {p: RecordDict({"state": ConfigRecord(
+            {"folder": f"{folder}/{p}", "run": run, "epoch": epoch})}) for p in self.nodes})
+        states = {p: {"digest": str(c.config_records["state"]["digest"]),
+                      "applied": int(c.config_records["state"]["applied"])} for p, c in replies.items()}
         self.cursor = {p: s["applied"] for p, s in states.items()}
         return states
-
-    def _state_exchange(self, message_type: str, folder: str, epoch: int) -> dict[str, dict]:
-        """``folder`` = <run dir>/checkpoint; a deployed party keeps its own under node config
-        "checkpoint-dir"/<run>/<party> instead."""
-        run = Path(folder).parent.name  # folder = <run dir>/checkpoint
-        replies = self._exchange(message_type, {p: RecordDict({"state": ConfigRecord(
-            {"folder": f"{folder}/{p}", "run": run, "epoch": epoch})}) for p in self.nodes})
-        return {p: {"digest": str(c.config_records["state"]["digest"]), "applied": int(c.config_records["state"]["applied"])}
-                for p, c in replies.items()}
 
     def finish(self, folder: str) -> None:
         self._exchange("query.finish", {p: RecordDict({"finish": ConfigRecord({"folder": folder})}) for p in self.nodes})

@@ -52,12 +52,6 @@ def step(msg: Message, context: Context) -> Message:
     return Message(messages.embeddings_content(emb, state), reply_to=msg)
 
 
-@app.query("embed")
-def embed(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(node_run_config(context), context)
-    return Message(messages.embeddings_content(party.embed(messages.read_tokens(msg.content))), reply_to=msg)
-
-
 @app.query("finish")
 def finish(msg: Message, context: Context) -> Message:
     party = SecondaryParty.restore(node_run_config(context), context)

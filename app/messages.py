@@ -62,14 +62,6 @@ def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMet
     return blocks, arrays["tokens"].numpy(), StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]))
 
 
-def tokens_content(tokens: np.ndarray) -> RecordDict:
-    return RecordDict({"step": ArrayRecord({"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))})})
-
-
-def read_tokens(content: RecordDict) -> np.ndarray:
-    return content.array_records["step"]["tokens"].numpy()
-
-
 def embeddings_content(emb: np.ndarray, state: dict | None = None) -> RecordDict:
     content = RecordDict({"out": ArrayRecord({"emb": Array(np.ascontiguousarray(emb))})})
     if state is not None:

@@ -189,9 +189,6 @@ class LocalChannel:
                               "epoch": epoch} for p, s in self.parties.items()}
         return {p: self.parties[p].embed(t) for p, t in embed.items()}
 
-    def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {p: self.parties[p].embed(t) for p, t in tokens.items()}
-
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
         return {p: {"digest": s.load_checkpoint(Path(folder) / p, epoch), "applied": s.applied}
                 for p, s in self.parties.items()}

@@ -27,9 +27,6 @@ class SecondaryChannel(Protocol):
         """Apply the gradient blocks in order, then (``save`` = (folder, epoch)) checkpoint, then
         return embeddings (U, c) of the tokens (U,)."""
 
-    def embed(self, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Embeddings without gradients (validation / test)."""
-
 
 @dataclass
 class TrainPlan:
