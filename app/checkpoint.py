@@ -53,16 +53,23 @@ def _dropouts(strategy: FedSimStrategy) -> list[SeededDropout]:
     return [m for m in strategy.model.modules() if isinstance(m, SeededDropout)]
 
 
+def save_state(folder: Path, prefix: str, epoch: int, state: dict) -> str:
+    """``state`` as ``<prefix>-<epoch>.pt`` (atomic), older epochs pruned; returns its SHA-256,
+    which the manifest records. Used by the primary and by every secondary."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    write_atomic(Path(folder) / f"{prefix}-{epoch}.pt", data)
+    prune(folder, prefix, epoch)
+    return hashlib.sha256(data).hexdigest()
+
+
 def save_primary(folder: Path, strategy: FedSimStrategy, epoch: int, records: list[EpochRecord],
                  step_losses: list[float]) -> str:
-    buf = io.BytesIO()
-    torch.save({"model": strategy.model.state_dict(), "optimizer": strategy.optimizer.state_dict(),
-                "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
-                "records": [dataclasses.asdict(r) for r in records], "step_losses": list(step_losses)}, buf)
-    data = buf.getvalue()
-    write_atomic(folder / f"primary-{epoch}.pt", data)
-    prune(folder, "primary", epoch)
-    return hashlib.sha256(data).hexdigest()
+    return save_state(folder, "primary", epoch, {
+        "model": strategy.model.state_dict(), "optimizer": strategy.optimizer.state_dict(),
+        "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
+        "records": [dataclasses.asdict(r) for r in records], "step_losses": list(step_losses)})
 
 
 def prune(folder: Path, prefix: str, epoch: int) -> None:
@@ -145,8 +152,9 @@ def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: s
 
     def after_epoch(epoch: int, records: list[EpochRecord], step_losses: list[float]) -> None:
         # the parties saved theirs in the evaluation's first exchange (fit's checkpoint_dir)
-        states = {p: {"digest": s["digest"], "applied": s["applied"]} for p, s in channel.saved.items()} if channel else {}
-        for party, s in (channel.saved if channel else {}).items():
+        saved = channel.saved if channel else {}
+        states = {p: {"digest": s["digest"], "applied": s["applied"]} for p, s in saved.items()}
+        for party, s in saved.items():
             if s["epoch"] != epoch:
                 raise CheckpointError(f"party {party!r} last checkpointed epoch {s['epoch']}, not {epoch}")
             if hasattr(channel, "cursor") and s["applied"] != channel.cursor[party]:

@@ -12,10 +12,11 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
+from app.checkpoint import save_state
 from app.config import RunConfig
 from app.parties import build_secondary_model, secondary_features
 from app.messages import StepMeta, step_digest
-from linkage_server.store import load_secondary, write_atomic
+from linkage_server.store import load_secondary
 from strategies.fedsim import GradBlock
 from strategies.optim import make_optimizer
 
@@ -95,15 +96,9 @@ class SecondaryParty:
     def save_checkpoint(self, folder: Path, epoch: int) -> str:
         """Model, optimiser and cursor as ``epoch-<e>.pt`` (atomic); returns its SHA-256, which the
         primary records in its manifest. Files of other epochs than e and e - 1 are removed."""
-        buf = io.BytesIO()
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "applied": self.applied, "job_id": self.job_id, "epoch": epoch}, buf)
-        data = buf.getvalue()
-        write_atomic(Path(folder) / f"epoch-{epoch}.pt", data)
-        for old in Path(folder).glob("epoch-*.pt"):  # keep this epoch and the one the manifest may still name
-            if int(old.stem.split("-")[1]) not in (epoch, epoch - 1):
-                old.unlink(missing_ok=True)
-        return hashlib.sha256(data).hexdigest()
+        return save_state(folder, "epoch", epoch, {"model": self.model.state_dict(),
+                                                   "optimizer": self.optimizer.state_dict(),
+                                                   "applied": self.applied, "job_id": self.job_id, "epoch": epoch})
 
     def load_checkpoint(self, folder: Path, epoch: int) -> str:
         path = Path(folder) / f"epoch-{epoch}.pt"
