@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from strategies.gates import concrete_device
 from strategies.model import ModelConfig
 
 
@@ -86,6 +87,7 @@ MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.VARIANTS
 LAYOUTS = ("independent", "chain")
+ENCODINGS = ("raw", "bloom")
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class RunConfig:
     weight_gate: bool = True
     sort_gate: bool = True
     tau: float = 1.0
+    encoding: str = "raw"  # "bloom": the parties link on keyed Bloom filters (strings) / FEDERAL filters (numbers), by Hamming
     linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
     layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
     hparams: str = "dataset"  # "dataset": every method uses the dataset's FedSim values; "paper": per method
@@ -155,6 +158,12 @@ class RunConfig:
         need(self.method in METHODS, f"run-config 'method' must be one of {METHODS}, got {self.method!r}")
         need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
         need(self.layout in LAYOUTS, f"run-config 'layout' must be one of {LAYOUTS}, got {self.layout!r}")
+        need(self.encoding in ENCODINGS, f"run-config 'encoding' must be one of {ENCODINGS}, got {self.encoding!r}")
+        need(not (self.encoding == "bloom" and self.method == "combine"),
+             "run-config encoding='bloom' does not apply to method 'combine' (it uses the true rows, no linkage)")
+        need(not (self.encoding == "bloom" and self.linkage_dir),
+             "run-config encoding='bloom' encodes before linking here; with 'linkage-dir' the linkage service "
+             "already linked (the parties encode for it with `python -m linkage_server.cli --key-file`)")
         need(self.hparams in HPARAMS, f"run-config 'hparams' must be one of {HPARAMS}, got {self.hparams!r}")
         need(self.device in ("auto", "cpu", "cuda"), f"run-config 'device' must be auto, cpu or cuda, got {self.device!r}")
         need(self.dtype in ("float32", "float64"), f"run-config 'dtype' must be float32 or float64, got {self.dtype!r}")
@@ -209,9 +218,9 @@ class RunConfig:
     def torch_device(self) -> torch.device:
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("run-config device='cuda' but no CUDA device is available")
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        if self.device == "cpu" or not torch.cuda.is_available():
+            return torch.device("cpu")
+        return concrete_device(torch.device("cuda"))
 
     def torch_dtype(self) -> torch.dtype:
         return torch.float64 if self.dtype == "float64" else torch.float32

@@ -75,7 +75,7 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProces
 
 def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+    return max(float((a[k].double().cpu() - b[k].double().cpu()).abs().max()) for k in a)
 
 
 def run_experiment(cfg: RunConfig, out: "Path") -> dict:
@@ -103,13 +103,17 @@ def run_experiment(cfg: RunConfig, out: "Path") -> dict:
     strategy = build_strategy(ds, linkage, cfg, settings)
     parties = _local_parties(cfg, ds, job)
     with (out / "metrics.jsonl").open("w") as f:
+        def record(rec) -> None:  # one line per epoch, flushed: a running sweep shows its progress
+            f.write(json.dumps(dataclasses.asdict(rec)) + "\n")
+            f.flush()
+
         records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
-                              ds.split.test, plan, lambda rec: f.write(json.dumps(dataclasses.asdict(rec)) + "\n"),
-                              lambda *a: None)
+                              ds.split.test, plan, record, lambda *a: None)
     torch.save(strategy.model.state_dict(), out / "primary_model.pt")
     best = best_epoch(records, strategy)
     summary = {"dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k, "tau": cfg.tau,
-               "engine": "inprocess", "best_epoch": best.epoch, "val": best.val, "test": best.test,
+               "engine": "inprocess", "device": str(strategy.device), "best_epoch": best.epoch, "val": best.val,
+               "test": best.test,
                "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

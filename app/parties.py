@@ -71,15 +71,37 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             return link_known(ds.true_match, sizes, seed=cfg.seed, job_id=f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}")
         metric = metric_of(ds)
+        primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
+        if cfg.encoding == "bloom":
+            primary, ids = encode_parties(primary, ids, metric, cfg.seed, settings.k)
+            metric = "hamming"
         if cfg.method == "exact":
-            return link_exact(ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()},
-                              seed=cfg.seed, train_rows=ds.split.train, metric=metric)
-        ids = {p: t.identifiers for p, t in ds.secondaries.items()}
+            return link_exact(primary, ids, seed=cfg.seed, train_rows=ds.split.train, metric=metric)
         if cfg.layout == "chain":
-            return link_chain(ds.primary.identifiers, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, seed=cfg.seed,
+            return link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, seed=cfg.seed,
                               train_rows=ds.split.train, metric=metric)
-        return link(ds.primary.identifiers, ids, k=settings.k, tau=cfg.tau, seed=cfg.seed,
-                    train_rows=ds.split.train, metric=metric)
+        return link(primary, ids, k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train, metric=metric)
+
+
+def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int,
+                   k: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Run config encoding="bloom": what each party does locally before uploading (README
+    "Privacy-preserving linkage"): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
+    interval filters; the service then links by Hamming distance. In one simulation process the
+    parties' shared secret is derived from the seed; FEDERAL's bounds are the box holding every
+    party's values and its t comes from the first secondary's values (encode.federal_key)."""
+    from linkage_server.encode import encode_with_key, federal_key
+
+    key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
+    if metric != "edit":
+        values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]
+        party, first = next(iter(secondaries.items()))
+        if len(first) <= k:
+            raise LinkageError(f"encoding='bloom': secondary {party!r} has {len(first)} records, K = {k} needs more")
+        lo = np.min([v.min(axis=0) for v in values], axis=0)
+        hi = np.max([v.max(axis=0) for v in values], axis=0)
+        key["federal"] = federal_key(values[1], k=k, lo=lo, hi=hi)
+    return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}
 
 
 def metric_of(ds: VFLDataset) -> str:

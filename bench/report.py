@@ -3,6 +3,7 @@
     python -m bench.report           # the full presets (see docs/results.md for their run time)
     python -m bench.report --quick   # every sweep's [quick] preset, into runs/report-quick/ (minutes)
     python -m bench.report --existing  # run nothing: tables of the finished runs, missing ones listed
+    python -m bench.report --jobs 8    # 8 runs at once (a many-core machine or a GPU)
 
 The hand-written comparison with the paper lives in docs/results-notes.md and is included
 verbatim; the tables and plots are generated. Runs are resumable (bench.sweep).
@@ -18,7 +19,8 @@ from pathlib import Path
 from bench.common import REPO, git_rev, machine
 from bench.sweep import run_sweep
 
-SWEEPS = ["baselines", "hdb_full", "real", "k", "tau", "s", "s_full", "parties", "entity_aug"]
+SWEEPS = ["baselines", "synthetic_full", "synthetic_long", "synthetic_noisy", "hdb_full", "real", "real_full", "paper_hparams", "k", "tau",
+          "tau_bloom", "s", "s_full", "parties", "entity_aug"]
 
 
 def main() -> None:
@@ -27,7 +29,10 @@ def main() -> None:
     ap.add_argument("--sweeps", default=",".join(SWEEPS))
     ap.add_argument("--out", type=Path, default=None, help="default: docs/results.md (quick: runs/report-quick/)")
     ap.add_argument("--existing", action="store_true", help="run nothing: tabulate finished runs, list missing ones")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (bench.sweep --jobs)")
     args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     out = args.out or (REPO / "runs" / "report-quick" / "results.md" if args.quick else REPO / "docs" / "results.md")
     img = out.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
@@ -35,7 +40,7 @@ def main() -> None:
     parts = []
     for name in args.sweeps.split(","):
         md, pngs = run_sweep(REPO / "conf" / "sweeps" / f"{name}.toml", args.quick, log=lambda m: print(m, flush=True),
-                             existing_only=args.existing)
+                             existing_only=args.existing, jobs=args.jobs)
         for p in pngs:
             target = img / f"{name}-{p.name}"
             shutil.copyfile(p, target)

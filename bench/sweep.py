@@ -3,6 +3,7 @@
     python -m bench.sweep conf/sweeps/synthetic.toml            # the full preset
     python -m bench.sweep conf/sweeps/synthetic.toml --quick    # its [quick] overrides (minutes)
     python -m bench.sweep conf/sweeps/synthetic.toml --engine flower   # every run through `flwr run`
+    python -m bench.sweep conf/sweeps/synthetic.toml --jobs 8   # 8 runs at once (many cores, or a GPU)
 
 A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
 `[set.<dataset>]`), and variants (`[variants]`: name -> run-config values, e.g. a method or an
@@ -17,6 +18,7 @@ oracles prove equal to `flwr run` (tests/test_equivalence.py, tests/test_flower_
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import statistics
@@ -59,14 +61,18 @@ def run_one(values: dict, out: Path, engine: str) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             summary, run_dir, _ = run_flower(values, Path(tmp), "run")
             out.mkdir(parents=True, exist_ok=True)
-            for name in ("metrics.jsonl", "summary.json", "primary_model.pt"):
+            for name in ("metrics.jsonl", "primary_model.pt"):
                 (out / name).write_bytes((run_dir / name).read_bytes())
+            summary = {**summary, "machine": machine()}
+            (out / "summary.json").write_text(json.dumps(summary, indent=2))
             return summary
     from app.config import RunConfig
     from app.inprocess import run_experiment
 
     cfg = RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")})
-    return run_experiment(cfg, out)
+    summary = {**run_experiment(cfg, out), "machine": machine()}  # where it ran, for the tables
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 def key_metric(summary: dict) -> tuple[str, bool]:
@@ -86,7 +92,8 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
                     rows.append({"dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
                                  "test": s["test"][metric], "val": s["val"][metric], "best_epoch": s["best_epoch"],
                                  "epochs": s["epochs_run"], "seconds": round(s["seconds"] if isinstance(
-                                     s["seconds"], (int, float)) else s["seconds"]["train_and_eval"], 1)})
+                                     s["seconds"], (int, float)) else s["seconds"]["train_and_eval"], 1),
+                                 "machine": s.get("machine", ""), "device": s.get("device", "")})
     root.mkdir(parents=True, exist_ok=True)
     with (root / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["dataset"])
@@ -97,9 +104,15 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
 
 def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: float) -> str:
     lines = [f"### Sweep `{sweep['name']}`", "",
-             f"`{command}` — engine {engine}, {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d')}, "
-             f"{seconds / 60:.1f} min. Test metric at the best-validation epoch, mean ± std over seeds "
+             f"`{command}` — engine {engine}; tabulated on {machine()}, git {git_rev()}, "
+             f"{time.strftime('%Y-%m-%d')}; this invocation ran for {seconds / 60:.1f} min. Test metric at the best-validation epoch, mean ± std over seeds "
              f"{sweep['seeds']}.", ""]
+    ran_on = collections.Counter((r["machine"] or "not recorded") + (f" [{r['device']}]" if r["device"] else "")
+                                 for r in rows)
+    if ran_on:
+        note = " (\"not recorded\": runs from before summaries named their machine; docs/results-notes.md " \
+               "says where they ran)" if any(m.startswith("not recorded") for m in ran_on) else ""
+        lines += ["Runs ran on: " + "; ".join(f"{m} ({n} runs)" for m, n in ran_on.most_common()) + note + ".", ""]
     for dataset in sweep["datasets"]:
         sub = [r for r in rows if r["dataset"] == dataset]
         if not sub:
@@ -152,6 +165,8 @@ def plots(root: Path, sweep: dict) -> list[Path]:
                 recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
                 metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
                 curves.append([r["val"][metric] for r in recs])
+                if not (run / "primary_model.pt").exists():  # e.g. runs copied back from another machine
+                    continue
                 state = torch.load(run / "primary_model.pt", map_location="cpu")
                 if gate_prefix(state):
                     gates.append(weight_curve(state))
@@ -222,15 +237,62 @@ def weight_curve(state: dict) -> tuple[list[float], list[float]]:
     return s.tolist(), w.tolist()
 
 
+def _run_guarded(values: dict, out: Path, engine: str, threads: int) -> dict | str:
+    """One run: its summary, or the error with its traceback as text. In a worker process
+    (``threads`` > 0) torch and the BLAS/OpenMP pools get ``threads`` threads each."""
+    import traceback
+
+    from threadpoolctl import threadpool_limits
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads or None):
+            return run_one(values, out, engine)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}"
+
+
+def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
+    """Yield (name, summary or error text) for each pending run, ``jobs`` at a time. Each worker
+    is a fresh (spawned) process with usable cores // jobs threads, so runs never share state and
+    CUDA initialises per process; results come back as runs finish. A worker that dies (out of
+    memory, a crash) fails its run, not the sweep; leaving early cancels the queued runs."""
+    jobs = min(jobs, len(pending))
+    if jobs <= 1:
+        for name, values, out in pending:
+            yield name, _run_guarded(values, out, engine, 0)
+        return
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, len(os.sched_getaffinity(0)) // jobs)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_run_guarded, values, out, engine, threads): name for name, values, out in pending}
+        for f in as_completed(futures):
+            try:
+                yield futures[f], f.result()
+            except Exception as e:  # BrokenProcessPool: the worker died
+                yield futures[f], f"{type(e).__name__}: {e}"
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def run_sweep(path: Path, quick: bool = False, engine: str = "inprocess", root: Path | None = None,
-              log=print, existing_only: bool = False) -> tuple[str, list[Path]]:
+              log=print, existing_only: bool = False, jobs: int = 1) -> tuple[str, list[Path]]:
     """Run (or resume) a sweep; returns its markdown table and plot files. With
-    ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed."""
+    ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
+    ``jobs`` > 1 runs that many runs at once, each in its own process."""
     sweep = load_sweep(path, quick)
     root = (root or REPO / "runs" / "sweeps") / sweep["name"]
     t0 = time.perf_counter()
     failures: list[str] = []
     missing: list[str] = []
+    pending: list[tuple[str, dict, Path]] = []
     for dataset in sweep["datasets"]:
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
@@ -240,15 +302,14 @@ def run_sweep(path: Path, quick: bool = False, engine: str = "inprocess", root: 
                 if existing_only:
                     missing.append(f"{dataset} {variant} seed {seed}")
                     continue
-                values = run_values(sweep, dataset, variant, seed)
-                try:
-                    s = run_one(values, out, engine)
-                except Exception as e:  # one bad run does not stop the sweep; it is reported and not tabulated
-                    failures.append(f"{dataset} {variant} seed {seed}: {type(e).__name__}: {e}")
-                    log(f"FAILED {failures[-1]}")
-                    continue
-                metric, _ = key_metric(s)
-                log(f"{dataset} {variant} seed {seed}: test {metric} {s['test'][metric]:.4f} (best epoch {s['best_epoch']})")
+                pending.append((f"{dataset} {variant} seed {seed}", run_values(sweep, dataset, variant, seed), out))
+    for name, result in run_pending(pending, engine, jobs):
+        if isinstance(result, str):  # one bad run does not stop the sweep; it is reported and not tabulated
+            failures.append(f"{name}: {result}")
+            log(f"FAILED {failures[-1]}")
+            continue
+        metric, _ = key_metric(result)
+        log(f"{name}: test {metric} {result['test'][metric]:.4f} (best epoch {result['best_epoch']})")
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
     command = f"python -m bench.sweep {shown}" + (" --quick" if quick else "") + (
@@ -269,8 +330,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--engine", choices=["inprocess", "flower"], default="inprocess")
     ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
     args = ap.parse_args()
-    md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root, log=lambda m: print(m, flush=True))
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root, log=lambda m: print(m, flush=True),
+                         jobs=args.jobs)
     print(md + "".join(f"\n![{p.stem}]({p})\n" for p in pngs))
 
 

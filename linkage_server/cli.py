@@ -68,16 +68,9 @@ def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
 
 def encode(ids: np.ndarray, key: dict) -> np.ndarray:
     """Private mode, run by each party: raw identifiers -> packed bits with the parties' shared key."""
-    from linkage_server import encode as enc
+    from linkage_server.encode import encode_with_key
 
-    secret = key["secret"].encode()
-    if ids.dtype.kind == "U":
-        b = key.get("bloom", {})
-        return enc.bloom_strings(list(ids), secret, **b)
-    f = key.get("federal")
-    if not f:
-        raise SystemExit("error: the key file has no 'federal' section for numeric identifiers")
-    return enc.federal_numbers(ids, secret, **f)
+    return encode_with_key(ids, key)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -135,12 +128,11 @@ def cmd_make_key(args) -> None:
     """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
     key: dict = {"secret": secrets.token_urlsafe(32)}
     if args.csv:
-        from linkage_server.encode import federal_params
+        from linkage_server.encode import federal_key
 
         values = read_identifiers(args.csv, args.columns.split(","), "numbers")
-        p = federal_params(values, k=args.k, bits_per_dim=args.bits_per_dim)
-        key["federal"] = {"bits_per_dim": p["bits_per_dim"], "t": np.asarray(p["t"]).tolist(),
-                          "lo": np.asarray(p["lo"]).tolist(), "hi": np.asarray(p["hi"]).tolist()}
+        p = federal_key(values, k=args.k, bits_per_dim=args.bits_per_dim)
+        key["federal"] = {n: p[n] for n in ("bits_per_dim", "t", "lo", "hi")}
         print(f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
               f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)", file=sys.stderr)
     out = Path(args.out)

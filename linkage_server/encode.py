@@ -6,6 +6,8 @@ the bits and compares them by Hamming distance (:mod:`linkage_server.hamming`).
   bloom_strings(strings (n,), secret)                      -> (n, bits // 8) uint8    q-gram Bloom filters
   federal_numbers(values (n, d), secret, bits_per_dim, t)  -> (n, d * bits_per_dim // 8) uint8
   federal_params(values (n, d), k)                         -> dict(t, lo, hi, bits_per_dim, ...) to agree on
+  federal_key(values (n, d), k)                            -> the "federal" section of a parties' key (lists)
+  encode_with_key(ids (n,) str | (n, d) float, key)        -> (n, bytes) uint8, Bloom or FEDERAL by the ids' type
 
 Privacy assumptions (honest-but-curious service, as in FEDERAL, FedSim App. I):
   * ``secret`` is shared by the data parties (primary and secondaries) and never by the service.
@@ -176,3 +178,29 @@ def federal_params(values: np.ndarray, *, k: int = 100, bits_per_dim: int = 1024
     bits_at_kth = float(np.sum(2 * bits_per_dim * np.median(off, axis=0) / (hi - lo + 2 * t)))
     return dict(t=t, lo=lo, hi=hi, bits_per_dim=bits_per_dim, bits_at_kth=bits_at_kth,
                 fill=(2 * t / (hi - lo + 2 * t)).tolist(), bytes_per_record=math.ceil(values.shape[1] * bits_per_dim / 8))
+
+
+# ----------------------------------------------------------------------------- the parties' key
+
+
+def federal_key(values: np.ndarray, *, k: int = 100, bits_per_dim: int = 1024, lo=None, hi=None) -> dict:
+    """The "federal" section of the parties' key (JSON-ready lists) from one party's numbers (n, d),
+    plus ``bits_at_kth`` (see federal_params) for the caller to report."""
+    p = federal_params(values, k=k, bits_per_dim=bits_per_dim, lo=lo, hi=hi)
+    section = {"bits_per_dim": p["bits_per_dim"], "t": np.asarray(p["t"]).tolist(),
+               "lo": np.asarray(p["lo"]).tolist(), "hi": np.asarray(p["hi"]).tolist()}
+    return {**section, "bits_at_kth": p["bits_at_kth"], "bytes_per_record": p["bytes_per_record"]}
+
+
+def encode_with_key(ids: np.ndarray, key: dict) -> np.ndarray:
+    """What each party runs before uploading: its identifiers -> packed bits with the parties' key
+    ``{"secret": str | bytes, "bloom": {...} (optional), "federal": {bits_per_dim, t, lo, hi}}``.
+    Strings get keyed q-gram Bloom filters, numbers (n, d) FEDERAL interval filters."""
+    secret = key["secret"].encode() if isinstance(key["secret"], str) else key["secret"]
+    if ids.dtype.kind in "UO":
+        return bloom_strings(list(ids), secret, **key.get("bloom", {}))
+    f = key.get("federal")
+    if not f:
+        raise LinkageError("the parties' key has no 'federal' section, which numeric identifiers need "
+                           "(make one with federal_key / `python -m linkage_server.cli make-key --csv`)")
+    return federal_numbers(ids, secret, **{n: f[n] for n in ("bits_per_dim", "t", "lo", "hi")})

@@ -36,7 +36,17 @@ class SeededDropout(nn.Module):
         return x * keep / (1.0 - self.p)
 
 
+def concrete_device(device: torch.device | str) -> torch.device:
+    """'cuda' -> 'cuda:N' (the current device): tensors report an index, and a generator made for
+    'cuda' would not compare equal to their device."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def seed_dropout(model: nn.Module, seed: int, device: torch.device) -> None:
+    device = concrete_device(device)
     for i, m in enumerate(m for m in model.modules() if isinstance(m, SeededDropout)):
         m.generator = torch.Generator(device=device).manual_seed(seed * 1000 + i)
 

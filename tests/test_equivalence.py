@@ -7,6 +7,7 @@ comparison through Flower messages.
 
 import numpy as np
 import pytest
+import torch
 
 from app.config import RunConfig
 from app.inprocess import max_param_gap, run_in_process, run_twin
@@ -53,3 +54,20 @@ def test_solo_trains_the_primary_alone(tmp_path):
     run = run_in_process(cfg)
     assert len(run.losses) == 5 and np.isfinite(run.losses).all()
     assert {k.split(".")[0] for k in run.primary} == {"local", "agg"}  # no gates, no secondary path
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+@pytest.mark.parametrize("case", ["synthetic-binary-avg", "hdb-regression-cnn-dropout", "house3-chain-no-sort"])
+def test_cuda_run_equals_cpu_run(case, tmp_path):
+    """device=cuda computes what device=cpu computes: every party's model on the GPU, in float64
+    (no TF32) and without dropout (the CPU and CUDA generators draw different masks)."""
+    runs = {}
+    for device in ("cpu", "cuda"):
+        cfg = RunConfig(**{**CASES[case], "dropout": 0.0}, epochs=2, max_steps=10, steps_per_exchange=3,
+                        dtype="float64", device=device, out_dir=str(tmp_path / device))
+        runs[device] = run_in_process(cfg)
+    cpu, gpu = runs["cpu"], runs["cuda"]
+    np.testing.assert_allclose(gpu.losses, cpu.losses, rtol=1e-9, atol=1e-10)
+    assert max_param_gap(gpu.primary, cpu.primary) < 1e-8
+    for party in cpu.secondaries:
+        assert max_param_gap(gpu.secondaries[party], cpu.secondaries[party]) < 1e-8

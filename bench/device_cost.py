@@ -1,0 +1,66 @@
+"""Seconds per epoch of one FedSim run on each device (CPU vs GPU), same run config otherwise.
+
+The in-process engine (the federated protocol with in-process secondaries, the code path every
+party runs under `flwr run`): train seconds per epoch, evaluation seconds, and the test metric,
+so a faster device is also seen to compute the same model.
+
+    python -m bench.device_cost --dataset hdb --epochs 2 --devices cpu,cuda [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from app.config import RunConfig
+from app.inprocess import run_experiment
+from bench.common import git_rev, machine
+
+
+def parse_set(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def measure(values: dict, device: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = RunConfig.from_flower({**values, "device": device, "out-dir": tmp})
+        summary = run_experiment(cfg, Path(tmp) / "run")
+        recs = [json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+    metric = "accuracy" if "accuracy" in summary["test"] else "rmse"
+    return {"device": summary["device"], "train_s": [r["seconds"] for r in recs],
+            "eval_s": [r["eval_seconds"] for r in recs], "steps": summary["steps"],
+            "test": summary["test"][metric], "metric": metric, "total_s": summary["seconds"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="hdb")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more run-config values")
+    args = ap.parse_args()
+    values = {"dataset": args.dataset, "epochs": args.epochs, **parse_set(args.set)}
+    print(f"{machine()}, {torch.get_num_threads()} torch threads, git {git_rev()}")
+    print(f"run config: {values}")
+    print("| device | train s/epoch (median) | eval s/epoch | steps/epoch | test | total s |")
+    print("|---|---|---|---|---|---|")
+    for device in args.devices.split(","):
+        r = measure(values, device)
+        print(f"| {r['device']} | {statistics.median(r['train_s']):.2f} | {statistics.median(r['eval_s']):.2f} | "
+              f"{r['steps'] // args.epochs} | {r['metric']} {r['test']:.4f} | {r['total_s']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
