@@ -6,8 +6,8 @@
     python -m bench.sweep conf/sweeps/synthetic.toml --jobs 8   # 8 runs at once (many cores, or a GPU)
 
 A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
-`[set.<dataset>]`), and variants (`[variants]`: name -> run-config values, e.g. a method or an
-ablation). Each run writes runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a run
+`[set.<dataset>]`), optionally its `engine`, and variants (`[variants]`: name -> run-config
+values, e.g. a method or an ablation). Each run writes runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a run
 whose summary exists is skipped, so an interrupted sweep resumes. At the end it writes
 results.csv (one row per run), results.md (mean ± std over seeds of the test metric at the
 best-validation epoch) and plots (learning curves; the weight gate's similarity -> weight curve).
@@ -28,6 +28,9 @@ import tomllib
 from pathlib import Path
 
 from bench.common import REPO, git_rev, machine, run_flower
+
+
+ENGINES = ("inprocess", "flower")
 
 
 def load_sweep(path: Path, quick: bool) -> dict:
@@ -282,12 +285,15 @@ def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_sweep(path: Path, quick: bool = False, engine: str = "inprocess", root: Path | None = None,
+def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: Path | None = None,
               log=print, existing_only: bool = False, jobs: int = 1) -> tuple[str, list[Path]]:
     """Run (or resume) a sweep; returns its markdown table and plot files. With
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
     ``jobs`` > 1 runs that many runs at once, each in its own process."""
     sweep = load_sweep(path, quick)
+    engine = engine or sweep.get("engine", "inprocess")  # a sweep file may name its engine
+    if engine not in ENGINES:
+        raise SystemExit(f"{path}: engine must be one of {ENGINES}, got {engine!r}")
     root = (root or REPO / "runs" / "sweeps") / sweep["name"]
     t0 = time.perf_counter()
     failures: list[str] = []
@@ -328,7 +334,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweep", type=Path)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--engine", choices=["inprocess", "flower"], default="inprocess")
+    ap.add_argument("--engine", choices=ENGINES, default=None, help="default: the sweep file's `engine`, else inprocess")
     ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
     args = ap.parse_args()
