@@ -94,11 +94,11 @@ def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metr
 
     key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
     if metric != "edit":
-        values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]
-        party, first = next(iter(secondaries.items()))
-        if len(first) <= k:
-            raise LinkageError(f"encoding='bloom': secondary {party!r} has {len(first)} records, K = {k} needs more")
-        lo = np.min([v.min(axis=0) for v in values], axis=0)
+        values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]  # each (n_p, d)
+        if len(values[1]) <= k:
+            raise LinkageError(f"encoding='bloom': secondary {next(iter(secondaries))!r} has {len(values[1])} "
+                               f"records, K = {k} needs more")
+        lo = np.min([v.min(axis=0) for v in values], axis=0)  # (d,) the box holding every party's values
         hi = np.max([v.max(axis=0) for v in values], axis=0)
         key["federal"] = federal_key(values[1], k=k, lo=lo, hi=hi)
     return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}

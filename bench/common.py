@@ -42,6 +42,18 @@ def run_flower(values: dict, work: Path, name: str, timeout: float = 3600) -> tu
     return json.loads(summary_file.read_text()), run_dir, wall
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """``--set key=value`` arguments -> run-config values; each value is read as TOML
+    (``epochs=3``, ``sigma-cf=0.2``, ``merge='"mlp"'``)."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects key=value, got {item!r}")
+        out[key] = tomllib.loads(f"v = {text}")["v"]
+    return out
+
+
 def load_conf(name: str) -> dict:
     return tomllib.loads((REPO / "conf" / f"{name}.toml").read_text())
 

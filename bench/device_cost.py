@@ -19,18 +19,7 @@ import torch
 
 from app.config import RunConfig
 from app.inprocess import run_experiment
-from bench.common import git_rev, machine
-
-
-def parse_set(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        key, _, raw = item.partition("=")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
+from bench.common import git_rev, machine, parse_overrides
 
 
 def measure(values: dict, device: str) -> dict:
@@ -49,9 +38,9 @@ def main() -> None:
     ap.add_argument("--dataset", default="hdb")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more run-config values")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more run-config values (TOML)")
     args = ap.parse_args()
-    values = {"dataset": args.dataset, "epochs": args.epochs, **parse_set(args.set)}
+    values = {"dataset": args.dataset, "epochs": args.epochs, **parse_overrides(args.set)}
     print(f"{machine()}, {torch.get_num_threads()} torch threads, git {git_rev()}")
     print(f"run config: {values}")
     print("| device | train s/epoch (median) | eval s/epoch | steps/epoch | test | total s |")

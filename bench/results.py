@@ -10,14 +10,9 @@ import argparse
 import json
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
-from bench.common import epochs_of, git_rev, load_conf, machine, run_flower
-
-
-def parse_value(text: str):
-    return tomllib.loads(f"v = {text}")["v"]
+from bench.common import epochs_of, git_rev, load_conf, machine, parse_overrides, run_flower
 
 
 def main() -> None:
@@ -27,7 +22,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="override key=value (TOML value)")
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = ap.parse_args()
-    overrides = {k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}
+    overrides = parse_overrides(args.set)
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} | {machine()} | commit {git_rev()}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -66,13 +66,6 @@ def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
         raise LinkageError(f"{csv}: numeric identifier columns {columns} hold non-numbers ({e})") from None
 
 
-def encode(ids: np.ndarray, key: dict) -> np.ndarray:
-    """Private mode, run by each party: raw identifiers -> packed bits with the parties' shared key."""
-    from linkage_server.encode import encode_with_key
-
-    return encode_with_key(ids, key)
-
-
 # ----------------------------------------------------------------------------- commands
 
 
@@ -119,8 +112,10 @@ def _identifiers(args) -> np.ndarray:
     if args.npy:
         return np.load(args.npy, allow_pickle=False)
     ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
-    if args.key_file:
-        ids = encode(ids, json.loads(Path(args.key_file).read_text()))
+    if args.key_file:  # private mode: the party encodes with the parties' shared key before uploading
+        from linkage_server.encode import encode_with_key
+
+        ids = encode_with_key(ids, json.loads(Path(args.key_file).read_text()))
     return ids
 
 
