@@ -19,8 +19,8 @@ from pathlib import Path
 from bench.common import REPO, git_rev, machine
 from bench.sweep import run_sweep
 
-SWEEPS = ["baselines", "synthetic_full", "synthetic_long", "synthetic_noisy", "hdb_full", "real", "real_full", "paper_hparams", "k", "tau",
-          "tau_bloom", "s", "s_full", "parties", "entity_aug", "engine_check"]
+SWEEPS = ["baselines", "synthetic_full", "synthetic_long", "synthetic_noisy", "hdb_full", "real", "real_full",
+          "paper_hparams", "k", "tau", "tau_bloom", "s", "s_full", "parties", "entity_aug", "engine_check"]
 
 
 def main() -> None:

@@ -1,13 +1,14 @@
 """Run a sweep file's (dataset, variant, seed) runs, resume where it stopped, and tabulate.
 
-    python -m bench.sweep conf/sweeps/synthetic.toml            # the full preset
-    python -m bench.sweep conf/sweeps/synthetic.toml --quick    # its [quick] overrides (minutes)
-    python -m bench.sweep conf/sweeps/synthetic.toml --engine flower   # every run through `flwr run`
-    python -m bench.sweep conf/sweeps/synthetic.toml --jobs 8   # 8 runs at once (many cores, or a GPU)
+    python -m bench.sweep conf/sweeps/baselines.toml            # the full preset
+    python -m bench.sweep conf/sweeps/baselines.toml --quick    # its [quick] overrides (minutes)
+    python -m bench.sweep conf/sweeps/baselines.toml --engine flower   # every run through `flwr run`
+    python -m bench.sweep conf/sweeps/baselines.toml --jobs 8   # 8 runs at once (a many-core machine)
 
 A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
 `[set.<dataset>]`), optionally its `engine`, and variants (`[variants]`: name -> run-config
-values, e.g. a method or an ablation). Each run writes runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a run
+values, e.g. a method or an ablation). Each run writes
+runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a run
 whose summary exists is skipped, so an interrupted sweep resumes. At the end it writes
 results.csv (one row per run), results.md (mean ± std over seeds of the test metric at the
 best-validation epoch) and plots (learning curves; the weight gate's similarity -> weight curve).
@@ -60,22 +61,28 @@ def run_values(sweep: dict, dataset: str, variant: str, seed: int) -> dict:
 
 
 def run_one(values: dict, out: Path, engine: str) -> dict:
-    if engine == "flower":
-        with tempfile.TemporaryDirectory() as tmp:
-            summary, run_dir, _ = run_flower(values, Path(tmp), "run")
-            out.mkdir(parents=True, exist_ok=True)
-            for name in ("metrics.jsonl", "primary_model.pt"):
-                (out / name).write_bytes((run_dir / name).read_bytes())
-            summary = {**summary, "machine": machine()}
-            (out / "summary.json").write_text(json.dumps(summary, indent=2))
-            return summary
+    """One run into ``out`` (metrics.jsonl, primary_model.pt, summary.json); the summary also
+    names the machine it ran on, for the tables."""
+    summary = _flower_run(values, out) if engine == "flower" else _inprocess_run(values, out)
+    summary = {**summary, "machine": machine()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _flower_run(values: dict, out: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        summary, run_dir, _ = run_flower(values, Path(tmp), "run")
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "primary_model.pt"):
+            (out / name).write_bytes((run_dir / name).read_bytes())
+        return summary
+
+
+def _inprocess_run(values: dict, out: Path) -> dict:
     from app.config import RunConfig
     from app.inprocess import run_experiment
 
-    cfg = RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")})
-    summary = {**run_experiment(cfg, out), "machine": machine()}  # where it ran, for the tables
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    return run_experiment(RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")}), out)
 
 
 def key_metric(summary: dict) -> tuple[str, bool]:
@@ -108,7 +115,8 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
 def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: float) -> str:
     lines = [f"### Sweep `{sweep['name']}`", "",
              f"`{command}` — engine {engine}; tabulated on {machine()}, git {git_rev()}, "
-             f"{time.strftime('%Y-%m-%d')}; this invocation ran for {seconds / 60:.1f} min. Test metric at the best-validation epoch, mean ± std over seeds "
+             f"{time.strftime('%Y-%m-%d')}; this invocation ran for {seconds / 60:.1f} min. "
+             f"Test metric at the best-validation epoch, mean ± std over seeds "
              f"{sweep['seeds']}.", ""]
     ran_on = collections.Counter((r["machine"] or "not recorded") + (f" [{r['device']}]" if r["device"] else "")
                                  for r in rows)
@@ -319,7 +327,7 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
     command = f"python -m bench.sweep {shown}" + (" --quick" if quick else "") + (
-        " --engine flower" if engine == "flower" else "")
+        f" --engine {engine}" if engine != sweep.get("engine", "inprocess") else "")  # as the user must type it
     md = markdown(rows, sweep, command, engine, time.perf_counter() - t0)
     if failures:
         md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
