@@ -7,7 +7,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
@@ -77,15 +77,16 @@ class FlowerChannel:
 
     def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
              save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
-        run = Path(save[0]).parent.name if save else ""  # save = (<run dir>/checkpoint, epoch)
+        """``save`` = (<run dir>/checkpoint, epoch): each party checkpoints into its own folder
+        for the run; only the run's name travels (app/node.py:checkpoint_dir)."""
+        run = (run_name(Path(save[0]).parent), save[1]) if save else None
         replies = self._exchange("train.step", {p: messages.step_content(
-            apply[p], embed[p], self.job_id, self.cursor[p], (f"{save[0]}/{p}", run, save[1]) if save else None)
-            for p in embed})
+            apply[p], embed[p], self.job_id, self.cursor[p], run) for p in embed})
         for p in embed:
             self.cursor[p] += len(apply[p])
         if save is not None:
             self.saved = {p: messages.read_state(c) for p, c in replies.items()}
-        return {p: messages.read_embeddings(c) for p, c in replies.items()}
+        return {p: messages.read_embeddings(c, p) for p, c in replies.items()}
 
     def ping(self) -> float:
         """One empty exchange with every party: Flower's own floor per exchange."""
@@ -96,24 +97,32 @@ class FlowerChannel:
         return time.perf_counter() - t0
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
-        """Every party loads its checkpoint of ``epoch`` (``folder`` = <run dir>/checkpoint; a
-        deployed party reads its own node config "checkpoint-dir"/<run>/<party> instead)."""
-        run = Path(folder).parent.name
-        replies = self._exchange("query.restore", {p: RecordDict({"state": ConfigRecord(
-            {"folder": f"{folder}/{p}", "run": run, "epoch": epoch})}) for p in self.nodes})
+        """Every party loads its checkpoint of ``epoch`` from its own folder for the run
+        (``folder`` = <run dir>/checkpoint; only the run's name travels)."""
+        content = messages.named_content("state", run=run_name(Path(folder).parent), epoch=epoch)
+        replies = self._exchange("query.restore", {p: content for p in self.nodes})
         states = {p: {"digest": str(c.config_records["state"]["digest"]),
                       "applied": int(c.config_records["state"]["applied"])} for p, c in replies.items()}
         self.cursor = {p: s["applied"] for p, s in states.items()}
         return states
 
     def finish(self, folder: str) -> None:
-        self._exchange("query.finish", {p: RecordDict({"finish": ConfigRecord({"folder": folder})}) for p in self.nodes})
+        """Every party saves its final model into its own folder for the run (``folder`` = the
+        primary's run dir; only its name travels)."""
+        content = messages.named_content("finish", run=run_name(Path(folder)))
+        self._exchange("query.finish", {p: content for p in self.nodes})
 
 
-def handshake(grid: Grid, parties: list[str], job_dir: str, timeout: float, *, action: str = "hello") -> dict[str, int]:
+def run_name(run_dir: Path) -> str:
+    """The name of the primary's run folder, the only part of it a message carries."""
+    return messages.plain_name(Path(run_dir).name, "run name", "the primary's run folder")
+
+
+def handshake(grid: Grid, parties: list[str], job_id: str, timeout: float, *, action: str = "hello") -> dict[str, int]:
     """Ask every connected node which party it is (``query.<action>``, answered in a record of
     that name); map party -> node id, refusing a missing or duplicated party. Node ids are never
-    assumed to follow any order. Entity Augmentation's guests answer ``query.ea_hello``."""
+    assumed to follow any order. ``job_id`` names the linkage job (each party reads its own
+    copy); Entity Augmentation's guests answer ``query.ea_hello``, which names none ("")."""
     deadline = time.monotonic() + timeout
     node_ids = list(grid.get_node_ids())
     while len(node_ids) < len(parties) and time.monotonic() < deadline:
@@ -121,7 +130,7 @@ def handshake(grid: Grid, parties: list[str], job_dir: str, timeout: float, *, a
         node_ids = list(grid.get_node_ids())
     if not node_ids:
         raise PartyError(f"no SuperNode connected within {timeout} s; expected parties {parties}")
-    hello = [Message(RecordDict({action: ConfigRecord({"job_dir": job_dir})}), dst_node_id=nid,
+    hello = [Message(messages.named_content(action, **({"job_id": job_id} if job_id else {})), dst_node_id=nid,
                      message_type=f"query.{action}") for nid in node_ids]
     replies = list(grid.send_and_receive(hello, timeout=timeout))
     nodes: dict[str, int] = {}

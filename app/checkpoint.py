@@ -87,7 +87,7 @@ def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> 
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != manifest.primary_digest:
         raise CheckpointError(f"{path} does not match the digest its manifest recorded")
-    state = torch.load(io.BytesIO(data), map_location="cpu")  # generator states must stay CPU tensors
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)  # generator states must stay CPU tensors
     strategy.model.load_state_dict(state["model"])
     strategy.optimizer.load_state_dict(state["optimizer"])
     for d, g in zip([d for d in _dropouts(strategy) if d.generator is not None], state["dropout"]):

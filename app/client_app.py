@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from app import ea_guest, messages
+from app import ea_guest, messages, node
 from app.config import RunConfig
 from app.node import node_run_config
 from app.parties import simulation_party
-from app.secondary import SecondaryParty
+from app.secondary import MisalignedStep, SecondaryParty
 
 app = ClientApp()
 
@@ -25,11 +23,15 @@ def party_name(cfg: RunConfig, context: Context) -> str:
 
 @app.query("hello")
 def hello(msg: Message, context: Context) -> Message:
+    """The primary names its linkage job; the party reads its own copy of it (app/node.py)."""
     cfg = node_run_config(context)
     name = party_name(cfg, context)
-    # a deployed party may keep its own copy of its linkage result (node config "linkage-dir")
-    job_dir = str(context.node_config.get("linkage-dir", msg.content.config_records["hello"]["job_dir"]))
-    party = SecondaryParty(cfg, name, job_dir, str(context.node_config.get("cache-dir", "")))
+    job_id = messages.read_named(msg.content, "hello", "query.hello", names=("job_id",))["job_id"]
+    folder = node.linkage_dir(cfg, context, job_id)
+    party = SecondaryParty(cfg, name, str(folder), str(context.node_config.get("cache-dir", "")))
+    if party.job_id != job_id:
+        raise MisalignedStep(f"party {name!r} holds linkage job {party.job_id!r} (in {folder}), but the primary's "
+                             f"run uses {job_id!r}; fetch that job's result into this party's linkage folder")
     party.persist(context)
     reply = ConfigRecord({"party": name, "rows": int(party.x.shape[0])})
     return Message(RecordDict({"hello": reply}), reply_to=msg)
@@ -37,15 +39,16 @@ def hello(msg: Message, context: Context) -> Message:
 
 @app.train("step")
 def step(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(node_run_config(context), context)
-    blocks, tokens, meta = messages.read_step(msg.content)
+    cfg = node_run_config(context)
+    party = SecondaryParty.restore(cfg, context)
+    blocks, tokens, meta = messages.read_step(msg.content, party.party)
+    save = messages.read_save(msg.content)
     party.check(meta, blocks, tokens)
     party.apply(blocks)
     state = None
-    save = messages.read_save(msg.content)
     if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
-        folder, run, epoch = save
-        digest = party.save_checkpoint(state_folder(folder, run, context, party.party), epoch)
+        run, epoch = save
+        digest = party.save_checkpoint(node.checkpoint_dir(cfg, context, run, party.party), epoch)
         state = {"digest": digest, "applied": party.applied, "epoch": epoch}
     emb = party.embed(tokens)
     party.persist(context)
@@ -54,26 +57,20 @@ def step(msg: Message, context: Context) -> Message:
 
 @app.query("finish")
 def finish(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(node_run_config(context), context)
-    party.save(Path(str(msg.content.config_records["finish"]["folder"])) / party.party)
+    """The final model into the party's own folder for the run (app/node.py:model_dir)."""
+    cfg = node_run_config(context)
+    run = messages.read_named(msg.content, "finish", "query.finish", names=("run",))["run"]
+    party = SecondaryParty.restore(cfg, context)
+    party.save(node.model_dir(cfg, context, run, party.party))
     return Message(RecordDict(), reply_to=msg)
-
-
-def state_folder(folder: str, run: str, context: Context, party: str) -> Path:
-    """Where this party keeps its checkpoints: its node config's "checkpoint-dir" (a deployed
-    party's own disk), else the folder the primary proposes (simulation: one machine)."""
-    if not run or "/" in run or "\\" in run or run in (".", ".."):
-        raise ValueError(f"refusing checkpoint run name {run!r}: it must be one plain folder name")
-    own = str(context.node_config.get("checkpoint-dir", ""))
-    return Path(own) / run / party if own else Path(folder)
 
 
 @app.query("restore")
 def restore(msg: Message, context: Context) -> Message:
-    party = SecondaryParty.restore(node_run_config(context), context)
-    rec = msg.content.config_records["state"]
-    folder = state_folder(str(rec["folder"]), str(rec["run"]), context, party.party)
-    digest = party.load_checkpoint(folder, int(rec["epoch"]))
+    cfg = node_run_config(context)
+    rec = messages.read_named(msg.content, "state", "query.restore", names=("run",), ints=("epoch",))
+    party = SecondaryParty.restore(cfg, context)
+    digest = party.load_checkpoint(node.checkpoint_dir(cfg, context, rec["run"], party.party), rec["epoch"])
     party.persist(context)
     return Message(RecordDict({"state": ConfigRecord({"digest": digest, "applied": party.applied})}), reply_to=msg)
 

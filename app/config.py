@@ -17,6 +17,12 @@ from strategies.gates import concrete_device
 from strategies.model import ModelConfig
 
 
+def plain_run_name(name: str) -> bool:
+    from app.messages import PLAIN_NAME  # the one rule every party checks
+
+    return bool(PLAIN_NAME.fullmatch(name)) and ".." not in name
+
+
 class ConfigError(ValueError):
     """A run-config value of the wrong type or out of range; the message names the key."""
 
@@ -174,6 +180,9 @@ class RunConfig:
         need(0.0 < self.tau <= 1.0, f"run-config 'tau' must be in (0, 1], got {self.tau}")
         need(self.sigma_cf >= 0.0, f"run-config 'sigma-cf' must be >= 0, got {self.sigma_cf}")
         need(self.lr >= 0.0, f"run-config 'lr' must be >= 0 (0 = dataset default), got {self.lr}")
+        need(not self.run_name or plain_run_name(self.run_name),
+             f"run-config 'run-name' must be one plain folder name (letters, digits, _ . + = , @ -), "
+             f"got {self.run_name!r}: the parties are told only this name")
         need(not self.resume or bool(self.run_name),
              "run-config 'resume' needs 'run-name': the run whose checkpoint to go on from")
         need(not (self.resume and self.mode == "entity-aug"),

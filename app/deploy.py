@@ -21,15 +21,15 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from app import run_status
 from app.localsim import QUIET_ENV, REPO, free_port, run_config_arg
+from app.processes import Proc, _alive, _wait_port, stop
 
 CONNECTION = "fedsim-deploy"
 PRIMARY = "primary"
@@ -37,13 +37,6 @@ PRIMARY = "primary"
 # exchange costs about 6-8 s (docs/benchmarks.md "Deployment"), so windows are long; chosen
 # from the accuracy-vs-S and epoch-time measurements there.
 DEPLOY_S = 128
-
-
-@dataclass
-class Proc:
-    pid: int
-    port: int
-    log: str
 
 
 @dataclass
@@ -74,7 +67,8 @@ class Deployment:
         return self.root / "flwr-home"
 
     def party_dir(self, party: str) -> Path:
-        """What a party keeps on its own host: its copy of the linkage result."""
+        """What a party keeps on its own host: its copy of the linkage result, its feature
+        cache, checkpoints and final models (node config; never a folder a message names)."""
         return self.root / "parties" / party
 
     def linkage_dir(self, party: str) -> Path:
@@ -125,59 +119,6 @@ def _spawn(dep: Deployment, name: str, cmd: list[str], port: int) -> Proc:
     return Proc(proc.pid, port, str(log))
 
 
-def _wait_port(port: int, proc: Proc, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if not _alive(proc.pid):
-            raise RuntimeError(f"{what} exited during start-up; its log {proc.log}:\n{_tail(proc.log)}")
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s; log {proc.log}:\n{_tail(proc.log)}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
-def _tail(path: str, n: int = 30) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
-def stop(proc: Proc | None, timeout: float = 10.0) -> bool:
-    """SIGTERM the process's session (the process and everything it spawned), then SIGKILL."""
-    if proc is None:
-        return False
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _session_alive(proc.pid):
-        time.sleep(0.1)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return True
-
-
-def _session_alive(sid: int) -> bool:
-    out = subprocess.run(["ps", "-eo", "sid=,stat="], capture_output=True, text=True).stdout
-    return any(int(s) == sid and not st.startswith("Z") for s, st in (line.split() for line in out.splitlines()))
-
-
 # ---------------------------------------------------------------------- steps
 
 
@@ -215,10 +156,12 @@ def register_node(dep: Deployment, party: str) -> None:
 
 
 def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
-    """One party's SuperNode, configured by its own node config (party name, data, linkage)."""
+    """One party's SuperNode, configured by its own node config: party name and every folder it
+    reads or writes (data, linkage result, feature cache, checkpoints, final models)."""
     port = free_port()
+    own = dep.party_dir(party)
     node_config = (f'party="{party}" data-dir="{dep.data_dir}" linkage-dir="{dep.linkage_dir(party)}" '
-                   f'cache-dir="{dep.party_dir(party) / "cache"}" checkpoint-dir="{dep.party_dir(party) / "checkpoints"}"')
+                   f'cache-dir="{own / "cache"}" checkpoint-dir="{own / "checkpoints"}" model-dir="{own / "models"}"')
     cmd = [_tool("flower-supernode"), "--superlink", f"127.0.0.1:{dep.superlink.port}", "--host", "127.0.0.1",
            "--port", str(port), "--node-config", node_config, "--max-retries", "3", "--max-wait-time", "30"]
     if dep.secure:
@@ -327,7 +270,7 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
     with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
         c.upload(ds.primary.identifiers)
         c.upload_train_rows(ds.split.train)
-        c.start(metric_of(ds), k, tau, seed, layout=layout)
+        c.start(metric_of(ds), k, tau, layout=layout)  # the service draws its own randomness
         st = c.wait(timeout=timeout)
         if st["state"] != "done":
             raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")
@@ -344,6 +287,10 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
 def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, object]:
     """The run config against this deployment: its dataset and data, its linkage job, and the
     values that job was linked with (another seed would sample other rows of the same count)."""
+    links = run_config.get("method", "fedsim") != "solo" and run_config.get("mode", "vfl") == "vfl"
+    if links and not dep.job:
+        raise SystemExit(f"the deployment at {dep.folder} has no linkage job: each party reads its own copy of the "
+                         f"result, so run `python -m app.deploy link {dep.folder} --k K` first")
     clash = {k: (v, run_config[k]) for k, v in dep.link_params.items() if k in run_config and run_config[k] != v}
     if clash:
         raise SystemExit(f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
@@ -355,8 +302,11 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
 
 def start_run(dep: Deployment, run_config: dict[str, object]) -> subprocess.Popen:
     """`flwr run <repo> fedsim-deploy --stream` with the deployment's dataset and linkage."""
-    cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config",
-           run_config_arg(run_values(dep, run_config))]
+    from app.config import RunConfig
+
+    values = run_values(dep, run_config)
+    RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
+    cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
     return subprocess.Popen(cmd, env=dep.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=dep.root)
 
@@ -416,8 +366,12 @@ def main() -> None:
         import tomllib
 
         extra = tomllib.loads(args.run_config.replace(" ", "\n")) if args.run_config else {}
-        r = flwr_run(Deployment.load(args.folder), extra)
+        extra.setdefault("run-name", time.strftime("run-%Y%m%d-%H%M%S"))  # its folder holds its status.json
+        dep, since = Deployment.load(args.folder), time.time()
+        r = flwr_run(dep, extra)
         print(r.stdout[-20000:], r.stderr[-5000:])
+        # `flwr run` exits 0 when the ServerApp fails: the run's status decides (exit 1, the reason on stderr)
+        sys.exit(run_status.problem(Path(run_values(dep, extra)["out-dir"]) / str(extra["run-name"]), since))
     elif args.command == "down":
         print(f"stopped {down(args.folder)} running process(es) of {args.folder}")
     else:

@@ -7,11 +7,11 @@ The guest's model, optimiser state and the ids of its last activation live in
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
+import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
+from app import messages, node
 from app.config import RunConfig
 from app.node import node_run_config
 from app.ea_parties import (act_content, build_party, read_ids, read_request, reply_content, simulation_guest,
@@ -52,6 +52,7 @@ def persist(party: EAParty, context: Context) -> None:
 
 
 def hello(msg: Message, context: Context) -> Message:
+    messages.expect_fields(msg.content.config_records["ea_hello"], set(), "query.ea_hello")
     cfg = node_run_config(context)
     party = build_party(cfg, guest_name(cfg, context))
     persist(party, context)
@@ -62,7 +63,11 @@ def hello(msg: Message, context: Context) -> Message:
 def step(msg: Message, context: Context) -> Message:
     with torch_threads(1):
         party = restore(node_run_config(context), context)
-        reply = party.step(read_request(msg.content))
+        req = read_request(msg.content, party.name)
+        if req.grad is not None:  # finite in the message, and in this guest's dtype too
+            messages.require_finite(torch.as_tensor(req.grad, dtype=party.dtype), party.name,
+                                    f"gradient (as {party.dtype})", "train.ea_step")
+        reply = party.step(req)
         persist(party, context)
     return Message(reply_content(reply), reply_to=msg)
 
@@ -73,10 +78,11 @@ def embed(msg: Message, context: Context) -> Message:
 
 
 def finish(msg: Message, context: Context) -> Message:
-    import torch
-
-    party = restore(node_run_config(context), context)
-    folder = Path(str(msg.content.config_records["ea_finish"]["folder"])) / party.name
+    """The guest's final model into its own folder for the run (app/node.py:model_dir)."""
+    cfg = node_run_config(context)
+    run = messages.read_named(msg.content, "ea_finish", "query.ea_finish", names=("run",))["run"]
+    party = restore(cfg, context)
+    folder = node.model_dir(cfg, context, run, party.name)
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(party.model.state_dict(), folder / "model.pt")
     return Message(RecordDict(), reply_to=msg)

@@ -4,7 +4,7 @@ run with the guests in process (:func:`run_ea_in_process`, used by bench.sweep).
 
 Both write into the run folder: config.json, metrics.jsonl (one line per epoch),
 summary.json (the best-validation epoch's val / test metrics, stale counts per guest),
-primary_model.pt (the host's model), step_losses.npy.
+primary_model.pt (the host's model), step_losses.npy, and status.json (app/run_status.py).
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app import ea_parties as wire
-from app.channel import POLL, PartyError, Traffic, handshake
+from app import run_status
+from app.channel import POLL, PartyError, Traffic, handshake, run_name
 from app.config import RunConfig
 from app.ea_parties import build_host, build_party, ea_data, ea_plan, ea_settings, overlap_parts, torch_threads
-from app.messages import payload_bytes
+from app.messages import named_content, payload_bytes
+from app.parties import load_data
 from datasets.overlap import HOST, EntityData
 from strategies.entity_aug import EAParty, Exchanger, LocalLink, StepReply, StepRequest, fit_ea, party_records
 from strategies.protocol import EpochRecord, best_epoch
@@ -70,7 +72,7 @@ class FlowerLink:
         wanted = {self._pending[p]: p for p in parties if p in self._pending}
         for party, content in self._pull(wanted, until, "ea_step").items():
             del self._pending[party]
-            out[party] = wire.read_reply(content)
+            out[party] = wire.read_reply(content, party)
         return out
 
     def _ask_all(self, message_type: str, content: RecordDict) -> dict[str, RecordDict]:
@@ -85,10 +87,12 @@ class FlowerLink:
 
     def embed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         got = self._ask_all("query.ea_embed", wire.ids_content(ids))
-        return {**{p: wire.read_act(c) for p, c in got.items()}, **self.local.embed(ids)}
+        return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
 
     def finish(self, folder: str) -> None:
-        self._ask_all("query.ea_finish", RecordDict({"ea_finish": ConfigRecord({"folder": folder})}))
+        """Every guest saves its model into its own folder for the run (``folder`` = the host's
+        run dir; only its name travels)."""
+        self._ask_all("query.ea_finish", named_content("ea_finish", run=run_name(Path(folder))))
 
 
 # ---------------------------------------------------------------------------- one run
@@ -129,6 +133,7 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
                      "records_per_party": {p: len(r) for p, r in party_records(
                          cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
         "guest_timeout": cfg.guest_timeout,
+        "preprocessing": load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
         "stale": dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
         "stale_fraction": {p: c / n_steps for p, c in exchanger.queue.stale.items()},
     }
@@ -141,29 +146,30 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
 
 
 def run_ea_in_process(cfg: RunConfig, out: Path) -> dict:
-    """The run with every party in this process (threads only when a guest timeout is set)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = ea_data(cfg)
-    link = LocalLink({p: build_party(cfg, p, data) for p in data.parties}, threaded=cfg.guest_timeout > 0)
-    try:
-        return run_ea(cfg, data, link, out, "inprocess")
-    finally:
-        link.close()
+    """The run with every party in this process (threads only when a guest timeout is set),
+    recorded in <out>/status.json (app/run_status.py)."""
+    with run_status.tracked(Path(out), "inprocess"):
+        data = ea_data(cfg)
+        link = LocalLink({p: build_party(cfg, p, data) for p in data.parties}, threaded=cfg.guest_timeout > 0)
+        try:
+            return run_ea(cfg, data, link, Path(out), "inprocess")
+        finally:
+            link.close()
 
 
 def run_ea_host(grid: Grid, cfg: RunConfig) -> dict:
-    """The ServerApp's run: handshake, training over Flower, guests' models saved at the end."""
-    data = ea_data(cfg)
+    """The ServerApp's run: handshake, training over Flower, guests' models saved at the end;
+    recorded in <run>/status.json (app/run_status.py)."""
     name = cfg.run_name or f"{cfg.dataset}-ea-{cfg.ea_variant}-x{cfg.overlap:g}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     out = cfg.out_path() / name
-    out.mkdir(parents=True, exist_ok=True)
-    log(INFO, "[host] run dir %s", out)
-    nodes = handshake(grid, data.guests, "", cfg.node_timeout, action="ea_hello")
-    log(INFO, "[host] guests: %s", nodes)
-    local = {HOST: build_party(cfg, HOST, data)} if HOST in data.blocks else {}
-    link = FlowerLink(grid, nodes, cfg.node_timeout, local)
-    summary = run_ea(cfg, data, link, out, "flower", say=lambda m, *a: log(INFO, m, *a))
-    link.finish(str(out))
-    log(INFO, "[host] results in %s", out)
-    return summary
+    with run_status.tracked(out, "flower"):
+        log(INFO, "[host] run dir %s", out)
+        data = ea_data(cfg)
+        nodes = handshake(grid, data.guests, "", cfg.node_timeout, action="ea_hello")
+        log(INFO, "[host] guests: %s", nodes)
+        local = {HOST: build_party(cfg, HOST, data)} if HOST in data.blocks else {}
+        link = FlowerLink(grid, nodes, cfg.node_timeout, local)
+        summary = run_ea(cfg, data, link, out, "flower", say=lambda m, *a: log(INFO, m, *a))
+        link.finish(str(out))
+        log(INFO, "[host] results in %s", out)
+        return summary

@@ -15,6 +15,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from app.config import RunConfig
+from app.messages import require_finite
 from app.parties import load_data
 from datasets.overlap import EntityData, entity_data, overlap_split
 from strategies.entity_aug import (EAHost, EAParty, EAPlan, Layer, PartyPlan, StepReply, StepRequest, layers, out_width,
@@ -132,9 +133,12 @@ def request_content(req: StepRequest) -> RecordDict:
                                                                              "has_grad": req.grad is not None})})
 
 
-def read_request(content: RecordDict) -> StepRequest:
+def read_request(content: RecordDict, party: str = "") -> StepRequest:
+    """A guest's step request; a non-finite gradient is refused (app/messages.py)."""
     meta = content.config_records["ea_meta"]
     grad = content.array_records["ea"]["grad"].numpy() if meta["has_grad"] else None
+    if grad is not None:
+        require_finite(grad, party, "gradient", "train.ea_step")
     return StepRequest(int(meta["epoch"]), int(meta["step"]), grad)
 
 
@@ -143,9 +147,11 @@ def reply_content(reply: StepReply) -> RecordDict:
                                           "act": Array(np.ascontiguousarray(reply.act))})})
 
 
-def read_reply(content: RecordDict) -> StepReply:
+def read_reply(content: RecordDict, party: str = "") -> StepReply:
     arrays = content.array_records["ea"]
-    return StepReply(arrays["ids"].numpy(), arrays["act"].numpy())
+    act = arrays["act"].numpy()
+    require_finite(act, party, "activations", "the reply to train.ea_step")
+    return StepReply(arrays["ids"].numpy(), act)
 
 
 def ids_content(ids: np.ndarray) -> RecordDict:
@@ -160,5 +166,7 @@ def act_content(act: np.ndarray) -> RecordDict:
     return RecordDict({"ea": ArrayRecord({"act": Array(np.ascontiguousarray(act))})})
 
 
-def read_act(content: RecordDict) -> np.ndarray:
-    return content.array_records["ea"]["act"].numpy()
+def read_act(content: RecordDict, party: str = "") -> np.ndarray:
+    act = content.array_records["ea"]["act"].numpy()
+    require_finite(act, party, "activations", "the reply to query.ea_embed")
+    return act

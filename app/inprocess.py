@@ -11,10 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from app import run_status
 from app.config import RunConfig
 from app.parties import (build_primary_model, build_secondary_model, build_strategy, head_for, linkage_job, load_data,
                          train_plan)
 from app.secondary import LocalChannel, SecondaryParty, with_imputed_row
+from linkage_server.pipeline import LinkageError
 from linkage_server.store import load_secondary
 from strategies.gates import seed_dropout
 from strategies.optim import party_seed
@@ -39,16 +41,22 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None):
     return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
 
 
-def _local_parties(cfg: RunConfig, ds, job) -> dict[str, SecondaryParty]:
-    """The secondaries as in-process objects (none for Solo, which has no linkage job)."""
-    return {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if job is not None else {}
+def _local_parties(cfg: RunConfig, ds, job, linkage) -> dict[str, SecondaryParty]:
+    """The secondaries as in-process objects (none for Solo, which has no linkage job), each
+    holding the primary's linkage job (as a deployed party checks in its hello handler)."""
+    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if job is not None else {}
+    for p, s in parties.items():
+        if s.job_id != linkage.job_id:
+            raise LinkageError(f"party {p!r}: the primary's linkage is job {linkage.job_id!r}, but this party's "
+                               f"file in {job} is from job {s.job_id!r}; fetch that job's secondary-{p}.npz")
+    return parties
 
 
 def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
     """The federated protocol with in-process secondaries (LocalChannel)."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     strategy = build_strategy(ds, linkage, cfg, settings)
-    parties = _local_parties(cfg, ds, job)
+    parties = _local_parties(cfg, ds, job, linkage)
     records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val, ds.split.test, plan,
                           lambda rec: None, lambda *a: None)
     return OneProcessRun(np.asarray(losses), strategy.model.state_dict(),
@@ -81,11 +89,9 @@ def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
 def run_experiment(cfg: RunConfig, out: "Path") -> dict:
     """A whole run in one process (secondaries behind a LocalChannel, the protocol proven equal
     to `flwr run` by the twin oracles): every epoch evaluated, best-validation epoch reported.
-    Writes metrics.jsonl, summary.json and primary_model.pt into `out` like the ServerApp."""
-    import json
+    Writes metrics.jsonl, summary.json, primary_model.pt and status.json (app/run_status.py)
+    into `out` like the ServerApp."""
     from pathlib import Path
-
-    from strategies.protocol import best_epoch
 
     if cfg.resume:
         from app.config import ConfigError
@@ -96,12 +102,19 @@ def run_experiment(cfg: RunConfig, out: "Path") -> dict:
         from app.ea_host import run_ea_in_process
 
         return run_ea_in_process(cfg, Path(out))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with run_status.tracked(Path(out), "inprocess"):  # <out>/status.json: running, then finished or failed
+        return _experiment(cfg, Path(out))
+
+
+def _experiment(cfg: RunConfig, out: "Path") -> dict:
+    import json
+
+    from strategies.protocol import best_epoch
+
     t0 = time.perf_counter()
     cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
     strategy = build_strategy(ds, linkage, cfg, settings)
-    parties = _local_parties(cfg, ds, job)
+    parties = _local_parties(cfg, ds, job, linkage)
     with (out / "metrics.jsonl").open("w") as f:
         def record(rec) -> None:  # one line per epoch, flushed: a running sweep shows its progress
             f.write(json.dumps(dataclasses.asdict(rec)) + "\n")
@@ -114,6 +127,7 @@ def run_experiment(cfg: RunConfig, out: "Path") -> dict:
     summary = {"dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k, "tau": cfg.tau,
                "engine": "inprocess", "device": str(strategy.device), "best_epoch": best.epoch, "val": best.val,
                "test": best.test,
-               "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0}
+               "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0,
+               "preprocessing": ds.preprocessing}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -95,7 +95,13 @@ def stop_superlink(port: int, timeout: float = 10.0) -> int:
 def start_simulation(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1,
                      app_dir: Path = REPO) -> tuple[subprocess.Popen, int]:
     """``flwr run <app> --stream`` in the background with its own FLWR_HOME and ports; returns
-    the process and the port of the SuperLink it starts (pass it to :func:`stop_superlink`)."""
+    the process and the port of the SuperLink it starts (pass it to :func:`stop_superlink`).
+    This app's run config is checked first (ConfigError naming the key): Flower 1.41 refuses an
+    unknown key as "Invalid run configuration" without naming it."""
+    if Path(app_dir).resolve() == REPO:
+        from app.config import RunConfig
+
+        RunConfig.from_flower(run_config)
     write_federation(home, num_supernodes)
     port, control = free_port(), free_port()
     bin_dir = str(Path(sys.executable).parent)  # flwr starts `flower-superlink` from PATH

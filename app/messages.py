@@ -1,14 +1,61 @@
-"""Wire format of the protocol's messages: numpy arrays in ArrayRecords, scalars in ConfigRecords."""
+"""Wire format of the protocol's messages: numpy arrays in ArrayRecords, scalars in ConfigRecords.
+
+No message names a path: a party reads and writes only under its own configured folders
+(app/node.py); a message may name a run or a linkage job, each one plain folder name. Every
+reader refuses a field it does not know and a non-finite tensor, naming the party and message."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.fedsim import GradBlock
+
+
+class ProtocolError(ValueError):
+    """A message with a field the protocol does not have (e.g. a path), or a name that is not plain."""
+
+
+class NonFiniteValues(ValueError):
+    """A tensor in a message with NaN or infinite values; refused before it touches any weights."""
+
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
+STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "save_run", "save_epoch"}
+
+
+def plain_name(value: object, what: str, message: str) -> str:
+    """``value`` if it is one plain folder name (no separator, not '.' or '..', no leading dot or dash)."""
+    name = str(value)
+    if not PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise ProtocolError(f"{message}: refusing {what} {name!r}: it must be one plain folder name "
+                            "(letters, digits, _ . + = , @ -; no path)")
+    return name
+
+
+def expect_fields(record, allowed: set[str], message: str) -> None:
+    """Refuse fields the protocol does not define (a primary must not steer a party's paths)."""
+    unknown = sorted(set(record) - allowed)
+    if unknown:
+        raise ProtocolError(f"{message} carries field(s) {unknown} that the protocol does not have (expected "
+                            f"{sorted(allowed)}); a party reads and writes only under its own configured folders")
+
+
+def require_finite(values, party: str, what: str, message: str) -> None:
+    """Refuse a numpy array or torch tensor holding NaN or infinite values."""
+    if hasattr(values, "isfinite"):  # torch
+        bad, total = int((~values.isfinite()).sum()), values.numel()
+    else:
+        values = np.asarray(values)
+        bad = int((~np.isfinite(values)).sum()) if values.dtype.kind in "fc" else 0
+        total = values.size
+    if bad:
+        raise NonFiniteValues(f"party {party!r}: {what} in {message} has {bad} of {total} values non-finite "
+                              "(NaN or inf); refused, nothing applied")
 
 
 @dataclass(frozen=True)
@@ -35,9 +82,9 @@ def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.nda
 
 
 def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", cursor: int = 0,
-                 save: tuple[str, str, int] | None = None) -> RecordDict:
-    """A step: gradient blocks to apply, then tokens to embed; ``save`` = (folder, run, epoch)
-    asks the party to checkpoint between the two."""
+                 save: tuple[str, int] | None = None) -> RecordDict:
+    """A step: gradient blocks to apply, then tokens to embed; ``save`` = (run name, epoch)
+    asks the party to checkpoint between the two (into its own folder for that run)."""
     arrays = {"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}
     for j, block in enumerate(apply):
         arrays[f"apply_tokens_{j}"] = Array(np.ascontiguousarray(block.tokens, dtype=np.int64))
@@ -45,21 +92,45 @@ def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", c
     meta = {"n_apply": len(apply), "job_id": job_id, "cursor": cursor,
             "digest": step_digest(job_id, cursor, apply, tokens)}
     if save is not None:
-        meta.update(save_folder=save[0], save_run=save[1], save_epoch=save[2])
+        meta.update(save_run=save[0], save_epoch=save[1])
     return RecordDict({"step": ArrayRecord(arrays), "meta": ConfigRecord(meta)})
 
 
-def read_save(content: RecordDict) -> tuple[str, str, int] | None:
+def read_save(content: RecordDict) -> tuple[str, int] | None:
+    """(run name, epoch) of a step that asks for a checkpoint, else None."""
     meta = content.config_records["meta"]
-    return (str(meta["save_folder"]), str(meta["save_run"]), int(meta["save_epoch"])) if "save_epoch" in meta else None
+    expect_fields(meta, STEP_FIELDS, "train.step")
+    if "save_epoch" not in meta:
+        return None
+    return plain_name(meta["save_run"], "run name", "train.step"), int(meta["save_epoch"])
 
 
-def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
+def read_step(content: RecordDict, party: str = "") -> tuple[list[GradBlock], np.ndarray, StepMeta]:
+    """The step's gradient blocks (each refused if non-finite), tokens to embed and meta."""
     arrays = content.array_records["step"]
     meta = content.config_records["meta"]
+    expect_fields(meta, STEP_FIELDS, "train.step")
     n = int(meta["n_apply"])
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
+    for j, block in enumerate(blocks):
+        require_finite(block.grad, party, f"gradient block {j}", "train.step")
     return blocks, arrays["tokens"].numpy(), StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]))
+
+
+def named_content(record: str, **fields) -> RecordDict:
+    """A query's content: one ConfigRecord of plain values (hello, restore, finish)."""
+    return RecordDict({record: ConfigRecord(fields)})
+
+
+def read_named(content: RecordDict, record: str, message: str, names: tuple[str, ...] = (),
+               ints: tuple[str, ...] = ()) -> dict:
+    """The fields of a query: ``names`` are plain folder names, ``ints`` integers; nothing else."""
+    rec = content.config_records[record]
+    expect_fields(rec, set(names) | set(ints), message)
+    missing = sorted((set(names) | set(ints)) - set(rec))
+    if missing:
+        raise ProtocolError(f"{message} lacks field(s) {missing}")
+    return {**{k: plain_name(rec[k], k.replace("_", " "), message) for k in names}, **{k: int(rec[k]) for k in ints}}
 
 
 def embeddings_content(emb: np.ndarray, state: dict | None = None) -> RecordDict:
@@ -75,8 +146,10 @@ def read_state(content: RecordDict) -> dict | None:
                                      "epoch": int(rec["epoch"])}
 
 
-def read_embeddings(content: RecordDict) -> np.ndarray:
-    return content.array_records["out"]["emb"].numpy()
+def read_embeddings(content: RecordDict, party: str = "", message: str = "train.step") -> np.ndarray:
+    emb = content.array_records["out"]["emb"].numpy()
+    require_finite(emb, party, "embeddings", f"the reply to {message}")
+    return emb
 
 
 def payload_bytes(content: RecordDict) -> int:

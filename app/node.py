@@ -1,16 +1,67 @@
-"""What every ClientApp handler reads first: the run config, with the node's own overrides."""
+"""What every ClientApp handler reads first: the run config with the node's own overrides, and
+the folders the party reads and writes, which come from its own configuration only.
+
+A deployed party (node config "party") uses its node config's "data-dir", "linkage-dir",
+"cache-dir", "checkpoint-dir" and "model-dir", or a default under its own working folder; the
+run config's paths (set by whoever starts the run: the primary) are not used. In simulation one
+operator plays every party and the run config's paths are its own. Messages name at most a run
+or a linkage job (plain names checked by app/messages.py), never a folder."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from flwr.app import Context
 
 from app.config import RunConfig
 
+DEFAULT_DIRS = {"linkage-dir": "linkage", "checkpoint-dir": "checkpoints"}  # under the party's working folder
+
+
+def deployed(context: Context) -> bool:
+    return "party" in context.node_config
+
 
 def node_run_config(context: Context) -> RunConfig:
-    """The run's config; a deployed party's own data location (node config "data-dir") wins."""
+    """The run's config; a deployed party's paths are its own (node config "data-dir", else "":
+    the loaders' default), never the run config's."""
     cfg = RunConfig.from_flower(context.run_config)
     data_dir = str(context.node_config.get("data-dir", ""))
+    if deployed(context):
+        return dataclasses.replace(cfg, data_dir=data_dir, linkage_dir="", out_dir="")
     return dataclasses.replace(cfg, data_dir=data_dir) if data_dir else cfg
+
+
+def own_dir(context: Context, key: str) -> Path:
+    """A deployed party's folder ``key``: its node config's, else <working folder>/<default>."""
+    value = str(context.node_config.get(key, ""))
+    return Path(value) if value else Path.cwd() / DEFAULT_DIRS[key]
+
+
+def simulated_linkage_dir(cfg: RunConfig, job_id: str) -> Path:
+    """Where a simulation's in-process linkage keeps a job (app/parties.py:linkage_job)."""
+    return cfg.out_path() / "linkage" / job_id
+
+
+def linkage_dir(cfg: RunConfig, context: Context, job_id: str) -> Path:
+    """The folder holding this party's secondary-<party>.npz of linkage job ``job_id``."""
+    if deployed(context):
+        return own_dir(context, "linkage-dir")
+    return Path(cfg.linkage_dir).resolve() if cfg.linkage_dir else simulated_linkage_dir(cfg, job_id)
+
+
+def checkpoint_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Path:
+    """Deployed: <checkpoint-dir>/<run>/<party>; simulation: <out-dir>/<run>/checkpoint/<party>."""
+    if deployed(context):
+        return own_dir(context, "checkpoint-dir") / run / party
+    return cfg.out_path() / run / "checkpoint" / party
+
+
+def model_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Path:
+    """Where the final model.pt goes. Deployed: <model-dir>/<run>/<party> (without "model-dir":
+    the checkpoint folder's root); simulation: <out-dir>/<run>/<party>, beside the primary's."""
+    if not deployed(context):
+        return cfg.out_path() / run / party
+    key = "model-dir" if context.node_config.get("model-dir") else "checkpoint-dir"
+    return own_dir(context, key) / run / party

@@ -18,10 +18,13 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from app.config import RunConfig, Settings
+from app.config import RunConfig, Settings, plain_run_name
 from datasets import VFLDataset, load_dataset
 from datasets.registry import DatasetOptions
-from linkage_server.pipeline import LinkageError, LinkageResult, PrimaryLinkage, link, link_chain, link_exact, link_known
+from linkage_server.job_secret import operator_secret, operator_seed_from_env, secret_for
+from linkage_server.pipeline import (LinkageError, LinkageResult, PrimaryLinkage, job_id_of, link, link_chain,
+                                     link_exact, link_known)
+from linkage_server.binding import bind_result, check_binding, upload_record, write_record
 from linkage_server.store import load_primary, save_job, write_atomic
 from strategies.fedsim import FedSimStrategy
 from strategies.gates import seed_dropout
@@ -62,25 +65,47 @@ def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
 
 
 def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
-    """What the linkage service computes from both parties' identifiers."""
+    """What the linkage service computes from both parties' identifiers, linked here on its behalf.
+
+    Its randomness comes from the in-process service's own per-job secret (:func:`service_secret`),
+    never from the run's seed, which the primary chooses."""
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.method == "combine":
             if not ds.true_match or any((r < 0).any() for r in ds.true_match.values()):
                 raise ValueError(f"method 'combine' needs the true alignment of every record, which dataset "
                                  f"{ds.name!r} does not have (synthetic sets only)")
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
-            return link_known(ds.true_match, sizes, seed=cfg.seed, job_id=f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}")
+            job = f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}"
+            return link_known(ds.true_match, sizes, secret=service_secret(cfg, job), job_id=job)
         metric = metric_of(ds)
         primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
         if cfg.encoding == "bloom":
             primary, ids = encode_parties(primary, ids, metric, cfg.seed, settings.k)
             metric = "hamming"
+        train = ds.split.train
         if cfg.method == "exact":
-            return link_exact(primary, ids, seed=cfg.seed, train_rows=ds.split.train, metric=metric)
+            job = job_id_of(primary, ids, 1, 1.0, f"{metric}-exact", 0, train)
+            return link_exact(primary, ids, secret=service_secret(cfg, job), train_rows=train, metric=metric, job_id=job)
         if cfg.layout == "chain":
-            return link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, seed=cfg.seed,
-                              train_rows=ds.split.train, metric=metric)
-        return link(primary, ids, k=settings.k, tau=cfg.tau, seed=cfg.seed, train_rows=ds.split.train, metric=metric)
+            job = job_id_of(primary, ids, settings.k, cfg.tau, f"{metric}-chain-{min(ids)}", 0, train)
+            return link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job),
+                              train_rows=train, metric=metric, job_id=job)
+        job = job_id_of(primary, ids, settings.k, cfg.tau, metric, 0, train)
+        return link(primary, ids, k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job), train_rows=train,
+                    metric=metric, job_id=job)
+
+
+def service_secret(cfg: RunConfig, job_id: str) -> bytes:
+    """The in-process linkage service's secret for one job: drawn from the OS's CSPRNG the first
+    time the job is linked, kept 0600 under ``<out-dir>/linkage-service/`` (apart from the
+    parties' results) so that the same job links identically again, and never put in a message.
+    The operator may fix it with $FEDSIM_LINKAGE_OPERATOR_SEED; the run config cannot."""
+    if not plain_run_name(job_id):
+        raise LinkageError(f"linkage job id {job_id!r} is not one plain name")
+    seed = operator_seed_from_env()
+    if seed is not None:
+        return operator_secret(seed, job_id)  # job_id: the job's content id, as the service derives it
+    return secret_for(cfg.out_path() / "linkage-service" / f"{job_id}.key")
 
 
 def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int,
@@ -112,16 +137,23 @@ def metric_of(ds: VFLDataset) -> str:
 def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
     """The primary's view of the linkage job and the folder the secondaries read theirs from.
 
-    With ``linkage-dir`` set: the files fetched from the linkage service, checked against this
-    run. Otherwise the linkage runs here in the ServerApp's process on behalf of the service;
-    only the primary's file is read back, and each secondary reads its own token -> row map."""
+    With ``linkage-dir`` set: the files fetched from the linkage service, bound to this run (the
+    job the primary uploaded to, linked from this run's primary identifiers: linkage_server.binding)
+    and checked against it. Otherwise the linkage runs here in the ServerApp's process on behalf of
+    the service (nothing is uploaded: the digests are of the raw identifiers); only the primary's
+    file is read back, and each secondary reads its own token -> row map."""
     if cfg.linkage_dir:
         folder = Path(cfg.linkage_dir).resolve()
-        linkage = check_linkage(load_primary(folder), ds, settings, cfg.layout)
+        fetched = load_primary(folder)
+        check_binding(fetched, folder, ds.primary.identifiers)
+        linkage = check_linkage(fetched, ds, settings, cfg.layout)
     else:
-        result = run_linkage(ds, cfg, settings)
-        folder = cfg.out_path() / "linkage" / result.primary.job_id
+        result = bind_result(run_linkage(ds, cfg, settings), ds.primary.identifiers)
+        from app.node import simulated_linkage_dir  # where a simulated secondary looks for it
+
+        folder = simulated_linkage_dir(cfg, result.primary.job_id)
         save_job(result, folder)
+        write_record(folder, upload_record(result.primary.job_id, "primary", ds.primary.identifiers))
         linkage = load_primary(folder)
     return (linkage if settings.model.sort_gate else unsorted(linkage, cfg.seed)), folder
 

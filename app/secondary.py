@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from app.checkpoint import save_state
 from app.config import RunConfig
 from app.parties import build_secondary_model, secondary_features
-from app.messages import StepMeta, step_digest
+from app.messages import StepMeta, require_finite, step_digest
 from linkage_server.store import load_secondary
 from strategies.fedsim import GradBlock
 from strategies.optim import make_optimizer
@@ -54,6 +54,7 @@ class SecondaryParty:
         features = with_imputed_row(np.array(secondary_features(cfg, party, cache_dir)), self.row_of_token, party)
         self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
+        self.cut_dim = settings.model.cut_dim  # c: the width of its embeddings and of their gradients
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
 
     # ------------------------------------------------------------------ protocol steps
@@ -69,11 +70,21 @@ class SecondaryParty:
         return self.model(self.x[self.rows(tokens)]).cpu().numpy()
 
     def apply(self, blocks: list[GradBlock]) -> None:
-        """Backpropagate each block's gradient through a fresh forward pass, one step each."""
-        for block in blocks:
+        """Backpropagate each block's gradient through a fresh forward pass, one step each.
+        Every block is checked first (finite in this party's dtype, tokens in range, one (U, c)
+        row per token): a refused message changes no weight."""
+        grads = [torch.as_tensor(b.grad, device=self.device, dtype=self.dtype) for b in blocks]  # each (U, c)
+        for j, (block, grad) in enumerate(zip(blocks, grads)):
+            require_finite(grad, self.party, f"gradient block {j} (as {self.dtype})", "train.step")
+            self.rows(block.tokens)
+            want = (len(block.tokens), self.cut_dim)
+            if tuple(grad.shape) != want:
+                raise ValueError(f"party {self.party!r}: gradient block {j} in train.step has shape "
+                                 f"{tuple(grad.shape)}, expected {want} (one row per token, cut size {self.cut_dim})")
+        for block, grad in zip(blocks, grads):
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
             self.optimizer.zero_grad(set_to_none=True)
-            out.backward(torch.as_tensor(block.grad, device=self.device, dtype=self.dtype))
+            out.backward(grad)
             self.optimizer.step()
             self.applied += 1
 
@@ -105,7 +116,7 @@ class SecondaryParty:
         if not path.exists():
             raise FileNotFoundError(f"party {self.party!r}: no checkpoint for epoch {epoch} at {path}")
         data = path.read_bytes()
-        state = torch.load(io.BytesIO(data), map_location=self.device)
+        state = torch.load(io.BytesIO(data), map_location=self.device, weights_only=True)
         if state["job_id"] != self.job_id:
             raise MisalignedStep(f"party {self.party!r}: checkpoint {path} is for linkage job {state['job_id']!r}, "
                                  f"this party holds {self.job_id!r}")

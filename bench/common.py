@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 from app.localsim import REPO, simulate
+from app.run_status import require_finished
 
 
 def machine() -> str:
@@ -30,16 +31,16 @@ def git_rev() -> str:
 
 
 def run_flower(values: dict, work: Path, name: str, timeout: float = 3600) -> tuple[dict, Path, float]:
-    """One `flwr run` simulation; returns (summary.json, run dir, wall seconds)."""
+    """One `flwr run` simulation; returns (summary.json, run dir, wall seconds). `flwr run`
+    exits 0 even when the ServerApp fails, so the run's status.json decides: RunFailed unless
+    this run finished (app/run_status.py)."""
     values = {**values, "out-dir": str(work / "out"), "run-name": name}
-    t0 = time.perf_counter()
+    t0, since = time.perf_counter(), time.time()
     proc = simulate(values, work / f"flwr-home-{name}", timeout=timeout)
     wall = time.perf_counter() - t0
     run_dir = work / "out" / name
-    summary_file = run_dir / "summary.json"
-    if not summary_file.exists():
-        raise RuntimeError(f"run {name} produced no summary:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return json.loads(summary_file.read_text()), run_dir, wall
+    summary = require_finished(run_dir, since, f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return summary, run_dir, wall
 
 
 def parse_overrides(items: list[str]) -> dict:

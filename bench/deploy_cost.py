@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from app import deploy
+from app.run_status import require_finished
 from bench.common import epochs_of, git_rev, machine, run_flower
 
 
@@ -28,15 +29,14 @@ def epoch_seconds(run_dir: Path) -> list[float]:
 
 
 def deployed_run(dep: deploy.Deployment, values: dict, name: str) -> tuple[dict, Path, float]:
-    import json
-
-    t0 = time.perf_counter()
+    """One deployed run; RunFailed unless its status.json says it finished (`flwr run` exits 0
+    when the ServerApp fails)."""
+    t0, since = time.perf_counter(), time.time()
     r = deploy.flwr_run(dep, {**values, "run-name": name}, timeout=3600)
     wall = time.perf_counter() - t0
     run_dir = dep.root / "runs" / name
-    if not (run_dir / "summary.json").exists():
-        raise RuntimeError(f"deployed run {name} failed:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
-    return json.loads((run_dir / "summary.json").read_text()), run_dir, wall
+    summary = require_finished(run_dir, since, f"{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
+    return summary, run_dir, wall
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import pandas as pd
 from bench.common import git_rev, machine
 from linkage_server.pipeline import release, search
 from linkage_server.quality import improvement_delta, recall_at
+from linkage_server.job_secret import new_secret
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SECRET = b"parties-shared-secret"  # known to the parties, never to the service
@@ -65,7 +66,7 @@ def evaluate(name: str, mode: str, metric: str, query, base, true_row: np.ndarra
     t0 = time.perf_counter()
     dist, idx = search(query, base, metric=metric, k=k, party="s")
     seconds = time.perf_counter() - t0
-    sims = release({"s": (dist, idx)}, {"s": len(base)}, k=k, tau=1.0, seed=0, job_id="q").primary.sims
+    sims = release({"s": (dist, idx)}, {"s": len(base)}, k=k, tau=1.0, secret=new_secret(), job_id="q").primary.sims
     r = [recall_at(true_row, idx, j) for j in (1, 10, k)]
     known = int((true_row >= 0).sum())
     return (f"| {name} | {mode} ({metric}) | {len(query):,} x {len(base):,} | {known:,} | {r[0]:.4f} | {r[1]:.4f} | "

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from bench.common import REPO, git_rev, machine
-from bench.sweep import run_sweep
+from bench.sweep import SweepFailed, run_sweep
 
 SWEEPS = ["baselines", "synthetic_full", "synthetic_long", "synthetic_noisy", "hdb_full", "real", "real_full",
           "paper_hparams", "k", "tau", "tau_bloom", "s", "s_full", "parties", "entity_aug", "engine_check"]
@@ -37,10 +38,14 @@ def main() -> None:
     img = out.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    parts = []
+    parts, failed = [], []
     for name in args.sweeps.split(","):
-        md, pngs = run_sweep(REPO / "conf" / "sweeps" / f"{name}.toml", args.quick, log=lambda m: print(m, flush=True),
-                             existing_only=args.existing, jobs=args.jobs)
+        try:
+            md, pngs = run_sweep(REPO / "conf" / "sweeps" / f"{name}.toml", args.quick,
+                                 log=lambda m: print(m, flush=True), existing_only=args.existing, jobs=args.jobs)
+        except SweepFailed as e:  # the other sweeps still run; the report lists the failures, then exits 1
+            md, pngs = e.md, e.pngs
+            failed += [f"{name}: {f}" for f in e.failures]
         for p in pngs:
             target = img / f"{name}-{p.name}"
             shutil.copyfile(p, target)
@@ -53,6 +58,9 @@ def main() -> None:
               f"{(time.perf_counter() - t0) / 60:.1f} min (finished runs are reused).\n\n")
     out.write_text(header + (notes.read_text() + "\n" if notes.exists() else "") + "\n".join(parts))
     print(f"wrote {out}")
+    if failed:
+        print(f"{len(failed)} run(s) failed:\n" + "\n".join(failed), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@
 A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
 `[set.<dataset>]`), optionally its `engine`, and variants (`[variants]`: name -> run-config
 values, e.g. a method or an ablation). Each run writes
-runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a run
-whose summary exists is skipped, so an interrupted sweep resumes. At the end it writes
+runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a finished run (its
+status.json, app/run_status.py) is skipped, so an interrupted sweep resumes. At the end it writes
 results.csv (one row per run), results.md (mean ± std over seeds of the test metric at the
 best-validation epoch) and plots (learning curves; the weight gate's similarity -> weight curve).
 Engine "inprocess" runs the federated protocol with in-process secondaries, which the twin
 oracles prove equal to `flwr run` (tests/test_equivalence.py, tests/test_flower_run.py).
+A failed run does not stop the others; the command then exits 1, each failure on stderr.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import collections
 import csv
 import json
 import statistics
+import sys
 import tempfile
 import time
 import tomllib
 from pathlib import Path
 
+from app.run_status import is_finished
 from bench.common import REPO, git_rev, machine, run_flower
 
 
@@ -73,7 +76,7 @@ def _flower_run(values: dict, out: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         summary, run_dir, _ = run_flower(values, Path(tmp), "run")
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.jsonl", "primary_model.pt"):
+        for name in ("metrics.jsonl", "primary_model.pt", "status.json"):
             (out / name).write_bytes((run_dir / name).read_bytes())
         return summary
 
@@ -96,7 +99,7 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
                 f = root / dataset / variant / f"s{seed}" / "summary.json"
-                if f.exists():
+                if is_finished(f.parent):
                     s = json.loads(f.read_text())
                     metric, _ = key_metric(s)
                     rows.append({"dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
@@ -171,14 +174,14 @@ def plots(root: Path, sweep: dict) -> list[Path]:
             curves, gates = [], []
             for seed in sweep["seeds"]:
                 run = root / dataset / variant / f"s{seed}"
-                if not (run / "summary.json").exists():  # unfinished (or running) runs are not plotted
+                if not is_finished(run):  # unfinished, failed (or running) runs are not plotted
                     continue
                 recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
                 metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
                 curves.append([r["val"][metric] for r in recs])
                 if not (run / "primary_model.pt").exists():  # e.g. runs copied back from another machine
                     continue
-                state = torch.load(run / "primary_model.pt", map_location="cpu")
+                state = torch.load(run / "primary_model.pt", map_location="cpu", weights_only=True)
                 if gate_prefix(state):
                     gates.append(weight_curve(state))
             if curves:
@@ -293,9 +296,18 @@ def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+class SweepFailed(RuntimeError):
+    """Runs of a sweep failed; the table and plots of the others were written all the same."""
+
+    def __init__(self, md: str, pngs: list[Path], failures: list[str]) -> None:
+        super().__init__(f"{len(failures)} run(s) failed:\n" + "\n".join(failures))
+        self.md, self.pngs, self.failures = md, pngs, failures
+
+
 def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: Path | None = None,
               log=print, existing_only: bool = False, jobs: int = 1) -> tuple[str, list[Path]]:
-    """Run (or resume) a sweep; returns its markdown table and plot files. With
+    """Run (or resume) a sweep; returns its markdown table and plot files (SweepFailed, which
+    carries them, when a run failed). With
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
     ``jobs`` > 1 runs that many runs at once, each in its own process."""
     sweep = load_sweep(path, quick)
@@ -311,7 +323,7 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
                 out = root / dataset / variant / f"s{seed}"
-                if (out / "summary.json").exists() or not applies(sweep, dataset, variant):
+                if is_finished(out) or not applies(sweep, dataset, variant):
                     continue
                 if existing_only:
                     missing.append(f"{dataset} {variant} seed {seed}")
@@ -335,7 +347,10 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
         md += f"\n**Not run yet** ({len(missing)} of the preset's runs; the table shows the finished ones): " + \
             ", ".join(missing) + "\n"
     (root / "results.md").write_text(md)
-    return md, plots(root, sweep) + param_plot(root, sweep, rows)
+    pngs = plots(root, sweep) + param_plot(root, sweep, rows)
+    if failures:
+        raise SweepFailed(md, pngs, failures)
+    return md, pngs
 
 
 def main() -> None:
@@ -348,9 +363,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.jobs < 1:
         ap.error("--jobs must be at least 1")
-    md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root, log=lambda m: print(m, flush=True),
-                         jobs=args.jobs)
+    failed = None
+    try:
+        md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root,
+                             log=lambda m: print(m, flush=True), jobs=args.jobs)
+    except SweepFailed as e:
+        md, pngs, failed = e.md, e.pngs, e
     print(md + "".join(f"\n![{p.stem}]({p})\n" for p in pngs))
+    if failed:
+        print(failed, file=sys.stderr)  # every failed run and its error
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ class PartyTable:
     identifiers: np.ndarray
     id_names: tuple[str, ...]
     id_kind: IdKind = "numeric"
+    # what feature preparation did (datasets.tables.party_table): dropped_constant,
+    # dropped_empty (column names), nan_imputed ({column: count}), nan_imputed_total
+    preprocessing: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.features)
@@ -44,9 +47,11 @@ class PartyTable:
             raise DatasetError(
                 f"party {self.name!r}: {n} feature rows but {len(self.identifiers)} identifier rows"
             )
-        if np.isnan(self.features).any():
-            col = int(np.where(np.isnan(self.features).any(axis=0))[0][0])
-            raise DatasetError(f"party {self.name!r}: NaN in feature column {self.feature_names[col]!r}")
+        bad = ~np.isfinite(self.features)
+        if bad.any():
+            col = int(np.flatnonzero(bad.any(axis=0))[0])
+            raise DatasetError(f"party {self.name!r}: NaN/inf in feature column {self.feature_names[col]!r} "
+                               f"(first rows: {np.flatnonzero(bad[:, col])[:5].tolist()})")
 
     @property
     def n_rows(self) -> int:
@@ -130,6 +135,23 @@ class VFLDataset:
                     f"dataset {self.name!r}: party {party!r} has identifiers of shape "
                     f"{table.identifiers.shape[1:]}, the primary {self.primary.identifiers.shape[1:]}"
                 )
+
+    @property
+    def preprocessing(self) -> dict:
+        """Per party, what feature preparation dropped and imputed (PartyTable.preprocessing)."""
+        return {"primary": self.primary.preprocessing,
+                "secondaries": {p: t.preprocessing for p, t in sorted(self.secondaries.items())}}
+
+    def preprocessing_note(self) -> str:
+        """One line for the run's log: per party, the columns dropped and the NaN imputed."""
+        def one(r: dict) -> str:
+            parts = [f"dropped constant {r['dropped_constant']}" if r.get("dropped_constant") else "",
+                     f"dropped empty {r['dropped_empty']}" if r.get("dropped_empty") else "",
+                     f"imputed {r['nan_imputed_total']} NaN {r['nan_imputed']}" if r.get("nan_imputed_total") else ""]
+            return ", ".join(p for p in parts if p) or "nothing dropped or imputed"
+
+        tables = [("primary", self.primary), *sorted(self.secondaries.items())]
+        return "; ".join(f"{who}: {one(t.preprocessing)}" for who, t in tables)
 
     @property
     def output_dim(self) -> int:

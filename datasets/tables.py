@@ -66,26 +66,77 @@ def party_table(
         ids = df[id_cols[0]].to_numpy(dtype=object)
     check_identifiers(ids, id_cols, where)
 
-    blocks, names = [], []
+    blocks, names, imputed = [], [], {}
     if numeric_cols:
-        num = df[list(numeric_cols)].apply(pd.to_numeric, errors="coerce")
-        ref = num if fit_rows is None else num.iloc[fit_rows]
-        num = num.fillna(ref.mean())
-        blocks.append(num.to_numpy(dtype=np.float64))
+        num, imputed = numeric_features(df, list(numeric_cols), fit_rows, where)
+        blocks.append(num)
         names += list(numeric_cols)
     for col in categorical_cols:
         dummies = pd.get_dummies(df[col].astype(str), prefix=col, dtype=np.float64)
         blocks.append(dummies.to_numpy())
         names += list(dummies.columns)
     x = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(df), 0))
-    ref = x if fit_rows is None else x[fit_rows]
-    keep = ref.std(axis=0) > 0 if len(ref) > 1 else np.ones(x.shape[1], dtype=bool)
-    x, names = x[:, keep], [n for n, k in zip(names, keep) if k]
+    x, kept, report = drop_uninformative(x, names, fit_rows, where)
+    report |= {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
     return PartyTable(
         name=name,
         features=standardize(x, fit_rows),
-        feature_names=tuple(names),
+        feature_names=tuple(kept),
         identifiers=ids,
         id_names=tuple(id_cols),
         id_kind=id_kind,
+        preprocessing=report,
     )
+
+
+def refuse_cells(bad: np.ndarray, cols: list[str], where: str, what: str, values: pd.DataFrame | None = None) -> None:
+    """Refuse the cells flagged in ``bad`` (n, len(cols)), naming the first such column, an
+    example value and its first rows; ``what`` says what is wrong with them."""
+    if not bad.any():
+        return
+    flagged = np.flatnonzero(bad.any(axis=0))
+    j = int(flagged[0])
+    rows = np.flatnonzero(bad[:, j])
+    example = f", e.g. {values.iloc[rows[0], j]!r}," if values is not None else ""
+    also = f"; also in column(s) {[cols[i] for i in flagged[1:]]}" if len(flagged) > 1 else ""
+    raise DatasetError(f"{where}: feature column {cols[j]!r} {what}{example} in {len(rows)} row(s) "
+                       f"(first rows: {rows[:5].tolist()}){also}; fix or remove them")
+
+
+def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None,
+                     where: str) -> tuple[np.ndarray, dict[str, int]]:
+    """Numeric feature columns -> (n, len(cols)) float64, NaN replaced by the column's mean over
+    ``fit_rows``; non-numbers and inf / -inf are refused, never coerced. Also returns the count
+    of imputed NaN per column (columns without any left out)."""
+    raw = df[cols]
+    num = raw.apply(pd.to_numeric, errors="coerce")
+    refuse_cells(raw.notna().to_numpy() & num.isna().to_numpy(), cols, where, "holds non-numbers", raw)
+    refuse_cells(np.isinf(num.to_numpy(dtype=np.float64)), cols, where, "holds non-finite values (inf/-inf)")
+    mean = (num if fit_rows is None else num.iloc[fit_rows]).mean()
+    missing = num.isna().sum()
+    imputed = {c: int(missing.iloc[i]) for i, c in enumerate(cols) if missing.iloc[i] and not np.isnan(mean.iloc[i])}
+    return num.fillna(mean).to_numpy(dtype=np.float64), imputed
+
+
+def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | None,
+                       where: str) -> tuple[np.ndarray, list[str], dict]:
+    """Drop the columns of x (n, d) without any value on ``fit_rows`` (NaN there: nothing to
+    impute from) and those constant on them; refuse a party left with no column.
+    Returns (x kept, names kept, {"dropped_constant": [...], "dropped_empty": [...]})."""
+    ref = x if fit_rows is None else x[fit_rows]
+    empty = np.isnan(ref).any(axis=0)  # imputation filled every NaN of a column with any value
+    constant = np.zeros(x.shape[1], dtype=bool)
+    if len(ref) > 1:
+        constant[~empty] = ref[:, ~empty].std(axis=0) == 0
+    keep = ~empty & ~constant
+    report = {"dropped_constant": [n for n, c in zip(names, constant) if c],
+              "dropped_empty": [n for n, e in zip(names, empty) if e]}
+    if not names:
+        raise DatasetError(f"{where}: no feature column: a party needs at least one feature besides its "
+                           "identifiers (and the primary's label)")
+    if not keep.any():
+        rows = "training rows" if fit_rows is not None else "rows"
+        raise DatasetError(f"{where}: no feature column left: {report['dropped_constant']} are constant and "
+                           f"{report['dropped_empty']} have no value on the {rows}; the party needs a feature "
+                           "that varies")
+    return x[:, keep], [n for n, k in zip(names, keep) if k], report

@@ -81,9 +81,18 @@ def cmd_serve(args) -> None:
         token_file.write_text(secrets.token_urlsafe(32))
         token_file.chmod(0o600)
         print(f"admin token written to {token_file}", flush=True)
+    from linkage_server.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
+
+    operator_seed = args.operator_seed if args.operator_seed is not None else operator_seed_from_env()
+    if operator_seed is not None:
+        print(f"warning: an operator seed fixes every job's randomness (from the job's content): for "
+              f"experiments only; a party who guesses it can undo the noise and the token shuffle. Prefer "
+              f"${OPERATOR_SEED_ENV} to --operator-seed (a command line is visible to other users)",
+              file=sys.stderr, flush=True)
     app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
-                     chunk_rows=args.chunk_rows)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                     chunk_rows=args.chunk_rows, operator_seed=operator_seed)
+    # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
 
 
@@ -108,15 +117,29 @@ def _client(args):
     return LinkageClient(args.url, args.job, args.party, secret, verify=_verify(args))
 
 
-def _identifiers(args) -> np.ndarray:
+SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the raw identifiers it came from
+
+
+def _identifiers(args) -> tuple[np.ndarray, str]:
+    """The identifiers to upload, and the digest of the raw identifiers they were encoded from
+    ("" = they are raw): a run binds the linkage to its own raw identifiers by it."""
+    from linkage_server.binding import identifier_digest
+
     if args.npy:
-        return np.load(args.npy, allow_pickle=False)
+        source = Path(args.npy + SOURCE)
+        raw = json.loads(source.read_text())["raw_sha256"] if source.exists() else ""
+        ids = np.load(args.npy, allow_pickle=False)
+        if not raw and ids.dtype == np.uint8:
+            print(f"note: {args.npy} holds encoded identifiers but {source} is missing: the upload is recorded "
+                  "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
+                  "`python -m linkage_server encode`, which writes that file", file=sys.stderr)
+        return ids, raw
     ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
     if args.key_file:  # private mode: the party encodes with the parties' shared key before uploading
         from linkage_server.encode import encode_with_key
 
-        ids = encode_with_key(ids, json.loads(Path(args.key_file).read_text()))
-    return ids
+        return encode_with_key(ids, json.loads(Path(args.key_file).read_text())), identifier_digest(ids)
+    return ids, ""
 
 
 def cmd_make_key(args) -> None:
@@ -137,9 +160,13 @@ def cmd_make_key(args) -> None:
 
 
 def cmd_encode(args) -> None:
-    ids = _identifiers(args)
-    np.save(args.out, ids, allow_pickle=False)
-    print(f"{args.out}: {ids.shape} {ids.dtype}")
+    from linkage_server.binding import identifier_digest
+
+    ids, raw = _identifiers(args)
+    out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
+    np.save(out, ids, allow_pickle=False)
+    Path(out + SOURCE).write_text(json.dumps({"raw_sha256": raw or identifier_digest(ids), "rows": len(ids)}))
+    print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
 
 
 def _progress(st: dict) -> None:
@@ -149,16 +176,19 @@ def _progress(st: dict) -> None:
 
 def cmd_link(args) -> None:
     with _client(args) as c:
-        print(json.dumps({"uploaded": c.upload(_identifiers(args))}))
+        ids, raw_sha256 = _identifiers(args)
+        print(json.dumps({"uploaded": c.upload(ids, raw_sha256)}))
+        if args.record:
+            print(f"upload record {c.write_upload_record(Path(args.record))}")
         if args.train_rows:
             print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
         if args.start:
-            st = c.start(args.metric, args.k, args.tau, args.seed, args.pool, args.layout, args.anchor)
+            st = c.start(args.metric, args.k, args.tau, args.pool, args.layout, args.anchor)
             print(json.dumps({"state": st["state"]}))
         if args.wait or args.fetch:
             st = c.wait(timeout=args.timeout, on_progress=_progress)
             print(file=sys.stderr)
-            print(json.dumps({"state": st["state"], "seconds": st["seconds"], "stats": st["stats"]}))
+            print(json.dumps({"state": st["state"], "seconds": st.get("seconds"), "stats": st.get("stats")}))  # primary
         if args.fetch:
             print(f"fetched {c.fetch(Path(args.fetch))}")
 
@@ -170,8 +200,14 @@ def cmd_status(args) -> None:
 
 
 def cmd_fetch(args) -> None:
+    from linkage_server.binding import RECORD
+
     with _client(args) as c:
-        print(f"fetched {c.fetch(Path(args.out))}")
+        path = c.fetch(Path(args.out))
+        print(f"fetched {path}")
+        if path.name == "primary.npz" and not (path.parent / RECORD).exists():
+            print(f"note: {path.parent} has no {RECORD}; a run refuses this linkage until the primary's upload is "
+                  "recorded there (`link ... --record DIR` or `link ... --fetch DIR`)", file=sys.stderr)
 
 
 def cmd_delta(args) -> None:
@@ -197,6 +233,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--admin-token-file", help="default: <data-dir>/admin-token, created if absent")
     s.add_argument("--max-upload-mb", type=float, default=512)
     s.add_argument("--chunk-rows", type=int, default=20_000, help="primary rows per resumable search chunk")
+    s.add_argument("--operator-seed", type=int, default=None,
+                   help="operator only, for reproducible experiments: derive every job's randomness from this "
+                        "seed and the job's content instead of a fresh secret per job (no party can set or read "
+                        "it; a guessable seed lets the primary undo the noise). Default: $FEDSIM_LINKAGE_OPERATOR_SEED "
+                        "if set, else none")
     s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS")
     s.add_argument("--keyfile")
     s.add_argument("--log-level", default="warning")
@@ -248,13 +289,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--metric", choices=["euclidean", "edit", "hamming"], default="euclidean")
     s.add_argument("--k", type=int, default=100)
     s.add_argument("--tau", type=float, default=1.0)
-    s.add_argument("--seed", type=int, default=0)
     s.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
     s.add_argument("--layout", choices=["independent", "chain"], default="independent",
                    help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
     s.add_argument("--anchor", default="", help="the chain's anchor secondary ('' = first by name)")
     s.add_argument("--wait", action="store_true")
-    s.add_argument("--fetch", help="wait, then download this party's result into this folder")
+    s.add_argument("--fetch", help="wait, then download this party's result into this folder (the primary: with "
+                                   "its upload record, which binds the result to its identifiers)")
+    s.add_argument("--record", help="(primary) write the upload record (job id, digests) into this folder now, "
+                                    "to `fetch` the result into it later")
     s.add_argument("--timeout", type=float, default=3600)
     s.set_defaults(func=cmd_link)
 

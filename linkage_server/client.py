@@ -9,6 +9,8 @@ from typing import Callable
 import httpx
 import numpy as np
 
+from linkage_server.binding import UploadRecord, upload_record, write_record
+from linkage_server.pipeline import LinkageError
 from linkage_server.store import write_atomic
 from linkage_server.uploads import to_npy
 
@@ -45,6 +47,7 @@ class LinkageClient:
     def __init__(self, url: str, job: str, party: str, secret: str, *, verify: bool | str = True,
                  timeout: float = 600.0) -> None:
         self.job, self.party = job, party
+        self.uploaded: UploadRecord | None = None  # what this client uploaded (job id, digests)
         self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, verify=verify,
                                   timeout=timeout)
 
@@ -54,17 +57,30 @@ class LinkageClient:
     def __exit__(self, *exc) -> None:
         self._http.close()
 
-    def upload(self, identifiers: np.ndarray) -> dict:
-        data = to_npy(np.asarray(identifiers))
-        return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers", content=data)).json()
+    def upload(self, identifiers: np.ndarray, raw_sha256: str = "") -> dict:
+        """Upload this party's identifiers. ``raw_sha256``: in private mode, the digest
+        (binding.identifier_digest) of the raw identifiers they were encoded from; "" = the
+        identifiers are raw. Kept on this side only (:meth:`write_upload_record`)."""
+        arr = np.asarray(identifiers)
+        out = _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers", content=to_npy(arr))).json()
+        self.uploaded = upload_record(self.job, self.party, arr, raw_sha256)
+        return out
+
+    def write_upload_record(self, folder: Path) -> Path:
+        """Record beside the results what this party uploaded (job id, digests): a run binds the
+        primary's fetched linkage to its own identifiers by it (linkage_server.binding)."""
+        if self.uploaded is None:
+            raise LinkageError(f"party {self.party!r} has not uploaded to job {self.job} with this client")
+        return write_record(Path(folder), self.uploaded)
 
     def upload_train_rows(self, rows: np.ndarray) -> dict:
         data = to_npy(np.asarray(rows, dtype=np.int64))
         return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data)).json()
 
-    def start(self, metric: str, k: int, tau: float = 1.0, seed: int = 0, pool: int = 0,
+    def start(self, metric: str, k: int, tau: float = 1.0, pool: int = 0,
               layout: str = "independent", anchor: str = "") -> dict:
-        body = {"metric": metric, "k": k, "tau": tau, "seed": seed, "pool": pool, "layout": layout, "anchor": anchor}
+        """Start the job (the primary). Its randomness is the service's own secret: no seed here."""
+        body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor}
         return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
 
     def status(self) -> dict:
@@ -99,10 +115,13 @@ class LinkageClient:
             time.sleep(poll)
 
     def fetch(self, folder: Path) -> Path:
-        """Download this party's result into `folder` under the name training reads."""
+        """Download this party's result into `folder` under the name training reads; the primary,
+        when this client uploaded its identifiers, also writes its upload record there."""
         st = self.status()
         r = _check(self._http.get(f"/jobs/{self.job}/parties/{self.party}/result"))
-        name = "primary.npz" if self.party == st["primary"] else f"secondary-{self.party}.npz"
+        name = "primary.npz" if st["role"] == "primary" else f"secondary-{self.party}.npz"
         path = Path(folder) / name
         write_atomic(path, r.content)
+        if path.name == "primary.npz" and self.uploaded is not None:
+            self.write_upload_record(folder)
         return path

@@ -3,9 +3,11 @@
 Layout under ``<data-dir>/jobs/<job>/``::
 
     job.json                  parties, secret hashes, state, parameters, progress, timings
+    secret.key                the job's randomness (0600; linkage_server.job_secret), never served
     uploads/<party>.npy       one party's identifiers (readable by the service only)
-    uploads/<party>.train.npy the primary's training rows (optional; standardisation)
-    work/<party>/<lo>-<hi>.npz  finished chunks of the (noise-free) top-K search: the resume points
+    train-rows.npy            the primary's training rows (optional; standardisation)
+    work/<party>/<key>/<lo>-<hi>.npz  finished chunks of the (noise-free) top-K search: the resume
+                              points; <key> hashes both uploads' bytes and metric/pool (:func:`cache_key`)
     results/primary.npz, results/secondary-<party>.npz   what each party downloads
 
 Every file is written to a temporary name and renamed, so a killed service leaves either the old
@@ -21,6 +23,7 @@ import json
 import queue
 import re
 import secrets
+import shutil
 import threading
 import time
 import traceback
@@ -29,12 +32,18 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage_server.pipeline import METRICS, LinkageError, chain_to, check_identifiers, release, search
+from linkage_server.binding import bind_result
+from linkage_server.job_secret import SecretError, new_secret, operator_secret, read_secret, write_secret
+from linkage_server.pipeline import (METRICS, LinkageError, chain_to, check_identifiers, job_id_of, release,
+                                     search)
 from linkage_server.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
 from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
+from linkage_server.views import HIDDEN_FAILURE, status_view
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
 STATES = ("created", "queued", "running", "done", "failed")
+SECRET = "secret.key"  # the job's randomness (linkage_server.job_secret); the service's only
+TRAIN_ROWS = "train-rows.npy"  # beside job.json: no party name can collide with it
 
 
 class JobError(Exception):
@@ -50,25 +59,19 @@ class JobParams:
     metric: str
     k: int
     tau: float = 1.0
-    seed: int = 0
     pool: int = 0  # candidates per record before noise; 0 = K (select, then noise)
     layout: str = "independent"  # or "chain": paper App. C, secondaries linked one-to-one to `anchor`
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
 
     @classmethod
     def parse(cls, body: dict) -> "JobParams":
-        known = {"metric", "k", "tau", "seed", "pool", "layout", "anchor"}
+        known = {"metric", "k", "tau", "pool", "layout", "anchor"}  # no seed: the service's secret draws
         unknown = sorted(set(body) - known)
         if unknown:
             raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
-        try:
-            p = cls(metric=str(body["metric"]), k=int(body["k"]), tau=float(body.get("tau", 1.0)),
-                    seed=int(body.get("seed", 0)), pool=int(body.get("pool", 0)),
-                    layout=str(body.get("layout", "independent")), anchor=str(body.get("anchor", "")))
-        except KeyError as e:
-            raise JobError(422, f"missing job parameter {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
-            raise JobError(422, f"bad job parameter: {e}") from None
+        p = cls(metric=_field(body, "metric", str), k=_field(body, "k", int), tau=_field(body, "tau", float, 1.0),
+                pool=_field(body, "pool", int, 0),
+                layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""))
         if p.metric not in METRICS:
             raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
         if p.k < 1:
@@ -82,6 +85,56 @@ class JobParams:
         return p
 
 
+INT_MAX = 2**31 - 1  # the largest k or pool a job accepts
+
+
+def _field(body: dict, name: str, kind: type, default=None):
+    """body[name] if it has exactly the type `kind` (an int is a float; bool is neither), else 422."""
+    if name not in body:
+        if default is None:
+            raise JobError(422, f"missing job parameter {name!r}")
+        return default
+    value = body[name]
+    ok = isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool)
+    if not ok:
+        raise JobError(422, f"job parameter {name!r} must be {'a number' if kind is float else kind.__name__}, "
+                            f"got {value!r} ({type(value).__name__})")
+    if kind is int and not -INT_MAX <= value <= INT_MAX:
+        raise JobError(422, f"job parameter {name!r} = {value} is out of range (at most {INT_MAX})")
+    if kind is float:
+        try:
+            value = float(value)
+        except OverflowError:
+            value = float("inf")
+        if value != value or abs(value) == float("inf"):
+            raise JobError(422, f"job parameter {name!r} must be a finite number, got {body[name]!r}")
+    return value
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a stored file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_key(primary_sha256: str, party_sha256: str, metric: str, pool: int) -> str:
+    """The search cache's name: both uploads' bytes and every parameter the search depends on."""
+    text = json.dumps({"primary": primary_sha256, "party": party_sha256, "metric": metric, "pool": pool})
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def fresh_cache(root: Path, key: str) -> Path:
+    """root/key; whatever else is under root (chunks of older uploads or parameters) is removed."""
+    if root.exists():
+        for old in root.iterdir():
+            if old.name != key:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+    return root / key
+
+
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -89,8 +142,10 @@ def _hash(secret: str) -> str:
 class JobStore:
     """Jobs under one data folder; thread-safe; the only code that touches the files."""
 
-    def __init__(self, root: Path, *, max_rows: int = 50_000_000, chunk_rows: int = 20_000) -> None:
+    def __init__(self, root: Path, *, max_rows: int = 50_000_000, chunk_rows: int = 20_000,
+                 operator_seed: int | None = None) -> None:
         self.root = Path(root) / "jobs"
+        self.operator_seed = operator_seed  # the operator's, for reproducible experiments; no party sees it
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_rows, self.chunk_rows = max_rows, chunk_rows
         self._lock = threading.RLock()
@@ -121,12 +176,12 @@ class JobStore:
         """A new job; returns its id and one fresh secret per party (only their hashes are kept)."""
         parties = [primary, *secondaries]
         for name in parties:
-            if not isinstance(name, str) or not NAME.match(name):
+            if not isinstance(name, str) or not NAME.fullmatch(name):
                 raise JobError(422, f"bad party name {name!r}: use 1-64 letters, digits, '_', '-', '.'")
         if not secondaries:
             raise JobError(422, "a job needs at least one secondary party")
-        if len(set(parties)) != len(parties):
-            raise JobError(422, f"party names must be distinct; got {parties}")
+        if len({p.lower() for p in parties}) != len(parties):  # one file per party, on any filesystem
+            raise JobError(422, f"party names must be distinct, ignoring case; got {parties}")
         if duplicates not in ("allow", "refuse"):
             raise JobError(422, f"duplicates must be 'allow' or 'refuse', got {duplicates!r}")
         job = secrets.token_hex(8)
@@ -137,6 +192,7 @@ class JobStore:
                 "created": time.time()}
         with self._lock:
             self._dir(job).mkdir(parents=True)
+            write_secret(self._dir(job) / SECRET, new_secret())  # 0600, never served
             self._save(meta)
         return job, keys
 
@@ -144,46 +200,65 @@ class JobStore:
         """The job's metadata if `secret` is this party's; otherwise 401/403/404."""
         meta = self.meta(job)
         if party not in meta["secret_sha256"]:
-            raise JobError(404, f"unknown party {party!r} in job {job}; parties: "
-                                f"{[meta['primary'], *meta['secondaries']]}")
+            raise JobError(404, f"unknown party {party!r} in job {job}")  # the job's parties stay unnamed
         if not secret:
             raise JobError(401, "missing credentials: send 'Authorization: Bearer <party secret>'")
         if not hmac.compare_digest(_hash(secret), meta["secret_sha256"][party]):
             raise JobError(403, f"wrong secret for party {party!r}")
         return meta
 
-    def public(self, meta: dict) -> dict:
-        """What any party of the job may see: no secrets, no identifiers."""
-        return {k: meta[k] for k in ("job", "primary", "secondaries", "state", "params", "progress", "error",
-                                     "seconds", "duplicates")} | {
-            "uploads": {p: {"rows": u["rows"], "kind": u["kind"]} for p, u in meta["uploads"].items()},
-            "stats": meta.get("stats")}
+    def party_with_secret(self, meta: dict, secret: str) -> str | None:
+        """The party of the job whose secret this is, if any (every hash compared, in constant time)."""
+        digest, found = _hash(secret), None
+        for party, want in meta["secret_sha256"].items():
+            if hmac.compare_digest(digest, want):
+                found = party
+        return found
+
+    def public(self, meta: dict, role: str = "admin", party: str | None = None) -> dict:
+        """The status `role` may see (:mod:`linkage_server.views`): never a secret, hash or seed."""
+        return status_view(meta, role, party)
 
     # ------------------------------------------------------------------ uploads
-    def upload(self, job: str, party: str, data: bytes, *, train_rows: bool = False) -> dict:
-        arr = parse_npy(data)
-        with self._lock:
-            meta = self.meta(job)
-            if meta["state"] not in ("created", "failed"):
-                raise JobError(409, f"job {job} is {meta['state']}: uploads are closed once it starts")
-            if train_rows:
-                return self._upload_train_rows(meta, party, arr)
-            summary = validate(arr, max_rows=self.max_rows)
-            if meta["duplicates"] == "refuse" and summary.duplicates:
-                raise UploadError(f"{summary.duplicates} duplicate identifier(s), and this job refuses duplicates")
-            write_atomic(self._dir(job) / "uploads" / f"{party}.npy", data)
-            meta["uploads"][party] = summary.as_dict()
-            self._save(meta)
-            return summary.as_dict()
+    def _open(self, job: str) -> dict:
+        meta = self.meta(job)
+        if meta["state"] not in ("created", "failed"):
+            raise JobError(409, f"job {job} is {meta['state']}: uploads are closed once it starts")
+        return meta
 
-    def _upload_train_rows(self, meta: dict, party: str, arr: np.ndarray) -> dict:
+    def upload(self, job: str, party: str, data: bytes, *, train_rows: bool = False) -> dict:
+        """Validate and stage the file with no lock held (other requests carry on), then commit it."""
+        meta = self._open(job)
+        arr = parse_npy(data)
+        if train_rows:
+            summary, data, path = self._train_rows(meta, party, arr), to_npy(arr), self._dir(job) / TRAIN_ROWS
+        else:
+            checked = validate(arr, max_rows=self.max_rows)
+            if meta["duplicates"] == "refuse" and checked.duplicates:
+                raise UploadError(f"{checked.duplicates} duplicate identifier(s), and this job refuses duplicates")
+            summary = checked.as_dict() | {"sha256": hashlib.sha256(data).hexdigest()}
+            path = self._dir(job) / "uploads" / f"{party}.npy"
+        staged = path.with_name(f"{path.name}.staged-{secrets.token_hex(6)}")
+        try:
+            write_atomic(staged, data)
+            with self._lock:
+                meta = self._open(job)
+                staged.replace(path)
+                if train_rows:
+                    meta["train_rows"] = summary["train_rows"]
+                else:
+                    meta["uploads"][party] = summary
+                self._save(meta)
+        finally:
+            staged.unlink(missing_ok=True)
+        return summary
+
+    @staticmethod
+    def _train_rows(meta: dict, party: str, arr: np.ndarray) -> dict:
         if party != meta["primary"]:
             raise JobError(403, "only the primary party sends training rows")
         if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) == 0:
             raise UploadError(f"training rows must be a non-empty 1-D integer array; got {arr.dtype} {arr.shape}")
-        write_atomic(self._dir(meta["job"]) / "uploads" / f"{party}.train.npy", to_npy(arr))
-        meta["train_rows"] = int(len(arr))
-        self._save(meta)
         return {"train_rows": int(len(arr))}
 
     # ------------------------------------------------------------------ start / run
@@ -220,41 +295,39 @@ class JobStore:
         try:
             t0 = time.perf_counter()
             query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
-            train_path = folder / "uploads" / f"{meta['primary']}.train.npy"
-            train_rows = np.load(train_path) if train_path.exists() else None
+            if meta.get("train_rows") and not (folder / TRAIN_ROWS).exists():
+                raise LinkageError(f"the primary's training rows are missing from {folder}: upload them again")
+            train_rows = np.load(folder / TRAIN_ROWS) if meta.get("train_rows") else None
             if train_rows is not None and (train_rows.min() < 0 or train_rows.max() >= len(query)):
                 raise LinkageError(f"training rows must lie in [0, {len(query)}) for the primary's {len(query)} rows")
             chunks = [(lo, min(lo + self.chunk_rows, len(query))) for lo in range(0, len(query), self.chunk_rows)]
-            total = len(chunks) * len(meta["secondaries"])
-            done = 0
             neighbours, sizes = {}, {}
             anchor = params.anchor or min(meta["secondaries"])
             if params.layout == "chain" and anchor not in meta["secondaries"]:
                 raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {meta['secondaries']}")
             searched = [anchor] if params.layout == "chain" else meta["secondaries"]
             total = len(chunks) * len(searched)
+            steps = iter(range(1, total + 1))
+
+            def tick() -> None:
+                self._update(job, progress={"done": next(steps), "total": total})
+
+            primary_sha256 = file_digest(folder / "uploads" / f"{meta['primary']}.npy")
             for party in searched:
                 base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
                 check_identifiers(query[:1], base, params.k, party, params.metric)
-                pool = min(max(params.pool, params.k), len(base))
-                parts = []
-                for lo, hi in chunks:
-                    path = folder / "work" / party / f"{lo}-{hi}.npz"
-                    if not path.exists():
-                        dist, idx = search(query[lo:hi], base, metric=params.metric, k=pool, party=party)
-                        write_atomic(path, npz_bytes(dist=dist, idx=idx))
-                    with np.load(path) as z:
-                        parts.append((z["dist"], z["idx"]))
-                    done += 1
-                    self._update(job, progress={"done": done, "total": total})
-                neighbours[party] = (np.concatenate([d for d, _ in parts]), np.concatenate([i for _, i in parts]))
+                key = cache_key(primary_sha256, file_digest(folder / "uploads" / f"{party}.npy"), params.metric,
+                                min(max(params.pool, params.k), len(base)))
+                cache = fresh_cache(folder / "work" / party, key)
+                neighbours[party] = self._search(cache, query, base, params, chunks, party, tick)
                 sizes[party] = len(base)
             t1 = time.perf_counter()
-            result = release(neighbours, sizes, k=params.k, tau=params.tau, seed=params.seed, train_rows=train_rows,
-                             job_id=job, metric=params.metric)
+            result = release(neighbours, sizes, k=params.k, tau=params.tau, train_rows=train_rows, job_id=job,
+                             secret=self._secret(folder, meta, params, query, train_rows), metric=params.metric)
             if params.layout == "chain":
                 ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
                 result = chain_to(result, anchor, ids.pop(anchor), ids, params.metric)
+            result = bind_result(result, query)  # primary.npz names the identifiers it linked
             write_atomic(folder / "results" / "primary.npz", primary_bytes(result.primary))
             for party, s in result.secondaries.items():
                 write_atomic(folder / "results" / f"secondary-{party}.npz", secondary_bytes(s))
@@ -262,17 +335,46 @@ class JobStore:
                      for p, l in result.primary.links.items()}
             self._update(job, state="done", stats=stats,
                          seconds={"search": t1 - t0, "release": time.perf_counter() - t1})
-        except (LinkageError, UploadError, JobError) as e:
+        except (LinkageError, UploadError, JobError, SecretError) as e:
             self._update(job, state="failed", error=str(e))
         except Exception as e:  # keep the service alive; report the failure to the parties
             self._update(job, state="failed", error=f"internal error: {type(e).__name__}: {e}")
             traceback.print_exc()
 
+    def _secret(self, folder: Path, meta: dict, params: JobParams, query: np.ndarray,
+                train_rows: np.ndarray | None) -> bytes:
+        """The job's secret; under an operator seed, derived from the seed and the job's content
+        (the same content id as the in-process linker's, so both release alike)."""
+        if self.operator_seed is None:
+            return read_secret(folder / SECRET)
+        ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+        metric = params.metric
+        if params.layout == "chain":
+            metric = f"{metric}-chain-{params.anchor or min(meta['secondaries'])}"
+        return operator_secret(self.operator_seed, job_id_of(query, ids, params.k, params.tau, metric, params.pool,
+                                                             train_rows))
+
+    @staticmethod
+    def _search(cache: Path, query, base, params: JobParams, chunks: list[tuple[int, int]], party: str,
+                tick) -> tuple[np.ndarray, np.ndarray]:
+        """The noise-free top-pool search, chunk by chunk; finished chunks are read back from `cache`."""
+        pool = min(max(params.pool, params.k), len(base))
+        parts = []
+        for lo, hi in chunks:
+            path = cache / f"{lo}-{hi}.npz"
+            if not path.exists():
+                dist, idx = search(query[lo:hi], base, metric=params.metric, k=pool, party=party)
+                write_atomic(path, npz_bytes(dist=dist, idx=idx))
+            with np.load(path) as z:
+                parts.append((z["dist"], z["idx"]))
+            tick()
+        return np.concatenate([d for d, _ in parts]), np.concatenate([i for _, i in parts])
+
     def result_path(self, job: str, party: str) -> Path:
         meta = self.meta(job)
-        if meta["state"] != "done":
-            raise JobError(409, f"job {job} is {meta['state']}: no result yet"
-                                + (f" ({meta['error']})" if meta.get("error") else ""))
+        if meta["state"] != "done":  # the error only for the primary (it may name other parties)
+            shown = meta.get("error") if party == meta["primary"] else (meta.get("error") and HIDDEN_FAILURE)
+            raise JobError(409, f"job {job} is {meta['state']}: no result yet" + (f" ({shown})" if shown else ""))
         name = "primary.npz" if party == meta["primary"] else f"secondary-{party}.npz"
         return self._dir(job) / "results" / name
 

@@ -12,7 +12,9 @@ Array contracts (m primary records, n secondary records, d identifier dims, K ne
   make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
 :func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
 :func:`release` turns its output into what the parties receive. :func:`link` = both.
-Every random draw comes from a ``numpy.random.Generator`` seeded by the caller.
+Every random draw of a job (noise, pool selection order, token permutations) comes from
+:func:`rng_from_secret`: a generator keyed by the job's secret, which only the linkage service
+holds (:mod:`linkage_server.job_secret`); no party chooses, reads or can derive it.
 """
 
 from __future__ import annotations
@@ -20,21 +22,17 @@ from __future__ import annotations
 import dataclasses
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.spatial import cKDTree
-from scipy.special import erf
+
+from linkage_server.errors import LinkageError
+from linkage_server.noise import dp_sigma, sigma_from_tau
 
 METRICS = ("euclidean", "edit", "hamming")
 Progress = Callable[[int, int], None]
-
-
-class LinkageError(ValueError):
-    """Bad linkage input or parameters; the message names the problem."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +64,9 @@ class PrimaryLinkage:
     # "chain": paper App. C, the secondaries linked one-to-one among themselves and the primary
     # linked top-K to that chain, so every party's k-th neighbour shares one similarity.
     layout: str = "independent"
+    # SHA-256 of the primary identifiers the job linked (linkage_server.binding.identifier_digest):
+    # a run binds a fetched linkage to its own identifiers by it; "" = not recorded
+    ids_sha256: str = ""
 
     @property
     def shared_sims(self) -> bool:
@@ -229,46 +230,6 @@ def fit_standardizer(sim: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
     return mean, (std if std > 0 else 1.0)
 
 
-def sigma_from_tau(tau: float, raw_std: float) -> float:
-    """Noise scale sigma for an attack-success bound tau (paper Theorem 2).
-
-    Solves erf(sqrt(sigma^2 + 1) / (2 sqrt(2) sigma sigma0)) = tau, sigma0 = std of the raw
-    similarities. tau = 1 means no noise. As sigma grows the left side falls to
-    erf(1 / (2 sqrt(2) sigma0)); a tau at or below that floor cannot be reached.
-    """
-    if not 0.0 < tau <= 1.0:
-        raise LinkageError(f"tau must be in (0, 1], got {tau}")
-    if tau == 1.0:
-        return 0.0
-    floor = float(erf(1.0 / (2.0 * math.sqrt(2.0) * raw_std)))
-    if tau <= floor:
-        raise LinkageError(
-            f"tau={tau} is unreachable: with raw similarity std {raw_std:.4g} the attack bound never "
-            f"falls below {floor:.6g} (paper Theorem 2); choose tau above it"
-        )
-
-    def gap(log_sigma: float) -> float:
-        s = math.exp(log_sigma)
-        return float(erf(math.sqrt(s * s + 1.0) / (2.0 * math.sqrt(2.0) * s * raw_std))) - tau
-
-    # gap decreases in sigma; bracket in log space
-    return math.exp(brentq(gap, math.log(1e-12), math.log(1e12), xtol=1e-12))
-
-
-def dp_sigma(n: int, mu0: float, sigma0: float, eps: float = 1.0) -> float:
-    """The smallest sigma an (eps, delta)-DP release of the similarities needs (paper Theorem 1).
-
-    Delta_G = n * max(|(1 + mu0) / sigma0|, |(-1 + mu0) / sigma0|), sigma >= Delta_G / sqrt(2 eps),
-    with mu0, sigma0 the mean and std of the raw similarities. It grows with n, the size of the
-    secondary party: in practice it drowns the similarities, which is why the paper (and we)
-    calibrate to Theorem 2's attack bound instead, and report this number for reference.
-    """
-    if eps <= 0:
-        raise LinkageError(f"eps must be > 0, got {eps}")
-    delta_g = n * max(abs((1.0 + mu0) / sigma0), abs((-1.0 + mu0) / sigma0))
-    return delta_g / math.sqrt(2.0 * eps)
-
-
 def add_noise(sim: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
     return sim if sigma == 0.0 else sim + rng.normal(0.0, sigma, size=sim.shape)
 
@@ -283,6 +244,14 @@ def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np
     return np.take_along_axis(sim, order, 1), np.take_along_axis(idx, order, 1)
 
 
+def rng_from_secret(secret: bytes) -> np.random.Generator:
+    """The job's generator: 256 bits of the service's per-job secret as its entropy."""
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        raise LinkageError("a linkage job needs a secret of at least 16 bytes (linkage_server.job_secret)")
+    digest = hashlib.sha256(b"fedsim-linkage-release|" + secret).digest()
+    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
+
+
 def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
     """token_of_row: a secret random permutation, so tokens say nothing about row order."""
     return rng.permutation(n).astype(np.int64)
@@ -291,21 +260,24 @@ def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
 # ----------------------------------------------------------------------------- the job
 
 
-def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, seed: int, metric: str = "euclidean",
-              pool: int = 0) -> str:
+def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str = "euclidean",
+              pool: int = 0, train_rows: np.ndarray | None = None) -> str:
     """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
     for arr in (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids))):
         h.update(_identifier_bytes(np.asarray(arr)))
+    if train_rows is not None:
+        h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
     tail = f"|{pool}" if pool else ""
-    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{seed}|{metric}{tail}".encode())
+    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}".encode())
     return h.hexdigest()[:16]
 
 
 def _identifier_bytes(arr: np.ndarray) -> bytes:
-    """Numbers as float64 (ids of int and float copies agree), strings joined, bits as they are."""
+    """Numbers as float64 (ids of int and float copies agree), strings length-prefixed (no two
+    lists share bytes), bits as they are."""
     if arr.dtype.kind in "UO":
-        return "\x1f".join(map(str, arr.ravel())).encode()
+        return b"".join(len(b).to_bytes(8, "little") + b for b in (str(x).encode() for x in arr.ravel()))
     if arr.dtype == np.uint8:
         return arr.tobytes()
     return arr.astype(np.float64).tobytes()
@@ -319,7 +291,7 @@ def search(query, base, *, metric: str, k: int, party: str, progress: Progress |
 
 
 def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
-            seed: int, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
+            secret: bytes, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
             dp_eps: float = 1.0) -> LinkageResult:
     """Standardise, noise and select each party's neighbours, and issue opaque tokens.
 
@@ -327,10 +299,11 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
     standardised with the mean/std of the training records' candidates, noised with sigma from
     tau (Theorem 2), and then the K largest *noisy* similarities are kept (as the reference
     does; with P == K the selection only re-orders). sizes[party] = that party's row count.
+    secret: the job's secret (the service's only); every draw comes from it.
     """
     if not neighbours:
         raise LinkageError("a linkage job needs at least one secondary party")
-    rng = np.random.default_rng([seed, 7])
+    rng = rng_from_secret(secret)
     links, secondaries = {}, {}
     for party in sorted(neighbours):
         dist, idx = neighbours[party]
@@ -349,7 +322,7 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
     return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)
 
 
-def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, seed: int, train_rows: np.ndarray | None = None,
+def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes, train_rows: np.ndarray | None = None,
          metric: str = "euclidean", pool: int = 0, job_id: str | None = None) -> LinkageResult:
     """Link every primary record to its K most similar records of each secondary party.
 
@@ -363,11 +336,11 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, seed: int, tra
         p = min(max(pool, k), len(base))
         neighbours[party] = search(primary_ids, base, metric=metric, k=p, party=party)
         sizes[party] = len(base)
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, metric, pool)
-    return release(neighbours, sizes, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job, metric=metric)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows)
+    return release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric)
 
 
-def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, seed: int,
+def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,
                train_rows: np.ndarray | None = None, metric: str = "euclidean", pool: int = 0,
                job_id: str | None = None) -> LinkageResult:
     """Paper App. C: link every other secondary one-to-one to the ``anchor`` secondary (each
@@ -380,8 +353,8 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
     base = secondary_ids[anchor]
     check_identifiers(primary_ids, base, k, anchor, metric)
     neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, seed, f"{metric}-chain-{anchor}", pool)
-    result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, seed=seed, train_rows=train_rows, job_id=job,
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, f"{metric}-chain-{anchor}", pool, train_rows)
+    result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,
                      metric=metric)
     return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)
 
@@ -399,7 +372,7 @@ def chain_to(anchored: LinkageResult, anchor: str, anchor_ids, others: dict, met
     return LinkageResult(dataclasses.replace(anchored.primary, links=links, layout="chain"), secondaries)
 
 
-def link_exact(primary_ids, secondary_ids: dict, *, seed: int, train_rows: np.ndarray | None = None,
+def link_exact(primary_ids, secondary_ids: dict, *, secret: bytes, train_rows: np.ndarray | None = None,
                metric: str = "euclidean", job_id: str | None = None) -> LinkageResult:
     """The Exact baseline's linkage: each record's neighbour at distance 0, if any.
 
@@ -411,11 +384,11 @@ def link_exact(primary_ids, secondary_ids: dict, *, seed: int, train_rows: np.nd
         dist, idx = search(primary_ids, base, metric=metric, k=1, party=party)
         idx = np.where(dist > 0, len(base), idx)  # (m, 1)
         neighbours[party], sizes[party] = (dist, idx), len(base) + 1
-    job = job_id or job_id_of(primary_ids, secondary_ids, 1, 1.0, seed, f"{metric}-exact")
-    return release(neighbours, sizes, k=1, tau=1.0, seed=seed, train_rows=train_rows, job_id=job, metric=metric)
+    job = job_id or job_id_of(primary_ids, secondary_ids, 1, 1.0, f"{metric}-exact", 0, train_rows)
+    return release(neighbours, sizes, k=1, tau=1.0, secret=secret, train_rows=train_rows, job_id=job, metric=metric)
 
 
-def link_known(true_row: dict[str, np.ndarray], sizes: dict[str, int], *, seed: int, job_id: str) -> LinkageResult:
+def link_known(true_row: dict[str, np.ndarray], sizes: dict[str, int], *, secret: bytes, job_id: str) -> LinkageResult:
     """The Combine baseline's linkage: each record's true row (known for synthetic sets only)."""
     neighbours = {p: (np.zeros((len(r), 1)), np.asarray(r, dtype=np.int64)[:, None]) for p, r in true_row.items()}
-    return release(neighbours, sizes, k=1, tau=1.0, seed=seed, job_id=job_id)
+    return release(neighbours, sizes, k=1, tau=1.0, secret=secret, job_id=job_id)

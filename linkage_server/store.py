@@ -26,6 +26,7 @@ def npz_bytes(**arrays) -> bytes:
 
 def primary_bytes(p: PrimaryLinkage) -> bytes:
     meta = {"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "layout": p.layout,
+            "ids_sha256": p.ids_sha256,
             "parties": sorted(p.links),
             "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma}
                       for q, l in p.links.items()}}
@@ -60,7 +61,7 @@ def read_primary(source) -> PrimaryLinkage:
         meta = json.loads(str(z["meta"]))
         links = {q: PartyLink(z[f"tokens__{q}"], z[f"sims__{q}"], **meta["stats"][q]) for q in meta["parties"]}
     return PrimaryLinkage(meta["job_id"], meta["k"], meta["tau"], links, meta.get("metric", "euclidean"),
-                          meta.get("layout", "independent"))
+                          meta.get("layout", "independent"), meta.get("ids_sha256", ""))
 
 
 def read_secondary(source, party: str) -> SecondaryLinkage:

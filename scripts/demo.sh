@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Set up, then train FedSim on hdb (resale flats <- GPS -> schools) as a Flower simulation.
 # Extra arguments are run-config overrides, e.g.:  scripts/demo.sh epochs=20 steps-per-exchange=1
+# Exits non-zero unless the run finished: `flwr run` exits 0 even when the ServerApp fails, so the
+# run's runs/<run-name>/status.json decides (app/run_status.py); the error goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 . .venv/bin/activate
 . scripts/flwr_env.sh
+base="run-name='demo-$(date +%Y%m%d-%H%M%S)' data-dir='$PWD/data' out-dir='$PWD/runs'"
+# the overrides win over $base (as in flwr run); a bad or unknown key is named here, Flower would not name it
+run_dir="$(python -m app.run_status folder "$base" "$*")"
+since="$(python -c 'import time; print(time.time())')"
 trap 'python -m app.localsim stop' EXIT   # flwr run leaves its local SuperLink running
-flwr run . --stream --run-config "data-dir='$PWD/data' out-dir='$PWD/runs' $*"
+flwr run . --stream --run-config "$base" --run-config "$*"
+python -m app.run_status check "$run_dir" --since "$since"

@@ -9,6 +9,7 @@ from app.config import RunConfig
 from app.inprocess import max_param_gap, run_in_process, run_twin
 from app.secondary import with_imputed_row
 from linkage_server.pipeline import link_exact, link_known
+from linkage_server.job_secret import operator_secret
 
 BASE = dict(dataset="synthetic", n_rows=600, batch_size=32, sigma_cf=0.1, epochs=1, max_steps=8,
             steps_per_exchange=3)
@@ -45,7 +46,7 @@ def test_exact_links_copies_and_imputes_the_rest():
     rng = np.random.default_rng(0)
     base = rng.uniform(0, 10, (50, 2))
     query = np.concatenate([base[[4, 9, 9]], base[:2] + 0.5])  # 3 exact copies, 2 near misses
-    res = link_exact(query, {"s": base}, seed=0)
+    res = link_exact(query, {"s": base}, secret=operator_secret(0, "test"))
     rows = res.secondaries["s"].row_of_token[res.primary.tokens["s"][:, 0]]
     np.testing.assert_array_equal(rows, [4, 9, 9, 50, 50])  # row 50 = the imputed mean row
     feats = rng.normal(size=(50, 3))
@@ -57,7 +58,7 @@ def test_exact_links_copies_and_imputes_the_rest():
 
 
 def test_combine_uses_the_true_rows_and_needs_them(tmp_path):
-    res = link_known({"s": np.array([2, 0, 1])}, {"s": 3}, seed=0, job_id="t")
+    res = link_known({"s": np.array([2, 0, 1])}, {"s": 3}, secret=operator_secret(0, "test"), job_id="t")
     np.testing.assert_array_equal(res.secondaries["s"].row_of_token[res.primary.tokens["s"][:, 0]], [2, 0, 1])
     with pytest.raises(ValueError, match="needs the true alignment"):
         run_in_process(RunConfig(dataset="hdb", n_rows=500, method="combine", epochs=1, max_steps=1,

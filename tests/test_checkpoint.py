@@ -29,7 +29,7 @@ def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = 
     checkpoint."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
     strategy = build_strategy(ds, linkage, cfg, settings)
-    channel = LocalChannel(_local_parties(cfg, ds, job))
+    channel = LocalChannel(_local_parties(cfg, ds, job, linkage))
     done = checkpoint.resume(folder, strategy, channel, cfg, linkage.job_id) if resume else None
     save = checkpoint.checkpointer(folder, strategy, channel, cfg, linkage.job_id)
 
@@ -70,9 +70,9 @@ def test_the_resume_oracle_can_fail(tmp_path):
         _run(cfg, tmp_path / "ckpt", crash_after=0)
     cfg2, settings, ds, linkage, job, plan = _setup(cfg, None)
     strategy = build_strategy(ds, linkage, cfg2, settings)
-    channel = LocalChannel(_local_parties(cfg2, ds, job))
+    channel = LocalChannel(_local_parties(cfg2, ds, job, linkage))
     manifest = checkpoint.read_manifest(tmp_path / "ckpt")
-    state = __import__("torch").load(tmp_path / "ckpt" / f"primary-{manifest.epoch}.pt")
+    state = __import__("torch").load(tmp_path / "ckpt" / f"primary-{manifest.epoch}.pt", weights_only=True)
     strategy.model.load_state_dict(state["model"])  # weights only: a fresh optimiser and dropout stream
     channel.restore(str(tmp_path / "ckpt"), manifest.epoch)
     _, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None,
@@ -101,7 +101,7 @@ def test_resume_refuses_another_run_or_a_tampered_party_checkpoint(tmp_path):
 def test_a_party_refuses_a_misaligned_step(tmp_path):
     cfg = RunConfig(dataset="hdb", n_rows=600, k=5, out_dir=str(tmp_path))
     cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
-    party = _local_parties(cfg, ds, job)["school"]
+    party = _local_parties(cfg, ds, job, linkage)["school"]
     tokens = linkage.tokens["school"][:4].ravel()
     block = GradBlock(np.unique(tokens), np.zeros((len(np.unique(tokens)), settings.model.cut_dim), np.float32))
 

@@ -45,8 +45,10 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
         assert summary["exchange"]["count"] > 0
         manifest = json.loads((run_dir / "checkpoint" / "checkpoint.json").read_text())
         assert manifest["epoch"] == 1 and sorted(manifest["parties"]) == dep.parties
-        for party in dep.parties:  # each party's checkpoint is on its own disk (node config checkpoint-dir)
+        for party in dep.parties:  # each party's checkpoint and final model are on its own disk (node config)
             assert (dep.party_dir(party) / "checkpoints" / "ok" / party / "epoch-1.pt").exists()
+            assert (dep.party_dir(party) / "models" / "ok" / party / "model.pt").exists()
+            assert not (run_dir / party).exists()  # nothing of a party's in the primary's run folder
 
         # a SuperNode whose key the SuperLink has not registered is refused
         rogue = deploy.start_node(dep, "rogue", key=make_node_key(tmp_path / "rogue", "rogue"))

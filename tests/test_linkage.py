@@ -17,6 +17,7 @@ from linkage_server.pipeline import (
     topk_euclidean,
 )
 from linkage_server.store import load_primary, load_secondary, save_job
+from linkage_server.job_secret import operator_secret
 
 
 def planted(m=200, n=150, d=2, seed=0):
@@ -45,7 +46,7 @@ def test_every_stage_keeps_its_array_contract():
 
 def test_planted_matches_are_the_most_similar_tokens():
     query, base, perm = planted()
-    res = link(query, {"s": base}, k=3, tau=1.0, seed=1, train_rows=np.arange(150))
+    res = link(query, {"s": base}, k=3, tau=1.0, secret=operator_secret(1, "test"), train_rows=np.arange(150))
     row_of_token = res.secondaries["s"].row_of_token
     top1_rows = row_of_token[res.primary.tokens["s"][:150, 0]]
     np.testing.assert_array_equal(top1_rows, perm)
@@ -54,7 +55,7 @@ def test_planted_matches_are_the_most_similar_tokens():
 def test_zero_noise_gives_the_standardised_raw_similarities():
     query, base, _ = planted()
     train = np.arange(0, 200, 2)
-    res = link(query, {"s": base}, k=4, tau=1.0, seed=3, train_rows=train)
+    res = link(query, {"s": base}, k=4, tau=1.0, secret=operator_secret(3, "test"), train_rows=train)
     dist, _ = topk_euclidean(query, base, 4)
     raw = -dist
     want = (raw - raw[train].mean()) / raw[train].std()
@@ -67,9 +68,9 @@ def test_zero_noise_gives_the_standardised_raw_similarities():
 def test_noise_has_the_sigma_of_theorem_2_and_is_seeded():
     rng = np.random.default_rng(0)
     query, base = rng.uniform(0, 1000, size=(3000, 2)), rng.uniform(0, 1000, size=(30, 2))
-    a = link(query, {"s": base}, k=10, tau=0.3, seed=5, train_rows=np.arange(3000))
-    b = link(query, {"s": base}, k=10, tau=0.3, seed=5, train_rows=np.arange(3000))
-    clean = link(query, {"s": base}, k=10, tau=1.0, seed=5, train_rows=np.arange(3000))
+    a = link(query, {"s": base}, k=10, tau=0.3, secret=operator_secret(5, "test"), train_rows=np.arange(3000))
+    b = link(query, {"s": base}, k=10, tau=0.3, secret=operator_secret(5, "test"), train_rows=np.arange(3000))
+    clean = link(query, {"s": base}, k=10, tau=1.0, secret=operator_secret(5, "test"), train_rows=np.arange(3000))
     np.testing.assert_array_equal(a.primary.sims, b.primary.sims)
     sigma = a.primary.sigma
     assert sigma == pytest.approx(sigma_from_tau(0.3, a.primary.sim_std))
@@ -93,18 +94,18 @@ def test_tau_one_is_no_noise_and_unreachable_tau_is_refused():
 
 def test_tokens_are_opaque_and_map_back_to_rows():
     query, base, _ = planted(n=150)
-    res = link(query, {"s": base}, k=150, tau=1.0, seed=2, train_rows=np.arange(200))
+    res = link(query, {"s": base}, k=150, tau=1.0, secret=operator_secret(2, "test"), train_rows=np.arange(200))
     tokens = res.primary.tokens["s"]
     _, idx = topk_euclidean(query, base, 150)
     assert not np.array_equal(tokens, idx)  # tokens are not row numbers
     np.testing.assert_array_equal(res.secondaries["s"].row_of_token[tokens], idx)
-    other = link(query, {"s": base}, k=150, tau=1.0, seed=9, train_rows=np.arange(200))
+    other = link(query, {"s": base}, k=150, tau=1.0, secret=operator_secret(9, "test"), train_rows=np.arange(200))
     assert not np.array_equal(other.primary.tokens["s"], tokens)  # the permutation depends on the seed
 
 
 def test_job_round_trips_through_per_party_files(tmp_path):
     query, base, _ = planted()
-    res = link(query, {"s": base}, k=3, tau=1.0, seed=0, train_rows=np.arange(100))
+    res = link(query, {"s": base}, k=3, tau=1.0, secret=operator_secret(0, "test"), train_rows=np.arange(100))
     save_job(res, tmp_path)
     p = load_primary(tmp_path)
     np.testing.assert_array_equal(p.tokens["s"], res.primary.tokens["s"])
@@ -129,19 +130,19 @@ def test_job_round_trips_through_per_party_files(tmp_path):
 )
 def test_bad_linkage_input_is_refused_by_name(query, base, k, match):
     with pytest.raises(LinkageError, match=match):
-        link(query, {"s": base}, k=k, tau=1.0, seed=0, train_rows=np.arange(len(query)))
+        link(query, {"s": base}, k=k, tau=1.0, secret=operator_secret(0, "test"), train_rows=np.arange(len(query)))
 
 
 def test_selection_after_noise_keeps_the_k_best_noisy_candidates():
     query, base, _ = planted()
-    pooled = link(query, {"s": base}, k=4, tau=0.8, seed=3, pool=12, train_rows=np.arange(200))
+    pooled = link(query, {"s": base}, k=4, tau=0.8, secret=operator_secret(3, "test"), pool=12, train_rows=np.arange(200))
     sims = pooled.primary.sims
     assert sims.shape == (200, 4) and (np.diff(sims, axis=1) <= 0).all()  # descending after noise
     # the same draws over the 12 candidates, then the top 4 of them
     from linkage_server.pipeline import release, search
 
     dist, idx = search(query, base, metric="euclidean", k=12, party="s")
-    full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, seed=3, train_rows=np.arange(200), job_id="x")
+    full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, secret=operator_secret(3, "test"), train_rows=np.arange(200), job_id="x")
     np.testing.assert_array_equal(sims, full.primary.sims[:, :4])
     # tokens follow their similarities through the selection
     rows = pooled.secondaries["s"].row_of_token[pooled.primary.tokens["s"]]
@@ -151,7 +152,7 @@ def test_selection_after_noise_keeps_the_k_best_noisy_candidates():
 
 def test_several_secondaries_are_linked_independently():
     query, base, _ = planted()
-    res = link(query, {"a": base, "b": base[::-1].copy()}, k=3, tau=1.0, seed=0)
+    res = link(query, {"a": base, "b": base[::-1].copy()}, k=3, tau=1.0, secret=operator_secret(0, "test"))
     ra = res.secondaries["a"].row_of_token[res.primary.links["a"].tokens]
     rb = res.secondaries["b"].row_of_token[res.primary.links["b"].tokens]
     np.testing.assert_array_equal(ra, len(base) - 1 - rb)  # the reversed table's rows
@@ -180,7 +181,7 @@ def test_theorem_1_sigma_grows_with_the_secondary_size():
 )
 def test_metric_specific_input_is_checked(metric, query, base, match):
     with pytest.raises(LinkageError, match=match):
-        link(query, {"s": base}, k=1, tau=1.0, seed=0, metric=metric)
+        link(query, {"s": base}, k=1, tau=1.0, secret=operator_secret(0, "test"), metric=metric)
 
 
 def test_recall_and_the_improvement_estimate_by_hand():
@@ -204,7 +205,7 @@ def test_chain_links_the_secondaries_one_to_one_then_the_primary_top_k(tmp_path)
     base = rng.normal(size=(50, 2))
     perm_b = rng.permutation(50)  # b's row r holds entity perm_b[r]
     query = base[:20] + rng.normal(scale=1e-3, size=(20, 2))
-    res = link_chain(query, {"a": base, "b": base[perm_b] + 1e-9}, anchor="a", k=3, tau=1.0, seed=0,
+    res = link_chain(query, {"a": base, "b": base[perm_b] + 1e-9}, anchor="a", k=3, tau=1.0, secret=operator_secret(0, "test"),
                      train_rows=np.arange(20))
     pa, pb = res.primary.links["a"], res.primary.links["b"]
     assert res.primary.layout == "chain" and res.primary.shared_sims
@@ -215,13 +216,13 @@ def test_chain_links_the_secondaries_one_to_one_then_the_primary_top_k(tmp_path)
     np.testing.assert_array_equal(rows_a[:, 0], np.arange(20))  # top-1 is the planted copy
     assert load_primary(save_job(res, tmp_path)).layout == "chain"
     with pytest.raises(LinkageError, match="anchor 'c'"):
-        link_chain(query, {"a": base}, anchor="c", k=3, tau=1.0, seed=0)
+        link_chain(query, {"a": base}, anchor="c", k=3, tau=1.0, secret=operator_secret(0, "test"))
 
 
 def test_independent_parties_do_not_share_similarities():
     rng = np.random.default_rng(1)
     base = rng.normal(size=(40, 2))
-    res = link(base[:10], {"a": base, "b": base[::-1].copy()}, k=3, tau=1.0, seed=0)
+    res = link(base[:10], {"a": base, "b": base[::-1].copy()}, k=3, tau=1.0, secret=operator_secret(0, "test"))
     assert res.primary.layout == "independent" and not res.primary.shared_sims
     with pytest.raises(LinkageError, match="independently linked"):
         res.primary.sims
@@ -236,7 +237,7 @@ def test_a_chain_links_parties_of_different_sizes():
     base = rng.normal(size=(50, 2))
     extra = rng.normal(loc=5.0, size=(30, 2))
     b = np.concatenate([extra, base])  # b's row 30 + j is entity j
-    res = link_chain(base[:10] + 1e-4, {"a": base, "b": b}, anchor="a", k=2, tau=1.0, seed=0)
+    res = link_chain(base[:10] + 1e-4, {"a": base, "b": b}, anchor="a", k=2, tau=1.0, secret=operator_secret(0, "test"))
     rows_a = res.secondaries["a"].row_of_token[res.primary.tokens["a"]]
     rows_b = res.secondaries["b"].row_of_token[res.primary.tokens["b"]]
     assert len(res.secondaries["b"].row_of_token) == 50

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from linkage_server.client import LinkageClient, ServiceError, create_job
+from linkage_server.job_secret import read_secret
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
 from linkage_server.pipeline import link
@@ -74,7 +75,7 @@ def test_service_round_trip_restart_and_refusals(tmp_path):
             prim.start("euclidean", 500)
         with pytest.raises(ServiceError, match="needs bits identifiers"):
             prim.start("hamming", 5)
-        prim.start("euclidean", 5, tau=0.9, seed=3)
+        prim.start("euclidean", 5, tau=0.9)
         st = prim.wait(timeout=60)
         assert st["progress"] == {"done": 5, "total": 5} and st["stats"]["s"]["sigma"] > 0
         with pytest.raises(ServiceError, match="uploads are closed"):
@@ -96,7 +97,8 @@ def test_service_round_trip_restart_and_refusals(tmp_path):
             assert (again / name).read_bytes() == (first / name).read_bytes()
 
     # the oracle: the service's result is the in-process pipeline's, bit for bit
-    want = link(query, {"s": base}, k=5, tau=0.9, seed=3, train_rows=train, job_id=job)
+    secret = read_secret(data / "jobs" / job / "secret.key")  # the operator's view of the job's randomness
+    want = link(query, {"s": base}, k=5, tau=0.9, secret=secret, train_rows=train, job_id=job)
     got = load_primary(first)
     np.testing.assert_array_equal(got.tokens["s"], want.primary.tokens["s"])
     np.testing.assert_array_equal(got.sims, want.primary.sims)
@@ -115,11 +117,12 @@ def test_an_interrupted_job_resumes_from_its_finished_chunks(tmp_path):
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))
-    store.start(job, JobParams("euclidean", 4, seed=1))
+    store.start(job, JobParams("euclidean", 4))
     store.run(job)
     done = (tmp_path / "jobs" / job / "results" / "primary.npz").read_bytes()
     # simulate a crash after 3 of 5 chunks: drop the results and two chunks, leave the job 'running'
-    work = sorted((tmp_path / "jobs" / job / "work" / "s").glob("*.npz"))
+    work = sorted((tmp_path / "jobs" / job / "work" / "s").glob("*/*.npz"), key=lambda p: int(p.stem.split("-")[0]))
+    assert len(work) == 5  # work/s/<cache key>/<lo>-<hi>.npz
     stamps = {p: p.stat().st_mtime_ns for p in work}
     for p in work[3:]:
         p.unlink()
@@ -148,9 +151,11 @@ def test_a_failing_job_reports_why_and_can_be_restarted(tmp_path):
     assert store.meta(job)["state"] == "done"
 
 
-def test_fedsim_trains_from_the_services_output(tmp_path):
+def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
     """Upload a dataset's identifiers through the service, fetch, train from the files: the
-    losses and final weights equal a run that links in-process (to 1e-5, as the twin oracles)."""
+    losses and final weights equal a run that links in-process (to 1e-5, as the twin oracles).
+    Both linkers draw their noise from the same operator seed (the operator runs both)."""
+    monkeypatch.setenv("FEDSIM_LINKAGE_OPERATOR_SEED", "5")
     from app.config import RunConfig
     from app.inprocess import max_param_gap, run_in_process
     from app.parties import load_data
@@ -160,14 +165,14 @@ def test_fedsim_trains_from_the_services_output(tmp_path):
     ds, settings = load_data(base_cfg), base_cfg.resolve()
     (party, table), = ds.secondaries.items()
     fetched = tmp_path / "fetched"
-    with service(tmp_path / "svc", free_port()) as url:
+    with service(tmp_path / "svc", free_port(), "--operator-seed", "5") as url:
         made = create_job(url, ADMIN, "primary", [party])
         with LinkageClient(url, made["job"], "primary", made["secrets"]["primary"]) as p, \
                 LinkageClient(url, made["job"], party, made["secrets"][party]) as s:
             p.upload(ds.primary.identifiers)
             p.upload_train_rows(ds.split.train)
             s.upload(table.identifiers)
-            p.start("euclidean", settings.k, tau=0.9, seed=base_cfg.seed)
+            p.start("euclidean", settings.k, tau=0.9)
             p.wait(timeout=60)
             p.fetch(fetched)
             s.fetch(fetched)
@@ -195,11 +200,12 @@ def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
     store.upload(job, "p", to_npy(query))
     for party, x in ids.items():
         store.upload(job, party, to_npy(x))
-    store.start(job, JobParams("euclidean", 4, seed=2, layout="chain"))
+    store.start(job, JobParams("euclidean", 4, layout="chain"))
     store.run(job)
     assert store.meta(job)["state"] == "done", store.meta(job).get("error")
     got = load_primary(tmp_path / "jobs" / job / "results")
-    want = link_chain(query, ids, anchor="a", k=4, tau=1.0, seed=2, job_id=job)
+    want = link_chain(query, ids, anchor="a", k=4, tau=1.0, secret=read_secret(tmp_path / "jobs" / job / "secret.key"),
+                      job_id=job)
     assert got.layout == "chain"
     for party in ids:
         np.testing.assert_array_equal(got.tokens[party], want.primary.tokens[party])

@@ -12,6 +12,7 @@ import pytest
 
 from linkage_server.store import load_primary, load_secondary
 from tests.test_service import ADMIN, free_port, service
+from linkage_server.job_secret import operator_secret
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -97,6 +98,6 @@ def test_private_numbers_link_through_a_made_key(tmp_path):
 
     p_bits, s_bits = np.load(tmp_path / "p.npy"), np.load(tmp_path / "s.npy")
     assert p_bits.dtype == np.uint8 and p_bits.shape == (400, 256)
-    res = link(p_bits, {"s": s_bits}, k=5, tau=1.0, seed=0, metric="hamming")
+    res = link(p_bits, {"s": s_bits}, k=5, tau=1.0, secret=operator_secret(0, "test"), metric="hamming")
     top1 = res.secondaries["s"].row_of_token[res.primary.tokens["s"][:, 0]]
     assert (top1 == perm).mean() > 0.95

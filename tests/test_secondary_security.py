@@ -1,0 +1,337 @@
+"""A secondary reads and writes only under its own folders, whatever a message says, and
+refuses non-finite tensors; the primary refuses non-finite embeddings (issue 13, item 5).
+
+The ClientApp handlers are called directly with hand-made Flower messages and contexts: a
+deployed party (node config "party" + its own folders) and a simulated one (node config
+partition-id only; its folders come from the run config)."""
+
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+from app import client_app, ea_guest, messages
+from app.channel import FlowerChannel
+from app.config import RunConfig
+from app.ea_parties import act_content, read_act, read_reply, reply_content, request_content
+from app.parties import linkage_job, load_data
+from app.secondary import MisalignedStep, SecondaryParty
+from strategies.entity_aug import StepReply, StepRequest
+from strategies.fedsim import GradBlock
+
+RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
+
+
+@pytest.fixture(autouse=True)
+def run_identity(monkeypatch):
+    """Flower's Message reads the run id of the process it runs in (set by a ServerApp)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A linkage job linked by the primary into its out-dir (as a simulation does)."""
+    out = tmp_path_factory.mktemp("primary-out")
+    cfg = RunConfig.from_flower({**RUN, "out-dir": str(out)})
+    linkage, folder = linkage_job(load_data(cfg), cfg, cfg.resolve())
+    return SimpleNamespace(id=linkage.job_id, folder=folder, out=out, cfg=cfg)
+
+
+def deployed(tmp_path, job) -> tuple[Context, dict]:
+    """A deployed party 'school' with its own folders; the run config (the primary's) names others."""
+    own = tmp_path / "school-host"
+    (own / "linkage").mkdir(parents=True)
+    shutil.copy(job.folder / "secondary-school.npz", own / "linkage")
+    node = {"party": "school", "linkage-dir": str(own / "linkage"), "checkpoint-dir": str(own / "ckpt"),
+            "model-dir": str(own / "models")}
+    run_config = {**RUN, "out-dir": str(tmp_path / "primary-chosen"), "linkage-dir": str(job.folder)}
+    ctx = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=run_config)
+    return ctx, {"checkpoint": own / "ckpt" / "{run}" / "school", "model": own / "models" / "{run}" / "school"}
+
+
+def simulated(tmp_path, job) -> tuple[Context, dict]:
+    """A simulated party: one operator plays every party, its folders are the run config's out-dir."""
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(),
+                  run_config={**RUN, "out-dir": str(job.out)})
+    return ctx, {"checkpoint": job.out / "{run}" / "checkpoint" / "school", "model": job.out / "{run}" / "school"}
+
+
+CONTEXTS = {"deployed": deployed, "simulated": simulated}
+
+
+def introduce(ctx: Context, job) -> SecondaryParty:
+    """The party as after its hello (its own linkage copy in deployment)."""
+    folder = ctx.node_config.get("linkage-dir", str(job.folder))
+    party = SecondaryParty(job.cfg, "school", str(folder))
+    party.persist(ctx)
+    return party
+
+
+def refused(call) -> Exception | None:
+    """The exception ``call`` raised, or None: assertions on what was written come first."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the caller checks its type
+        return e
+    return None
+
+
+def names(err: Exception | None, *pieces: str) -> bool:
+    """``err`` is a NonFiniteValues error naming every piece (party, message, tensor, count)."""
+    assert isinstance(err, messages.NonFiniteValues), err
+    assert all(p in str(err) for p in pieces), (str(err), pieces)
+    return True
+
+
+def query(kind: str, record: str, values: dict) -> Message:
+    return Message(RecordDict({record: ConfigRecord(values)}), dst_node_id=1, message_type=kind)
+
+
+def files_under(folder) -> list:
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+def weights(ctx: Context) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in SecondaryParty.restore(job_cfg(ctx), ctx).model.state_dict().items()}
+
+
+def job_cfg(ctx: Context) -> RunConfig:
+    from app.node import node_run_config
+
+    return node_run_config(ctx)
+
+
+# ---------------------------------------------------------------------------- paths
+
+
+@pytest.mark.parametrize("where", sorted(CONTEXTS))
+def test_finish_writes_the_model_only_under_the_partys_own_folder(where, tmp_path, job):
+    ctx, own = CONTEXTS[where](tmp_path, job)
+    introduce(ctx, job)
+    evil = tmp_path / "evil"
+    err = refused(lambda: client_app.finish(query("query.finish", "finish", {"folder": str(evil), "run": "r1"}), ctx))
+    assert files_under(evil) == [], "the primary's message chose where the party wrote"
+    assert isinstance(err, messages.ProtocolError) and "'folder'" in str(err), err
+    for run in ("../../../evil", "a/b", "..", "", "x\\y"):
+        with pytest.raises(messages.ProtocolError, match="plain folder name"):
+            client_app.finish(query("query.finish", "finish", {"run": run}), ctx)
+    assert files_under(evil) == [] and files_under(tmp_path / "primary-chosen") == []
+    client_app.finish(query("query.finish", "finish", {"run": "r1"}), ctx)
+    model = torch.load(str(own["model"]).format(run="r1") + "/model.pt", weights_only=True)
+    assert set(model) == set(SecondaryParty.restore(job_cfg(ctx), ctx).model.state_dict())
+    assert files_under(evil) == [] and files_under(tmp_path / "primary-chosen") == []
+
+
+@pytest.mark.parametrize("where", sorted(CONTEXTS))
+def test_checkpoints_are_saved_and_restored_only_under_the_partys_own_folder(where, tmp_path, job):
+    ctx, own = CONTEXTS[where](tmp_path, job)
+    party = introduce(ctx, job)
+    evil = tmp_path / "evil"
+    tokens = np.arange(5)
+    run = f"r-{where}"
+
+    def step_msg(**save) -> Message:
+        content = messages.step_content([], tokens, party.job_id, 0)
+        content.config_records["meta"] = ConfigRecord({**content.config_records["meta"], **save})
+        return Message(content, dst_node_id=1, message_type="train.step")
+
+    err = refused(lambda: client_app.step(step_msg(save_folder=str(evil), save_run=run, save_epoch=0), ctx))
+    assert files_under(evil) == [], "the primary's message chose where the party wrote"
+    assert isinstance(err, messages.ProtocolError) and "'save_folder'" in str(err), err
+    reply = client_app.step(step_msg(save_run=run, save_epoch=0), ctx)
+    saved = messages.read_state(reply.content)
+    folder = type(tmp_path)(str(own["checkpoint"]).format(run=run))
+    assert [p.name for p in files_under(folder)] == ["epoch-0.pt"] and saved["epoch"] == 0
+
+    with pytest.raises(messages.ProtocolError, match="'folder'"):
+        client_app.restore(query("query.restore", "state", {"folder": str(evil), "run": run, "epoch": 0}), ctx)
+    with pytest.raises(messages.ProtocolError, match="plain folder name"):
+        client_app.restore(query("query.restore", "state", {"run": "../" + run, "epoch": 0}), ctx)
+    got = client_app.restore(query("query.restore", "state", {"run": run, "epoch": 0}), ctx)
+    assert str(got.content.config_records["state"]["digest"]) == saved["digest"]
+    assert files_under(evil) == [] and files_under(tmp_path / "primary-chosen") == []
+
+
+@pytest.mark.parametrize("where", sorted(CONTEXTS))
+def test_hello_reads_the_linkage_only_from_the_partys_own_folder(where, tmp_path, job):
+    ctx, _ = CONTEXTS[where](tmp_path, job)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(job.folder, elsewhere)
+    err = refused(lambda: client_app.hello(query("query.hello", "hello", {"job_dir": str(elsewhere), "job_id": job.id}),
+                                           ctx))
+    assert "party" not in ctx.state.config_records, "introduced from a folder the primary's message chose"
+    assert isinstance(err, messages.ProtocolError) and "'job_dir'" in str(err), err
+    with pytest.raises(messages.ProtocolError, match="plain folder name"):
+        client_app.hello(query("query.hello", "hello", {"job_id": f"../{job.id}"}), ctx)
+    assert "party" not in ctx.state.config_records  # not introduced by a refused hello
+    reply = client_app.hello(query("query.hello", "hello", {"job_id": job.id}), ctx)
+    assert reply.content.config_records["hello"]["party"] == "school"
+    held = ctx.state.config_records["party"]["job_dir"]
+    assert held == ctx.node_config.get("linkage-dir", str(job.folder))
+
+
+def test_a_deployed_party_refuses_a_hello_for_another_linkage_job(tmp_path, job):
+    ctx, _ = deployed(tmp_path, job)
+    with pytest.raises(MisalignedStep, match=f"party 'school' holds linkage job '{job.id}'.*'other-job'"):
+        client_app.hello(query("query.hello", "hello", {"job_id": "other-job"}), ctx)
+
+
+def test_a_deployed_party_reads_its_data_from_its_own_config_not_the_run_config(tmp_path, job):
+    ctx, _ = deployed(tmp_path, job)
+    ctx.run_config["data-dir"] = str(tmp_path / "primary-chosen-data")
+    assert job_cfg(ctx).data_dir == "" and job_cfg(ctx).linkage_dir == "" and job_cfg(ctx).out_dir == ""
+    ctx.node_config["data-dir"] = str(tmp_path / "own-data")
+    assert job_cfg(ctx).data_dir == str(tmp_path / "own-data")
+
+
+# ---------------------------------------------------------------------------- non-finite tensors
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "float32-overflow"])
+def test_a_non_finite_gradient_is_refused_and_the_weights_stay_intact(bad, tmp_path, job):
+    ctx, _ = simulated(tmp_path, job)
+    party = introduce(ctx, job)
+    before = weights(ctx)
+    rng = np.random.default_rng(0)
+    tokens = np.arange(0, 40, 2)
+    good = GradBlock(tokens, rng.normal(size=(20, 100)).astype(np.float32))
+    grad = rng.normal(size=(20, 100))
+    grad[[3, 7, 11], [0, 5, 9]] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "float32-overflow": 1e300}[bad]
+    grad = grad if bad == "float32-overflow" else grad.astype(np.float32)
+    content = messages.step_content([good, GradBlock(tokens, grad)], tokens, party.job_id, 0)
+    err = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), ctx))
+    after = weights(ctx)
+    assert all(torch.isfinite(v).all() for v in after.values()), "a non-finite gradient reached the weights"
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert isinstance(err, messages.NonFiniteValues), err
+    assert names(err, "party 'school'", "train.step", "gradient block 1", "3 of 2000")
+    direct = SecondaryParty.restore(job_cfg(ctx), ctx)  # the party object itself refuses it too
+    with pytest.raises(messages.NonFiniteValues, match="party 'school'.*gradient block 1"):
+        direct.apply([good, GradBlock(tokens, grad)])
+    assert direct.applied == 0 and all(torch.equal(before[k], v) for k, v in direct.model.state_dict().items())
+    # the same step without the bad block is applied
+    client_app.step(Message(messages.step_content([good], tokens, party.job_id, 0), dst_node_id=1,
+                            message_type="train.step"), ctx)
+    assert any(not torch.equal(before[k], v) for k, v in weights(ctx).items())
+
+
+def test_a_misshapen_gradient_block_changes_no_weight(tmp_path, job):
+    """A later block of the wrong shape must not leave the earlier blocks applied."""
+    ctx, _ = simulated(tmp_path, job)
+    introduce(ctx, job)
+    direct = SecondaryParty.restore(job_cfg(ctx), ctx)
+    before = {k: v.clone() for k, v in direct.model.state_dict().items()}
+    rng = np.random.default_rng(0)
+    tokens = np.arange(0, 40, 2)
+    good = GradBlock(tokens, rng.normal(size=(20, 100)).astype(np.float32))
+    with pytest.raises(ValueError, match=r"party 'school': gradient block 1 .*shape \(20, 7\), expected \(20, 100\)"):
+        direct.apply([good, GradBlock(tokens, rng.normal(size=(20, 7)).astype(np.float32))])
+    assert direct.applied == 0 and all(torch.equal(before[k], v) for k, v in direct.model.state_dict().items())
+
+
+class EmbeddingGrid:
+    """Nodes that answer every train.step with the given embeddings."""
+
+    def __init__(self, emb: dict[int, np.ndarray]) -> None:
+        self.emb, self.sent = emb, {}
+
+    def push_messages(self, msgs):
+        ids = [f"m{i}" for i in range(len(msgs))]
+        self.sent = dict(zip(ids, msgs))
+        return ids
+
+    def pull_messages(self, ids):
+        return [SimpleNamespace(has_error=lambda: False, content=messages.embeddings_content(self.emb[m.metadata.dst_node_id]),
+                                metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=m.metadata.dst_node_id))
+                for i, m in self.sent.items() if i in ids]
+
+
+def test_the_primary_refuses_a_non_finite_embedding():
+    good = np.ones((4, 3), np.float32)
+    bad = good.copy()
+    bad[1, 2], bad[3, 0] = np.nan, np.inf
+    channel = FlowerChannel(EmbeddingGrid({11: good, 12: bad}), {"a": 11, "b": 12}, timeout=5, job_id="j")
+    embed = {"a": np.arange(4), "b": np.arange(4)}
+    err = refused(lambda: channel.step({"a": [], "b": []}, embed))
+    assert err is not None, "a NaN embedding was accepted"
+    assert isinstance(err, messages.NonFiniteValues), err
+    assert names(err, "party 'b'", "train.step", "embeddings", "2 of 12")
+    ok = FlowerChannel(EmbeddingGrid({11: good, 12: good}), {"a": 11, "b": 12}, timeout=5, job_id="j")
+    assert set(ok.step({"a": [], "b": []}, embed)) == {"a", "b"}
+
+
+# ---------------------------------------------------------------------------- Entity Augmentation guests
+
+EA_RUN = {"dataset": "digits", "n-rows": 300, "mode": "entity-aug"}
+
+
+def test_an_ea_guest_writes_its_model_only_under_its_own_folder(tmp_path):
+    own = tmp_path / "guest-host"
+    ctx = Context(run_id=1, node_id=1, node_config={"party": "right", "model-dir": str(own)}, state=RecordDict(),
+                  run_config={**EA_RUN, "out-dir": str(tmp_path / "primary-chosen")})
+    ea_guest.hello(query("query.ea_hello", "ea_hello", {}), ctx)
+    evil = tmp_path / "evil"
+    err = refused(lambda: ea_guest.finish(query("query.ea_finish", "ea_finish", {"folder": str(evil), "run": "r1"}), ctx))
+    assert files_under(evil) == [], "the host's message chose where the guest wrote"
+    assert isinstance(err, messages.ProtocolError) and "'folder'" in str(err), err
+    with pytest.raises(messages.ProtocolError, match="plain folder name"):
+        ea_guest.finish(query("query.ea_finish", "ea_finish", {"run": "../../evil"}), ctx)
+    ea_guest.finish(query("query.ea_finish", "ea_finish", {"run": "r1"}), ctx)
+    assert files_under(evil) == [] and files_under(tmp_path / "primary-chosen") == []
+    assert [p.relative_to(own).as_posix() for p in files_under(own)] == ["r1/right/model.pt"]
+
+
+def test_an_ea_guest_refuses_a_non_finite_gradient_and_the_host_a_non_finite_activation():
+    cfg = RunConfig.from_flower(EA_RUN)
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 1, "num-partitions": 2}, state=RecordDict(),
+                  run_config=dict(EA_RUN))
+    ea_guest.hello(query("query.ea_hello", "ea_hello", {}), ctx)
+    first = ea_guest.step(Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"),
+                          ctx)
+    act = read_reply(first.content).act
+    before = {k: v.clone() for k, v in ea_guest.restore(cfg, ctx).model.state_dict().items()}
+    grad = np.zeros_like(act)
+    grad[tuple(np.argwhere(act != 0)[0])] = np.nan  # where the activation passes a gradient on
+    err = refused(lambda: ea_guest.step(Message(request_content(StepRequest(0, 1, grad)), dst_node_id=1,
+                                                message_type="train.ea_step"), ctx))
+    after = ea_guest.restore(cfg, ctx).model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "a NaN gradient reached the guest's weights"
+    assert isinstance(err, messages.NonFiniteValues), err
+    assert names(err, "party 'right'", "train.ea_step", "gradient", "1 of")
+
+    bad = act.copy()
+    bad[0, :2] = np.inf
+    err = refused(lambda: read_reply(reply_content(StepReply(np.arange(len(bad)), bad)), party="left"))
+    assert names(err, "party 'left'", "train.ea_step", "activations", f"2 of {bad.size}")
+    err = refused(lambda: read_act(act_content(bad), party="left"))
+    assert names(err, "party 'left'", "query.ea_embed", "activations", f"2 of {bad.size}")
+
+
+# ---------------------------------------------------------------------------- torch.load
+
+
+def test_every_torch_load_in_the_repo_says_weights_only_true():
+    """A pickle in a checkpoint or model file must never run code: torch.load is always explicit."""
+    import ast
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    loose = []
+    for folder in ("app", "strategies", "linkage_server", "datasets", "bench", "scripts", "tests"):
+        for path in sorted((repo / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                        and "torch" in ast.unparse(node.func.value)):
+                    kw = {k.arg: k.value for k in node.keywords}
+                    if not (isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True):
+                        loose.append(f"{path.relative_to(repo)}:{node.lineno}")
+    assert loose == [], f"torch.load without weights_only=True at {loose}"
