@@ -29,7 +29,8 @@ from app.ea_parties import build_host, build_party, ea_data, ea_plan, ea_setting
 from app.messages import named_content, payload_bytes
 from app.parties import load_data
 from datasets.overlap import HOST, EntityData
-from strategies.entity_aug import EAParty, Exchanger, LocalLink, StepReply, StepRequest, fit_ea, party_records
+from strategies.ea_exchange import Exchanger, LocalLink, StepReply, StepRequest
+from strategies.entity_aug import EAParty, fit_ea, party_records
 from strategies.protocol import EpochRecord, best_epoch
 
 

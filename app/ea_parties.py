@@ -18,8 +18,9 @@ from app.config import RunConfig
 from app.messages import require_finite
 from app.parties import load_data
 from datasets.overlap import EntityData, entity_data, overlap_split
-from strategies.entity_aug import (EAHost, EAParty, EAPlan, Layer, PartyPlan, StepReply, StepRequest, layers, out_width,
-                                   party_records, require_classification)
+from strategies.ea_exchange import StepReply, StepRequest
+from strategies.entity_aug import (EAHost, EAParty, EAPlan, Layer, PartyPlan, layers, out_width, party_records,
+                                   require_classification)
 from strategies.heads import TaskHead
 from strategies.model import build_seeded
 from strategies.optim import party_seed

@@ -23,7 +23,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from app.config import RunConfig
+from app.config import RunConfig, Settings
 from app.inprocess import run_in_process, run_twin
 from app.localsim import REPO
 from app.parties import load_data, run_linkage
@@ -39,6 +39,28 @@ def timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0
+
+
+def epoch_cost(base: RunConfig, settings: Settings, work: Path, s: int, n_train: int) -> dict:
+    """Parts C and D: one full epoch at S through Flower vs the twin, and its bytes per epoch vs the
+    naive protocol; prints them and returns the results."""
+    # C. a full epoch at the default S
+    sd, _, _ = run_flower({"dataset": "hdb", "epochs": 1, "steps-per-exchange": s}, work, f"s{s}")
+    fed_epoch = sd["seconds"]["epochs"][0]
+    twin_epoch = run_twin(dataclasses.replace(base, epochs=1, steps_per_exchange=s)).train_seconds
+    res = dict(fed_epoch_s=fed_epoch, twin_epoch_s=twin_epoch, s=s, steps_per_epoch=sd["steps"],
+               exchanges_per_epoch=sd["exchange"]["count"])
+    print(f"C full epoch at S={s}: federated {fed_epoch:.1f} s ({sd['steps']} steps, "
+          f"{sd['exchange']['count']} exchanges incl. evaluation and the final save) vs twin {twin_epoch:.1f} s: ratio {fed_epoch / twin_epoch:.2f}",
+          flush=True)
+
+    # D. bytes per epoch vs naive B*K embeddings + gradients
+    ours = sd["exchange"]["bytes_down"] + sd["exchange"]["bytes_up"]
+    naive = 2 * n_train * settings.k * settings.model.cut_dim * 4  # every pair's embedding up, gradient down
+    res.update(bytes_epoch=ours, bytes_naive=naive)
+    print(f"D bytes per epoch (incl. val/test evaluation): {ours / 1e6:.2f} MB vs naive B*K {naive / 1e6:.1f} MB: "
+          f"{naive / ours:.0f}x fewer", flush=True)
+    return res
 
 
 def main() -> None:
@@ -87,23 +109,7 @@ def main() -> None:
 
         if args.skip_epoch:
             return
-        # C. a full epoch at the default S
-        sd, _, _ = run_flower({"dataset": "hdb", "epochs": 1, "steps-per-exchange": args.s}, work, f"s{args.s}")
-        fed_epoch = sd["seconds"]["epochs"][0]
-        twin_epoch = run_twin(dataclasses.replace(base, epochs=1, steps_per_exchange=args.s)).train_seconds
-        res.update(fed_epoch_s=fed_epoch, twin_epoch_s=twin_epoch, s=args.s, steps_per_epoch=sd["steps"],
-                   exchanges_per_epoch=sd["exchange"]["count"])
-        print(f"C full epoch at S={args.s}: federated {fed_epoch:.1f} s ({sd['steps']} steps, "
-              f"{sd['exchange']['count']} exchanges incl. evaluation and the final save) vs twin {twin_epoch:.1f} s: ratio {fed_epoch / twin_epoch:.2f}",
-              flush=True)
-
-        # D. bytes per epoch vs naive B*K embeddings + gradients
-        ours = sd["exchange"]["bytes_down"] + sd["exchange"]["bytes_up"]
-        n_train = len(ds.split.train)
-        naive = 2 * n_train * settings.k * settings.model.cut_dim * 4  # every pair's embedding up, gradient down
-        res.update(bytes_epoch=ours, bytes_naive=naive)
-        print(f"D bytes per epoch (incl. val/test evaluation): {ours / 1e6:.2f} MB vs naive B*K {naive / 1e6:.1f} MB: "
-              f"{naive / ours:.0f}x fewer", flush=True)
+        res.update(epoch_cost(base, settings, work, args.s, n_train=len(ds.split.train)))
     if args.out:
         args.out.write_text(json.dumps(res, indent=2))
 

@@ -221,11 +221,27 @@ def cmd_delta(args) -> None:
               f"Delta(AvgSim, K={k_avg})={improvement_delta(link.sims, k_avg):.3f}")
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m linkage_server", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
+def _conn(p, party=True) -> None:
+    """The service address and, for a party, its job, name and secret."""
+    p.add_argument("--url", default=os.environ.get("FEDSIM_LINKAGE_URL", DEFAULT_URL))
+    p.add_argument("--ca-cert", help="CA certificate to verify an HTTPS service")
+    if party:
+        p.add_argument("--job", required=True)
+        p.add_argument("--party", required=True)
+        p.add_argument("--secret-file", help="this party's secret (or $FEDSIM_LINKAGE_SECRET)")
 
+
+def _ids(p) -> None:
+    """Where a party's identifiers come from (read by `_identifiers`)."""
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--csv", help="the party's CSV file")
+    g.add_argument("--npy", help="identifiers already as a .npy array")
+    p.add_argument("--columns", help="identifier column(s), comma-separated")
+    p.add_argument("--kind", choices=["numbers", "strings"], default="numbers")
+    p.add_argument("--key-file", help="private mode: JSON key shared by the parties (not the service)")
+
+
+def _add_serve(sub) -> None:
     s = sub.add_parser("serve", help="run the linkage service")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8471)
@@ -243,24 +259,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default="warning")
     s.set_defaults(func=cmd_serve)
 
-    def conn(p, party=True):
-        p.add_argument("--url", default=os.environ.get("FEDSIM_LINKAGE_URL", DEFAULT_URL))
-        p.add_argument("--ca-cert", help="CA certificate to verify an HTTPS service")
-        if party:
-            p.add_argument("--job", required=True)
-            p.add_argument("--party", required=True)
-            p.add_argument("--secret-file", help="this party's secret (or $FEDSIM_LINKAGE_SECRET)")
 
-    def ids(p):
-        g = p.add_mutually_exclusive_group(required=True)
-        g.add_argument("--csv", help="the party's CSV file")
-        g.add_argument("--npy", help="identifiers already as a .npy array")
-        p.add_argument("--columns", help="identifier column(s), comma-separated")
-        p.add_argument("--kind", choices=["numbers", "strings"], default="numbers")
-        p.add_argument("--key-file", help="private mode: JSON key shared by the parties (not the service)")
-
+def _add_setup_commands(sub) -> None:
+    """create-job (admin), make-key and encode (parties, offline)."""
     s = sub.add_parser("create-job", help="(admin) create a job and per-party secrets")
-    conn(s, party=False)
+    _conn(s, party=False)
     s.add_argument("--admin-token-file")
     s.add_argument("--primary", required=True)
     s.add_argument("--secondary", action="append", required=True)
@@ -277,13 +280,15 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_make_key)
 
     s = sub.add_parser("encode", help="(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
-    ids(s)
+    _ids(s)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_encode)
 
+
+def _add_link(sub) -> None:
     s = sub.add_parser("link", help="(party) upload identifiers; the primary may start the job")
-    conn(s)
-    ids(s)
+    _conn(s)
+    _ids(s)
     s.add_argument("--train-rows", help="(primary) .npy of training row numbers to standardise on")
     s.add_argument("--start", action="store_true", help="(primary) start the job after uploading")
     s.add_argument("--metric", choices=["euclidean", "edit", "hamming"], default="euclidean")
@@ -301,14 +306,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=3600)
     s.set_defaults(func=cmd_link)
 
+
+def _add_result_commands(sub) -> None:
+    """status and fetch (parties), delta (offline, on a fetched result)."""
     s = sub.add_parser("status", help="(party) job state and progress")
-    conn(s)
+    _conn(s)
     s.add_argument("--wait", action="store_true")
     s.add_argument("--timeout", type=float, default=3600)
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("fetch", help="(party) download this party's result")
-    conn(s)
+    _conn(s)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_fetch)
 
@@ -316,6 +324,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--linkage-dir", required=True)
     s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (default: all K)")
     s.set_defaults(func=cmd_delta)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m linkage_server", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    _add_setup_commands(sub)
+    _add_link(sub)
+    _add_result_commands(sub)
     return ap
 
 

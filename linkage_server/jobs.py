@@ -27,15 +27,14 @@ import shutil
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from linkage_server.binding import bind_result
 from linkage_server.job_secret import SecretError, new_secret, operator_secret, read_secret, write_secret
-from linkage_server.pipeline import (METRICS, LinkageError, chain_to, check_identifiers, job_id_of, release,
-                                     search)
+from linkage_server.params import JobError, JobParams  # JobParams re-exported: the service and tests import it here
+from linkage_server.pipeline import LinkageError, chain_to, check_identifiers, job_id_of, release, search
 from linkage_server.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
 from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
 from linkage_server.views import HIDDEN_FAILURE, status_view
@@ -44,71 +43,6 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.
 STATES = ("created", "queued", "running", "done", "failed")
 SECRET = "secret.key"  # the job's randomness (linkage_server.job_secret); the service's only
 TRAIN_ROWS = "train-rows.npy"  # beside job.json: no party name can collide with it
-
-
-class JobError(Exception):
-    """A request the job cannot honour. status: the HTTP status the service answers with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-@dataclass(frozen=True)
-class JobParams:
-    metric: str
-    k: int
-    tau: float = 1.0
-    pool: int = 0  # candidates per record before noise; 0 = K (select, then noise)
-    layout: str = "independent"  # or "chain": paper App. C, secondaries linked one-to-one to `anchor`
-    anchor: str = ""  # the chain's anchor secondary; "" = the first by name
-
-    @classmethod
-    def parse(cls, body: dict) -> "JobParams":
-        known = {"metric", "k", "tau", "pool", "layout", "anchor"}  # no seed: the service's secret draws
-        unknown = sorted(set(body) - known)
-        if unknown:
-            raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
-        p = cls(metric=_field(body, "metric", str), k=_field(body, "k", int), tau=_field(body, "tau", float, 1.0),
-                pool=_field(body, "pool", int, 0),
-                layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""))
-        if p.metric not in METRICS:
-            raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
-        if p.k < 1:
-            raise JobError(422, f"k must be >= 1, got {p.k}")
-        if p.layout not in ("independent", "chain"):
-            raise JobError(422, f"layout must be 'independent' or 'chain', got {p.layout!r}")
-        if not 0.0 < p.tau <= 1.0:
-            raise JobError(422, f"tau must be in (0, 1], got {p.tau}")
-        if p.pool and p.pool < p.k:
-            raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
-        return p
-
-
-INT_MAX = 2**31 - 1  # the largest k or pool a job accepts
-
-
-def _field(body: dict, name: str, kind: type, default=None):
-    """body[name] if it has exactly the type `kind` (an int is a float; bool is neither), else 422."""
-    if name not in body:
-        if default is None:
-            raise JobError(422, f"missing job parameter {name!r}")
-        return default
-    value = body[name]
-    ok = isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool)
-    if not ok:
-        raise JobError(422, f"job parameter {name!r} must be {'a number' if kind is float else kind.__name__}, "
-                            f"got {value!r} ({type(value).__name__})")
-    if kind is int and not -INT_MAX <= value <= INT_MAX:
-        raise JobError(422, f"job parameter {name!r} = {value} is out of range (at most {INT_MAX})")
-    if kind is float:
-        try:
-            value = float(value)
-        except OverflowError:
-            value = float("inf")
-        if value != value or abs(value) == float("inf"):
-            raise JobError(422, f"job parameter {name!r} must be a finite number, got {body[name]!r}")
-    return value
 
 
 def file_digest(path: Path) -> str:

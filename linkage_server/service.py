@@ -138,25 +138,8 @@ def _error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
 
 
-def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 << 20,
-               max_rows: int = 50_000_000, chunk_rows: int = 20_000, operator_seed: int | None = None,
-               auth_failures: int = 10, auth_window_s: float = 60.0) -> FastAPI:
-    if len(admin_token) < 16:
-        raise ValueError("the admin token must be at least 16 characters")
-    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed)
-    worker = Worker(store)
-    gate = Gate(store, admin_token, AuthLimiter(auth_failures, auth_window_s))
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        worker.start()  # also re-queues jobs a previous process left queued or running
-        yield
-        worker.stop()
-
-    app = FastAPI(title="FedSim linkage service", lifespan=lifespan)
-    app.state.store, app.state.worker = store, worker
-    _error_handlers(app)
-
+def _job_routes(app: FastAPI, store: JobStore, gate: Gate) -> None:
+    """GET /health, POST /jobs (admin), GET /jobs/{job} (a party or the admin)."""
     @app.get("/health")
     async def health() -> dict:  # on the event loop itself: no thread needed
         return {"ok": True}
@@ -176,6 +159,9 @@ def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 
     async def status(job: str, request: Request) -> dict:  # one small file read: no thread hop
         return gate.status(request, job)
 
+
+def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, max_upload_bytes: int) -> None:
+    """A party's uploads and result, and the primary's start."""
     async def _upload(job: str, party: str, request: Request, train_rows: bool) -> dict:
         gate.party(request, job, party)
         chunks = await _body(request, max_upload_bytes)
@@ -208,5 +194,25 @@ def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 
         gate.party(request, job, party)
         return FileResponse(store.result_path(job, party), media_type="application/octet-stream")
 
-    return app
 
+def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 << 20,
+               max_rows: int = 50_000_000, chunk_rows: int = 20_000, operator_seed: int | None = None,
+               auth_failures: int = 10, auth_window_s: float = 60.0) -> FastAPI:
+    if len(admin_token) < 16:
+        raise ValueError("the admin token must be at least 16 characters")
+    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed)
+    worker = Worker(store)
+    gate = Gate(store, admin_token, AuthLimiter(auth_failures, auth_window_s))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        worker.start()  # also re-queues jobs a previous process left queued or running
+        yield
+        worker.stop()
+
+    app = FastAPI(title="FedSim linkage service", lifespan=lifespan)
+    app.state.store, app.state.worker = store, worker
+    _error_handlers(app)
+    _job_routes(app, store, gate)
+    _party_routes(app, store, worker, gate, max_upload_bytes)
+    return app

@@ -79,22 +79,11 @@ def topk_edit(
     the distance block held at once; progress(done, m) is called as query rows finish.
     """
     _check(query, base, k)
-    m, n = len(query), len(base)
     # distinct base strings, sorted by length: a length window is a contiguous slice of `uniq`
-    first: dict[str, int] = {}
-    inv = np.fromiter((first.setdefault(s, len(first)) for s in base), np.int64, n)  # (n,) base -> distinct
-    ulen = np.fromiter(map(len, first), np.int64, len(first))
-    by_len = np.argsort(ulen, kind="stable")
-    uniq, ulen, nu = list(first), ulen[by_len], len(first)
-    uniq = [uniq[i] for i in by_len]
-    inv = np.argsort(by_len)[inv]
-    mult = np.bincount(inv, minlength=nu)  # (nu,) copies of each distinct string
-    groups = (np.argsort(inv, kind="stable"), np.concatenate([[0], np.cumsum(mult)]))  # base ids by distinct id
+    uniq, ulen, inv, mult, groups = _distinct_by_length(base)
+    m, nu = len(query), len(uniq)
     qlen = np.fromiter(map(len, query), np.int64, m)
-    top = int(max(qlen.max(), ulen.max())) + 1  # > any distance
-    dtype = np.uint8 if top <= 255 else np.int32
-    cap = max(1, mem_cap_mb << 20) // 4 // np.dtype(dtype).itemsize  # distances in one block (+ mask, selections)
-    rows_cap = max(1, min(BLOCK, cap // nu))
+    top, dtype, cap, rows_cap = _block_sizes(qlen, ulen, mem_cap_mb)
     w = _guess(query, [uniq[u] for u in inv], k, dtype, cap, workers)  # (m,)
 
     dist, idx = np.empty((m, k)), np.empty((m, k), np.int64)
@@ -131,6 +120,31 @@ def topk_edit(
     if progress and redo:
         progress(m, m)
     return dist, idx
+
+
+def _distinct_by_length(base: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """The distinct base strings, stably sorted by length: uniq (nu,) and their lengths ulen (nu,);
+    inv (n,) base -> distinct id; mult (nu,) copies of each; groups: base ids ordered by distinct id,
+    and (nu + 1,) offsets of each distinct id's run in them."""
+    first: dict[str, int] = {}
+    inv = np.fromiter((first.setdefault(s, len(first)) for s in base), np.int64, len(base))  # (n,) base -> distinct
+    ulen = np.fromiter(map(len, first), np.int64, len(first))
+    by_len = np.argsort(ulen, kind="stable")
+    uniq, ulen, nu = list(first), ulen[by_len], len(first)
+    uniq = [uniq[i] for i in by_len]
+    inv = np.argsort(by_len)[inv]
+    mult = np.bincount(inv, minlength=nu)  # (nu,) copies of each distinct string
+    groups = (np.argsort(inv, kind="stable"), np.concatenate([[0], np.cumsum(mult)]))  # base ids by distinct id
+    return uniq, ulen, inv, mult, groups
+
+
+def _block_sizes(qlen: np.ndarray, ulen: np.ndarray, mem_cap_mb: int) -> tuple[int, type, int, int]:
+    """top (> any distance), the distances' dtype, cap (distances in one block) and query rows per block."""
+    top = int(max(qlen.max(), ulen.max())) + 1  # > any distance
+    dtype = np.uint8 if top <= 255 else np.int32
+    cap = max(1, mem_cap_mb << 20) // 4 // np.dtype(dtype).itemsize  # distances in one block (+ mask, selections)
+    rows_cap = max(1, min(BLOCK, cap // len(ulen)))
+    return top, dtype, cap, rows_cap
 
 
 def _guess(query, base, k, dtype, cap, workers) -> np.ndarray:

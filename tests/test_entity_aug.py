@@ -15,8 +15,8 @@ from app.config import ConfigError, RunConfig
 from app.ea_parties import build_host, build_party, ea_data, read_request, request_content
 from app.inprocess import run_experiment
 from datasets.overlap import overlap_split
-from strategies.entity_aug import (EntityAugError, Exchanger, GuestTimeout, LocalLink, StepReply, StepRequest,
-                                   interpolated_labels, party_records, soft_cross_entropy)
+from strategies.ea_exchange import Exchanger, GuestTimeout, LocalLink, StepReply, StepRequest
+from strategies.entity_aug import EntityAugError, interpolated_labels, party_records, soft_cross_entropy
 
 TINY = dict(dataset="digits", n_rows=300, mode="entity-aug")
 

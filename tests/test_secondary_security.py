@@ -21,7 +21,7 @@ from app.config import RunConfig
 from app.ea_parties import act_content, read_act, read_reply, reply_content, request_content
 from app.parties import linkage_job, load_data
 from app.secondary import MisalignedStep, SecondaryParty
-from strategies.entity_aug import StepReply, StepRequest
+from strategies.ea_exchange import StepReply, StepRequest
 from strategies.fedsim import GradBlock
 
 RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
