@@ -90,7 +90,8 @@ def cmd_serve(args) -> None:
               f"${OPERATOR_SEED_ENV} to --operator-seed (a command line is visible to other users)",
               file=sys.stderr, flush=True)
     app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
-                     chunk_rows=args.chunk_rows, operator_seed=operator_seed)
+                     chunk_rows=args.chunk_rows, operator_seed=operator_seed, auth_failures=args.auth_failures,
+                     auth_window_s=args.auth_window)
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
@@ -249,6 +250,10 @@ def _add_serve(sub) -> None:
     s.add_argument("--admin-token-file", help="default: <data-dir>/admin-token, created if absent")
     s.add_argument("--max-upload-mb", type=float, default=512)
     s.add_argument("--chunk-rows", type=int, default=20_000, help="primary rows per resumable search chunk")
+    s.add_argument("--auth-failures", type=int, default=10,
+                   help="failed authentications per client address (and per party) within --auth-window before "
+                        "429; clients behind one address share it (default: %(default)s)")
+    s.add_argument("--auth-window", type=float, default=60.0, help="seconds (default: %(default)s)")
     s.add_argument("--operator-seed", type=int, default=None,
                    help="operator only, for reproducible experiments: derive every job's randomness from this "
                         "seed and the job's content instead of a fresh secret per job (no party can set or read "

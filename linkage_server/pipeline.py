@@ -264,8 +264,9 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
               pool: int = 0, train_rows: np.ndarray | None = None) -> str:
     """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
-    for arr in (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids))):
-        h.update(_identifier_bytes(np.asarray(arr)))
+    for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
+        h.update(f"|{arr.shape}|".encode())  # each party's shape: no two splits of the rows collide
+        h.update(_identifier_bytes(arr))
     if train_rows is not None:
         h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
     tail = f"|{pool}" if pool else ""

@@ -3,10 +3,14 @@
 A client address with ``max_failures`` failed authentications inside ``window_s`` seconds is
 refused (429, Retry-After) before its credentials are looked at, whatever it sends. A party
 (or the admin) that collected ``max_failures`` failures inside the window answers further wrong
-secrets 429 from any address, so guessing one party's secret from many addresses stops too;
-its right secret is still accepted (the service checks the limit only after a failure), so an
-attacker cannot lock a party out. Successful authentications never count. The address is the
-TCP peer's (the service does not trust X-Forwarded-For). State is in memory: a restart forgets it.
+secrets 429 from any address (each still counting against that address), while its right secret
+is still accepted (the limit is checked only after a failure), so nobody can lock a party out
+from a clean address. A per-party limit that never refuses the right secret cannot stop guessing
+spread over many addresses: the 256-bit party secrets are what make guessing hopeless; the
+limits slow any one address and make an attack visible (429s). Clients behind one address
+(loopback, a NAT, a proxy) share its limit: one of them sending wrong secrets delays the others
+by up to one window. The address is the TCP peer's (the service does not trust
+X-Forwarded-For). State is in memory: a restart forgets it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class AuthLimiter:
             raise ValueError(f"need max_failures >= 1 and window_s > 0; got {max_failures}, {window_s}")
         self.max_failures, self.window_s, self._clock = max_failures, window_s, clock
         self._failures: dict[str, deque[float]] = {}
+        self._swept = float("-inf")
         self._lock = threading.Lock()
 
     def _recent(self, key: str, now: float) -> deque[float]:
@@ -72,7 +77,8 @@ class AuthLimiter:
     def failed(self, address: str, parties: Iterable[str]) -> None:
         with self._lock:
             now = self._clock()
-            if len(self._failures) > MAX_KEYS:  # many addresses: forget those whose window has passed
+            if len(self._failures) > MAX_KEYS and now - self._swept > 1.0:  # forget expired, at most 1/s
+                self._swept = now
                 for key in list(self._failures):
                     self._recent(key, now)
             for key in (f"address:{address}", *(f"party:{p}" for p in parties)):

@@ -67,8 +67,10 @@ class Gate:
             if e.status not in (401, 403, 404):
                 raise
             keys = tried() if e.status != 404 else []  # an unknown job or party: the address only
-            self.limiter.check(address, keys)  # a party under attack: further wrong secrets get 429
-            self.limiter.failed(address, keys)
+            try:  # a party under attack: further wrong secrets get 429; every failure still counts
+                self.limiter.check(address, keys)
+            finally:
+                self.limiter.failed(address, keys)
             raise
         return result  # a right secret is never refused by a party's limit
 

@@ -242,3 +242,15 @@ def test_a_chain_links_parties_of_different_sizes():
     rows_b = res.secondaries["b"].row_of_token[res.primary.tokens["b"]]
     assert len(res.secondaries["b"].row_of_token) == 50
     np.testing.assert_array_equal(rows_b, rows_a + 30)
+
+
+def test_job_ids_tell_row_splits_and_shapes_apart():
+    from linkage_server.pipeline import job_id_of
+
+    a = job_id_of(np.array([[1.0], [2.0], [3.0]]), {"s": np.array([[4.0], [5.0]])}, 1, 1.0)
+    b = job_id_of(np.array([[1.0], [2.0]]), {"s": np.array([[3.0], [4.0], [5.0]])}, 1, 1.0)
+    c = job_id_of(np.array([[1.0, 2.0], [3.0, 4.0]]), {"s": np.array([[5.0]])}, 1, 1.0)
+    d = job_id_of(np.array([[1.0, 2.0, 3.0, 4.0]]), {"s": np.array([[5.0]])}, 1, 1.0)
+    e = job_id_of(np.array(["ab", "c"]), {"s": np.array(["d"])}, 1, 1.0, "edit")
+    f = job_id_of(np.array(["ab"]), {"s": np.array(["c", "d"])}, 1, 1.0, "edit")
+    assert len({a, b}) == 2 and c != d and e != f

@@ -170,6 +170,12 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
         assert r.status_code == 429 and "Retry-After" in r.headers
         # ... but nobody can lock the party out: its right secret still works, from any address
         assert other.get(status, headers=_auth(keys["s"])).status_code == 200
+        # and a 429 still counts against the address that earned it: no free guessing oracle
+        oracle = client("10.0.0.88")
+        answers = [oracle.put(f"/jobs/{job}/parties/s/identifiers", content=b"x",
+                              headers=_auth(f"g{i}")).status_code for i in range(6)]
+        assert answers == [429] * 6
+        assert oracle.get(status, headers=_auth(keys["s"])).status_code == 429  # its own limit now
         for _ in range(3):
             assert legit.get(status, headers=_auth(keys["s"])).status_code == 200
             assert legit.get(status, headers=_auth(keys["p"])).status_code == 200
