@@ -41,7 +41,7 @@ def hello(msg: Message, context: Context) -> Message:
 def step(msg: Message, context: Context) -> Message:
     cfg = node_run_config(context)
     party = SecondaryParty.restore(cfg, context)
-    blocks, tokens, meta = messages.read_step(msg.content, party.party)
+    blocks, tokens, meta = messages.read_step(msg.content)
     save = messages.read_save(msg.content)
     party.check(meta, blocks, tokens)
     party.apply(blocks)

@@ -63,8 +63,8 @@ def hello(msg: Message, context: Context) -> Message:
 def step(msg: Message, context: Context) -> Message:
     with torch_threads(1):
         party = restore(node_run_config(context), context)
-        req = read_request(msg.content, party.name)
-        if req.grad is not None:  # finite in the message, and in this guest's dtype too
+        req = read_request(msg.content)
+        if req.grad is not None:  # finite in this guest's dtype (a float64 1e300 overflows float32)
             messages.require_finite(torch.as_tensor(req.grad, dtype=party.dtype), party.name,
                                     f"gradient (as {party.dtype})", "train.ea_step")
         reply = party.step(req)

@@ -105,15 +105,14 @@ def read_save(content: RecordDict) -> tuple[str, int] | None:
     return plain_name(meta["save_run"], "run name", "train.step"), int(meta["save_epoch"])
 
 
-def read_step(content: RecordDict, party: str = "") -> tuple[list[GradBlock], np.ndarray, StepMeta]:
-    """The step's gradient blocks (each refused if non-finite), tokens to embed and meta."""
+def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
+    """The step's gradient blocks, tokens to embed and meta. The party checks the blocks (finite
+    in its own dtype, shapes, tokens) before it applies any (app/secondary.py:apply)."""
     arrays = content.array_records["step"]
     meta = content.config_records["meta"]
     expect_fields(meta, STEP_FIELDS, "train.step")
     n = int(meta["n_apply"])
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
-    for j, block in enumerate(blocks):
-        require_finite(block.grad, party, f"gradient block {j}", "train.step")
     return blocks, arrays["tokens"].numpy(), StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]))
 
 

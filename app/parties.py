@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
@@ -22,8 +21,8 @@ from app.config import RunConfig, Settings, plain_run_name
 from datasets import VFLDataset, load_dataset
 from datasets.registry import DatasetOptions
 from linkage_server.job_secret import operator_secret, operator_seed_from_env, secret_for
-from linkage_server.pipeline import (LinkageError, LinkageResult, PrimaryLinkage, job_id_of, link, link_chain,
-                                     link_exact, link_known)
+from linkage_server.pipeline import (LinkageError, LinkageResult, PrimaryLinkage, chain_tag, job_id_of, link,
+                                     link_chain, link_exact, link_known)
 from linkage_server.binding import bind_result, check_binding, upload_record, write_record
 from linkage_server.store import load_primary, save_job, write_atomic
 from strategies.fedsim import FedSimStrategy
@@ -87,7 +86,7 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
             job = job_id_of(primary, ids, 1, 1.0, f"{metric}-exact", 0, train)
             return link_exact(primary, ids, secret=service_secret(cfg, job), train_rows=train, metric=metric, job_id=job)
         if cfg.layout == "chain":
-            job = job_id_of(primary, ids, settings.k, cfg.tau, f"{metric}-chain-{min(ids)}", 0, train)
+            job = job_id_of(primary, ids, settings.k, cfg.tau, chain_tag(metric, min(ids)), 0, train)
             return link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job),
                               train_rows=train, metric=metric, job_id=job)
         job = job_id_of(primary, ids, settings.k, cfg.tau, metric, 0, train)

@@ -34,7 +34,7 @@ import numpy as np
 from linkage_server.binding import bind_result
 from linkage_server.job_secret import SecretError, new_secret, operator_secret, read_secret, write_secret
 from linkage_server.params import JobError, JobParams  # JobParams re-exported: the service and tests import it here
-from linkage_server.pipeline import LinkageError, chain_to, check_identifiers, job_id_of, release, search
+from linkage_server.pipeline import LinkageError, chain_tag, chain_to, check_identifiers, job_id_of, release, search
 from linkage_server.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
 from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
 from linkage_server.views import HIDDEN_FAILURE, status_view
@@ -45,10 +45,14 @@ SECRET = "secret.key"  # the job's randomness (linkage_server.job_secret); the s
 TRAIN_ROWS = "train-rows.npy"  # beside job.json: no party name can collide with it
 
 
-def file_digest(path: Path) -> str:
-    """sha256 of a stored file's bytes."""
+def upload_digest(meta: dict, folder: Path, party: str) -> str:
+    """sha256 of a party's stored upload: recorded at upload time; read from the file only for a
+    job uploaded before digests were recorded."""
+    recorded = meta["uploads"][party].get("sha256")
+    if recorded:
+        return recorded
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(folder / "uploads" / f"{party}.npy", "rb") as f:
         while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
@@ -246,11 +250,11 @@ class JobStore:
             def tick() -> None:
                 self._update(job, progress={"done": next(steps), "total": total})
 
-            primary_sha256 = file_digest(folder / "uploads" / f"{meta['primary']}.npy")
+            primary_sha256 = upload_digest(meta, folder, meta["primary"])
             for party in searched:
                 base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
                 check_identifiers(query[:1], base, params.k, party, params.metric)
-                key = cache_key(primary_sha256, file_digest(folder / "uploads" / f"{party}.npy"), params.metric,
+                key = cache_key(primary_sha256, upload_digest(meta, folder, party), params.metric,
                                 min(max(params.pool, params.k), len(base)))
                 cache = fresh_cache(folder / "work" / party, key)
                 neighbours[party] = self._search(cache, query, base, params, chunks, party, tick)
@@ -284,7 +288,7 @@ class JobStore:
         ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
         metric = params.metric
         if params.layout == "chain":
-            metric = f"{metric}-chain-{params.anchor or min(meta['secondaries'])}"
+            metric = chain_tag(metric, params.anchor or min(meta["secondaries"]))
         return operator_secret(self.operator_seed, job_id_of(query, ids, params.k, params.tau, metric, params.pool,
                                                              train_rows))
 

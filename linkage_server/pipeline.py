@@ -274,6 +274,11 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
     return h.hexdigest()[:16]
 
 
+def chain_tag(metric: str, anchor: str) -> str:
+    """A chain job's metric in its content id: one name for the service and the in-process linker."""
+    return f"{metric}-chain-{anchor}"
+
+
 def _identifier_bytes(arr: np.ndarray) -> bytes:
     """Numbers as float64 (ids of int and float copies agree), strings length-prefixed (no two
     lists share bytes), bits as they are."""
@@ -354,7 +359,7 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
     base = secondary_ids[anchor]
     check_identifiers(primary_ids, base, k, anchor, metric)
     neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, f"{metric}-chain-{anchor}", pool, train_rows)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows)
     result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,
                      metric=metric)
     return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)

@@ -56,13 +56,12 @@ class Gate:
     def __init__(self, store: JobStore, admin_token: str, limiter: AuthLimiter) -> None:
         self.store, self._admin, self.limiter = store, admin_token.encode(), limiter
 
-    def _guarded(self, request: Request, attempt: Callable[[], tuple[str, object]],
-                 tried: Callable[[], list[str]]):
-        """attempt() -> (the party key it authenticated, result), or raises a JobError."""
+    def _guarded(self, request: Request, attempt: Callable[[], object], tried: Callable[[], list[str]]):
+        """attempt() -> its result, or raises a JobError; tried() -> the party keys it tried."""
         address = _address(request)
         self.limiter.check(address, [])  # an address over the limit is refused outright
         try:
-            _, result = attempt()
+            result = attempt()
         except JobError as e:
             if e.status not in (401, 403, 404):
                 raise
@@ -81,7 +80,6 @@ class Gate:
         def attempt():
             if not self._is_admin(_secret(request)):
                 raise JobError(403, "creating a job needs the service's admin token")
-            return "admin", None
 
         self._guarded(request, attempt, lambda: ["admin"])
 
@@ -89,7 +87,7 @@ class Gate:
         """The job's metadata if the request holds `party`'s secret (None: the primary's)."""
         def attempt():
             who = self.store.meta(job)["primary"] if party is None else party
-            return f"{job}/{who}", self.store.authenticate(job, who, _secret(request))
+            return self.store.authenticate(job, who, _secret(request))
 
         return self._guarded(request, attempt, lambda: [f"{job}/{party or self.store.meta(job)['primary']}"])
 
@@ -100,12 +98,12 @@ class Gate:
             if secret is None:
                 raise JobError(401, "missing credentials: send 'Authorization: Bearer <party secret>'")
             if self._is_admin(secret):
-                return "admin", self.store.public(meta, "admin")
+                return self.store.public(meta, "admin")
             party = self.store.party_with_secret(meta, secret)
             if party is None:
                 raise JobError(403, "job status is for the job's parties (or the admin)")
             role = "primary" if party == meta["primary"] else "secondary"
-            return f"{job}/{party}", self.store.public(meta, role, party)
+            return self.store.public(meta, role, party)
 
         return self._guarded(request, attempt, lambda: [])  # no one party was tried: the address counts
 

@@ -54,18 +54,24 @@ def _auth(secret) -> dict:
 # ----------------------------------------------------------------------------- item 3: stale chunks
 
 
-def test_a_restarted_job_links_against_the_new_upload_not_cached_chunks(tmp_path):
-    query, old = points(130, 60, seed=0)
-    _, new = points(130, 60, seed=1)
+def _failed_after_caching(tmp_path, query, base) -> tuple[JobStore, str]:
+    """A job whose every chunk was searched and cached before its release failed (tau unreachable)."""
     store = JobStore(tmp_path, chunk_rows=40)
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
-    store.upload(job, "s", to_npy(old))
+    store.upload(job, "s", to_npy(base))
     store.start(job, JobParams.parse({"metric": "euclidean", "k": 3, "tau": 0.01}))
-    store.run(job)  # every chunk is searched and cached, then the release fails (tau unreachable)
+    store.run(job)
     meta = store.meta(job)
     assert meta["state"] == "failed" and "unreachable" in meta["error"]
-    assert list((tmp_path / "jobs" / job / "work").rglob("*.npz"))  # chunks of the old upload are cached
+    assert list((tmp_path / "jobs" / job / "work").rglob("*.npz"))  # chunks of the first uploads are cached
+    return store, job
+
+
+def test_a_restarted_job_links_against_the_new_upload_not_cached_chunks(tmp_path):
+    query, old = points(130, 60, seed=0)
+    _, new = points(130, 60, seed=1)
+    store, job = _failed_after_caching(tmp_path, query, old)
 
     store.upload(job, "s", to_npy(new))  # different identifiers, same shape
     store.start(job, JobParams.parse({"metric": "euclidean", "k": 4}))  # and a new K
@@ -79,13 +85,7 @@ def test_a_restarted_job_links_against_the_new_upload_not_cached_chunks(tmp_path
 def test_a_reuploaded_primary_also_invalidates_the_cache(tmp_path):
     query, base = points(90, 50, seed=2)
     other, _ = points(90, 50, seed=3)
-    store = JobStore(tmp_path, chunk_rows=40)
-    job, _ = store.create("p", ["s"])
-    store.upload(job, "p", to_npy(query))
-    store.upload(job, "s", to_npy(base))
-    store.start(job, JobParams.parse({"metric": "euclidean", "k": 3, "tau": 0.01}))
-    store.run(job)
-    assert store.meta(job)["state"] == "failed"
+    store, job = _failed_after_caching(tmp_path, query, base)
     store.upload(job, "p", to_npy(other))
     store.start(job, JobParams.parse({"metric": "euclidean", "k": 3}))
     store.run(job)
