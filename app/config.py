@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from strategies.gates import concrete_device
-from strategies.model import ModelConfig
+from strategies.vfl.gates import concrete_device
+from strategies.vfl.model import ModelConfig
 
 
 def plain_run_name(name: str) -> bool:
@@ -91,7 +91,7 @@ PAPER_METHOD_HPARAMS: dict[tuple[str, str], dict] = {
 HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
-EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.VARIANTS
+EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.model.VARIANTS
 LAYOUTS = ("independent", "chain")
 ENCODINGS = ("raw", "bloom")
 
@@ -128,11 +128,11 @@ class RunConfig:
     eval_chunk: int = 50_000
     bench_floor: int = 0
     node_timeout: float = 120.0
-    checkpoint: bool = True  # every party saves its state after each epoch (app/checkpoint.py)
+    checkpoint: bool = True  # every party saves its state after each epoch (app/vfl/checkpoint.py)
     resume: bool = False  # go on from the last checkpoint of run `run-name`
-    mode: str = "vfl"  # vfl (FedSim and its baselines) | entity-aug (app/ea_host.py)
+    mode: str = "vfl"  # vfl (FedSim and its baselines) | entity-aug (app/entity_aug/server.py)
     overlap: float = 0.05  # entity-aug: fraction of training entities held by every guest
-    ea_variant: str = "augment"  # entity-aug: aligned | augment | full (strategies/entity_aug.py)
+    ea_variant: str = "augment"  # entity-aug: aligned | augment | full (strategies/entity_aug/model.py)
     guest_timeout: float = 0.0  # entity-aug: s to wait for a guest before reusing its last activation; 0 = no fallback
     guest_delay: float = 0.0  # entity-aug fault injection (tests): the first guest sleeps this long on odd steps
 

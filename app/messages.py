@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from strategies.fedsim import GradBlock
+from strategies.vfl.fedsim import GradBlock
 
 
 class ProtocolError(ValueError):
@@ -107,7 +107,7 @@ def read_save(content: RecordDict) -> tuple[str, int] | None:
 
 def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
     """The step's gradient blocks, tokens to embed and meta. The party checks the blocks (finite
-    in its own dtype, shapes, tokens) before it applies any (app/secondary.py:apply)."""
+    in its own dtype, shapes, tokens) before it applies any (app/vfl/secondary.py:apply)."""
     arrays = content.array_records["step"]
     meta = content.config_records["meta"]
     expect_fields(meta, STEP_FIELDS, "train.step")
@@ -149,8 +149,3 @@ def read_embeddings(content: RecordDict, party: str = "", message: str = "train.
     emb = content.array_records["out"]["emb"].numpy()
     require_finite(emb, party, "embeddings", f"the reply to {message}")
     return emb
-
-
-def payload_bytes(content: RecordDict) -> int:
-    """Bytes of array data in a message (what the protocol moves; headers excluded)."""
-    return sum(len(a.data) for rec in content.array_records.values() for a in rec.values())

@@ -40,7 +40,7 @@ def own_dir(context: Context, key: str) -> Path:
 
 
 def simulated_linkage_dir(cfg: RunConfig, job_id: str) -> Path:
-    """Where a simulation's in-process linkage keeps a job (app/parties.py:linkage_job)."""
+    """Where a simulation's in-process linkage keeps a job (app/vfl/parties.py:linkage_job)."""
     return cfg.out_path() / "linkage" / job_id
 
 

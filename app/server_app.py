@@ -6,8 +6,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from app.config import RunConfig
-from app.ea_host import run_ea_host
-from app.primary import run_primary
+from app.entity_aug.server import run_ea_host
+from app.vfl.server import run_primary
 
 app = ServerApp()
 

@@ -4,7 +4,7 @@
 
 A. Simulation (`flwr run`, one virtual SuperNode): `--epochs` epochs at S = `--s` (default:
    a whole epoch per exchange); epoch time = training + evaluation (+ checkpoint) per epoch.
-B. Deployment (app.deploy: SuperLink + SuperNode + linkage service on 127.0.0.1, TLS and node
+B. Deployment (deploy.commands: SuperLink + SuperNode + linkage service on 127.0.0.1, TLS and node
    auth unless --insecure), linked through the service:
    B1. S = 1 for `--steps` steps: the per-step latency of exact split learning;
    B2. the same `--epochs` epochs at S = `--s`.
@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from app import deploy
 from app.run_status import require_finished
-from bench.common import epochs_of, git_rev, machine, run_flower
+from deploy import commands as deploy
+from experiments.runner import epochs_of, git_rev, machine, run_flower
 
 
 def epoch_seconds(run_dir: Path) -> list[float]:

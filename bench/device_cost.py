@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from app.config import RunConfig
-from app.inprocess import run_experiment
-from bench.common import git_rev, machine, parse_overrides
+from app.vfl.inprocess import run_experiment
+from experiments.runner import git_rev, machine, parse_overrides
 
 
 def measure(values: dict, device: str) -> dict:

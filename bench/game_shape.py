@@ -60,7 +60,12 @@ def main() -> None:
     import resource
     import time
 
-    from linkage_server.strings import normalize_strings, tie_aware_recall, topk_edit, topk_edit_exact
+    from linkage.strings import (
+        normalize_strings,
+        tie_aware_recall,
+        topk_edit,
+        topk_edit_exact,
+    )
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--queries", type=int, default=0, help="random query subset (0 = all 26,987)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import git_rev, machine
+from experiments.runner import git_rev, machine
 
 K = 100
 PAPER_MIN = {"hdb": 0.98, "house": 3.48, "game": 3.62, "company": 13.20, "hamming": 145.2}
@@ -58,7 +58,7 @@ def hdb_shape(scale: float) -> tuple[np.ndarray, np.ndarray]:
 
 def string_shape(case: str, scale: float) -> tuple[list[str], list[str]]:
     from bench.game_shape import game_shape, perturb
-    from linkage_server.strings import normalize_strings
+    from linkage.strings import normalize_strings
 
     query, base = game_shape(seed=0)
     if case == "company":  # a stand-in of the paper's company shape, from the same titles
@@ -71,7 +71,7 @@ def string_shape(case: str, scale: float) -> tuple[list[str], list[str]]:
 
 
 def hamming_shape(scale: float) -> tuple[np.ndarray, np.ndarray]:
-    from linkage_server.encode import federal_numbers
+    from linkage.encode import federal_numbers
 
     q, b = house_shape(scale)
     both = np.concatenate([q, b])
@@ -97,7 +97,7 @@ def inputs(case: str, scale: float):
 
 def method_fn(case: str, method: str):
     """(callable(query, base, k) -> (dist, idx), exact callable for the recall subset)."""
-    from linkage_server.pipeline import topk_bruteforce, topk_euclidean
+    from linkage.pipeline import topk_bruteforce, topk_euclidean
 
     if case in ("house", "hdb"):
         if method == "ours":  # scipy cKDTree, both cores
@@ -110,14 +110,14 @@ def method_fn(case: str, method: str):
 
             return naive, topk_bruteforce
     if case in ("game", "company"):
-        from linkage_server.strings import topk_edit, topk_edit_exact
+        from linkage.strings import topk_edit, topk_edit_exact
 
         if method == "ours":
             return topk_edit, topk_edit_exact
         if method == "naive":  # the reference's prefix blocking, then exact distances inside blocks
             return prefix_blocking, topk_edit_exact
     if case == "hamming":
-        from linkage_server.hamming import topk_hamming
+        from linkage.hamming import topk_hamming
 
         if method == "ours":
             return topk_hamming, hamming_exact
@@ -171,7 +171,7 @@ def one(case: str, method: str, scale: float, n_check: int) -> dict:
     fn, exact = method_fn(case, method)
     floor = None
     if case == "hamming" and method == "ours":
-        from linkage_server.hamming import popcount_floor_seconds
+        from linkage.hamming import popcount_floor_seconds
 
         floor = popcount_floor_seconds(query, base)
     k = min(K, len(base))

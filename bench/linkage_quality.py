@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.common import git_rev, machine
-from linkage_server.pipeline import release, search
-from linkage_server.quality import improvement_delta, recall_at
-from linkage_server.job_secret import new_secret
+from experiments.runner import git_rev, machine
+from linkage.job_secret import new_secret
+from linkage.pipeline import release, search
+from linkage.quality import improvement_delta, recall_at
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SECRET = b"parties-shared-secret"  # known to the parties, never to the service
@@ -74,8 +74,8 @@ def evaluate(name: str, mode: str, metric: str, query, base, true_row: np.ndarra
 
 
 def strings_case(name: str, query: list[str], base: list[str], true_row: np.ndarray) -> list[str]:
-    from linkage_server.encode import bloom_strings
-    from linkage_server.strings import normalize_strings
+    from linkage.encode import bloom_strings
+    from linkage.strings import normalize_strings
 
     q, b = normalize_strings(query), normalize_strings(base)
     t0 = time.perf_counter()
@@ -86,7 +86,7 @@ def strings_case(name: str, query: list[str], base: list[str], true_row: np.ndar
 
 
 def numbers_case(query: np.ndarray, base: np.ndarray, true_row: np.ndarray) -> list[str]:
-    from linkage_server.encode import federal_numbers
+    from linkage.encode import federal_numbers
 
     both = np.concatenate([query, base])
     lo, hi = both.min(0), both.max(0)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import git_rev, machine
 from bench.linkage import inputs
+from experiments.runner import git_rev, machine
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
 

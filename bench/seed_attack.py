@@ -29,9 +29,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from linkage.store import load_primary, load_secondary
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
-from linkage_server.store import load_primary, load_secondary
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ import tomllib
 from pathlib import Path
 
 from app.config import RunConfig, Settings
-from app.inprocess import run_in_process, run_twin
-from app.localsim import REPO
-from app.parties import load_data, run_linkage
-from bench.common import git_rev, machine, run_flower
+from app.data import load_data
+from app.vfl.inprocess import run_in_process, run_twin
+from app.vfl.parties import run_linkage
+from deploy.localsim import REPO
+from experiments.runner import git_rev, machine, run_flower
 
 
 def default_s() -> int:

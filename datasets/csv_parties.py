@@ -67,7 +67,7 @@ def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataF
     kind, ids = party.get("kind", "numeric"), list(party["identifiers"])
     require_columns(df, ids, where)
     if kind == "string":
-        from linkage_server.strings import normalize_strings
+        from linkage.strings import normalize_strings
 
         if len(ids) != 1:
             raise DatasetError(f"{where}: kind 'string' takes one identifier column, got {ids}")

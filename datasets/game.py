@@ -43,7 +43,7 @@ def multi_hot(col: pd.Series, prefix: str, top: int = 20) -> pd.DataFrame:
 
 @register("game")
 def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
-    from linkage_server.strings import normalize_strings
+    from linkage.strings import normalize_strings
 
     folder = find_data_dir("game", data_dir)
     steam = pd.read_csv(folder / "steam.csv.gz")

@@ -43,7 +43,7 @@ def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
     """One party's identifier columns from its CSV, checked: numbers (n, d) float64 or strings (n,)."""
     import pandas as pd
 
-    from linkage_server.pipeline import LinkageError
+    from linkage.contracts import LinkageError
 
     df = pd.read_csv(csv)
     missing = [c for c in columns if c not in df.columns]
@@ -57,7 +57,7 @@ def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
     if kind == "strings":
         if len(columns) != 1:
             raise LinkageError(f"string identifiers are one column; got {columns}")
-        from linkage_server.strings import normalize_strings
+        from linkage.strings import normalize_strings
 
         return np.array(normalize_strings(sub[columns[0]].astype(str).tolist()), dtype=str)
     try:
@@ -81,7 +81,7 @@ def cmd_serve(args) -> None:
         token_file.write_text(secrets.token_urlsafe(32))
         token_file.chmod(0o600)
         print(f"admin token written to {token_file}", flush=True)
-    from linkage_server.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
+    from linkage.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
 
     operator_seed = args.operator_seed if args.operator_seed is not None else operator_seed_from_env()
     if operator_seed is not None:
@@ -124,7 +124,7 @@ SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the 
 def _identifiers(args) -> tuple[np.ndarray, str]:
     """The identifiers to upload, and the digest of the raw identifiers they were encoded from
     ("" = they are raw): a run binds the linkage to its own raw identifiers by it."""
-    from linkage_server.binding import identifier_digest
+    from linkage.binding import identifier_digest
 
     if args.npy:
         source = Path(args.npy + SOURCE)
@@ -137,7 +137,7 @@ def _identifiers(args) -> tuple[np.ndarray, str]:
         return ids, raw
     ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
     if args.key_file:  # private mode: the party encodes with the parties' shared key before uploading
-        from linkage_server.encode import encode_with_key
+        from linkage.encode import encode_with_key
 
         return encode_with_key(ids, json.loads(Path(args.key_file).read_text())), identifier_digest(ids)
     return ids, ""
@@ -147,7 +147,7 @@ def cmd_make_key(args) -> None:
     """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
     key: dict = {"secret": secrets.token_urlsafe(32)}
     if args.csv:
-        from linkage_server.encode import federal_key
+        from linkage.encode import federal_key
 
         values = read_identifiers(args.csv, args.columns.split(","), "numbers")
         p = federal_key(values, k=args.k, bits_per_dim=args.bits_per_dim)
@@ -161,7 +161,7 @@ def cmd_make_key(args) -> None:
 
 
 def cmd_encode(args) -> None:
-    from linkage_server.binding import identifier_digest
+    from linkage.binding import identifier_digest
 
     ids, raw = _identifiers(args)
     out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
@@ -201,7 +201,7 @@ def cmd_status(args) -> None:
 
 
 def cmd_fetch(args) -> None:
-    from linkage_server.binding import RECORD
+    from linkage.binding import RECORD
 
     with _client(args) as c:
         path = c.fetch(Path(args.out))
@@ -212,8 +212,8 @@ def cmd_fetch(args) -> None:
 
 
 def cmd_delta(args) -> None:
-    from linkage_server.quality import improvement_delta
-    from linkage_server.store import load_primary
+    from linkage.quality import improvement_delta
+    from linkage.store import load_primary
 
     p = load_primary(Path(args.linkage_dir))
     for party, link in p.links.items():
@@ -343,8 +343,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from linkage.contracts import LinkageError
     from linkage_server.client import ServiceError
-    from linkage_server.pipeline import LinkageError
 
     args = parser().parse_args(argv)
     try:

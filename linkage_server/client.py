@@ -9,9 +9,9 @@ from typing import Callable
 import httpx
 import numpy as np
 
-from linkage_server.binding import UploadRecord, upload_record, write_record
-from linkage_server.pipeline import LinkageError
-from linkage_server.store import write_atomic
+from linkage.binding import UploadRecord, upload_record, write_record
+from linkage.contracts import LinkageError
+from linkage.store import write_atomic
 from linkage_server.uploads import to_npy
 
 
@@ -68,7 +68,7 @@ class LinkageClient:
 
     def write_upload_record(self, folder: Path) -> Path:
         """Record beside the results what this party uploaded (job id, digests): a run binds the
-        primary's fetched linkage to its own identifiers by it (linkage_server.binding)."""
+        primary's fetched linkage to its own identifiers by it (linkage.binding)."""
         if self.uploaded is None:
             raise LinkageError(f"party {self.party!r} has not uploaded to job {self.job} with this client")
         return write_record(Path(folder), self.uploaded)

@@ -3,7 +3,7 @@
 Layout under ``<data-dir>/jobs/<job>/``::
 
     job.json                  parties, secret hashes, state, parameters, progress, timings
-    secret.key                the job's randomness (0600; linkage_server.job_secret), never served
+    secret.key                the job's randomness (0600; linkage.job_secret), never served
     uploads/<party>.npy       one party's identifiers (readable by the service only)
     train-rows.npy            the primary's training rows (optional; standardisation)
     work/<party>/<key>/<lo>-<hi>.npz  finished chunks of the (noise-free) top-K search: the resume
@@ -31,17 +31,40 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage_server.binding import bind_result
-from linkage_server.job_secret import SecretError, new_secret, operator_secret, read_secret, write_secret
-from linkage_server.params import JobError, JobParams  # JobParams re-exported: the service and tests import it here
-from linkage_server.pipeline import LinkageError, chain_tag, chain_to, check_identifiers, job_id_of, release, search
-from linkage_server.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
-from linkage_server.uploads import KIND_OF_METRIC, UploadError, parse_npy, to_npy, validate
+from linkage.binding import bind_result
+from linkage.contracts import LinkageError
+from linkage.job_secret import (
+    SecretError,
+    new_secret,
+    operator_secret,
+    read_secret,
+    write_secret,
+)
+from linkage.pipeline import (
+    chain_tag,
+    chain_to,
+    check_identifiers,
+    job_id_of,
+    release,
+    search,
+)
+from linkage.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
+from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
+    JobError,
+    JobParams,
+)
+from linkage_server.uploads import (
+    KIND_OF_METRIC,
+    UploadError,
+    parse_npy,
+    to_npy,
+    validate,
+)
 from linkage_server.views import HIDDEN_FAILURE, status_view
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
 STATES = ("created", "queued", "running", "done", "failed")
-SECRET = "secret.key"  # the job's randomness (linkage_server.job_secret); the service's only
+SECRET = "secret.key"  # the job's randomness (linkage.job_secret); the service's only
 TRAIN_ROWS = "train-rows.npy"  # beside job.json: no party name can collide with it
 
 

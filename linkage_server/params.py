@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from linkage_server.pipeline import METRICS
+from linkage.contracts import METRICS
 
 
 class JobError(Exception):

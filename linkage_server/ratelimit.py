@@ -21,7 +21,6 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
-
 MAX_KEYS = 10_000  # failure counters kept before expired ones are swept
 
 

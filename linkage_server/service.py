@@ -20,7 +20,6 @@ from __future__ import annotations
 import hmac
 from contextlib import asynccontextmanager
 from pathlib import Path
-
 from typing import Callable
 
 from fastapi import FastAPI, Request

@@ -12,6 +12,6 @@ base="run-name='demo-$(date +%Y%m%d-%H%M%S)' data-dir='$PWD/data' out-dir='$PWD/
 # the overrides win over $base (as in flwr run); a bad or unknown key is named here, Flower would not name it
 run_dir="$(python -m app.run_status folder "$base" "$*")"
 since="$(python -c 'import time; print(time.time())')"
-trap 'python -m app.localsim stop' EXIT   # flwr run leaves its local SuperLink running
+trap 'python -m deploy.localsim stop' EXIT   # flwr run leaves its local SuperLink running
 flwr run . --stream --run-config "$base" --run-config "$*"
 python -m app.run_status check "$run_dir" --since "$since"

@@ -1,4 +1,5 @@
-"""The optimiser every party uses (LAMB, as the paper) and per-party seeds."""
+"""The optimiser every party uses (LAMB, as the paper), per-party seeds, and models built from a
+seed without touching the global RNG (both training modes)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,10 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], lr: float, weight_decay
 def party_seed(seed: int, party: str) -> int:
     """A distinct, stable seed per (run seed, party name)."""
     return int(np.random.SeedSequence([seed, zlib.crc32(party.encode())]).generate_state(1)[0])
+
+
+def build_seeded(seed: int, build):
+    """Build a module with parameters drawn from ``seed`` without touching the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()

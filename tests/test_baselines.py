@@ -3,13 +3,12 @@ protocol and equals its one-process twin; the linkage variants do what they clai
 
 import numpy as np
 import pytest
-import torch
 
 from app.config import RunConfig
-from app.inprocess import max_param_gap, run_in_process, run_twin
-from app.secondary import with_imputed_row
-from linkage_server.pipeline import link_exact, link_known
-from linkage_server.job_secret import operator_secret
+from app.vfl.inprocess import max_param_gap, run_in_process, run_twin
+from app.vfl.secondary import with_imputed_row
+from linkage.job_secret import operator_secret
+from linkage.pipeline import link_exact, link_known
 
 BASE = dict(dataset="synthetic", n_rows=600, batch_size=32, sigma_cf=0.1, epochs=1, max_steps=8,
             steps_per_exchange=3)

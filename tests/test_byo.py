@@ -1,13 +1,12 @@
 """Bring-your-own CSV parties: one parties.toml runs every method; bad specs are named."""
 
-import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from app.config import RunConfig
-from app.inprocess import run_experiment
+from app.vfl.inprocess import run_experiment
 from datasets import load_dataset
 from datasets.base import DatasetError
 
@@ -100,7 +99,7 @@ def test_game_and_house_load_without_label_leaks():
 
 def test_a_secondary_reads_only_its_own_csv(tmp_path):
     """A deployed SuperNode of a csv dataset needs neither the primary's nor other parties' files."""
-    from app.parties import secondary_features
+    from app.vfl.parties import secondary_features
 
     full, alone = tmp_path / "full", tmp_path / "alone"
     full.mkdir()

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.channel import PartyError, handshake
+from app.transport import PartyError, handshake
 
 
 @pytest.fixture(autouse=True)

@@ -6,13 +6,15 @@ import shutil
 import numpy as np
 import pytest
 
-from app import checkpoint, messages
+from app import messages
 from app.config import ConfigError, RunConfig
-from app.inprocess import _local_parties, _setup
-from app.parties import build_strategy
-from app.secondary import LocalChannel, MisalignedStep
-from strategies.fedsim import GradBlock
-from strategies.protocol import fit
+from app.vfl import checkpoint
+from app.vfl.inprocess import _local_parties, _setup
+from app.vfl.parties import build_strategy
+from app.vfl.secondary import MisalignedStep
+from strategies.vfl.channel import LocalChannel
+from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.protocol import fit
 
 CFG = dict(dataset="hdb", n_rows=1200, k=10, batch_size=64, epochs=3, steps_per_exchange=1)  # CNN merge + dropout
 

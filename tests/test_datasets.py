@@ -7,7 +7,7 @@ import pytest
 from datasets import DatasetError, load_dataset, split_primary
 from datasets.registry import DatasetOptions
 from datasets.tables import party_table
-from linkage_server.pipeline import topk_euclidean
+from linkage.pipeline import topk_euclidean
 
 
 def test_split_is_seeded_disjoint_and_7_1_2():

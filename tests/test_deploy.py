@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from app import deploy
-from app.certs import make_node_key
-from app.localsim import processes_mentioning
+from deploy import commands as deploy
+from deploy.certs import make_node_key
+from deploy.localsim import processes_mentioning
 
 pytestmark = pytest.mark.slow
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from linkage_server.encode import bloom_strings, federal_numbers, federal_params
-from linkage_server.pipeline import LinkageError
+from linkage.contracts import LinkageError
+from linkage.encode import bloom_strings, federal_numbers, federal_params
 
 SECRET = b"shared by the parties, not the service"
 

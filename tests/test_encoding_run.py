@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from app.config import ConfigError, RunConfig
-from app.inprocess import run_in_process
-from app.parties import load_data, run_linkage
-from linkage_server.store import load_primary
+from app.data import load_data
+from app.vfl.inprocess import run_in_process
+from app.vfl.parties import run_linkage
+from linkage.store import load_primary
 
 
 def top_rows(result, party: str) -> np.ndarray:

@@ -12,11 +12,28 @@ import torch
 from flwr.app import Context, RecordDict
 
 from app.config import ConfigError, RunConfig
-from app.ea_parties import build_host, build_party, ea_data, read_request, request_content
-from app.inprocess import run_experiment
+from app.entity_aug.parties import (
+    build_host,
+    build_party,
+    ea_data,
+    read_request,
+    request_content,
+)
+from app.vfl.inprocess import run_experiment
 from datasets.overlap import overlap_split
-from strategies.ea_exchange import Exchanger, GuestTimeout, LocalLink, StepReply, StepRequest
-from strategies.entity_aug import EntityAugError, interpolated_labels, party_records, soft_cross_entropy
+from strategies.entity_aug.exchange import (
+    Exchanger,
+    GuestTimeout,
+    LocalLink,
+    StepReply,
+    StepRequest,
+)
+from strategies.entity_aug.model import (
+    EntityAugError,
+    interpolated_labels,
+    party_records,
+    soft_cross_entropy,
+)
 
 TINY = dict(dataset="digits", n_rows=300, mode="entity-aug")
 
@@ -224,7 +241,7 @@ def test_in_process_run_trains_and_writes_its_summary(tmp_path):
 
 
 def test_sweep_runner_runs_the_mode(tmp_path):
-    from bench.sweep import run_one
+    from experiments.sweep import run_one
 
     values = {"dataset": "parkinsons", "mode": "entity-aug", "ea-variant": "aligned", "overlap": 0.1, "epochs": 2,
               "seed": 0}
@@ -236,7 +253,7 @@ def test_sweep_runner_runs_the_mode(tmp_path):
 def test_guest_state_survives_messages_like_an_uninterrupted_guest():
     """The ClientApp's guest (rebuilt from context.state for every message: model, Adam state,
     ids of its last activation) takes exactly the steps of one guest object kept alive."""
-    from app import ea_guest
+    from app.entity_aug import client as ea_guest
 
     cfg = ea_cfg(ea_variant="augment")
     context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
@@ -263,7 +280,7 @@ def test_guest_state_survives_messages_like_an_uninterrupted_guest():
 
 @pytest.mark.slow
 def test_flower_run_equals_the_in_process_run(tmp_path):
-    from app.localsim import processes_mentioning, simulate
+    from deploy.localsim import processes_mentioning, simulate
 
     values = {**{k.replace("_", "-"): v for k, v in TINY.items()}, "epochs": 2, "max-steps": 6,
               "ea-variant": "augment", "overlap": 0.1, "out-dir": str(tmp_path / "out"), "run-name": "ea"}
@@ -285,7 +302,7 @@ def test_flower_run_equals_the_in_process_run(tmp_path):
 def test_flower_guest_timeout_falls_back_to_the_last_activation(tmp_path):
     """Through Flower: the first guest sleeps 2.5 s on odd steps, the host waits 1 s for it,
     trains on its last activation instead, and reports how often."""
-    from app.localsim import simulate
+    from deploy.localsim import simulate
 
     values = {**{k.replace("_", "-"): v for k, v in TINY.items()}, "epochs": 1, "max-steps": 4,
               "guest-timeout": 1.0, "guest-delay": 2.5, "out-dir": str(tmp_path / "out"), "run-name": "ea-slow"}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from app.config import RunConfig
-from app.inprocess import max_param_gap, run_in_process, run_twin
+from app.vfl.inprocess import max_param_gap, run_in_process, run_twin
 
 CASES = {
     "synthetic-binary-avg": dict(dataset="synthetic", n_rows=600, k=10, batch_size=32, sigma_cf=0.1),

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from app.config import RunConfig
-from app.localsim import processes_mentioning, simulate
-from app.inprocess import max_param_gap, run_twin
+from app.vfl.inprocess import max_param_gap, run_twin
+from deploy.localsim import processes_mentioning, simulate
 
 pytestmark = pytest.mark.slow
 
@@ -55,9 +55,8 @@ def test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics(t
     `flwr run` with resume=true ends with the metrics of an uninterrupted run (S = 1)."""
     import time
 
-    from app.localsim import start_simulation, stop_superlink
-
-    from app.inprocess import run_experiment
+    from app.vfl.inprocess import run_experiment
+    from deploy.localsim import start_simulation, stop_superlink
 
     base = dict(dataset="hdb", n_rows=1200, k=10, batch_size=128, epochs=3, steps_per_exchange=1,
                 out_dir=str(tmp_path / "out"))

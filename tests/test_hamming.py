@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from linkage_server.hamming import popcount_floor_seconds, topk_hamming
-from linkage_server.pipeline import LinkageError
+from linkage.contracts import LinkageError
+from linkage.hamming import popcount_floor_seconds, topk_hamming
 
 
 def brute(q, b):  # (m, B), (n, B) uint8 -> (m, n) Hamming distances

@@ -25,7 +25,9 @@ def test_an_inf_feature_is_refused_naming_party_column_and_rows(tmp_path):
     shops.to_csv(tmp_path / "shops.csv", index=False)
     with pytest.raises(DatasetError, match=r"party 'shops'.*feature column 'rent'.*non-finite.*first rows: \[7, 30\]"):
         load_dataset("csv", tmp_path)
-    from app.parties import secondary_features  # a deployed party reading its own CSV refuses it too
+    from app.vfl.parties import (
+        secondary_features,  # a deployed party reading its own CSV refuses it too
+    )
 
     with pytest.raises(DatasetError, match=r"party 'shops'.*'rent'.*non-finite"):
         secondary_features(RunConfig(dataset="csv", data_dir=str(tmp_path)), "shops")
@@ -56,7 +58,7 @@ def test_a_party_with_only_identifier_columns_is_refused_by_name(tmp_path):
 
 
 def test_dropped_columns_and_imputed_nans_are_reported_in_the_summary(tmp_path):
-    from app.inprocess import run_experiment
+    from app.vfl.inprocess import run_experiment
 
     spec = SPEC.replace('numeric = ["rent"]', 'numeric = ["rent", "floor", "vacant"]')
     write_parties(tmp_path, spec)
@@ -117,9 +119,9 @@ def _mixed(src, dst, name: str, other):
 def test_a_linkage_from_another_job_with_the_same_sizes_is_refused(tmp_path):
     """Two jobs of the same sizes (K, parties, rows): only the one linked from this run's
     primary identifiers is accepted; a mixed folder is refused naming both jobs."""
-    from app.inprocess import run_in_process
+    from app.vfl.inprocess import run_in_process
+    from linkage.contracts import LinkageError
     from linkage_server.local import free_port
-    from linkage_server.pipeline import LinkageError
     from tests.test_service import service
 
     data = tmp_path / "data"
@@ -163,10 +165,13 @@ def test_a_private_upload_is_bound_to_the_raw_identifiers_it_was_encoded_from(tm
     CSV matches and a run on other rows (n-rows) does not."""
     import dataclasses
 
-    from app.parties import linkage_job, load_data
-    from linkage_server.cli import main as cli  # in this process: the service is the only other one
+    from app.data import load_data
+    from app.vfl.parties import linkage_job
+    from linkage.contracts import LinkageError
+    from linkage_server.cli import (
+        main as cli,  # in this process: the service is the only other one
+    )
     from linkage_server.local import free_port
-    from linkage_server.pipeline import LinkageError
     from tests.test_service import ADMIN, service
 
     data, out, key = tmp_path / "data", tmp_path / "out", tmp_path / "parties.key"
@@ -199,7 +204,7 @@ def test_a_private_upload_is_bound_to_the_raw_identifiers_it_was_encoded_from(tm
 
 
 def test_the_identifier_digest_tells_string_lists_apart():
-    from linkage_server.binding import identifier_digest
+    from linkage.binding import identifier_digest
 
     assert identifier_digest(["a\x1fb", "c"]) != identifier_digest(["a", "b\x1fc"])
     assert identifier_digest(np.array([[1, 2]])) == identifier_digest(np.array([[1.0, 2.0]]))

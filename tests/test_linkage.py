@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from linkage_server.pipeline import (
-    LinkageError,
+from linkage.contracts import LinkageError
+from linkage.job_secret import operator_secret
+from linkage.pipeline import (
     add_noise,
     fit_standardizer,
     link,
@@ -16,8 +17,7 @@ from linkage_server.pipeline import (
     similarity,
     topk_euclidean,
 )
-from linkage_server.store import load_primary, load_secondary, save_job
-from linkage_server.job_secret import operator_secret
+from linkage.store import load_primary, load_secondary, save_job
 
 
 def planted(m=200, n=150, d=2, seed=0):
@@ -139,7 +139,7 @@ def test_selection_after_noise_keeps_the_k_best_noisy_candidates():
     sims = pooled.primary.sims
     assert sims.shape == (200, 4) and (np.diff(sims, axis=1) <= 0).all()  # descending after noise
     # the same draws over the 12 candidates, then the top 4 of them
-    from linkage_server.pipeline import release, search
+    from linkage.pipeline import release, search
 
     dist, idx = search(query, base, metric="euclidean", k=12, party="s")
     full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, secret=operator_secret(3, "test"), train_rows=np.arange(200), job_id="x")
@@ -162,7 +162,7 @@ def test_several_secondaries_are_linked_independently():
 
 
 def test_theorem_1_sigma_grows_with_the_secondary_size():
-    from linkage_server.pipeline import dp_sigma
+    from linkage.pipeline import dp_sigma
 
     # Delta_G = n * max(|(1+mu)/s|, |(-1+mu)/s|); sigma = Delta_G / sqrt(2 eps)
     assert dp_sigma(100, -5.0, 2.0, eps=2.0) == pytest.approx(100 * 3.0 / 2.0)
@@ -185,7 +185,7 @@ def test_metric_specific_input_is_checked(metric, query, base, match):
 
 
 def test_recall_and_the_improvement_estimate_by_hand():
-    from linkage_server.quality import improvement_delta, recall_at
+    from linkage.quality import improvement_delta, recall_at
 
     rows = np.array([[3, 1, 2], [0, 2, 1]])
     assert recall_at(np.array([1, -1]), rows, 1) == 0.0 and recall_at(np.array([1, -1]), rows, 2) == 1.0
@@ -198,8 +198,8 @@ def test_recall_and_the_improvement_estimate_by_hand():
 def test_chain_links_the_secondaries_one_to_one_then_the_primary_top_k(tmp_path):
     """Paper App. C: b holds a's entities in another order; the chain maps each token to the
     same entity in both parties, and all parties share the anchor's similarities."""
-    from linkage_server.pipeline import link_chain
-    from linkage_server.store import load_primary, save_job
+    from linkage.pipeline import link_chain
+    from linkage.store import load_primary, save_job
 
     rng = np.random.default_rng(0)
     base = rng.normal(size=(50, 2))
@@ -231,7 +231,7 @@ def test_independent_parties_do_not_share_similarities():
 def test_a_chain_links_parties_of_different_sizes():
     """b holds a's 50 entities plus 30 others: its map has the anchor's length and points into
     its own 80 rows, each anchor row at the same entity."""
-    from linkage_server.pipeline import link_chain
+    from linkage.pipeline import link_chain
 
     rng = np.random.default_rng(3)
     base = rng.normal(size=(50, 2))
@@ -245,7 +245,7 @@ def test_a_chain_links_parties_of_different_sizes():
 
 
 def test_job_ids_tell_row_splits_and_shapes_apart():
-    from linkage_server.pipeline import job_id_of
+    from linkage.pipeline import job_id_of
 
     a = job_id_of(np.array([[1.0], [2.0], [3.0]]), {"s": np.array([[4.0], [5.0]])}, 1, 1.0)
     b = job_id_of(np.array([[1.0], [2.0]]), {"s": np.array([[3.0], [4.0], [5.0]])}, 1, 1.0)

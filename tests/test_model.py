@@ -1,13 +1,19 @@
 """The primary's model and gates: shapes, the sort order, and the factored aggregation."""
 
-import torch
-
-from strategies.gates import CNNMerge, SeededDropout, WeightGate, seed_dropout, sort_by_similarity
-from strategies.heads import TaskHead
-from strategies.model import ModelConfig, SimilarityModel, build_seeded
-
 import numpy as np
 import pytest
+import torch
+
+from strategies.heads import TaskHead
+from strategies.optim import build_seeded
+from strategies.vfl.gates import (
+    CNNMerge,
+    SeededDropout,
+    WeightGate,
+    seed_dropout,
+    sort_by_similarity,
+)
+from strategies.vfl.model import ModelConfig, SimilarityModel
 
 
 def test_sort_gate_orders_pairs_by_similarity_most_similar_first():

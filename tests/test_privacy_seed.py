@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from app.config import RunConfig
-from app.parties import load_data, run_linkage
+from app.data import load_data
+from app.vfl.parties import run_linkage
 from bench.seed_attack import attack, run
-from linkage_server.job_secret import OPERATOR_SEED_ENV
+from linkage.job_secret import OPERATOR_SEED_ENV
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.uploads import to_npy
 
@@ -92,7 +93,7 @@ def test_processes_creating_one_secret_at_once_agree(tmp_path):
     """Two runs linking the same new job at once must not release under two secrets."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from linkage_server.job_secret import secret_for
+    from linkage.job_secret import secret_for
 
     for i in range(10):
         path = tmp_path / f"job{i}.key"

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from app import ea_host, inprocess, primary
-from app.checkpoint import CheckpointError
 from app.config import ConfigError, RunConfig
-from linkage_server.pipeline import LinkageError
+from app.entity_aug import inprocess as ea_inprocess
+from app.entity_aug import server as ea_host
+from app.vfl import inprocess
+from app.vfl import server as primary
+from app.vfl.checkpoint import CheckpointError
+from linkage.contracts import LinkageError
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(dataset="synthetic", n_rows=400, epochs=1, batch_size=64)
@@ -54,7 +57,7 @@ ENGINES = {  # engine -> (run it, the loader that fails, base config)
     "primary": (_primary, (primary, "load_data"), dict(TINY, method="solo")),
     "ea_host": (_ea_host, (ea_host, "ea_data"), EA_TINY),
     "inprocess": (lambda cfg, out: inprocess.run_experiment(cfg, out), (inprocess, "load_data"), TINY),
-    "ea_inprocess": (lambda cfg, out: inprocess.run_experiment(cfg, out), (ea_host, "ea_data"), EA_TINY),
+    "ea_inprocess": (lambda cfg, out: inprocess.run_experiment(cfg, out), (ea_inprocess, "ea_data"), EA_TINY),
 }
 
 
@@ -121,10 +124,10 @@ def write_sweep(path: Path) -> None:
 
 
 def test_the_sweep_exits_non_zero_naming_each_failed_run(tmp_path, monkeypatch, capsys):
-    from bench import sweep
+    from experiments import sweep
 
     write_sweep(tmp_path / "tiny.toml")
-    monkeypatch.setattr(sys, "argv", ["bench.sweep", str(tmp_path / "tiny.toml"), "--root", str(tmp_path / "runs")])
+    monkeypatch.setattr(sys, "argv", ["experiments.sweep", str(tmp_path / "tiny.toml"), "--root", str(tmp_path / "runs")])
     with pytest.raises(SystemExit) as exit_:
         sweep.main()
     assert exit_.value.code not in (0, None)
@@ -138,7 +141,7 @@ def test_the_sweep_exits_non_zero_naming_each_failed_run(tmp_path, monkeypatch, 
 
 def test_a_flower_run_is_judged_by_its_status_not_by_flwr_or_an_old_summary(tmp_path, monkeypatch):
     """`flwr run` exits 0 when the ServerApp fails; an old summary under the name is no result."""
-    from bench import common
+    from experiments import runner as common
 
     def flwr_exits_0(values, home, timeout):  # the ServerApp failed before it reached the run folder
         return subprocess.CompletedProcess(["flwr"], 0, "ERROR: Exit Code: 700\n", "")
@@ -161,9 +164,9 @@ def test_a_flower_run_is_judged_by_its_status_not_by_flwr_or_an_old_summary(tmp_
 
 
 def test_the_deployment_tools_exit_non_zero_on_a_failed_run(tmp_path, monkeypatch, capsys):
-    """app.deploy run and bench.deploy_cost judge a deployed run by its status, not by `flwr run`."""
-    from app import deploy
+    """deploy.commands run and bench.deploy_cost judge a deployed run by its status, not by `flwr run`."""
     from bench import deploy_cost
+    from deploy import commands as deploy
 
     dep = deploy.Deployment(str(tmp_path), "synthetic", "", False, ["secondary"], job="job-1")
     launched = []
@@ -178,7 +181,7 @@ def test_the_deployment_tools_exit_non_zero_on_a_failed_run(tmp_path, monkeypatc
 
     monkeypatch.setattr(deploy, "flwr_run", flwr_fails_and_exits_0)
     monkeypatch.setattr(deploy.Deployment, "load", classmethod(lambda cls, folder: dep))
-    monkeypatch.setattr(sys, "argv", ["app.deploy", "run", str(tmp_path), "--run-config", "epochs=1"])
+    monkeypatch.setattr(sys, "argv", ["deploy.commands", "run", str(tmp_path), "--run-config", "epochs=1"])
     with pytest.raises(SystemExit) as exit_:
         deploy.main()
     assert exit_.value.code not in (0, None) and "failed: PartyError: node gone" in str(exit_.value.code)
@@ -197,7 +200,7 @@ def test_the_deployment_tools_exit_non_zero_on_a_failed_run(tmp_path, monkeypatc
 def test_an_unknown_run_config_key_is_named_before_flower_refuses_it_unnamed(tmp_path):
     """Flower 1.41's SuperLink refuses an unknown key with "[code: 15] Invalid run configuration."
     (exit 1, key not named), so RunConfig.from_flower never sees it: the tools check first."""
-    from app.localsim import simulate
+    from deploy.localsim import simulate
 
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match=r"unknown run-config key\(s\) \['bogus'\]"):
@@ -232,7 +235,7 @@ def test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run(tmp_path)
     """Through `flwr run` (which exits 0 here, "Exit Code: 700"): the ServerApp marks the run
     failed, removes the old summary, and scripts/demo.sh exits non-zero with the error (the one
     `flwr run` of this file; it replaces test_flower_run.py's bad-input run)."""
-    from app.localsim import free_port, processes_mentioning
+    from deploy.localsim import free_port, processes_mentioning
 
     run = tmp_path / "out" / "old"
     plant_old_run(run)

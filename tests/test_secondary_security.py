@@ -15,14 +15,23 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from app import client_app, ea_guest, messages
-from app.channel import FlowerChannel
+from app import messages
 from app.config import RunConfig
-from app.ea_parties import act_content, read_act, read_reply, reply_content, request_content
-from app.parties import linkage_job, load_data
-from app.secondary import MisalignedStep, SecondaryParty
-from strategies.ea_exchange import StepReply, StepRequest
-from strategies.fedsim import GradBlock
+from app.data import load_data
+from app.entity_aug import client as ea_guest
+from app.entity_aug.parties import (
+    act_content,
+    read_act,
+    read_reply,
+    reply_content,
+    request_content,
+)
+from app.vfl import client as client_app
+from app.vfl.channel import FlowerChannel
+from app.vfl.parties import linkage_job
+from app.vfl.secondary import MisalignedStep, SecondaryParty
+from strategies.entity_aug.exchange import StepReply, StepRequest
+from strategies.vfl.fedsim import GradBlock
 
 RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
 

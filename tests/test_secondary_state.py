@@ -5,9 +5,10 @@ import torch
 from flwr.app import Context, RecordDict
 
 from app.config import RunConfig
-from app.parties import linkage_job, load_data
-from app.secondary import SecondaryParty
-from strategies.fedsim import GradBlock
+from app.data import load_data
+from app.vfl.parties import linkage_job
+from app.vfl.secondary import SecondaryParty
+from strategies.vfl.fedsim import GradBlock
 
 
 def test_state_round_trip_continues_training_exactly(tmp_path):

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from linkage.job_secret import read_secret
+from linkage.pipeline import link
+from linkage.store import load_primary, load_secondary
 from linkage_server.client import LinkageClient, ServiceError, create_job
-from linkage_server.job_secret import read_secret
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
-from linkage_server.pipeline import link
-from linkage_server.store import load_primary, load_secondary
 from linkage_server.uploads import to_npy
 
 ADMIN = "admin-token-for-tests-0123456789"
@@ -157,8 +157,8 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
     Both linkers draw their noise from the same operator seed (the operator runs both)."""
     monkeypatch.setenv("FEDSIM_LINKAGE_OPERATOR_SEED", "5")
     from app.config import RunConfig
-    from app.inprocess import max_param_gap, run_in_process
-    from app.parties import load_data
+    from app.data import load_data
+    from app.vfl.inprocess import max_param_gap, run_in_process
 
     base_cfg = RunConfig(dataset="synthetic", n_rows=600, epochs=1, max_steps=6, steps_per_exchange=2,
                          out_dir=str(tmp_path / "runs"), tau=0.9)
@@ -190,7 +190,7 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
 
 def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
     """Paper App. C through the job store: secondaries b, c chained one-to-one to anchor a."""
-    from linkage_server.pipeline import link_chain
+    from linkage.pipeline import link_chain
 
     query, base = planted(m=120, n=60)
     rng = np.random.default_rng(5)

@@ -8,11 +8,10 @@ import sys
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from linkage_server.store import load_primary, load_secondary
+from linkage.job_secret import operator_secret
+from linkage.store import load_primary, load_secondary
 from tests.test_service import ADMIN, free_port, service
-from linkage_server.job_secret import operator_secret
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -94,7 +93,7 @@ def test_private_numbers_link_through_a_made_key(tmp_path):
     for name, cols in (("s", "x,y"), ("p", "lat,lon")):
         cli("encode", "--csv", str(tmp_path / f"{name}.csv"), "--columns", cols, "--key-file", str(tmp_path / "k.json"),
             "--out", str(tmp_path / f"{name}.npy"))
-    from linkage_server.pipeline import link
+    from linkage.pipeline import link
 
     p_bits, s_bits = np.load(tmp_path / "p.npy"), np.load(tmp_path / "s.npy")
     assert p_bits.dtype == np.uint8 and p_bits.shape == (400, 256)

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from linkage.pipeline import fit_standardizer, similarity, topk_bruteforce
+from linkage.store import load_primary, load_secondary
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
-from linkage_server.pipeline import fit_standardizer, similarity, topk_bruteforce
 from linkage_server.service import create_app
-from linkage_server.store import load_primary, load_secondary
 from linkage_server.uploads import to_npy
 
 ADMIN = "admin-token-for-security-tests-0123"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from rapidfuzz.distance import Levenshtein
 
-import linkage_server.strings as S
-from linkage_server.pipeline import LinkageError
+import linkage.strings as S
+from linkage.contracts import LinkageError
 
 
 def rand_strings(rng, n, alphabet="abcde ", lo=0, hi=14):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.sweep import run_sweep
+from experiments.sweep import run_sweep
 
 SWEEP = """
 datasets = ["synthetic"]
@@ -59,7 +59,7 @@ def test_parallel_runs_equal_serial_runs(tmp_path):
 
 
 def test_a_failing_run_in_a_worker_fails_alone(tmp_path):
-    from bench.sweep import run_pending
+    from experiments.sweep import run_pending
 
     good = {"dataset": "synthetic", "n-rows": 400, "epochs": 1, "batch-size": 64, "method": "solo", "seed": 0}
     bad = {**good, "method": "no-such-method"}

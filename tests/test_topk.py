@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from linkage_server.pipeline import topk_bruteforce, topk_euclidean, topk_kdtree
+from linkage.pipeline import topk_bruteforce, topk_euclidean, topk_kdtree
 
 
 def naive_topk(q, b, k):

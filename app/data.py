@@ -1,0 +1,43 @@
+"""The parties' tables from a RunConfig, for both training modes: every party of a simulation
+and every engine start from the same loaded (and cached) dataset."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from threadpoolctl import threadpool_limits
+
+from app.config import RunConfig
+from datasets import VFLDataset, load_dataset
+from datasets.registry import DatasetOptions
+
+
+@functools.lru_cache(maxsize=4)
+def _load(name: str, data_dir: str, options: DatasetOptions) -> VFLDataset:
+    # A per-process cache of immutable data (not party state): in simulation one worker
+    # serves every message, so each message does not re-read the CSVs.
+    # numpy's OpenBLAS is held to one thread here: inside Flower's simulation process (a
+    # thread of a Ray driver) its thread pool was seen to spin forever in exec_blas.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return load_dataset(name, data_dir or None, options)
+
+
+def load_data(cfg: RunConfig) -> VFLDataset:
+    ds = _load(cfg.dataset, cfg.data_dir, DatasetOptions(seed=cfg.seed, n_rows=cfg.n_rows, sigma_cf=cfg.sigma_cf))
+    return with_parties(ds, cfg.party_subset())
+
+
+def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
+    """The dataset restricted to the secondaries named in run-config ``parties`` ("" = all)."""
+    if not subset:
+        return ds
+    unknown = sorted(set(subset) - set(ds.secondaries))
+    if unknown:
+        raise ValueError(f"run-config 'parties' names {unknown}, which dataset {ds.name!r} does not have; "
+                         f"its secondaries: {sorted(ds.secondaries)}")
+    if len(set(subset)) != len(subset):
+        raise ValueError(f"run-config 'parties' names a party twice: {subset}")
+    keep = sorted(subset)
+    return dataclasses.replace(ds, secondaries={p: ds.secondaries[p] for p in keep},
+                               true_match={p: r for p, r in ds.true_match.items() if p in keep})

@@ -1,0 +1,79 @@
+"""The host's channel to the guests over Flower messages (Algorithm 1's send / collect with a
+deadline), plus the host's own block in process; byte accounting as in app/vfl/channel.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from app.entity_aug import parties as wire
+from app.messages import named_content
+from app.transport import POLL, PartyError, Traffic, payload_bytes, run_name
+from strategies.entity_aug.exchange import LocalLink, StepReply, StepRequest
+from strategies.entity_aug.model import EAParty
+
+
+class FlowerLink:
+    """The guests behind Flower nodes (plus the host's own block, if any, in process)."""
+
+    def __init__(self, grid: Grid, nodes: dict[str, int], patience: float, local: dict[str, EAParty]) -> None:
+        self.grid, self.nodes, self.patience = grid, nodes, patience
+        self.local = LocalLink(local)
+        self.parties = sorted(nodes) + self.local.parties
+        self.traffic = Traffic()
+        self._pending: dict[str, str] = {}  # party -> id of its outstanding message
+
+    def send(self, party: str, request: StepRequest) -> None:
+        if party in self.local.members:
+            self.local.send(party, request)
+            return
+        content = wire.request_content(request)
+        msg = Message(content, dst_node_id=self.nodes[party], message_type="train.ea_step")
+        (self._pending[party],) = self.grid.push_messages([msg])
+        self.traffic.bytes_down += payload_bytes(content)
+
+    def _pull(self, wanted: dict[str, str], until: float, what: str) -> dict[str, RecordDict]:
+        """message id -> party; pull every POLL s until all are in or ``until``."""
+        out: dict[str, RecordDict] = {}
+        while wanted:
+            for reply in self.grid.pull_messages(list(wanted)):
+                party = wanted.pop(reply.metadata.reply_to_message_id)
+                if reply.has_error():
+                    raise PartyError(f"guest {party!r} failed on {what}: {reply.error.reason}")
+                out[party] = reply.content
+                self.traffic.bytes_up += payload_bytes(reply.content)
+            if not wanted or time.monotonic() >= until:
+                break
+            time.sleep(POLL)
+        return out
+
+    def collect(self, parties: set[str], until: float) -> dict[str, StepReply]:
+        out = self.local.collect(parties & set(self.local.members), until)
+        wanted = {self._pending[p]: p for p in parties if p in self._pending}
+        for party, content in self._pull(wanted, until, "ea_step").items():
+            del self._pending[party]
+            out[party] = wire.read_reply(content, party)
+        return out
+
+    def _ask_all(self, message_type: str, content: RecordDict) -> dict[str, RecordDict]:
+        msgs = {p: Message(content, dst_node_id=n, message_type=message_type) for p, n in self.nodes.items()}
+        ids = self.grid.push_messages(list(msgs.values()))
+        self.traffic.bytes_down += payload_bytes(content) * len(msgs)
+        got = self._pull(dict(zip(ids, msgs)), time.monotonic() + self.patience, message_type)
+        missing = sorted(set(self.nodes) - set(got))
+        if missing:
+            raise PartyError(f"guest {missing[0]!r} did not answer {message_type} within {self.patience} s")
+        return got
+
+    def embed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        got = self._ask_all("query.ea_embed", wire.ids_content(ids))
+        return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
+
+    def finish(self, folder: str) -> None:
+        """Every guest saves its model into its own folder for the run (``folder`` = the host's
+        run dir; only its name travels)."""
+        self._ask_all("query.ea_finish", named_content("ea_finish", run=run_name(Path(folder))))

@@ -1,0 +1,95 @@
+"""ClientApp side of Entity Augmentation (``mode = "entity-aug"``): one guest per node.
+
+The guest's model, optimiser state and the ids of its last activation live in
+``context.state`` between messages; registered in app/client_app.py as
+``query.ea_hello``, ``train.ea_step``, ``query.ea_embed`` and ``query.ea_finish``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+from app import messages, node
+from app.config import RunConfig
+from app.entity_aug.parties import (
+    act_content,
+    build_party,
+    read_ids,
+    read_request,
+    reply_content,
+    simulation_guest,
+    torch_threads,
+)
+from app.node import node_run_config
+from app.party_state import load_optimizer_state, optimizer_state_records
+from strategies.entity_aug.model import EAParty
+
+
+def guest_name(cfg: RunConfig, context: Context) -> str:
+    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th guest."""
+    if "party" in context.node_config:
+        return str(context.node_config["party"])
+    return simulation_guest(cfg, int(context.node_config["partition-id"]))
+
+
+def restore(cfg: RunConfig, context: Context) -> EAParty:
+    meta = context.state.config_records.get("ea_party")
+    if meta is None:
+        raise RuntimeError("this node has not been introduced: the host must send query.ea_hello first")
+    party = build_party(cfg, str(meta["party"]))
+    if "ea_model" in context.state.array_records:
+        party.model.load_state_dict(context.state.array_records["ea_model"].to_torch_state_dict())
+        load_optimizer_state(party.optimizer, context.state.array_records["ea_optim_arrays"],
+                             context.state.config_records["ea_optim_scalars"])
+        pending = context.state.array_records["ea_pending"]["ids"].numpy()
+        party.pending = pending if bool(meta["has_pending"]) else None
+    return party
+
+
+def persist(party: EAParty, context: Context) -> None:
+    context.state.config_records["ea_party"] = ConfigRecord({"party": party.name, "has_pending": party.pending is not None})
+    context.state.array_records["ea_model"] = ArrayRecord({k: v.cpu() for k, v in party.model.state_dict().items()})
+    arrays, scalars = optimizer_state_records(party.optimizer)
+    context.state.array_records["ea_optim_arrays"] = arrays
+    context.state.config_records["ea_optim_scalars"] = scalars
+    pending = party.pending if party.pending is not None else np.empty(0, dtype=np.int64)
+    context.state.array_records["ea_pending"] = ArrayRecord({"ids": Array(np.ascontiguousarray(pending, dtype=np.int64))})
+
+
+def hello(msg: Message, context: Context) -> Message:
+    messages.expect_fields(msg.content.config_records["ea_hello"], set(), "query.ea_hello")
+    cfg = node_run_config(context)
+    party = build_party(cfg, guest_name(cfg, context))
+    persist(party, context)
+    reply = ConfigRecord({"party": party.name, "records": int(len(party.plan.records))})
+    return Message(RecordDict({"ea_hello": reply}), reply_to=msg)
+
+
+def step(msg: Message, context: Context) -> Message:
+    with torch_threads(1):
+        party = restore(node_run_config(context), context)
+        req = read_request(msg.content)
+        if req.grad is not None:  # finite in this guest's dtype (a float64 1e300 overflows float32)
+            messages.require_finite(torch.as_tensor(req.grad, dtype=party.dtype), party.name,
+                                    f"gradient (as {party.dtype})", "train.ea_step")
+        reply = party.step(req)
+        persist(party, context)
+    return Message(reply_content(reply), reply_to=msg)
+
+
+def embed(msg: Message, context: Context) -> Message:
+    party = restore(node_run_config(context), context)
+    return Message(act_content(party.embed(read_ids(msg.content))), reply_to=msg)
+
+
+def finish(msg: Message, context: Context) -> Message:
+    """The guest's final model into its own folder for the run (app/node.py:model_dir)."""
+    cfg = node_run_config(context)
+    run = messages.read_named(msg.content, "ea_finish", "query.ea_finish", names=("run",))["run"]
+    party = restore(cfg, context)
+    folder = node.model_dir(cfg, context, run, party.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(party.model.state_dict(), folder / "model.pt")
+    return Message(RecordDict(), reply_to=msg)

@@ -1,0 +1,105 @@
+"""ServerApp side of Entity Augmentation (``mode = "entity-aug"``): the host (labels) drives
+the guests over Flower messages with Algorithm 1's queue and timeout fallback; and the same
+run with the guests in process (app/entity_aug/inprocess.py, used by experiments.sweep).
+
+Both write into the run folder: config.json, metrics.jsonl (one line per epoch),
+summary.json (the best-validation epoch's val / test metrics, stale counts per guest),
+primary_model.pt (the host's model), step_losses.npy, and status.json (app/run_status.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from logging import INFO
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from app import run_status
+from app.config import RunConfig
+from app.data import load_data
+from app.entity_aug.channel import FlowerLink
+from app.entity_aug.parties import (
+    build_host,
+    build_party,
+    ea_data,
+    ea_plan,
+    ea_settings,
+    overlap_parts,
+    torch_threads,
+)
+from app.transport import handshake
+from datasets.overlap import HOST, EntityData
+from strategies.entity_aug.exchange import Exchanger, LocalLink
+from strategies.entity_aug.model import fit_ea, party_records
+from strategies.records import EpochRecord, best_epoch
+
+
+def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: Path, engine: str,
+           say=lambda *a: None) -> dict:
+    """Train, evaluate every epoch, write the run's files; returns the summary."""
+    t0 = time.perf_counter()
+    settings = ea_settings(cfg)
+    plan = ea_plan(cfg, data, settings)
+    aligned, shares = overlap_parts(cfg, data)
+    host = build_host(cfg, data)
+    (out / "config.json").write_text(json.dumps({"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings)},
+                                                indent=2))
+    say("[host] entity-aug %s on %s: overlap %g (%d aligned of %d training entities), parties %s, batch %d, "
+        "%d epochs x %d steps, lr %g", cfg.ea_variant, data.name, cfg.overlap, len(aligned), len(data.split.train),
+        data.parties, settings.batch_size, plan.epochs, plan.steps_per_epoch, settings.lr)
+    exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
+    with (out / "metrics.jsonl").open("w") as f:
+        def on_epoch(rec: EpochRecord) -> None:
+            f.write(json.dumps({**dataclasses.asdict(rec), "stale": dict(exchanger.queue.stale)}) + "\n")
+            f.flush()
+            say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
+                rec.val, rec.test, exchanger.queue.stale, rec.seconds)
+
+        with torch_threads(1):
+            records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, lambda *a: None)
+    torch.save(host.model.state_dict(), out / "primary_model.pt")
+    np.save(out / "step_losses.npy", np.asarray(losses))
+    best = best_epoch(records, host.head)
+    n_steps = max(1, len(losses))
+    summary = {
+        "dataset": data.name, "mode": "entity-aug", "ea_variant": cfg.ea_variant, "overlap": cfg.overlap,
+        "seed": cfg.seed, "engine": engine, "best_epoch": best.epoch, "val": best.val, "test": best.test,
+        "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0,
+        "entities": {"train": len(data.split.train), "aligned": len(aligned),
+                     "records_per_party": {p: len(r) for p, r in party_records(
+                         cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
+        "guest_timeout": cfg.guest_timeout,
+        "preprocessing": load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
+        "stale": dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
+        "stale_fraction": {p: c / n_steps for p, c in exchanger.queue.stale.items()},
+    }
+    if isinstance(link, FlowerLink):
+        summary["exchange"] = {"count": exchanger.exchanges, "bytes_down": link.traffic.bytes_down,
+                               "bytes_up": link.traffic.bytes_up}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    say("[host] best epoch %d: val %s | test %s | stale %s", best.epoch, best.val, best.test, summary["stale"])
+    return summary
+
+
+def run_ea_host(grid: Grid, cfg: RunConfig) -> dict:
+    """The ServerApp's run: handshake, training over Flower, guests' models saved at the end;
+    recorded in <run>/status.json (app/run_status.py)."""
+    name = cfg.run_name or f"{cfg.dataset}-ea-{cfg.ea_variant}-x{cfg.overlap:g}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = cfg.out_path() / name
+    with run_status.tracked(out, "flower"):
+        log(INFO, "[host] run dir %s", out)
+        data = ea_data(cfg)
+        nodes = handshake(grid, data.guests, "", cfg.node_timeout, action="ea_hello")
+        log(INFO, "[host] guests: %s", nodes)
+        local = {HOST: build_party(cfg, HOST, data)} if HOST in data.blocks else {}
+        link = FlowerLink(grid, nodes, cfg.node_timeout, local)
+        summary = run_ea(cfg, data, link, out, "flower", say=lambda m, *a: log(INFO, m, *a))
+        link.finish(str(out))
+        log(INFO, "[host] results in %s", out)
+        return summary

@@ -1,0 +1,10 @@
+"""FedSim and its baselines as Flower glue (run-config ``mode = "vfl"``).
+
+- server.py     the ServerApp's run (the primary: data, linkage, handshake, training, records)
+- client.py     the ClientApp's handlers of a secondary (one per protocol step)
+- secondary.py  a secondary party: its model and optimiser between messages
+- channel.py    the primary's channel to the secondaries (over app/transport.py, or in process)
+- parties.py    the parties built from a RunConfig: data, linkage job, models, strategy
+- checkpoint.py every party's state after each epoch; resume
+- inprocess.py  the same run with every party in one process (sweeps, twin oracles)
+"""

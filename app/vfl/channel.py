@@ -1,0 +1,97 @@
+"""The primary's channel to the secondaries over Flower messages, with byte and time accounting."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from app import messages
+from app.transport import POLL, POLL_MAX, PartyError, Traffic, payload_bytes, run_name
+from strategies.vfl.fedsim import GradBlock
+
+
+class FlowerChannel:
+    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float, job_id: str = "") -> None:
+        self.grid, self.nodes, self.timeout, self.job_id = grid, nodes, timeout, job_id
+        self.traffic = Traffic()
+        self.cursor = {p: 0 for p in nodes}  # gradient blocks each party has applied
+        self.saved: dict[str, dict] = {}  # the parties' last checkpoint (saved inside a step)
+
+    def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
+        msgs = {p: Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()}
+        t0 = time.perf_counter()
+        replies = self._send_and_receive(list(msgs.values()))
+        self.traffic.seconds.append(time.perf_counter() - t0)
+        self.traffic.exchanges += 1
+        by_node = {r.metadata.src_node_id: r for r in replies}
+        out = {}
+        for party, node in self.nodes.items():
+            if party not in contents:
+                continue
+            reply = by_node.get(node)
+            if reply is None:
+                raise PartyError(f"party {party!r} (node {node}) did not answer {message_type} within {self.timeout} s")
+            if reply.has_error():
+                raise PartyError(f"party {party!r} failed on {message_type}: {reply.error.reason}")
+            out[party] = reply.content
+            self.traffic.bytes_down += payload_bytes(contents[party])
+            self.traffic.bytes_up += payload_bytes(reply.content)
+        return out
+
+    def _send_and_receive(self, msgs: list[Message]) -> list[Message]:
+        """Push, then pull (every POLL seconds at first, backing off) until every reply is in or the timeout passes.
+        Grid.send_and_receive sleeps 0.1 s between pulls (3 s in deployment), which adds up to
+        one more tick to an exchange whose reply arrives just after a pull."""
+        ids = set(self.grid.push_messages(msgs))
+        replies: list[Message] = []
+        deadline = time.monotonic() + self.timeout
+        pause = POLL
+        while ids and time.monotonic() < deadline:
+            for reply in self.grid.pull_messages(list(ids)):
+                ids.discard(reply.metadata.reply_to_message_id)
+                replies.append(reply)
+            if ids:
+                time.sleep(pause)
+                pause = min(POLL_MAX, pause * 1.5)
+        return replies
+
+    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
+             save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
+        """``save`` = (<run dir>/checkpoint, epoch): each party checkpoints into its own folder
+        for the run; only the run's name travels (app/node.py:checkpoint_dir)."""
+        run = (run_name(Path(save[0]).parent), save[1]) if save else None
+        replies = self._exchange("train.step", {p: messages.step_content(
+            apply[p], embed[p], self.job_id, self.cursor[p], run) for p in embed})
+        for p in embed:
+            self.cursor[p] += len(apply[p])
+        if save is not None:
+            self.saved = {p: messages.read_state(c) for p, c in replies.items()}
+        return {p: messages.read_embeddings(c, p) for p, c in replies.items()}
+
+    def ping(self) -> float:
+        """One empty exchange with every party: Flower's own floor per exchange."""
+        t0 = time.perf_counter()
+        self._exchange("query.ping", {p: RecordDict() for p in self.nodes})
+        self.traffic.exchanges -= 1
+        self.traffic.seconds.pop()
+        return time.perf_counter() - t0
+
+    def restore(self, folder: str, epoch: int) -> dict[str, dict]:
+        """Every party loads its checkpoint of ``epoch`` from its own folder for the run
+        (``folder`` = <run dir>/checkpoint; only the run's name travels)."""
+        content = messages.named_content("state", run=run_name(Path(folder).parent), epoch=epoch)
+        replies = self._exchange("query.restore", {p: content for p in self.nodes})
+        states = {p: {"digest": str(c.config_records["state"]["digest"]),
+                      "applied": int(c.config_records["state"]["applied"])} for p, c in replies.items()}
+        self.cursor = {p: s["applied"] for p, s in states.items()}
+        return states
+
+    def finish(self, folder: str) -> None:
+        """Every party saves its final model into its own folder for the run (``folder`` = the
+        primary's run dir; only its name travels)."""
+        content = messages.named_content("finish", run=run_name(Path(folder)))
+        self._exchange("query.finish", {p: content for p in self.nodes})

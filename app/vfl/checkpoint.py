@@ -1,0 +1,177 @@
+"""Checkpoints after every epoch, consistent across parties, and resuming from the last one.
+
+After epoch e is evaluated every party has applied all of its gradient blocks, so the state
+is consistent. Then:
+
+1. in the evaluation's first exchange (no extra round trip), each secondary applies its last
+   gradient blocks, saves ``epoch-<e>.pt`` (model, optimiser, cursor) on its own disk and
+   answers the file's SHA-256 with its embeddings (app/client_app.py ``train.step``);
+2. the primary saves ``primary-<e>.pt`` (model, optimiser, dropout generators, the epoch
+   records and step losses);
+3. the primary writes ``checkpoint.json`` (the commit point): epoch, seed, linkage job id,
+   parties, each party's cursor and digest.
+
+A crash before step 3 leaves the previous manifest in force (two epochs of files are kept).
+Resuming loads the manifest's epoch everywhere, and refuses a party whose checkpoint digest,
+cursor or linkage job differs from what the manifest recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from linkage.store import write_atomic
+from strategies.records import EpochRecord
+from strategies.vfl.fedsim import FedSimStrategy
+from strategies.vfl.gates import SeededDropout
+
+MANIFEST = "checkpoint.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, or does not match this run or a party's state."""
+
+
+@dataclass
+class Manifest:
+    epoch: int  # the last finished epoch
+    seed: int
+    job_id: str
+    parties: dict[str, dict]  # party -> {"digest": sha256 of its file, "applied": its cursor}
+    primary_digest: str
+    config: dict  # the run config values that must not change on resume
+
+
+def _dropouts(strategy: FedSimStrategy) -> list[SeededDropout]:
+    return [m for m in strategy.model.modules() if isinstance(m, SeededDropout)]
+
+
+def save_state(folder: Path, prefix: str, epoch: int, state: dict) -> str:
+    """``state`` as ``<prefix>-<epoch>.pt`` (atomic), older epochs pruned; returns its SHA-256,
+    which the manifest records. Used by the primary and by every secondary."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    write_atomic(Path(folder) / f"{prefix}-{epoch}.pt", data)
+    prune(folder, prefix, epoch)
+    return hashlib.sha256(data).hexdigest()
+
+
+def save_primary(folder: Path, strategy: FedSimStrategy, epoch: int, records: list[EpochRecord],
+                 step_losses: list[float]) -> str:
+    return save_state(folder, "primary", epoch, {
+        "model": strategy.model.state_dict(), "optimizer": strategy.optimizer.state_dict(),
+        "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
+        "records": [dataclasses.asdict(r) for r in records], "step_losses": list(step_losses)})
+
+
+def prune(folder: Path, prefix: str, epoch: int) -> None:
+    """Keep ``<prefix>-<e>.pt`` for this epoch and the one before (the manifest may still name
+    it); remove the rest, later epochs of an earlier run included."""
+    for f in Path(folder).glob(f"{prefix}-*.pt"):
+        if int(f.stem.split("-")[1]) not in (epoch, epoch - 1):
+            f.unlink(missing_ok=True)
+
+
+def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> tuple[list[EpochRecord], list[float]]:
+    path = folder / f"primary-{manifest.epoch}.pt"
+    if not path.exists():
+        raise CheckpointError(f"the manifest names epoch {manifest.epoch} but {path} is missing")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest.primary_digest:
+        raise CheckpointError(f"{path} does not match the digest its manifest recorded")
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)  # generator states must stay CPU tensors
+    strategy.model.load_state_dict(state["model"])
+    strategy.optimizer.load_state_dict(state["optimizer"])
+    for d, g in zip([d for d in _dropouts(strategy) if d.generator is not None], state["dropout"]):
+        d.generator.set_state(g)
+    return [EpochRecord(**r) for r in state["records"]], list(state["step_losses"])
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    write_atomic(folder / MANIFEST, json.dumps(dataclasses.asdict(manifest), indent=2).encode())
+
+
+def read_manifest(folder: Path) -> Manifest:
+    path = folder / MANIFEST
+    if not path.exists():
+        raise CheckpointError(f"nothing to resume: no {MANIFEST} in {folder}")
+    return Manifest(**json.loads(path.read_text()))
+
+
+def check_resume(manifest: Manifest, config: dict, job_id: str) -> None:
+    """The resumed run must be the same run: same settings that shape training, same linkage."""
+    changed = {k: (manifest.config.get(k), v) for k, v in config.items() if manifest.config.get(k) != v}
+    if changed:
+        raise CheckpointError(f"cannot resume: the run config differs from the checkpoint's in {changed} "
+                              "(checkpoint value, this run's value)")
+    if manifest.job_id != job_id:
+        raise CheckpointError(f"cannot resume: the checkpoint trained on linkage job {manifest.job_id!r}, "
+                              f"this run has {job_id!r}")
+
+
+def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
+    """Every party restored exactly the state the manifest recorded."""
+    if sorted(states) != sorted(manifest.parties):
+        raise CheckpointError(f"the checkpoint holds parties {sorted(manifest.parties)}, this run has {sorted(states)}")
+    for party, want in manifest.parties.items():
+        got = states[party]
+        if got["digest"] != want["digest"] or got["applied"] != want["applied"]:
+            raise CheckpointError(f"party {party!r} restored a checkpoint other than the one recorded at epoch "
+                                  f"{manifest.epoch} (digest {got['digest'][:12]} vs {want['digest'][:12]}, cursor "
+                                  f"{got['applied']} vs {want['applied']})")
+
+
+# Run-config keys that may change between a run and its resumption (paths, patience, bookkeeping).
+MAY_CHANGE = ("epochs", "run_name", "out_dir", "data_dir", "linkage_dir", "resume", "checkpoint", "node_timeout",
+              "bench_floor", "eval_chunk")
+
+
+def fixed_config(cfg) -> dict:
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in MAY_CHANGE}
+
+
+def fresh(folder: Path) -> None:
+    """A run that does not resume starts without the checkpoint of an earlier run of that name
+    (its manifest would otherwise stay in force until this run's first epoch)."""
+    (folder / MANIFEST).unlink(missing_ok=True)
+    for f in folder.glob("primary-*.pt"):
+        f.unlink()
+
+
+def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: str):
+    """The ``after_epoch`` hook of :func:`strategies.vfl.protocol.fit` that checkpoints every party."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def after_epoch(epoch: int, records: list[EpochRecord], step_losses: list[float]) -> None:
+        # the parties saved theirs in the evaluation's first exchange (fit's checkpoint_dir)
+        saved = channel.saved if channel else {}
+        states = {p: {"digest": s["digest"], "applied": s["applied"]} for p, s in saved.items()}
+        for party, s in saved.items():
+            if s["epoch"] != epoch:
+                raise CheckpointError(f"party {party!r} last checkpointed epoch {s['epoch']}, not {epoch}")
+            if hasattr(channel, "cursor") and s["applied"] != channel.cursor[party]:
+                raise CheckpointError(f"party {party!r} checkpointed at cursor {s['applied']}, "
+                                      f"the primary is at {channel.cursor[party]}")
+        digest = save_primary(folder, strategy, epoch, records, step_losses)
+        write_manifest(folder, Manifest(epoch, cfg.seed, job_id, states, digest, fixed_config(cfg)))
+
+    return after_epoch
+
+
+def resume(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: str) -> tuple[list[EpochRecord], list[float]]:
+    """Load the last committed checkpoint into the primary and every party; returns the finished
+    epochs' records and step losses for :func:`strategies.vfl.protocol.fit`."""
+    manifest = read_manifest(folder)
+    check_resume(manifest, fixed_config(cfg), job_id)
+    done = load_primary(folder, strategy, manifest)
+    if channel is not None:
+        check_parties(manifest, channel.restore(str(folder), manifest.epoch))
+    return done

@@ -1,0 +1,75 @@
+"""ClientApp side of FedSim (``mode = "vfl"``): a secondary's handlers, one per protocol step,
+registered in app/client_app.py as ``query.hello``, ``train.step``, ``query.finish``,
+``query.restore`` and ``query.ping``. The party lives in ``context.state`` between messages
+(app/vfl/secondary.py)."""
+
+from __future__ import annotations
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+from app import messages, node
+from app.config import RunConfig
+from app.node import node_run_config
+from app.vfl.parties import simulation_party
+from app.vfl.secondary import MisalignedStep, SecondaryParty
+
+
+def party_name(cfg: RunConfig, context: Context) -> str:
+    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th secondary."""
+    if "party" in context.node_config:
+        return str(context.node_config["party"])
+    return simulation_party(cfg, int(context.node_config["partition-id"]))
+
+
+def hello(msg: Message, context: Context) -> Message:
+    """The primary names its linkage job; the party reads its own copy of it (app/node.py)."""
+    cfg = node_run_config(context)
+    name = party_name(cfg, context)
+    job_id = messages.read_named(msg.content, "hello", "query.hello", names=("job_id",))["job_id"]
+    folder = node.linkage_dir(cfg, context, job_id)
+    party = SecondaryParty(cfg, name, str(folder), str(context.node_config.get("cache-dir", "")))
+    if party.job_id != job_id:
+        raise MisalignedStep(f"party {name!r} holds linkage job {party.job_id!r} (in {folder}), but the primary's "
+                             f"run uses {job_id!r}; fetch that job's result into this party's linkage folder")
+    party.persist(context)
+    reply = ConfigRecord({"party": name, "rows": int(party.x.shape[0])})
+    return Message(RecordDict({"hello": reply}), reply_to=msg)
+
+
+def step(msg: Message, context: Context) -> Message:
+    cfg = node_run_config(context)
+    party = SecondaryParty.restore(cfg, context)
+    blocks, tokens, meta = messages.read_step(msg.content)
+    save = messages.read_save(msg.content)
+    party.check(meta, blocks, tokens)
+    party.apply(blocks)
+    state = None
+    if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
+        run, epoch = save
+        digest = party.save_checkpoint(node.checkpoint_dir(cfg, context, run, party.party), epoch)
+        state = {"digest": digest, "applied": party.applied, "epoch": epoch}
+    emb = party.embed(tokens)
+    party.persist(context)
+    return Message(messages.embeddings_content(emb, state), reply_to=msg)
+
+
+def finish(msg: Message, context: Context) -> Message:
+    """The final model into the party's own folder for the run (app/node.py:model_dir)."""
+    cfg = node_run_config(context)
+    run = messages.read_named(msg.content, "finish", "query.finish", names=("run",))["run"]
+    party = SecondaryParty.restore(cfg, context)
+    party.save(node.model_dir(cfg, context, run, party.party))
+    return Message(RecordDict(), reply_to=msg)
+
+
+def restore(msg: Message, context: Context) -> Message:
+    cfg = node_run_config(context)
+    rec = messages.read_named(msg.content, "state", "query.restore", names=("run",), ints=("epoch",))
+    party = SecondaryParty.restore(cfg, context)
+    digest = party.load_checkpoint(node.checkpoint_dir(cfg, context, rec["run"], party.party), rec["epoch"])
+    party.persist(context)
+    return Message(RecordDict({"state": ConfigRecord({"digest": digest, "applied": party.applied})}), reply_to=msg)
+
+
+def ping(msg: Message, context: Context) -> Message:
+    return Message(RecordDict(), reply_to=msg)

@@ -1,0 +1,141 @@
+"""One-process runs built from a RunConfig exactly as the Flower apps build them:
+the federated protocol with in-process secondaries, and the one-process twin.
+Used by the equivalence tests and the benchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from app import run_status
+from app.config import RunConfig
+from app.data import load_data
+from app.vfl.parties import (
+    build_primary_model,
+    build_secondary_model,
+    build_strategy,
+    head_for,
+    linkage_job,
+    train_plan,
+)
+from app.vfl.secondary import SecondaryParty, with_imputed_row
+from linkage.contracts import LinkageError
+from linkage.store import load_secondary
+from strategies.optim import party_seed
+from strategies.vfl.channel import LocalChannel
+from strategies.vfl.gates import seed_dropout
+from strategies.vfl.protocol import fit
+from strategies.vfl.twin import train_twin
+
+
+@dataclass
+class OneProcessRun:
+    losses: np.ndarray  # (steps,)
+    primary: dict[str, torch.Tensor]  # final state dicts
+    secondaries: dict[str, dict[str, torch.Tensor]]
+    train_seconds: float  # training steps only, no evaluation
+
+
+def _setup(cfg: RunConfig, steps_per_exchange: int | None):
+    if steps_per_exchange:
+        cfg = dataclasses.replace(cfg, steps_per_exchange=steps_per_exchange)
+    settings = cfg.resolve()
+    ds = load_data(cfg)
+    linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
+    return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
+
+
+def _local_parties(cfg: RunConfig, ds, job, linkage) -> dict[str, SecondaryParty]:
+    """The secondaries as in-process objects (none for Solo, which has no linkage job), each
+    holding the primary's linkage job (as a deployed party checks in its hello handler)."""
+    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if job is not None else {}
+    for p, s in parties.items():
+        if s.job_id != linkage.job_id:
+            raise LinkageError(f"party {p!r}: the primary's linkage is job {linkage.job_id!r}, but this party's "
+                               f"file in {job} is from job {s.job_id!r}; fetch that job's secondary-{p}.npz")
+    return parties
+
+
+def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
+    """The federated protocol with in-process secondaries (LocalChannel)."""
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
+    strategy = build_strategy(ds, linkage, cfg, settings)
+    parties = _local_parties(cfg, ds, job, linkage)
+    records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val, ds.split.test, plan,
+                          lambda rec: None, lambda *a: None)
+    return OneProcessRun(np.asarray(losses), strategy.model.state_dict(),
+                         {p: s.model.state_dict() for p, s in parties.items()}, sum(r.seconds for r in records))
+
+
+def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
+    """The one-process twin from the same config: same data, linkage, seeds and schedule."""
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
+    device, dtype = cfg.torch_device(), cfg.torch_dtype()
+    model = build_primary_model(ds, cfg, settings)
+    seed_dropout(model, party_seed(cfg.seed, "dropout"), device)
+    secondaries = {p: build_secondary_model(t.n_features, p, cfg, settings) for p, t in ds.secondaries.items()}
+    row_of_token = {p: load_secondary(job, p).row_of_token for p in secondaries}
+    t0 = time.perf_counter()
+    losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
+                        {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
+                        row_of_token,
+                        ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
+    seconds = time.perf_counter() - t0
+    return OneProcessRun(np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()},
+                         seconds)
+
+
+def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double().cpu() - b[k].double().cpu()).abs().max()) for k in a)
+
+
+def run_experiment(cfg: RunConfig, out: "Path") -> dict:
+    """A whole run in one process (secondaries behind a LocalChannel, the protocol proven equal
+    to `flwr run` by the twin oracles): every epoch evaluated, best-validation epoch reported.
+    Writes metrics.jsonl, summary.json, primary_model.pt and status.json (app/run_status.py)
+    into `out` like the ServerApp."""
+    from pathlib import Path
+
+    if cfg.resume:
+        from app.config import ConfigError
+
+        raise ConfigError("run_experiment (the sweeps' in-process engine) does not resume from checkpoints: "
+                          "a sweep resumes at run granularity; use `flwr run` with resume=true")
+    if cfg.mode == "entity-aug":  # Entity Augmentation: its own host loop, guests in process
+        from app.entity_aug.inprocess import run_ea_in_process
+
+        return run_ea_in_process(cfg, Path(out))
+    with run_status.tracked(Path(out), "inprocess"):  # <out>/status.json: running, then finished or failed
+        return _experiment(cfg, Path(out))
+
+
+def _experiment(cfg: RunConfig, out: "Path") -> dict:
+    import json
+
+    from strategies.records import best_epoch
+
+    t0 = time.perf_counter()
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
+    strategy = build_strategy(ds, linkage, cfg, settings)
+    parties = _local_parties(cfg, ds, job, linkage)
+    with (out / "metrics.jsonl").open("w") as f:
+        def record(rec) -> None:  # one line per epoch, flushed: a running sweep shows its progress
+            f.write(json.dumps(dataclasses.asdict(rec)) + "\n")
+            f.flush()
+
+        records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
+                              ds.split.test, plan, record, lambda *a: None)
+    torch.save(strategy.model.state_dict(), out / "primary_model.pt")
+    best = best_epoch(records, strategy.head)
+    summary = {"dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k, "tau": cfg.tau,
+               "engine": "inprocess", "device": str(strategy.device), "best_epoch": best.epoch, "val": best.val,
+               "test": best.test,
+               "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0,
+               "preprocessing": ds.preprocessing}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,235 @@
+"""Building each party's pieces from a run config: data, linkage view, models.
+
+Shared by the ServerApp, the ClientApp, the one-process twin and the benchmarks so that
+all of them start from identical data, linkage and initial weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+from torch import nn
+
+from app.config import RunConfig, Settings, plain_run_name
+from app.data import load_data
+from datasets import VFLDataset
+from linkage.binding import bind_result, check_binding, upload_record, write_record
+from linkage.contracts import LinkageError, LinkageResult, PrimaryLinkage
+from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
+from linkage.pipeline import (
+    chain_tag,
+    job_id_of,
+    link,
+    link_chain,
+    link_exact,
+    link_known,
+)
+from linkage.store import load_primary, save_job, write_atomic
+from strategies.heads import TaskHead
+from strategies.optim import build_seeded, party_seed
+from strategies.vfl.fedsim import FedSimStrategy
+from strategies.vfl.gates import seed_dropout
+from strategies.vfl.model import SimilarityModel, local_model
+from strategies.vfl.protocol import TrainPlan
+
+
+def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
+    """What the linkage service computes from both parties' identifiers, linked here on its behalf.
+
+    Its randomness comes from the in-process service's own per-job secret (:func:`service_secret`),
+    never from the run's seed, which the primary chooses."""
+    with threadpool_limits(limits=1, user_api="blas"):  # see _load
+        if cfg.method == "combine":
+            if not ds.true_match or any((r < 0).any() for r in ds.true_match.values()):
+                raise ValueError(f"method 'combine' needs the true alignment of every record, which dataset "
+                                 f"{ds.name!r} does not have (synthetic sets only)")
+            sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
+            job = f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}"
+            return link_known(ds.true_match, sizes, secret=service_secret(cfg, job), job_id=job)
+        metric = metric_of(ds)
+        primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
+        if cfg.encoding == "bloom":
+            primary, ids = encode_parties(primary, ids, metric, cfg.seed, settings.k)
+            metric = "hamming"
+        train = ds.split.train
+        if cfg.method == "exact":
+            job = job_id_of(primary, ids, 1, 1.0, f"{metric}-exact", 0, train)
+            return link_exact(primary, ids, secret=service_secret(cfg, job), train_rows=train, metric=metric, job_id=job)
+        if cfg.layout == "chain":
+            job = job_id_of(primary, ids, settings.k, cfg.tau, chain_tag(metric, min(ids)), 0, train)
+            return link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job),
+                              train_rows=train, metric=metric, job_id=job)
+        job = job_id_of(primary, ids, settings.k, cfg.tau, metric, 0, train)
+        return link(primary, ids, k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job), train_rows=train,
+                    metric=metric, job_id=job)
+
+
+def service_secret(cfg: RunConfig, job_id: str) -> bytes:
+    """The in-process linkage service's secret for one job: drawn from the OS's CSPRNG the first
+    time the job is linked, kept 0600 under ``<out-dir>/linkage-service/`` (apart from the
+    parties' results) so that the same job links identically again, and never put in a message.
+    The operator may fix it with $FEDSIM_LINKAGE_OPERATOR_SEED; the run config cannot."""
+    if not plain_run_name(job_id):
+        raise LinkageError(f"linkage job id {job_id!r} is not one plain name")
+    seed = operator_seed_from_env()
+    if seed is not None:
+        return operator_secret(seed, job_id)  # job_id: the job's content id, as the service derives it
+    return secret_for(cfg.out_path() / "linkage-service" / f"{job_id}.key")
+
+
+def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int,
+                   k: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Run config encoding="bloom": what each party does locally before uploading (README
+    "Privacy-preserving linkage"): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
+    interval filters; the service then links by Hamming distance. In one simulation process the
+    parties' shared secret is derived from the seed; FEDERAL's bounds are the box holding every
+    party's values and its t comes from the first secondary's values (encode.federal_key)."""
+    from linkage.encode import encode_with_key, federal_key
+
+    key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
+    if metric != "edit":
+        values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]  # each (n_p, d)
+        if len(values[1]) <= k:
+            raise LinkageError(f"encoding='bloom': secondary {next(iter(secondaries))!r} has {len(values[1])} "
+                               f"records, K = {k} needs more")
+        lo = np.min([v.min(axis=0) for v in values], axis=0)  # (d,) the box holding every party's values
+        hi = np.max([v.max(axis=0) for v in values], axis=0)
+        key["federal"] = federal_key(values[1], k=k, lo=lo, hi=hi)
+    return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}
+
+
+def metric_of(ds: VFLDataset) -> str:
+    """Numbers are linked by Euclidean distance, strings by edit distance."""
+    return "edit" if ds.primary.id_kind == "string" else "euclidean"
+
+
+def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
+    """The primary's view of the linkage job and the folder the secondaries read theirs from.
+
+    With ``linkage-dir`` set: the files fetched from the linkage service, bound to this run (the
+    job the primary uploaded to, linked from this run's primary identifiers: linkage.binding)
+    and checked against it. Otherwise the linkage runs here in the ServerApp's process on behalf of
+    the service (nothing is uploaded: the digests are of the raw identifiers); only the primary's
+    file is read back, and each secondary reads its own token -> row map."""
+    if cfg.linkage_dir:
+        folder = Path(cfg.linkage_dir).resolve()
+        fetched = load_primary(folder)
+        check_binding(fetched, folder, ds.primary.identifiers)
+        linkage = check_linkage(fetched, ds, settings, cfg.layout)
+    else:
+        result = bind_result(run_linkage(ds, cfg, settings), ds.primary.identifiers)
+        from app.node import (
+            simulated_linkage_dir,  # where a simulated secondary looks for it
+        )
+
+        folder = simulated_linkage_dir(cfg, result.primary.job_id)
+        save_job(result, folder)
+        write_record(folder, upload_record(result.primary.job_id, "primary", ds.primary.identifiers))
+        linkage = load_primary(folder)
+    return (linkage if settings.model.sort_gate else unsorted(linkage, cfg.seed)), folder
+
+
+def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:
+    """The K neighbours of each record in a seeded random order (the service hands them out
+    sorted): without the sort gate the model sees them as the reference's did, unordered."""
+    rng = np.random.default_rng([seed, 11])
+    links, shared = {}, None
+    for p, link in sorted(linkage.links.items()):
+        order = np.argsort(rng.random(link.tokens.shape), axis=1)  # (m, K) a permutation per row
+        if linkage.shared_sims:  # a chain's parties keep their k-th neighbours together
+            order = shared = order if shared is None else shared
+        links[p] = dataclasses.replace(link, tokens=np.take_along_axis(link.tokens, order, 1),
+                                       sims=np.take_along_axis(link.sims, order, 1))
+    return dataclasses.replace(linkage, links=links)
+
+
+def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings,
+                  layout: str = "independent") -> PrimaryLinkage:
+    """Refuse a fetched linkage that does not fit this run (other K, rows or parties)."""
+    if linkage.k != settings.k:
+        raise LinkageError(f"linkage job {linkage.job_id} has K={linkage.k} but this run uses k={settings.k}; "
+                           "set run-config k to match")
+    if len(linkage.links) > 1 and linkage.layout != layout:
+        raise LinkageError(f"linkage job {linkage.job_id} is a {linkage.layout!r} linkage of {len(linkage.links)} "
+                           f"parties but this run uses layout={layout!r}; set run-config layout to match")
+    if sorted(linkage.links) != sorted(ds.secondaries):
+        raise LinkageError(f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
+                           f"the dataset has secondaries {sorted(ds.secondaries)}")
+    for party, link in linkage.links.items():
+        if len(link.tokens) != ds.primary.n_rows:
+            raise LinkageError(f"linkage job {linkage.job_id} covers {len(link.tokens)} primary records, "
+                               f"the primary has {ds.primary.n_rows}")
+    return linkage
+
+
+def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
+    return TrainPlan(settings.epochs, settings.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps,
+                     cfg.eval_chunk)
+
+
+def head_for(ds: VFLDataset) -> TaskHead:
+    return TaskHead.fit(ds.task, ds.labels[ds.split.train], ds.n_classes)
+
+
+def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> SimilarityModel:
+    head = head_for(ds)
+    parties = {} if cfg.method == "solo" else {p: settings.model.cut_dim for p in ds.secondaries}
+    shared = cfg.layout == "chain"
+    return build_seeded(party_seed(cfg.seed, "primary"), lambda: SimilarityModel(
+        ds.primary.n_features, parties, settings.k, head.d_out, settings.model, head.squash_pairs, shared))
+
+
+def build_secondary_model(d_in: int, party: str, cfg: RunConfig, settings: Settings) -> nn.Module:
+    return build_seeded(party_seed(cfg.seed, party), lambda: local_model(d_in, settings.model))
+
+
+def build_strategy(ds: VFLDataset, linkage: PrimaryLinkage | None, cfg: RunConfig,
+                   settings: Settings) -> FedSimStrategy:
+    device = cfg.torch_device()
+    model = build_primary_model(ds, cfg, settings)
+    strategy = FedSimStrategy(model, head_for(ds), linkage, ds.primary.features, ds.labels,
+                              settings.lr, settings.weight_decay, device, cfg.torch_dtype())
+    seed_dropout(strategy.model, party_seed(cfg.seed, "dropout"), device)
+    return strategy
+
+
+def secondary_features(cfg: RunConfig, party: str, cache_dir: str = "") -> np.ndarray:
+    """A secondary's feature matrix. A deployed SuperNode runs every message in a fresh process;
+    with a ``cache_dir`` (node config "cache-dir") it parses its CSVs once and later messages
+    memory-map the saved matrix."""
+    path = None
+    if cache_dir:
+        key = hashlib.sha256(json.dumps([cfg.dataset, cfg.data_dir, cfg.n_rows, cfg.seed, cfg.sigma_cf, party])
+                             .encode()).hexdigest()[:16]
+        path = Path(cache_dir) / f"features-{party}-{key}.npy"
+        if path.exists():
+            return np.load(path, mmap_mode="r")
+    if cfg.dataset == "csv":  # a party's own CSV only: a deployed SuperNode needs no other file
+        from datasets.csv_parties import load_secondary_party
+
+        features = load_secondary_party(Path(cfg.data_dir), party).features
+    else:
+        ds = load_data(cfg)
+        if party not in ds.secondaries:
+            raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {sorted(ds.secondaries)}")
+        features = ds.secondaries[party].features
+    if path is not None:
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(features))
+        write_atomic(path, buf.getvalue())
+    return features
+
+
+def simulation_party(cfg: RunConfig, partition_id: int) -> str:
+    """In simulation, virtual node i plays the i-th secondary party (sorted by name)."""
+    parties = sorted(load_data(cfg).secondaries)
+    if not 0 <= partition_id < len(parties):
+        raise ValueError(f"partition-id {partition_id} but dataset {cfg.dataset!r} has secondaries {parties}")
+    return parties[partition_id]
+

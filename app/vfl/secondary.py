@@ -1,0 +1,155 @@
+"""A secondary party: its local model and optimiser, kept in ``context.state`` between
+messages, answering embedding requests and applying gradient blocks in order."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context
+
+from app.config import RunConfig
+from app.messages import StepMeta, require_finite, step_digest
+from app.party_state import load_optimizer_state, optimizer_state_records
+from app.vfl.checkpoint import save_state
+from app.vfl.parties import build_secondary_model, secondary_features
+from linkage.store import load_secondary
+from strategies.optim import make_optimizer
+from strategies.vfl.fedsim import GradBlock
+
+
+@functools.lru_cache(maxsize=8)
+def _row_map(job_dir: str, party: str) -> tuple[str, np.ndarray]:
+    s = load_secondary(Path(job_dir), party)
+    return s.job_id, s.row_of_token
+
+
+class MisalignedStep(RuntimeError):
+    """A step message that does not fit this party's linkage job or training position."""
+
+
+def with_imputed_row(features: np.ndarray, row_of_token: np.ndarray, party: str) -> np.ndarray:
+    """The party's rows. A linkage that maps tokens to row n of an n-row party (Exact: records
+    without an exact match) gets that extra row as the party's mean features. A chain's map has
+    the anchor's length and may point at any of the party's rows."""
+    top = int(row_of_token.max()) if len(row_of_token) else -1
+    if top == len(features):
+        return np.vstack([features, features.mean(0, keepdims=True)])
+    if top > len(features):
+        raise ValueError(f"party {party!r}: linkage job maps tokens to row {top} but the party has "
+                         f"{len(features)} rows")
+    return features
+
+
+class SecondaryParty:
+    def __init__(self, cfg: RunConfig, party: str, job_dir: str, cache_dir: str = "") -> None:
+        settings = cfg.resolve()
+        self.party, self.job_dir, self.cache_dir = party, job_dir, cache_dir
+        self.device, self.dtype = cfg.torch_device(), cfg.torch_dtype()
+        self.job_id, self.row_of_token = _row_map(job_dir, party)
+        self.applied = 0  # gradient blocks applied so far (the step cursor)
+        features = with_imputed_row(np.array(secondary_features(cfg, party, cache_dir)), self.row_of_token, party)
+        self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
+        self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
+        self.cut_dim = settings.model.cut_dim  # c: the width of its embeddings and of their gradients
+        self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
+
+    # ------------------------------------------------------------------ protocol steps
+
+    def rows(self, tokens: np.ndarray) -> torch.Tensor:
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= len(self.row_of_token)):
+            raise ValueError(f"party {self.party!r}: token out of range [0, {len(self.row_of_token)})")
+        return torch.as_tensor(self.row_of_token[tokens], device=self.device)
+
+    @torch.no_grad()
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        """(U,) tokens -> (U, c) embeddings from the current weights."""
+        return self.model(self.x[self.rows(tokens)]).cpu().numpy()
+
+    def apply(self, blocks: list[GradBlock]) -> None:
+        """Backpropagate each block's gradient through a fresh forward pass, one step each.
+        Every block is checked first (finite in this party's dtype, tokens in range, one (U, c)
+        row per token): a refused message changes no weight."""
+        grads = [torch.as_tensor(b.grad, device=self.device, dtype=self.dtype) for b in blocks]  # each (U, c)
+        for j, (block, grad) in enumerate(zip(blocks, grads)):
+            require_finite(grad, self.party, f"gradient block {j} (as {self.dtype})", "train.step")
+            self.rows(block.tokens)
+            want = (len(block.tokens), self.cut_dim)
+            if tuple(grad.shape) != want:
+                raise ValueError(f"party {self.party!r}: gradient block {j} in train.step has shape "
+                                 f"{tuple(grad.shape)}, expected {want} (one row per token, cut size {self.cut_dim})")
+        for block, grad in zip(blocks, grads):
+            out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
+            self.optimizer.zero_grad(set_to_none=True)
+            out.backward(grad)
+            self.optimizer.step()
+            self.applied += 1
+
+    def check(self, meta: StepMeta, blocks: list[GradBlock], tokens: np.ndarray) -> None:
+        """Refuse a step that belongs to another linkage job, another training position, or
+        whose token lists are not the ones the primary hashed: never train on wrong rows."""
+        if meta.job_id != self.job_id:
+            raise MisalignedStep(f"party {self.party!r}: step for linkage job {meta.job_id!r}, but this party "
+                                 f"holds job {self.job_id!r}; refusing to train on misaligned rows")
+        if meta.cursor != self.applied:
+            raise MisalignedStep(f"party {self.party!r}: the primary is at step {meta.cursor} but this party has "
+                                 f"applied {self.applied} gradient blocks (a lost message or a restore from another "
+                                 "checkpoint); refusing to continue")
+        if step_digest(meta.job_id, meta.cursor, blocks, tokens) != meta.digest:
+            raise MisalignedStep(f"party {self.party!r}: the step's token lists do not match their digest "
+                                 f"(cursor {meta.cursor}); refusing to train on misaligned rows")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, folder: Path, epoch: int) -> str:
+        """Model, optimiser and cursor as ``epoch-<e>.pt`` (atomic); returns its SHA-256, which the
+        primary records in its manifest. Files of other epochs than e and e - 1 are removed."""
+        return save_state(folder, "epoch", epoch, {"model": self.model.state_dict(),
+                                                   "optimizer": self.optimizer.state_dict(),
+                                                   "applied": self.applied, "job_id": self.job_id, "epoch": epoch})
+
+    def load_checkpoint(self, folder: Path, epoch: int) -> str:
+        path = Path(folder) / f"epoch-{epoch}.pt"
+        if not path.exists():
+            raise FileNotFoundError(f"party {self.party!r}: no checkpoint for epoch {epoch} at {path}")
+        data = path.read_bytes()
+        state = torch.load(io.BytesIO(data), map_location=self.device, weights_only=True)
+        if state["job_id"] != self.job_id:
+            raise MisalignedStep(f"party {self.party!r}: checkpoint {path} is for linkage job {state['job_id']!r}, "
+                                 f"this party holds {self.job_id!r}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.applied = int(state["applied"])
+        return hashlib.sha256(data).hexdigest()
+
+    def save(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.model.state_dict(), folder / "model.pt")
+        return folder / "model.pt"
+
+    # ------------------------------------------------------------------ context.state
+
+    @classmethod
+    def restore(cls, cfg: RunConfig, context: Context) -> "SecondaryParty":
+        meta = context.state.config_records.get("party")
+        if meta is None:
+            raise RuntimeError("this node has not been introduced: the primary must send query.hello first")
+        party = cls(cfg, str(meta["party"]), str(meta["job_dir"]), str(meta.get("cache_dir", "")))
+        party.applied = int(meta.get("applied", 0))
+        if "model" in context.state.array_records:
+            party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
+            load_optimizer_state(party.optimizer, context.state.array_records["optim_arrays"],
+                                 context.state.config_records["optim_scalars"])
+        return party
+
+    def persist(self, context: Context) -> None:
+        context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir,
+                                                              "cache_dir": self.cache_dir, "applied": self.applied})
+        context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
+        arrays, scalars = optimizer_state_records(self.optimizer)
+        context.state.array_records["optim_arrays"] = arrays  # keys are unique across record types
+        context.state.config_records["optim_scalars"] = scalars

@@ -1,0 +1,3 @@
+from deploy.commands import main
+
+main()

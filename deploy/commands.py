@@ -1,0 +1,384 @@
+"""A real local deployment: SuperLink + one SuperNode per secondary party + the linkage service.
+
+    python -m deploy up   DIR --dataset house3            # TLS + SuperNode auth (default)
+    python -m deploy link DIR --k 20                      # every party links through the service
+    python -m deploy run  DIR --run-config 'epochs=2'     # `flwr run . fedsim-deploy` against it
+    python -m deploy down DIR                             # stops exactly what `up` started
+
+Everything listens on 127.0.0.1. ``up`` writes DIR/credentials (a local CA, the servers'
+certificate, one OpenSSH EC key pair per SuperNode; see deploy/certs.py), registers each node's
+public key with the SuperLink (``flwr supernode register``), and starts each SuperNode with its
+own ``--node-config 'party=... data-dir=... linkage-dir=...'``. ``--insecure`` (plain HTTP, no
+node auth) is an explicit opt-in for local experiments. DIR/deploy.json records the processes,
+ports and parties; DIR/logs holds every process's log. docs/deployment.md writes the same steps
+up for separate hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from app import run_status
+from deploy.localsim import QUIET_ENV, REPO, free_port, run_config_arg
+from deploy.processes import Proc, _alive, _wait_port, stop
+
+CONNECTION = "fedsim-deploy"
+PRIMARY = "primary"
+# Steps per exchange of a deployed run unless the run config says otherwise: a deployed
+# exchange costs about 6-8 s (docs/benchmarks.md "Deployment"), so windows are long; chosen
+# from the accuracy-vs-S and epoch-time measurements there.
+DEPLOY_S = 128
+
+
+@dataclass
+class Deployment:
+    folder: str
+    dataset: str
+    data_dir: str
+    secure: bool
+    parties: list[str]  # the secondaries, one SuperNode each
+    superlink: Proc | None = None
+    nodes: dict[str, Proc] = field(default_factory=dict)
+    service: Proc | None = None
+    job: str = ""  # the linkage job of `link`
+    link_params: dict = field(default_factory=dict)  # run-config values the job was linked with
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def root(self) -> Path:
+        return Path(self.folder)
+
+    @property
+    def creds(self) -> Path:
+        return self.root / "credentials"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "flwr-home"
+
+    def party_dir(self, party: str) -> Path:
+        """What a party keeps on its own host: its copy of the linkage result, its feature
+        cache, checkpoints and final models (node config; never a folder a message names)."""
+        return self.root / "parties" / party
+
+    def linkage_dir(self, party: str) -> Path:
+        return self.party_dir(party) / "linkage"
+
+    @property
+    def service_url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.service.port}"
+
+    @property
+    def verify(self) -> str | bool:
+        return str(self.creds / "ca.crt") if self.secure else False
+
+    def env(self) -> dict[str, str]:
+        bin_dir = str(Path(sys.executable).parent)
+        return {**os.environ, **QUIET_ENV, "FLWR_HOME": str(self.home),
+                "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+
+    def save(self) -> None:
+        (self.root / "deploy.json").write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> "Deployment":
+        path = Path(folder) / "deploy.json"
+        if not path.exists():
+            raise SystemExit(f"no deployment at {folder} (no deploy.json); run `python -m deploy up {folder}`")
+        raw = json.loads(path.read_text())
+        raw["superlink"] = Proc(**raw["superlink"]) if raw["superlink"] else None
+        raw["service"] = Proc(**raw["service"]) if raw["service"] else None
+        raw["nodes"] = {p: Proc(**v) for p, v in raw["nodes"].items()}
+        return cls(**raw)
+
+
+# ---------------------------------------------------------------------- processes
+
+
+def _tool(name: str) -> str:
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or name
+
+
+def _spawn(dep: Deployment, name: str, cmd: list[str], port: int) -> Proc:
+    """Start ``cmd`` in its own session (so `down` can end it and all it spawned)."""
+    log = dep.root / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dep.env(), start_new_session=True,
+                                cwd=dep.root)
+    return Proc(proc.pid, port, str(log))
+
+
+# ---------------------------------------------------------------------- steps
+
+
+def write_connection(dep: Deployment) -> None:
+    dep.home.mkdir(parents=True, exist_ok=True)
+    auth = f'root-certificates = "{dep.creds / "ca.crt"}"' if dep.secure else "insecure = true"
+    (dep.home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+        f'address = "127.0.0.1:{dep.superlink.port}"\n{auth}\n')
+
+
+def start_superlink(dep: Deployment, timeout: float) -> None:
+    port = free_port()
+    cmd = [_tool("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
+           "--disable-runtime-dependency-installation"]
+    if dep.secure:
+        c = dep.creds
+        cmd += ["--ssl-ca-certfile", str(c / "ca.crt"), "--ssl-certfile", str(c / "server.crt"),
+                "--ssl-keyfile", str(c / "server.key"), "--enable-supernode-auth"]
+    else:
+        cmd += ["--insecure"]
+    dep.superlink = _spawn(dep, "superlink", cmd, port)
+    dep.save()
+    _wait_port(port, dep.superlink, "the SuperLink", timeout)
+    write_connection(dep)
+
+
+def register_node(dep: Deployment, party: str) -> None:
+    """The SuperLink operator admits a party's SuperNode by its public key."""
+    pub = dep.creds / "nodes" / f"{party}.pub"
+    r = subprocess.run([_tool("flwr"), "supernode", "register", str(pub), CONNECTION, "--name", party],
+                       env=dep.env(), capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(f"registering SuperNode {party!r} failed:\n{r.stdout}\n{r.stderr}")
+
+
+def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
+    """One party's SuperNode, configured by its own node config: party name and every folder it
+    reads or writes (data, linkage result, feature cache, checkpoints, final models)."""
+    port = free_port()
+    own = dep.party_dir(party)
+    node_config = (f'party="{party}" data-dir="{dep.data_dir}" linkage-dir="{dep.linkage_dir(party)}" '
+                   f'cache-dir="{own / "cache"}" checkpoint-dir="{own / "checkpoints"}" model-dir="{own / "models"}"')
+    cmd = [_tool("flower-supernode"), "--superlink", f"127.0.0.1:{dep.superlink.port}", "--host", "127.0.0.1",
+           "--port", str(port), "--node-config", node_config, "--max-retries", "3", "--max-wait-time", "30"]
+    if dep.secure:
+        cmd += ["--root-certificates", str(dep.creds / "ca.crt"),
+                "--auth-supernode-private-key", str(key or dep.creds / "nodes" / party)]
+    else:
+        cmd += ["--insecure"]
+    return _spawn(dep, f"supernode-{party}", cmd, port)
+
+
+def start_service(dep: Deployment, timeout: float) -> None:
+    port = free_port()
+    token = dep.root / "admin.token"
+    if not token.exists():
+        from deploy.certs import write_private
+
+        write_private(token, os.urandom(24).hex().encode())
+    cmd = [sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--data-dir", str(dep.root / "linkage-service"), "--admin-token-file", str(token)]
+    if dep.secure:
+        cmd += ["--certfile", str(dep.creds / "server.crt"), "--keyfile", str(dep.creds / "server.key")]
+    dep.service = _spawn(dep, "linkage-service", cmd, port)
+    dep.save()
+    _wait_port(port, dep.service, "the linkage service", timeout)
+
+
+def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None = None, *, secure: bool = True,
+       timeout: float = 60.0) -> Deployment:
+    from datasets import load_dataset
+    from deploy.certs import make_credentials
+
+    folder = Path(folder).resolve()
+    if (folder / "deploy.json").exists() and any(_alive(p.pid) for p in _procs(Deployment.load(folder))):
+        raise SystemExit(f"a deployment is already running from {folder}; `python -m deploy down {folder}` first")
+    folder.mkdir(parents=True, exist_ok=True)
+    data_dir = data_dir or data_root(dataset)
+    if parties is None:
+        parties = sorted(load_dataset(dataset, data_dir).secondaries)
+    if len(set(parties)) != len(parties):
+        raise SystemExit(f"a party is named twice in {parties}")
+    dep = Deployment(str(folder), dataset, str(Path(data_dir).resolve()) if data_dir else "", secure, list(parties))
+    try:
+        if secure:
+            make_credentials(dep.creds, parties)
+        start_superlink(dep, timeout)
+        for party in parties:
+            if secure:
+                register_node(dep, party)
+            dep.nodes[party] = start_node(dep, party)
+            dep.save()
+            dep.linkage_dir(party).mkdir(parents=True, exist_ok=True)
+        start_service(dep, timeout)
+    except BaseException:
+        stop_all(dep)  # what this call started, from memory (deploy.json may be older or absent)
+        raise
+    return dep
+
+
+def data_root(dataset: str) -> str:
+    """The data folder the dataset loads from here, made explicit for the parties' processes
+    (Flower runs the apps from their own install folder, where relative defaults do not resolve)."""
+    from datasets import load_dataset
+    from datasets.base import DatasetError
+
+    roots = [os.environ.get("FEDSIM_DATA_DIR", ""), REPO / "data", REPO.parent / "shared" / "data"]
+    for root in [Path(r) for r in roots if r]:
+        try:
+            load_dataset(dataset, root)
+            return str(root.resolve())
+        except (DatasetError, FileNotFoundError):
+            continue
+    raise SystemExit(f"dataset {dataset!r} found in none of {roots}; pass --data-dir")
+
+
+def _procs(dep: Deployment) -> list[Proc]:
+    return [p for p in (dep.superlink, *dep.nodes.values(), dep.service) if p is not None]
+
+
+def down(folder: Path) -> int:
+    """Stop what `up` started (each process's whole session); returns how many were running."""
+    return stop_all(Deployment.load(folder))
+
+
+def stop_all(dep: Deployment) -> int:
+    running = [p for p in _procs(dep) if _alive(p.pid)]
+    for p in [*dep.nodes.values(), dep.service, dep.superlink]:  # nodes first: they would retry the link
+        stop(p)
+    return len(running)
+
+
+def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: str = "independent",
+         n_rows: int = 0, timeout: float = 600.0) -> str:
+    """Every party uploads its identifiers to the linkage service (over TLS), the primary starts
+    the job, and each party fetches only its own result into its own folder."""
+    from app.vfl.parties import metric_of
+    from datasets import load_dataset
+    from datasets.registry import DatasetOptions
+    from linkage_server.client import LinkageClient, create_job
+
+    ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=seed, n_rows=n_rows))
+    token = (dep.root / "admin.token").read_text().strip()
+    job = create_job(dep.service_url, token, PRIMARY, dep.parties, verify=dep.verify)
+    for party in dep.parties:
+        with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
+            c.upload(ds.secondaries[party].identifiers)
+    with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
+        c.upload(ds.primary.identifiers)
+        c.upload_train_rows(ds.split.train)
+        c.start(metric_of(ds), k, tau, layout=layout)  # the service draws its own randomness
+        st = c.wait(timeout=timeout)
+        if st["state"] != "done":
+            raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")
+        c.fetch(dep.linkage_dir(PRIMARY))
+    for party in dep.parties:
+        with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
+            c.fetch(dep.linkage_dir(party))
+    dep.job = job["job"]
+    dep.link_params = {"k": k, "tau": tau, "seed": seed, "n-rows": n_rows, "layout": layout}
+    dep.save()
+    return job["job"]
+
+
+def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, object]:
+    """The run config against this deployment: its dataset and data, its linkage job, and the
+    values that job was linked with (another seed would sample other rows of the same count)."""
+    links = run_config.get("method", "fedsim") != "solo" and run_config.get("mode", "vfl") == "vfl"
+    if links and not dep.job:
+        raise SystemExit(f"the deployment at {dep.folder} has no linkage job: each party reads its own copy of the "
+                         f"result, so run `python -m deploy link {dep.folder} --k K` first")
+    clash = {k: (v, run_config[k]) for k, v in dep.link_params.items() if k in run_config and run_config[k] != v}
+    if clash:
+        raise SystemExit(f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
+                         f"re-link with `python -m deploy link` for other values")
+    return {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
+            "steps-per-exchange": DEPLOY_S,
+            **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **dep.link_params, **run_config}
+
+
+def start_run(dep: Deployment, run_config: dict[str, object]) -> subprocess.Popen:
+    """`flwr run <repo> fedsim-deploy --stream` with the deployment's dataset and linkage."""
+    from app.config import RunConfig
+
+    values = run_values(dep, run_config)
+    RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
+    cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
+    return subprocess.Popen(cmd, env=dep.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=dep.root)
+
+
+def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 3600.0) -> subprocess.CompletedProcess:
+    """A run to its end; past ``timeout`` the run itself is stopped on the SuperLink (`flwr stop`),
+    not only this command, so the SuperNodes are free again."""
+    proc = start_run(dep, run_config)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        run_id = re.search(r"Successfully started run (\d+)", out or "")
+        if run_id:
+            subprocess.run([_tool("flwr"), "stop", run_id.group(1), CONNECTION], env=dep.env(), capture_output=True,
+                           timeout=60)
+        err = (err or "") + f"\n[deploy.commands] run stopped after its {timeout} s timeout"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("up", help="start SuperLink, one SuperNode per secondary, and the linkage service")
+    s.add_argument("folder", type=Path)
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--data-dir", default="", help="where the parties' data lives ('' = the loaders' default)")
+    s.add_argument("--parties", default="", help="comma-separated secondaries ('' = all of the dataset's)")
+    s.add_argument("--insecure", action="store_true", help="plain HTTP and no node auth (local experiments only)")
+    s = sub.add_parser("link", help="link every party through the linkage service; each fetches its own result")
+    s.add_argument("folder", type=Path)
+    s.add_argument("--k", type=int, required=True)
+    s.add_argument("--tau", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--n-rows", type=int, default=0, help="as the run's n-rows")
+    s.add_argument("--layout", choices=["independent", "chain"], default="independent")
+    s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
+    s.add_argument("folder", type=Path)
+    s.add_argument("--run-config", default="", help="extra run-config values, 'key=value key2=value2'")
+    s = sub.add_parser("down", help="stop everything `up` started")
+    s.add_argument("folder", type=Path)
+    s = sub.add_parser("status", help="which processes of the deployment are running")
+    s.add_argument("folder", type=Path)
+    args = ap.parse_args()
+
+    if args.command == "up":
+        parties = [p for p in args.parties.split(",") if p] or None
+        dep = up(args.folder, args.dataset, args.data_dir, parties, secure=not args.insecure)
+        print(f"SuperLink 127.0.0.1:{dep.superlink.port} ({'TLS + node auth' if dep.secure else 'INSECURE'}), "
+              f"SuperNodes {sorted(dep.nodes)}, linkage service {dep.service_url}")
+        print(f"next: python -m deploy link {args.folder} --k K ; python -m deploy run {args.folder}")
+    elif args.command == "link":
+        dep = Deployment.load(args.folder)
+        print("linkage job", link(dep, k=args.k, tau=args.tau, seed=args.seed, layout=args.layout, n_rows=args.n_rows))
+    elif args.command == "run":
+        import tomllib
+
+        extra = tomllib.loads(args.run_config.replace(" ", "\n")) if args.run_config else {}
+        extra.setdefault("run-name", time.strftime("run-%Y%m%d-%H%M%S"))  # its folder holds its status.json
+        dep, since = Deployment.load(args.folder), time.time()
+        r = flwr_run(dep, extra)
+        print(r.stdout[-20000:], r.stderr[-5000:])
+        # `flwr run` exits 0 when the ServerApp fails: the run's status decides (exit 1, the reason on stderr)
+        sys.exit(run_status.problem(Path(run_values(dep, extra)["out-dir"]) / str(extra["run-name"]), since))
+    elif args.command == "down":
+        print(f"stopped {down(args.folder)} running process(es) of {args.folder}")
+    else:
+        dep = Deployment.load(args.folder)
+        for p in _procs(dep):
+            print(f"{'running' if _alive(p.pid) else 'stopped'}  pid {p.pid}  port {p.port}  {p.log}")
+
+
+if __name__ == "__main__":
+    main()

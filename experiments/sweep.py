@@ -1,0 +1,378 @@
+"""Run a sweep file's (dataset, variant, seed) runs, resume where it stopped, and tabulate.
+
+    python -m experiments.sweep conf/sweeps/baselines.toml            # the full preset
+    python -m experiments.sweep conf/sweeps/baselines.toml --quick    # its [quick] overrides (minutes)
+    python -m experiments.sweep conf/sweeps/baselines.toml --engine flower   # every run through `flwr run`
+    python -m experiments.sweep conf/sweeps/baselines.toml --jobs 8   # 8 runs at once (a many-core machine)
+
+A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
+`[set.<dataset>]`), optionally its `engine`, and variants (`[variants]`: name -> run-config
+values, e.g. a method or an ablation). Each run writes
+runs/sweeps/<sweep>/<dataset>/<variant>/s<seed>/summary.json; a finished run (its
+status.json, app/run_status.py) is skipped, so an interrupted sweep resumes. At the end it writes
+results.csv (one row per run), results.md (mean ± std over seeds of the test metric at the
+best-validation epoch) and plots (learning curves; the weight gate's similarity -> weight curve).
+Engine "inprocess" runs the federated protocol with in-process secondaries, which the twin
+oracles prove equal to `flwr run` (tests/test_equivalence.py, tests/test_flower_run.py).
+A failed run does not stop the others; the command then exits 1, each failure on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import statistics
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from app.run_status import is_finished
+from experiments.runner import REPO, git_rev, machine, run_flower
+
+ENGINES = ("inprocess", "flower")
+
+
+def load_sweep(path: Path, quick: bool) -> dict:
+    sweep = tomllib.loads(path.read_text())
+    for key in ("datasets", "seeds", "variants"):
+        if key not in sweep:
+            raise SystemExit(f"{path}: missing '{key}'")
+    if quick:
+        q = sweep.get("quick", {})
+        sweep["seeds"] = q.get("seeds", sweep["seeds"])
+        sweep["quick_set"] = q.get("set", {})
+    sweep.setdefault("name", path.stem + ("-quick" if quick else ""))
+    return sweep
+
+
+def applies(sweep: dict, dataset: str, variant: str) -> bool:
+    """A variant may name the datasets it applies to (`only = [...]`, e.g. combine: synthetic sets)."""
+    only = sweep["variants"][variant].get("only")
+    return only is None or dataset in only
+
+
+def run_values(sweep: dict, dataset: str, variant: str, seed: int) -> dict:
+    common = {k: v for k, v in sweep.get("set", {}).items() if not isinstance(v, dict)}
+    per_dataset = sweep.get("set", {}).get(dataset, {})
+    own = {k: v for k, v in sweep["variants"][variant].items() if k != "only"}
+    return {"dataset": dataset, **common, **per_dataset, **own, **sweep.get("quick_set", {}), "seed": seed}
+
+
+def run_one(values: dict, out: Path, engine: str) -> dict:
+    """One run into ``out`` (metrics.jsonl, primary_model.pt, summary.json); the summary also
+    names the machine it ran on, for the tables."""
+    summary = _flower_run(values, out) if engine == "flower" else _inprocess_run(values, out)
+    summary = {**summary, "machine": machine()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _flower_run(values: dict, out: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        summary, run_dir, _ = run_flower(values, Path(tmp), "run")
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "primary_model.pt", "status.json"):
+            (out / name).write_bytes((run_dir / name).read_bytes())
+        return summary
+
+
+def _inprocess_run(values: dict, out: Path) -> dict:
+    from app.config import RunConfig
+    from app.vfl.inprocess import run_experiment
+
+    return run_experiment(RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")}), out)
+
+
+def key_metric(summary: dict) -> tuple[str, bool]:
+    """The metric a table reports, and whether higher is better."""
+    return ("accuracy", True) if "accuracy" in summary["test"] else ("rmse", False)
+
+
+def tabulate(root: Path, sweep: dict) -> list[dict]:
+    rows = []
+    for dataset in sweep["datasets"]:
+        for variant in sweep["variants"]:
+            for seed in sweep["seeds"]:
+                f = root / dataset / variant / f"s{seed}" / "summary.json"
+                if is_finished(f.parent):
+                    s = json.loads(f.read_text())
+                    metric, _ = key_metric(s)
+                    rows.append({"dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
+                                 "test": s["test"][metric], "val": s["val"][metric], "best_epoch": s["best_epoch"],
+                                 "epochs": s["epochs_run"], "seconds": round(s["seconds"] if isinstance(
+                                     s["seconds"], (int, float)) else s["seconds"]["train_and_eval"], 1),
+                                 "machine": s.get("machine", ""), "device": s.get("device", "")})
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["dataset"])
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: float) -> str:
+    lines = [f"### Sweep `{sweep['name']}`", "",
+             f"`{command}` — engine {engine}; tabulated on {machine()}, git {git_rev()}, "
+             f"{time.strftime('%Y-%m-%d')}; this invocation ran for {seconds / 60:.1f} min. "
+             f"Test metric at the best-validation epoch, mean ± std over seeds "
+             f"{sweep['seeds']}.", ""]
+    ran_on = collections.Counter((r["machine"] or "not recorded") + (f" [{r['device']}]" if r["device"] else "")
+                                 for r in rows)
+    if ran_on:
+        note = " (\"not recorded\": runs from before summaries named their machine; docs/results-notes.md " \
+               "says where they ran)" if any(m.startswith("not recorded") for m in ran_on) else ""
+        lines += ["Runs ran on: " + "; ".join(f"{m} ({n} runs)" for m, n in ran_on.most_common()) + note + ".", ""]
+    for dataset in sweep["datasets"]:
+        sub = [r for r in rows if r["dataset"] == dataset]
+        if not sub:
+            continue
+        metric = sub[0]["metric"]
+        lines += [f"**{dataset}** (test {metric})", "", f"| variant | test {metric} | val {metric} | runs | s/run |",
+                  "|---|---|---|---|---|"]
+        for variant in sweep["variants"]:
+            v = [r for r in sub if r["variant"] == variant]
+            if not v:
+                continue
+            t, va = [r["test"] for r in v], [r["val"] for r in v]
+            sd = statistics.stdev(t) if len(t) > 1 else 0.0
+            lines.append(f"| {variant} | {statistics.fmean(t):.4f} ± {sd:.4f} | {statistics.fmean(va):.4f} | "
+                         f"{len(v)} | {statistics.fmean(r['seconds'] for r in v):.0f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plots(root: Path, sweep: dict) -> list[Path]:
+    """Validation learning curves per dataset; the weight gate's curve for FedSim variants."""
+    import torch
+
+    plt = _pyplot()
+    out = []
+    for dataset in sweep["datasets"]:
+        fig, (ax, gx) = plt.subplots(1, 2, figsize=(11, 4))
+        for variant in sweep["variants"]:
+            curves, gates = [], []
+            for seed in sweep["seeds"]:
+                run = root / dataset / variant / f"s{seed}"
+                if not is_finished(run):  # unfinished, failed (or running) runs are not plotted
+                    continue
+                recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+                metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
+                curves.append([r["val"][metric] for r in recs])
+                if not (run / "primary_model.pt").exists():  # e.g. runs copied back from another machine
+                    continue
+                state = torch.load(run / "primary_model.pt", map_location="cpu", weights_only=True)
+                if gate_prefix(state):
+                    gates.append(weight_curve(state))
+            if curves:
+                n = min(map(len, curves))
+                ax.plot(range(n), [statistics.fmean(c[i] for c in curves) for i in range(n)], label=variant)
+                ax.set_ylabel(f"validation {metric}")
+            if gates:
+                s, _ = gates[0]
+                gx.plot(s, [statistics.fmean(g[1][i] for g in gates) for i in range(len(s))], label=variant)
+        ax.set_xlabel("epoch")
+        ax.set_title(f"{dataset}: learning curves (mean over seeds)")
+        ax.legend(fontsize=7)
+        gx.set_xlabel("standardised similarity s")
+        gx.set_ylabel("weight")
+        gx.set_title("weight gate")
+        if gx.lines:
+            gx.legend(fontsize=7)
+        out.append(_save(plt, fig, root / f"{dataset}.png"))
+    return out
+
+
+def param_plot(root: Path, sweep: dict, rows: list[dict]) -> list[Path]:
+    """A sweep with `x = "<run-config key>"` (e.g. k, tau): test metric vs that value, per dataset."""
+    plt = _pyplot()
+    key, out = sweep.get("x"), []
+    if not key:
+        return out
+    for dataset in sweep["datasets"]:
+        pts = []
+        for variant, values in sweep["variants"].items():
+            t = [r["test"] for r in rows if r["dataset"] == dataset and r["variant"] == variant]
+            if t and key in values:
+                pts.append((values[key], statistics.fmean(t), statistics.stdev(t) if len(t) > 1 else 0.0))
+        if not pts:
+            continue
+        pts.sort()
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3)
+        ax.set_xlabel(key)
+        ax.set_ylabel(f"test {rows[0]['metric']}")
+        ax.set_title(f"{dataset}: test {rows[0]['metric']} vs {key}")
+        if key == "tau":
+            ax.set_xscale("log")
+        out.append(_save(plt, fig, root / f"{dataset}-vs-{key}.png"))
+    return out
+
+
+def gate_prefix(state: dict) -> str:
+    """Where the (first) weight gate sits in a saved primary model ("" when it has none);
+    models saved before the per-path refactor kept it at the top level."""
+    for key in ("paths.all.weight_gate.", "weight_gate."):
+        if f"{key}net.0.weight" in state:
+            return key
+    return next((k.removesuffix("net.0.weight") for k in sorted(state) if k.endswith("weight_gate.net.0.weight")), "")
+
+
+def weight_curve(state: dict) -> tuple[list[float], list[float]]:
+    import torch
+
+    from strategies.vfl.gates import WeightGate
+
+    gate, prefix = WeightGate(), gate_prefix(state)
+    gate.load_state_dict({k.removeprefix(prefix): v.float() for k, v in state.items() if k.startswith(prefix)})
+    s = torch.linspace(-3, 3, 61)
+    with torch.no_grad():
+        w = gate(s[None, :])[0]
+    return s.tolist(), w.tolist()
+
+
+def _run_guarded(values: dict, out: Path, engine: str, threads: int) -> dict | str:
+    """One run: its summary, or the error with its traceback as text. In a worker process
+    (``threads`` > 0) torch and the BLAS/OpenMP pools get ``threads`` threads each."""
+    import traceback
+
+    from threadpoolctl import threadpool_limits
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads or None):
+            return run_one(values, out, engine)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}"
+
+
+def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
+    """Yield (name, summary or error text) for each pending run, ``jobs`` at a time. Each worker
+    is a fresh (spawned) process with usable cores // jobs threads, so runs never share state and
+    CUDA initialises per process; results come back as runs finish. A worker that dies (out of
+    memory, a crash) fails its run, not the sweep; leaving early cancels the queued runs."""
+    jobs = min(jobs, len(pending))
+    if jobs <= 1:
+        for name, values, out in pending:
+            yield name, _run_guarded(values, out, engine, 0)
+        return
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, len(os.sched_getaffinity(0)) // jobs)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_run_guarded, values, out, engine, threads): name for name, values, out in pending}
+        for f in as_completed(futures):
+            try:
+                yield futures[f], f.result()
+            except Exception as e:  # BrokenProcessPool: the worker died
+                yield futures[f], f"{type(e).__name__}: {e}"
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class SweepFailed(RuntimeError):
+    """Runs of a sweep failed; the table and plots of the others were written all the same."""
+
+    def __init__(self, md: str, pngs: list[Path], failures: list[str]) -> None:
+        super().__init__(f"{len(failures)} run(s) failed:\n" + "\n".join(failures))
+        self.md, self.pngs, self.failures = md, pngs, failures
+
+
+def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: Path | None = None,
+              log=print, existing_only: bool = False, jobs: int = 1) -> tuple[str, list[Path]]:
+    """Run (or resume) a sweep; returns its markdown table and plot files (SweepFailed, which
+    carries them, when a run failed). With
+    ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
+    ``jobs`` > 1 runs that many runs at once, each in its own process."""
+    sweep = load_sweep(path, quick)
+    engine = engine or sweep.get("engine", "inprocess")  # a sweep file may name its engine
+    if engine not in ENGINES:
+        raise SystemExit(f"{path}: engine must be one of {ENGINES}, got {engine!r}")
+    root = (root or REPO / "runs" / "sweeps") / sweep["name"]
+    t0 = time.perf_counter()
+    failures: list[str] = []
+    missing: list[str] = []
+    pending: list[tuple[str, dict, Path]] = []
+    for dataset in sweep["datasets"]:
+        for variant in sweep["variants"]:
+            for seed in sweep["seeds"]:
+                out = root / dataset / variant / f"s{seed}"
+                if is_finished(out) or not applies(sweep, dataset, variant):
+                    continue
+                if existing_only:
+                    missing.append(f"{dataset} {variant} seed {seed}")
+                    continue
+                pending.append((f"{dataset} {variant} seed {seed}", run_values(sweep, dataset, variant, seed), out))
+    for name, result in run_pending(pending, engine, jobs):
+        if isinstance(result, str):  # one bad run does not stop the sweep; it is reported and not tabulated
+            failures.append(f"{name}: {result}")
+            log(f"FAILED {failures[-1]}")
+            continue
+        metric, _ = key_metric(result)
+        log(f"{name}: test {metric} {result['test'][metric]:.4f} (best epoch {result['best_epoch']})")
+    rows = tabulate(root, sweep)
+    shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
+    command = f"python -m experiments.sweep {shown}" + (" --quick" if quick else "") + (
+        f" --engine {engine}" if engine != sweep.get("engine", "inprocess") else "")  # as the user must type it
+    md = markdown(rows, sweep, command, engine, time.perf_counter() - t0)
+    if failures:
+        md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
+    if missing:
+        md += f"\n**Not run yet** ({len(missing)} of the preset's runs; the table shows the finished ones): " + \
+            ", ".join(missing) + "\n"
+    (root / "results.md").write_text(md)
+    pngs = plots(root, sweep) + param_plot(root, sweep, rows)
+    if failures:
+        raise SweepFailed(md, pngs, failures)
+    return md, pngs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", type=Path)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--engine", choices=ENGINES, default=None, help="default: the sweep file's `engine`, else inprocess")
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
+    args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    failed = None
+    try:
+        md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root,
+                             log=lambda m: print(m, flush=True), jobs=args.jobs)
+    except SweepFailed as e:
+        md, pngs, failed = e.md, e.pngs, e
+    print(md + "".join(f"\n![{p.stem}]({p})\n" for p in pngs))
+    if failed:
+        print(failed, file=sys.stderr)  # every failed run and its error
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The linkage library's contract: what a job takes (metrics), what it releases to each party
+(:class:`PrimaryLinkage`, :class:`SecondaryLinkage`), and its error. Every other package that
+consumes a linkage (strategies/, app/, the service) imports these types from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class LinkageError(ValueError):
+    """Bad linkage input or parameters; the message names the problem."""
+
+
+METRICS = ("euclidean", "edit", "hamming")
+
+
+@dataclass(frozen=True)
+class PartyLink:
+    """What the primary holds about one secondary party.
+
+    tokens: (m, K) int64 opaque ids of that party's records (not row numbers).
+    sims:   (m, K) float32 standardised (and possibly noised) similarities, descending per row.
+    """
+
+    tokens: np.ndarray
+    sims: np.ndarray
+    sigma: float
+    sim_mean: float
+    sim_std: float
+    dp_sigma: float = float("nan")  # Theorem 1's (eps=1)-DP noise scale for the same job, for reference
+
+
+@dataclass(frozen=True)
+class PrimaryLinkage:
+    """What the primary party receives: per record and per secondary K (token, similarity) pairs."""
+
+    job_id: str
+    k: int
+    tau: float
+    links: dict[str, PartyLink]
+    metric: str = "euclidean"
+    # "independent": each secondary linked to the primary on its own (its own tokens and sims);
+    # "chain": paper App. C, the secondaries linked one-to-one among themselves and the primary
+    # linked top-K to that chain, so every party's k-th neighbour shares one similarity.
+    layout: str = "independent"
+    # SHA-256 of the primary identifiers the job linked (linkage.binding.identifier_digest):
+    # a run binds a fetched linkage to its own identifiers by it; "" = not recorded
+    ids_sha256: str = ""
+
+    @property
+    def shared_sims(self) -> bool:
+        """One similarity per (record, neighbour) for all parties: one party, or a chain."""
+        return len(self.links) == 1 or self.layout == "chain"
+
+    @property
+    def tokens(self) -> dict[str, np.ndarray]:
+        return {p: link.tokens for p, link in self.links.items()}
+
+    def _only(self) -> PartyLink:
+        if not self.shared_sims:
+            raise LinkageError(
+                f"this linkage has {len(self.links)} independently linked secondaries {sorted(self.links)}; "
+                "ask for one party's similarities with .links[party]")
+        return self.links[min(self.links)]
+
+    @property
+    def sims(self) -> np.ndarray:
+        return self._only().sims
+
+    @property
+    def sigma(self) -> float:
+        return self._only().sigma
+
+    @property
+    def sim_mean(self) -> float:
+        return self._only().sim_mean
+
+    @property
+    def sim_std(self) -> float:
+        return self._only().sim_std
+
+
+@dataclass(frozen=True)
+class SecondaryLinkage:
+    """What a secondary party receives: row_of_token[token] = its own row number."""
+
+    job_id: str
+    party: str
+    row_of_token: np.ndarray
+
+
+@dataclass(frozen=True)
+class LinkageResult:
+    primary: PrimaryLinkage
+    secondaries: dict[str, SecondaryLinkage] = field(default_factory=dict)

@@ -1,0 +1,323 @@
+"""The linkage pipeline: validate -> top-K -> similarity -> standardise -> noise -> select -> tokens.
+
+Array contracts (m primary records, n secondary records, d identifier dims, K neighbours):
+  topk_*(query, base, k)                     -> dist (m, K) float64 ascending, idx (m, K) int64
+      euclidean: query (m, d) float, base (n, d) float
+      edit:      query (m,) str,     base (n,) str        (linkage.strings)
+      hamming:   query (m, B) uint8, base (n, B) uint8     (packed bits; linkage.hamming)
+  similarity(dist (m, K))                    -> raw sim (m, K) = -dist
+  fit_standardizer(sim (m, K), rows)         -> (mean, std) over the given rows' K similarities
+  add_noise(sim (m, K), sigma, rng)          -> sim + N(0, sigma), same shape
+  select_top(sim (m, P), idx (m, P), k)      -> the K largest (noisy) similarities per row, descending
+  make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
+:func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
+:func:`release` turns its output into what the parties receive. :func:`link` = both.
+Every random draw of a job (noise, pool selection order, token permutations) comes from
+:func:`rng_from_secret`: a generator keyed by the job's secret, which only the linkage service
+holds (:mod:`linkage.job_secret`); no party chooses, reads or can derive it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Callable
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from linkage.contracts import (
+    METRICS,
+    LinkageError,
+    LinkageResult,
+    PartyLink,
+    PrimaryLinkage,
+    SecondaryLinkage,
+)
+from linkage.noise import dp_sigma, sigma_from_tau
+
+Progress = Callable[[int, int], None]
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _as_identifiers(ids, metric: str, who: str) -> np.ndarray:
+    """Coerce one party's identifiers to the metric's array type, refusing what does not fit."""
+    arr = np.asarray(ids)
+    if metric == "euclidean":
+        if arr.dtype.kind not in "fiu" or arr.ndim != 2:
+            raise LinkageError(f"{who}: euclidean identifiers must be a 2-D numeric array (rows, dims); "
+                               f"got dtype {arr.dtype} with shape {arr.shape}")
+        arr = arr.astype(np.float64, copy=False)
+        bad = ~np.isfinite(arr).all(axis=1)
+        if bad.any():
+            raise LinkageError(f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf "
+                               f"(first: {np.flatnonzero(bad)[:5].tolist()})")
+    elif metric == "edit":
+        if arr.ndim != 1 or arr.dtype.kind not in "UO":
+            raise LinkageError(f"{who}: edit-distance identifiers must be a 1-D array of strings; "
+                               f"got dtype {arr.dtype} with shape {arr.shape}")
+        bad = np.array([not isinstance(s, str) for s in arr], dtype=bool) if arr.dtype.kind == "O" else None
+        if bad is not None and bad.any():
+            raise LinkageError(f"{who}: {int(bad.sum())} identifier(s) are not strings (missing/NaN?) "
+                               f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
+    elif metric == "hamming":
+        if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] == 0:
+            raise LinkageError(f"{who}: hamming identifiers must be packed bits, a 2-D uint8 array "
+                               f"(rows, bytes); got dtype {arr.dtype} with shape {arr.shape}")
+    else:
+        raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+    return arr
+
+
+def check_identifiers(query, base, k: int, party: str, metric: str = "euclidean") -> tuple[np.ndarray, np.ndarray]:
+    """Validate a (primary, secondary) pair for one metric; return them as the metric's arrays."""
+    query, base = _as_identifiers(query, metric, "primary"), _as_identifiers(base, metric, party)
+    if len(query) == 0:
+        raise LinkageError("the primary party has zero rows to link")
+    if len(base) == 0:
+        raise LinkageError(f"secondary party {party!r} has zero rows to link against")
+    if query.ndim == 2 and query.shape[1] != base.shape[1]:
+        what = "bytes per filter" if metric == "hamming" else "identifier dimensions"
+        raise LinkageError(f"{what} differ: primary has {query.shape[1]}, party {party!r} has {base.shape[1]}")
+    if not 1 <= k <= len(base):
+        raise LinkageError(f"K={k} must be between 1 and the size of party {party!r} ({len(base)} rows)")
+    return query, base
+
+
+# ----------------------------------------------------------------------------- top-K
+
+
+def topk_bruteforce(query: np.ndarray, base: np.ndarray, k: int, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-K by full distance matrices in chunks; the oracle, and the fast path at high d."""
+    shift = np.asarray(base, np.float64).mean(0)  # centre: |q|^2 - 2 q.b + |b|^2 cancels badly far from 0
+    q, b = np.asarray(query, np.float64) - shift, np.asarray(base, np.float64) - shift
+    b_sq = (b * b).sum(1)
+    dist_out = np.empty((len(q), k))
+    idx_out = np.empty((len(q), k), dtype=np.int64)
+    for lo in range(0, len(q), chunk):
+        qc = q[lo : lo + chunk]
+        d2 = (qc * qc).sum(1)[:, None] - 2.0 * qc @ b.T + b_sq[None, :]  # (c, n)
+        np.maximum(d2, 0.0, out=d2)
+        part = np.argpartition(d2, k - 1, axis=1)[:, :k] if k < len(b) else np.tile(np.arange(len(b)), (len(qc), 1))
+        pd2 = np.take_along_axis(d2, part, axis=1)
+        order = np.argsort(pd2, axis=1, kind="stable")
+        idx_out[lo : lo + chunk] = np.take_along_axis(part, order, axis=1)
+        dist_out[lo : lo + chunk] = np.sqrt(np.take_along_axis(pd2, order, axis=1))
+    return dist_out, idx_out
+
+
+def topk_kdtree(query: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-K with scipy's cKDTree on all cores: the fastest exact method measured at d <= 4."""
+    dist, idx = cKDTree(base).query(query, k=k, workers=-1)
+    if k == 1:
+        dist, idx = dist[:, None], idx[:, None]
+    return dist.astype(np.float64), idx.astype(np.int64)
+
+
+def topk_euclidean(query: np.ndarray, base: np.ndarray, k: int, progress: Progress | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact Euclidean top-K: k-d tree at low dimension, chunked matrix products above."""
+    out = topk_kdtree(query, base, k) if query.shape[1] <= 8 else topk_bruteforce(query, base, k)
+    if progress is not None:
+        progress(len(query), len(query))
+    return out
+
+
+def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Dispatch to the metric's exact (euclidean, hamming) or certified-candidate (edit) top-K."""
+    if metric == "euclidean":
+        return topk_euclidean(query, base, k, progress)
+    if metric == "edit":
+        from linkage.strings import topk_edit
+
+        return topk_edit(list(query), list(base), k, progress=progress)
+    if metric == "hamming":
+        from linkage.hamming import topk_hamming
+
+        return topk_hamming(query, base, k, progress=progress)
+    raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+
+
+# ----------------------------------------------------------------------------- similarities
+
+
+def similarity(dist: np.ndarray) -> np.ndarray:
+    return -dist
+
+
+def fit_standardizer(sim: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
+    ref = sim[rows]
+    mean, std = float(ref.mean()), float(ref.std())
+    return mean, (std if std > 0 else 1.0)
+
+
+def add_noise(sim: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    return sim if sigma == 0.0 else sim + rng.normal(0.0, sigma, size=sim.shape)
+
+
+def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the K largest similarities of each row, in descending order (stable on ties)."""
+    if sim.shape[1] == k:
+        order = np.argsort(-sim, axis=1, kind="stable")
+    else:
+        part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+        order = np.take_along_axis(part, np.argsort(-np.take_along_axis(sim, part, 1), axis=1, kind="stable"), 1)
+    return np.take_along_axis(sim, order, 1), np.take_along_axis(idx, order, 1)
+
+
+def rng_from_secret(secret: bytes) -> np.random.Generator:
+    """The job's generator: 256 bits of the service's per-job secret as its entropy."""
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        raise LinkageError("a linkage job needs a secret of at least 16 bytes (linkage.job_secret)")
+    digest = hashlib.sha256(b"fedsim-linkage-release|" + secret).digest()
+    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
+
+
+def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
+    """token_of_row: a secret random permutation, so tokens say nothing about row order."""
+    return rng.permutation(n).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- the job
+
+
+def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str = "euclidean",
+              pool: int = 0, train_rows: np.ndarray | None = None) -> str:
+    """A content hash of the job: the same inputs and parameters give the same id."""
+    h = hashlib.sha256()
+    for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
+        h.update(f"|{arr.shape}|".encode())  # each party's shape: no two splits of the rows collide
+        h.update(_identifier_bytes(arr))
+    if train_rows is not None:
+        h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
+    tail = f"|{pool}" if pool else ""
+    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}".encode())
+    return h.hexdigest()[:16]
+
+
+def chain_tag(metric: str, anchor: str) -> str:
+    """A chain job's metric in its content id: one name for the service and the in-process linker."""
+    return f"{metric}-chain-{anchor}"
+
+
+def _identifier_bytes(arr: np.ndarray) -> bytes:
+    """Numbers as float64 (ids of int and float copies agree), strings length-prefixed (no two
+    lists share bytes), bits as they are."""
+    if arr.dtype.kind in "UO":
+        return b"".join(len(b).to_bytes(8, "little") + b for b in (str(x).encode() for x in arr.ravel()))
+    if arr.dtype == np.uint8:
+        return arr.tobytes()
+    return arr.astype(np.float64).tobytes()
+
+
+def search(query, base, *, metric: str, k: int, party: str, progress: Progress | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one (primary, secondary) pair and find each primary record's K nearest: (dist, idx)."""
+    query, base = check_identifiers(query, base, k, party, metric)
+    return topk(metric, query, base, k, progress)
+
+
+def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
+            secret: bytes, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
+            dp_eps: float = 1.0) -> LinkageResult:
+    """Standardise, noise and select each party's neighbours, and issue opaque tokens.
+
+    neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
+    standardised with the mean/std of the training records' candidates, noised with sigma from
+    tau (Theorem 2), and then the K largest *noisy* similarities are kept (as the reference
+    does; with P == K the selection only re-orders). sizes[party] = that party's row count.
+    secret: the job's secret (the service's only); every draw comes from it.
+    """
+    if not neighbours:
+        raise LinkageError("a linkage job needs at least one secondary party")
+    rng = rng_from_secret(secret)
+    links, secondaries = {}, {}
+    for party in sorted(neighbours):
+        dist, idx = neighbours[party]
+        if dist.shape[1] < k:
+            raise LinkageError(f"party {party!r}: {dist.shape[1]} candidates per record, fewer than K={k}")
+        rows = np.arange(len(dist)) if train_rows is None else np.asarray(train_rows)
+        raw = similarity(dist)
+        mean, std = fit_standardizer(raw, rows)
+        sigma = sigma_from_tau(tau, std)
+        noisy = add_noise((raw - mean) / std, sigma, rng)
+        sims, chosen = select_top(noisy, idx, k)
+        token_of_row = make_tokens(sizes[party], rng)
+        links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), sigma, mean, std,
+                                 dp_sigma(sizes[party], mean, std, dp_eps))
+        secondaries[party] = SecondaryLinkage(job_id, party, np.argsort(token_of_row))
+    return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)
+
+
+def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes, train_rows: np.ndarray | None = None,
+         metric: str = "euclidean", pool: int = 0, job_id: str | None = None) -> LinkageResult:
+    """Link every primary record to its K most similar records of each secondary party.
+
+    pool > K takes the top-`pool` candidates first and keeps the K best after noise.
+    """
+    if not secondary_ids:
+        raise LinkageError("a linkage job needs at least one secondary party")
+    neighbours, sizes = {}, {}
+    for party, base in secondary_ids.items():
+        check_identifiers(primary_ids, base, k, party, metric)
+        p = min(max(pool, k), len(base))
+        neighbours[party] = search(primary_ids, base, metric=metric, k=p, party=party)
+        sizes[party] = len(base)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows)
+    return release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric)
+
+
+def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,
+               train_rows: np.ndarray | None = None, metric: str = "euclidean", pool: int = 0,
+               job_id: str | None = None) -> LinkageResult:
+    """Paper App. C: link every other secondary one-to-one to the ``anchor`` secondary (each
+    anchor row to its most similar row of that party), then the primary top-K to the anchor.
+
+    All parties share the anchor's tokens and similarities; each party's token -> row map
+    points at the row chained to that anchor row. Parties must have the same identifier kind."""
+    if anchor not in secondary_ids:
+        raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {sorted(secondary_ids)}")
+    base = secondary_ids[anchor]
+    check_identifiers(primary_ids, base, k, anchor, metric)
+    neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows)
+    result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,
+                     metric=metric)
+    return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)
+
+
+def chain_to(anchored: LinkageResult, anchor: str, anchor_ids, others: dict, metric: str) -> LinkageResult:
+    """Extend a released primary -> anchor linkage to the other secondaries: each anchor row is
+    linked one-to-one to its most similar row of every other party, which shares its tokens."""
+    link_a, rows_a = anchored.primary.links[anchor], anchored.secondaries[anchor].row_of_token
+    links, secondaries = {anchor: link_a}, {anchor: anchored.secondaries[anchor]}
+    for party, ids in others.items():
+        check_identifiers(anchor_ids, ids, 1, party, metric)
+        _, match = search(anchor_ids, ids, metric=metric, k=1, party=party)  # (n_anchor, 1) one-to-one
+        links[party] = link_a
+        secondaries[party] = SecondaryLinkage(anchored.primary.job_id, party, match[:, 0][rows_a])
+    return LinkageResult(dataclasses.replace(anchored.primary, links=links, layout="chain"), secondaries)
+
+
+def link_exact(primary_ids, secondary_ids: dict, *, secret: bytes, train_rows: np.ndarray | None = None,
+               metric: str = "euclidean", job_id: str | None = None) -> LinkageResult:
+    """The Exact baseline's linkage: each record's neighbour at distance 0, if any.
+
+    A record without an exact match is linked to a virtual row n of the secondary (its token
+    is the n+1-th); the secondary maps it to its mean features (mean imputation).
+    """
+    neighbours, sizes = {}, {}
+    for party, base in secondary_ids.items():
+        dist, idx = search(primary_ids, base, metric=metric, k=1, party=party)
+        idx = np.where(dist > 0, len(base), idx)  # (m, 1)
+        neighbours[party], sizes[party] = (dist, idx), len(base) + 1
+    job = job_id or job_id_of(primary_ids, secondary_ids, 1, 1.0, f"{metric}-exact", 0, train_rows)
+    return release(neighbours, sizes, k=1, tau=1.0, secret=secret, train_rows=train_rows, job_id=job, metric=metric)
+
+
+def link_known(true_row: dict[str, np.ndarray], sizes: dict[str, int], *, secret: bytes, job_id: str) -> LinkageResult:
+    """The Combine baseline's linkage: each record's true row (known for synthetic sets only)."""
+    neighbours = {p: (np.zeros((len(r), 1)), np.asarray(r, dtype=np.int64)[:, None]) for p, r in true_row.items()}
+    return release(neighbours, sizes, k=1, tau=1.0, secret=secret, job_id=job_id)

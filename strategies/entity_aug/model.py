@@ -1,0 +1,288 @@
+"""Entity Augmentation (Nagaswamy et al., 2024, ../shared/papers/entity-augmentation-limited-overlap.txt):
+split learning for classification without private set intersection or entity alignment.
+
+Every party (guest) encodes the next batch of *its own* records, in its own order, and sends
+the activations with the entities' ids. The host, which holds the labels of all entities,
+concatenates the parties' activations and trains on the **interpolated label**: per row, the
+average of the one-hot labels of the entities the parties sent, each weighted by that party's
+share of the host input (its activation width), like CutMix across parties (Algorithm 1).
+It returns each party the gradient of the loss w.r.t. its activations.
+
+Algorithm 1's per-party queue (:class:`GuestQueue`) holds the last activation and ids received
+from each party: a party that does not answer within the timeout is represented by its last
+ones, and the run counts how often (``stale``).
+
+This module holds the labels, models, record orders, the party and host, and the training
+loop; the exchange with the parties (payloads, :class:`GuestLink`, the queue, in-process
+:class:`LocalLink`) lives in ``strategies.entity_aug.exchange`` and is re-exported here.
+Shapes: G parties, B entities per step, c_p activation width of party p, C classes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from strategies.entity_aug.exchange import (
+    Exchanger,
+    GuestLink,
+    GuestQueue,
+    GuestTimeout,
+    LocalLink,
+    PartyLike,
+    StepReply,
+    StepRequest,
+)
+from strategies.heads import TaskHead
+from strategies.records import EpochRecord
+
+__all__ = ["ACTIVATIONS", "VARIANTS", "EAHost", "EAParty", "EAPlan", "EntityAugError", "Exchanger", "GuestLink",
+           "GuestQueue", "GuestTimeout", "Layer", "LocalLink", "PartyLike", "PartyPlan", "StepReply", "StepRequest",
+           "evaluate", "fit_ea", "interpolated_labels", "layers", "out_width", "party_records", "record_stream",
+           "require_classification", "soft_cross_entropy"]
+
+VARIANTS = ("aligned", "augment", "full")
+# aligned: every party iterates the aligned entities only, in one shared order (hard labels);
+# augment: every party iterates the aligned entities and its own share, in its own order;
+# full:    every party iterates all training entities, in one shared order (hard labels).
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"relu": nn.ReLU, "leaky": nn.LeakyReLU}
+Layer = int | str  # a Linear layer's output width, or an activation name (ACTIVATIONS)
+
+
+class EntityAugError(ValueError):
+    """A run entity augmentation cannot do (e.g. a regression task)."""
+
+
+def require_classification(task: str, dataset: str) -> None:
+    if task not in ("binary", "multiclass"):
+        raise EntityAugError(
+            f"entity augmentation is for classification: it averages the one-hot labels of the entities "
+            f"the guests sent, and dataset {dataset!r} has a {task} target; run it with mode 'vfl' instead"
+        )
+
+
+# ---------------------------------------------------------------------------- labels and loss
+
+
+def interpolated_labels(ids: np.ndarray, widths: Sequence[int], labels: np.ndarray, n_classes: int) -> np.ndarray:
+    """(G, B) entity ids sent by G parties, their activation widths (G,) -> (B, C) soft labels:
+    y_b = sum_g (w_g / sum w) onehot(labels[ids[g, b]])."""
+    ids = np.asarray(ids)
+    w = np.asarray(widths, dtype=np.float64)
+    if ids.ndim != 2 or len(w) != len(ids):
+        raise ValueError(f"ids must be (G, B) with one width per party, got ids {ids.shape} and {len(w)} widths")
+    if (w <= 0).any():
+        raise ValueError(f"activation widths must be positive, got {w.tolist()}")
+    onehot = np.eye(n_classes)[labels[ids]]  # (G, B, C)
+    return np.einsum("g,gbc->bc", w / w.sum(), onehot)  # (B, C)
+
+
+def soft_cross_entropy(logits: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy with soft targets (B, C). One logit (binary): BCE on P(class 1)."""
+    if logits.shape[1] == 1:
+        return F.binary_cross_entropy_with_logits(logits[:, 0], soft[:, 1])
+    return -(soft * F.log_softmax(logits, dim=1)).sum(1).mean()
+
+
+# ---------------------------------------------------------------------------- models
+
+
+def layers(d_in: int, spec: Sequence[Layer], d_out: int | None = None) -> nn.Sequential:
+    """The paper's Sec. 5.2 notation: ``(120, 70, "relu")`` = Linear(d_in, 120) -> Linear(120, 70)
+    -> ReLU (no activation between Linears unless written). ``d_out``: a final Linear."""
+    mods: list[nn.Module] = []
+    for layer in spec:
+        if isinstance(layer, str):
+            if layer not in ACTIVATIONS:
+                raise ValueError(f"unknown activation {layer!r}; known: {sorted(ACTIVATIONS)}")
+            mods.append(ACTIVATIONS[layer]())
+        else:
+            mods.append(nn.Linear(d_in, layer))
+            d_in = layer
+    if d_out is not None:
+        mods.append(nn.Linear(d_in, d_out))
+    return nn.Sequential(*mods)
+
+
+def out_width(d_in: int, spec: Sequence[Layer]) -> int:
+    widths = [layer for layer in spec if not isinstance(layer, str)]
+    return widths[-1] if widths else d_in
+
+
+# ---------------------------------------------------------------------------- what each party iterates
+
+
+def party_records(variant: str, parties: Sequence[str], train: np.ndarray, aligned: np.ndarray,
+                  shares: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """The training entities each party iterates in a variant (see VARIANTS)."""
+    if variant not in VARIANTS:
+        raise EntityAugError(f"unknown entity-augmentation variant {variant!r}; known: {VARIANTS}")
+    if variant == "aligned":
+        return {p: aligned for p in parties}
+    if variant == "full":
+        return {p: np.sort(train) for p in parties}
+    return {p: np.sort(np.concatenate([aligned, share])) for p, share in zip(parties, shares, strict=True)}
+
+
+def record_stream(records: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n,) ids: seeded permutations of the party's records, one after another (a party with
+    fewer records than an epoch needs goes through them again, in a fresh order)."""
+    if len(records) == 0:
+        raise EntityAugError("a party has no training records")
+    passes = [rng.permutation(records) for _ in range(math.ceil(n / len(records)))]
+    return np.concatenate(passes)[:n]
+
+
+@dataclass(frozen=True)
+class PartyPlan:
+    """What a party iterates: its records, in the order drawn from ``order_seed`` (one seed
+    shared by every party = aligned batches; a party's own seed = misaligned)."""
+
+    records: np.ndarray
+    order_seed: int
+    batch_size: int
+    steps_per_epoch: int
+
+    def batch(self, stream: np.ndarray, step: int) -> np.ndarray:
+        return stream[step * self.batch_size: (step + 1) * self.batch_size]
+
+    def stream(self, epoch: int) -> np.ndarray:
+        rng = np.random.default_rng([self.order_seed, epoch])
+        return record_stream(self.records, self.steps_per_epoch * self.batch_size, rng)
+
+
+# ---------------------------------------------------------------------------- a party
+
+
+class EAParty:
+    """A party's side (guests; and the host's own feature block, served in process): its
+    local model over its own records. Each step it first applies the host's gradient for its
+    previous activation (fresh forward pass of the same entities, then one optimiser step),
+    then sends the activations of its next batch.
+
+    ``fault_delay``: test hook, seconds to sleep before answering odd training steps."""
+
+    def __init__(self, name: str, features: np.ndarray, plan: PartyPlan, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, device: torch.device, dtype: torch.dtype,
+                 fault_delay: float = 0.0) -> None:
+        self.name, self.plan, self.model, self.optimizer = name, plan, model, optimizer
+        self.device, self.dtype, self.fault_delay = device, dtype, fault_delay
+        self.x = torch.as_tensor(features, device=device, dtype=dtype)  # (n, d_p) by entity id
+        self.pending: np.ndarray | None = None  # ids of the last activation sent
+        self._stream: tuple[int, np.ndarray] | None = None
+
+    def step(self, req: StepRequest) -> StepReply:
+        if self.fault_delay and req.step % 2 == 1:
+            time.sleep(self.fault_delay)
+        if req.grad is not None and self.pending is not None:
+            self.apply(self.pending, req.grad)
+        self.pending = None
+        if req.step < 0:
+            return StepReply(np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=np.float32))
+        if self._stream is None or self._stream[0] != req.epoch:
+            self._stream = (req.epoch, self.plan.stream(req.epoch))
+        ids = self.plan.batch(self._stream[1], req.step)
+        with torch.no_grad():
+            act = self.model(self.x[torch.as_tensor(ids, device=self.device)]).cpu().numpy()  # (B, c)
+        self.pending = ids
+        return StepReply(ids, act)
+
+    def apply(self, ids: np.ndarray, grad: np.ndarray) -> None:
+        out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
+        self.optimizer.zero_grad(set_to_none=True)
+        out.backward(torch.as_tensor(grad, device=self.device, dtype=self.dtype))
+        self.optimizer.step()
+
+    @torch.no_grad()
+    def embed(self, ids: np.ndarray) -> np.ndarray:
+        return self.model(self.x[torch.as_tensor(ids, device=self.device)]).cpu().numpy()  # (n, c)
+
+
+# ---------------------------------------------------------------------------- the host
+
+
+class EAHost:
+    """The label holder: its model over the concatenated activations (parties in a fixed
+    order), the interpolated labels, the loss, and the gradient per party."""
+
+    def __init__(self, parties: Sequence[str], labels: np.ndarray, head: TaskHead, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, device: torch.device, dtype: torch.dtype) -> None:
+        self.parties, self.labels, self.head = list(parties), labels, head
+        self.model, self.optimizer, self.device, self.dtype = model, optimizer, device, dtype
+
+    def _cat(self, acts: dict[str, np.ndarray], grad: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        xs = [torch.as_tensor(acts[p], device=self.device, dtype=self.dtype).requires_grad_(grad) for p in self.parties]
+        return torch.cat(xs, dim=1), xs  # (B, sum c_p)
+
+    def train_step(self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
+        widths = [acts[p].shape[1] for p in self.parties]
+        soft = interpolated_labels(np.stack([ids[p] for p in self.parties]), widths, self.labels, self.head.n_classes)
+        x, xs = self._cat(acts, grad=True)
+        self.model.train()
+        loss = soft_cross_entropy(self.model(x), torch.as_tensor(soft, device=self.device, dtype=self.dtype))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item(), {p: t.grad.cpu().numpy() for p, t in zip(self.parties, xs)}
+
+    @torch.no_grad()
+    def predict(self, acts: dict[str, np.ndarray]) -> np.ndarray:
+        self.model.eval()
+        return self.head.predict(self.model(self._cat(acts, grad=False)[0]))
+
+
+# ---------------------------------------------------------------------------- training loop
+
+
+@dataclass(frozen=True)
+class EAPlan:
+    epochs: int
+    steps_per_epoch: int
+    max_steps: int = 0  # 0 = no limit (tests)
+    eval_batch: int = 4096
+
+
+def evaluate(host: EAHost, link: GuestLink, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
+    """Metrics on aligned entities: every party encodes the same ids, in the same order."""
+    preds = [host.predict(link.embed(ids[i: i + eval_batch])) for i in range(0, len(ids), eval_batch)]
+    return host.head.metrics(np.concatenate(preds), host.labels[ids])
+
+
+def fit_ea(host: EAHost, exchanger: Exchanger, val_ids: np.ndarray, test_ids: np.ndarray, plan: EAPlan,
+           on_epoch: Callable[[EpochRecord], None],
+           progress: Callable[[int, int, float], None]) -> tuple[list[EpochRecord], list[float]]:
+    """Train for ``plan.epochs`` of ``plan.steps_per_epoch`` steps; evaluate validation and
+    test after each epoch (the caller reports test at the best-validation epoch)."""
+    records: list[EpochRecord] = []
+    losses: list[float] = []
+    for epoch in range(plan.epochs):
+        t0, n0, x0 = time.perf_counter(), len(losses), exchanger.exchanges
+        n_steps = plan.steps_per_epoch
+        if plan.max_steps:
+            n_steps = min(n_steps, plan.max_steps - len(losses))
+        grads: dict[str, np.ndarray] = {}
+        for step in range(n_steps):
+            replies, fresh = exchanger.step(epoch, step, grads)
+            loss, g = host.train_step({p: r.act for p, r in replies.items()}, {p: r.ids for p, r in replies.items()})
+            grads = {p: g[p] for p in fresh}
+            losses.append(loss)
+            progress(len(losses), plan.steps_per_epoch, loss)
+        exchanger.flush(epoch, grads)
+        rec = EpochRecord(epoch, float(np.mean(losses[n0:])) if n_steps else float("nan"), n_steps,
+                          exchanger.exchanges - x0, time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        rec.val = evaluate(host, exchanger.link, val_ids, plan.eval_batch)
+        rec.test = evaluate(host, exchanger.link, test_ids, plan.eval_batch)
+        rec.eval_seconds = time.perf_counter() - t1
+        records.append(rec)
+        on_epoch(rec)
+        if plan.max_steps and len(losses) >= plan.max_steps:
+            break
+    return records, losses

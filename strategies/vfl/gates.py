@@ -1,0 +1,104 @@
+"""FedSim's gates: small modules composed by :class:`strategies.vfl.model.SimilarityModel`.
+
+Shapes: B primary records, K neighbours, r outputs per (record, neighbour) pair.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def mlp(d_in: int, hidden: tuple[int, ...], d_out: int) -> nn.Sequential:
+    """Linear layers with ReLU between them and no activation on the output."""
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(d_in, h), nn.ReLU()]
+        d_in = h
+    layers.append(nn.Linear(d_in, d_out))
+    return nn.Sequential(*layers)
+
+
+class SeededDropout(nn.Module):
+    """Dropout drawing its masks from its own generator, so runs repeat without global RNG."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.generator is None or self.generator.device != x.device:
+            raise RuntimeError("SeededDropout needs seed_dropout(model, seed) before training")
+        keep = torch.rand(x.shape, generator=self.generator, device=x.device) >= self.p
+        return x * keep / (1.0 - self.p)
+
+
+def concrete_device(device: torch.device | str) -> torch.device:
+    """'cuda' -> 'cuda:N' (the current device): tensors report an index, and a generator made for
+    'cuda' would not compare equal to their device."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def seed_dropout(model: nn.Module, seed: int, device: torch.device) -> None:
+    device = concrete_device(device)
+    for i, m in enumerate(m for m in model.modules() if isinstance(m, SeededDropout)):
+        m.generator = torch.Generator(device=device).manual_seed(seed * 1000 + i)
+
+
+class WeightGate(nn.Module):
+    """Similarity -> weight: MLP 1 -> 10 -> 1 with a sigmoid, applied to each similarity."""
+
+    def __init__(self, hidden: int = 10) -> None:
+        super().__init__()
+        self.net = mlp(1, (hidden,), 1)
+
+    def forward(self, sims: torch.Tensor) -> torch.Tensor:  # (B, K) -> (B, K)
+        return torch.sigmoid(self.net(sims.unsqueeze(-1))).squeeze(-1) + 1e-7
+
+
+def sort_by_similarity(sims: torch.Tensor, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort gate: order the K pairs of each record by similarity, most similar first."""
+    order = torch.argsort(sims, dim=1, descending=True, stable=True)  # (B, K)
+    return sims.gather(1, order), pairs.gather(1, order.unsqueeze(-1).expand_as(pairs))
+
+
+class CNNMerge(nn.Module):
+    """Merge gate: Conv2d(1 -> C, k_conv x 1, full padding) over the K axis, then an MLP head."""
+
+    def __init__(self, k: int, r: int, d_out: int, k_conv: int, channels: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, channels, kernel_size=(k_conv, 1), padding=(k_conv - 1, 0))
+        self.head = nn.Sequential(
+            SeededDropout(dropout),
+            nn.Linear(channels * (k + k_conv - 1) * r, hidden),
+            nn.ReLU(),
+            SeededDropout(dropout),
+            nn.Linear(hidden, d_out),
+        )
+
+    def forward(self, weighted: torch.Tensor) -> torch.Tensor:  # (B, K, r) -> (B, d_out)
+        h = torch.relu(self.conv(weighted.unsqueeze(1)))  # (B, C, K + k_conv - 1, r)
+        return self.head(h.flatten(1))
+
+
+class MLPMerge(nn.Module):
+    """Ablation "FedSim with MLP merge": flatten the K weighted pair outputs into an MLP."""
+
+    def __init__(self, k: int, r: int, d_out: int, hidden: tuple[int, ...] = (1600, 1000, 400)) -> None:
+        super().__init__()
+        self.net = mlp(k * r, hidden, d_out)
+
+    def forward(self, weighted: torch.Tensor) -> torch.Tensor:  # (B, K, r) -> (B, d_out)
+        return self.net(weighted.flatten(1))
+
+
+def weighted_average(pairs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The reference's use_conv=False merge: weights normalised over K, then a weighted sum."""
+    w = weights / weights.sum(dim=1, keepdim=True)  # (B, K)
+    return (pairs * w.unsqueeze(-1)).sum(dim=1)  # (B, r)

@@ -1,0 +1,145 @@
+"""The primary party's model: its local MLP, the aggregation MLP over (record, neighbour)
+pairs, and the weight / sort / merge gates, switched by :class:`ModelConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from strategies.vfl.gates import (
+    CNNMerge,
+    MLPMerge,
+    WeightGate,
+    mlp,
+    sort_by_similarity,
+    weighted_average,
+)
+
+Merge = Literal["cnn", "mlp", "avg"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    local_hidden: tuple[int, ...] = (200,)
+    cut_dim: int = 100
+    agg_hidden: tuple[int, ...] = (100,)
+    r: int = 10  # outputs per (record, neighbour) pair
+    merge: Merge = "cnn"
+    k_conv: int = 7
+    channels: int = 8
+    merge_hidden: int = 400
+    dropout: float = 0.2
+    weight_gate: bool = True  # False: the raw similarity is the weight (the reference's -dw)
+    sort_gate: bool = True
+    uniform_weights: bool = False  # every neighbour weighs the same (AvgSim, Top1Sim, Exact)
+    sim_feature: bool = False  # the similarity enters the aggregation MLP as a feature (FeatureSim)
+
+
+def local_model(d_in: int, cfg: ModelConfig) -> nn.Sequential:
+    """A party's local model: d_in -> hidden -> cut_dim, no activation at the cut layer."""
+    return mlp(d_in, cfg.local_hidden, cfg.cut_dim)
+
+
+class PairPath(nn.Module):
+    """Aggregation MLP over (record, neighbour) pairs, then the gates, for the parties whose
+    k-th neighbours share one similarity (one party, or a chain of them; paper App. C).
+
+    Its output is (B, d_out), before the head's activation."""
+
+    def __init__(self, cuts: dict[str, int], k: int, d_out: int, cfg: ModelConfig, squash_pairs: bool) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.cuts = cuts  # "primary" first, then the path's parties
+        self.parties = [p for p in cuts if p != "primary"]
+        r = d_out if cfg.merge == "avg" else cfg.r  # averaging merges the pairs' outputs themselves
+        self.agg = mlp(sum(cuts.values()), cfg.agg_hidden, r)
+        # sigmoid on pair outputs for binary/regression before a learned merge, as the reference;
+        # the weighted average merges raw outputs, so the model's output stays pre-activation
+        self.squash_pairs = squash_pairs and cfg.merge != "avg"
+        self.weight_gate = WeightGate() if cfg.weight_gate and not cfg.uniform_weights else None
+        # FeatureSim: a column of the aggregation's first layer for the similarity
+        self.sim_weight = nn.Parameter(torch.zeros(self.agg[0].out_features)) if cfg.sim_feature else None
+        if cfg.merge == "cnn":
+            self.merge = CNNMerge(k, r, d_out, cfg.k_conv, cfg.channels, cfg.merge_hidden, cfg.dropout)
+        elif cfg.merge == "mlp":
+            self.merge = MLPMerge(k, r, d_out)
+        else:
+            self.merge = None
+
+    def forward(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                sims: torch.Tensor) -> torch.Tensor:
+        """h (B, c_P); emb[p] (U_p, c); index[p] (B, K) into emb[p]; sims (B, K) -> (B, d_out)."""
+        pairs = self.aggregate(h, emb, index, sims)  # (B, K, r)
+        if self.squash_pairs:
+            pairs = torch.sigmoid(pairs)
+        if self.cfg.sort_gate:
+            sims, pairs = sort_by_similarity(sims, pairs)
+        if self.cfg.uniform_weights:
+            weights = torch.ones_like(sims)  # (B, K)
+        else:
+            weights = self.weight_gate(sims) if self.weight_gate is not None else sims  # (B, K)
+        if self.merge is None:
+            return weighted_average(pairs, weights)
+        return self.merge(pairs * weights.unsqueeze(-1))
+
+    def aggregate(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                  sims: torch.Tensor | None = None) -> torch.Tensor:
+        """The aggregation MLP on every (record, neighbour) pair's concatenated cut layers.
+
+        Its first layer is linear in the concatenation, W [h; e] = W_P h + W_S e, so each
+        block is multiplied once per distinct record and broadcast over the K pairs instead
+        of being copied K times: the same function, far fewer FLOPs."""
+        first, rest = self.agg[0], self.agg[1:]
+        w = torch.split(first.weight, list(self.cuts.values()), dim=1)  # one (h1, c) block per party
+        z = (h @ w[0].T + first.bias).unsqueeze(1)  # (B, 1, h1)
+        for p, w_p in zip(self.parties, w[1:]):
+            z = z + (emb[p] @ w_p.T)[index[p]]  # (U, h1) gathered to (B, K, h1)
+        if self.sim_weight is not None:
+            z = z + sims.unsqueeze(-1) * self.sim_weight  # (B, K, h1)
+        return rest(z)  # (B, K, r)
+
+
+class SimilarityModel(nn.Module):
+    """FedSim's primary-side model.
+
+    The primary's local model runs once per record and is broadcast over its K pairs; a
+    secondary's embedding enters once per distinct record.
+    With no secondary party (Solo) it is local MLP -> aggregation MLP -> output. Parties that
+    share similarities (one party, or an App. C chain) go through one :class:`PairPath`.
+    Independently linked parties each get their own path (own weight / sort / merge gates),
+    and a linear layer merges the paths' outputs.
+    """
+
+    def __init__(self, d_primary: int, secondary_cuts: dict[str, int], k: int, d_out: int, cfg: ModelConfig,
+                 squash_pairs: bool, shared_sims: bool = True) -> None:
+        super().__init__()
+        self.parties = sorted(secondary_cuts)
+        self.cfg = cfg
+        self.shared_sims = shared_sims or len(self.parties) <= 1
+        self.local = local_model(d_primary, cfg)
+        if not self.parties:
+            self.agg = mlp(cfg.cut_dim, cfg.agg_hidden, d_out)
+            return
+        if self.shared_sims:
+            cuts = {"primary": cfg.cut_dim, **{p: secondary_cuts[p] for p in self.parties}}
+            self.paths = nn.ModuleDict({"all": PairPath(cuts, k, d_out, cfg, squash_pairs)})
+            return
+        self.paths = nn.ModuleDict({p: PairPath({"primary": cfg.cut_dim, p: secondary_cuts[p]}, k, d_out, cfg,
+                                                squash_pairs) for p in self.parties})
+        self.combine = nn.Linear(len(self.parties) * d_out, d_out)
+
+    def forward(self, x: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                sims: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """x (B, d_P); emb[p] (U_p, c) one row per distinct secondary record; index[p] (B, K)
+        into emb[p]; sims[p] (B, K) (one shared entry "all" when similarities are shared).
+        Returns (B, d_out)."""
+        h = self.local(x)  # (B, c_P)
+        if not self.parties:
+            return self.agg(h)
+        if self.shared_sims:
+            return self.paths["all"](h, emb, index, sims["all"])
+        outs = [self.paths[p](h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties]  # P x (B, d_out)
+        return self.combine(torch.cat(outs, dim=1))

@@ -1,0 +1,132 @@
+"""The split-learning protocol, written against a channel to the secondaries.
+
+One exchange serves one window of S training steps: the message carries the gradient
+blocks of the previous window (applied in order by each secondary) and the token
+requests of this window; the reply carries embeddings of those tokens computed from the
+secondary's current weights. S = 1 is exact split learning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from strategies.records import EpochRecord
+from strategies.schedule import epoch_batches, windows
+from strategies.vfl.channel import SecondaryChannel
+from strategies.vfl.fedsim import FedSimStrategy, GradBlock
+
+
+@dataclass
+class TrainPlan:
+    epochs: int
+    batch_size: int
+    steps_per_exchange: int
+    seed: int
+    max_steps: int = 0  # 0 = no limit (tests stop after a few steps)
+    eval_chunk: int = 50_000  # tokens per evaluation message
+    eval_batch: int = 4096  # primary records per evaluation forward pass
+
+
+def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
+                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]
+                ) -> tuple[int, dict[str, list[GradBlock]]]:
+    """Run the epoch's steps window by window. Returns the number of exchanges and the last
+    window's gradient blocks, which the next exchange (the evaluation's) delivers."""
+    parties = strategy.parties
+    pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
+    exchanges = 0
+    for window in windows(batches, plan.steps_per_exchange):
+        needs = [strategy.needs(rows) for rows in window]
+        emb: dict[str, np.ndarray] = {}
+        union: dict[str, np.ndarray] = {}
+        if parties:
+            union = {p: np.unique(np.concatenate([n[p] for n in needs])) for p in parties}
+            emb = channel.step(pending, union)
+            exchanges += 1
+        pending = {p: [] for p in parties}
+        for rows, need in zip(window, needs):
+            batch_emb = {p: emb[p][np.searchsorted(union[p], need[p])] for p in parties}
+            loss, grads = strategy.train_step(rows, need, batch_emb)
+            step_losses.append(loss)
+            for p in parties:
+                pending[p].append(grads[p])
+            progress(len(step_losses), len(batches), loss)
+    return exchanges, pending
+
+
+def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, row_sets: list[np.ndarray],
+                    pending: dict[str, list[GradBlock]], plan: TrainPlan, save: tuple[str, int] | None = None
+                    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+    """Deliver the last gradient blocks and fetch the embeddings every evaluation set needs, all
+    parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
+    carries the blocks, and with ``save`` asks every party to checkpoint right after applying
+    them: no extra exchange). Returns per party (sorted tokens (T,), embeddings (T, c)) and the
+    number of exchanges."""
+    if not strategy.parties:
+        return {}, 0
+    needs = [strategy.needs(rows) for rows in row_sets]
+    tokens = {p: np.unique(np.concatenate([n[p] for n in needs])) for p in strategy.parties}
+    n_chunks = max(1, max(-(-len(t) // plan.eval_chunk) for t in tokens.values()))
+    parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
+    for i in range(n_chunks):
+        chunk = {p: t[i * plan.eval_chunk : (i + 1) * plan.eval_chunk] for p, t in tokens.items()}
+        out = channel.step(pending, chunk, save if i == 0 else None)
+        pending = {p: [] for p in tokens}
+        for p in tokens:
+            parts[p].append(out[p])
+    return {p: (tokens[p], np.concatenate(parts[p])) for p in tokens}, n_chunks
+
+
+def evaluate(strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray,
+             plan: TrainPlan) -> dict[str, float]:
+    pred = np.concatenate([strategy.predict(rows[i : i + plan.eval_batch], lookup)
+                           for i in range(0, len(rows), plan.eval_batch)])
+    return strategy.head.metrics(pred, strategy.y[rows])
+
+
+def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: np.ndarray, val_rows: np.ndarray,
+        test_rows: np.ndarray, plan: TrainPlan, on_epoch: Callable[[EpochRecord], None],
+        progress: Callable[[int, int, float], None],
+        after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
+        done: tuple[list[EpochRecord], list[float]] | None = None,
+        checkpoint_dir: str = "") -> tuple[list[EpochRecord], list[float]]:
+    """Train for ``plan.epochs``; every epoch evaluate validation and test.
+
+    ``after_epoch`` (e.g. a checkpoint) runs once an epoch is evaluated, when every party has
+    applied all of its gradient blocks; with ``checkpoint_dir`` the parties checkpoint in the
+    evaluation's first exchange. ``done`` = the records and step losses of the epochs a
+    checkpoint already holds: training goes on from the next epoch (the schedule is a function
+    of the seed and the epoch, so it continues exactly). The caller picks the best-validation
+    epoch from the records (test is reported there, never selected on)."""
+    records: list[EpochRecord] = list(done[0]) if done else []
+    step_losses: list[float] = list(done[1]) if done else []
+    if plan.max_steps and len(step_losses) >= plan.max_steps:
+        return records, step_losses
+    for epoch in range(len(records), plan.epochs):
+        t0 = time.perf_counter()
+        batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
+        if plan.max_steps:
+            batches = batches[: max(0, plan.max_steps - len(step_losses))]
+        n0 = len(step_losses)
+        exchanges, pending = train_epoch(strategy, channel, batches, plan, step_losses, progress)
+        seconds = time.perf_counter() - t0
+        rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
+                          len(batches), exchanges, seconds)
+        t1 = time.perf_counter()
+        lookup, n_eval = eval_embeddings(strategy, channel, [val_rows, test_rows], pending, plan,
+                                         (checkpoint_dir, epoch) if checkpoint_dir else None)
+        rec.exchanges += n_eval
+        rec.val = evaluate(strategy, lookup, val_rows, plan)
+        rec.test = evaluate(strategy, lookup, test_rows, plan)
+        rec.eval_seconds = time.perf_counter() - t1
+        records.append(rec)
+        on_epoch(rec)
+        if after_epoch:
+            after_epoch(epoch, records, step_losses)
+        if plan.max_steps and len(step_losses) >= plan.max_steps:
+            break
+    return records, step_losses

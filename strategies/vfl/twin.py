@@ -1,0 +1,68 @@
+"""The one-process twin: the same modules trained in one autograd graph, no Flower.
+
+It is the oracle for the federated protocol. Each secondary's local model runs per
+(record, neighbour) pair inside the graph (no de-duplication, no tokens on the wire), and
+the S-step window is expressed as a straight-through embedding: the value the primary sees
+is the embedding computed from the secondary's weights at the start of the window, while
+the gradient flows into a forward pass at the secondary's current weights, which is what
+the federated secondary does when it replays its gradient blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from linkage.contracts import PrimaryLinkage
+from strategies.heads import TaskHead
+from strategies.optim import make_optimizer
+from strategies.schedule import epoch_batches, windows
+from strategies.vfl.model import SimilarityModel
+from strategies.vfl.protocol import TrainPlan
+
+
+def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndarray, linkage: PrimaryLinkage | None,
+               secondary_models: dict[str, nn.Module], secondary_x: dict[str, np.ndarray],
+               row_of_token: dict[str, np.ndarray], train_rows: np.ndarray, plan: TrainPlan,
+               lr: float, weight_decay: float, device: torch.device, dtype: torch.dtype) -> list[float]:
+    """Train in place; returns the loss of every step."""
+    model.to(device=device, dtype=dtype)
+    xt = torch.as_tensor(x, device=device, dtype=dtype)
+    sx = {p: torch.as_tensor(secondary_x[p], device=device, dtype=dtype) for p in secondary_models}
+    for m in secondary_models.values():
+        m.to(device=device, dtype=dtype)
+    optimizers = [make_optimizer(model.parameters(), lr, weight_decay)]
+    optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
+    losses: list[float] = []
+    for epoch in range(plan.epochs):
+        batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
+        if plan.max_steps:
+            batches = batches[: max(0, plan.max_steps - len(losses))]
+        for window in windows(batches, plan.steps_per_exchange):
+            with torch.no_grad():
+                stale = {p: m(sx[p]) for p, m in secondary_models.items()}  # (n, c) at window start
+            for rows in window:
+                model.train()
+                pairs, index = {}, {}
+                for p, m in secondary_models.items():
+                    r = torch.as_tensor(row_of_token[p][linkage.tokens[p][rows]], device=device)  # (B, K)
+                    live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
+                    pairs[p] = stale[p][r.flatten()] + (live - live.detach())
+                    index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
+                sims = None
+                if secondary_models:
+                    per_path = {"all": linkage.sims} if model.shared_sims else {
+                        p: linkage.links[p].sims for p in secondary_models}
+                    sims = {k: torch.as_tensor(s[rows], device=device, dtype=dtype) for k, s in per_path.items()}
+                out = model(xt[rows], pairs, index, sims)
+                loss = head.loss(out, head.target(y[rows], device, dtype))
+                for opt in optimizers:
+                    opt.zero_grad(set_to_none=True)
+                loss.backward()
+                for opt in optimizers:
+                    opt.step()
+                losses.append(float(loss.detach()))
+        if plan.max_steps and len(losses) >= plan.max_steps:
+            break
+    return losses
