@@ -6,7 +6,7 @@ even when the ServerApp fails: "Exit Code: 700") or from an old summary.json.
      "traceback": str | null, "engine": "flower" | "inprocess", "resumed": bool,
      "started": unix s, "ended": unix s | null, "pid": int, "host": str}
 
-Every engine (app/vfl/server.py, app/entity_aug/server.py, app/vfl/inprocess.py) runs inside
+Every engine (app/vfl/server.py, app/vfl/inprocess.py, app/entity_aug/server.py and inprocess.py) runs inside
 :meth:`RunStatus.recording`. :meth:`RunStatus.start` first removes what an earlier run under the
 name left that could look current (a fresh run: summary, metrics, model, config; a resumed run:
 its summary), then writes "running"; the block's end writes "finished" (after summary.json) and
@@ -31,11 +31,11 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from app.run_record import FILES, SUMMARY
 from linkage.store import write_atomic
 
 STATUS = "status.json"
-SUMMARY = "summary.json"
-RESULTS = (SUMMARY, "metrics.jsonl", "step_losses.npy", "primary_model.pt", "config.json")  # a run's own files
+RESULTS = FILES  # a run's own files (app/run_record.py)
 
 
 class RunFailed(RuntimeError):

@@ -1,21 +1,17 @@
-"""ServerApp of the primary party (labels): reads the run config and drives the strategy."""
+"""ServerApp of the primary party (labels): reads the run config once and runs its mode
+(app/modes.py: FedSim and baselines in app/vfl/, Entity Augmentation in app/entity_aug/)."""
 
 from __future__ import annotations
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from app import modes
 from app.config import RunConfig
-from app.entity_aug.server import run_ea_host
-from app.vfl.server import run_primary
 
 app = ServerApp()
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    cfg = RunConfig.from_flower(context.run_config)
-    if cfg.mode == "entity-aug":
-        run_ea_host(grid, cfg)
-    else:
-        run_primary(grid, cfg)
+    modes.serve(grid, RunConfig.from_flower(context.run_config))

@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from app.run_record import machine
 from app.run_status import require_finished
 from deploy import commands as deploy
-from experiments.runner import epochs_of, git_rev, machine, run_flower
+from experiments.runner import epochs_of, git_rev, run_flower
 
 
 def epoch_seconds(run_dir: Path) -> list[float]:

@@ -10,7 +10,6 @@ so a faster device is also seen to compute the same model.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -18,19 +17,20 @@ from pathlib import Path
 import torch
 
 from app.config import RunConfig
-from app.vfl.inprocess import run_experiment
-from experiments.runner import git_rev, machine, parse_overrides
+from app.modes import run_experiment
+from app.run_record import machine, read_metrics
+from experiments.runner import git_rev, parse_overrides
 
 
 def measure(values: dict, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig.from_flower({**values, "device": device, "out-dir": tmp})
         summary = run_experiment(cfg, Path(tmp) / "run")
-        recs = [json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+        recs = read_metrics(Path(tmp) / "run")
     metric = "accuracy" if "accuracy" in summary["test"] else "rmse"
     return {"device": summary["device"], "train_s": [r["seconds"] for r in recs],
             "eval_s": [r["eval_seconds"] for r in recs], "steps": summary["steps"],
-            "test": summary["test"][metric], "metric": metric, "total_s": summary["seconds"]}
+            "test": summary["test"][metric], "metric": metric, "total_s": summary["seconds"]["total"]}
 
 
 def main() -> None:

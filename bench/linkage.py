@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.runner import git_rev, machine
+from app.run_record import machine
+from experiments.runner import git_rev
 
 K = 100
 PAPER_MIN = {"hdb": 0.98, "house": 3.48, "game": 3.62, "company": 13.20, "hamming": 145.2}

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.runner import git_rev, machine
+from app.run_record import machine
+from experiments.runner import git_rev
 from linkage.job_secret import new_secret
 from linkage.pipeline import release, search
 from linkage.quality import improvement_delta, recall_at

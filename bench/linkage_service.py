@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from app.run_record import machine
 from bench.linkage import inputs
-from experiments.runner import git_rev, machine
+from experiments.runner import git_rev
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
 

@@ -25,10 +25,11 @@ from pathlib import Path
 
 from app.config import RunConfig, Settings
 from app.data import load_data
+from app.run_record import machine
 from app.vfl.inprocess import run_in_process, run_twin
 from app.vfl.parties import run_linkage
 from deploy.localsim import REPO
-from experiments.runner import git_rev, machine, run_flower
+from experiments.runner import git_rev, run_flower
 
 
 def default_s() -> int:

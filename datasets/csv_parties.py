@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import TASKS, DatasetError, PartyTable, VFLDataset, split_primary
-from datasets.registry import DatasetOptions, register
+from datasets.options import DatasetOptions
 from datasets.tables import party_table, require_columns
 
 SPEC = "parties.toml"
@@ -103,7 +103,6 @@ def labels_of(values: pd.Series, task: str, where: str) -> tuple[np.ndarray, int
     return values.map(code).to_numpy(dtype=np.int64), len(classes)
 
 
-@register("csv")
 def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     if data_dir is None:
         raise DatasetError(f"dataset 'csv' needs data-dir = a folder holding {SPEC} and the parties' CSV files")

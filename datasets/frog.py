@@ -9,13 +9,12 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
-from datasets.registry import DatasetOptions, find_data_dir, register
+from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import party_table, require_columns
 
 N_IDENTIFIERS = 16
 
 
-@register("frog")
 def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     df = pd.read_csv(find_data_dir("frog", data_dir) / "Frogs_MFCCs.csv.gz")
     mfcc = [c for c in df.columns if c.startswith("MFCCs")]

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
-from datasets.registry import DatasetOptions, find_data_dir, register
+from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import party_table, require_columns
 
 _H = re.compile(r"(?:(\d+)h)?\s*(?:(\d+)m)?")
@@ -41,7 +41,6 @@ def multi_hot(col: pd.Series, prefix: str, top: int = 20) -> pd.DataFrame:
     return pd.DataFrame({f"{prefix}_{t}": items.map(lambda row, t=t: float(t in row)) for t in keep})
 
 
-@register("game")
 def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     from linkage.strings import normalize_strings
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, VFLDataset, split_primary
-from datasets.registry import DatasetOptions, find_data_dir, register
+from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import party_table, require_columns
 
 RESALE_FILES = ("resale-2012-03_2014-12.csv.gz", "resale-2015-01_2016-12.csv.gz")
@@ -42,7 +42,6 @@ def load_flats(folder: Path) -> pd.DataFrame:
     return flats
 
 
-@register("hdb")
 def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     folder = find_data_dir("hdb", data_dir)
     flats = load_flats(folder)

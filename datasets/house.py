@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
-from datasets.registry import DatasetOptions, find_data_dir, register
+from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import party_table, require_columns
 
 SALES_NUM = ["Rooms", "Bedroom2", "Bathroom", "Car", "Landsize", "BuildingArea", "YearBuilt", "sale_time"]
@@ -26,7 +26,6 @@ BNB_NUM = ["price", "minimum_nights", "number_of_reviews", "reviews_per_month", 
            "number_of_bedrooms", "number_of_beds", "number_of_baths"]
 
 
-@register("house")
 def load_house(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     return _load(data_dir, opts, {"airbnb": BNB_NUM})
 
@@ -36,7 +35,6 @@ def load_house(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
 HOUSE3_PARTIES = {"airbnb_a": BNB_NUM[0:3], "airbnb_b": BNB_NUM[3:6], "airbnb_c": BNB_NUM[6:9]}
 
 
-@register("house3")
 def load_house3(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     return _load(data_dir, opts, HOUSE3_PARTIES, name="house3")
 

@@ -1,7 +1,7 @@
 """The Entity Augmentation paper's classification sets as guests' feature blocks of the same
 entities, and its overlap experiment's split of the training entities.
 
-Every set here is registered like the other loaders (``dataset = "credit"``), as a
+Every set here is named in datasets/registry.py like the other loaders (``dataset = "credit"``), as a
 :class:`VFLDataset` whose primary (the host) holds the labels and no features, and whose
 secondaries are the guests; guest rows are in entity order (``true_match`` is the identity):
 the entity id is the row index, which every party knows (the paper's serialised entities).
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, PartyTable, Split, VFLDataset, split_primary
-from datasets.registry import DatasetOptions, find_data_dir, register
+from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import require_columns, standardize
 
 TABULAR_GUESTS = 4  # the paper: "tabular and multiview datasets are divided evenly across four guests"
@@ -135,20 +135,17 @@ def _tabular(name: str, df: pd.DataFrame, feature_cols: list[str], label: str, o
     return _as_dataset(name, raw, df[label].to_numpy(), "binary", label, opts)
 
 
-@register("credit")
 def load_credit(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     df = pd.read_csv(find_data_dir("credit_default", data_dir) / "UCI_Credit_Card.csv.gz")
     return _tabular("credit", df, [f"X{i}" for i in range(1, 24)], "Y", opts)
 
 
-@register("parkinsons")
 def load_parkinsons(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     df = pd.read_csv(find_data_dir("parkinsons", data_dir) / "parkinsons.data")
     features = [c for c in df.columns if c not in ("name", "status")]
     return _tabular("parkinsons", df, features, "status", opts)
 
 
-@register("handwritten")
 def load_handwritten(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     import scipy.io
 
@@ -161,7 +158,6 @@ def load_handwritten(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     return _as_dataset("handwritten", raw, mat["Y"].ravel(), "multiclass", "digit", opts)
 
 
-@register("digits")
 def load_digits_halves(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     from sklearn.datasets import load_digits
 

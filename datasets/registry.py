@@ -1,77 +1,38 @@
-"""Named dataset loaders and where their files are found."""
+"""The named datasets: one explicit table from name to loader."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from datasets import csv_parties, frog, game, hdb, house, overlap, synthetic
 from datasets.base import DatasetError, VFLDataset
+from datasets.options import DatasetOptions, find_data_dir
 
-
-@dataclass(frozen=True)
-class DatasetOptions:
-    """Everything a loader may depend on; part of the cache key of a loaded dataset."""
-
-    seed: int = 0
-    n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
-    sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
-
+__all__ = ["DATASETS", "DatasetOptions", "Loader", "dataset_names", "find_data_dir", "load_dataset"]
 
 Loader = Callable[[Path | None, DatasetOptions], VFLDataset]
-DATASETS: dict[str, Loader] = {}
 
-
-def register(name: str) -> Callable[[Loader], Loader]:
-    def wrap(fn: Loader) -> Loader:
-        DATASETS[name] = fn
-        return fn
-
-    return wrap
+DATASETS: dict[str, Loader] = {
+    "csv": csv_parties.load_csv_parties,
+    "frog": frog.load_frog,
+    "game": game.load_game,
+    "hdb": hdb.load_hdb,
+    "house": house.load_house,
+    "house3": house.load_house3,
+    "credit": overlap.load_credit,
+    "parkinsons": overlap.load_parkinsons,
+    "handwritten": overlap.load_handwritten,
+    "digits": overlap.load_digits_halves,
+    "synthetic": synthetic.load_synthetic,
+}
 
 
 def dataset_names() -> list[str]:
-    _import_loaders()
     return sorted(DATASETS)
 
 
-def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:
-    """The folder holding ``subdir``: the given data dir (only), else $FEDSIM_DATA_DIR, the repo's
-    embedded ``data/`` or ``../shared/data`` beside it (repo, then working directory)."""
-    repo = Path(__file__).resolve().parents[1]
-    if data_dir:  # an explicit data dir is used or refused, never silently replaced
-        if (Path(data_dir) / subdir).is_dir():
-            return Path(data_dir) / subdir
-        raise DatasetError(f"data folder {subdir!r} not found in data-dir {str(data_dir)!r}")
-    candidates = []
-    if os.environ.get("FEDSIM_DATA_DIR"):
-        candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]))
-    # the repo when run from a checkout; the working directory when run as an installed Flower app
-    for root in dict.fromkeys([repo, Path.cwd()]):
-        candidates += [root / "data", root.parent / "shared" / "data"]
-    for base in candidates:
-        if (base / subdir).is_dir():
-            return base / subdir
-    raise DatasetError(
-        f"data folder {subdir!r} not found in {[str(c) for c in candidates]}; "
-        "pass data-dir (run config) or set FEDSIM_DATA_DIR"
-    )
-
-
 def load_dataset(name: str, data_dir: str | Path | None = None, options: DatasetOptions | None = None) -> VFLDataset:
-    _import_loaders()
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}")
     return DATASETS[name](Path(data_dir) if data_dir else None, options or DatasetOptions())
-
-
-def _import_loaders() -> None:
-    # Loaders register themselves on import.
-    import datasets.csv_parties  # noqa: F401
-    import datasets.frog  # noqa: F401
-    import datasets.game  # noqa: F401
-    import datasets.hdb  # noqa: F401
-    import datasets.house  # noqa: F401
-    import datasets.overlap  # noqa: F401
-    import datasets.synthetic  # noqa: F401

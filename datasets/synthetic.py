@@ -15,7 +15,7 @@ import pandas as pd
 from sklearn.datasets import make_classification
 
 from datasets.base import VFLDataset, split_primary
-from datasets.registry import DatasetOptions, register
+from datasets.options import DatasetOptions
 from datasets.tables import party_table
 
 N_ROWS = 60_000
@@ -24,7 +24,6 @@ N_INFORMATIVE = 20
 N_IDENTIFIERS = 5
 
 
-@register("synthetic")
 def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     n = opts.n_rows or N_ROWS
     x, y = make_classification(

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.runner import REPO, git_rev, machine
+from app.run_record import machine
+from experiments.runner import REPO, git_rev
 from experiments.sweep import SweepFailed, run_sweep
 
 SWEEPS = ["baselines", "synthetic_full", "synthetic_long", "synthetic_noisy", "hdb_full", "real", "real_full",

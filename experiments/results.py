@@ -12,11 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from app.run_record import machine
 from experiments.runner import (
     epochs_of,
     git_rev,
     load_conf,
-    machine,
     parse_overrides,
     run_flower,
 )

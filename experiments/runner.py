@@ -1,29 +1,16 @@
-"""Shared bits of the benchmark scripts: run a conf file through `flwr run`, machine info."""
+"""Running experiments: a run-config through `flwr run` (judged by its status, read from its run
+record), run-config overrides and conf files, and where the code came from (git, machine)."""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import subprocess
 import time
 import tomllib
 from pathlib import Path
 
+from app.run_record import read_metrics, read_summary
 from app.run_status import require_finished
 from deploy.localsim import REPO, simulate
-
-
-def machine() -> str:
-    import torch
-
-    cpu = "unknown CPU"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {gpu}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
 def git_rev() -> str:
@@ -39,8 +26,8 @@ def run_flower(values: dict, work: Path, name: str, timeout: float = 3600) -> tu
     proc = simulate(values, work / f"flwr-home-{name}", timeout=timeout)
     wall = time.perf_counter() - t0
     run_dir = work / "out" / name
-    summary = require_finished(run_dir, since, f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return summary, run_dir, wall
+    require_finished(run_dir, since, f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return read_summary(run_dir), run_dir, wall
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -60,4 +47,4 @@ def load_conf(name: str) -> dict:
 
 
 def epochs_of(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(run_dir)

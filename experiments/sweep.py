@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
-import json
 import statistics
 import sys
 import tempfile
@@ -30,8 +29,9 @@ import time
 import tomllib
 from pathlib import Path
 
-from app.run_status import is_finished
-from experiments.runner import REPO, git_rev, machine, run_flower
+from app.run_record import FILES, machine, read_metrics, read_summary
+from app.run_status import STATUS, is_finished
+from experiments.runner import REPO, git_rev, run_flower
 
 ENGINES = ("inprocess", "flower")
 
@@ -63,26 +63,26 @@ def run_values(sweep: dict, dataset: str, variant: str, seed: int) -> dict:
 
 
 def run_one(values: dict, out: Path, engine: str) -> dict:
-    """One run into ``out`` (metrics.jsonl, primary_model.pt, summary.json); the summary also
-    names the machine it ran on, for the tables."""
-    summary = _flower_run(values, out) if engine == "flower" else _inprocess_run(values, out)
-    summary = {**summary, "machine": machine()}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    """One run into ``out``: its run record (app/run_record.py, which names the machine it ran
+    on) and status, as the engine wrote them; the sweep never rewrites them."""
+    return _flower_run(values, out) if engine == "flower" else _inprocess_run(values, out)
 
 
 def _flower_run(values: dict, out: Path) -> dict:
+    """Through `flwr run` into a scratch folder, then the run's files copied as they are
+    (status.json last: the copy is finished only once it is there)."""
     with tempfile.TemporaryDirectory() as tmp:
         summary, run_dir, _ = run_flower(values, Path(tmp), "run")
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.jsonl", "primary_model.pt", "status.json"):
-            (out / name).write_bytes((run_dir / name).read_bytes())
+        for name in (*FILES, STATUS):
+            if (run_dir / name).exists():
+                (out / name).write_bytes((run_dir / name).read_bytes())
         return summary
 
 
 def _inprocess_run(values: dict, out: Path) -> dict:
     from app.config import RunConfig
-    from app.vfl.inprocess import run_experiment
+    from app.modes import run_experiment
 
     return run_experiment(RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")}), out)
 
@@ -97,14 +97,13 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
     for dataset in sweep["datasets"]:
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
-                f = root / dataset / variant / f"s{seed}" / "summary.json"
-                if is_finished(f.parent):
-                    s = json.loads(f.read_text())
+                run = root / dataset / variant / f"s{seed}"
+                if is_finished(run):
+                    s = read_summary(run)
                     metric, _ = key_metric(s)
                     rows.append({"dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
                                  "test": s["test"][metric], "val": s["val"][metric], "best_epoch": s["best_epoch"],
-                                 "epochs": s["epochs_run"], "seconds": round(s["seconds"] if isinstance(
-                                     s["seconds"], (int, float)) else s["seconds"]["train_and_eval"], 1),
+                                 "epochs": s["epochs_run"], "seconds": round(s["seconds"]["total"], 1),
                                  "machine": s.get("machine", ""), "device": s.get("device", "")})
     root.mkdir(parents=True, exist_ok=True)
     with (root / "results.csv").open("w", newline="") as f:
@@ -175,7 +174,7 @@ def plots(root: Path, sweep: dict) -> list[Path]:
                 run = root / dataset / variant / f"s{seed}"
                 if not is_finished(run):  # unfinished, failed (or running) runs are not plotted
                     continue
-                recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+                recs = read_metrics(run)
                 metric = "accuracy" if "accuracy" in recs[0]["val"] else "rmse"
                 curves.append([r["val"][metric] for r in recs])
                 if not (run / "primary_model.pt").exists():  # e.g. runs copied back from another machine

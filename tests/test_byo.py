@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from app.config import RunConfig
-from app.vfl.inprocess import run_experiment
+from app.modes import run_experiment
 from datasets import load_dataset
 from datasets.base import DatasetError
 

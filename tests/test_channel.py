@@ -46,3 +46,69 @@ def test_parties_map_to_their_nodes_whatever_the_node_order():
 def test_a_twice_configured_missing_or_unknown_party_is_refused(nodes, match):
     with pytest.raises(PartyError, match=match):
         handshake(FakeGrid(nodes), ["a", "b", "c"], "/job", timeout=1)
+
+
+class Clock:
+    """time.monotonic / time.sleep on a fake clock that only sleeping moves; records the pauses."""
+
+    def __init__(self) -> None:
+        self.now, self.pauses = 0.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+class LateGrid:
+    """Replies to message ``id`` come with pull number ``arrive_at[id]`` (1 = the first pull)."""
+
+    def __init__(self, arrive_at: dict[str, int]) -> None:
+        self.arrive_at, self.pulls = arrive_at, 0
+
+    def pull_messages(self, ids):
+        self.pulls += 1
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                for i in ids if self.arrive_at[i] <= self.pulls]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    from app import transport
+
+    fake = Clock()
+    monkeypatch.setattr(transport, "time", fake)
+    return fake
+
+
+def test_polls_back_off_to_the_cap_and_reset_when_a_reply_comes(clock):
+    from app.transport import POLL, POLL_MAX, pull_replies
+
+    grid, got = LateGrid({"a": 13, "b": 15}), []
+    assert pull_replies(grid, ["a", "b"], deadline=100.0, on_reply=got.append) == set()
+    assert [r.metadata.reply_to_message_id for r in got] == ["a", "b"] and grid.pulls == 15
+    ramp = [POLL * 1.5**k for k in range(10)]  # 5 ms .. 192 ms, then held at the cap
+    assert ramp[-1] < POLL_MAX < ramp[-1] * 1.5
+    # 12 pauses before a's pull, then back to POLL (b is near), none after b's
+    assert clock.pauses == pytest.approx(ramp + [POLL_MAX, POLL_MAX] + [POLL, POLL * 1.5])
+
+
+def test_a_deadline_ends_the_wait_with_a_last_pull_at_it_and_no_error(clock):
+    from app.transport import pull_replies
+
+    grid, got = LateGrid({"a": 2, "b": 10**6}), []
+    missing = pull_replies(grid, ["a", "b"], deadline=1.0, on_reply=got.append)
+    assert missing == {"b"} and len(got) == 1
+    assert clock.now == pytest.approx(1.0) and sum(clock.pauses) == pytest.approx(1.0)  # no pause past it
+    assert clock.pauses[-1] < 0.25  # the last pause is cut at the deadline
+    assert grid.pulls == len(clock.pauses) + 1  # a pull after every pause, the last one at the deadline
+
+
+def test_a_passed_deadline_still_pulls_once(clock):
+    from app.transport import pull_replies
+
+    grid, got = LateGrid({"a": 1, "b": 2}), []
+    assert pull_replies(grid, ["a", "b"], deadline=-1.0, on_reply=got.append) == {"b"}
+    assert grid.pulls == 1 and clock.pauses == [] and len(got) == 1

@@ -1,4 +1,10 @@
-"""Datasets: planted truth in the synthetic set, the shipped loaders, and bad input."""
+"""Datasets: planted truth in the synthetic set, the shipped loaders, the registry, and bad input."""
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -64,11 +70,51 @@ def test_unknown_dataset_is_named():
         load_dataset("nope")
 
 
+DATASETS_DIR = Path(__file__).resolve().parents[1] / "datasets"
+
+
+def _loader_functions() -> set[tuple[str, str]]:
+    """(module, name) of every top-level ``def f(data_dir, opts)`` under datasets/: the loaders."""
+    found = set()
+    for path in sorted(DATASETS_DIR.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and [a.arg for a in node.args.args] == ["data_dir", "opts"]:
+                found.add((f"datasets.{path.stem}", node.name))
+    return found
+
+
+def test_no_module_registers_itself_with_a_decorator():
+    for path in sorted(DATASETS_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                assert node.name != "register", f"{path.name} defines register()"
+                for dec in node.decorator_list:
+                    fn = dec.func if isinstance(dec, ast.Call) else dec
+                    name = fn.id if isinstance(fn, ast.Name) else getattr(fn, "attr", "")
+                    assert name != "register", f"{path.name}: {node.name} is registered by a decorator"
+            if isinstance(node, ast.ImportFrom) and path.stem not in ("__init__", "registry"):
+                assert node.module != "datasets.registry", f"{path.name} imports the registry"
+
+
+def test_registry_is_a_plain_dict_of_every_loader_full_on_import_alone():
+    # a fresh interpreter that imports datasets.registry and calls nothing
+    code = ("import json, datasets.registry as r; print(json.dumps([type(r.DATASETS).__name__, "
+            "[[k, f.__module__, f.__name__] for k, f in r.DATASETS.items()]]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=DATASETS_DIR.parent, capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    kind, entries = json.loads(out.splitlines()[-1])
+    assert kind == "dict"
+    assert [k for k, _, _ in entries] == ["csv", "frog", "game", "hdb", "house", "house3", "credit", "parkinsons",
+                                          "handwritten", "digits", "synthetic"]
+    assert {(m, f) for _, m, f in entries} == _loader_functions()  # every loader module's dataset, each once
+    assert len({(m, f) for _, m, f in entries}) == len(entries)
+
+
 def test_missing_data_folder_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.delenv("FEDSIM_DATA_DIR", raising=False)
-    import datasets.registry as reg
+    import datasets.options as options
 
-    monkeypatch.setattr(reg, "__file__", str(tmp_path / "x" / "registry.py"))
+    monkeypatch.setattr(options, "__file__", str(tmp_path / "x" / "options.py"))
     monkeypatch.chdir(tmp_path)  # the working directory is searched too
     with pytest.raises(DatasetError, match="data folder 'frog' not found"):
         load_dataset("frog", data_dir=tmp_path)

@@ -19,7 +19,7 @@ from app.entity_aug.parties import (
     read_request,
     request_content,
 )
-from app.vfl.inprocess import run_experiment
+from app.modes import run_experiment
 from datasets.overlap import overlap_split
 from strategies.entity_aug.exchange import (
     Exchanger,

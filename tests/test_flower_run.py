@@ -55,7 +55,7 @@ def test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics(t
     `flwr run` with resume=true ends with the metrics of an uninterrupted run (S = 1)."""
     import time
 
-    from app.vfl.inprocess import run_experiment
+    from app.modes import run_experiment
     from deploy.localsim import start_simulation, stop_superlink
 
     base = dict(dataset="hdb", n_rows=1200, k=10, batch_size=128, epochs=3, steps_per_exchange=1,

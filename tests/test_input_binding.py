@@ -58,7 +58,7 @@ def test_a_party_with_only_identifier_columns_is_refused_by_name(tmp_path):
 
 
 def test_dropped_columns_and_imputed_nans_are_reported_in_the_summary(tmp_path):
-    from app.vfl.inprocess import run_experiment
+    from app.modes import run_experiment
 
     spec = SPEC.replace('numeric = ["rent"]', 'numeric = ["rent", "floor", "vacant"]')
     write_parties(tmp_path, spec)

@@ -1,8 +1,13 @@
 """The house rules, checked: module and function sizes, and which package may import which.
 
-Limits from the developers' guide: no module over 400 lines, no function over 60. Layering: the
-Flower-free training core (strategies/) and the data loaders (datasets/) import nothing from the
-Flower app (app/); no product package imports the benchmarks (bench/).
+Limits from the developers' guide: no module over 400 lines, no function over 60. Layering
+(README "Where things live"): the linkage library imports no web framework and nothing of ours
+but itself; the Flower-free training core (strategies/) and the data loaders (datasets/) import
+no Flower and nothing of the app; the Flower app (app/) reads linkages through the library, not
+the service; no product package imports the operator tooling (deploy/), the experiment runner
+(experiments/) or the benchmarks (bench/). Inside app/ and strategies/, one training mode's room
+never imports the other's, and the shared modules import neither (the entry points and
+app/modes.py, which dispatch on the mode, excepted).
 """
 
 from __future__ import annotations
@@ -13,12 +18,27 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("app", "linkage_server", "strategies", "datasets")
-CHECKED = (*PRODUCT, "bench")
+PRODUCT = ("app", "linkage", "linkage_server", "strategies", "datasets")
+CHECKED = (*PRODUCT, "deploy", "experiments", "bench")
 MAX_MODULE, MAX_FUNCTION = 400, 60
-# package -> packages of this repo it must not import
-FORBIDDEN = {"strategies": ("app", "bench"), "datasets": ("app", "bench", "strategies"),
-             "linkage_server": ("app", "bench", "strategies"), "app": ("bench",)}
+TOOLS = ("deploy", "experiments", "bench")
+WEB = ("fastapi", "starlette", "uvicorn", "httpx")
+# package -> modules (ours or third-party, matched as dotted prefixes) it must not import
+FORBIDDEN = {
+    "linkage": ("app", "strategies", "datasets", "linkage_server", *TOOLS, *WEB, "flwr"),
+    "linkage_server": ("app", "strategies", "datasets", *TOOLS, "flwr"),
+    "datasets": ("app", "strategies", "linkage_server", *TOOLS, "flwr"),
+    "strategies": ("app", "datasets", "linkage_server", *TOOLS, "flwr"),
+    "app": ("linkage_server", *TOOLS),
+    "deploy": ("experiments", "bench"),
+    "experiments": ("bench",),
+    "app/vfl": ("app.entity_aug", "strategies.entity_aug"),
+    "app/entity_aug": ("app.vfl", "strategies.vfl"),
+    "strategies/vfl": ("strategies.entity_aug",),
+    "strategies/entity_aug": ("strategies.vfl",),
+}
+SHARED = {"app": ("app.vfl", "app.entity_aug"), "strategies": ("strategies.vfl", "strategies.entity_aug")}
+DISPATCHERS = {"client_app.py", "server_app.py", "modes.py"}
 
 
 def _modules(packages) -> list[Path]:
@@ -26,14 +46,18 @@ def _modules(packages) -> list[Path]:
 
 
 def _imports(tree: ast.AST) -> set[str]:
-    """Top-level package names imported anywhere in the module (lazy imports included)."""
+    """Dotted names of the modules imported anywhere in the module (lazy imports included)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
     return names
+
+
+def _hits(names: set[str], forbidden) -> list[str]:
+    return sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden))
 
 
 def test_no_module_over_400_lines():
@@ -57,16 +81,28 @@ def test_no_function_over_60_lines():
 def test_layering(package):
     bad = {}
     for path in _modules([package]):
-        hits = _imports(ast.parse(path.read_text())) & set(FORBIDDEN[package])
+        hits = _hits(_imports(ast.parse(path.read_text())), FORBIDDEN[package])
         if hits:
-            bad[str(path.relative_to(ROOT))] = sorted(hits)
+            bad[str(path.relative_to(ROOT))] = hits
     assert not bad, f"{package}/ must not import {FORBIDDEN[package]}: {bad}"
+
+
+@pytest.mark.parametrize("package", sorted(SHARED))
+def test_shared_modules_import_no_mode(package):
+    bad = {}
+    for path in sorted((ROOT / package).glob("*.py")):
+        hits = _hits(_imports(ast.parse(path.read_text())), SHARED[package])
+        if hits and path.name not in DISPATCHERS:
+            bad[path.name] = hits
+    assert not bad, f"{package}/'s shared modules import a mode's room: {bad}"
 
 
 def test_the_checks_can_fail(tmp_path):
     """The scanners see a long function and a forbidden import when there is one."""
     body = "\n".join(f"    x{i} = {i}" for i in range(61))
-    tree = ast.parse(f"import app.config\nfrom bench import sweep\n\ndef f():\n{body}\n")
+    tree = ast.parse(f"import app.config\nfrom bench import sweep\nfrom fastapi import FastAPI\n\ndef f():\n{body}\n")
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
     assert fn.end_lineno - fn.lineno + 1 == 62
-    assert _imports(tree) == {"app", "bench"}
+    assert _hits(_imports(tree), FORBIDDEN["linkage"]) == ["app.config", "bench", "bench.sweep", "fastapi",
+                                                          "fastapi.FastAPI"]
+    assert _hits({"app.entity_aug.client", "app.vfl"}, FORBIDDEN["app/vfl"]) == ["app.entity_aug.client"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from app import modes
 from app.config import ConfigError, RunConfig
 from app.entity_aug import inprocess as ea_inprocess
 from app.entity_aug import server as ea_host
@@ -56,8 +57,8 @@ def _ea_host(cfg, out):
 ENGINES = {  # engine -> (run it, the loader that fails, base config)
     "primary": (_primary, (primary, "load_data"), dict(TINY, method="solo")),
     "ea_host": (_ea_host, (ea_host, "ea_data"), EA_TINY),
-    "inprocess": (lambda cfg, out: inprocess.run_experiment(cfg, out), (inprocess, "load_data"), TINY),
-    "ea_inprocess": (lambda cfg, out: inprocess.run_experiment(cfg, out), (ea_inprocess, "ea_data"), EA_TINY),
+    "inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (inprocess, "load_data"), TINY),
+    "ea_inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (ea_inprocess, "ea_data"), EA_TINY),
 }
 
 
@@ -85,13 +86,13 @@ def test_every_engine_marks_a_failed_rerun_failed_and_leaves_no_stale_summary(en
 
 def test_a_run_is_finished_only_after_its_summary_and_a_real_failure_is_recorded(tmp_path):
     out = tmp_path / "run"
-    summary = inprocess.run_experiment(RunConfig(**TINY, method="solo", out_dir=str(tmp_path)), out)
+    summary = modes.run_experiment(RunConfig(**TINY, method="solo", out_dir=str(tmp_path)), out)
     st = status(out)
     assert st["state"] == "finished" and st["error"] is None and st["engine"] == "inprocess"
     assert st["ended"] >= (out / "summary.json").stat().st_mtime - 1
     assert json.loads((out / "summary.json").read_text()) == summary
     with pytest.raises(LinkageError, match="K=10000"):
-        inprocess.run_experiment(RunConfig(**TINY, k=10000, out_dir=str(tmp_path)), out)
+        modes.run_experiment(RunConfig(**TINY, k=10000, out_dir=str(tmp_path)), out)
     st = status(out)
     assert st["state"] == "failed" and st["error"] == f"LinkageError: {TOO_BIG_K}"
     assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()

@@ -12,7 +12,7 @@ from flwr.serverapp import Grid
 
 from app.entity_aug import parties as wire
 from app.messages import named_content
-from app.transport import POLL, PartyError, Traffic, payload_bytes, run_name
+from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.entity_aug.exchange import LocalLink, StepReply, StepRequest
 from strategies.entity_aug.model import EAParty
 
@@ -37,18 +37,19 @@ class FlowerLink:
         self.traffic.bytes_down += payload_bytes(content)
 
     def _pull(self, wanted: dict[str, str], until: float, what: str) -> dict[str, RecordDict]:
-        """message id -> party; pull every POLL s until all are in or ``until``."""
+        """message id -> party; the replies that arrive by ``until`` under the shared poll policy
+        (app/transport.py:pull_replies), at least one pull even if ``until`` has passed; a missing
+        one is left out, not an error (collect's deadline), a guest's error raises at once."""
         out: dict[str, RecordDict] = {}
-        while wanted:
-            for reply in self.grid.pull_messages(list(wanted)):
-                party = wanted.pop(reply.metadata.reply_to_message_id)
-                if reply.has_error():
-                    raise PartyError(f"guest {party!r} failed on {what}: {reply.error.reason}")
-                out[party] = reply.content
-                self.traffic.bytes_up += payload_bytes(reply.content)
-            if not wanted or time.monotonic() >= until:
-                break
-            time.sleep(POLL)
+
+        def take(reply: Message) -> None:
+            party = wanted[reply.metadata.reply_to_message_id]
+            if reply.has_error():
+                raise PartyError(f"guest {party!r} failed on {what}: {reply.error.reason}")
+            out[party] = reply.content
+            self.traffic.bytes_up += payload_bytes(reply.content)
+
+        pull_replies(self.grid, list(wanted), until, take)
         return out
 
     def collect(self, parties: set[str], until: float) -> dict[str, StepReply]:

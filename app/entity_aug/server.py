@@ -2,21 +2,16 @@
 the guests over Flower messages with Algorithm 1's queue and timeout fallback; and the same
 run with the guests in process (app/entity_aug/inprocess.py, used by experiments.sweep).
 
-Both write into the run folder: config.json, metrics.jsonl (one line per epoch),
-summary.json (the best-validation epoch's val / test metrics, stale counts per guest),
-primary_model.pt (the host's model), step_losses.npy, and status.json (app/run_status.py).
+Both write the run record of app/run_record.py (plus, per epoch and in the summary, the stale
+counts per guest) and status.json (app/run_status.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from logging import INFO
 from pathlib import Path
 
-import numpy as np
-import torch
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -33,58 +28,60 @@ from app.entity_aug.parties import (
     overlap_parts,
     torch_threads,
 )
+from app.run_record import RunRecord, Seconds
 from app.transport import handshake
 from datasets.overlap import HOST, EntityData
 from strategies.entity_aug.exchange import Exchanger, LocalLink
 from strategies.entity_aug.model import fit_ea, party_records
-from strategies.records import EpochRecord, best_epoch
+from strategies.records import EpochRecord
 
 
 def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: Path, engine: str,
            say=lambda *a: None) -> dict:
-    """Train, evaluate every epoch, write the run's files; returns the summary."""
-    t0 = time.perf_counter()
+    """Train, evaluate every epoch, write the run record (app/run_record.py); returns the summary."""
+    t_start = time.perf_counter()
+    record = RunRecord(out, engine)
     settings = ea_settings(cfg)
     plan = ea_plan(cfg, data, settings)
     aligned, shares = overlap_parts(cfg, data)
     host = build_host(cfg, data)
-    (out / "config.json").write_text(json.dumps({"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings)},
-                                                indent=2))
+    record.write_config(cfg, settings)
     say("[host] entity-aug %s on %s: overlap %g (%d aligned of %d training entities), parties %s, batch %d, "
         "%d epochs x %d steps, lr %g", cfg.ea_variant, data.name, cfg.overlap, len(aligned), len(data.split.train),
         data.parties, settings.batch_size, plan.epochs, plan.steps_per_epoch, settings.lr)
     exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
-    with (out / "metrics.jsonl").open("w") as f:
-        def on_epoch(rec: EpochRecord) -> None:
-            f.write(json.dumps({**dataclasses.asdict(rec), "stale": dict(exchanger.queue.stale)}) + "\n")
-            f.flush()
-            say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
-                rec.val, rec.test, exchanger.queue.stale, rec.seconds)
+    record.open_metrics()
 
-        with torch_threads(1):
-            records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, lambda *a: None)
-    torch.save(host.model.state_dict(), out / "primary_model.pt")
-    np.save(out / "step_losses.npy", np.asarray(losses))
-    best = best_epoch(records, host.head)
+    def on_epoch(rec: EpochRecord) -> None:
+        record.epoch(rec, stale=dict(exchanger.queue.stale))
+        say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
+            rec.val, rec.test, exchanger.queue.stale, rec.seconds)
+
+    t0 = time.perf_counter()
+    with torch_threads(1):
+        records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, lambda *a: None)
+    seconds = Seconds(train_and_eval=time.perf_counter() - t0, total=time.perf_counter() - t_start)
     n_steps = max(1, len(losses))
-    summary = {
-        "dataset": data.name, "mode": "entity-aug", "ea_variant": cfg.ea_variant, "overlap": cfg.overlap,
-        "seed": cfg.seed, "engine": engine, "best_epoch": best.epoch, "val": best.val, "test": best.test,
-        "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0,
-        "entities": {"train": len(data.split.train), "aligned": len(aligned),
-                     "records_per_party": {p: len(r) for p, r in party_records(
-                         cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
-        "guest_timeout": cfg.guest_timeout,
-        "preprocessing": load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
-        "stale": dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
-        "stale_fraction": {p: c / n_steps for p, c in exchanger.queue.stale.items()},
-    }
-    if isinstance(link, FlowerLink):
-        summary["exchange"] = {"count": exchanger.exchanges, "bytes_down": link.traffic.bytes_down,
-                               "bytes_up": link.traffic.bytes_up}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    say("[host] best epoch %d: val %s | test %s | stale %s", best.epoch, best.val, best.test, summary["stale"])
+    summary = record.finish(
+        cfg, dataset=data.name, method=cfg.mode, head=host.head, records=records, losses=losses, model=host.model,
+        device=host.device, seconds=seconds, exchange=_exchange(link, exchanger),
+        preprocessing=load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
+        ea_variant=cfg.ea_variant, overlap=cfg.overlap, guest_timeout=cfg.guest_timeout,
+        entities={"train": len(data.split.train), "aligned": len(aligned),
+                  "records_per_party": {p: len(r) for p, r in party_records(
+                      cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
+        stale=dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
+        stale_fraction={p: c / n_steps for p, c in exchanger.queue.stale.items()})
+    say("[host] best epoch %d: val %s | test %s | stale %s", summary["best_epoch"], summary["val"], summary["test"],
+        summary["stale"])
     return summary
+
+
+def _exchange(link, exchanger: Exchanger) -> dict | None:
+    """summary.json's traffic over Flower (None in process)."""
+    if not isinstance(link, FlowerLink):
+        return None
+    return {"count": exchanger.exchanges, "bytes_down": link.traffic.bytes_down, "bytes_up": link.traffic.bytes_up}
 
 
 def run_ea_host(grid: Grid, cfg: RunConfig) -> dict:

@@ -10,7 +10,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.transport import POLL, POLL_MAX, PartyError, Traffic, payload_bytes, run_name
+from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.vfl.fedsim import GradBlock
 
 
@@ -43,20 +43,11 @@ class FlowerChannel:
         return out
 
     def _send_and_receive(self, msgs: list[Message]) -> list[Message]:
-        """Push, then pull (every POLL seconds at first, backing off) until every reply is in or the timeout passes.
-        Grid.send_and_receive sleeps 0.1 s between pulls (3 s in deployment), which adds up to
-        one more tick to an exchange whose reply arrives just after a pull."""
-        ids = set(self.grid.push_messages(msgs))
+        """Push, then pull under the shared poll policy (app/transport.py:pull_replies) until every
+        reply is in or the timeout passes; _exchange names a party that did not answer."""
+        ids = self.grid.push_messages(msgs)
         replies: list[Message] = []
-        deadline = time.monotonic() + self.timeout
-        pause = POLL
-        while ids and time.monotonic() < deadline:
-            for reply in self.grid.pull_messages(list(ids)):
-                ids.discard(reply.metadata.reply_to_message_id)
-                replies.append(reply)
-            if ids:
-                time.sleep(pause)
-                pause = min(POLL_MAX, pause * 1.5)
+        pull_replies(self.grid, ids, time.monotonic() + self.timeout, replies.append)
         return replies
 
     def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -14,6 +15,7 @@ import torch
 from app import run_status
 from app.config import RunConfig
 from app.data import load_data
+from app.run_record import RunRecord, Seconds
 from app.vfl.parties import (
     build_primary_model,
     build_secondary_model,
@@ -40,12 +42,18 @@ class OneProcessRun:
     train_seconds: float  # training steps only, no evaluation
 
 
-def _setup(cfg: RunConfig, steps_per_exchange: int | None):
+def _setup(cfg: RunConfig, steps_per_exchange: int | None, seconds: Seconds | None = None):
+    """The run's config, settings, data, linkage (job folder) and plan; ``seconds`` gets the
+    load and linkage times."""
+    seconds = seconds or Seconds()
     if steps_per_exchange:
         cfg = dataclasses.replace(cfg, steps_per_exchange=steps_per_exchange)
     settings = cfg.resolve()
+    t0 = time.perf_counter()
     ds = load_data(cfg)
+    t1 = time.perf_counter()
     linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
+    seconds.load, seconds.linkage = t1 - t0, time.perf_counter() - t1
     return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
 
 
@@ -94,48 +102,30 @@ def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
     return max(float((a[k].double().cpu() - b[k].double().cpu()).abs().max()) for k in a)
 
 
-def run_experiment(cfg: RunConfig, out: "Path") -> dict:
-    """A whole run in one process (secondaries behind a LocalChannel, the protocol proven equal
-    to `flwr run` by the twin oracles): every epoch evaluated, best-validation epoch reported.
-    Writes metrics.jsonl, summary.json, primary_model.pt and status.json (app/run_status.py)
-    into `out` like the ServerApp."""
-    from pathlib import Path
-
-    if cfg.resume:
-        from app.config import ConfigError
-
-        raise ConfigError("run_experiment (the sweeps' in-process engine) does not resume from checkpoints: "
-                          "a sweep resumes at run granularity; use `flwr run` with resume=true")
-    if cfg.mode == "entity-aug":  # Entity Augmentation: its own host loop, guests in process
-        from app.entity_aug.inprocess import run_ea_in_process
-
-        return run_ea_in_process(cfg, Path(out))
-    with run_status.tracked(Path(out), "inprocess"):  # <out>/status.json: running, then finished or failed
+def run_experiment(cfg: RunConfig, out: Path) -> dict:
+    """A whole FedSim (or baseline) run in one process: secondaries behind a LocalChannel, the
+    protocol proven equal to `flwr run` by the twin oracles; every epoch evaluated, the
+    best-validation epoch reported. The same run record as the ServerApp (app/run_record.py),
+    tracked in <out>/status.json (app/run_status.py)."""
+    with run_status.tracked(Path(out), "inprocess"):  # running, then finished or failed
         return _experiment(cfg, Path(out))
 
 
-def _experiment(cfg: RunConfig, out: "Path") -> dict:
-    import json
-
-    from strategies.records import best_epoch
-
-    t0 = time.perf_counter()
-    cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
+def _experiment(cfg: RunConfig, out: Path) -> dict:
+    t_start = time.perf_counter()
+    record = RunRecord(out, "inprocess")
+    seconds = Seconds()
+    cfg, settings, ds, linkage, job, plan = _setup(cfg, None, seconds)
+    record.write_config(cfg, settings)
     strategy = build_strategy(ds, linkage, cfg, settings)
     parties = _local_parties(cfg, ds, job, linkage)
-    with (out / "metrics.jsonl").open("w") as f:
-        def record(rec) -> None:  # one line per epoch, flushed: a running sweep shows its progress
-            f.write(json.dumps(dataclasses.asdict(rec)) + "\n")
-            f.flush()
-
-        records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
-                              ds.split.test, plan, record, lambda *a: None)
-    torch.save(strategy.model.state_dict(), out / "primary_model.pt")
-    best = best_epoch(records, strategy.head)
-    summary = {"dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k, "tau": cfg.tau,
-               "engine": "inprocess", "device": str(strategy.device), "best_epoch": best.epoch, "val": best.val,
-               "test": best.test,
-               "epochs_run": len(records), "steps": len(losses), "seconds": time.perf_counter() - t0,
-               "preprocessing": ds.preprocessing}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    record.open_metrics()
+    t0 = time.perf_counter()
+    records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
+                          ds.split.test, plan, record.epoch, lambda *a: None)
+    seconds.train_and_eval = time.perf_counter() - t0
+    seconds.total = time.perf_counter() - t_start
+    return record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=losses,
+                         model=strategy.model, device=strategy.device, seconds=seconds,
+                         preprocessing=ds.preprocessing, k=settings.k, tau=cfg.tau,
+                         steps_per_exchange=cfg.steps_per_exchange)

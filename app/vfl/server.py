@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import statistics
 import time
 from logging import INFO
 from pathlib import Path
 
-import numpy as np
-import torch
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app import run_status
 from app.config import RunConfig
 from app.data import load_data
+from app.run_record import RunRecord, Seconds
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
 from app.vfl.parties import build_strategy, linkage_job, train_plan
-from strategies.records import EpochRecord, best_epoch
+from strategies.records import EpochRecord
 from strategies.vfl.protocol import fit
 
 
@@ -35,10 +32,6 @@ def run_dir_for(cfg: RunConfig) -> Path:
         manifest = checkpoint.read_manifest(folder / "checkpoint")
         checkpoint.check_resume(manifest, checkpoint.fixed_config(cfg), manifest.job_id)
     return folder
-
-
-def write_config(out: Path, cfg: RunConfig, settings) -> None:
-    (out / "config.json").write_text(json.dumps({"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings)}, indent=2))
 
 
 def fmt(metrics: dict[str, float]) -> str:
@@ -57,20 +50,14 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
 
 
 def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunStatus) -> dict:
+    t_start = time.perf_counter()
     settings = cfg.resolve()
+    record = RunRecord(out, "flower")
     if not cfg.resume:
-        write_config(out, cfg, settings)
+        record.write_config(cfg, settings)
     log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
-
-    t0 = time.perf_counter()
-    ds = load_data(cfg)
-    log(INFO, "[primary] dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
-        ds.name, ds.primary.n_rows, len(ds.split.train), len(ds.split.val), len(ds.split.test),
-        {p: t.n_rows for p, t in ds.secondaries.items()})
-    log(INFO, "[primary] feature preparation: %s", ds.preprocessing_note())
-    load_seconds = time.perf_counter() - t0
-
-    linkage, channel, link_seconds = _connect(grid, ds, cfg, settings)
+    ds, seconds = _load(cfg)
+    linkage, channel, seconds.linkage = _connect(grid, ds, cfg, settings)
     floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
     if floor:
         log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
@@ -80,39 +67,52 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
     log(INFO, "[primary] training %s: K=%d, batch %d, %d epochs, lr %g, S=%d steps per exchange, device %s",
         cfg.method, settings.k, settings.batch_size, settings.epochs, settings.lr, cfg.steps_per_exchange,
         strategy.device)
-    ckpt = out / "checkpoint"
-    job_id = linkage.job_id if linkage else ""
-    done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id) if cfg.resume else None
-    if not cfg.resume:
-        checkpoint.fresh(ckpt)
-    else:  # the checkpoint was accepted: from here on this is the run
-        status.start(resume=True)
-        write_config(out, cfg, settings)
-    if done:
-        log(INFO, "[primary] resumed from the checkpoint of epoch %d (%d steps done)", len(done[0]) - 1, len(done[1]))
+    ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
+    done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
     after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None
-    metrics_file = (out / "metrics.jsonl").open("w")
-    for rec in done[0] if done else []:
-        metrics_file.write(json.dumps(dataclasses.asdict(rec)) + "\n")
-    on_epoch, progress = _epoch_log(metrics_file, channel)
+    record.open_metrics(done[0] if done else [])
+    on_epoch, progress = _epoch_log(record, channel)
     t0 = time.perf_counter()
     records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress,
                                after_epoch, done, str(ckpt) if cfg.checkpoint else "")
-    train_seconds = time.perf_counter() - t0
-    metrics_file.close()
-
-    torch.save(strategy.model.state_dict(), out / "primary_model.pt")
+    seconds.train_and_eval = time.perf_counter() - t0
     if channel:
         channel.finish(str(out))
-    seconds = {"load": load_seconds, "linkage": link_seconds, "train_and_eval": train_seconds,
-               "epochs": [r.seconds for r in records]}
-    summary = _summary(ds, cfg, settings, strategy, records, step_losses, seconds, channel, floor)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    np.save(out / "step_losses.npy", np.asarray(step_losses))
+    seconds.total = time.perf_counter() - t_start
+    summary = record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records,
+                            losses=step_losses, model=strategy.model, device=strategy.device, seconds=seconds,
+                            preprocessing=ds.preprocessing, exchange=_exchange(channel, floor), k=settings.k,
+                            tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange)
     log(INFO, "[primary] best epoch %d: val %s | test %s", summary["best_epoch"], fmt(summary["val"]),
         fmt(summary["test"]))
     log(INFO, "[primary] results in %s", out)
     return summary
+
+
+def _load(cfg: RunConfig) -> tuple:
+    """The parties' data, and the run's Seconds with the load time filled in."""
+    t0 = time.perf_counter()
+    ds = load_data(cfg)
+    log(INFO, "[primary] dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
+        ds.name, ds.primary.n_rows, len(ds.split.train), len(ds.split.val), len(ds.split.test),
+        {p: t.n_rows for p, t in ds.secondaries.items()})
+    log(INFO, "[primary] feature preparation: %s", ds.preprocessing_note())
+    return ds, Seconds(load=time.perf_counter() - t0)
+
+
+def _start_or_resume(ckpt: Path, strategy, channel, cfg: RunConfig, job_id: str, status: run_status.RunStatus,
+                     record: RunRecord, settings):
+    """A fresh run empties its checkpoint folder; a resumed one loads every party's state, and
+    only once the checkpoint is accepted does the run become this one. Returns what was done."""
+    if not cfg.resume:
+        checkpoint.fresh(ckpt)
+        return None
+    done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id)
+    status.start(resume=True)
+    record.write_config(cfg, settings)
+    if done:
+        log(INFO, "[primary] resumed from the checkpoint of epoch %d (%d steps done)", len(done[0]) - 1, len(done[1]))
+    return done
 
 
 def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
@@ -130,39 +130,25 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
     return linkage, FlowerChannel(grid, nodes, cfg.node_timeout, linkage.job_id), link_seconds
 
 
-def _summary(ds, cfg: RunConfig, settings, strategy, records: list[EpochRecord], step_losses, seconds: dict,
-             channel, floor: list[float]) -> dict:
-    """summary.json: the best-validation epoch's metrics, timings and traffic."""
-    best = best_epoch(records, strategy.head)
-    traffic = channel.traffic if channel else None
-    times = traffic.seconds if traffic else []
-    return {
-        "dataset": ds.name, "method": cfg.method, "seed": cfg.seed, "k": settings.k,
-        "steps_per_exchange": cfg.steps_per_exchange, "device": str(strategy.device),
-        "best_epoch": best.epoch, "val": best.val, "test": best.test, "preprocessing": ds.preprocessing,
-        "epochs_run": len(records), "steps": len(step_losses), "seconds": seconds,
-        "exchange": {
-            "count": traffic.exchanges if traffic else 0,
-            "bytes_down": traffic.bytes_down if traffic else 0,
-            "bytes_up": traffic.bytes_up if traffic else 0,
+def _exchange(channel, floor: list[float]) -> dict | None:
+    """summary.json's traffic: exchanges, bytes each way, their times, Flower's empty-exchange floor."""
+    if channel is None:
+        return None
+    traffic, times = channel.traffic, channel.traffic.seconds
+    return {"count": traffic.exchanges, "bytes_down": traffic.bytes_down, "bytes_up": traffic.bytes_up,
             "median_seconds": statistics.median(times) if times else 0.0,
             "mean_seconds": statistics.fmean(times) if times else 0.0,
             "floor_median_seconds": statistics.median(floor) if floor else None,
-            "floor_mean_seconds": statistics.fmean(floor) if floor else None,
-        },
-    }
+            "floor_mean_seconds": statistics.fmean(floor) if floor else None}
 
 
-def _epoch_log(metrics_file, channel):
+def _epoch_log(record: RunRecord, channel):
     """The per-epoch record (metrics.jsonl line + log) and a step log at most every 10 s."""
     last = {"t": time.perf_counter()}
 
     def on_epoch(rec: EpochRecord) -> None:
-        row = dataclasses.asdict(rec)
-        if channel:
-            row.update(bytes_down=channel.traffic.bytes_down, bytes_up=channel.traffic.bytes_up)
-        metrics_file.write(json.dumps(row) + "\n")
-        metrics_file.flush()
+        traffic = channel.traffic if channel else None
+        record.epoch(rec, **({"bytes_down": traffic.bytes_down, "bytes_up": traffic.bytes_up} if traffic else {}))
         log(INFO, "[primary] epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s",
             rec.epoch, rec.train_loss, fmt(rec.val), fmt(rec.test), rec.steps, rec.exchanges, rec.seconds)
 

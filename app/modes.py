@@ -1,0 +1,31 @@
+"""The one place that dispatches on run-config ``mode``: which run each training mode plays in
+the ServerApp (over Flower) and in one process (the sweeps' engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flwr.serverapp import Grid
+
+from app.config import ConfigError, RunConfig
+from app.entity_aug.inprocess import run_ea_in_process
+from app.entity_aug.server import run_ea_host
+from app.vfl.inprocess import run_experiment as run_vfl_in_process
+from app.vfl.server import run_primary
+
+SERVER_RUNS = {"vfl": run_primary, "entity-aug": run_ea_host}  # (grid, cfg) -> summary
+IN_PROCESS_RUNS = {"vfl": run_vfl_in_process, "entity-aug": run_ea_in_process}  # (cfg, out) -> summary
+
+
+def serve(grid: Grid, cfg: RunConfig) -> dict:
+    """The ServerApp's run of the configured mode."""
+    return SERVER_RUNS[cfg.mode](grid, cfg)
+
+
+def run_experiment(cfg: RunConfig, out: Path) -> dict:
+    """A whole run of the configured mode in one process, recorded in ``out`` like the ServerApp
+    (app/run_record.py, app/run_status.py). It does not resume: a sweep resumes whole runs."""
+    if cfg.resume:
+        raise ConfigError("run_experiment (the sweeps' in-process engine) does not resume from checkpoints: "
+                          "a sweep resumes at run granularity; use `flwr run` with resume=true")
+    return IN_PROCESS_RUNS[cfg.mode](cfg, Path(out))

@@ -1,0 +1,41 @@
+"""What a loader is given: its options and where its data files are found (imports no loader)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasets.base import DatasetError
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """Everything a loader may depend on; part of the cache key of a loaded dataset."""
+
+    seed: int = 0
+    n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
+    sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
+
+
+def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:
+    """The folder holding ``subdir``: the given data dir (only), else $FEDSIM_DATA_DIR, the repo's
+    embedded ``data/`` or ``../shared/data`` beside it (repo, then working directory)."""
+    repo = Path(__file__).resolve().parents[1]
+    if data_dir:  # an explicit data dir is used or refused, never silently replaced
+        if (Path(data_dir) / subdir).is_dir():
+            return Path(data_dir) / subdir
+        raise DatasetError(f"data folder {subdir!r} not found in data-dir {str(data_dir)!r}")
+    candidates = []
+    if os.environ.get("FEDSIM_DATA_DIR"):
+        candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]))
+    # the repo when run from a checkout; the working directory when run as an installed Flower app
+    for root in dict.fromkeys([repo, Path.cwd()]):
+        candidates += [root / "data", root.parent / "shared" / "data"]
+    for base in candidates:
+        if (base / subdir).is_dir():
+            return base / subdir
+    raise DatasetError(
+        f"data folder {subdir!r} not found in {[str(c) for c in candidates]}; "
+        "pass data-dir (run config) or set FEDSIM_DATA_DIR"
+    )

@@ -1,0 +1,88 @@
+"""One run record for every engine and both modes (app/run_record.py): the same files, the same
+summary schema with one type for ``seconds``, and a sweep that reads the record as written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app import modes
+from app.config import MODES, RunConfig
+from app.run_record import FILES, read_metrics, read_summary
+from app.vfl import server as primary
+
+TINY = dict(dataset="synthetic", n_rows=300, epochs=2, batch_size=64)
+EA_TINY = dict(dataset="synthetic", n_rows=300, mode="entity-aug", epochs=2, batch_size=32)
+CORE = {"dataset", "mode", "method", "seed", "engine", "device", "machine", "best_epoch", "val", "test", "epochs_run",
+        "steps", "seconds", "exchange", "preprocessing"}
+SECONDS = {"total", "load", "linkage", "train_and_eval", "epochs"}
+
+
+def _flower_solo(tmp: Path) -> Path:  # the ServerApp's run; Solo has no secondaries, so no Grid is needed
+    primary.run_primary(None, RunConfig(**TINY, method="solo", out_dir=str(tmp), run_name="flower-solo"))
+    return tmp / "flower-solo"
+
+
+def _in_process(values: dict, name: str):
+    def run(tmp: Path) -> Path:
+        modes.run_experiment(RunConfig(**values, out_dir=str(tmp / "linkage")), tmp / name)
+        return tmp / name
+    return run
+
+
+RUNS = {  # (engine, mode, method) -> run it, return its folder
+    ("flower", "vfl", "solo"): _flower_solo,
+    ("inprocess", "vfl", "fedsim"): _in_process(TINY, "fedsim"),
+    ("inprocess", "vfl", "solo"): _in_process(dict(TINY, method="solo"), "solo"),
+    ("inprocess", "entity-aug", "entity-aug"): _in_process(EA_TINY, "ea"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(RUNS), ids="-".join)
+def test_every_engine_and_mode_writes_one_record(key, tmp_path):
+    folder = RUNS[key](tmp_path)
+    summary = read_summary(folder)
+    assert CORE <= set(summary), f"missing {CORE - set(summary)}"
+    assert (summary["engine"], summary["mode"], summary["method"]) == key
+    seconds = summary["seconds"]
+    assert set(seconds) == SECONDS and all(isinstance(seconds[k], float) for k in SECONDS - {"epochs"})
+    assert len(seconds["epochs"]) == summary["epochs_run"] and seconds["total"] >= seconds["train_and_eval"] > 0
+    assert all((folder / name).exists() for name in FILES)
+    assert len(read_metrics(folder)) == summary["epochs_run"] == 2
+    assert np.load(folder / "step_losses.npy").shape == (summary["steps"],)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["run"]["mode"] == key[1] and "resolved" in config
+    best = read_metrics(folder)[summary["best_epoch"]]
+    assert best["val"] == summary["val"] and best["test"] == summary["test"]
+
+
+def test_the_sweep_keeps_the_record_as_the_engine_wrote_it(tmp_path, monkeypatch):
+    """Before: the sweep runner rewrote summary.json after the run (adding the machine)."""
+    from experiments import sweep
+
+    written = {}
+    engine = modes.run_experiment
+
+    def recording_engine(cfg, out):
+        summary = engine(cfg, out)
+        written["bytes"] = (Path(out) / "summary.json").read_bytes()
+        return summary
+
+    monkeypatch.setattr(modes, "run_experiment", recording_engine)
+    out = tmp_path / "synthetic" / "solo" / "s0"
+    sweep.run_one({**{k.replace("_", "-"): v for k, v in TINY.items()}, "method": "solo", "seed": 0}, out, "inprocess")
+    assert (out / "summary.json").read_bytes() == written["bytes"]
+    assert read_summary(out)["machine"]
+
+
+def test_a_record_from_before_the_schema_reads_with_seconds_as_a_dict(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"seconds": 12.5, "test": {"rmse": 1.0}}))
+    assert read_summary(tmp_path)["seconds"] == {"total": 12.5, "load": 0.0, "linkage": 0.0, "train_and_eval": 0.0,
+                                                 "epochs": []}
+
+
+def test_one_dispatch_covers_every_mode():
+    assert set(modes.SERVER_RUNS) == set(modes.IN_PROCESS_RUNS) == set(MODES)
