@@ -38,6 +38,7 @@ from strategies.records import EpochRecord, best_epoch
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
 LOSSES, MODEL = "step_losses.npy", "primary_model.pt"
 FILES = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG)  # what a fresh run replaces (app/run_status.py)
+FOLDERS = ("kept",)  # likewise: the kept federation of the best epoch (app/vfl/kept.py)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -31,7 +32,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.run_record import FILES, SUMMARY
+from app.run_record import FILES, FOLDERS, SUMMARY
 from linkage.store import write_atomic
 
 STATUS = "status.json"
@@ -60,6 +61,8 @@ class RunStatus:
         self.folder.mkdir(parents=True, exist_ok=True)
         for name in ((SUMMARY,) if resume else RESULTS) + (STATUS,):
             (self.folder / name).unlink(missing_ok=True)
+        for name in () if resume else FOLDERS:
+            shutil.rmtree(self.folder / name, ignore_errors=True)
         self.record = {"state": "running", "error": None, "traceback": None, "engine": self.engine, "resumed": resume,
                        "started": time.time(), "ended": None, "pid": os.getpid(), "host": socket.gethostname()}
         self._write()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:  # datasets/transform.py imports this module
+    from datasets.transform import FeatureTransform
 
 Task = Literal["regression", "binary", "multiclass"]
 IdKind = Literal["numeric", "string"]
@@ -33,6 +36,9 @@ class PartyTable:
     # what feature preparation did (datasets.tables.party_table): dropped_constant,
     # dropped_empty (column names), nan_imputed ({column: count}), nan_imputed_total
     preprocessing: dict = field(default_factory=dict, compare=False, repr=False)
+    # how raw columns became ``features`` (datasets/transform.py), to prepare new records alike;
+    # None for tables built otherwise (the overlap sets, tests)
+    transform: FeatureTransform | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.features)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, IdKind, PartyTable
+from datasets.transform import fit_transform
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], where: str) -> None:
@@ -66,26 +67,17 @@ def party_table(
         ids = df[id_cols[0]].to_numpy(dtype=object)
     check_identifiers(ids, id_cols, where)
 
-    blocks, names, imputed = [], [], {}
-    if numeric_cols:
-        num, imputed = numeric_features(df, list(numeric_cols), fit_rows, where)
-        blocks.append(num)
-        names += list(numeric_cols)
-    for col in categorical_cols:
-        dummies = pd.get_dummies(df[col].astype(str), prefix=col, dtype=np.float64)
-        blocks.append(dummies.to_numpy())
-        names += list(dummies.columns)
-    x = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(df), 0))
-    x, kept, report = drop_uninformative(x, names, fit_rows, where)
-    report |= {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
+    transform, report = fit_transform(df, list(numeric_cols), list(categorical_cols), fit_rows, where)
+    features, _ = transform.apply(df, where)
     return PartyTable(
         name=name,
-        features=standardize(x, fit_rows),
-        feature_names=tuple(kept),
+        features=features,
+        feature_names=transform.names,
         identifiers=ids,
         id_names=tuple(id_cols),
         id_kind=id_kind,
         preprocessing=report,
+        transform=transform,
     )
 
 
@@ -103,26 +95,31 @@ def refuse_cells(bad: np.ndarray, cols: list[str], where: str, what: str, values
                        f"(first rows: {rows[:5].tolist()}){also}; fix or remove them")
 
 
-def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None,
-                     where: str) -> tuple[np.ndarray, dict[str, int]]:
-    """Numeric feature columns -> (n, len(cols)) float64, NaN replaced by the column's mean over
-    ``fit_rows``; non-numbers and inf / -inf are refused, never coerced. Also returns the count
-    of imputed NaN per column (columns without any left out)."""
+def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None, where: str, *,
+                     fill: tuple[float, ...] | None = None, with_fill: bool = False):
+    """Numeric feature columns -> (n, len(cols)) float64, NaN replaced by ``fill`` (a fitted
+    transform's) or else by the column's mean over ``fit_rows``; non-numbers and inf / -inf are
+    refused, never coerced. Also returns the count of imputed NaN per column (columns without
+    any left out) and, ``with_fill``, the fill values used."""
     raw = df[cols]
     num = raw.apply(pd.to_numeric, errors="coerce")
     refuse_cells(raw.notna().to_numpy() & num.isna().to_numpy(), cols, where, "holds non-numbers", raw)
     refuse_cells(np.isinf(num.to_numpy(dtype=np.float64)), cols, where, "holds non-finite values (inf/-inf)")
-    mean = (num if fit_rows is None else num.iloc[fit_rows]).mean()
+    if fill is None:
+        mean = (num if fit_rows is None else num.iloc[fit_rows]).mean()
+    else:
+        mean = pd.Series(fill, index=cols, dtype=np.float64)
     missing = num.isna().sum()
     imputed = {c: int(missing.iloc[i]) for i, c in enumerate(cols) if missing.iloc[i] and not np.isnan(mean.iloc[i])}
-    return num.fillna(mean).to_numpy(dtype=np.float64), imputed
+    out = num.fillna(mean).to_numpy(dtype=np.float64)
+    return (out, imputed, tuple(map(float, mean))) if with_fill else (out, imputed)
 
 
 def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | None,
-                       where: str) -> tuple[np.ndarray, list[str], dict]:
-    """Drop the columns of x (n, d) without any value on ``fit_rows`` (NaN there: nothing to
-    impute from) and those constant on them; refuse a party left with no column.
-    Returns (x kept, names kept, {"dropped_constant": [...], "dropped_empty": [...]})."""
+                       where: str) -> tuple[np.ndarray, dict]:
+    """The columns of x (n, d) to keep: not those without any value on ``fit_rows`` (NaN there:
+    nothing to impute from), nor those constant on them; refuse a party left with no column.
+    Returns (keep (d,) bool, {"dropped_constant": [...], "dropped_empty": [...]})."""
     ref = x if fit_rows is None else x[fit_rows]
     empty = np.isnan(ref).any(axis=0)  # imputation filled every NaN of a column with any value
     constant = np.zeros(x.shape[1], dtype=bool)
@@ -139,4 +136,4 @@ def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | N
         raise DatasetError(f"{where}: no feature column left: {report['dropped_constant']} are constant and "
                            f"{report['dropped_empty']} have no value on the {rows}; the party needs a feature "
                            "that varies")
-    return x[:, keep], [n for n, k in zip(names, keep) if k], report
+    return keep, report

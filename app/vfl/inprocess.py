@@ -24,6 +24,7 @@ from app.vfl.parties import (
     linkage_job,
     train_plan,
 )
+from app.vfl.kept import Keeper
 from app.vfl.secondary import SecondaryParty, with_imputed_row
 from linkage.contracts import LinkageError
 from linkage.store import load_secondary
@@ -120,10 +121,18 @@ def _experiment(cfg: RunConfig, out: Path) -> dict:
     strategy = build_strategy(ds, linkage, cfg, settings)
     parties = _local_parties(cfg, ds, job, linkage)
     record.open_metrics()
+    keeper = Keeper(strategy.head)
+    models = {"primary": strategy.model, **{p: s.model for p, s in parties.items()}}
+
+    def on_epoch(rec) -> None:
+        record.epoch(rec)
+        keeper.offer(rec, models)  # the states the evaluation just used
+
     t0 = time.perf_counter()
     records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
-                          ds.split.test, plan, record.epoch, lambda *a: None)
+                          ds.split.test, plan, on_epoch, lambda *a: None)
     seconds.train_and_eval = time.perf_counter() - t0
+    keeper.save(out, cfg, settings, ds, linkage.job_id if linkage else "")
     seconds.total = time.perf_counter() - t_start
     return record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=losses,
                          model=strategy.model, device=strategy.device, seconds=seconds,

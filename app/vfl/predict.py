@@ -1,0 +1,119 @@
+"""Predict for new primary records with a kept federation, every party in this process (the
+in-process engine; the Flower and deployment paths are to come, issue 15).
+
+    predict_in_process(run_dir, features (q, d_P), identifiers (q, d) | (q,)) -> Prediction
+
+The new records are linked as the job linked its own (linkage/query.py: the job's training
+statistics, sigma and tokens; noise keyed by the record), each secondary embeds the tokens it is
+asked for with its kept model, and the primary runs its kept local model, gates and head, the
+evaluation's own code (FedSimStrategy.predict). Refused by name, before any output: a run that
+did not finish or kept nothing, a secondary whose data changed since training, new records
+whose features or identifiers do not fit, and linkages that predict does not support yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from app.config import RunConfig
+from app.data import load_data
+from app.node import simulated_linkage_dir
+from app.run_status import require_finished
+from app.vfl.kept import KeptError, features_digest, load_kept
+from app.vfl.parties import build_primary_model, service_secret, unsorted
+from app.vfl.secondary import SecondaryParty
+from linkage.query import query
+from linkage.store import load_primary
+from strategies.heads import TaskHead
+from strategies.vfl.fedsim import FedSimStrategy
+
+UNSUPPORTED = {"exact": "links by exact identifiers", "combine": "uses the true rows of synthetic data"}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    values: np.ndarray  # (q,) regression: label units; binary: P(y=1); multiclass: class id
+    linkage: object  # the new records' PrimaryLinkage (tokens, noisy similarities), None for Solo
+    best_epoch: int
+
+
+def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig]:
+    require_finished(run_dir)
+    meta, states = load_kept(run_dir)
+    cfg = RunConfig(**meta["run"])
+    if cfg.method in UNSUPPORTED or cfg.encoding != "raw" or cfg.layout != "independent":
+        raise KeptError(f"predict does not support this run yet: method {cfg.method!r}, encoding {cfg.encoding!r}, "
+                        f"layout {cfg.layout!r} (supported: raw identifiers, independent layout, not "
+                        f"{sorted(UNSUPPORTED)})")
+    return meta, states, cfg
+
+
+def _check_parties(meta: dict, ds) -> None:
+    """Every party's data must be what the federation was trained on."""
+    tables = {"primary": ds.primary, **ds.secondaries}
+    kept = {"primary": meta["primary"], **meta["secondaries"]}
+    if set(tables) != set(kept):
+        raise KeptError(f"the run's parties are now {sorted(tables)}; the federation was trained with {sorted(kept)}")
+    for name, table in tables.items():
+        if features_digest(table.features) != kept[name]["features_sha256"]:
+            raise KeptError(f"party {name!r}: its data changed since training (features digest differs); "
+                            "predict with the data the federation was trained on, or train again")
+
+
+def _check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> None:
+    names = meta["primary"]["feature_names"]
+    if features.ndim != 2 or features.shape[1] != len(names):
+        raise KeptError(f"new records have features of shape {features.shape}; the primary was trained on "
+                        f"{len(names)} features {names[:8]}...")
+    if not np.isfinite(features).all():
+        raise KeptError(f"new records: {int((~np.isfinite(features)).any(axis=1).sum())} row(s) with non-finite "
+                        "features")
+    if len(identifiers) != len(features):
+        raise KeptError(f"new records: {len(identifiers)} identifier rows but {len(features)} feature rows")
+
+
+def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096
+                       ) -> Prediction:
+    meta, states, cfg = _kept_run(Path(run_dir))
+    features, identifiers = np.asarray(features), np.asarray(identifiers)
+    _check_new(features, identifiers, meta)
+    settings, ds = cfg.resolve(), load_data(cfg)
+    _check_parties(meta, ds)
+    model = build_primary_model(ds, cfg, settings)
+    model.load_state_dict(states["primary"])
+    head = TaskHead(**meta["head"])
+    linkage, lookup = None, {}
+    if cfg.method != "solo":
+        linkage, lookup = _link_and_embed(cfg, settings, ds, meta, states, identifiers)
+    strategy = FedSimStrategy(model, head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,  # no step is taken
+                              cfg.torch_device(), cfg.torch_dtype())
+    rows = np.arange(len(features))
+    values = np.concatenate([strategy.predict(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)]
+                            or [np.zeros(0)])
+    return Prediction(values, linkage, meta["best_epoch"])
+
+
+def _link_and_embed(cfg: RunConfig, settings, ds, meta: dict, states: dict, identifiers: np.ndarray):
+    """The new records' linkage against the run's job, and each secondary's embeddings of the
+    tokens it is asked for (per party: sorted tokens (T,), embeddings (T, c))."""
+    folder = Path(cfg.linkage_dir) if cfg.linkage_dir else simulated_linkage_dir(cfg, meta["job_id"])
+    trained = load_primary(folder)
+    if trained.job_id != meta["job_id"]:
+        raise KeptError(f"linkage folder {folder} holds job {trained.job_id}, but the federation was trained on "
+                        f"job {meta['job_id']}")
+    parties = {p: SecondaryParty(cfg, p, str(folder)) for p in ds.secondaries}
+    linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained,
+                    {p: s.row_of_token for p, s in parties.items()}, secret=service_secret(cfg, trained.job_id))
+    if not settings.model.sort_gate:
+        linkage = unsorted(linkage, cfg.seed)
+    lookup = {}
+    for p, party in parties.items():
+        party.model.load_state_dict(states[p])  # embedded as in training's evaluation (no dropout there)
+        tokens = np.unique(linkage.links[p].tokens)
+        with torch.no_grad():
+            lookup[p] = (tokens, party.embed(tokens))
+    return linkage, lookup

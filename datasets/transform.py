@@ -1,0 +1,111 @@
+"""A party's feature preparation as a fitted, serialisable object: how raw columns become the
+model's features (numeric imputation, one-hot categories, dropped columns, standardisation),
+fitted once and applied alike to the training frame and to new records (predict).
+
+    fit_transform(df, numeric, categorical, fit_rows, where) -> FeatureTransform
+    FeatureTransform.apply(df, where) -> (features (n, d) float32, report)
+
+Training builds its features with ``apply`` on the frame it was fitted on, so new records go
+through the very same arithmetic (tests/test_transform.py: apply == training features, bitwise).
+New records: a missing column or a non-number is refused by name; NaN in a numeric column is
+filled with the training mean (counted in the report, as in training); a category not seen in
+training sets none of that column's one-hot features (scikit-learn's handle_unknown="ignore"),
+counted per column in the report, or is refused with ``unknown="refuse"``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from datasets.base import DatasetError
+
+
+@dataclass(frozen=True)
+class FeatureTransform:
+    numeric: tuple[str, ...]  # numeric source columns, in feature order
+    fill: tuple[float, ...]  # per numeric column: the training mean that fills its NaN
+    categorical: tuple[tuple[str, tuple[str, ...]], ...]  # (column, its categories as str), one-hot in this order
+    kept: tuple[int, ...]  # indices of the (numeric + one-hot) columns kept as features
+    mean: tuple[float, ...]  # per kept feature: standardisation on the fit rows
+    std: tuple[float, ...]
+    names: tuple[str, ...]  # per kept feature
+
+    @property
+    def columns(self) -> list[str]:
+        """The source columns a frame must hold to be transformed."""
+        return [*self.numeric, *(c for c, _ in self.categorical)]
+
+    def apply(self, df: pd.DataFrame, where: str, unknown: str = "ignore") -> tuple[np.ndarray, dict]:
+        """Features (n, d) float32 of ``df``'s rows, and a report of what was filled or unseen."""
+        from datasets.tables import numeric_features, require_columns
+
+        require_columns(df, self.columns, where)
+        blocks, report = [], {"nan_imputed": {}, "unseen_categories": {}}
+        if self.numeric:
+            num, report["nan_imputed"] = numeric_features(df, list(self.numeric), None, where, fill=self.fill)
+            blocks.append(num)
+        for col, cats in self.categorical:
+            onehot, unseen = one_hot(df[col], cats)
+            if unseen and unknown == "refuse":
+                raise DatasetError(f"{where}: column {col!r} holds {unseen} value(s) not seen in training, "
+                                   f"e.g. {_first_unseen(df[col], cats)!r}; known: {list(cats)[:10]}")
+            if unseen:
+                report["unseen_categories"][col] = unseen
+            blocks.append(onehot)
+        x = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(df), 0))
+        x = x[:, list(self.kept)]
+        return ((x - np.asarray(self.mean)) / np.asarray(self.std)).astype(np.float32), report
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> FeatureTransform:
+        d = json.loads(text)
+        d["categorical"] = tuple((c, tuple(v)) for c, v in d["categorical"])
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def one_hot(values: pd.Series, cats: tuple[str, ...]) -> tuple[np.ndarray, int]:
+    """(n, len(cats)) float64 one-hot of ``values`` as str over ``cats``; and the number of values
+    outside ``cats`` (their rows are all zero)."""
+    codes = pd.Categorical(values.astype(str), categories=list(cats)).codes  # -1 = not a category
+    out = np.zeros((len(values), len(cats)))
+    rows = np.flatnonzero(codes >= 0)
+    out[rows, codes[rows]] = 1.0
+    return out, int((codes < 0).sum())
+
+
+def _first_unseen(values: pd.Series, cats: tuple[str, ...]) -> str:
+    known = set(cats)
+    return next(v for v in values.astype(str) if v not in known)
+
+
+def fit_transform(df: pd.DataFrame, numeric: list[str], categorical: list[str], fit_rows: np.ndarray | None,
+                  where: str) -> tuple[FeatureTransform, dict]:
+    """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
+    was); returns the transform and what fitting dropped and imputed."""
+    from datasets.tables import drop_uninformative, numeric_features
+
+    blocks, names, imputed, fill = [], [], {}, ()
+    if numeric:
+        num, imputed, fill = numeric_features(df, numeric, fit_rows, where, with_fill=True)
+        blocks.append(num)
+        names += numeric
+    cats = tuple((c, tuple(sorted(df[c].astype(str).unique()))) for c in categorical)
+    for col, values in cats:
+        blocks.append(one_hot(df[col], values)[0])
+        names += [f"{col}_{v}" for v in values]
+    x = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(df), 0))
+    keep, report = drop_uninformative(x, names, fit_rows, where)
+    ref = x[:, keep] if fit_rows is None else x[fit_rows][:, keep]
+    mean, std = ref.mean(axis=0), ref.std(axis=0)
+    std[std == 0] = 1.0
+    transform = FeatureTransform(tuple(numeric), fill, cats, tuple(int(i) for i in np.flatnonzero(keep)),
+                                 tuple(map(float, mean)), tuple(map(float, std)),
+                                 tuple(n for n, k in zip(names, keep) if k))
+    return transform, report | {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}

@@ -1,0 +1,76 @@
+"""Linkage for new primary records against a finished job (predict): the same regime as the
+job's release, so a predicted record tells the primary no more than a training record did.
+
+    query(new_ids (q, d) | (q,), base[party] (n, d) | (n,), trained: PrimaryLinkage,
+          row_of_token[party] (n,), secret=..., pool=P) -> PrimaryLinkage of the q new records
+
+Per secondary: the top-P candidates by the job's metric, similarities standardised with the
+job's *training* statistics (never refitted on the query), Gaussian noise of the job's sigma,
+the K largest noisy ones kept, and rows turned into the job's own tokens (the inverse of the
+secondary's token -> row map), so each secondary resolves them with the map it already holds.
+
+The noise of a record is a function of the job's secret and the record's identifiers
+(:func:`record_noise`), not a fresh draw: asking for the same record again, alone or in any
+batch, returns the same noisy similarities, so repeated queries cannot be averaged to remove
+the noise. With sigma = 0 (tau = 1) and the training records as the query, the result equals
+the job's release bitwise (tests/test_query.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from linkage.contracts import LinkageError, PartyLink, PrimaryLinkage
+from linkage.pipeline import _identifier_bytes, search, select_top, similarity
+
+
+def record_noise(secret: bytes, party: str, ids: np.ndarray, shape: tuple[int, int], sigma: float) -> np.ndarray:
+    """(q, P) N(0, sigma) noise, row i keyed by (secret, party, identifiers of record i) alone."""
+    q, p = shape
+    if sigma == 0.0:
+        return np.zeros(shape)
+    key = hashlib.sha256(b"fedsim-linkage-query|" + secret + b"|" + party.encode()).digest()
+    ids = np.asarray(ids)
+    raw = b"".join(hashlib.shake_256(key + _identifier_bytes(ids[i:i + 1])).digest(16 * p) for i in range(q))
+    bits = np.frombuffer(raw, dtype=np.uint64).reshape(q, 2 * p)
+    u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1), 53 bits each
+    u1, u2 = 1.0 - u[:, :p], u[:, p:]  # u1 in (0, 1]: log is finite
+    return sigma * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller
+
+
+def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndarray:
+    """token_of_row (n,): the inverse of a secondary's token -> row map, which must be a
+    permutation of that party's n rows (the job's own)."""
+    row_of_token = np.asarray(row_of_token, dtype=np.int64)
+    if len(row_of_token) != n_rows or not np.array_equal(np.sort(row_of_token), np.arange(n_rows)):
+        raise LinkageError(f"party {party!r}: its token map covers {len(row_of_token)} rows, not a permutation "
+                           f"of its {n_rows} identifiers; the map and the identifiers are from different jobs")
+    return np.argsort(row_of_token)
+
+
+def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, secret: bytes,
+          pool: int = 0) -> PrimaryLinkage:
+    """Tokens and noisy similarities of the new records' K neighbours in each secondary, as the
+    job ``trained`` released them for its own records (``pool``: the job's candidate pool)."""
+    if trained.layout != "independent":
+        raise LinkageError(f"linkage job {trained.job_id} is a {trained.layout!r} job; querying new records "
+                           "is supported for independently linked secondaries only")
+    if set(base) != set(trained.links) or set(row_of_token) != set(trained.links):
+        raise LinkageError(f"the query names parties {sorted(base)} with maps {sorted(row_of_token)}, but job "
+                           f"{trained.job_id} linked {sorted(trained.links)}")
+    links = {}
+    for party in sorted(trained.links):
+        link = trained.links[party]
+        n = len(np.asarray(base[party]))
+        token_of_row = tokens_of_rows(row_of_token[party], party, n)
+        dist, idx = search(new_ids, base[party], metric=trained.metric, k=max(trained.k, pool), party=party)
+        std_sims = (similarity(dist) - link.sim_mean) / link.sim_std  # (q, P) the job's training statistics
+        noisy = std_sims if link.sigma == 0.0 else std_sims + record_noise(
+            secret, party, np.asarray(new_ids), std_sims.shape, link.sigma)
+        sims, chosen = select_top(noisy, idx, trained.k)  # (q, K) descending
+        links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), link.sigma, link.sim_mean,
+                                 link.sim_std, link.dp_sigma)
+    return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout,
+                          ids_sha256="")

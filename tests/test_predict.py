@@ -1,0 +1,99 @@
+"""Predict for new records with a kept federation (app/vfl/predict.py), in process.
+
+Oracle: the test split's primary records, predicted as if they were new (tau = 1), get the
+predictions the training run's evaluation made at its best epoch, whose metric summary.json
+reports; bad input is refused by name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import torch
+import pytest
+
+from app.config import RunConfig
+from app.data import load_data
+from app.modes import run_experiment
+from app.run_status import RunFailed
+from app.vfl.kept import KeptError, load_kept
+from app.vfl.predict import predict_in_process
+from linkage.contracts import LinkageError
+from strategies.heads import TaskHead
+
+TWO_SECONDARIES = dict(dataset="house3", parties="airbnb_a,airbnb_b", n_rows=400, k=5, batch_size=32, epochs=2)
+CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
+    "fedsim-cnn": dict(TWO_SECONDARIES, merge="cnn"),
+    "avgsim": dict(TWO_SECONDARIES, method="avgsim"),
+}
+
+
+def _trained(tmp_path, values: dict, dtype: str = "float64"):
+    cfg = RunConfig(**values, dtype=dtype, out_dir=str(tmp_path / "out"))
+    summary = run_experiment(cfg, tmp_path / "run")
+    return cfg, summary, load_data(cfg)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, tmp_path):
+    cfg, summary, ds = _trained(tmp_path, CASES[case])
+    test = ds.split.test
+    got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
+    head = TaskHead(**load_kept(tmp_path / "run")[0]["head"])
+    metrics = head.metrics(got.values, ds.labels[test])
+    assert got.best_epoch == summary["best_epoch"]
+    for name, value in summary["test"].items():
+        assert metrics[name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+    assert set(got.linkage.links) == {"airbnb_a", "airbnb_b"}
+
+
+def test_float32_runs_agree_to_float32_precision(tmp_path):
+    cfg, summary, ds = _trained(tmp_path, CASES["fedsim-cnn"], dtype="float32")
+    test = ds.split.test
+    got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
+    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test])
+    assert metrics["rmse"] == pytest.approx(summary["test"]["rmse"], rel=1e-4)
+
+
+def test_bad_input_is_refused_by_name(tmp_path):
+    cfg, summary, ds = _trained(tmp_path, dict(CASES["avgsim"], epochs=1))
+    run, x, ids = tmp_path / "run", ds.primary.features[:5], ds.primary.identifiers[:5]
+    with pytest.raises(KeptError, match=r"features of shape \(5, 3\); the primary was trained on"):
+        predict_in_process(run, x[:, :3], ids)
+    with pytest.raises(KeptError, match="1 row\\(s\\) with non-finite features"):
+        predict_in_process(run, np.where(np.arange(5)[:, None] == 2, np.nan, x), ids)
+    with pytest.raises(LinkageError, match="NaN"):
+        predict_in_process(run, x, np.where(np.arange(5)[:, None] == 1, np.nan, ids))
+    manifest = run / "kept" / "federation.json"
+    meta = json.loads(manifest.read_text())
+    meta["secondaries"]["airbnb_b"]["features_sha256"] = "0" * 64  # as if its data had changed since
+    manifest.write_text(json.dumps(meta))
+    with pytest.raises(KeptError, match="party 'airbnb_b': its data changed since training"):
+        predict_in_process(run, x, ids)
+    shutil.rmtree(run / "kept")
+    with pytest.raises(KeptError, match="has no kept federation"):
+        predict_in_process(run, x, ids)
+    with pytest.raises(RunFailed):
+        predict_in_process(tmp_path / "never-ran", x, ids)
+
+
+def test_a_fresh_run_under_an_old_name_drops_the_old_kept_federation(tmp_path):
+    _trained(tmp_path, dict(CASES["avgsim"], epochs=1))
+    assert (tmp_path / "run" / "kept" / "federation.json").exists()
+    with pytest.raises(LinkageError):
+        run_experiment(RunConfig(**dict(CASES["avgsim"], k=100_000), out_dir=str(tmp_path / "out")), tmp_path / "run")
+    assert not (tmp_path / "run" / "kept").exists()
+
+
+def test_the_keeper_keeps_the_best_validation_epoch_and_the_first_on_ties():
+    from app.vfl.kept import Keeper
+    from strategies.records import EpochRecord
+
+    model = torch.nn.Linear(2, 1)
+    keeper = Keeper(TaskHead("regression"))
+    for epoch, rmse in enumerate([0.5, 0.3, 0.4, 0.3]):
+        with torch.no_grad():
+            model.weight.fill_(float(epoch))
+        keeper.offer(EpochRecord(epoch, 0.0, 1, 1, 0.0, val={"rmse": rmse}), {"primary": model})
+    assert keeper.best.epoch == 1 and float(keeper.states["primary"]["weight"].max()) == 1.0

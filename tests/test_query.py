@@ -1,0 +1,65 @@
+"""Linkage for new records against a finished job (linkage/query.py): with no noise and the
+training records as the query it equals the job's release; noise is the job's sigma, keyed by
+the record so repeated queries cannot be averaged; maps and jobs that do not match are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from linkage.contracts import LinkageError
+from linkage.job_secret import new_secret
+from linkage.pipeline import link, link_chain
+from linkage.query import query, record_noise
+
+RNG = np.random.default_rng(0)
+PRIMARY = RNG.uniform(0, 10, (300, 2))
+BASE = {"a": RNG.uniform(0, 10, (120, 2)), "b": RNG.uniform(0, 10, (90, 2))}
+
+
+def _job(tau: float = 1.0, pool: int = 0, k: int = 5):
+    secret = new_secret()
+    job = link(PRIMARY, BASE, k=k, tau=tau, secret=secret, train_rows=np.arange(200), pool=pool)
+    maps = {p: s.row_of_token for p, s in job.secondaries.items()}
+    return job, maps, secret
+
+
+@pytest.mark.parametrize("pool", [0, 12])
+def test_without_noise_the_training_records_get_the_jobs_release(pool):
+    job, maps, secret = _job(pool=pool)
+    got = query(PRIMARY, BASE, job.primary, maps, secret=new_secret(), pool=pool)
+    for party, released in job.primary.links.items():
+        assert np.array_equal(got.links[party].tokens, released.tokens)
+        assert np.array_equal(got.links[party].sims, released.sims)
+    # a part of them, in another order, gets the same rows (the k-d tree answers per record)
+    some = np.array([299, 3, 150, 7])
+    part = query(PRIMARY[some], BASE, job.primary, maps, secret=secret, pool=pool)
+    assert np.array_equal(part.links["a"].tokens, job.primary.links["a"].tokens[some])
+
+
+def test_a_records_noise_is_the_jobs_sigma_and_the_same_in_any_batch():
+    job, maps, secret = _job(tau=0.9)
+    sigma = job.primary.links["a"].sigma
+    assert sigma > 0
+    alone = query(PRIMARY[[5]], BASE, job.primary, maps, secret=secret)
+    batch = query(PRIMARY[[9, 5, 1]], BASE, job.primary, maps, secret=secret)
+    assert np.array_equal(alone.links["a"].sims[0], batch.links["a"].sims[1])  # no fresh draw to average out
+    noise = record_noise(secret, "a", PRIMARY, (300, 40), sigma)
+    assert abs(noise.std() / sigma - 1) < 0.03 and abs(noise.mean()) < 0.03 * sigma
+    other = record_noise(new_secret(), "a", PRIMARY, (300, 40), sigma)
+    assert abs(np.corrcoef(noise.ravel(), other.ravel())[0, 1]) < 0.05  # another secret: other noise
+    assert not np.array_equal(record_noise(secret, "b", PRIMARY, (300, 40), sigma), noise)  # per party
+
+
+def test_a_map_or_identifiers_from_another_job_are_refused():
+    job, maps, secret = _job()
+    with pytest.raises(LinkageError, match="party 'a': its token map covers 120 rows, not a permutation of its 119"):
+        query(PRIMARY[:3], {**BASE, "a": BASE["a"][:119]}, job.primary, maps, secret=secret)
+    with pytest.raises(LinkageError, match=r"names parties \['a'\] .* but job .* linked \['a', 'b'\]"):
+        query(PRIMARY[:3], {"a": BASE["a"]}, job.primary, {"a": maps["a"]}, secret=secret)
+    with pytest.raises(LinkageError, match="NaN"):
+        query(np.array([[np.nan, 1.0]]), BASE, job.primary, maps, secret=secret)
+    chain = link_chain(PRIMARY, BASE, anchor="a", k=3, tau=1.0, secret=secret)
+    with pytest.raises(LinkageError, match="'chain' job"):
+        query(PRIMARY[:3], BASE, chain.primary, {p: s.row_of_token for p, s in chain.secondaries.items()},
+              secret=secret)

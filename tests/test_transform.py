@@ -1,0 +1,85 @@
+"""A party's fitted feature transform (datasets/transform.py): the features training used are
+exactly what the transform gives for the same rows, so new records are prepared alike; bad or
+unseen values in new records are named, never silently coerced."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from datasets import load_dataset
+from datasets.base import DatasetError
+from datasets.tables import party_table
+from datasets.transform import FeatureTransform
+from tests.test_byo import write_parties
+
+
+def planted(n: int = 60, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"lat": rng.uniform(0, 1, n), "lon": rng.uniform(0, 1, n), "size": rng.normal(70, 20, n),
+                       "age": rng.integers(0, 50, n).astype(float), "flat": 3.0,
+                       "kind": rng.choice(["a", "b", "c"], n), "town": rng.choice(["x", "y"], n)})
+    df.loc[[3, 17, 40], "size"] = np.nan  # imputed with the training mean
+    return df
+
+
+def table(df: pd.DataFrame, fit_rows=None):
+    return party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["size", "age", "flat"],
+                       categorical_cols=["kind", "town"], fit_rows=fit_rows)
+
+
+def test_the_transform_gives_the_training_features_bitwise():
+    df, fit_rows = planted(), np.arange(0, 60, 2)
+    t = table(df, fit_rows)
+    again, report = t.transform.apply(df, "p")
+    assert again.dtype == np.float32 and np.array_equal(again, t.features)
+    assert t.transform.names == t.feature_names and "flat" not in t.feature_names  # constant: dropped
+    assert report["nan_imputed"] == {"size": 3} and report["unseen_categories"] == {}
+    restored = FeatureTransform.from_json(t.transform.to_json())
+    assert restored == t.transform and np.array_equal(restored.apply(df, "p")[0], t.features)
+
+
+def test_new_records_one_at_a_time_equal_the_batch():
+    df = planted()
+    t = table(df, np.arange(40))
+    batch, _ = t.transform.apply(df.iloc[40:], "new")
+    single = np.vstack([t.transform.apply(df.iloc[[i]], "new")[0] for i in range(40, 60)])
+    assert np.array_equal(batch, single) and np.array_equal(batch, t.features[40:])
+
+
+def test_a_csv_partys_transform_reprepares_its_file(tmp_path):
+    """The loader's own frame: the user's CSV read again gives the loaded features."""
+    write_parties(tmp_path)
+    ds = load_dataset("csv", tmp_path)
+    raw = pd.read_csv(tmp_path / "sales.csv")
+    assert np.array_equal(ds.primary.transform.apply(raw, "sales.csv")[0], ds.primary.features)
+    shops = pd.read_csv(tmp_path / "shops.csv")
+    assert np.array_equal(ds.secondaries["shops"].transform.apply(shops, "shops.csv")[0],
+                          ds.secondaries["shops"].features)
+
+
+def test_an_unseen_category_sets_no_one_hot_and_is_counted_or_refused():
+    df = planted()
+    t = table(df).transform
+    new = df.iloc[:4].copy()
+    new.loc[new.index[1], "kind"] = "zzz"
+    x, report = t.apply(new, "new")
+    cols = [i for i, n in enumerate(t.names) if n.startswith("kind_")]
+    raw_onehot = x[1, cols] * np.asarray(t.std)[cols] + np.asarray(t.mean)[cols]  # undo the scaling
+    assert np.allclose(raw_onehot, 0.0, atol=1e-6) and report["unseen_categories"] == {"kind": 1}
+    assert np.array_equal(x[[0, 2, 3]], t.apply(df.iloc[[0, 2, 3]], "new")[0])
+    with pytest.raises(DatasetError, match=r"column 'kind' holds 1 value\(s\) not seen in training, e.g. 'zzz'"):
+        t.apply(new, "new", unknown="refuse")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.drop(columns=["age"]), r"new: missing column\(s\) \['age'\]"),
+    (lambda d: d.drop(columns=["town"]), r"new: missing column\(s\) \['town'\]"),
+    (lambda d: d.assign(size=["big"] + [1.0] * (len(d) - 1)), "feature column 'size' holds non-numbers, e.g. 'big'"),
+    (lambda d: d.assign(age=[np.inf] + [1.0] * (len(d) - 1)), "feature column 'age' holds non-finite values"),
+])
+def test_bad_new_records_are_refused_by_name(edit, match):
+    t = table(planted()).transform
+    with pytest.raises(DatasetError, match=match):
+        t.apply(edit(planted().iloc[:5].reset_index(drop=True)), "new")
