@@ -56,6 +56,15 @@ class TaskHead:
             return torch.sigmoid(out.squeeze(-1)).cpu().numpy()
         return out.argmax(-1).cpu().numpy()
 
+    def probabilities(self, out: torch.Tensor) -> np.ndarray | None:
+        """Classification: (B, C) class probabilities (binary: C = 2); regression: None."""
+        if self.task == "regression":
+            return None
+        if self.task == "binary":
+            p1 = torch.sigmoid(out.squeeze(-1))
+            return torch.stack([1 - p1, p1], dim=-1).cpu().numpy()
+        return torch.softmax(out, dim=-1).cpu().numpy()
+
     def metrics(self, pred: np.ndarray, y: np.ndarray) -> dict[str, float]:
         if self.task == "regression":
             err = pred - y

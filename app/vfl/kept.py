@@ -75,13 +75,18 @@ def manifest(cfg, settings, ds: VFLDataset, head: TaskHead, job_id: str, best_ep
             "secondaries": {p: _party(t) for p, t in ds.secondaries.items()}}
 
 
-def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
-    """(manifest, {"primary" | party: state dict}); refused by name when the run kept none."""
+def read_manifest(run_dir: Path) -> dict:
+    """federation.json; refused by name when the run kept none."""
     folder = Path(run_dir) / KEPT
     if not (folder / MANIFEST).exists():
         raise KeptError(f"run {Path(run_dir)} has no kept federation ({folder / MANIFEST} is missing): it did not "
                         "finish, or it was trained before runs kept their best epoch; train it again")
-    meta = json.loads((folder / MANIFEST).read_text())
+    return json.loads((folder / MANIFEST).read_text())
+
+
+def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
+    """(manifest, {"primary" | party: state dict})."""
+    folder, meta = Path(run_dir) / KEPT, read_manifest(run_dir)
     names = ["primary", *meta["secondaries"]]
     missing = [n for n in names if not (folder / f"{n}.pt").exists()]
     if missing:

@@ -13,6 +13,7 @@ whose features or identifiers do not fit, and linkages that predict does not sup
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,11 @@ UNSUPPORTED = {"exact": "links by exact identifiers", "combine": "uses the true 
 @dataclass(frozen=True)
 class Prediction:
     values: np.ndarray  # (q,) regression: label units; binary: P(y=1); multiclass: class id
+    proba: np.ndarray | None  # (q, C) class probabilities (binary: C = 2); None for regression
     linkage: object  # the new records' PrimaryLinkage (tokens, noisy similarities), None for Solo
+    weights: dict[str, np.ndarray]  # per secondary (q, K): the weight each linked record got
     best_epoch: int
+    seconds: dict[str, float]  # prepare (kept state, data, models), query (linkage), embed, forward
 
 
 def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig]:
@@ -78,6 +82,7 @@ def _check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> Non
 
 def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096
                        ) -> Prediction:
+    t0 = time.perf_counter()
     meta, states, cfg = _kept_run(Path(run_dir))
     features, identifiers = np.asarray(features), np.asarray(identifiers)
     _check_new(features, identifiers, meta)
@@ -86,18 +91,34 @@ def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndar
     model = build_primary_model(ds, cfg, settings)
     model.load_state_dict(states["primary"])
     head = TaskHead(**meta["head"])
+    seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "embed": 0.0}
     linkage, lookup = None, {}
     if cfg.method != "solo":
-        linkage, lookup = _link_and_embed(cfg, settings, ds, meta, states, identifiers)
+        linkage, lookup = _link_and_embed(cfg, settings, ds, meta, states, identifiers, seconds)
+    t1 = time.perf_counter()
     strategy = FedSimStrategy(model, head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,  # no step is taken
                               cfg.torch_device(), cfg.torch_dtype())
     rows = np.arange(len(features))
-    values = np.concatenate([strategy.predict(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)]
-                            or [np.zeros(0)])
-    return Prediction(values, linkage, meta["best_epoch"])
+    out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
+    pred = Prediction(head.predict(out), head.probabilities(out), linkage, _weights(model, linkage),
+                      meta["best_epoch"], seconds)
+    seconds["forward"] = time.perf_counter() - t1
+    return pred
 
 
-def _link_and_embed(cfg: RunConfig, settings, ds, meta: dict, states: dict, identifiers: np.ndarray):
+@torch.no_grad()
+def _weights(model, linkage) -> dict[str, np.ndarray]:
+    """Per secondary (q, K): the weight its path gave each linked record (weight gate, raw
+    similarity, or uniform), for the explanation."""
+    if linkage is None:
+        return {}
+    param = next(model.parameters())
+    return {p: model.paths[p if p in model.paths else "all"].weights(torch.as_tensor(link.sims, dtype=param.dtype, device=param.device)).cpu().numpy()
+            for p, link in linkage.links.items()}
+
+
+def _link_and_embed(cfg: RunConfig, settings, ds, meta: dict, states: dict, identifiers: np.ndarray,
+                    seconds: dict[str, float]):
     """The new records' linkage against the run's job, and each secondary's embeddings of the
     tokens it is asked for (per party: sorted tokens (T,), embeddings (T, c))."""
     folder = Path(cfg.linkage_dir) if cfg.linkage_dir else simulated_linkage_dir(cfg, meta["job_id"])
@@ -106,14 +127,18 @@ def _link_and_embed(cfg: RunConfig, settings, ds, meta: dict, states: dict, iden
         raise KeptError(f"linkage folder {folder} holds job {trained.job_id}, but the federation was trained on "
                         f"job {meta['job_id']}")
     parties = {p: SecondaryParty(cfg, p, str(folder)) for p in ds.secondaries}
+    t0 = time.perf_counter()
     linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained,
                     {p: s.row_of_token for p, s in parties.items()}, secret=service_secret(cfg, trained.job_id))
     if not settings.model.sort_gate:
         linkage = unsorted(linkage, cfg.seed)
+    t1 = time.perf_counter()
+    seconds["query"] = t1 - t0
     lookup = {}
     for p, party in parties.items():
         party.model.load_state_dict(states[p])  # embedded as in training's evaluation (no dropout there)
         tokens = np.unique(linkage.links[p].tokens)
         with torch.no_grad():
             lookup[p] = (tokens, party.embed(tokens))
+    seconds["embed"] = time.perf_counter() - t1
     return linkage, lookup

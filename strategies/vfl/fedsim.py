@@ -70,11 +70,16 @@ class FedSimStrategy:
         return float(loss.detach()), grads
 
     @torch.no_grad()
-    def predict(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        """Predictions for ``rows``; lookup[p] = (sorted tokens (T,), embeddings (T, c))."""
+    def outputs(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> torch.Tensor:
+        """The model's raw outputs (B, d_out) for ``rows``; lookup[p] = (sorted tokens (T,),
+        embeddings (T, c))."""
         self.model.eval()
         tokens = self.needs(rows)
         emb = {p: torch.as_tensor(lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])],
                                   device=self.device, dtype=self.dtype) for p in self.parties}
         index, sims = self._inputs(rows, tokens)
-        return self.head.predict(self.model(self.x[rows], emb, index, sims))
+        return self.model(self.x[rows], emb, index, sims)
+
+    def predict(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Predictions for ``rows`` in the label's units (strategies.heads.TaskHead.predict)."""
+        return self.head.predict(self.outputs(rows, lookup))

@@ -77,13 +77,17 @@ class PairPath(nn.Module):
             pairs = torch.sigmoid(pairs)
         if self.cfg.sort_gate:
             sims, pairs = sort_by_similarity(sims, pairs)
-        if self.cfg.uniform_weights:
-            weights = torch.ones_like(sims)  # (B, K)
-        else:
-            weights = self.weight_gate(sims) if self.weight_gate is not None else sims  # (B, K)
+        weights = self.weights(sims)  # (B, K)
         if self.merge is None:
             return weighted_average(pairs, weights)
         return self.merge(pairs * weights.unsqueeze(-1))
+
+    def weights(self, sims: torch.Tensor) -> torch.Tensor:
+        """(B, K) similarities -> the (B, K) weights the pairs get: the weight gate's, the raw
+        similarities without it, or ones (the averaging baselines)."""
+        if self.cfg.uniform_weights:
+            return torch.ones_like(sims)
+        return self.weight_gate(sims) if self.weight_gate is not None else sims
 
     def aggregate(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
                   sims: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,112 @@
+"""Predict from a CSV of new primary records into a CSV, with a kept federation in process.
+
+    python -m app.vfl.predict_csv RUN_DIR NEW.csv --out predictions.csv [--id-column id]
+                                  [--explain] [--unknown ignore|refuse]
+
+NEW.csv holds the primary's raw columns as in training: its identifier columns and the feature
+columns its recorded preparation names (federation.json; runs of the `csv` dataset record it).
+The output has the id column (or `row`, the input's row number), `prediction` (regression: the
+label's units; classification: the class) and, for classification, `p_<class>` probabilities;
+with --explain, per secondary and neighbour k = 1..K the opaque `token`, the noisy standardised
+`similarity` and the `weight` the model gave it. Exit 0 only with the output written; on any
+error, the reason on stderr, exit 1, and no output file at --out (an older one is removed, so
+it cannot pass for this run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from app.vfl.kept import KeptError, read_manifest
+from app.vfl.predict import Prediction, predict_in_process
+from datasets.tables import check_identifiers, require_columns
+from datasets.transform import FeatureTransform
+
+
+def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore"):
+    """(keys (q,), features (q, d_P), identifiers, report) of the new records in ``path``."""
+    meta = read_manifest(run_dir)
+    primary = meta["primary"]
+    if primary["features"] is None:
+        raise KeptError(f"run {run_dir} (dataset {meta['dataset']!r}) recorded no feature preparation for its "
+                        "primary; predict from a CSV needs a run of the `csv` dataset")
+    transform = FeatureTransform.from_json(primary["features"])
+    df = pd.read_csv(path)
+    where = f"new records {path}"
+    require_columns(df, [*primary["id_names"], *([id_column] if id_column else [])], where)
+    ids = _identifiers(df, primary, where)
+    features, report = transform.apply(df, where, unknown)
+    keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
+    return keys, features, ids, report
+
+
+def _identifiers(df: pd.DataFrame, primary: dict, where: str) -> np.ndarray:
+    names = primary["id_names"]
+    if primary["id_kind"] == "numeric":
+        ids = df[names].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    else:
+        from linkage.strings import normalize_strings
+
+        ids = np.array([normalize_strings([v])[0] if isinstance(v, str) else None for v in df[names[0]]], dtype=object)
+    check_identifiers(ids, names, where)
+    return ids
+
+
+def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> pd.DataFrame:
+    cols = {id_column or "row": keys}
+    if pred.proba is None:
+        cols["prediction"] = pred.values
+    else:
+        cols["prediction"] = pred.proba.argmax(axis=1)
+        cols |= {f"p_{c}": pred.proba[:, c] for c in range(pred.proba.shape[1])}
+    if explain and pred.linkage is not None:
+        for party, link in sorted(pred.linkage.links.items()):
+            for k in range(link.tokens.shape[1]):
+                cols[f"{party}_token_{k + 1}"] = link.tokens[:, k]
+                cols[f"{party}_similarity_{k + 1}"] = link.sims[:, k]
+                cols[f"{party}_weight_{k + 1}"] = pred.weights[party][:, k]
+    return pd.DataFrame(cols)
+
+
+def write_atomic_csv(frame: pd.DataFrame, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    os.close(fd)
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("new", type=Path, help="CSV of new primary records")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--id-column", default="", help="a column of NEW.csv to name each record by")
+    ap.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
+    ap.add_argument("--unknown", choices=("ignore", "refuse"), default="ignore",
+                    help="a category not seen in training: no one-hot feature set (ignore), or an error")
+    args = ap.parse_args(argv)
+    args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
+    try:
+        keys, features, ids, report = read_new(args.run_dir, args.new, args.id_column, args.unknown)
+        pred = predict_in_process(args.run_dir, features, ids)
+        write_atomic_csv(table(keys, args.id_column, pred, args.explain), args.out)
+    except Exception as exc:  # the outcome is the exit status, with the reason
+        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    for what, counts in report.items():
+        if counts:
+            print(f"note: {what.replace('_', ' ')}: {counts}", file=sys.stderr)
+    print(f"{len(keys)} predictions (best epoch {pred.best_epoch}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
