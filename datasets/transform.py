@@ -61,28 +61,44 @@ class FeatureTransform:
         return ((x - np.asarray(self.mean)) / np.asarray(self.std)).astype(np.float32), report
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """Strict JSON: a fill of NaN (a column without any training value, dropped) is null."""
+        d = asdict(self)
+        d["fill"] = [None if np.isnan(v) else v for v in self.fill]
+        return json.dumps(d, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> FeatureTransform:
         d = json.loads(text)
         d["categorical"] = tuple((c, tuple(v)) for c, v in d["categorical"])
+        d["fill"] = [float("nan") if v is None else v for v in d["fill"]]
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def one_hot(values: pd.Series, cats: tuple[str, ...]) -> tuple[np.ndarray, int]:
     """(n, len(cats)) float64 one-hot of ``values`` as str over ``cats``; and the number of values
     outside ``cats`` (their rows are all zero)."""
-    codes = pd.Categorical(values.astype(str), categories=list(cats)).codes  # -1 = not a category
+    codes = pd.Categorical(_as_text(values, cats), categories=list(cats)).codes  # -1 = not a category
     out = np.zeros((len(values), len(cats)))
     rows = np.flatnonzero(codes >= 0)
     out[rows, codes[rows]] = 1.0
     return out, int((codes < 0).sum())
 
 
+def _as_text(values: pd.Series, cats: tuple[str, ...]) -> pd.Series:
+    """Category values as the text training saw. A column of whole numbers read as floats (a
+    CSV with a blank cell makes 2 read as 2.0) is matched as "2" when training saw "2"."""
+    text = values.astype(str)
+    if pd.api.types.is_float_dtype(values):
+        whole = values.notna() & (values == values.round())
+        as_int = values[whole].astype("int64").astype(str)
+        use = whole & ~text.isin(cats)
+        text[use] = as_int[use[whole].to_numpy()]
+    return text
+
+
 def _first_unseen(values: pd.Series, cats: tuple[str, ...]) -> str:
     known = set(cats)
-    return next(v for v in values.astype(str) if v not in known)
+    return next(v for v in _as_text(values, cats) if v not in known)
 
 
 def fit_transform(df: pd.DataFrame, numeric: list[str], categorical: list[str], fit_rows: np.ndarray | None,

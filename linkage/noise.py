@@ -1,9 +1,12 @@
-"""Noise scales for the released similarities: Theorem 2's attack bound and Theorem 1's DP sigma."""
+"""Noise for the released similarities: its scale (Theorem 2's attack bound, Theorem 1's DP
+sigma) and its draws, keyed by the job's secret and each record's identifiers."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
+import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erf
 
@@ -48,3 +51,24 @@ def dp_sigma(n: int, mu0: float, sigma0: float, eps: float = 1.0) -> float:
         raise LinkageError(f"eps must be > 0, got {eps}")
     delta_g = n * max(abs((1.0 + mu0) / sigma0), abs((-1.0 + mu0) / sigma0))
     return delta_g / math.sqrt(2.0 * eps)
+
+
+def record_noise(secret: bytes, party: str, ids, shape: tuple[int, int], sigma: float) -> np.ndarray:
+    """(m, P) N(0, sigma) noise; row i is a function of (the job's secret, the party, record i's
+    identifiers) alone, so a record gets the same noise in the job's release and in any later
+    query, whatever the batch. Prefix-stable: column j does not depend on P.
+
+    Per record: SHAKE-256 of a key derived from the secret and the record's identifier bytes
+    gives 16 bytes per column, two little-endian 53-bit uniforms, Box-Muller."""
+    from linkage.pipeline import _identifier_bytes
+
+    m, p = shape
+    if sigma == 0.0:
+        return np.zeros(shape)
+    key = hashlib.sha256(b"fedsim-linkage-noise|" + secret + b"|" + party.encode()).digest()
+    ids = np.asarray(ids)
+    raw = b"".join(hashlib.shake_256(key + _identifier_bytes(ids[i:i + 1])).digest(16 * p) for i in range(m))
+    bits = np.frombuffer(raw, dtype="<u8").reshape(m, p, 2)
+    u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1), 53 bits each
+    u1, u2 = 1.0 - u[..., 0], u[..., 1]  # u1 in (0, 1]: the log is finite
+    return sigma * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller, (m, P)

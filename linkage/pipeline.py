@@ -7,14 +7,16 @@ Array contracts (m primary records, n secondary records, d identifier dims, K ne
       hamming:   query (m, B) uint8, base (n, B) uint8     (packed bits; linkage.hamming)
   similarity(dist (m, K))                    -> raw sim (m, K) = -dist
   fit_standardizer(sim (m, K), rows)         -> (mean, std) over the given rows' K similarities
-  add_noise(sim (m, K), sigma, rng)          -> sim + N(0, sigma), same shape
+  record_noise(secret, party, ids (m, ..), (m, P), sigma) -> N(0, sigma) (m, P), row i keyed by record i
   select_top(sim (m, P), idx (m, P), k)      -> the K largest (noisy) similarities per row, descending
   make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
 :func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
 :func:`release` turns its output into what the parties receive. :func:`link` = both.
-Every random draw of a job (noise, pool selection order, token permutations) comes from
-:func:`rng_from_secret`: a generator keyed by the job's secret, which only the linkage service
-holds (:mod:`linkage.job_secret`); no party chooses, reads or can derive it.
+Every random draw of a job comes from its secret, which only the linkage service holds
+(:mod:`linkage.job_secret`); no party chooses, reads or can derive it. Token permutations come
+from :func:`rng_from_secret`, a generator keyed by it; the noise of each record from
+:func:`linkage.noise.record_noise`, keyed by it and the record's identifiers, so that a later
+query of the record (linkage/query.py) gets the same noise.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from linkage.contracts import (
     PrimaryLinkage,
     SecondaryLinkage,
 )
-from linkage.noise import dp_sigma, sigma_from_tau
+from linkage.noise import dp_sigma, record_noise, sigma_from_tau
 
 Progress = Callable[[int, int], None]
 
@@ -153,10 +155,6 @@ def fit_standardizer(sim: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
     return mean, (std if std > 0 else 1.0)
 
 
-def add_noise(sim: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    return sim if sigma == 0.0 else sim + rng.normal(0.0, sigma, size=sim.shape)
-
-
 def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Keep the K largest similarities of each row, in descending order (stable on ties)."""
     if sim.shape[1] == k:
@@ -221,14 +219,16 @@ def search(query, base, *, metric: str, k: int, party: str, progress: Progress |
 
 def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
             secret: bytes, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
-            dp_eps: float = 1.0) -> LinkageResult:
+            dp_eps: float = 1.0, primary_ids=None) -> LinkageResult:
     """Standardise, noise and select each party's neighbours, and issue opaque tokens.
 
     neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
     standardised with the mean/std of the training records' candidates, noised with sigma from
     tau (Theorem 2), and then the K largest *noisy* similarities are kept (as the reference
     does; with P == K the selection only re-orders). sizes[party] = that party's row count.
-    secret: the job's secret (the service's only); every draw comes from it.
+    secret: the job's secret (the service's only); every draw comes from it. The noise of a
+    record is keyed by its identifiers (``primary_ids``, needed when tau < 1: noise.record_noise),
+    so a later query of the record (linkage/query.py) gets the same numbers.
     """
     if not neighbours:
         raise LinkageError("a linkage job needs at least one secondary party")
@@ -242,7 +242,12 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
         raw = similarity(dist)
         mean, std = fit_standardizer(raw, rows)
         sigma = sigma_from_tau(tau, std)
-        noisy = add_noise((raw - mean) / std, sigma, rng)
+        if sigma > 0 and primary_ids is None:
+            raise LinkageError("a noisy release (tau < 1) needs the primary identifiers: each record's noise is "
+                               "keyed by them")
+        noisy = (raw - mean) / std
+        if sigma > 0:
+            noisy = noisy + record_noise(secret, party, primary_ids, noisy.shape, sigma)  # (m, P)
         sims, chosen = select_top(noisy, idx, k)
         token_of_row = make_tokens(sizes[party], rng)
         links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), sigma, mean, std,
@@ -266,7 +271,8 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes,
         neighbours[party] = search(primary_ids, base, metric=metric, k=p, party=party)
         sizes[party] = len(base)
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows)
-    return release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric)
+    return release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
+                   primary_ids=primary_ids)
 
 
 def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,
@@ -284,7 +290,7 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
     neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows)
     result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,
-                     metric=metric)
+                     metric=metric, primary_ids=primary_ids)
     return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)
 
 

@@ -10,34 +10,20 @@ the K largest noisy ones kept, and rows turned into the job's own tokens (the in
 secondary's token -> row map), so each secondary resolves them with the map it already holds.
 
 The noise of a record is a function of the job's secret and the record's identifiers
-(:func:`record_noise`), not a fresh draw: asking for the same record again, alone or in any
-batch, returns the same noisy similarities, so repeated queries cannot be averaged to remove
-the noise. With sigma = 0 (tau = 1) and the training records as the query, the result equals
-the job's release bitwise (tests/test_query.py).
+(linkage.noise.record_noise), the very noise the job's release gave it: asking for a training
+record, or the same new record again, alone or in any batch, returns the same noisy
+similarities, so repeated queries of one record cannot be averaged. (Queries of slightly moved
+copies get other noise: docs/threat-model.md.) With the training records as the query the
+result equals the job's release bitwise, noise included (tests/test_query.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, PrimaryLinkage
-from linkage.pipeline import _identifier_bytes, search, select_top, similarity
-
-
-def record_noise(secret: bytes, party: str, ids: np.ndarray, shape: tuple[int, int], sigma: float) -> np.ndarray:
-    """(q, P) N(0, sigma) noise, row i keyed by (secret, party, identifiers of record i) alone."""
-    q, p = shape
-    if sigma == 0.0:
-        return np.zeros(shape)
-    key = hashlib.sha256(b"fedsim-linkage-query|" + secret + b"|" + party.encode()).digest()
-    ids = np.asarray(ids)
-    raw = b"".join(hashlib.shake_256(key + _identifier_bytes(ids[i:i + 1])).digest(16 * p) for i in range(q))
-    bits = np.frombuffer(raw, dtype=np.uint64).reshape(q, 2 * p)
-    u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1), 53 bits each
-    u1, u2 = 1.0 - u[:, :p], u[:, p:]  # u1 in (0, 1]: log is finite
-    return sigma * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller
+from linkage.noise import record_noise
+from linkage.pipeline import search, select_top, similarity
 
 
 def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndarray:
@@ -65,7 +51,8 @@ def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, s
         link = trained.links[party]
         n = len(np.asarray(base[party]))
         token_of_row = tokens_of_rows(row_of_token[party], party, n)
-        dist, idx = search(new_ids, base[party], metric=trained.metric, k=max(trained.k, pool), party=party)
+        p = min(max(trained.k, pool), n)  # the job's candidate pool, as link() clips it
+        dist, idx = search(new_ids, base[party], metric=trained.metric, k=p, party=party)
         std_sims = (similarity(dist) - link.sim_mean) / link.sim_std  # (q, P) the job's training statistics
         noisy = std_sims if link.sigma == 0.0 else std_sims + record_noise(
             secret, party, np.asarray(new_ids), std_sims.shape, link.sigma)

@@ -284,7 +284,8 @@ class JobStore:
                 sizes[party] = len(base)
             t1 = time.perf_counter()
             result = release(neighbours, sizes, k=params.k, tau=params.tau, train_rows=train_rows, job_id=job,
-                             secret=self._secret(folder, meta, params, query, train_rows), metric=params.metric)
+                             secret=self._secret(folder, meta, params, query, train_rows), metric=params.metric,
+                             primary_ids=query)
             if params.layout == "chain":
                 ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
                 result = chain_to(result, anchor, ids.pop(anchor), ids, params.metric)

@@ -8,8 +8,8 @@ from scipy.special import erf
 
 from linkage.contracts import LinkageError
 from linkage.job_secret import operator_secret
+from linkage.noise import record_noise
 from linkage.pipeline import (
-    add_noise,
     fit_standardizer,
     link,
     make_tokens,
@@ -39,7 +39,7 @@ def test_every_stage_keeps_its_array_contract():
     mean, std = fit_standardizer(raw, np.arange(100))
     assert np.isfinite(mean) and std > 0
     rng = np.random.default_rng(0)
-    assert add_noise(raw, 0.5, rng).shape == raw.shape
+    assert record_noise(b"s" * 32, "s", query, raw.shape, 0.5).shape == raw.shape
     tok = make_tokens(len(base), rng)
     assert sorted(tok) == list(range(len(base)))
 
@@ -142,7 +142,8 @@ def test_selection_after_noise_keeps_the_k_best_noisy_candidates():
     from linkage.pipeline import release, search
 
     dist, idx = search(query, base, metric="euclidean", k=12, party="s")
-    full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, secret=operator_secret(3, "test"), train_rows=np.arange(200), job_id="x")
+    full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, secret=operator_secret(3, "test"),
+                   train_rows=np.arange(200), job_id="x", primary_ids=query)
     np.testing.assert_array_equal(sims, full.primary.sims[:, :4])
     # tokens follow their similarities through the selection
     rows = pooled.secondaries["s"].row_of_token[pooled.primary.tokens["s"]]

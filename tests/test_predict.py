@@ -6,6 +6,7 @@ reports; bad input is refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -44,7 +45,7 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, 
     metrics = head.metrics(got.values, ds.labels[test])
     assert got.best_epoch == summary["best_epoch"]
     for name, value in summary["test"].items():
-        assert metrics[name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+        assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
     assert set(got.linkage.links) == {"airbnb_a", "airbnb_b"}
 
 
@@ -66,10 +67,27 @@ def test_bad_input_is_refused_by_name(tmp_path):
     with pytest.raises(LinkageError, match="NaN"):
         predict_in_process(run, x, np.where(np.arange(5)[:, None] == 1, np.nan, ids))
     manifest = run / "kept" / "federation.json"
-    meta = json.loads(manifest.read_text())
+    original = manifest.read_text()
+    meta = json.loads(original)
     meta["secondaries"]["airbnb_b"]["features_sha256"] = "0" * 64  # as if its data had changed since
     manifest.write_text(json.dumps(meta))
-    with pytest.raises(KeptError, match="party 'airbnb_b': its data changed since training"):
+    with pytest.raises(KeptError, match=r"party 'airbnb_b': its data changed since training \(features"):
+        predict_in_process(run, x, ids)
+    meta = json.loads(original)
+    meta["primary"]["identifiers_sha256"] = "0" * 64  # as if its identifiers had been corrected since
+    manifest.write_text(json.dumps(meta))
+    with pytest.raises(KeptError, match=r"party 'primary': its data changed since training \(identifiers"):
+        predict_in_process(run, x, ids)
+    meta = json.loads(original)
+    sort_off = RunConfig(**{**meta["run"], "method": "fedsim", "merge": "cnn", "sort_gate": False})
+    manifest.write_text(json.dumps({**meta, "run": dataclasses.asdict(sort_off)}))
+    with pytest.raises(KeptError, match="no order-dependent merge without the sort gate"):
+        predict_in_process(run, x, ids)
+    manifest.write_text(original)
+    keys = list((tmp_path / "out" / "linkage-service").glob("*.key"))
+    assert len(keys) == 1
+    keys[0].unlink()
+    with pytest.raises(LinkageError, match="its secret .* is missing"):
         predict_in_process(run, x, ids)
     shutil.rmtree(run / "kept")
     with pytest.raises(KeptError, match="has no kept federation"):
@@ -97,3 +115,18 @@ def test_the_keeper_keeps_the_best_validation_epoch_and_the_first_on_ties():
             model.weight.fill_(float(epoch))
         keeper.offer(EpochRecord(epoch, 0.0, 1, 1, 0.0, val={"rmse": rmse}), {"primary": model})
     assert keeper.best.epoch == 1 and float(keeper.states["primary"]["weight"].max()) == 1.0
+
+
+def test_with_noise_the_test_split_still_gets_the_best_epochs_test_metric(tmp_path):
+    """tau < 1: a training record queried again gets the noise the job released for it."""
+    from tests.test_byo import write_parties
+
+    (tmp_path / "data").mkdir()
+    write_parties(tmp_path / "data")
+    values = dict(dataset="csv", data_dir=str(tmp_path / "data"), k=4, epochs=2, batch_size=32, tau=0.9)
+    cfg, summary, ds = _trained(tmp_path, values)
+    test = ds.split.test
+    got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
+    assert got.linkage.links["shops"].sigma > 0
+    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test])
+    assert metrics["rmse"] == pytest.approx(summary["test"]["rmse"], rel=1e-9)

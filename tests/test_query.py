@@ -10,7 +10,8 @@ import pytest
 from linkage.contracts import LinkageError
 from linkage.job_secret import new_secret
 from linkage.pipeline import link, link_chain
-from linkage.query import query, record_noise
+from linkage.noise import record_noise
+from linkage.query import query
 
 RNG = np.random.default_rng(0)
 PRIMARY = RNG.uniform(0, 10, (300, 2))
@@ -35,6 +36,17 @@ def test_without_noise_the_training_records_get_the_jobs_release(pool):
     some = np.array([299, 3, 150, 7])
     part = query(PRIMARY[some], BASE, job.primary, maps, secret=secret, pool=pool)
     assert np.array_equal(part.links["a"].tokens, job.primary.links["a"].tokens[some])
+
+
+def test_with_noise_the_training_records_get_the_jobs_release_too():
+    """Asking again for a training record gives the numbers the job released for it, noise
+    included: no second draw to average with the first."""
+    job, maps, secret = _job(tau=0.9)
+    assert job.primary.links["a"].sigma > 0
+    got = query(PRIMARY, BASE, job.primary, maps, secret=secret)
+    for party, released in job.primary.links.items():
+        assert np.array_equal(got.links[party].tokens, released.tokens)
+        assert np.array_equal(got.links[party].sims, released.sims)
 
 
 def test_a_records_noise_is_the_jobs_sigma_and_the_same_in_any_batch():

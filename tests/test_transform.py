@@ -83,3 +83,16 @@ def test_bad_new_records_are_refused_by_name(edit, match):
     t = table(planted()).transform
     with pytest.raises(DatasetError, match=match):
         t.apply(edit(planted().iloc[:5].reset_index(drop=True)), "new")
+
+
+def test_whole_numbers_read_as_floats_match_their_training_category_and_nan_fills_are_strict_json():
+    df = planted().assign(zone=np.arange(60) % 3 + 1)  # int categories 1, 2, 3 in training
+    df.loc[5, "size"] = np.nan
+    t = party_table("p", df.assign(empty=np.nan), id_cols=["lat", "lon"], id_kind="numeric",
+                    numeric_cols=["size", "empty"], categorical_cols=["zone"]).transform
+    new = df.iloc[:4].assign(empty=np.nan, zone=[2.0, np.nan, 3.0, 1.0])  # a blank cell: pandas reads floats
+    x, report = t.apply(new, "new")
+    assert report["unseen_categories"] == {"zone": 1}  # only the blank
+    assert np.array_equal(x[[0, 2, 3]], t.apply(df.iloc[[0, 2, 3]].assign(empty=np.nan, zone=[2, 3, 1]), "new")[0])
+    text = t.to_json()
+    assert "NaN" not in text and FeatureTransform.from_json(text).to_json() == text

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from datasets import VFLDataset
+from linkage.binding import identifier_digest
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord
 
@@ -65,7 +66,8 @@ class Keeper:
 def _party(table) -> dict:
     return {"features": table.transform.to_json() if table.transform else None,
             "feature_names": list(map(str, table.feature_names)), "id_names": list(table.id_names),
-            "id_kind": table.id_kind, "features_sha256": features_digest(table.features)}
+            "id_kind": table.id_kind, "features_sha256": features_digest(table.features),
+            "identifiers_sha256": identifier_digest(table.identifiers)}
 
 
 def manifest(cfg, settings, ds: VFLDataset, head: TaskHead, job_id: str, best_epoch: int) -> dict:

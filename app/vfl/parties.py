@@ -70,7 +70,7 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
                     metric=metric, job_id=job)
 
 
-def service_secret(cfg: RunConfig, job_id: str) -> bytes:
+def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:
     """The in-process linkage service's secret for one job: drawn from the OS's CSPRNG the first
     time the job is linked, kept 0600 under ``<out-dir>/linkage-service/`` (apart from the
     parties' results) so that the same job links identically again, and never put in a message.
@@ -80,7 +80,11 @@ def service_secret(cfg: RunConfig, job_id: str) -> bytes:
     seed = operator_seed_from_env()
     if seed is not None:
         return operator_secret(seed, job_id)  # job_id: the job's content id, as the service derives it
-    return secret_for(cfg.out_path() / "linkage-service" / f"{job_id}.key")
+    path = cfg.out_path() / "linkage-service" / f"{job_id}.key"
+    if not create and not path.exists():  # predict: never a new secret, which would re-draw the noise
+        raise LinkageError(f"linkage job {job_id}: its secret {path} is missing; the job's noise cannot be "
+                           "reproduced without it")
+    return secret_for(path)
 
 
 def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int,

@@ -27,6 +27,7 @@ from app.run_status import require_finished
 from app.vfl.kept import KeptError, features_digest, load_kept
 from app.vfl.parties import build_primary_model, service_secret, unsorted
 from app.vfl.secondary import SecondaryParty
+from linkage.binding import identifier_digest
 from linkage.query import query
 from linkage.store import load_primary
 from strategies.heads import TaskHead
@@ -49,10 +50,15 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig]:
     require_finished(run_dir)
     meta, states = load_kept(run_dir)
     cfg = RunConfig(**meta["run"])
-    if cfg.method in UNSUPPORTED or cfg.encoding != "raw" or cfg.layout != "independent":
+    settings = cfg.resolve()
+    order_dependent = not settings.model.sort_gate and settings.model.merge in ("cnn", "mlp")
+    if (cfg.method in UNSUPPORTED or cfg.encoding != "raw" or cfg.layout != "independent" or cfg.linkage_dir
+            or order_dependent):
         raise KeptError(f"predict does not support this run yet: method {cfg.method!r}, encoding {cfg.encoding!r}, "
-                        f"layout {cfg.layout!r} (supported: raw identifiers, independent layout, not "
-                        f"{sorted(UNSUPPORTED)})")
+                        f"layout {cfg.layout!r}, linkage-dir {cfg.linkage_dir!r}, sort gate "
+                        f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: raw "
+                        f"identifiers linked in the run, independent layout, not {sorted(UNSUPPORTED)}, and no "
+                        "order-dependent merge without the sort gate: its neighbour order is per batch)")
     return meta, states, cfg
 
 
@@ -63,9 +69,11 @@ def _check_parties(meta: dict, ds) -> None:
     if set(tables) != set(kept):
         raise KeptError(f"the run's parties are now {sorted(tables)}; the federation was trained with {sorted(kept)}")
     for name, table in tables.items():
-        if features_digest(table.features) != kept[name]["features_sha256"]:
-            raise KeptError(f"party {name!r}: its data changed since training (features digest differs); "
-                            "predict with the data the federation was trained on, or train again")
+        for what, digest in (("features", features_digest(table.features)),
+                             ("identifiers", identifier_digest(table.identifiers))):
+            if digest != kept[name][f"{what}_sha256"]:
+                raise KeptError(f"party {name!r}: its data changed since training ({what} digest differs); "
+                                "predict with the data the federation was trained on, or train again")
 
 
 def _check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> None:
@@ -88,7 +96,7 @@ def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndar
     _check_new(features, identifiers, meta)
     settings, ds = cfg.resolve(), load_data(cfg)
     _check_parties(meta, ds)
-    model = build_primary_model(ds, cfg, settings)
+    model = build_primary_model(ds, cfg, settings).to(cfg.torch_dtype())  # before loading: no float32 round trip
     model.load_state_dict(states["primary"])
     head = TaskHead(**meta["head"])
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "embed": 0.0}
@@ -121,15 +129,16 @@ def _link_and_embed(cfg: RunConfig, settings, ds, meta: dict, states: dict, iden
                     seconds: dict[str, float]):
     """The new records' linkage against the run's job, and each secondary's embeddings of the
     tokens it is asked for (per party: sorted tokens (T,), embeddings (T, c))."""
-    folder = Path(cfg.linkage_dir) if cfg.linkage_dir else simulated_linkage_dir(cfg, meta["job_id"])
+    folder = simulated_linkage_dir(cfg, meta["job_id"])
     trained = load_primary(folder)
     if trained.job_id != meta["job_id"]:
         raise KeptError(f"linkage folder {folder} holds job {trained.job_id}, but the federation was trained on "
                         f"job {meta['job_id']}")
     parties = {p: SecondaryParty(cfg, p, str(folder)) for p in ds.secondaries}
     t0 = time.perf_counter()
+    secret = service_secret(cfg, trained.job_id, create=False)  # never a new one: that would re-draw the noise
     linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained,
-                    {p: s.row_of_token for p, s in parties.items()}, secret=service_secret(cfg, trained.job_id))
+                    {p: s.row_of_token for p, s in parties.items()}, secret=secret)
     if not settings.model.sort_gate:
         linkage = unsorted(linkage, cfg.seed)
     t1 = time.perf_counter()

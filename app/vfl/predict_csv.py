@@ -76,11 +76,18 @@ def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> 
 
 
 def write_atomic_csv(frame: pd.DataFrame, out: Path) -> None:
+    """All of it or nothing at ``out``, with the usual permissions (mkstemp's are 0600)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     os.close(fd)
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, out)
+    try:
+        frame.to_csv(tmp, index=False)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unknown", choices=("ignore", "refuse"), default="ignore",
                     help="a category not seen in training: no one-hot feature set (ignore), or an error")
     args = ap.parse_args(argv)
+    if args.out.resolve() == args.new.resolve():
+        print("predict failed: --out names the input file NEW.csv", file=sys.stderr)
+        return 1
     args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
     try:
         keys, features, ids, report = read_new(args.run_dir, args.new, args.id_column, args.unknown)
