@@ -144,12 +144,12 @@ def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:
     sorted): without the sort gate the model sees them as the reference's did, unordered."""
     rng = np.random.default_rng([seed, 11])
     links, shared = {}, None
-    for p, link in sorted(linkage.links.items()):
-        order = np.argsort(rng.random(link.tokens.shape), axis=1)  # (m, K) a permutation per row
+    for p, party_link in sorted(linkage.links.items()):
+        order = np.argsort(rng.random(party_link.tokens.shape), axis=1)  # (m, K) a permutation per row
         if linkage.shared_sims:  # a chain's parties keep their k-th neighbours together
             order = shared = order if shared is None else shared
-        links[p] = dataclasses.replace(link, tokens=np.take_along_axis(link.tokens, order, 1),
-                                       sims=np.take_along_axis(link.sims, order, 1))
+        links[p] = dataclasses.replace(party_link, tokens=np.take_along_axis(party_link.tokens, order, 1),
+                                       sims=np.take_along_axis(party_link.sims, order, 1))
     return dataclasses.replace(linkage, links=links)
 
 
@@ -165,9 +165,9 @@ def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings,
     if sorted(linkage.links) != sorted(ds.secondaries):
         raise LinkageError(f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
                            f"the dataset has secondaries {sorted(ds.secondaries)}")
-    for party, link in linkage.links.items():
-        if len(link.tokens) != ds.primary.n_rows:
-            raise LinkageError(f"linkage job {linkage.job_id} covers {len(link.tokens)} primary records, "
+    for party_link in linkage.links.values():
+        if len(party_link.tokens) != ds.primary.n_rows:
+            raise LinkageError(f"linkage job {linkage.job_id} covers {len(party_link.tokens)} primary records, "
                                f"the primary has {ds.primary.n_rows}")
     return linkage
 
