@@ -36,7 +36,6 @@ from app.run_record import FILES, FOLDERS, SUMMARY
 from linkage.store import write_atomic
 
 STATUS = "status.json"
-RESULTS = FILES  # a run's own files (app/run_record.py)
 
 
 class RunFailed(RuntimeError):
@@ -59,7 +58,7 @@ class RunStatus:
         """The run begins: an earlier run's files go first (all for a fresh run, the summary for
         a resumed one, whose metrics and checkpoints go on), then "running"."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        for name in ((SUMMARY,) if resume else RESULTS) + (STATUS,):
+        for name in ((SUMMARY,) if resume else FILES) + (STATUS,):
             (self.folder / name).unlink(missing_ok=True)
         for name in () if resume else FOLDERS:
             shutil.rmtree(self.folder / name, ignore_errors=True)

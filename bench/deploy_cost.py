@@ -19,14 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.run_record import machine
+from app.run_record import machine, read_metrics
 from app.run_status import require_finished
 from deploy import commands as deploy
-from experiments.runner import epochs_of, git_rev, run_flower
+from experiments.runner import git_rev, run_flower
 
 
 def epoch_seconds(run_dir: Path) -> list[float]:
-    return [r["seconds"] + r.get("eval_seconds", 0.0) for r in epochs_of(run_dir)]
+    return [r["seconds"] + r.get("eval_seconds", 0.0) for r in read_metrics(run_dir)]
 
 
 def deployed_run(dep: deploy.Deployment, values: dict, name: str) -> tuple[dict, Path, float]:
@@ -70,7 +70,7 @@ def main() -> None:
             link_s = time.perf_counter() - t0
             one, one_dir, one_wall = deployed_run(dep, {**base, "epochs": 1, "steps-per-exchange": 1,
                                                         "max-steps": args.steps}, "s1")
-            step_s = epochs_of(one_dir)[0]["seconds"] / args.steps
+            step_s = read_metrics(one_dir)[0]["seconds"] / args.steps
             rows.append(("deployment", 1, step_s, one["exchange"]["median_seconds"], "", "", one_wall))
             print("deployment S=1 done", step_s, flush=True)
             dep_run, dep_dir, dep_wall = deployed_run(dep, {**base, "epochs": args.epochs,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+import pandas as pd
 
 if TYPE_CHECKING:  # datasets/transform.py imports this module
     from datasets.transform import FeatureTransform
@@ -17,6 +19,13 @@ TASKS = ("regression", "binary", "multiclass")
 
 class DatasetError(ValueError):
     """Bad dataset input: the message names the dataset, party and column."""
+
+
+def require_columns(df: pd.DataFrame, columns: Sequence[str], where: str) -> None:
+    """Refuse a frame without every named column, naming the missing ones."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DatasetError(f"{where}: missing column(s) {missing}; available: {list(df.columns)}")
 
 
 @dataclass(frozen=True)

@@ -67,17 +67,22 @@ def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataF
     kind, ids = party.get("kind", "numeric"), list(party["identifiers"])
     require_columns(df, ids, where)
     if kind == "string":
-        from linkage.strings import normalize_strings
-
-        if len(ids) != 1:
-            raise DatasetError(f"{where}: kind 'string' takes one identifier column, got {ids}")
-        if pd.api.types.is_numeric_dtype(df[ids[0]]):
-            raise DatasetError(f"{where}: kind 'string' but identifier column {ids[0]!r} holds numbers; "
-                               "use kind = 'numeric'")
-        df = df.assign(**{ids[0]: [s if isinstance(s, str) else None for s in df[ids[0]]]})
-        df[ids[0]] = [normalize_strings([s])[0] if s is not None else None for s in df[ids[0]]]
+        df = normalized_strings(df, ids, where)
     return party_table(name, df, id_cols=ids, id_kind=kind, numeric_cols=party.get("numeric", []),
                        categorical_cols=party.get("categorical", []), fit_rows=fit_rows)
+
+
+def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataFrame:
+    """``df`` with its one string identifier column normalised for linkage (missing values kept
+    missing, for check_identifiers to refuse by name); numbers in it are refused."""
+    from linkage.strings import normalize_strings
+
+    if len(ids) != 1:
+        raise DatasetError(f"{where}: kind 'string' takes one identifier column, got {ids}")
+    if pd.api.types.is_numeric_dtype(df[ids[0]]):
+        raise DatasetError(f"{where}: kind 'string' but identifier column {ids[0]!r} holds numbers; "
+                           "use kind = 'numeric'")
+    return df.assign(**{ids[0]: [normalize_strings([s])[0] if isinstance(s, str) else None for s in df[ids[0]]]})
 
 
 def read_csv(path: Path, where: str) -> pd.DataFrame:

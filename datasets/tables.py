@@ -7,14 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from datasets.base import DatasetError, IdKind, PartyTable
+from datasets.base import DatasetError, IdKind, PartyTable, require_columns
 from datasets.transform import fit_transform
-
-
-def require_columns(df: pd.DataFrame, columns: Sequence[str], where: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise DatasetError(f"{where}: missing column(s) {missing}; available: {list(df.columns)}")
 
 
 def check_identifiers(ids: np.ndarray, id_names: Sequence[str], where: str) -> None:
@@ -29,6 +23,22 @@ def check_identifiers(ids: np.ndarray, id_names: Sequence[str], where: str) -> N
             f"{where}: {len(rows)} row(s) with NaN/empty identifiers {list(id_names)} "
             f"(first rows: {rows[:5].tolist()}); drop or fix them before linkage"
         )
+
+
+def read_identifiers(df: pd.DataFrame, id_cols: Sequence[str], id_kind: IdKind, where: str) -> np.ndarray:
+    """The identifier columns as linkage input: (n, d) float64 numbers or (n,) strings; refused by
+    name when numbers are not numbers, a string kind names several columns, or one is NaN/empty."""
+    if id_kind == "numeric":
+        try:
+            ids = df[list(id_cols)].to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(f"{where}: numeric identifiers {list(id_cols)} are not numbers ({exc})") from exc
+    else:
+        if len(id_cols) != 1:
+            raise DatasetError(f"{where}: string identifiers need exactly one column, got {list(id_cols)}")
+        ids = df[id_cols[0]].to_numpy(dtype=object)
+    check_identifiers(ids, id_cols, where)
+    return ids
 
 
 def standardize(x: np.ndarray, fit_rows: np.ndarray | None = None) -> np.ndarray:
@@ -56,16 +66,7 @@ def party_table(
     require_columns(df, [*id_cols, *numeric_cols, *categorical_cols], where)
     if len(df) == 0:
         raise DatasetError(f"{where}: zero rows")
-    if id_kind == "numeric":
-        try:
-            ids = df[list(id_cols)].to_numpy(dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise DatasetError(f"{where}: numeric identifiers {list(id_cols)} are not numbers ({exc})") from exc
-    else:
-        if len(id_cols) != 1:
-            raise DatasetError(f"{where}: string identifiers need exactly one column, got {list(id_cols)}")
-        ids = df[id_cols[0]].to_numpy(dtype=object)
-    check_identifiers(ids, id_cols, where)
+    ids = read_identifiers(df, id_cols, id_kind, where)
 
     transform, report = fit_transform(df, list(numeric_cols), list(categorical_cols), fit_rows, where)
     features, _ = transform.apply(df, where)
@@ -79,61 +80,3 @@ def party_table(
         preprocessing=report,
         transform=transform,
     )
-
-
-def refuse_cells(bad: np.ndarray, cols: list[str], where: str, what: str, values: pd.DataFrame | None = None) -> None:
-    """Refuse the cells flagged in ``bad`` (n, len(cols)), naming the first such column, an
-    example value and its first rows; ``what`` says what is wrong with them."""
-    if not bad.any():
-        return
-    flagged = np.flatnonzero(bad.any(axis=0))
-    j = int(flagged[0])
-    rows = np.flatnonzero(bad[:, j])
-    example = f", e.g. {values.iloc[rows[0], j]!r}," if values is not None else ""
-    also = f"; also in column(s) {[cols[i] for i in flagged[1:]]}" if len(flagged) > 1 else ""
-    raise DatasetError(f"{where}: feature column {cols[j]!r} {what}{example} in {len(rows)} row(s) "
-                       f"(first rows: {rows[:5].tolist()}){also}; fix or remove them")
-
-
-def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None, where: str, *,
-                     fill: tuple[float, ...] | None = None, with_fill: bool = False):
-    """Numeric feature columns -> (n, len(cols)) float64, NaN replaced by ``fill`` (a fitted
-    transform's) or else by the column's mean over ``fit_rows``; non-numbers and inf / -inf are
-    refused, never coerced. Also returns the count of imputed NaN per column (columns without
-    any left out) and, ``with_fill``, the fill values used."""
-    raw = df[cols]
-    num = raw.apply(pd.to_numeric, errors="coerce")
-    refuse_cells(raw.notna().to_numpy() & num.isna().to_numpy(), cols, where, "holds non-numbers", raw)
-    refuse_cells(np.isinf(num.to_numpy(dtype=np.float64)), cols, where, "holds non-finite values (inf/-inf)")
-    if fill is None:
-        mean = (num if fit_rows is None else num.iloc[fit_rows]).mean()
-    else:
-        mean = pd.Series(fill, index=cols, dtype=np.float64)
-    missing = num.isna().sum()
-    imputed = {c: int(missing.iloc[i]) for i, c in enumerate(cols) if missing.iloc[i] and not np.isnan(mean.iloc[i])}
-    out = num.fillna(mean).to_numpy(dtype=np.float64)
-    return (out, imputed, tuple(map(float, mean))) if with_fill else (out, imputed)
-
-
-def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | None,
-                       where: str) -> tuple[np.ndarray, dict]:
-    """The columns of x (n, d) to keep: not those without any value on ``fit_rows`` (NaN there:
-    nothing to impute from), nor those constant on them; refuse a party left with no column.
-    Returns (keep (d,) bool, {"dropped_constant": [...], "dropped_empty": [...]})."""
-    ref = x if fit_rows is None else x[fit_rows]
-    empty = np.isnan(ref).any(axis=0)  # imputation filled every NaN of a column with any value
-    constant = np.zeros(x.shape[1], dtype=bool)
-    if len(ref) > 1:
-        constant[~empty] = ref[:, ~empty].std(axis=0) == 0
-    keep = ~empty & ~constant
-    report = {"dropped_constant": [n for n, c in zip(names, constant) if c],
-              "dropped_empty": [n for n, e in zip(names, empty) if e]}
-    if not names:
-        raise DatasetError(f"{where}: no feature column: a party needs at least one feature besides its "
-                           "identifiers (and the primary's label)")
-    if not keep.any():
-        rows = "training rows" if fit_rows is not None else "rows"
-        raise DatasetError(f"{where}: no feature column left: {report['dropped_constant']} are constant and "
-                           f"{report['dropped_empty']} have no value on the {rows}; the party needs a feature "
-                           "that varies")
-    return keep, report

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from datasets.base import DatasetError
+from datasets.base import DatasetError, require_columns
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,10 @@ class FeatureTransform:
 
     def apply(self, df: pd.DataFrame, where: str, unknown: str = "ignore") -> tuple[np.ndarray, dict]:
         """Features (n, d) float32 of ``df``'s rows, and a report of what was filled or unseen."""
-        from datasets.tables import numeric_features, require_columns
-
         require_columns(df, self.columns, where)
         blocks, report = [], {"nan_imputed": {}, "unseen_categories": {}}
         if self.numeric:
-            num, report["nan_imputed"] = numeric_features(df, list(self.numeric), None, where, fill=self.fill)
+            num, report["nan_imputed"], _ = numeric_features(df, list(self.numeric), None, where, fill=self.fill)
             blocks.append(num)
         for col, cats in self.categorical:
             onehot, unseen = one_hot(df[col], cats)
@@ -105,11 +103,9 @@ def fit_transform(df: pd.DataFrame, numeric: list[str], categorical: list[str], 
                   where: str) -> tuple[FeatureTransform, dict]:
     """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
     was); returns the transform and what fitting dropped and imputed."""
-    from datasets.tables import drop_uninformative, numeric_features
-
     blocks, names, imputed, fill = [], [], {}, ()
     if numeric:
-        num, imputed, fill = numeric_features(df, numeric, fit_rows, where, with_fill=True)
+        num, imputed, fill = numeric_features(df, numeric, fit_rows, where)
         blocks.append(num)
         names += numeric
     cats = tuple((c, tuple(sorted(df[c].astype(str).unique()))) for c in categorical)
@@ -125,3 +121,60 @@ def fit_transform(df: pd.DataFrame, numeric: list[str], categorical: list[str], 
                                  tuple(map(float, mean)), tuple(map(float, std)),
                                  tuple(n for n, k in zip(names, keep) if k))
     return transform, report | {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
+
+
+def refuse_cells(bad: np.ndarray, cols: list[str], where: str, what: str, values: pd.DataFrame | None = None) -> None:
+    """Refuse the cells flagged in ``bad`` (n, len(cols)), naming the first such column, an
+    example value and its first rows; ``what`` says what is wrong with them."""
+    if not bad.any():
+        return
+    flagged = np.flatnonzero(bad.any(axis=0))
+    j = int(flagged[0])
+    rows = np.flatnonzero(bad[:, j])
+    example = f", e.g. {values.iloc[rows[0], j]!r}," if values is not None else ""
+    also = f"; also in column(s) {[cols[i] for i in flagged[1:]]}" if len(flagged) > 1 else ""
+    raise DatasetError(f"{where}: feature column {cols[j]!r} {what}{example} in {len(rows)} row(s) "
+                       f"(first rows: {rows[:5].tolist()}){also}; fix or remove them")
+
+
+def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None, where: str, *,
+                     fill: tuple[float, ...] | None = None) -> tuple[np.ndarray, dict[str, int], tuple[float, ...]]:
+    """Numeric feature columns -> (n, len(cols)) float64, NaN replaced by ``fill`` (a fitted
+    transform's) or else by the column's mean over ``fit_rows``; non-numbers and inf / -inf are
+    refused, never coerced. Also returns the count of imputed NaN per column (columns without
+    any left out) and the fill values used."""
+    raw = df[cols]
+    num = raw.apply(pd.to_numeric, errors="coerce")
+    refuse_cells(raw.notna().to_numpy() & num.isna().to_numpy(), cols, where, "holds non-numbers", raw)
+    refuse_cells(np.isinf(num.to_numpy(dtype=np.float64)), cols, where, "holds non-finite values (inf/-inf)")
+    if fill is None:
+        mean = (num if fit_rows is None else num.iloc[fit_rows]).mean()
+    else:
+        mean = pd.Series(fill, index=cols, dtype=np.float64)
+    missing = num.isna().sum()
+    imputed = {c: int(missing.iloc[i]) for i, c in enumerate(cols) if missing.iloc[i] and not np.isnan(mean.iloc[i])}
+    return num.fillna(mean).to_numpy(dtype=np.float64), imputed, tuple(map(float, mean))
+
+
+def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | None,
+                       where: str) -> tuple[np.ndarray, dict]:
+    """The columns of x (n, d) to keep: not those without any value on ``fit_rows`` (NaN there:
+    nothing to impute from), nor those constant on them; refuse a party left with no column.
+    Returns (keep (d,) bool, {"dropped_constant": [...], "dropped_empty": [...]})."""
+    ref = x if fit_rows is None else x[fit_rows]
+    empty = np.isnan(ref).any(axis=0)  # imputation filled every NaN of a column with any value
+    constant = np.zeros(x.shape[1], dtype=bool)
+    if len(ref) > 1:
+        constant[~empty] = ref[:, ~empty].std(axis=0) == 0
+    keep = ~empty & ~constant
+    report = {"dropped_constant": [n for n, c in zip(names, constant) if c],
+              "dropped_empty": [n for n, e in zip(names, empty) if e]}
+    if not names:
+        raise DatasetError(f"{where}: no feature column: a party needs at least one feature besides its "
+                           "identifiers (and the primary's label)")
+    if not keep.any():
+        rows = "training rows" if fit_rows is not None else "rows"
+        raise DatasetError(f"{where}: no feature column left: {report['dropped_constant']} are constant and "
+                           f"{report['dropped_empty']} have no value on the {rows}; the party needs a feature "
+                           "that varies")
+    return keep, report

@@ -12,9 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.run_record import machine
+from app.run_record import machine, read_metrics
 from experiments.runner import (
-    epochs_of,
     git_rev,
     load_conf,
     parse_overrides,
@@ -40,7 +39,7 @@ def main() -> None:
                 row = {"conf": conf, "seed": seed, "best_epoch": summary["best_epoch"], "epochs": summary["epochs_run"],
                        "val": summary["val"], "test": summary["test"], "wall_s": round(wall, 1),
                        "train_s_per_epoch": round(sum(summary["seconds"]["epochs"]) / summary["epochs_run"], 2),
-                       "epochs_metrics": epochs_of(run_dir)}
+                       "epochs_metrics": read_metrics(run_dir)}
                 rows.append(row)
                 metrics = " ".join(f"test_{k}={v:.4f}" for k, v in row["test"].items())
                 vals = " ".join(f"val_{k}={v:.4f}" for k, v in row["val"].items())

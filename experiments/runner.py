@@ -8,7 +8,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from app.run_record import read_metrics, read_summary
+from app.run_record import read_summary
 from app.run_status import require_finished
 from deploy.localsim import REPO, simulate
 
@@ -44,7 +44,3 @@ def parse_overrides(items: list[str]) -> dict:
 
 def load_conf(name: str) -> dict:
     return tomllib.loads((REPO / "conf" / f"{name}.toml").read_text())
-
-
-def epochs_of(run_dir: Path) -> list[dict]:
-    return read_metrics(run_dir)

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage.contracts import LinkageError, LinkageResult, PrimaryLinkage
-from linkage.pipeline import _identifier_bytes
+from linkage.contracts import LinkageError, LinkageResult, PrimaryLinkage, identifier_bytes
 from linkage.store import write_atomic
 
 RECORD = "upload-record.json"
@@ -35,7 +34,7 @@ def identifier_digest(ids) -> str:
     float64, strings joined, packed bits as they are), so int and float copies agree."""
     arr = np.asarray(ids)
     h = hashlib.sha256(f"{list(arr.shape)}|".encode())
-    h.update(_identifier_bytes(arr))
+    h.update(identifier_bytes(arr))
     return h.hexdigest()
 
 

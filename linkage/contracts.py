@@ -95,3 +95,13 @@ class SecondaryLinkage:
 class LinkageResult:
     primary: PrimaryLinkage
     secondaries: dict[str, SecondaryLinkage] = field(default_factory=dict)
+
+
+def identifier_bytes(arr: np.ndarray) -> bytes:
+    """Numbers as float64 (ids of int and float copies agree), strings length-prefixed (no two
+    lists share bytes), bits as they are."""
+    if arr.dtype.kind in "UO":
+        return b"".join(len(b).to_bytes(8, "little") + b for b in (str(x).encode() for x in arr.ravel()))
+    if arr.dtype == np.uint8:
+        return arr.tobytes()
+    return arr.astype(np.float64).tobytes()

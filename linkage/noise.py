@@ -10,7 +10,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erf
 
-from linkage.contracts import LinkageError
+from linkage.contracts import LinkageError, identifier_bytes
 
 
 def sigma_from_tau(tau: float, raw_std: float) -> float:
@@ -60,14 +60,12 @@ def record_noise(secret: bytes, party: str, ids, shape: tuple[int, int], sigma: 
 
     Per record: SHAKE-256 of a key derived from the secret and the record's identifier bytes
     gives 16 bytes per column, two little-endian 53-bit uniforms, Box-Muller."""
-    from linkage.pipeline import _identifier_bytes
-
     m, p = shape
     if sigma == 0.0:
         return np.zeros(shape)
     key = hashlib.sha256(b"fedsim-linkage-noise|" + secret + b"|" + party.encode()).digest()
     ids = np.asarray(ids)
-    raw = b"".join(hashlib.shake_256(key + _identifier_bytes(ids[i:i + 1])).digest(16 * p) for i in range(m))
+    raw = b"".join(hashlib.shake_256(key + identifier_bytes(ids[i:i + 1])).digest(16 * p) for i in range(m))
     bits = np.frombuffer(raw, dtype="<u8").reshape(m, p, 2)
     u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1), 53 bits each
     u1, u2 = 1.0 - u[..., 0], u[..., 1]  # u1 in (0, 1]: the log is finite

@@ -35,6 +35,7 @@ from linkage.contracts import (
     PartyLink,
     PrimaryLinkage,
     SecondaryLinkage,
+    identifier_bytes,
 )
 from linkage.noise import dp_sigma, record_noise, sigma_from_tau
 
@@ -165,6 +166,20 @@ def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np
     return np.take_along_axis(sim, order, 1), np.take_along_axis(idx, order, 1)
 
 
+def noisy_similarities(raw: np.ndarray, mean: float, std: float, sigma: float, secret: bytes, party: str,
+                       primary_ids) -> np.ndarray:
+    """(m, P) raw similarities standardised with (mean, std), plus each record's noise of scale
+    sigma (noise.record_noise, keyed by ``primary_ids``' rows): a job's release and every later
+    query of its records (linkage/query.py) go through this one step."""
+    standardised = (raw - mean) / std
+    if sigma == 0.0:
+        return standardised
+    if primary_ids is None:
+        raise LinkageError("a noisy release (tau < 1) needs the primary identifiers: each record's noise is "
+                           "keyed by them")
+    return standardised + record_noise(secret, party, primary_ids, standardised.shape, sigma)
+
+
 def rng_from_secret(secret: bytes) -> np.random.Generator:
     """The job's generator: 256 bits of the service's per-job secret as its entropy."""
     if not isinstance(secret, bytes) or len(secret) < 16:
@@ -187,7 +202,7 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
     h = hashlib.sha256()
     for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
         h.update(f"|{arr.shape}|".encode())  # each party's shape: no two splits of the rows collide
-        h.update(_identifier_bytes(arr))
+        h.update(identifier_bytes(arr))
     if train_rows is not None:
         h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
     tail = f"|{pool}" if pool else ""
@@ -198,16 +213,6 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
 def chain_tag(metric: str, anchor: str) -> str:
     """A chain job's metric in its content id: one name for the service and the in-process linker."""
     return f"{metric}-chain-{anchor}"
-
-
-def _identifier_bytes(arr: np.ndarray) -> bytes:
-    """Numbers as float64 (ids of int and float copies agree), strings length-prefixed (no two
-    lists share bytes), bits as they are."""
-    if arr.dtype.kind in "UO":
-        return b"".join(len(b).to_bytes(8, "little") + b for b in (str(x).encode() for x in arr.ravel()))
-    if arr.dtype == np.uint8:
-        return arr.tobytes()
-    return arr.astype(np.float64).tobytes()
 
 
 def search(query, base, *, metric: str, k: int, party: str, progress: Progress | None = None
@@ -242,12 +247,7 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
         raw = similarity(dist)
         mean, std = fit_standardizer(raw, rows)
         sigma = sigma_from_tau(tau, std)
-        if sigma > 0 and primary_ids is None:
-            raise LinkageError("a noisy release (tau < 1) needs the primary identifiers: each record's noise is "
-                               "keyed by them")
-        noisy = (raw - mean) / std
-        if sigma > 0:
-            noisy = noisy + record_noise(secret, party, primary_ids, noisy.shape, sigma)  # (m, P)
+        noisy = noisy_similarities(raw, mean, std, sigma, secret, party, primary_ids)  # (m, P)
         sims, chosen = select_top(noisy, idx, k)
         token_of_row = make_tokens(sizes[party], rng)
         links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), sigma, mean, std,

@@ -16,6 +16,7 @@ from app import run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.run_record import RunRecord, Seconds
+from app.vfl.kept import Keeper
 from app.vfl.parties import (
     build_primary_model,
     build_secondary_model,
@@ -24,7 +25,6 @@ from app.vfl.parties import (
     linkage_job,
     train_plan,
 )
-from app.vfl.kept import Keeper
 from app.vfl.secondary import SecondaryParty, with_imputed_row
 from linkage.contracts import LinkageError
 from linkage.store import load_secondary

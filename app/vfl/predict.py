@@ -46,7 +46,8 @@ class Prediction:
     seconds: dict[str, float]  # prepare (kept state, data, models), query (linkage), embed, forward
 
 
-def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig]:
+def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
+    """(manifest, kept states, the run's config, its resolved settings) of a run predict supports."""
     require_finished(run_dir)
     meta, states = load_kept(run_dir)
     cfg = RunConfig(**meta["run"])
@@ -59,7 +60,7 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig]:
                         f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: raw "
                         f"identifiers linked in the run, independent layout, not {sorted(UNSUPPORTED)}, and no "
                         "order-dependent merge without the sort gate: its neighbour order is per batch)")
-    return meta, states, cfg
+    return meta, states, cfg, settings
 
 
 def _check_parties(meta: dict, ds) -> None:
@@ -91,10 +92,10 @@ def _check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> Non
 def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096
                        ) -> Prediction:
     t0 = time.perf_counter()
-    meta, states, cfg = _kept_run(Path(run_dir))
+    meta, states, cfg, settings = _kept_run(Path(run_dir))
     features, identifiers = np.asarray(features), np.asarray(identifiers)
     _check_new(features, identifiers, meta)
-    settings, ds = cfg.resolve(), load_data(cfg)
+    ds = load_data(cfg)
     _check_parties(meta, ds)
     model = build_primary_model(ds, cfg, settings).to(cfg.torch_dtype())  # before loading: no float32 round trip
     model.load_state_dict(states["primary"])
@@ -108,10 +109,9 @@ def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndar
                               cfg.torch_device(), cfg.torch_dtype())
     rows = np.arange(len(features))
     out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
-    pred = Prediction(head.predict(out), head.probabilities(out), linkage, _weights(model, linkage),
-                      meta["best_epoch"], seconds)
+    values, proba, weights = head.predict(out), head.probabilities(out), _weights(model, linkage)
     seconds["forward"] = time.perf_counter() - t1
-    return pred
+    return Prediction(values, proba, linkage, weights, meta["best_epoch"], seconds)
 
 
 @torch.no_grad()
@@ -121,7 +121,8 @@ def _weights(model, linkage) -> dict[str, np.ndarray]:
     if linkage is None:
         return {}
     param = next(model.parameters())
-    return {p: model.paths[p if p in model.paths else "all"].weights(torch.as_tensor(link.sims, dtype=param.dtype, device=param.device)).cpu().numpy()
+    paths = {p: model.paths[p if p in model.paths else "all"] for p in linkage.links}  # "all": one shared path
+    return {p: paths[p].weights(torch.as_tensor(link.sims, dtype=param.dtype, device=param.device)).cpu().numpy()
             for p, link in linkage.links.items()}
 
 

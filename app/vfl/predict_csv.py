@@ -26,7 +26,8 @@ import pandas as pd
 
 from app.vfl.kept import KeptError, read_manifest
 from app.vfl.predict import Prediction, predict_in_process
-from datasets.tables import check_identifiers, require_columns
+from datasets.csv_parties import normalized_strings
+from datasets.tables import read_identifiers, require_columns
 from datasets.transform import FeatureTransform
 
 
@@ -41,22 +42,11 @@ def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ign
     df = pd.read_csv(path)
     where = f"new records {path}"
     require_columns(df, [*primary["id_names"], *([id_column] if id_column else [])], where)
-    ids = _identifiers(df, primary, where)
+    names, kind = primary["id_names"], primary["id_kind"]
+    ids = read_identifiers(normalized_strings(df, names, where) if kind == "string" else df, names, kind, where)
     features, report = transform.apply(df, where, unknown)
     keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
     return keys, features, ids, report
-
-
-def _identifiers(df: pd.DataFrame, primary: dict, where: str) -> np.ndarray:
-    names = primary["id_names"]
-    if primary["id_kind"] == "numeric":
-        ids = df[names].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    else:
-        from linkage.strings import normalize_strings
-
-        ids = np.array([normalize_strings([v])[0] if isinstance(v, str) else None for v in df[names[0]]], dtype=object)
-    check_identifiers(ids, names, where)
-    return ids
 
 
 def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> pd.DataFrame:
