@@ -135,6 +135,13 @@ class RunConfig:
     ea_variant: str = "augment"  # entity-aug: aligned | augment | full (strategies/entity_aug/model.py)
     guest_timeout: float = 0.0  # entity-aug: s to wait for a guest before reusing its last activation; 0 = no fallback
     guest_delay: float = 0.0  # entity-aug fault injection (tests): the first guest sleeps this long on odd steps
+    predict_run: str = ""  # predict mode: the trained run (under out-dir) whose kept federation predicts
+    predict_input: str = ""  # predict mode: CSV of new primary records (the primary's own path)
+    predict_output: str = ""  # predict mode: where the predictions CSV goes (the primary's own path)
+    predict_id_column: str = ""  # predict mode: a column of the input naming each record ("" = row number)
+    predict_explain: bool = False  # predict mode: add each record's neighbours, similarities and weights
+    predict_unknown: str = "ignore"  # predict mode: an unseen category: ignore (no one-hot set) | refuse
+    predict_linkage: str = ""  # predict mode: the linkage service's answer to the query (npz); "" = link here
 
     @classmethod
     def from_flower(cls, run_config: dict) -> "RunConfig":
@@ -196,6 +203,23 @@ class RunConfig:
         need(self.guest_timeout >= 0, f"run-config 'guest-timeout' must be >= 0 (0 = no fallback), got {self.guest_timeout}")
         need(self.guest_delay >= 0, f"run-config 'guest-delay' must be >= 0, got {self.guest_delay}")
         need(self.dropout == -1.0 or 0.0 <= self.dropout < 1.0, f"run-config 'dropout' must be in [0, 1), got {self.dropout}")
+        self._validate_predict(need)
+
+    def _validate_predict(self, need) -> None:
+        need(not self.predict_run or plain_run_name(self.predict_run),
+             f"run-config 'predict-run' must be one plain run folder name, got {self.predict_run!r}")
+        need(self.predict_unknown in ("ignore", "refuse"),
+             f"run-config 'predict-unknown' must be ignore or refuse, got {self.predict_unknown!r}")
+        if not self.predict_run:
+            return
+        need(bool(self.predict_input), "run-config 'predict-run' needs 'predict-input': the CSV of new records")
+        need(bool(self.predict_output), "run-config 'predict-run' needs 'predict-output': where predictions go")
+        need(not self.resume, "run-config 'predict-run' and 'resume' exclude each other")
+        need(self.mode == "vfl", "run-config 'predict-run' through `flwr run` is supported for mode='vfl' only; "
+                                 "Entity Augmentation predicts in process (app/entity_aug/predict.py)")
+
+    def predicting(self) -> bool:
+        return bool(self.predict_run)
 
     # ------------------------------------------------------------------ resolved values
 

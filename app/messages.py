@@ -149,3 +149,21 @@ def read_embeddings(content: RecordDict, party: str = "", message: str = "train.
     emb = content.array_records["out"]["emb"].numpy()
     require_finite(emb, party, "embeddings", f"the reply to {message}")
     return emb
+
+
+def kept_embed_content(run: str, job_id: str, tokens: np.ndarray) -> RecordDict:
+    """Predict: embed ``tokens`` (T,) with the party's kept model of ``run`` (query.embed_kept)."""
+    return RecordDict({"tokens": ArrayRecord({"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}),
+                       "kept": ConfigRecord({"run": run, "job_id": job_id})})
+
+
+def read_kept_embed(content: RecordDict) -> tuple[str, str, np.ndarray]:
+    """(run name, linkage job id, tokens (T,)) of a query.embed_kept; nothing else is accepted."""
+    names = read_named(content, "kept", "query.embed_kept", names=("run", "job_id"))
+    arrays = content.array_records["tokens"]
+    expect_fields(arrays, {"tokens"}, "query.embed_kept")
+    tokens = arrays["tokens"].numpy()
+    if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+        raise ProtocolError(f"query.embed_kept: tokens must be one vector of integers, got {tokens.dtype} "
+                            f"{tokens.shape}")
+    return names["run"], names["job_id"], tokens

@@ -11,6 +11,7 @@ from app.config import ConfigError, RunConfig
 from app.entity_aug.inprocess import run_ea_in_process
 from app.entity_aug.server import run_ea_host
 from app.vfl.inprocess import run_experiment as run_vfl_in_process
+from app.vfl.predict_server import run_predict
 from app.vfl.server import run_primary
 
 SERVER_RUNS = {"vfl": run_primary, "entity-aug": run_ea_host}  # (grid, cfg) -> summary
@@ -18,13 +19,19 @@ IN_PROCESS_RUNS = {"vfl": run_vfl_in_process, "entity-aug": run_ea_in_process}  
 
 
 def serve(grid: Grid, cfg: RunConfig) -> dict:
-    """The ServerApp's run of the configured mode."""
+    """The ServerApp's run of the configured mode, or predict with a kept federation
+    (run-config ``predict-run``; FedSim and its baselines)."""
+    if cfg.predicting():
+        return run_predict(grid, cfg)
     return SERVER_RUNS[cfg.mode](grid, cfg)
 
 
 def run_experiment(cfg: RunConfig, out: Path) -> dict:
     """A whole run of the configured mode in one process, recorded in ``out`` like the ServerApp
     (app/run_record.py, app/run_status.py). It does not resume: a sweep resumes whole runs."""
+    if cfg.predicting():
+        raise ConfigError("run_experiment trains; predict in process with app.vfl.predict (python -m "
+                          "app.vfl.predict_csv) or through `flwr run` with predict-run")
     if cfg.resume:
         raise ConfigError("run_experiment (the sweeps' in-process engine) does not resume from checkpoints: "
                           "a sweep resumes at run granularity; use `flwr run` with resume=true")

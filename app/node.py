@@ -26,7 +26,11 @@ def deployed(context: Context) -> bool:
 def node_run_config(context: Context) -> RunConfig:
     """The run's config; a deployed party's paths are its own (node config "data-dir", else "":
     the loaders' default), never the run config's."""
-    cfg = RunConfig.from_flower(context.run_config)
+    return with_node_paths(RunConfig.from_flower(context.run_config), context)
+
+
+def with_node_paths(cfg: RunConfig, context: Context) -> RunConfig:
+    """``cfg`` with this node's own paths (see :func:`node_run_config`)."""
     data_dir = str(context.node_config.get("data-dir", ""))
     if deployed(context):
         return dataclasses.replace(cfg, data_dir=data_dir, linkage_dir="", out_dir="")

@@ -3,6 +3,7 @@
     python -m deploy up   DIR --dataset house3            # TLS + SuperNode auth (default)
     python -m deploy link DIR --k 20                      # every party links through the service
     python -m deploy run  DIR --run-config 'epochs=2'     # `flwr run . fedsim-deploy` against it
+    python -m deploy predict DIR --run NAME --input new.csv --out p.csv  # deploy/predict.py
     python -m deploy down DIR                             # stops exactly what `up` started
 
 Everything listens on 127.0.0.1. ``up`` writes DIR/credentials (a local CA, the servers'
@@ -258,12 +259,14 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
     the job, and each party fetches only its own result into its own folder."""
     from app.vfl.parties import metric_of
     from datasets import load_dataset
+    from deploy.predict import save_primary_secret
     from datasets.registry import DatasetOptions
     from linkage_server.client import LinkageClient, create_job
 
     ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=seed, n_rows=n_rows))
     token = (dep.root / "admin.token").read_text().strip()
     job = create_job(dep.service_url, token, PRIMARY, dep.parties, verify=dep.verify)
+    save_primary_secret(dep, job["secrets"][PRIMARY])  # the primary's own, for its later queries (predict)
     for party in dep.parties:
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
             c.upload(ds.secondaries[party].identifiers)
@@ -329,6 +332,8 @@ def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 36
 
 
 def main() -> None:
+    from deploy.predict import add_parser as add_predict_parser, command as predict_command
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     s = sub.add_parser("up", help="start SuperLink, one SuperNode per secondary, and the linkage service")
@@ -347,6 +352,7 @@ def main() -> None:
     s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
     s.add_argument("folder", type=Path)
     s.add_argument("--run-config", default="", help="extra run-config values, 'key=value key2=value2'")
+    add_predict_parser(sub)
     s = sub.add_parser("down", help="stop everything `up` started")
     s.add_argument("folder", type=Path)
     s = sub.add_parser("status", help="which processes of the deployment are running")
@@ -372,6 +378,8 @@ def main() -> None:
         print(r.stdout[-20000:], r.stderr[-5000:])
         # `flwr run` exits 0 when the ServerApp fails: the run's status decides (exit 1, the reason on stderr)
         sys.exit(run_status.problem(Path(run_values(dep, extra)["out-dir"]) / str(extra["run-name"]), since))
+    elif args.command == "predict":
+        sys.exit(predict_command(args))
     elif args.command == "down":
         print(f"stopped {down(args.folder)} running process(es) of {args.folder}")
     else:

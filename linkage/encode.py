@@ -8,6 +8,7 @@ the bits and compares them by Hamming distance (:mod:`linkage.hamming`).
   federal_params(values (n, d), k)                         -> dict(t, lo, hi, bits_per_dim, ...) to agree on
   federal_key(values (n, d), k)                            -> the "federal" section of a parties' key (lists)
   encode_with_key(ids (n,) str | (n, d) float, key)        -> (n, bytes) uint8, Bloom or FEDERAL by the ids' type
+  key_fingerprint(key)                                     -> 64 hex: the key and its parameters, revealing neither
 
 Privacy assumptions (honest-but-curious service, as in FEDERAL, FedSim App. I):
   * ``secret`` is shared by the data parties (primary and secondaries) and never by the service.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import math
 from typing import Sequence
 
@@ -204,3 +206,21 @@ def encode_with_key(ids: np.ndarray, key: dict) -> np.ndarray:
         raise LinkageError("the parties' key has no 'federal' section, which numeric identifiers need "
                            "(make one with federal_key / `python -m linkage_server.cli make-key --csv`)")
     return federal_numbers(ids, secret, **{n: f[n] for n in ("bits_per_dim", "t", "lo", "hi")})
+
+
+BLOOM_DEFAULTS = {"bits": 1024, "q": 2, "hashes": 30, "normalize": True}  # bloom_strings' defaults
+
+
+def key_fingerprint(key: dict) -> str:
+    """HMAC-SHA256 under the parties' secret of a fixed label and the encoding parameters (Bloom
+    with its defaults filled in, FEDERAL's bits_per_dim, t, lo, hi): two encodings share it iff
+    they come from the same secret and parameters. It reveals neither the secret nor the
+    parameters, so a party may send it to the service, which checks that a query was encoded
+    as the job's training upload was."""
+    secret = key["secret"].encode() if isinstance(key["secret"], str) else key["secret"]
+    _check_secret(secret)
+    bloom = {**BLOOM_DEFAULTS, **{n: v for n, v in key.get("bloom", {}).items() if n in BLOOM_DEFAULTS}}
+    f = key.get("federal")
+    federal = {n: np.asarray(f[n], dtype=np.float64).tolist() for n in ("bits_per_dim", "t", "lo", "hi")} if f else None
+    params = json.dumps({"bloom": bloom, "federal": federal}, sort_keys=True)
+    return hmac.new(secret, b"fedsim-linkage-encoding-fingerprint|" + params.encode(), hashlib.sha256).hexdigest()

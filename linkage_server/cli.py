@@ -7,6 +7,7 @@
   link        (party) upload identifiers; the primary may also start the job; --wait, --fetch
   status      (party) the job's state and progress
   fetch       (party) download this party's result into a folder training reads
+  query       (primary) new records' tokens and similarities from a finished job (predict)
   delta       the training-free improvement estimate of Definition 1 from a primary result
 """
 
@@ -89,9 +90,11 @@ def cmd_serve(args) -> None:
               f"experiments only; a party who guesses it can undo the noise and the token shuffle. Prefer "
               f"${OPERATOR_SEED_ENV} to --operator-seed (a command line is visible to other users)",
               file=sys.stderr, flush=True)
+    from linkage_server.queries import QueryLimits
+
     app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
                      chunk_rows=args.chunk_rows, operator_seed=operator_seed, auth_failures=args.auth_failures,
-                     auth_window_s=args.auth_window)
+                     auth_window_s=args.auth_window, query_limits=QueryLimits(args.query_budget, args.query_max_records))
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
@@ -143,6 +146,17 @@ def _identifiers(args) -> tuple[np.ndarray, str]:
     return ids, ""
 
 
+def _fingerprint(args) -> str:
+    """The encoding key's fingerprint (linkage.encode.key_fingerprint): from --key-file, or from
+    the .source.json `encode` wrote beside --npy; "" for raw identifiers."""
+    if args.key_file:
+        from linkage.encode import key_fingerprint
+
+        return key_fingerprint(json.loads(Path(args.key_file).read_text()))
+    source = Path(f"{args.npy}{SOURCE}") if args.npy else None
+    return json.loads(source.read_text()).get("key_fingerprint", "") if source and source.exists() else ""
+
+
 def cmd_make_key(args) -> None:
     """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
     key: dict = {"secret": secrets.token_urlsafe(32)}
@@ -166,7 +180,8 @@ def cmd_encode(args) -> None:
     ids, raw = _identifiers(args)
     out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
     np.save(out, ids, allow_pickle=False)
-    Path(out + SOURCE).write_text(json.dumps({"raw_sha256": raw or identifier_digest(ids), "rows": len(ids)}))
+    Path(out + SOURCE).write_text(json.dumps({"raw_sha256": raw or identifier_digest(ids), "rows": len(ids),
+                                              "key_fingerprint": _fingerprint(args)}))
     print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
 
 
@@ -178,7 +193,7 @@ def _progress(st: dict) -> None:
 def cmd_link(args) -> None:
     with _client(args) as c:
         ids, raw_sha256 = _identifiers(args)
-        print(json.dumps({"uploaded": c.upload(ids, raw_sha256)}))
+        print(json.dumps({"uploaded": c.upload(ids, raw_sha256, fingerprint=_fingerprint(args))}))
         if args.record:
             print(f"upload record {c.write_upload_record(Path(args.record))}")
         if args.train_rows:
@@ -209,6 +224,14 @@ def cmd_fetch(args) -> None:
         if path.name == "primary.npz" and not (path.parent / RECORD).exists():
             print(f"note: {path.parent} has no {RECORD}; a run refuses this linkage until the primary's upload is "
                   "recorded there (`link ... --record DIR` or `link ... --fetch DIR`)", file=sys.stderr)
+
+
+def cmd_query(args) -> None:
+    with _client(args) as c:
+        ids, _ = _identifiers(args)
+        got = c.query(ids, fingerprint=_fingerprint(args), out=Path(args.out))
+        print(json.dumps({"out": args.out, "records": len(ids), "k": got.k, "parties": sorted(got.links),
+                          "query_budget": c.query_budget}))
 
 
 def cmd_delta(args) -> None:
@@ -259,6 +282,9 @@ def _add_serve(sub) -> None:
                         "seed and the job's content instead of a fresh secret per job (no party can set or read "
                         "it; a guessable seed lets the primary undo the noise). Default: $FEDSIM_LINKAGE_OPERATOR_SEED "
                         "if set, else none")
+    s.add_argument("--query-budget", type=int, default=1_000_000,
+                   help="records each job answers queries for, over all its queries (0 = no queries)")
+    s.add_argument("--query-max-records", type=int, default=100_000, help="records per query")
     s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS")
     s.add_argument("--keyfile")
     s.add_argument("--log-level", default="warning")
@@ -324,6 +350,12 @@ def _add_result_commands(sub) -> None:
     _conn(s)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_fetch)
+
+    s = sub.add_parser("query", help="(primary) new records' tokens and similarities from a finished job")
+    _conn(s)
+    _ids(s)
+    s.add_argument("--out", required=True, help="the result file (primary.npz format), written atomically")
+    s.set_defaults(func=cmd_query)
 
     s = sub.add_parser("delta", help="Definition 1's improvement estimate from a primary result")
     s.add_argument("--linkage-dir", required=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import io
 import time
 from pathlib import Path
 from typing import Callable
@@ -10,8 +13,9 @@ import httpx
 import numpy as np
 
 from linkage.binding import UploadRecord, upload_record, write_record
-from linkage.contracts import LinkageError
-from linkage.store import write_atomic
+from linkage.contracts import LinkageError, PrimaryLinkage
+from linkage.store import read_primary, write_atomic
+from linkage_server.params import FINGERPRINT_HEADER
 from linkage_server.uploads import to_npy
 
 
@@ -48,6 +52,7 @@ class LinkageClient:
                  timeout: float = 600.0) -> None:
         self.job, self.party = job, party
         self.uploaded: UploadRecord | None = None  # what this client uploaded (job id, digests)
+        self.query_budget: dict | None = None  # after a query: the job's {"budget", "left"} in records
         self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, verify=verify,
                                   timeout=timeout)
 
@@ -57,12 +62,24 @@ class LinkageClient:
     def __exit__(self, *exc) -> None:
         self._http.close()
 
-    def upload(self, identifiers: np.ndarray, raw_sha256: str = "") -> dict:
+    def _encoding(self, fingerprint: str) -> dict:
+        """The header carrying the encoding key's fingerprint (linkage.encode.key_fingerprint),
+        bound to this job: the service compares a query's with the training upload's, and cannot
+        tell that two jobs used one key."""
+        if not fingerprint:
+            return {}
+        bound = hmac.new(fingerprint.encode(), f"fedsim-linkage-job|{self.job}".encode(), hashlib.sha256)
+        return {FINGERPRINT_HEADER: bound.hexdigest()}
+
+    def upload(self, identifiers: np.ndarray, raw_sha256: str = "", *, fingerprint: str = "") -> dict:
         """Upload this party's identifiers. ``raw_sha256``: in private mode, the digest
         (binding.identifier_digest) of the raw identifiers they were encoded from; "" = the
-        identifiers are raw. Kept on this side only (:meth:`write_upload_record`)."""
+        identifiers are raw. Kept on this side only (:meth:`write_upload_record`).
+        ``fingerprint``: in private mode, the key's (linkage.encode.key_fingerprint); the primary's
+        later queries of encoded identifiers are checked against it."""
         arr = np.asarray(identifiers)
-        out = _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers", content=to_npy(arr))).json()
+        out = _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers", content=to_npy(arr),
+                                    headers=self._encoding(fingerprint))).json()
         self.uploaded = upload_record(self.job, self.party, arr, raw_sha256)
         return out
 
@@ -82,6 +99,18 @@ class LinkageClient:
         """Start the job (the primary). Its randomness is the service's own secret: no seed here."""
         body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor}
         return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
+
+    def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:
+        """(The primary) new records' tokens and noisy similarities from the finished job, as its
+        release gave them for training records (linkage_server.queries); written atomically to
+        ``out`` (a primary.npz-format file) when given. ``fingerprint``: as for :meth:`upload`,
+        needed when the identifiers are encoded."""
+        r = _check(self._http.post(f"/jobs/{self.job}/query", content=to_npy(np.asarray(identifiers)),
+                                   headers=self._encoding(fingerprint)))
+        self.query_budget = {"budget": int(r.headers["x-query-budget"]), "left": int(r.headers["x-query-records-left"])}
+        if out is not None:
+            write_atomic(Path(out), r.content)
+        return read_primary(io.BytesIO(r.content))
 
     def status(self) -> dict:
         return _check(self._http.get(f"/jobs/{self.job}")).json()

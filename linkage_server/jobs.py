@@ -2,7 +2,8 @@
 
 Layout under ``<data-dir>/jobs/<job>/``::
 
-    job.json                  parties, secret hashes, state, parameters, progress, timings
+    job.json                  parties, secret hashes, state, parameters, progress, timings, and
+                              "queried": the records its queries used (linkage_server.queries)
     secret.key                the job's randomness (0600; linkage.job_secret), never served
     uploads/<party>.npy       one party's identifiers (readable by the service only)
     train-rows.npy            the primary's training rows (optional; standardisation)
@@ -187,8 +188,10 @@ class JobStore:
             raise JobError(409, f"job {job} is {meta['state']}: uploads are closed once it starts")
         return meta
 
-    def upload(self, job: str, party: str, data: bytes, *, train_rows: bool = False) -> dict:
-        """Validate and stage the file with no lock held (other requests carry on), then commit it."""
+    def upload(self, job: str, party: str, data: bytes, *, train_rows: bool = False,
+               fingerprint: str | None = None) -> dict:
+        """Validate and stage the file with no lock held (other requests carry on), then commit it.
+        ``fingerprint``: the encoding key's, if the party's client sent one (linkage_server.queries)."""
         meta = self._open(job)
         arr = parse_npy(data)
         if train_rows:
@@ -198,6 +201,8 @@ class JobStore:
             if meta["duplicates"] == "refuse" and checked.duplicates:
                 raise UploadError(f"{checked.duplicates} duplicate identifier(s), and this job refuses duplicates")
             summary = checked.as_dict() | {"sha256": hashlib.sha256(data).hexdigest()}
+            if fingerprint:
+                summary["fingerprint"] = fingerprint
             path = self._dir(job) / "uploads" / f"{party}.npy"
         staged = path.with_name(f"{path.name}.staged-{secrets.token_hex(6)}")
         try:

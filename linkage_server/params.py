@@ -1,11 +1,14 @@
-"""A job's parameters as a party sends them (``POST /jobs/{job}/start``), strictly checked, and the
-error a job request is refused with."""
+"""A job's parameters as a party sends them (``POST /jobs/{job}/start``), strictly checked, the
+error a job request is refused with, and the header an encoded upload's key fingerprint travels in."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from linkage.contracts import METRICS
+
+
+FINGERPRINT_HEADER = "X-Encoding-Fingerprint"  # an encoded upload's key fingerprint (linkage_server.queries)
 
 
 class JobError(Exception):

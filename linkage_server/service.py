@@ -9,6 +9,8 @@ Endpoints (JSON unless noted; ``Authorization: Bearer <secret>`` on every call):
   POST /jobs/{job}/start                     the primary, {metric, k, tau, pool, layout, anchor}
   GET  /jobs/{job}/parties/{p}/result        party p -> .npz (primary: tokens+similarities;
                                              secondary: its token -> row map)
+  POST /jobs/{job}/query                     the primary, body: .npy of new records' identifiers ->
+                                             .npz as its result, for those records (linkage_server.queries)
   GET  /health
 
 Uploads are validated off the event loop. Failed authentications are rate limited per client
@@ -23,10 +25,12 @@ from pathlib import Path
 from typing import Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from linkage_server.jobs import JobError, JobParams, JobStore, Worker
+from linkage_server.params import FINGERPRINT_HEADER
+from linkage_server.queries import Queries, QueryLimits, fingerprint_of
 from linkage_server.ratelimit import AuthLimiter, RateLimited
 from linkage_server.uploads import UploadError
 
@@ -89,6 +93,19 @@ class Gate:
             return self.store.authenticate(job, who, _secret(request))
 
         return self._guarded(request, attempt, lambda: [f"{job}/{party or self.store.meta(job)['primary']}"])
+
+    def primary(self, request: Request, job: str, what: str) -> dict:
+        """As :meth:`party` for the primary, with a secondary's secret or the admin token refused
+        by name (`what`: the primary's right they asked for)."""
+        def attempt():
+            meta, secret = self.store.meta(job), _secret(request)
+            if secret and self._is_admin(secret):
+                raise JobError(403, f"only the job's primary party may {what}; this is the admin token")
+            if secret and self.store.party_with_secret(meta, secret) not in (None, meta["primary"]):
+                raise JobError(403, f"only the job's primary party may {what}; this is a secondary party's secret")
+            return self.store.authenticate(job, meta["primary"], secret)
+
+        return self._guarded(request, attempt, lambda: [f"{job}/{self.store.meta(job)['primary']}"])
 
     def status(self, request: Request, job: str) -> dict:
         """The job's status as the requester's role may see it (admin, primary or a secondary)."""
@@ -163,9 +180,11 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, max
     """A party's uploads and result, and the primary's start."""
     async def _upload(job: str, party: str, request: Request, train_rows: bool) -> dict:
         gate.party(request, job, party)
+        fingerprint = fingerprint_of(request.headers.get(FINGERPRINT_HEADER))  # optional: encoded uploads
         chunks = await _body(request, max_upload_bytes)
         # parsing, validation and the file write take seconds for a large upload: off the event loop
-        return await run_in_threadpool(lambda: store.upload(job, party, b"".join(chunks), train_rows=train_rows))
+        return await run_in_threadpool(lambda: store.upload(job, party, b"".join(chunks), train_rows=train_rows,
+                                                            fingerprint=fingerprint))
 
     @app.put("/jobs/{job}/parties/{party}/identifiers")
     async def upload(job: str, party: str, request: Request) -> dict:
@@ -194,9 +213,23 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, max
         return FileResponse(store.result_path(job, party), media_type="application/octet-stream")
 
 
+def _query_route(app: FastAPI, queries: Queries, gate: Gate, max_upload_bytes: int) -> None:
+    """POST /jobs/{job}/query: the primary's new records -> their tokens and noisy similarities."""
+    @app.post("/jobs/{job}/query")
+    async def query(job: str, request: Request) -> Response:
+        gate.primary(request, job, "query it")
+        fingerprint = fingerprint_of(request.headers.get(FINGERPRINT_HEADER))
+        chunks = await _body(request, max_upload_bytes)
+        # parsing, the search and the release take seconds for a large query: off the event loop
+        data, budget = await run_in_threadpool(lambda: queries.answer(job, b"".join(chunks), fingerprint))
+        return Response(data, media_type="application/octet-stream",
+                        headers={"X-Query-Budget": str(budget["budget"]), "X-Query-Records-Left": str(budget["left"])})
+
+
 def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 << 20,
                max_rows: int = 50_000_000, chunk_rows: int = 20_000, operator_seed: int | None = None,
-               auth_failures: int = 10, auth_window_s: float = 60.0) -> FastAPI:
+               auth_failures: int = 10, auth_window_s: float = 60.0,
+               query_limits: QueryLimits = QueryLimits()) -> FastAPI:
     if len(admin_token) < 16:
         raise ValueError("the admin token must be at least 16 characters")
     store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed)
@@ -214,4 +247,5 @@ def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 
     _error_handlers(app)
     _job_routes(app, store, gate)
     _party_routes(app, store, worker, gate, max_upload_bytes)
+    _query_route(app, Queries(store, query_limits), gate, max_upload_bytes)
     return app

@@ -2,7 +2,8 @@
 
   primary    state, progress, error, the parameters it set, the party names (training reads
              their tokens), which parties have uploaded, its own upload summary and training
-             rows, timings, and the per-party statistics training uses (sigma, sim_mean, ...)
+             rows, timings, the per-party statistics training uses (sigma, sim_mean, ...), and
+             the records and queries its queries used (linkage_server.queries)
   secondary  state, progress, the job's parameters (not the chain's anchor), its own upload
              summary; of a failure only that it failed (its text may name other parties or sizes)
   admin      the job's metadata, every upload summary included
@@ -38,7 +39,7 @@ def status_view(meta: dict, role: str, party: str | None = None) -> dict:
         return _safe(_common(meta, role, party) | {
             "primary": meta["primary"], "secondaries": meta["secondaries"], "duplicates": meta["duplicates"],
             "uploaded": sorted(meta["uploads"]), "train_rows": meta.get("train_rows"),
-            "seconds": meta["seconds"], "stats": meta.get("stats")})
+            "seconds": meta["seconds"], "stats": meta.get("stats"), "queried": meta.get("queried")})
     if role == "secondary":  # a failure's text may name other parties or sizes: only that it failed
         view = _safe(_common(meta, role, party))
         view["error"] = view["error"] and HIDDEN_FAILURE

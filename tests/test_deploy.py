@@ -25,6 +25,32 @@ def _wait_exit(proc: deploy.Proc, timeout: float) -> bool:
     return False
 
 
+def _predict_on_the_deployment(dep, summary: dict, tmp_path) -> None:
+    """The test split's records as new: the primary queries the service (its own secret), each
+    SuperNode embeds with the model it kept in its own folder; the best epoch's test metric."""
+    import numpy as np
+    import pandas as pd
+
+    from app.config import RunConfig
+    from app.data import load_data
+    from deploy.predict import predict
+    from strategies.heads import TaskHead
+
+    ds = load_data(RunConfig(dataset="house3", data_dir=dep.data_dir, n_rows=RUN["n-rows"]))
+    test = ds.split.test
+    np.savez(tmp_path / "new.npz", features=ds.primary.features[test], identifiers=ds.primary.identifiers[test])
+    r = predict(dep, "ok", tmp_path / "new.npz", tmp_path / "pred.csv", explain=True, timeout=600)
+    assert (tmp_path / "pred.csv").exists(), (r.stdout + r.stderr)[-5000:]
+    out = pd.read_csv(tmp_path / "pred.csv")
+    head = TaskHead(**json.loads((dep.root / "runs" / "ok" / "kept" / "federation.json").read_text())["head"])
+    rmse = head.metrics(out["prediction"].to_numpy(), ds.labels[test])["rmse"]
+    assert rmse == pytest.approx(summary["test"]["rmse"], rel=1e-5)
+    assert {f"{p}_token_1" for p in dep.parties} <= set(out.columns)
+    for party in dep.parties:
+        assert (dep.party_dir(party) / "models" / "ok" / party / "kept.pt").exists()
+    assert (dep.party_dir("primary") / "queries" / "ok.npz").exists()
+
+
 def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path):
     root = tmp_path / "dep"
     dep = deploy.up(root, "house3")
@@ -49,6 +75,7 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
             assert (dep.party_dir(party) / "checkpoints" / "ok" / party / "epoch-1.pt").exists()
             assert (dep.party_dir(party) / "models" / "ok" / party / "model.pt").exists()
             assert not (run_dir / party).exists()  # nothing of a party's in the primary's run folder
+        _predict_on_the_deployment(dep, summary, tmp_path)
 
         # a SuperNode whose key the SuperLink has not registered is refused
         rogue = deploy.start_node(dep, "rogue", key=make_node_key(tmp_path / "rogue", "rogue"))

@@ -83,6 +83,9 @@ def test_bad_input_is_refused_by_name(tmp_path):
     manifest.write_text(json.dumps({**meta, "run": dataclasses.asdict(sort_off)}))
     with pytest.raises(KeptError, match="no order-dependent merge without the sort gate"):
         predict_in_process(run, x, ids)
+    manifest.write_text(json.dumps({**meta, "run": {**meta["run"], "linkage_dir": str(tmp_path)}}))
+    with pytest.raises(KeptError, match="linked by the linkage service .* pass the answer as run-config predict-linkage"):
+        predict_in_process(run, x, ids)
     manifest.write_text(original)
     keys = list((tmp_path / "out" / "linkage-service").glob("*.key"))
     assert len(keys) == 1

@@ -19,6 +19,7 @@ from app import run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.entity_aug.channel import FlowerLink
+from app.entity_aug.kept import HOST_MODEL, Keeper, state_name
 from app.entity_aug.parties import (
     build_host,
     build_party,
@@ -32,7 +33,7 @@ from app.run_record import RunRecord, Seconds
 from app.transport import handshake
 from datasets.overlap import HOST, EntityData
 from strategies.entity_aug.exchange import Exchanger, LocalLink
-from strategies.entity_aug.model import fit_ea, party_records
+from strategies.entity_aug.model import EAHost, fit_ea, party_records
 from strategies.records import EpochRecord
 
 
@@ -51,16 +52,20 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
         data.parties, settings.batch_size, plan.epochs, plan.steps_per_epoch, settings.lr)
     exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
     record.open_metrics()
+    keeper, models = Keeper(host.head), kept_models(host, link)
 
     def on_epoch(rec: EpochRecord) -> None:
         record.epoch(rec, stale=dict(exchanger.queue.stale))
+        keeper.offer(rec, models)  # the states the evaluation just used
         say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
             rec.val, rec.test, exchanger.queue.stale, rec.seconds)
 
     t0 = time.perf_counter()
     with torch_threads(1):
         records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, lambda *a: None)
-    seconds = Seconds(train_and_eval=time.perf_counter() - t0, total=time.perf_counter() - t_start)
+    train_and_eval = time.perf_counter() - t0
+    keeper.save(out, cfg, data, guests_keep=not isinstance(link, LocalLink))
+    seconds = Seconds(train_and_eval=train_and_eval, total=time.perf_counter() - t_start)
     n_steps = max(1, len(losses))
     summary = record.finish(
         cfg, dataset=data.name, method=cfg.mode, head=host.head, records=records, losses=losses, model=host.model,
@@ -75,6 +80,14 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
     say("[host] best epoch %d: val %s | test %s | stale %s", summary["best_epoch"], summary["val"], summary["test"],
         summary["stale"])
     return summary
+
+
+def kept_models(host: EAHost, link: FlowerLink | LocalLink) -> dict:
+    """What this process keeps at the best epoch (state name -> module): the host's model and
+    its own block's always; the guests' only in process. Over Flower each guest would keep its
+    own (the hook: the host would tell them from on_epoch when keeper.offer returns True)."""
+    local = link.members if isinstance(link, LocalLink) else link.local.members
+    return {HOST_MODEL: host.model, **{state_name(p): party.model for p, party in local.items()}}
 
 
 def _exchange(link, exchanger: Exchanger) -> dict | None:

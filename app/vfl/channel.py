@@ -81,6 +81,19 @@ class FlowerChannel:
         self.cursor = {p: s["applied"] for p, s in states.items()}
         return states
 
+    def keep(self, run_dir: Path, epoch: int) -> None:
+        """The epoch just evaluated is the best so far: every party keeps its state (the one the
+        evaluation embedded with) in its own folder for the run; only the run's name travels."""
+        name = run_name(run_dir)
+        self._exchange("query.keep", {p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p])
+                                      for p in self.nodes})
+
+    def embed_kept(self, run: str, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Predict: each party's embeddings (T, c) of its tokens (T,) from its kept model of ``run``."""
+        replies = self._exchange("query.embed_kept", {p: messages.kept_embed_content(run, self.job_id, t)
+                                                      for p, t in tokens.items()})
+        return {p: messages.read_embeddings(c, p, "query.embed_kept") for p, c in replies.items()}
+
     def finish(self, folder: str) -> None:
         """Every party saves its final model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""

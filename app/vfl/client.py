@@ -1,7 +1,8 @@
 """ClientApp side of FedSim (``mode = "vfl"``): a secondary's handlers, one per protocol step,
-registered in app/client_app.py as ``query.hello``, ``train.step``, ``query.finish``,
-``query.restore`` and ``query.ping``. The party lives in ``context.state`` between messages
-(app/vfl/secondary.py)."""
+registered in app/client_app.py as ``query.hello``, ``train.step``, ``query.keep``,
+``query.finish``, ``query.restore`` and ``query.ping``; and for predict with the kept federation
+``query.predict_hello`` and ``query.embed_kept``. The party lives in ``context.state`` between
+messages (app/vfl/secondary.py)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,40 @@ def step(msg: Message, context: Context) -> Message:
     emb = party.embed(tokens)
     party.persist(context)
     return Message(messages.embeddings_content(emb, state), reply_to=msg)
+
+
+def keep(msg: Message, context: Context) -> Message:
+    """The epoch just evaluated is the best so far: keep this state (the evaluation's) as the
+    party's model for the run, in its own folder (app/node.py:model_dir). ``applied`` must match:
+    the primary keeps what this party's evaluation embedded with, no later step."""
+    cfg = node_run_config(context)
+    rec = messages.read_named(msg.content, "keep", "query.keep", names=("run",), ints=("epoch", "applied"))
+    party = SecondaryParty.restore(cfg, context)
+    if party.applied != rec["applied"]:
+        raise MisalignedStep(f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
+                             f"gradient blocks, but it has applied {party.applied}")
+    party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg)
+    return Message(RecordDict(), reply_to=msg)
+
+
+def predict_hello(msg: Message, context: Context) -> Message:
+    """Predict's handshake: which party this node plays (its model is read per request)."""
+    cfg = node_run_config(context)
+    messages.read_named(msg.content, "predict_hello", "query.predict_hello", names=("job_id",))
+    return Message(RecordDict({"predict_hello": ConfigRecord({"party": party_name(cfg, context)})}), reply_to=msg)
+
+
+def embed_kept(msg: Message, context: Context) -> Message:
+    """Predict: the tokens' embeddings from this party's kept model of the run, resolved with
+    the token -> row map of the run's linkage job in its own linkage folder."""
+    cfg = node_run_config(context)
+    name = party_name(cfg, context)
+    run, job_id, tokens = messages.read_kept_embed(msg.content)
+    party = SecondaryParty.from_kept(node.model_dir(cfg, context, run, name), name,
+                                     str(node.linkage_dir(cfg, context, job_id)),
+                                     lambda kept: node.with_node_paths(kept, context),
+                                     str(context.node_config.get("cache-dir", "")))
+    return Message(messages.embeddings_content(party.embed(tokens)), reply_to=msg)
 
 
 def finish(msg: Message, context: Context) -> Message:

@@ -1,5 +1,5 @@
 """Predict for new primary records with a kept federation, every party in this process (the
-in-process engine; the Flower and deployment paths are to come, issue 15).
+in-process engine; through Flower: app/vfl/predict_server.py, which shares the pieces here).
 
     predict_in_process(run_dir, features (q, d_P), identifiers (q, d) | (q,)) -> Prediction
 
@@ -29,7 +29,7 @@ from app.vfl.parties import build_primary_model, service_secret, unsorted
 from app.vfl.secondary import SecondaryParty
 from linkage.binding import identifier_digest
 from linkage.query import query
-from linkage.store import load_primary
+from linkage.store import load_primary, load_secondary
 from strategies.heads import TaskHead
 from strategies.vfl.fedsim import FedSimStrategy
 
@@ -53,23 +53,24 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
     cfg = RunConfig(**meta["run"])
     settings = cfg.resolve()
     order_dependent = not settings.model.sort_gate and settings.model.merge in ("cnn", "mlp")
-    if (cfg.method in UNSUPPORTED or cfg.encoding != "raw" or cfg.layout != "independent" or cfg.linkage_dir
-            or order_dependent):
+    if cfg.method in UNSUPPORTED or cfg.encoding != "raw" or cfg.layout != "independent" or order_dependent:
         raise KeptError(f"predict does not support this run yet: method {cfg.method!r}, encoding {cfg.encoding!r}, "
-                        f"layout {cfg.layout!r}, linkage-dir {cfg.linkage_dir!r}, sort gate "
+                        f"layout {cfg.layout!r}, sort gate "
                         f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: raw "
                         f"identifiers linked in the run, independent layout, not {sorted(UNSUPPORTED)}, and no "
                         "order-dependent merge without the sort gate: its neighbour order is per batch)")
     return meta, states, cfg, settings
 
 
-def _check_parties(meta: dict, ds) -> None:
-    """Every party's data must be what the federation was trained on."""
+def _check_parties(meta: dict, ds, names: tuple[str, ...] | None = None) -> None:
+    """Every party's data (or those ``names``) must be what the federation was trained on."""
     tables = {"primary": ds.primary, **ds.secondaries}
     kept = {"primary": meta["primary"], **meta["secondaries"]}
     if set(tables) != set(kept):
         raise KeptError(f"the run's parties are now {sorted(tables)}; the federation was trained with {sorted(kept)}")
     for name, table in tables.items():
+        if names is not None and name not in names:
+            continue
         for what, digest in (("features", features_digest(table.features)),
                              ("identifiers", identifier_digest(table.identifiers))):
             if digest != kept[name][f"{what}_sha256"]:
@@ -77,7 +78,7 @@ def _check_parties(meta: dict, ds) -> None:
                                 "predict with the data the federation was trained on, or train again")
 
 
-def _check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> None:
+def check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> None:
     names = meta["primary"]["feature_names"]
     if features.ndim != 2 or features.shape[1] != len(names):
         raise KeptError(f"new records have features of shape {features.shape}; the primary was trained on "
@@ -89,29 +90,58 @@ def _check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> Non
         raise KeptError(f"new records: {len(identifiers)} identifier rows but {len(features)} feature rows")
 
 
+@dataclass
+class KeptRun:
+    """A kept federation opened for predict: the primary's side, ready to forward."""
+
+    meta: dict
+    states: dict  # "primary" (and the secondaries' states when kept in the run folder)
+    cfg: RunConfig
+    settings: object
+    ds: object  # the run's data as the primary loads it
+    model: torch.nn.Module  # the primary's model at the best epoch
+    head: TaskHead
+
+
+def open_kept(run_dir: Path, *, check: tuple[str, ...] | None = None) -> KeptRun:
+    """The run's kept federation, its data checked against training's digests (``check``: the
+    parties to check; None = all, in process)."""
+    meta, states, cfg, settings = _kept_run(Path(run_dir))
+    ds = load_data(cfg)
+    _check_parties(meta, ds, check)
+    model = build_primary_model(ds, cfg, settings).to(cfg.torch_dtype())  # before loading: no float32 round trip
+    model.load_state_dict(states["primary"])
+    return KeptRun(meta, states, cfg, settings, ds, model, TaskHead(**meta["head"]))
+
+
+def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: int = 4096):
+    """(values (q,), proba (q, C) | None, weights per secondary (q, K)): the evaluation's own code."""
+    cfg = kept.cfg
+    strategy = FedSimStrategy(kept.model, kept.head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,
+                              cfg.torch_device(), cfg.torch_dtype())  # no step is taken
+    rows = np.arange(len(features))
+    out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
+    return kept.head.predict(out), kept.head.probabilities(out), _weights(kept.model, linkage)
+
+
 def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096
                        ) -> Prediction:
     t0 = time.perf_counter()
-    meta, states, cfg, settings = _kept_run(Path(run_dir))
+    kept = open_kept(Path(run_dir))
+    if kept.meta.get("secondary_states") == "parties":
+        raise KeptError(f"run {run_dir} trained through Flower: each secondary keeps its own model in its own "
+                        "folder; predict through `flwr run` with run-config predict-run (app/vfl/predict_server.py)")
     features, identifiers = np.asarray(features), np.asarray(identifiers)
-    _check_new(features, identifiers, meta)
-    ds = load_data(cfg)
-    _check_parties(meta, ds)
-    model = build_primary_model(ds, cfg, settings).to(cfg.torch_dtype())  # before loading: no float32 round trip
-    model.load_state_dict(states["primary"])
-    head = TaskHead(**meta["head"])
+    check_new(features, identifiers, kept.meta)
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "embed": 0.0}
     linkage, lookup = None, {}
-    if cfg.method != "solo":
-        linkage, lookup = _link_and_embed(cfg, settings, ds, meta, states, identifiers, seconds)
+    if kept.cfg.method != "solo":
+        linkage = link_here(kept, identifiers, seconds)
+        lookup = _embed_here(kept, linkage, seconds)
     t1 = time.perf_counter()
-    strategy = FedSimStrategy(model, head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,  # no step is taken
-                              cfg.torch_device(), cfg.torch_dtype())
-    rows = np.arange(len(features))
-    out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
-    values, proba, weights = head.predict(out), head.probabilities(out), _weights(model, linkage)
+    values, proba, weights = forward(kept, features, linkage, lookup, batch)
     seconds["forward"] = time.perf_counter() - t1
-    return Prediction(values, proba, linkage, weights, meta["best_epoch"], seconds)
+    return Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds)
 
 
 @torch.no_grad()
@@ -126,29 +156,37 @@ def _weights(model, linkage) -> dict[str, np.ndarray]:
             for p, link in linkage.links.items()}
 
 
-def _link_and_embed(cfg: RunConfig, settings, ds, meta: dict, states: dict, identifiers: np.ndarray,
-                    seconds: dict[str, float]):
-    """The new records' linkage against the run's job, and each secondary's embeddings of the
-    tokens it is asked for (per party: sorted tokens (T,), embeddings (T, c))."""
+def link_here(kept: KeptRun, identifiers: np.ndarray, seconds: dict[str, float]):
+    """The new records' linkage against the run's job, linked in this process as the run's
+    in-process service linked it (its secret, never a new one: that would re-draw the noise)."""
+    cfg, ds, meta = kept.cfg, kept.ds, kept.meta
+    if cfg.linkage_dir:
+        raise KeptError(f"the run was linked by the linkage service (linkage-dir {cfg.linkage_dir}): its new records "
+                        "are linked by the service too; query it (`python -m linkage_server query`, `python -m deploy "
+                        "predict`) and pass the answer as run-config predict-linkage")
     folder = simulated_linkage_dir(cfg, meta["job_id"])
     trained = load_primary(folder)
     if trained.job_id != meta["job_id"]:
         raise KeptError(f"linkage folder {folder} holds job {trained.job_id}, but the federation was trained on "
                         f"job {meta['job_id']}")
-    parties = {p: SecondaryParty(cfg, p, str(folder)) for p in ds.secondaries}
     t0 = time.perf_counter()
-    secret = service_secret(cfg, trained.job_id, create=False)  # never a new one: that would re-draw the noise
-    linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained,
-                    {p: s.row_of_token for p, s in parties.items()}, secret=secret)
-    if not settings.model.sort_gate:
-        linkage = unsorted(linkage, cfg.seed)
-    t1 = time.perf_counter()
-    seconds["query"] = t1 - t0
+    secret = service_secret(cfg, trained.job_id, create=False)
+    maps = {p: load_secondary(folder, p).row_of_token for p in ds.secondaries}  # the service holds every map
+    linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained, maps, secret=secret)
+    seconds["query"] = time.perf_counter() - t0
+    return linkage if kept.settings.model.sort_gate else unsorted(linkage, cfg.seed)
+
+
+def _embed_here(kept: KeptRun, linkage, seconds: dict[str, float]) -> dict:
+    """Each secondary's embeddings of the tokens it is asked for, with its kept model (per
+    party: sorted tokens (T,), embeddings (T, c))."""
+    t0 = time.perf_counter()
+    folder = simulated_linkage_dir(kept.cfg, kept.meta["job_id"])
     lookup = {}
-    for p, party in parties.items():
-        party.model.load_state_dict(states[p])  # embedded as in training's evaluation (no dropout there)
+    for p in kept.ds.secondaries:
+        party = SecondaryParty(kept.cfg, p, str(folder))
+        party.model.load_state_dict(kept.states[p])  # embedded as in training's evaluation (no dropout there)
         tokens = np.unique(linkage.links[p].tokens)
-        with torch.no_grad():
-            lookup[p] = (tokens, party.embed(tokens))
-    seconds["embed"] = time.perf_counter() - t1
-    return linkage, lookup
+        lookup[p] = (tokens, party.embed(tokens))
+    seconds["embed"] = time.perf_counter() - t0
+    return lookup

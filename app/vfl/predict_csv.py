@@ -49,6 +49,29 @@ def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ign
     return keys, features, ids, report
 
 
+def read_arrays(path: Path, id_column: str = ""):
+    """(keys, features (q, d_P), identifiers, report) from an .npz of prepared arrays: ``features``
+    as the loader prepared the primary's (built-in datasets), ``identifiers``, and optionally
+    the ``id_column`` array naming each record. No other array is accepted."""
+    with np.load(path, allow_pickle=False) as z:
+        names = set(z.files)
+        allowed = {"features", "identifiers", *([id_column] if id_column else [])}
+        if not {"features", "identifiers"} <= names or names - allowed:
+            raise KeptError(f"new records {path}: an .npz of prepared arrays holds 'features' and 'identifiers'"
+                            f"{f' and {id_column!r}' if id_column else ''}; it has {sorted(names)}")
+        keys = z[id_column] if id_column else np.arange(len(z["features"]))
+        return keys, z["features"], z["identifiers"], {}
+
+
+def read_input(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore"):
+    """New records from a CSV of raw columns (:func:`read_new`) or an .npz of prepared arrays."""
+    if not Path(path).exists():
+        raise KeptError(f"new records: no file at {Path(path).resolve()}")
+    if Path(path).suffix == ".npz":
+        return read_arrays(path, id_column)
+    return read_new(run_dir, path, id_column, unknown)
+
+
 def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> pd.DataFrame:
     cols = {id_column or "row": keys}
     if pred.proba is None:
@@ -83,7 +106,7 @@ def write_atomic_csv(frame: pd.DataFrame, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument("new", type=Path, help="CSV of new primary records")
+    ap.add_argument("new", type=Path, help="CSV of new primary records (or an .npz of prepared arrays)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--id-column", default="", help="a column of NEW.csv to name each record by")
     ap.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
@@ -95,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
     try:
-        keys, features, ids, report = read_new(args.run_dir, args.new, args.id_column, args.unknown)
+        keys, features, ids, report = read_input(args.run_dir, args.new, args.id_column, args.unknown)
         pred = predict_in_process(args.run_dir, features, ids)
         write_atomic_csv(table(keys, args.id_column, pred, args.explain), args.out)
     except Exception as exc:  # the outcome is the exit status, with the reason

@@ -3,9 +3,12 @@ messages, answering embedding requests and applying gradient blocks in order."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import io
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +19,9 @@ from app.config import RunConfig
 from app.messages import StepMeta, require_finite, step_digest
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
+from app.vfl.kept import PARTY_KEPT, KeptError, features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
-from linkage.store import load_secondary
+from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer
 from strategies.vfl.fedsim import GradBlock
 
@@ -125,6 +129,41 @@ class SecondaryParty:
         self.optimizer.load_state_dict(state["optimizer"])
         self.applied = int(state["applied"])
         return hashlib.sha256(data).hexdigest()
+
+    # ------------------------------------------------------------------ the kept federation
+
+    def keep(self, folder: Path, epoch: int, cfg: RunConfig) -> None:
+        """The state the evaluation just used, as this party's kept model for the run
+        (<folder>/kept.pt): weights, epoch, linkage job, the run config it was built from and a
+        digest of its features, so predict rebuilds it alike and refuses changed data."""
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "epoch": epoch, "job_id": self.job_id,
+                    "run": json.dumps(dataclasses.asdict(cfg)), "features_sha256": self.features_digest()}, buf)
+        write_atomic(Path(folder) / PARTY_KEPT, buf.getvalue())
+
+    def features_digest(self) -> str:
+        return features_digest(self.x.cpu().numpy())
+
+    @classmethod
+    def from_kept(cls, folder: Path, party: str, job_dir: str, paths: Callable[[RunConfig], RunConfig],
+                  cache_dir: str = "") -> "SecondaryParty":
+        """This party as kept for a run, built from the run config it trained with (``paths``
+        puts back the node's own folders); refused by name when nothing is kept, the job is
+        another or the party's data changed since training."""
+        path = Path(folder) / PARTY_KEPT
+        if not path.exists():
+            raise KeptError(f"party {party!r} keeps no model for this run at {path}: the run did not finish "
+                            "through Flower here, or this node's model folder is another")
+        kept = torch.load(path, map_location="cpu", weights_only=True)
+        self = cls(paths(RunConfig(**json.loads(kept["run"]))), party, job_dir, cache_dir)
+        if self.job_id != kept["job_id"]:
+            raise KeptError(f"party {party!r}: the run was trained on linkage job {kept['job_id']!r}, but this "
+                            f"party's linkage folder {job_dir} holds job {self.job_id!r}")
+        if self.features_digest() != kept["features_sha256"]:
+            raise KeptError(f"party {party!r}: its data changed since training (features digest differs); "
+                            "predict with the data the federation was trained on, or train again")
+        self.model.load_state_dict(kept["model"])
+        return self
 
     def save(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)

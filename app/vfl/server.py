@@ -17,6 +17,7 @@ from app.run_record import RunRecord, Seconds
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
+from app.vfl.kept import KEPT, Keeper
 from app.vfl.parties import build_strategy, linkage_job, train_plan
 from strategies.records import EpochRecord
 from strategies.vfl.protocol import fit
@@ -71,13 +72,16 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
     done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
     after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None
     record.open_metrics(done[0] if done else [])
-    on_epoch, progress = _epoch_log(record, channel)
+    keeper = Keeper(strategy.head, out / KEPT)  # the best epoch: the primary's here, each party's in its folder
+    keeper.resume(done[0] if done else [])
+    on_epoch, progress = _epoch_log(record, channel, lambda rec: _keep(keeper, rec, strategy, channel, out))
     t0 = time.perf_counter()
     records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress,
                                after_epoch, done, str(ckpt) if cfg.checkpoint else "")
     seconds.train_and_eval = time.perf_counter() - t0
     if channel:
         channel.finish(str(out))
+    keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None)
     seconds.total = time.perf_counter() - t_start
     summary = record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records,
                             losses=step_losses, model=strategy.model, device=strategy.device, seconds=seconds,
@@ -142,13 +146,20 @@ def _exchange(channel, floor: list[float]) -> dict | None:
             "floor_mean_seconds": statistics.fmean(floor) if floor else None}
 
 
-def _epoch_log(record: RunRecord, channel):
-    """The per-epoch record (metrics.jsonl line + log) and a step log at most every 10 s."""
+def _keep(keeper: Keeper, rec: EpochRecord, strategy, channel, out: Path) -> None:
+    """After the evaluation, before any later step: a best-so-far epoch is kept by every party."""
+    if keeper.offer(rec, {"primary": strategy.model}) and channel is not None:
+        channel.keep(out, rec.epoch)
+
+
+def _epoch_log(record: RunRecord, channel, keep):
+    """The per-epoch record (metrics.jsonl line + log, then ``keep``) and a step log at most every 10 s."""
     last = {"t": time.perf_counter()}
 
     def on_epoch(rec: EpochRecord) -> None:
         traffic = channel.traffic if channel else None
         record.epoch(rec, **({"bytes_down": traffic.bytes_down, "bytes_up": traffic.bytes_up} if traffic else {}))
+        keep(rec)
         log(INFO, "[primary] epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s",
             rec.epoch, rec.train_loss, fmt(rec.val), fmt(rec.test), rec.steps, rec.exchanges, rec.seconds)
 

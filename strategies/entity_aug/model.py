@@ -233,9 +233,13 @@ class EAHost:
         return loss.item(), {p: t.grad.cpu().numpy() for p, t in zip(self.parties, xs)}
 
     @torch.no_grad()
-    def predict(self, acts: dict[str, np.ndarray]) -> np.ndarray:
+    def outputs(self, acts: dict[str, np.ndarray]) -> torch.Tensor:
+        """(B, d_out) the model's raw output (logits) over the parties' activations, in eval mode."""
         self.model.eval()
-        return self.head.predict(self.model(self._cat(acts, grad=False)[0]))
+        return self.model(self._cat(acts, grad=False)[0])
+
+    def predict(self, acts: dict[str, np.ndarray]) -> np.ndarray:
+        return self.head.predict(self.outputs(acts))
 
 
 # ---------------------------------------------------------------------------- training loop

@@ -1,0 +1,205 @@
+"""Predict for entities with a kept Entity Augmentation run, every party in this process.
+
+    predict_ea_in_process(run_dir, entity_ids (q,)) -> EAPrediction
+    python -m app.entity_aug.predict RUN_DIR --ids ids.csv [--ids-column entity] --out predictions.csv
+
+An entity is named by its id (the row index every party knows, datasets/overlap.py); predict
+serves the entities every party holds: validation and test entities, and the training entities
+every party holds in the overlap experiment (the aligned ones; all in the ``full`` variant; a
+training entity in one party's own share is held by that party alone). The parties are rebuilt
+from the run's config as training built them (app/entity_aug/parties.py), loaded with their
+kept states, and evaluated as training's evaluation does: each party embeds the ids with its
+local model (EAParty.embed over a LocalLink), the host runs its model in eval mode (EAHost.outputs).
+
+Refused by name, before any output: a run that did not finish, no kept federation (or one whose
+guests kept their own states, over Flower), a party whose features changed since training, and
+entity ids that are not whole numbers, NaN, outside the run's entities or not held by every
+party. Repeated ids are fine: each row is predicted on its own (no batch statistics in eval mode).
+
+The CSV has the id column, ``prediction`` (the class) and ``p_<class>`` per class. Exit 0 only
+with the output written; on any error the reason on stderr, exit 1, and no output file at --out
+(an older one is removed, so it cannot pass for this run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from app.config import RunConfig
+from app.entity_aug.kept import HOST_MODEL, KeptError, features_digest, load_kept, state_name
+from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, overlap_parts, torch_threads
+from app.run_status import require_finished
+from datasets.base import require_columns
+from datasets.overlap import EntityData
+from linkage.store import write_atomic
+from strategies.entity_aug.exchange import LocalLink
+from strategies.heads import TaskHead
+
+
+@dataclass(frozen=True)
+class EAPrediction:
+    values: np.ndarray  # (q,) binary: P(y=1); multiclass: class id (TaskHead.predict)
+    proba: np.ndarray | None  # (q, C) class probabilities (binary: C = 2)
+    best_epoch: int
+    seconds: dict[str, float]  # prepare (kept state, data, models), embed (the parties), forward (the host)
+
+
+def entity_ids(ids) -> np.ndarray:
+    """(q,) int64 of whole-number ids; refused by name otherwise."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or len(arr) == 0:
+        raise KeptError(f"entity ids must be a non-empty list (q,), got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        raise KeptError(f"entity ids must be numbers, got {arr.dtype} values such as {arr[:3].tolist()}")
+    if arr.dtype.kind == "f":
+        nan = ~np.isfinite(arr)
+        if nan.any():
+            raise KeptError(f"{int(nan.sum())} entity id(s) are NaN or infinite (at positions "
+                            f"{np.flatnonzero(nan)[:5].tolist()})")
+        frac = arr != np.round(arr)
+        if frac.any():
+            raise KeptError(f"{int(frac.sum())} entity id(s) are not whole numbers: {arr[frac][:5].tolist()}")
+    return arr.astype(np.int64)
+
+
+def held_by_every_party(cfg: RunConfig, data: EntityData) -> dict[str, np.ndarray]:
+    """Per party (n,) bool: the entities it holds in the overlap experiment (every entity but
+    the other parties' own shares of the training entities; in ``full``, every entity)."""
+    n = len(data.labels)
+    if cfg.ea_variant == "full" or len(data.parties) == 1:
+        return {p: np.ones(n, dtype=bool) for p in data.parties}
+    _, shares = overlap_parts(cfg, data)  # one per party, in data.parties' order
+    held = {}
+    for p in data.parties:
+        mask = np.ones(n, dtype=bool)
+        for q, share in zip(data.parties, shares, strict=True):
+            if q != p:
+                mask[share] = False
+        held[p] = mask
+    return held
+
+
+def _check_ids(ids: np.ndarray, cfg: RunConfig, data: EntityData) -> None:
+    n = len(data.labels)
+    outside = (ids < 0) | (ids >= n)
+    if outside.any():
+        raise KeptError(f"{int(outside.sum())} of {len(ids)} entity id(s) are not entities of the run (0..{n - 1}): "
+                        f"{np.unique(ids[outside])[:5].tolist()}")
+    lacking = {p: np.unique(ids[~held[ids]]) for p, held in held_by_every_party(cfg, data).items()}
+    lacking = {p: u for p, u in lacking.items() if len(u)}
+    if lacking:
+        union = np.unique(np.concatenate(list(lacking.values())))
+        raise KeptError(f"{len(union)} entity id(s) are not held by every party: {union[:5].tolist()} (missing at "
+                        f"{ {p: len(u) for p, u in lacking.items()} }); predict serves the validation, test and "
+                        "aligned training entities")
+
+
+def _check_parties(meta: dict, data: EntityData) -> None:
+    """Every party's features must be the ones the federation was trained on."""
+    if data.parties != meta["parties"]:
+        raise KeptError(f"the run's parties are now {data.parties}; the federation was trained with {meta['parties']}")
+    for p, block in data.blocks.items():
+        if features_digest(block) != meta["features_sha256"][p]:
+            raise KeptError(f"party {p!r}: its data changed since training (features digest differs); predict "
+                            "with the data the federation was trained on, or train again")
+
+
+def _rebuild(cfg: RunConfig, data: EntityData, meta: dict, states: dict):
+    """(host, LocalLink of every party) with the kept states, built as training built them."""
+    host = build_host(cfg, data)
+    if host.head != TaskHead(**meta["head"]):
+        raise KeptError(f"the run's labels now give the task head {host.head}; the federation was trained with "
+                        f"{meta['head']}")
+    host.model.load_state_dict(states[HOST_MODEL])  # built in the run's dtype first: no float32 round trip
+    parties = {p: build_party(cfg, p, data) for p in data.parties}
+    for p, party in parties.items():
+        party.model.load_state_dict(states[state_name(p)])
+    return host, LocalLink(parties)
+
+
+def predict_ea_in_process(run_dir: Path, ids) -> EAPrediction:
+    t0 = time.perf_counter()
+    require_finished(Path(run_dir))
+    meta, states = load_kept(Path(run_dir))
+    cfg = RunConfig(**meta["run"])
+    ids = entity_ids(ids)
+    data = ea_data(cfg)
+    _check_parties(meta, data)
+    _check_ids(ids, cfg, data)
+    host, link = _rebuild(cfg, data, meta, states)
+    batch = ea_plan(cfg, data, ea_settings(cfg)).eval_batch  # evaluation's chunks (strategies.entity_aug.model.evaluate)
+    seconds = {"prepare": time.perf_counter() - t0, "embed": 0.0, "forward": 0.0}
+    outs = []
+    with torch_threads(1):  # as training evaluated
+        for i in range(0, len(ids), batch):
+            t1 = time.perf_counter()
+            acts = link.embed(ids[i:i + batch])  # party -> (b, c_p)
+            t2 = time.perf_counter()
+            outs.append(host.outputs(acts))  # (b, d_out)
+            seconds["embed"] += t2 - t1
+            seconds["forward"] += time.perf_counter() - t2
+    out = torch.cat(outs)  # (q, d_out)
+    return EAPrediction(host.head.predict(out), host.head.probabilities(out), meta["best_epoch"], seconds)
+
+
+# ---------------------------------------------------------------------------- CSV in, CSV out
+
+
+def read_ids(path: Path, column: str) -> np.ndarray:
+    """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict)."""
+    df = pd.read_csv(path)
+    require_columns(df, [column], f"entity ids {path}")
+    values = pd.to_numeric(df[column], errors="coerce")
+    bad = values.isna() & df[column].notna()
+    if bad.any():
+        raise KeptError(f"entity ids {path}: column {column!r} holds {int(bad.sum())} non-number(s) such as "
+                        f"{df[column][bad].head(3).tolist()}")
+    return values.to_numpy()
+
+
+def table(ids: np.ndarray, column: str, pred: EAPrediction) -> pd.DataFrame:
+    """The id column, ``prediction`` (the class) and ``p_<class>`` per class."""
+    cols = {column: entity_ids(ids), "prediction": pred.proba.argmax(axis=1)}
+    return pd.DataFrame(cols | {f"p_{c}": pred.proba[:, c] for c in range(pred.proba.shape[1])})
+
+
+def write_csv(frame: pd.DataFrame, out: Path) -> None:
+    """All of it or nothing at ``out``."""
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False)
+    write_atomic(out, buf.getvalue().encode())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--ids", type=Path, required=True, help="CSV with a column of entity ids")
+    ap.add_argument("--ids-column", default="entity", help="the column of --ids holding the entity ids")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    if args.out.resolve() == args.ids.resolve():
+        print("predict failed: --out names the input file --ids", file=sys.stderr)
+        return 1
+    args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
+    try:
+        ids = read_ids(args.ids, args.ids_column)
+        pred = predict_ea_in_process(args.run_dir, ids)
+        write_csv(table(ids, args.ids_column, pred), args.out)
+    except Exception as exc:  # the outcome is the exit status, with the reason
+        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(ids)} predictions (best epoch {pred.best_epoch}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Predict with a run trained on the local deployment (TLS + node auth):
+
+    python -m deploy predict DIR --run NAME --input new.csv --out predictions.csv [--id-column id] [--explain]
+
+The primary reads its new records (a CSV of its raw columns, or an .npz of prepared arrays),
+queries the linkage service for them with its own party secret (kept by `deploy link` in its
+own folder; the service links them in the job's regime: app/vfl/predict_server.py), keeps the
+answer in its own folder, and runs `flwr run` in predict mode: each SuperNode embeds its tokens
+with the model it kept for the run in its own model folder. Exit 0 only with the output
+written; otherwise the reason on stderr and no output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from deploy.commands import PRIMARY, Deployment, flwr_run
+
+SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
+
+
+def save_primary_secret(dep: Deployment, secret: str) -> None:
+    path = dep.party_dir(PRIMARY) / SECRET
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(secret)
+
+
+def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:
+    """The service's answer for the new records, in the primary's folder (queries/<run>.npz)."""
+    from app.vfl.predict_csv import read_input
+    from linkage_server.client import LinkageClient
+
+    _, _, ids, _ = read_input(dep.root / "runs" / run, new, id_column)
+    secret_file = dep.party_dir(PRIMARY) / SECRET
+    if not secret_file.exists():
+        raise SystemExit(f"no primary secret at {secret_file}: link with `python -m deploy link {dep.folder}` first")
+    answer = dep.party_dir(PRIMARY) / "queries" / f"{run}.npz"
+    with LinkageClient(dep.service_url, dep.job, PRIMARY, secret_file.read_text().strip(), verify=dep.verify) as c:
+        c.query(ids, out=answer)
+    return answer
+
+
+def predict(dep: Deployment, run: str, new: Path, out: Path, *, id_column: str = "", explain: bool = False,
+            timeout: float = 900.0) -> subprocess.CompletedProcess:
+    """Query, then `flwr run` in predict mode; the caller checks ``out`` (removed first)."""
+    new, out = Path(new).resolve(), Path(out).resolve()
+    out.unlink(missing_ok=True)
+    answer = query(dep, run, new, id_column)
+    values = {"run-name": "", "predict-run": run, "predict-input": str(new), "predict-output": str(out),
+              "predict-linkage": str(answer), "predict-id-column": id_column, "predict-explain": explain}
+    return flwr_run(dep, values, timeout)
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("predict", help="predict new records with a run trained on the deployment")
+    s.add_argument("folder", type=Path)
+    s.add_argument("--run", required=True, help="the trained run's name (its folder under DIR/runs)")
+    s.add_argument("--input", type=Path, required=True, help="CSV of new primary records (or .npz of arrays)")
+    s.add_argument("--out", type=Path, required=True, help="the predictions CSV")
+    s.add_argument("--id-column", default="", help="a column of the input naming each record ('' = row number)")
+    s.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
+
+
+def command(args: argparse.Namespace) -> int:
+    try:
+        r = predict(Deployment.load(args.folder), args.run, args.input, args.out, id_column=args.id_column,
+                    explain=args.explain)
+    except Exception as exc:  # the outcome is the exit status, with the reason
+        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if not Path(args.out).exists():
+        print(f"predict failed: no output was written; the run's log ends:\n{(r.stdout + r.stderr)[-4000:]}",
+              file=sys.stderr)
+        return 1
+    print(f"predictions -> {args.out}")
+    return 0

@@ -1,0 +1,175 @@
+"""Queries of new primary records against a finished job (predict, issue 15): ``POST /jobs/{job}/query``.
+
+The primary sends the new records' identifiers (one .npy array, as its training upload: same
+kind, same width, Bloom filters of the same length, key and parameters); the service answers
+in the job's own regime (linkage.query.query): the secondaries' stored identifiers searched
+with the job's candidate pool, similarities standardised with the job's *released* statistics,
+noise of the job's sigma keyed by the job's secret and each record, and the job's own tokens,
+which each secondary resolves with the token -> row map it already holds. The answer is a
+primary.npz of the q new records (linkage.store.primary_bytes): tokens, noisy similarities and
+the job's statistics, as a training release holds, never rows or raw distances.
+
+Each job has a query budget (records, over all accepted queries; ``serve --query-budget``) and
+each query a cap (``serve --query-max-records``); the records used are kept in job.json
+("queried"), so a restart does not reset them. A reservation is taken under the store's lock
+before the search and given back if the search fails: two concurrent queries cannot both
+spend the last of a budget.
+
+Encoding check: the party's client sends ``X-Encoding-Fingerprint`` (HMAC-SHA256 under the
+parties' key of a label and the encoding parameters, linkage.encode.key_fingerprint, bound to
+the job by the client) with its training upload and with each query. A query of encoded
+identifiers ("bits") whose fingerprint differs from the training upload's, or where either is
+missing, is refused by name: the service never sees the key, so it can only compare the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from linkage.binding import identifier_digest
+from linkage.contracts import LinkageError
+from linkage.job_secret import SecretError, read_secret
+from linkage.query import query
+from linkage.store import primary_bytes, read_primary, read_secondary
+from linkage_server.jobs import SECRET, TRAIN_ROWS
+from linkage_server.params import FINGERPRINT_HEADER, JobError, JobParams
+from linkage_server.uploads import UploadError, kind_of, parse_npy, validate
+
+FINGERPRINT = re.compile(r"[0-9a-f]{64}")
+DIFFERENT_KEY = "encoded with a different key or parameters than the job's training upload"
+
+
+def fingerprint_of(value: str | None) -> str | None:
+    """The header's fingerprint (None when absent), refused unless it is 64 lowercase hex digits."""
+    if not value:
+        return None
+    if not FINGERPRINT.fullmatch(value):
+        raise JobError(422, f"the {FINGERPRINT_HEADER} header must be 64 lowercase hex digits (an HMAC-SHA256)")
+    return value
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    budget: int = 1_000_000  # records per job, over all its queries; 0 = no queries
+    max_records: int = 100_000  # records per query
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.max_records < 1:
+            raise ValueError(f"the query budget must be >= 0 and the records per query >= 1; got {self.budget}, "
+                             f"{self.max_records}")
+
+
+class Queries:
+    """The job store's query half (split from jobs.py for size): it uses the store's lock,
+    folders and secret derivation."""
+
+    def __init__(self, store, limits: QueryLimits) -> None:
+        self.store, self.limits = store, limits
+
+    def answer(self, job: str, data: bytes, fingerprint: str | None) -> tuple[bytes, dict]:
+        """(primary.npz bytes of the new records, the job's budget after this query)."""
+        meta = self._queryable(job)
+        new = self._parse(meta, data)
+        self._check_encoding(meta, kind_of(new), fingerprint)
+        budget = self._spend(job, len(new))
+        try:
+            return self._compute(job, meta, new), budget
+        except BaseException:
+            self._spend(job, -len(new))  # a query that was not answered is not counted
+            raise
+
+    def _queryable(self, job: str) -> dict:
+        meta = self.store.meta(job)
+        if meta["state"] != "done":
+            raise JobError(409, f"job {job} is {meta['state']}: only a finished (done) job answers queries")
+        layout = meta["params"]["layout"]
+        if layout != "independent":
+            raise JobError(409, f"job {job} is a {layout!r} job: queries are answered for independently linked "
+                                "secondaries only")
+        if self.limits.budget <= 0:
+            raise JobError(429, "this service answers no queries (its query budget is 0: serve --query-budget)")
+        return meta
+
+    def _parse(self, meta: dict, data: bytes) -> np.ndarray:
+        """The query's identifiers, checked against the primary's training upload: kind, width, values."""
+        arr = parse_npy(data)
+        cap = self.limits.max_records
+        if arr.ndim and len(arr) > cap:  # a 0-d array is refused by validate below
+            raise JobError(429, f"a query of {len(arr)} records exceeds the service's cap of {cap} records per "
+                                f"query (serve --query-max-records); job {meta['job']} has {self._left(meta)} of "
+                                f"its query budget of {self.limits.budget} records left")
+        validate(arr, max_rows=cap)  # dimensions, zero rows, NaN/inf, empty strings, by name
+        trained, kind = meta["uploads"][meta["primary"]], kind_of(arr)
+        if kind != trained["kind"]:
+            raise UploadError(f"the query holds {kind} identifiers ({arr.dtype}); the job's training upload holds "
+                              f"{trained['kind']} ({trained['dtype']})")
+        if arr.ndim == 2 and arr.shape[1] != trained["shape"][1]:
+            unit, scale = ("Bloom filter bits", 8) if kind == "bits" else ("identifier dimensions", 1)
+            raise UploadError(f"width differs: the query has {arr.shape[1] * scale} {unit}, the job's training "
+                              f"upload has {trained['shape'][1] * scale}")
+        return arr
+
+    @staticmethod
+    def _check_encoding(meta: dict, kind: str, fingerprint: str | None) -> None:
+        """Encoded identifiers must come from the training upload's key and parameters."""
+        if kind != "bits":
+            return  # raw identifiers: nothing to compare
+        trained = meta["uploads"][meta["primary"]].get("fingerprint")
+        if not trained:
+            raise JobError(422, f"job {meta['job']}'s training upload carries no encoding fingerprint, so a query "
+                                "of encoded (Bloom) identifiers cannot be checked against it: upload the training "
+                                "identifiers with a client that sends the key's fingerprint, and link again")
+        if not fingerprint:
+            raise JobError(422, f"the query of encoded (Bloom) identifiers carries no encoding fingerprint "
+                                f"({FINGERPRINT_HEADER}), so it cannot be checked against the job's training upload")
+        if not hmac.compare_digest(fingerprint, trained):
+            raise JobError(422, f"the query's identifiers were {DIFFERENT_KEY}")
+
+    def _left(self, meta: dict) -> int:
+        return max(self.limits.budget - meta.get("queried", {}).get("records", 0), 0)
+
+    def _spend(self, job: str, records: int) -> dict:
+        """Reserve `records` of the job's budget (negative: give them back), persisted in job.json."""
+        with self.store._lock:
+            meta = self.store.meta(job)
+            used = meta.get("queried", {"records": 0, "queries": 0})
+            left = self._left(meta)
+            if records > left:
+                raise JobError(429, f"a query of {records} records exceeds job {job}'s query budget: "
+                                    f"{used['records']} of {self.limits.budget} records used, {left} left "
+                                    "(the operator's serve --query-budget)")
+            step = 1 if records > 0 else -1
+            meta["queried"] = {"records": used["records"] + records, "queries": used["queries"] + step}
+            self.store._save(meta)
+        return {"budget": self.limits.budget, "used": meta["queried"]["records"], "left": left - records}
+
+    def _compute(self, job: str, meta: dict, new: np.ndarray) -> bytes:
+        """linkage.query.query with the job's stored secret, uploads, released statistics and maps."""
+        folder = self.store._dir(job)
+        params = JobParams(**meta["params"])
+        trained = read_primary(folder / "results" / "primary.npz")
+        base = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+        maps = {p: read_secondary(folder / "results" / f"secondary-{p}.npz", p).row_of_token
+                for p in meta["secondaries"]}
+        try:
+            got = query(new, base, trained, maps, secret=self._secret(folder, meta, params), pool=params.pool)
+        except LinkageError as e:
+            raise UploadError(str(e)) from None
+        return primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))
+
+    def _secret(self, folder: Path, meta: dict, params: JobParams) -> bytes:
+        """The job's secret as its release used it (under an operator seed: from the job's content)."""
+        try:
+            if self.store.operator_seed is None:
+                return read_secret(folder / SECRET)
+            primary = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
+            rows = np.load(folder / TRAIN_ROWS) if meta.get("train_rows") else None
+            return self.store._secret(folder, meta, params, primary, rows)
+        except SecretError as e:
+            raise JobError(500, f"{e}; no query is answered under another secret") from None
