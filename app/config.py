@@ -1,8 +1,11 @@
 """Run configuration: read once from ``context.run_config`` into a typed, validated dataclass.
 
 Every key of ``[tool.flwr.app.config]`` in pyproject.toml is a field here. Numeric
-"0" (or -1 for weight-decay / dropout, "" for merge) means "the dataset's default" from
-:data:`DATASET_DEFAULTS` (the paper's App. E / the reference's hyperparameters).
+"0" (or -1 for weight-decay / dropout / patience, "" for merge) means "the dataset's default"
+from :data:`DATASET_DEFAULTS` (the paper's App. E / the reference's hyperparameters). A dataset
+without tuned defaults (``csv``, the user's own) gets hdb's model and optimiser values, but
+trains until validation stops improving: patience :data:`UNTUNED_PATIENCE`, at most
+:data:`UNTUNED_EPOCHS` epochs. :meth:`RunConfig.hyperparameters` says where each value came from.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Settings:
     lr: float
     weight_decay: float
     model: ModelConfig
+    patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = fixed epochs
 
 
 DATASET_DEFAULTS: dict[str, Settings] = {
@@ -47,6 +51,8 @@ DATASET_DEFAULTS: dict[str, Settings] = {
     "game": Settings(50, 32, 50, 1e-3, 1e-5, ModelConfig((100,), 50, (100,), 10, "cnn", 5, 8, 400, 0.7)),
     "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
 }
+# A dataset without tuned defaults trains with early stopping (the built-in ones: fixed epochs).
+UNTUNED_EPOCHS, UNTUNED_PATIENCE = 200, 10
 METHODS = ("fedsim", "solo", "top1sim", "avgsim", "featuresim", "exact", "combine")
 # Baselines are switches of the one model (paper Sec. 6 / App. E): what each method changes.
 #   top1sim: the most similar neighbour only; avgsim: the mean of the K pair outputs;
@@ -105,7 +111,8 @@ class RunConfig:
     method: str = "fedsim"
     k: int = 0
     batch_size: int = 0
-    epochs: int = 2  # the demo; as in pyproject.toml
+    epochs: int = 0  # the maximum with patience > 0; 0 = the dataset's default
+    patience: int = -1  # epochs without a better validation value before stopping; 0 = fixed epochs; -1 = default
     lr: float = 0.0
     weight_decay: float = -1.0
     dropout: float = -1.0
@@ -180,6 +187,7 @@ class RunConfig:
         need(self.hparams in HPARAMS, f"run-config 'hparams' must be one of {HPARAMS}, got {self.hparams!r}")
         need(self.device in ("auto", "cpu", "cuda"), f"run-config 'device' must be auto, cpu or cuda, got {self.device!r}")
         need(self.dtype in ("float32", "float64"), f"run-config 'dtype' must be float32 or float64, got {self.dtype!r}")
+        need(self.patience >= -1, f"run-config 'patience' must be >= 0 (-1 = the dataset's default), got {self.patience}")
         for key in ("k", "batch_size", "epochs", "n_rows", "max_steps", "bench_floor"):
             need(getattr(self, key) >= 0, f"run-config {key.replace('_', '-')!r} must be >= 0, got {getattr(self, key)}")
         need(self.steps_per_exchange >= 1, f"run-config 'steps-per-exchange' must be >= 1, got {self.steps_per_exchange}")
@@ -223,9 +231,23 @@ class RunConfig:
 
     # ------------------------------------------------------------------ resolved values
 
+    def tuned(self) -> bool:
+        """Has the dataset tuned defaults (in :data:`DATASET_DEFAULTS`)?"""
+        return self.dataset in DATASET_DEFAULTS
+
     def defaults(self) -> Settings:
-        # A dataset without tuned defaults (e.g. registered later) gets hdb's
+        # A dataset without tuned defaults (the user's own "csv") gets hdb's
         return DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["hdb"])
+
+    def stopping(self, tuned_epochs: int | None) -> tuple[int, int]:
+        """(maximum epochs, patience) for either mode: the run config's, else the dataset's fixed
+        ``tuned_epochs``, else (None: no tuned defaults) early stopping with the UNTUNED values."""
+        fallback = tuned_epochs is None
+        patience = self.patience if self.patience >= 0 else (UNTUNED_PATIENCE if fallback else 0)
+        return self.epochs or (UNTUNED_EPOCHS if fallback else tuned_epochs), patience
+
+    def _paper(self) -> dict:
+        return PAPER_METHOD_HPARAMS.get((self.dataset, self.method), {}) if self.hparams == "paper" else {}
 
     def resolve(self) -> "Settings":
         d = self.defaults()
@@ -236,17 +258,49 @@ class RunConfig:
             model = dataclasses.replace(model, dropout=self.dropout)
         model = dataclasses.replace(model, weight_gate=self.weight_gate, sort_gate=self.sort_gate)
         model = dataclasses.replace(model, **METHOD_MODEL[self.method])
-        paper = PAPER_METHOD_HPARAMS.get((self.dataset, self.method), {}) if self.hparams == "paper" else {}
+        paper = self._paper()
         if "agg_hidden" in paper:
             model = dataclasses.replace(model, agg_hidden=paper["agg_hidden"])
+        epochs, patience = self.stopping(d.epochs if self.tuned() else None)
         return Settings(
             k=1 if self.method in ONE_NEIGHBOUR else self.k or d.k,
             batch_size=self.batch_size or paper.get("batch_size", d.batch_size),
-            epochs=self.epochs or d.epochs,
+            epochs=epochs,
             lr=self.lr or paper.get("lr", d.lr),
             weight_decay=self.weight_decay if self.weight_decay >= 0 else paper.get("weight_decay", d.weight_decay),
             model=model,
+            patience=patience,
         )
+
+    def hyperparameters(self) -> dict[str, dict]:
+        """Each resolved training hyperparameter and where it came from: {name: {"value", "source"}},
+        the source one of "run config", "dataset default (<dataset>, paper App. E)", "fallback: ...",
+        "paper per-method (...)" or "method <method>" (a baseline's switch)."""
+        s, paper, chosen = self.resolve(), self._paper(), METHOD_MODEL[self.method]
+        base = (f"dataset default ({self.dataset}, paper App. E)" if self.tuned()
+                else "fallback: hdb's defaults — dataset has no tuned defaults")
+        stop = base if self.tuned() else "fallback: early stopping — dataset has no tuned defaults"
+
+        def source(given: bool, key: str) -> str:
+            if key in chosen:  # the method's switch wins over the run config (resolve)
+                return f"method {self.method}"
+            if given:
+                return "run config"
+            return f"paper per-method ({self.dataset} {self.method}, App. E)" if key in paper else base
+
+        m = s.model
+        rows = {"k": (s.k, f"method {self.method}: one neighbour" if self.method in ONE_NEIGHBOUR
+                      else source(self.k > 0, "k")),
+                "batch_size": (s.batch_size, source(self.batch_size > 0, "batch_size")),
+                "epochs": (s.epochs, "run config" if self.epochs else stop),
+                "patience": (s.patience, "run config" if self.patience >= 0 else stop),
+                "lr": (s.lr, source(self.lr > 0, "lr")),
+                "weight_decay": (s.weight_decay, source(self.weight_decay >= 0, "weight_decay")),
+                "dropout": (m.dropout, source(self.dropout >= 0, "dropout")),
+                "merge": (m.merge, source(bool(self.merge), "merge")),
+                "local_hidden": (list(m.local_hidden), base), "cut_dim": (m.cut_dim, base),
+                "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden"))}
+        return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 
     def torch_device(self) -> torch.device:
         if self.device == "cuda" and not torch.cuda.is_available():

@@ -1,10 +1,12 @@
 """A run's record on disk: one schema, written by this module for every engine (``flwr run``,
 in-process) and both training modes (FedSim and its baselines, Entity Augmentation).
 
-    config.json       {"run": the RunConfig's fields, "resolved": the settings it resolved to}
+    config.json       {"run": the RunConfig's fields, "resolved": the settings it resolved to,
+                       "hyperparameters": each value and its source, as in summary.json}
     metrics.jsonl     one line per epoch: an EpochRecord (strategies/records.py) plus the mode's
                       extra fields (traffic so far; stale counts); flushed, so a running run shows
                       its progress, and a resumed run rewrites the epochs it keeps first
+    progress.json     while it runs (below), rewritten atomically at most about once a second
     summary.json      written last, only by a run that finished (status.json: app/run_status.py)
     step_losses.npy   (steps,) the training loss of every step
     primary_model.pt  the primary's (host's) final state dict
@@ -15,8 +17,29 @@ summary.json, every run:
     epochs_run, steps,
     seconds     {"total", "load", "linkage", "train_and_eval", "epochs": [training s per epoch]},
     exchange    {"count", "bytes_down", "bytes_up", ...} over Flower; null in process,
+    stopping    {"patience", "max_epochs", "epochs_run", "stopped_early": bool, "reason": a sentence}
+                (strategies/records.py: patience 0 = fixed epochs),
+    hyperparameters  {name: {"value", "source"}}: "run config", "dataset default (...)", "fallback: ...",
+                "paper per-method (...)", "method <m>" (app/config.py RunConfig.hyperparameters),
+    constant_predictor  {"prediction": what it predicts, "val": its validation metrics}: the best
+                constant fitted on the training labels (strategies/heads.py constant_metrics),
+    warnings    [sentences]: the best epoch is the last one run (it may still improve); the best
+                validation metric is no better than the constant predictor's,
     preprocessing, and the mode's own fields (FedSim: k, tau, steps_per_exchange;
     Entity Augmentation: ea_variant, overlap, entities, stale, ...).
+
+progress.json (for a command line's progress bar; written by app/vfl/server.py, app/vfl/inprocess.py
+and app/entity_aug/server.py through :class:`ProgressFile`):
+    {"phase": "linkage" | "training" | "evaluation" | "done",
+     "epoch": the epoch being trained or evaluated (0-based; at "done" the last one run),
+     "max_epochs": at most this many epochs (the fixed count when patience is 0),
+     "step": steps done in this epoch, "steps_per_epoch": its steps (0 before training),
+     "loss": the last step's training loss (null before the first step),
+     "val": the last evaluated epoch's validation metrics, or null,
+     "best_epoch": the best validation epoch so far, or null,
+     "time": unix time of this state}
+"linkage" covers loading the data and linking (Entity Augmentation starts at "training"); a
+failed run leaves its last state (status.json says it failed); non-finite numbers are null.
 
 Readers (experiments/, bench/) use :func:`read_summary`, which also reads records written before
 this schema (``seconds`` a number) as ``{"total": n}``.
@@ -26,18 +49,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from linkage.store import write_atomic
 from strategies.records import EpochRecord, best_epoch
 
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
-LOSSES, MODEL = "step_losses.npy", "primary_model.pt"
-FILES = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG)  # what a fresh run replaces (app/run_status.py)
+LOSSES, MODEL, PROGRESS = "step_losses.npy", "primary_model.pt", "progress.json"
+FILES = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS)  # what a fresh run replaces (app/run_status.py)
 FOLDERS = ("kept",)  # likewise: the kept federation of the best epoch (app/vfl/kept.py)
 
 
@@ -68,26 +95,51 @@ def machine() -> str:
 
 
 class RunRecord:
-    """The files of one run folder, written in the order above."""
+    """The files of one run folder, written in the order above. Use it as a context manager: on
+    the way out (a failure too) the metrics file is closed and the progress writer stopped."""
 
     def __init__(self, folder: Path, engine: str) -> None:
         self.folder, self.engine = Path(folder), engine
         self._metrics = None
+        self.progress: ProgressFile | None = None
+        self._head, self._records = None, []
 
-    def write_config(self, cfg, settings) -> None:
+    def __enter__(self) -> "RunRecord":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close_metrics()
+        if self.progress is not None:
+            self.progress.close()
+
+    def start_progress(self, max_epochs: int, phase: str = "linkage") -> None:
+        """Start progress.json (a resumed run: once its checkpoint is accepted)."""
+        self.progress = ProgressFile(self.folder, max_epochs, phase)
+
+    def step(self, phase: str, epoch: int, step: int, steps_per_epoch: int, loss: float) -> None:
+        """A strategies.records.Progress: the training loop's news for progress.json."""
+        if self.progress is not None:
+            self.progress.step(phase, epoch, step, steps_per_epoch, loss)
+
+    def write_config(self, cfg, settings, hyperparameters: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        body = {"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings)}
+        body = {"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings),
+                "hyperparameters": hyperparameters}
         (self.folder / CONFIG).write_text(json.dumps(body, indent=2))
 
-    def open_metrics(self, kept: list[EpochRecord] = ()) -> None:
-        """Start metrics.jsonl afresh with the epochs a resumed run keeps."""
-        self._metrics = (self.folder / METRICS).open("w")
+    def open_metrics(self, head, kept: list[EpochRecord] = ()) -> None:
+        """Start metrics.jsonl afresh with the epochs a resumed run keeps; ``head`` (a TaskHead)
+        picks progress.json's best epoch."""
+        self._metrics, self._head, self._records = (self.folder / METRICS).open("w"), head, []
         for rec in kept:
             self.epoch(rec)
 
     def epoch(self, rec: EpochRecord, **extra) -> None:
         self._metrics.write(json.dumps({**dataclasses.asdict(rec), **extra}) + "\n")
         self._metrics.flush()
+        self._records.append(rec)
+        if self.progress is not None:
+            self.progress.epoch(rec, best_epoch(self._records, self._head).epoch)
 
     def close_metrics(self) -> None:
         if self._metrics is not None:
@@ -95,10 +147,11 @@ class RunRecord:
             self._metrics = None
 
     def finish(self, cfg, *, dataset: str, method: str, head, records: list[EpochRecord], losses: list[float],
-               model, device, seconds: Seconds, preprocessing: dict, exchange: dict | None = None,
-               **mode_fields) -> dict:
+               model, device, seconds: Seconds, preprocessing: dict, stopping: dict, hyperparameters: dict,
+               constant_predictor: dict, exchange: dict | None = None, **mode_fields) -> dict:
         """The end of a finished run: losses, model (a torch module), then summary.json; returns
-        the summary. ``head``: the TaskHead that picks the best epoch."""
+        the summary. ``head``: the TaskHead that picks the best epoch; ``stopping``: as
+        strategies.records.stopping returns it; ``constant_predictor``: {"prediction", "val"}."""
         import torch
 
         self.close_metrics()
@@ -110,8 +163,13 @@ class RunRecord:
                    "seed": cfg.seed, "engine": self.engine, "device": str(device), "machine": machine(),
                    "best_epoch": best.epoch, "val": best.val, "test": best.test, "epochs_run": len(records),
                    "steps": len(losses), "seconds": dataclasses.asdict(seconds), "exchange": exchange,
+                   "stopping": stopping, "hyperparameters": hyperparameters, "constant_predictor": constant_predictor,
+                   "warnings": run_warnings(records, head, constant_predictor["val"]),
                    "preprocessing": preprocessing, **mode_fields}
         (self.folder / SUMMARY).write_text(json.dumps(summary, indent=2))
+        if self.progress is not None:
+            self.progress.update(epoch=records[-1].epoch, best_epoch=best.epoch)
+            self.progress.close(done=True)
         return summary
 
 
@@ -127,3 +185,82 @@ def read_summary(folder: Path) -> dict:
 def read_metrics(folder: Path) -> list[dict]:
     """metrics.jsonl as a list of per-epoch dicts."""
     return [json.loads(line) for line in (Path(folder) / METRICS).read_text().splitlines()]
+
+
+def run_warnings(records: list[EpochRecord], head, constant_val: dict[str, float]) -> list[str]:
+    """What a finished run should not keep quiet about: the best epoch is the last one run (more
+    epochs may still help), or the best validation metric is no better than the constant's."""
+    best, key, out = best_epoch(records, head), head.key_metric, []
+    if best is records[-1]:
+        out.append(f"the best validation epoch is the last one run ({best.epoch}): the model may still improve; "
+                   f"raise 'epochs' (or 'patience')")
+    if not head.better(best.val[key], constant_val[key]):
+        out.append(f"the best validation {key} {best.val[key]:.4g} is no better than a constant predictor's "
+                   f"({constant_val[key]:.4g}, fitted on the training labels): the model learned nothing usable; "
+                   f"check the features, the linkage and the hyperparameters")
+    return out
+
+
+def constant_predictor(head, y_train: np.ndarray, y_val: np.ndarray) -> dict:
+    """summary.json's ``constant_predictor``: the best constant fitted on the training labels only."""
+    what = "the training labels' mean" if head.task == "regression" else "the training labels' majority class"
+    return {"prediction": what, "val": head.constant_metrics(y_train, y_val)}
+
+
+def hyperparameter_lines(hyperparameters: dict) -> list[str]:
+    """One line per hyperparameter for the run's log: ``name = value (source)``."""
+    return [f"  {name} = {h['value']} ({h['source']})" for name, h in hyperparameters.items()]
+
+
+def _finite(x):
+    """JSON's view of a metric: a non-finite number (a diverged loss) is null."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+class ProgressFile:
+    """<run>/progress.json (format in the module docstring), rewritten atomically by a background
+    thread at most once every ``interval`` seconds when something changed; the first state at
+    once, the last on :meth:`close`. ``step`` is a strategies.records.Progress."""
+
+    def __init__(self, folder: Path, max_epochs: int, phase: str = "linkage", interval: float = 1.0) -> None:
+        self.path, self.interval, self.writes = Path(folder) / PROGRESS, interval, 0
+        self.state = {"phase": phase, "epoch": 0, "max_epochs": max_epochs, "step": 0, "steps_per_epoch": 0,
+                      "loss": None, "val": None, "best_epoch": None, "time": time.time()}
+        self._lock, self._stop, self._dirty = threading.Lock(), threading.Event(), True
+        self._write()
+        self._thread = threading.Thread(target=self._loop, name="progress.json", daemon=True)
+        self._thread.start()
+
+    def update(self, **fields) -> None:
+        with self._lock:
+            self.state.update(_finite(fields), time=time.time())
+            self._dirty = True
+
+    def step(self, phase: str, epoch: int, step: int, steps_per_epoch: int, loss: float) -> None:
+        self.update(phase=phase, epoch=epoch, step=step, steps_per_epoch=steps_per_epoch, loss=loss)
+
+    def epoch(self, rec: EpochRecord, best: int | None) -> None:
+        """An evaluated epoch: its validation metrics and the best epoch so far."""
+        self.update(epoch=rec.epoch, val=rec.val, best_epoch=best)
+
+    def close(self, done: bool = False) -> None:
+        """Stop the writer and write the last state; ``done``: the run finished (summary written)."""
+        self._stop.set()
+        self._thread.join()
+        if done:
+            self.update(phase="done")
+        if self._dirty:
+            self._write()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self._dirty:
+                self._write()
+
+    def _write(self) -> None:
+        with self._lock:
+            body, self._dirty = json.dumps(self.state), False
+        write_atomic(self.path, body.encode())
+        self.writes += 1

@@ -33,7 +33,8 @@ class PartyTable:
     """One party's records: model features and linkage identifiers, row-aligned.
 
     features:    (n, d) float32, already numeric (one-hot etc.), NaN-free.
-    identifiers: (n, d_id) float64 for numeric identifiers, (n,) object/str for strings.
+    identifiers: (n, d_id) float64 for numeric identifiers; strings: (n,) object/str for one
+                 column, (n, c) object/str for c columns.
     """
 
     name: str
@@ -113,7 +114,11 @@ class VFLDataset:
 
     ``labels`` are float32 targets for regression, int64 class ids for classification.
     ``true_match`` (optional, synthetic sets): for each primary row the secondary row of
-    the same entity, per secondary party; used only for evaluation of linkage.
+    the same entity, per secondary party (-1: the party holds none); used only for evaluation
+    of linkage, and by Entity Augmentation, which sends records by entity.
+    ``entity_ids`` (own CSVs whose parties declare an entity id column): each primary row's
+    entity id; ``true_match`` then comes from them. ``metric``: the parties' linkage metric
+    (parties.toml ``metric``), "" = the default for the identifiers' kind.
     """
 
     name: str
@@ -125,6 +130,8 @@ class VFLDataset:
     n_classes: int = 1
     label_name: str = "y"
     true_match: dict[str, np.ndarray] = field(default_factory=dict)
+    entity_ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # (n,) str
+    metric: str = ""
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -145,7 +152,7 @@ class VFLDataset:
                     f"dataset {self.name!r}: party {party!r} has {table.id_kind} identifiers, "
                     f"the primary has {self.primary.id_kind}"
                 )
-            if table.id_kind == "numeric" and table.identifiers.shape[1:] != self.primary.identifiers.shape[1:]:
+            if table.identifiers.shape[1:] != self.primary.identifiers.shape[1:]:
                 raise DatasetError(
                     f"dataset {self.name!r}: party {party!r} has identifiers of shape "
                     f"{table.identifiers.shape[1:]}, the primary {self.primary.identifiers.shape[1:]}"

@@ -1,20 +1,25 @@
-"""Bring your own parties: CSV files described by a small ``parties.toml``.
+"""Bring your own parties: CSV files described by a small ``parties.toml`` (docs/own-data.md).
 
 Run config: ``dataset = "csv"``, ``data-dir = "<folder with parties.toml and the CSVs>"``::
 
     task = "regression"            # regression | binary | multiclass
     label = "price"                # a column of the primary's file
+    metric = "euclidean"           # optional linkage metric ("" / absent = the default for the kind)
     [primary]
-    file = "sales.csv"
-    identifiers = ["lat", "lon"]   # numbers: Euclidean; one text column: edit distance
+    file = "sales.csv"             # relative to the folder of parties.toml
+    identifiers = ["lat", "lon"]   # numbers: Euclidean; text columns: string metrics
     kind = "numeric"               # numeric | string
-    numeric = ["rooms", "area"]    # feature columns (mean-imputed, standardised on train)
+    numeric = ["rooms", "area"]    # feature columns: names, patterns ("px_*") or "rest"
     categorical = ["type"]         # one-hot
+    entity_id = "sale_id"          # optional: the same entity has the same id in every party
     [secondaries.airbnb]           # one table per secondary party
     file = "airbnb.csv"
     identifiers = ["latitude", "longitude"]
-    kind = "numeric"
-    numeric = ["price", "reviews"]
+    numeric = "rest"
+
+With ``entity_id`` (every party, or none), ``identifiers`` may be left out (the entity id is
+then the identifier), the label holder may hold labels only, ``true_match`` comes from the ids
+and validation / test records are entities every party holds (datasets/entity_ids.py).
 """
 
 from __future__ import annotations
@@ -26,12 +31,24 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import TASKS, DatasetError, PartyTable, VFLDataset, split_primary
+from datasets.columns import feature_columns, refuse_text
+from datasets.entity_ids import entity_split, match_entities, read_entity_ids
 from datasets.options import DatasetOptions
 from datasets.tables import party_table, require_columns
+from linkage.contracts import STRING_METRICS
 
 SPEC = "parties.toml"
-TOP_KEYS = {"task", "label", "primary", "secondaries"}
-PARTY_KEYS = {"file", "identifiers", "kind", "numeric", "categorical", "name"}
+REQUIRED_KEYS = ("task", "label", "primary", "secondaries")
+TOP_KEYS = {*REQUIRED_KEYS, "metric"}
+PARTY_KEYS = {"file", "identifiers", "kind", "numeric", "categorical", "name", "entity_id"}
+NUMERIC_METRICS = ("euclidean",)
+
+
+def data_folder(data_dir: Path | str | None) -> Path:
+    """The absolute folder of parties.toml: every error names the paths it tried in full."""
+    if data_dir is None:
+        raise DatasetError(f"dataset 'csv' needs data-dir = a folder holding {SPEC} and the parties' CSV files")
+    return Path(data_dir).expanduser().absolute()
 
 
 def read_spec(folder: Path) -> dict:
@@ -43,49 +60,83 @@ def read_spec(folder: Path) -> dict:
     except tomllib.TOMLDecodeError as e:
         raise DatasetError(f"{path}: not valid TOML ({e})") from None
     unknown = sorted(set(spec) - TOP_KEYS)
-    missing = sorted(TOP_KEYS - set(spec))
+    missing = sorted(set(REQUIRED_KEYS) - set(spec))
     if unknown or missing:
         raise DatasetError(f"{path}: unknown key(s) {unknown}, missing key(s) {missing}; keys: {sorted(TOP_KEYS)}")
     if spec["task"] not in TASKS:
         raise DatasetError(f"{path}: task must be one of {TASKS}, got {spec['task']!r}")
     if not spec["secondaries"]:
         raise DatasetError(f"{path}: [secondaries.<name>] needs at least one party")
-    for who, party in [("primary", spec["primary"]), *spec["secondaries"].items()]:
-        bad = sorted(set(party) - PARTY_KEYS)
-        if bad or "file" not in party or "identifiers" not in party:
-            raise DatasetError(f"{path}: party {who!r} has unknown key(s) {bad} or lacks 'file'/'identifiers'; "
-                               f"keys: {sorted(PARTY_KEYS)}")
-        if party.get("kind", "numeric") not in ("numeric", "string"):
-            raise DatasetError(f"{path}: party {who!r} kind must be 'numeric' or 'string', got {party['kind']!r}")
+    parties = [("primary", spec["primary"]), *spec["secondaries"].items()]
+    for who, party in parties:
+        check_party(path, who, party)
+    declared = sorted(who for who, party in parties if "entity_id" in party)
+    if declared and len(declared) != len(parties):
+        raise DatasetError(f"{path}: entity_id is declared for {declared} but not for "
+                           f"{sorted(who for who, _ in parties if who not in declared)}: every party needs one, or none")
     return spec
 
 
-def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataFrame | None = None) -> PartyTable:
+def check_party(path: Path, who: str, party: dict) -> None:
+    bad = sorted(set(party) - PARTY_KEYS)
+    if bad or "file" not in party or not ({"identifiers", "entity_id"} & set(party)):
+        raise DatasetError(f"{path}: party {who!r} has unknown key(s) {bad} or lacks 'file' or 'identifiers' "
+                           f"(which 'entity_id' may stand for); keys: {sorted(PARTY_KEYS)}")
+    if party.get("kind", "numeric") not in ("numeric", "string"):
+        raise DatasetError(f"{path}: party {who!r} kind must be 'numeric' or 'string', got {party['kind']!r}")
+    if not isinstance(party.get("entity_id", ""), str):
+        raise DatasetError(f"{path}: party {who!r} entity_id must be one column name, got {party['entity_id']!r}")
+
+
+def check_metric(metric, kind: str, path: Path) -> None:
+    """Refuse a ``metric`` that does not link identifiers of this kind, naming the ones that do."""
+    allowed = STRING_METRICS if kind == "string" else NUMERIC_METRICS
+    if metric == "" or metric in allowed:
+        return
+    if metric in (*STRING_METRICS, *NUMERIC_METRICS):
+        other = "numeric" if kind == "string" else "string"
+        raise DatasetError(f"{path}: metric {metric!r} is for {other} identifiers; {kind} identifiers take "
+                           f"{list(allowed)}")
+    raise DatasetError(f"{path}: metric {metric!r} is not a linkage metric; {kind} identifiers take {list(allowed)}")
+
+
+def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataFrame | None = None,
+               label: str | None = None) -> PartyTable:
+    """One party's table; ``label``: the primary's label column (never a feature)."""
     where = f"party {name!r} ({party['file']})"
     if df is None:
         df = read_csv(folder / party["file"], where)
-    kind, ids = party.get("kind", "numeric"), list(party["identifiers"])
+    entity = party.get("entity_id", "")
+    ids = list(party.get("identifiers", [entity]))
     require_columns(df, ids, where)
+    kind = party.get("kind") or ("string" if "identifiers" not in party and not all(
+        pd.api.types.is_numeric_dtype(df[c]) for c in ids) else "numeric")
+    reserved = {c: "identifier" for c in ids} | ({entity: "entity id"} if entity else {}) | (
+        {label: "label"} if label else {})
+    numeric, categorical = feature_columns(list(df.columns), party.get("numeric"), party.get("categorical"),
+                                           reserved, where)
+    refuse_text(df, numeric, where)
     if kind == "string":
         df = normalized_strings(df, ids, where)
-    return party_table(name, df, id_cols=ids, id_kind=kind, numeric_cols=party.get("numeric", []),
-                       categorical_cols=party.get("categorical", []), fit_rows=fit_rows)
+    return party_table(name, df, id_cols=ids, id_kind=kind, numeric_cols=numeric, categorical_cols=categorical,
+                       fit_rows=fit_rows, labels_only=label is not None)
 
 
 def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataFrame:
-    """``df`` with its one string identifier column normalised for linkage (missing values kept
-    missing, for check_identifiers to refuse by name); numbers in it are refused."""
+    """``df`` with its string identifier columns normalised for linkage (missing values kept
+    missing, for check_identifiers to refuse by name); numbers in them are refused."""
     from linkage.strings import normalize_strings
 
-    if len(ids) != 1:
-        raise DatasetError(f"{where}: kind 'string' takes one identifier column, got {ids}")
-    if pd.api.types.is_numeric_dtype(df[ids[0]]):
-        raise DatasetError(f"{where}: kind 'string' but identifier column {ids[0]!r} holds numbers; "
-                           "use kind = 'numeric'")
-    return df.assign(**{ids[0]: [normalize_strings([s])[0] if isinstance(s, str) else None for s in df[ids[0]]]})
+    for col in ids:
+        if pd.api.types.is_numeric_dtype(df[col]):
+            raise DatasetError(f"{where}: kind 'string' but identifier column {col!r} holds numbers; "
+                               "use kind = 'numeric'")
+    return df.assign(**{col: [normalize_strings([s])[0] if isinstance(s, str) else None for s in df[col]]
+                        for col in ids})
 
 
 def read_csv(path: Path, where: str) -> pd.DataFrame:
+    path = Path(path).absolute()
     if not path.exists():
         raise DatasetError(f"{where}: file {path} not found")
     return pd.read_csv(path)
@@ -108,10 +159,16 @@ def labels_of(values: pd.Series, task: str, where: str) -> tuple[np.ndarray, int
     return values.map(code).to_numpy(dtype=np.int64), len(classes)
 
 
+def entity_rows(spec: dict, df: pd.DataFrame, frames: dict[str, pd.DataFrame]) -> tuple[np.ndarray, dict]:
+    """(the primary's entity ids (n,), per secondary its row of each primary entity (n,), -1 none)."""
+    prim = spec["primary"]
+    ids = read_entity_ids(df, prim["entity_id"], f"party {prim.get('name', 'primary')!r} ({prim['file']})")
+    return ids, {name: match_entities(ids, read_entity_ids(frames[name], p["entity_id"], f"party {name!r} ({p['file']})"))
+                 for name, p in spec["secondaries"].items()}
+
+
 def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
-    if data_dir is None:
-        raise DatasetError(f"dataset 'csv' needs data-dir = a folder holding {SPEC} and the parties' CSV files")
-    folder = Path(data_dir)
+    folder = data_folder(data_dir)
     spec = read_spec(folder)
     prim = spec["primary"]
     df = read_csv(folder / prim["file"], f"primary ({prim['file']})")
@@ -121,18 +178,26 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     if opts.n_rows:
         df = df.sample(n=min(opts.n_rows, len(df)), random_state=opts.seed).reset_index(drop=True)
     labels, n_classes = labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})")
-    split = split_primary(len(df), opts.seed)
-    primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df)
-    secondaries = {name: read_party(folder, name, p) for name, p in spec["secondaries"].items()}
+    frames = {name: read_csv(folder / p["file"], f"party {name!r} ({p['file']})") for name, p in spec["secondaries"].items()}
+    entity_ids, true_match = entity_rows(spec, df, frames) if "entity_id" in prim else (None, {})
+    if entity_ids is None:
+        split = split_primary(len(df), opts.seed)
+    else:
+        held = np.logical_and.reduce([rows >= 0 for rows in true_match.values()])
+        split = entity_split(held, opts.seed, f"dataset 'csv' ({folder / SPEC})")
+    primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df, label=spec["label"])
+    secondaries = {name: read_party(folder, name, p, df=frames[name]) for name, p in spec["secondaries"].items()}
+    check_metric(spec.get("metric", ""), primary.id_kind, folder / SPEC)
     return VFLDataset(name="csv", task=spec["task"], primary=primary, labels=labels, secondaries=secondaries,
                       split=split, n_classes=n_classes if spec["task"] != "regression" else 1,
-                      label_name=spec["label"])
+                      label_name=spec["label"], true_match=true_match, entity_ids=entity_ids,
+                      metric=spec.get("metric", ""))
 
 
 def load_secondary_party(data_dir: Path, party: str) -> PartyTable:
     """One secondary's table alone, from its own CSV: what a deployed party's SuperNode reads
     (it needs neither the primary's file nor the other secondaries')."""
-    folder = Path(data_dir)
+    folder = data_folder(data_dir)
     spec = read_spec(folder)
     if party not in spec["secondaries"]:
         raise DatasetError(f"party {party!r} is not a secondary of {folder / SPEC}; "

@@ -23,12 +23,13 @@ def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:
     embedded ``data/`` or ``../shared/data`` beside it (repo, then working directory)."""
     repo = Path(__file__).resolve().parents[1]
     if data_dir:  # an explicit data dir is used or refused, never silently replaced
-        if (Path(data_dir) / subdir).is_dir():
-            return Path(data_dir) / subdir
-        raise DatasetError(f"data folder {subdir!r} not found in data-dir {str(data_dir)!r}")
+        given = Path(data_dir).expanduser().absolute()  # errors name the folder tried in full
+        if (given / subdir).is_dir():
+            return given / subdir
+        raise DatasetError(f"data folder {subdir!r} not found in data-dir {str(given)!r}")
     candidates = []
     if os.environ.get("FEDSIM_DATA_DIR"):
-        candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]))
+        candidates.append(Path(os.environ["FEDSIM_DATA_DIR"]).expanduser().absolute())
     # the repo when run from a checkout; the working directory when run as an installed Flower app
     for root in dict.fromkeys([repo, Path.cwd()]):
         candidates += [root / "data", root.parent / "shared" / "data"]

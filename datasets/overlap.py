@@ -50,6 +50,11 @@ class EntityData:
     blocks: dict[str, np.ndarray]
     labels: np.ndarray  # (n,)
     split: Split
+    # party -> (n,) bool, the entities it holds, from the parties' own entity ids (parties.toml
+    # entity_id; a row it does not hold is zeros and never sent); None: every party holds every
+    # entity and the overlap is the experiment's (run-config overlap, :func:`overlap_split`)
+    held: dict[str, np.ndarray] | None = None
+    entity_ids: np.ndarray | None = None  # (n,) the parties' id of each entity, with ``held``
 
     @property
     def guests(self) -> list[str]:
@@ -63,17 +68,22 @@ class EntityData:
 
 def entity_data(ds: VFLDataset) -> EntityData:
     """Any dataset whose every secondary row of every entity is known (``true_match``) as
-    entity-indexed blocks; the primary's features, if any, become the host's block."""
+    entity-indexed blocks; the primary's features, if any, become the host's block. With the
+    parties' own entity ids (``ds.entity_ids``) a party may hold only some entities: see
+    :func:`entity_data_from_ids`."""
+    if HOST in ds.secondaries:
+        raise DatasetError(f"dataset {ds.name!r}: a guest may not be called {HOST!r} (the host's own block)")
+    if ds.entity_ids is not None:
+        return entity_data_from_ids(ds)
     n = ds.primary.n_rows
     missing = [p for p in ds.secondaries if p not in ds.true_match or (ds.true_match[p] < 0).any()]
     if missing:
         raise DatasetError(
             f"dataset {ds.name!r}: party {missing[0]!r} does not hold every entity under a known id "
             "(no complete true_match), so its records cannot be sent by entity id; "
-            "entity-aug runs on credit, parkinsons, handwritten, digits (or a set with known ids)"
+            "entity-aug runs on credit, parkinsons, handwritten, digits, or on your own CSVs: declare each "
+            "party's entity id column in parties.toml (entity_id = \"<column>\"; docs/own-data.md)"
         )
-    if HOST in ds.secondaries:
-        raise DatasetError(f"dataset {ds.name!r}: a guest may not be called {HOST!r} (the host's own block)")
     blocks = {p: t.features[ds.true_match[p]] for p, t in ds.secondaries.items()}  # (n, d_p) each
     if ds.primary.n_features:
         blocks[HOST] = ds.primary.features
@@ -81,6 +91,48 @@ def entity_data(ds: VFLDataset) -> EntityData:
         if len(b) != n:
             raise DatasetError(f"dataset {ds.name!r}: party {p!r} has {len(b)} entity rows, the host {n}")
     return EntityData(ds.name, ds.task, ds.n_classes, blocks, ds.labels, ds.split)
+
+
+def entity_data_from_ids(ds: VFLDataset) -> EntityData:
+    """Entities = the label holder's rows some party holds (its own block counts); a party's
+    block row of an entity it lacks is zeros, never sent (``held``). The split is the
+    dataset's (datasets/entity_ids.py: validation and test entities are held by every party)."""
+    rows = dict(ds.true_match)  # party -> (n_primary,) its row of each entity, -1 none
+    tables = dict(ds.secondaries)
+    if ds.primary.n_features:
+        rows[HOST], tables[HOST] = np.arange(ds.primary.n_rows), ds.primary
+    keep = np.flatnonzero(np.logical_or.reduce([r >= 0 for r in rows.values()]))  # (n,) primary rows
+    pos = np.full(ds.primary.n_rows, -1)
+    pos[keep] = np.arange(len(keep))
+    blocks, held = {}, {}
+    for p, r in rows.items():
+        r = r[keep]
+        held[p] = r >= 0
+        blocks[p] = np.zeros((len(keep), tables[p].n_features), dtype=np.float32)  # (n, d_p)
+        blocks[p][held[p]] = tables[p].features[r[held[p]]]
+    train = pos[ds.split.train]
+    split = Split(train=train[train >= 0], val=pos[ds.split.val], test=pos[ds.split.test])  # val, test: held by all
+    return EntityData(ds.name, ds.task, ds.n_classes, blocks, ds.labels[keep], split, held=held,
+                      entity_ids=ds.entity_ids[keep])
+
+
+def entity_overlap(data: EntityData, x: float, rng: np.random.Generator,
+                   variant: str = "augment") -> tuple[np.ndarray, list[np.ndarray]]:
+    """The aligned training entities and each party's share of the others (in ``data.parties``'
+    order). Without entity ids: the paper's overlap experiment, :func:`overlap_split` with the
+    fraction ``x``. With the parties' own ids the ids decide (``x`` and ``rng`` unused): aligned
+    = the training entities every party holds, a party's share = those it holds that another
+    lacks; variant "full" (every party trains on every entity) is refused unless none lacks any."""
+    if data.held is None:
+        return overlap_split(data.split.train, len(data.parties), x, rng)
+    train = data.split.train
+    every = np.logical_and.reduce([data.held[p][train] for p in data.parties])  # (n_train,)
+    if variant == "full" and not every.all():
+        lacking = {p: int((~data.held[p][train]).sum()) for p in data.parties if not data.held[p][train].all()}
+        raise DatasetError(f"dataset {data.name!r}: ea-variant 'full' trains every party on every training entity, "
+                           f"but the parties' entity ids leave some out (missing per party: {lacking}); use "
+                           "ea-variant 'augment' or 'aligned'")
+    return train[every], [train[data.held[p][train] & ~every] for p in data.parties]
 
 
 def overlap_split(train_ids: np.ndarray, n_parties: int, x: float,

@@ -8,35 +8,39 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, IdKind, PartyTable, require_columns
-from datasets.transform import fit_transform
+from datasets.transform import FeatureTransform, fit_transform
 
 
 def check_identifiers(ids: np.ndarray, id_names: Sequence[str], where: str) -> None:
-    """Refuse NaN / empty identifiers, naming the column and the first offending rows."""
+    """Refuse NaN / empty identifiers, naming the columns, the first such column and rows."""
     if ids.dtype.kind == "f":
-        bad = np.isnan(ids) if ids.ndim == 1 else np.isnan(ids).any(axis=1)
+        cells = np.isnan(ids.reshape(len(ids), -1))  # (n, c)
     else:
-        bad = pd.isna(ids) | (pd.Series(ids).astype(str).str.strip() == "").to_numpy()
+        frame = pd.DataFrame(ids.reshape(len(ids), -1))
+        cells = frame.isna().to_numpy() | (frame.astype(str).apply(lambda s: s.str.strip()) == "").to_numpy()
+    bad = cells.any(axis=1)
     if bad.any():
         rows = np.flatnonzero(bad)
+        column = list(id_names)[int(np.flatnonzero(cells.any(axis=0))[0])] if len(id_names) == cells.shape[1] else ""
         raise DatasetError(
             f"{where}: {len(rows)} row(s) with NaN/empty identifiers {list(id_names)} "
-            f"(first rows: {rows[:5].tolist()}); drop or fix them before linkage"
+            f"({f'column {column!r}, ' if column else ''}first rows: {rows[:5].tolist()}); drop or fix them before linkage"
         )
 
 
 def read_identifiers(df: pd.DataFrame, id_cols: Sequence[str], id_kind: IdKind, where: str) -> np.ndarray:
-    """The identifier columns as linkage input: (n, d) float64 numbers or (n,) strings; refused by
-    name when numbers are not numbers, a string kind names several columns, or one is NaN/empty."""
+    """The identifier columns as linkage input: (n, d) float64 numbers, (n,) strings of one
+    column or (n, c) strings of c columns; refused by name when numbers are not numbers or a
+    value is NaN/empty."""
     if id_kind == "numeric":
         try:
             ids = df[list(id_cols)].to_numpy(dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"{where}: numeric identifiers {list(id_cols)} are not numbers ({exc})") from exc
     else:
-        if len(id_cols) != 1:
-            raise DatasetError(f"{where}: string identifiers need exactly one column, got {list(id_cols)}")
-        ids = df[id_cols[0]].to_numpy(dtype=object)
+        ids = df[list(id_cols)].to_numpy(dtype=object)  # (n, c)
+        if len(id_cols) == 1:
+            ids = ids[:, 0]  # (n,): one string per record, as the edit-distance linkage takes it
     check_identifiers(ids, id_cols, where)
     return ids
 
@@ -59,16 +63,22 @@ def party_table(
     numeric_cols: Sequence[str] = (),
     categorical_cols: Sequence[str] = (),
     fit_rows: np.ndarray | None = None,
+    labels_only: bool = False,
 ) -> PartyTable:
     """Build a party table: identifiers kept apart from features, categoricals one-hot,
-    numeric columns mean-imputed then standardised on ``fit_rows``, constant columns dropped."""
+    numeric columns mean-imputed then standardised on ``fit_rows``, constant columns dropped.
+    ``labels_only``: a label holder without any feature column is allowed (zero features)."""
     where = f"party {name!r}"
     require_columns(df, [*id_cols, *numeric_cols, *categorical_cols], where)
     if len(df) == 0:
         raise DatasetError(f"{where}: zero rows")
     ids = read_identifiers(df, id_cols, id_kind, where)
 
-    transform, report = fit_transform(df, list(numeric_cols), list(categorical_cols), fit_rows, where)
+    if labels_only and not numeric_cols and not categorical_cols:
+        transform = FeatureTransform((), (), (), (), (), (), ())
+        report = {"dropped_constant": [], "dropped_empty": [], "nan_imputed": {}, "nan_imputed_total": 0}
+    else:
+        transform, report = fit_transform(df, list(numeric_cols), list(categorical_cols), fit_rows, where)
     features, _ = transform.apply(df, where)
     return PartyTable(
         name=name,

@@ -303,15 +303,16 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
             **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **dep.link_params, **run_config}
 
 
-def start_run(dep: Deployment, run_config: dict[str, object]) -> subprocess.Popen:
-    """`flwr run <repo> fedsim-deploy --stream` with the deployment's dataset and linkage."""
+def start_run(dep: Deployment, run_config: dict[str, object], output=None) -> subprocess.Popen:
+    """`flwr run <repo> fedsim-deploy --stream` with the deployment's dataset and linkage
+    (``output``: an open file for its stdout and stderr together; default: pipes)."""
     from app.config import RunConfig
 
     values = run_values(dep, run_config)
     RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
     cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
-    return subprocess.Popen(cmd, env=dep.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=dep.root)
+    out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
+    return subprocess.Popen(cmd, env=dep.env(), stdout=out, stderr=err, text=True, cwd=dep.root)
 
 
 def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 3600.0) -> subprocess.CompletedProcess:
@@ -331,7 +332,7 @@ def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 36
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from deploy.predict import add_parser as add_predict_parser, command as predict_command
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -357,7 +358,7 @@ def main() -> None:
     s.add_argument("folder", type=Path)
     s = sub.add_parser("status", help="which processes of the deployment are running")
     s.add_argument("folder", type=Path)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     if args.command == "up":
         parties = [p for p in args.parties.split(",") if p] or None

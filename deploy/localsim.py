@@ -93,9 +93,10 @@ def stop_superlink(port: int, timeout: float = 10.0) -> int:
 
 
 def start_simulation(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1,
-                     app_dir: Path = REPO) -> tuple[subprocess.Popen, int]:
+                     app_dir: Path = REPO, output=None) -> tuple[subprocess.Popen, int]:
     """``flwr run <app> --stream`` in the background with its own FLWR_HOME and ports; returns
     the process and the port of the SuperLink it starts (pass it to :func:`stop_superlink`).
+    ``output``: an open file for its stdout and stderr together (default: pipes).
     This app's run config is checked first (ConfigError naming the key): Flower 1.41 refuses an
     unknown key as "Invalid run configuration" without naming it."""
     if Path(app_dir).resolve() == REPO:
@@ -109,7 +110,8 @@ def start_simulation(run_config: dict[str, object], home: Path, *, num_supernode
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control)}
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
     cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), port
+    out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True), port
 
 
 def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0,

@@ -294,6 +294,36 @@ def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def progress_bar(console=None):
+    """Runs done / total, elapsed, ETA on stderr (``console``: another rich Console); quiet when it
+    is not a terminal (a log file, CI)."""
+    from rich import console as rc, progress as rp
+
+    console = console or rc.Console(stderr=True)
+    return rp.Progress(rp.TextColumn("sweep"), rp.BarColumn(), rp.MofNCompleteColumn(), rp.TextColumn("runs"),
+                       rp.TimeElapsedColumn(), rp.TextColumn("ETA"), rp.TimeRemainingColumn(), console=console,
+                       disable=not console.is_terminal)
+
+
+def run_all(pending: list[tuple[str, dict, Path]], engine: str, jobs: int, log, already: int = 0,
+            console=None) -> list[str]:
+    """The pending runs under a progress bar (``already``: the sweep's runs finished before); returns
+    the failures ("<run>: <error>"), each logged: one bad run does not stop the sweep, nor is it tabulated."""
+    failures: list[str] = []
+    with progress_bar(console) as bar:
+        task = bar.add_task("sweep", total=already + len(pending), completed=already)
+        for name, result in run_pending(pending, engine, jobs):
+            bar.advance(task)
+            if isinstance(result, str):
+                failures.append(f"{name}: {result}")
+                log(f"FAILED {failures[-1]}")
+                continue
+            metric, _ = key_metric(result)
+            log(f"{name}: test {metric} {result['test'][metric]:.4f} (best epoch {result['best_epoch']}, "
+                f"{result['epochs_run']} epochs run)")
+    return failures
+
+
 class SweepFailed(RuntimeError):
     """Runs of a sweep failed; the table and plots of the others were written all the same."""
 
@@ -307,33 +337,26 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
     """Run (or resume) a sweep; returns its markdown table and plot files (SweepFailed, which
     carries them, when a run failed). With
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
-    ``jobs`` > 1 runs that many runs at once, each in its own process."""
+    ``jobs`` > 1 runs that many runs at once, each in its own process; a progress bar on a terminal."""
     sweep = load_sweep(path, quick)
     engine = engine or sweep.get("engine", "inprocess")  # a sweep file may name its engine
     if engine not in ENGINES:
         raise SystemExit(f"{path}: engine must be one of {ENGINES}, got {engine!r}")
     root = (root or REPO / "runs" / "sweeps") / sweep["name"]
     t0 = time.perf_counter()
-    failures: list[str] = []
-    missing: list[str] = []
-    pending: list[tuple[str, dict, Path]] = []
+    missing, pending, finished = [], [], 0
     for dataset in sweep["datasets"]:
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
                 out = root / dataset / variant / f"s{seed}"
                 if is_finished(out) or not applies(sweep, dataset, variant):
+                    finished += applies(sweep, dataset, variant)
                     continue
                 if existing_only:
                     missing.append(f"{dataset} {variant} seed {seed}")
                     continue
                 pending.append((f"{dataset} {variant} seed {seed}", run_values(sweep, dataset, variant, seed), out))
-    for name, result in run_pending(pending, engine, jobs):
-        if isinstance(result, str):  # one bad run does not stop the sweep; it is reported and not tabulated
-            failures.append(f"{name}: {result}")
-            log(f"FAILED {failures[-1]}")
-            continue
-        metric, _ = key_metric(result)
-        log(f"{name}: test {metric} {result['test'][metric]:.4f} (best epoch {result['best_epoch']})")
+    failures = run_all(pending, engine, jobs, log, already=finished)
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
     command = f"python -m experiments.sweep {shown}" + (" --quick" if quick else "") + (

@@ -13,19 +13,41 @@ the output is sorted without a heap or a sort. The cost hardly depends on the da
 Why not faiss: on the same title Bloom filters IndexBinaryFlat took ~15x the floor with its heap top-K
 (106 s) and ~5x with its counting variant (use_heap = False / knn_hamming(variant="mc"), 36 s).
 Ties: Hamming distances are small integers; among equal distances the lower base row comes first.
+
+Compiled kernels are cached in a user cache folder, not in the installed package's folder (which
+may be read-only): $NUMBA_CACHE_DIR if set, else $XDG_CACHE_HOME/fedsim/numba or
+~/.cache/fedsim/numba. The first job of a copy of this code compiles them (about 3 s on the 2-core
+VM, docs/benchmarks.md; numba keys the cache by the source folder); :func:`warm` does it ahead.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Callable
 
-import numba
-import numpy as np
-from numba import njit, prange, types
-from numba.extending import intrinsic
 
-from linkage.contracts import LinkageError
+def cache_dir() -> str:
+    """Where numba caches this module's kernels: $NUMBA_CACHE_DIR, else the user's cache folder."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return os.environ["NUMBA_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "fedsim" / "numba")
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())  # read by numba's config when numba is first imported
+
+import numba  # noqa: E402 - after NUMBA_CACHE_DIR
+import numpy as np  # noqa: E402
+from numba import njit, prange, types  # noqa: E402
+from numba.core import config as numba_config  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+from linkage.contracts import LinkageError  # noqa: E402
+
+if not numba_config.CACHE_DIR:  # numba was imported before this module: the decorators below still read it
+    numba_config.CACHE_DIR = cache_dir()
 
 
 @intrinsic
@@ -190,6 +212,15 @@ def popcount_floor_seconds(query: np.ndarray, base: np.ndarray, repeats: int = 1
             fn(q, b, 0)
             best = min(best, time.perf_counter() - t0)
     return best
+
+
+def warm() -> float:
+    """Compile the top-K kernel (or load it from the cache) on a tiny input; returns the seconds
+    it took. ``python -c "from linkage.hamming import warm; warm()"`` spares the first job the wait."""
+    t0 = time.perf_counter()
+    bits = np.zeros((2, 8), np.uint8)
+    topk_hamming(bits, bits, 1)
+    return time.perf_counter() - t0
 
 
 def num_threads() -> int:

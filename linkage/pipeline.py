@@ -3,7 +3,8 @@
 Array contracts (m primary records, n secondary records, d identifier dims, K neighbours):
   topk_*(query, base, k)                     -> dist (m, K) float64 ascending, idx (m, K) int64
       euclidean: query (m, d) float, base (n, d) float
-      edit:      query (m,) str,     base (n,) str        (linkage.strings)
+      strings:   query (m,) or (m, c) str, base (n,) or (n, c) str: STRING_METRICS, edit (raw
+                 Levenshtein) and normalised distances in [0, 1] (linkage.scorers; c columns)
       hamming:   query (m, B) uint8, base (n, B) uint8     (packed bits; linkage.hamming)
   similarity(dist (m, K))                    -> raw sim (m, K) = -dist
   fit_standardizer(sim (m, K), rows)         -> (mean, std) over the given rows' K similarities
@@ -30,6 +31,7 @@ from scipy.spatial import cKDTree
 
 from linkage.contracts import (
     METRICS,
+    STRING_METRICS,
     LinkageError,
     LinkageResult,
     PartyLink,
@@ -57,14 +59,16 @@ def _as_identifiers(ids, metric: str, who: str) -> np.ndarray:
         if bad.any():
             raise LinkageError(f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf "
                                f"(first: {np.flatnonzero(bad)[:5].tolist()})")
-    elif metric == "edit":
-        if arr.ndim != 1 or arr.dtype.kind not in "UO":
-            raise LinkageError(f"{who}: edit-distance identifiers must be a 1-D array of strings; "
-                               f"got dtype {arr.dtype} with shape {arr.shape}")
-        bad = np.array([not isinstance(s, str) for s in arr], dtype=bool) if arr.dtype.kind == "O" else None
+    elif metric in STRING_METRICS:
+        if arr.ndim not in (1, 2) or arr.dtype.kind not in "UO" or (arr.ndim == 2 and arr.shape[1] == 0):
+            label = "edit-distance" if metric == "edit" else metric
+            raise LinkageError(f"{who}: {label} identifiers must be a 1-D array of strings (rows,) or a 2-D one "
+                               f"(rows, columns); got dtype {arr.dtype} with shape {arr.shape}")
+        bad = np.array([not isinstance(s, str) for s in arr.ravel()], dtype=bool) if arr.dtype.kind == "O" else None
         if bad is not None and bad.any():
+            rows = np.unique(np.flatnonzero(bad) // (arr.shape[1] if arr.ndim == 2 else 1))
             raise LinkageError(f"{who}: {int(bad.sum())} identifier(s) are not strings (missing/NaN?) "
-                               f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
+                               f"(first rows: {rows[:5].tolist()})")
     elif metric == "hamming":
         if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] == 0:
             raise LinkageError(f"{who}: hamming identifiers must be packed bits, a 2-D uint8 array "
@@ -74,6 +78,10 @@ def _as_identifiers(ids, metric: str, who: str) -> np.ndarray:
     return arr
 
 
+def _columns(arr: np.ndarray) -> int:
+    return 1 if arr.ndim == 1 else arr.shape[1]
+
+
 def check_identifiers(query, base, k: int, party: str, metric: str = "euclidean") -> tuple[np.ndarray, np.ndarray]:
     """Validate a (primary, secondary) pair for one metric; return them as the metric's arrays."""
     query, base = _as_identifiers(query, metric, "primary"), _as_identifiers(base, metric, party)
@@ -81,7 +89,9 @@ def check_identifiers(query, base, k: int, party: str, metric: str = "euclidean"
         raise LinkageError("the primary party has zero rows to link")
     if len(base) == 0:
         raise LinkageError(f"secondary party {party!r} has zero rows to link against")
-    if query.ndim == 2 and query.shape[1] != base.shape[1]:
+    if metric in STRING_METRICS and _columns(query) != _columns(base):
+        raise LinkageError(f"string columns differ: primary has {_columns(query)}, party {party!r} has {_columns(base)}")
+    if metric not in STRING_METRICS and query.shape[1] != base.shape[1]:
         what = "bytes per filter" if metric == "hamming" else "identifier dimensions"
         raise LinkageError(f"{what} differ: primary has {query.shape[1]}, party {party!r} has {base.shape[1]}")
     if not 1 <= k <= len(base):
@@ -129,13 +139,13 @@ def topk_euclidean(query: np.ndarray, base: np.ndarray, k: int, progress: Progre
 
 
 def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Dispatch to the metric's exact (euclidean, hamming) or certified-candidate (edit) top-K."""
+    """Dispatch to the metric's exact top-K (edit: exact up to ties, certified by length windows)."""
     if metric == "euclidean":
         return topk_euclidean(query, base, k, progress)
-    if metric == "edit":
-        from linkage.strings import topk_edit
+    if metric in STRING_METRICS:
+        from linkage.scorers import topk_strings
 
-        return topk_edit(list(query), list(base), k, progress=progress)
+        return topk_strings(metric, query, base, k, progress=progress)
     if metric == "hamming":
         from linkage.hamming import topk_hamming
 
@@ -147,6 +157,9 @@ def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> 
 
 
 def similarity(dist: np.ndarray) -> np.ndarray:
+    """-distance, for every metric: the standardisation that follows (fit_standardizer) removes the
+    scale, so a [0, 1] distance (the normalised string metrics) and a count (edit, hamming) alike
+    become a similarity of mean 0 and std 1 over the training records' candidates."""
     return -dist
 
 

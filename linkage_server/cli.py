@@ -1,14 +1,19 @@
-"""Command line: ``python -m linkage_server <command>``; see ``--help`` of each command.
+"""Command line: ``python -m linkage_server <command>`` (also ``fedsim <command>``); see ``--help``
+of each command. A typical job: the admin creates it, every party uploads (`link`), the primary
+starts it (`start`, or `link --start` when the others uploaded first), each party fetches.
 
   serve       run the service (one process; results persist under --data-dir)
   create-job  (admin) a job for named parties; writes each party's secret to a file
   make-key    (parties) a shared secret for private mode, with FEDERAL parameters for numbers
   encode      (party) identifiers from a CSV -> a .npy to upload (Bloom / FEDERAL private mode)
   link        (party) upload identifiers; the primary may also start the job; --wait, --fetch
+  start       (primary) start the job once every party has uploaded; --wait, --fetch
   status      (party) the job's state and progress
   fetch       (party) download this party's result into a folder training reads
   query       (primary) new records' tokens and similarities from a finished job (predict)
   delta       the training-free improvement estimate of Definition 1 from a primary result
+
+Exit status 0 only when the command did what it says; otherwise the reason is on stderr.
 """
 
 from __future__ import annotations
@@ -20,51 +25,35 @@ import secrets
 import sys
 from pathlib import Path
 
-import numpy as np
+from linkage.contracts import DEFAULT_STRING_METRIC, METRICS
+from linkage_server.cli_party import (
+    cmd_encode,
+    cmd_fetch,
+    cmd_link,
+    cmd_make_key,
+    cmd_query,
+    cmd_start,
+    cmd_status,
+    read_identifiers,
+    read_secret,
+    verify,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8471"
+__all__ = ["main", "parser", "read_identifiers"]
 
 
-def _read_secret(path: str | None, env: str) -> str:
-    if path:
-        return Path(path).read_text().strip()
-    if os.environ.get(env):
-        return os.environ[env].strip()
-    raise SystemExit(f"error: give --secret-file or set ${env}")
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (or says it is required), unless it names one."""
 
-
-def _verify(args) -> bool | str:
-    return args.ca_cert or True
-
-
-# ----------------------------------------------------------------------------- identifiers
-
-
-def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
-    """One party's identifier columns from its CSV, checked: numbers (n, d) float64 or strings (n,)."""
-    import pandas as pd
-
-    from linkage.contracts import LinkageError
-
-    df = pd.read_csv(csv)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise LinkageError(f"{csv}: no column(s) {missing}; columns are {list(df.columns)}")
-    sub = df[columns]
-    bad = sub.isna().any(axis=1).to_numpy()
-    if bad.any():
-        raise LinkageError(f"{csv}: {int(bad.sum())} row(s) have a missing identifier in {columns} "
-                           f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
-    if kind == "strings":
-        if len(columns) != 1:
-            raise LinkageError(f"string identifiers are one column; got {columns}")
-        from linkage.strings import normalize_strings
-
-        return np.array(normalize_strings(sub[columns[0]].astype(str).tolist()), dtype=str)
-    try:
-        return sub.to_numpy(dtype=np.float64)
-    except ValueError as e:
-        raise LinkageError(f"{csv}: numeric identifier columns {columns} hold non-numbers ({e})") from None
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
+            return text
+        if action.required or "required" in text:
+            return text if "required" in text else f"{text} (required)"
+        shown = "none" if action.default is None else "off" if action.default is False else "%(default)s"
+        return f"{text} (default: {shown})"
 
 
 # ----------------------------------------------------------------------------- commands
@@ -103,8 +92,8 @@ def cmd_serve(args) -> None:
 def cmd_create_job(args) -> None:
     from linkage_server.client import create_job
 
-    token = _read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
-    out = create_job(args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=_verify(args))
+    token = read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
+    out = create_job(args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=verify(args))
     folder = Path(args.secrets_dir)
     folder.mkdir(parents=True, exist_ok=True)
     for party, secret in out["secrets"].items():
@@ -112,126 +101,6 @@ def cmd_create_job(args) -> None:
         path.write_text(secret)
         path.chmod(0o600)
     print(json.dumps({"job": out["job"], "secret_files": sorted(str(p) for p in folder.glob(f"{out['job']}-*"))}))
-
-
-def _client(args):
-    from linkage_server.client import LinkageClient
-
-    secret = _read_secret(args.secret_file, "FEDSIM_LINKAGE_SECRET")
-    return LinkageClient(args.url, args.job, args.party, secret, verify=_verify(args))
-
-
-SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the raw identifiers it came from
-
-
-def _identifiers(args) -> tuple[np.ndarray, str]:
-    """The identifiers to upload, and the digest of the raw identifiers they were encoded from
-    ("" = they are raw): a run binds the linkage to its own raw identifiers by it."""
-    from linkage.binding import identifier_digest
-
-    if args.npy:
-        source = Path(args.npy + SOURCE)
-        raw = json.loads(source.read_text())["raw_sha256"] if source.exists() else ""
-        ids = np.load(args.npy, allow_pickle=False)
-        if not raw and ids.dtype == np.uint8:
-            print(f"note: {args.npy} holds encoded identifiers but {source} is missing: the upload is recorded "
-                  "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
-                  "`python -m linkage_server encode`, which writes that file", file=sys.stderr)
-        return ids, raw
-    ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
-    if args.key_file:  # private mode: the party encodes with the parties' shared key before uploading
-        from linkage.encode import encode_with_key
-
-        return encode_with_key(ids, json.loads(Path(args.key_file).read_text())), identifier_digest(ids)
-    return ids, ""
-
-
-def _fingerprint(args) -> str:
-    """The encoding key's fingerprint (linkage.encode.key_fingerprint): from --key-file, or from
-    the .source.json `encode` wrote beside --npy; "" for raw identifiers."""
-    if args.key_file:
-        from linkage.encode import key_fingerprint
-
-        return key_fingerprint(json.loads(Path(args.key_file).read_text()))
-    source = Path(f"{args.npy}{SOURCE}") if args.npy else None
-    return json.loads(source.read_text()).get("key_fingerprint", "") if source and source.exists() else ""
-
-
-def cmd_make_key(args) -> None:
-    """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
-    key: dict = {"secret": secrets.token_urlsafe(32)}
-    if args.csv:
-        from linkage.encode import federal_key
-
-        values = read_identifiers(args.csv, args.columns.split(","), "numbers")
-        p = federal_key(values, k=args.k, bits_per_dim=args.bits_per_dim)
-        key["federal"] = {n: p[n] for n in ("bits_per_dim", "t", "lo", "hi")}
-        print(f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
-              f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)", file=sys.stderr)
-    out = Path(args.out)
-    out.write_text(json.dumps(key, indent=1))
-    out.chmod(0o600)
-    print(f"key written to {out}: share it with the other parties, never with the service")
-
-
-def cmd_encode(args) -> None:
-    from linkage.binding import identifier_digest
-
-    ids, raw = _identifiers(args)
-    out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
-    np.save(out, ids, allow_pickle=False)
-    Path(out + SOURCE).write_text(json.dumps({"raw_sha256": raw or identifier_digest(ids), "rows": len(ids),
-                                              "key_fingerprint": _fingerprint(args)}))
-    print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
-
-
-def _progress(st: dict) -> None:
-    p = st["progress"]
-    print(f"\r{st['state']}: {p['done']}/{p['total']} chunks", end="", file=sys.stderr, flush=True)
-
-
-def cmd_link(args) -> None:
-    with _client(args) as c:
-        ids, raw_sha256 = _identifiers(args)
-        print(json.dumps({"uploaded": c.upload(ids, raw_sha256, fingerprint=_fingerprint(args))}))
-        if args.record:
-            print(f"upload record {c.write_upload_record(Path(args.record))}")
-        if args.train_rows:
-            print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
-        if args.start:
-            st = c.start(args.metric, args.k, args.tau, args.pool, args.layout, args.anchor)
-            print(json.dumps({"state": st["state"]}))
-        if args.wait or args.fetch:
-            st = c.wait(timeout=args.timeout, on_progress=_progress)
-            print(file=sys.stderr)
-            print(json.dumps({"state": st["state"], "seconds": st.get("seconds"), "stats": st.get("stats")}))  # primary
-        if args.fetch:
-            print(f"fetched {c.fetch(Path(args.fetch))}")
-
-
-def cmd_status(args) -> None:
-    with _client(args) as c:
-        st = c.wait(timeout=args.timeout, on_progress=_progress) if args.wait else c.status()
-        print(json.dumps(st, indent=1))
-
-
-def cmd_fetch(args) -> None:
-    from linkage.binding import RECORD
-
-    with _client(args) as c:
-        path = c.fetch(Path(args.out))
-        print(f"fetched {path}")
-        if path.name == "primary.npz" and not (path.parent / RECORD).exists():
-            print(f"note: {path.parent} has no {RECORD}; a run refuses this linkage until the primary's upload is "
-                  "recorded there (`link ... --record DIR` or `link ... --fetch DIR`)", file=sys.stderr)
-
-
-def cmd_query(args) -> None:
-    with _client(args) as c:
-        ids, _ = _identifiers(args)
-        got = c.query(ids, fingerprint=_fingerprint(args), out=Path(args.out))
-        print(json.dumps({"out": args.out, "records": len(ids), "k": got.k, "parties": sorted(got.links),
-                          "query_budget": c.query_budget}))
 
 
 def cmd_delta(args) -> None:
@@ -245,38 +114,74 @@ def cmd_delta(args) -> None:
               f"Delta(AvgSim, K={k_avg})={improvement_delta(link.sims, k_avg):.3f}")
 
 
+# ----------------------------------------------------------------------------- parsers
+
+
+def _command(sub, name: str, func, text: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=text, description=text, formatter_class=HelpFormatter)
+    p.set_defaults(func=func, parser=p)
+    return p
+
+
 def _conn(p, party=True) -> None:
     """The service address and, for a party, its job, name and secret."""
-    p.add_argument("--url", default=os.environ.get("FEDSIM_LINKAGE_URL", DEFAULT_URL))
-    p.add_argument("--ca-cert", help="CA certificate to verify an HTTPS service")
+    p.add_argument("--url", default=os.environ.get("FEDSIM_LINKAGE_URL", DEFAULT_URL),
+                   help="the linkage service (default: $FEDSIM_LINKAGE_URL, else %(default)s)")
+    p.add_argument("--ca-cert", help="CA certificate to verify an HTTPS service (default: the system's)")
     if party:
-        p.add_argument("--job", required=True)
-        p.add_argument("--party", required=True)
-        p.add_argument("--secret-file", help="this party's secret (or $FEDSIM_LINKAGE_SECRET)")
+        p.add_argument("--job", required=True, help="the job id (from create-job)")
+        p.add_argument("--party", required=True, help="this party's name in the job")
+        p.add_argument("--secret-file", help="this party's secret (default: $FEDSIM_LINKAGE_SECRET)")
 
 
 def _ids(p) -> None:
-    """Where a party's identifiers come from (read by `_identifiers`)."""
+    """Where a party's identifiers come from (read by cli_party.identifiers)."""
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--csv", help="the party's CSV file")
-    g.add_argument("--npy", help="identifiers already as a .npy array")
-    p.add_argument("--columns", help="identifier column(s), comma-separated")
-    p.add_argument("--kind", choices=["numbers", "strings"], default="numbers")
-    p.add_argument("--key-file", help="private mode: JSON key shared by the parties (not the service)")
+    g.add_argument("--csv", help="the party's CSV file (with --columns; one of --csv / --npy is required)")
+    g.add_argument("--npy", help="identifiers already as a .npy array, e.g. from `encode` (default: none)")
+    p.add_argument("--columns", help="identifier column(s) of --csv, comma-separated; several string columns "
+                                     "(name,address) are compared joined with a space (required with --csv)")
+    p.add_argument("--kind", choices=["numbers", "strings"], default="numbers",
+                   help="numbers (Euclidean) or strings (names, titles, addresses)")
+    p.add_argument("--key-file", help="private mode: JSON key shared by the parties, never the service; "
+                                      "identifiers are encoded with it before upload (default: none, raw)")
+
+
+def _job(p) -> None:
+    """The job's parameters, as the primary starts it."""
+    p.add_argument("--metric", choices=METRICS, default=None, metavar="METRIC",
+                   help=f"one of {', '.join(METRICS)}; default: from the primary's upload: numbers -> euclidean, "
+                        f"Bloom/FEDERAL bits -> hamming, strings -> {DEFAULT_STRING_METRIC}. edit is raw Levenshtein; "
+                        "levenshtein_norm, jaro_winkler, token_sort, qgram_cosine are normalised to [0, 1]")
+    p.add_argument("--k", type=int, default=100, help="neighbours per record")
+    p.add_argument("--tau", type=float, default=1.0, help="attack-success bound of the noise (1 = no noise)")
+    p.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
+    p.add_argument("--layout", choices=["independent", "chain"], default="independent",
+                   help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
+    p.add_argument("--anchor", default="", help="the chain's anchor secondary (default: '' = the first by name)")
+    p.add_argument("--train-rows", help="(primary) .npy of training row numbers to standardise on "
+                                        "(default: none, all rows)")
+
+
+def _wait(p) -> None:
+    p.add_argument("--wait", action="store_true", help="wait until the job is done")
+    p.add_argument("--fetch", help="wait, then download this party's result into this folder (the primary: with "
+                                   "its upload record, which binds the result to its identifiers) (default: none)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
 
 
 def _add_serve(sub) -> None:
-    s = sub.add_parser("serve", help="run the linkage service")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8471)
+    s = _command(sub, "serve", cmd_serve, "run the linkage service")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    s.add_argument("--port", type=int, default=8471, help="port to listen on")
     s.add_argument("--data-dir", required=True, help="jobs, uploads and results live here (survive restarts)")
     s.add_argument("--admin-token-file", help="default: <data-dir>/admin-token, created if absent")
-    s.add_argument("--max-upload-mb", type=float, default=512)
+    s.add_argument("--max-upload-mb", type=float, default=512, help="largest upload accepted, MiB")
     s.add_argument("--chunk-rows", type=int, default=20_000, help="primary rows per resumable search chunk")
     s.add_argument("--auth-failures", type=int, default=10,
                    help="failed authentications per client address (and per party) within --auth-window before "
-                        "429; clients behind one address share it (default: %(default)s)")
-    s.add_argument("--auth-window", type=float, default=60.0, help="seconds (default: %(default)s)")
+                        "429; clients behind one address share it")
+    s.add_argument("--auth-window", type=float, default=60.0, help="seconds")
     s.add_argument("--operator-seed", type=int, default=None,
                    help="operator only, for reproducible experiments: derive every job's randomness from this "
                         "seed and the job's content instead of a fresh secret per job (no party can set or read "
@@ -285,101 +190,109 @@ def _add_serve(sub) -> None:
     s.add_argument("--query-budget", type=int, default=1_000_000,
                    help="records each job answers queries for, over all its queries (0 = no queries)")
     s.add_argument("--query-max-records", type=int, default=100_000, help="records per query")
-    s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS")
-    s.add_argument("--keyfile")
-    s.add_argument("--log-level", default="warning")
-    s.set_defaults(func=cmd_serve)
+    s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS "
+                                      "(default: none, plain HTTP)")
+    s.add_argument("--keyfile", help="TLS private key (PEM) (default: none)")
+    s.add_argument("--log-level", default="warning", help="uvicorn's log level")
 
 
 def _add_setup_commands(sub) -> None:
     """create-job (admin), make-key and encode (parties, offline)."""
-    s = sub.add_parser("create-job", help="(admin) create a job and per-party secrets")
+    s = _command(sub, "create-job", cmd_create_job, "(admin) create a job and per-party secrets")
     _conn(s, party=False)
-    s.add_argument("--admin-token-file")
-    s.add_argument("--primary", required=True)
-    s.add_argument("--secondary", action="append", required=True)
-    s.add_argument("--duplicates", choices=["allow", "refuse"], default="allow")
+    s.add_argument("--admin-token-file", help="the admin token (default: $FEDSIM_LINKAGE_ADMIN_TOKEN)")
+    s.add_argument("--primary", required=True, help="the primary party's name")
+    s.add_argument("--secondary", action="append", required=True, help="a secondary party's name (repeat for more)")
+    s.add_argument("--duplicates", choices=["allow", "refuse"], default="allow",
+                   help="duplicate identifiers in an upload")
     s.add_argument("--secrets-dir", default=".", help="where <job>-<party>.secret files are written")
-    s.set_defaults(func=cmd_create_job)
 
-    s = sub.add_parser("make-key", help="(parties) a shared secret (+ FEDERAL parameters) for private mode")
-    s.add_argument("--out", required=True)
-    s.add_argument("--csv", help="numeric identifiers to fit FEDERAL's t, lo, hi on (optional)")
-    s.add_argument("--columns")
-    s.add_argument("--k", type=int, default=100)
-    s.add_argument("--bits-per-dim", type=int, default=1024)
-    s.set_defaults(func=cmd_make_key)
+    s = _command(sub, "make-key", cmd_make_key, "(parties) a shared secret (+ FEDERAL parameters) for private mode")
+    s.add_argument("--out", required=True, help="the key file to write")
+    s.add_argument("--csv", help="numeric identifiers to fit FEDERAL's t, lo, hi on (with --columns)")
+    s.add_argument("--columns", help="numeric column(s) of --csv, comma-separated (required with --csv)")
+    s.add_argument("--k", type=int, default=100, help="the job's K, which FEDERAL's t is fitted for")
+    s.add_argument("--bits-per-dim", type=int, default=1024, help="FEDERAL filter bits per dimension")
 
-    s = sub.add_parser("encode", help="(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
+    s = _command(sub, "encode", cmd_encode, "(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
     _ids(s)
-    s.add_argument("--out", required=True)
-    s.set_defaults(func=cmd_encode)
+    s.add_argument("--out", required=True, help="the .npy to write")
 
 
-def _add_link(sub) -> None:
-    s = sub.add_parser("link", help="(party) upload identifiers; the primary may start the job")
+def _add_party_commands(sub) -> None:
+    """link and start (the job), status and fetch (its result)."""
+    s = _command(sub, "link", cmd_link, "(party) upload identifiers; the primary may start the job too")
     _conn(s)
     _ids(s)
-    s.add_argument("--train-rows", help="(primary) .npy of training row numbers to standardise on")
-    s.add_argument("--start", action="store_true", help="(primary) start the job after uploading")
-    s.add_argument("--metric", choices=["euclidean", "edit", "hamming"], default="euclidean")
-    s.add_argument("--k", type=int, default=100)
-    s.add_argument("--tau", type=float, default=1.0)
-    s.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
-    s.add_argument("--layout", choices=["independent", "chain"], default="independent",
-                   help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
-    s.add_argument("--anchor", default="", help="the chain's anchor secondary ('' = first by name)")
-    s.add_argument("--wait", action="store_true")
-    s.add_argument("--fetch", help="wait, then download this party's result into this folder (the primary: with "
-                                   "its upload record, which binds the result to its identifiers)")
+    s.add_argument("--start", action="store_true", help="(primary) start the job after uploading (every other "
+                                                        "party must have uploaded; else use `start` later)")
+    _job(s)
+    _wait(s)
     s.add_argument("--record", help="(primary) write the upload record (job id, digests) into this folder now, "
-                                    "to `fetch` the result into it later")
-    s.add_argument("--timeout", type=float, default=3600)
-    s.set_defaults(func=cmd_link)
+                                    "to `fetch` the result into it later (default: none)")
+
+    s = _command(sub, "start", cmd_start, "(primary) start the job once every party has uploaded")
+    _conn(s)
+    _job(s)
+    _wait(s)
+
+    s = _command(sub, "status", cmd_status, "(party) job state and progress")
+    _conn(s)
+    s.add_argument("--wait", action="store_true", help="wait until the job is done")
+    s.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
+
+    s = _command(sub, "fetch", cmd_fetch, "(party) download this party's result")
+    _conn(s)
+    s.add_argument("--out", required=True, help="the folder to write the result into")
 
 
 def _add_result_commands(sub) -> None:
-    """status and fetch (parties), delta (offline, on a fetched result)."""
-    s = sub.add_parser("status", help="(party) job state and progress")
-    _conn(s)
-    s.add_argument("--wait", action="store_true")
-    s.add_argument("--timeout", type=float, default=3600)
-    s.set_defaults(func=cmd_status)
-
-    s = sub.add_parser("fetch", help="(party) download this party's result")
-    _conn(s)
-    s.add_argument("--out", required=True)
-    s.set_defaults(func=cmd_fetch)
-
-    s = sub.add_parser("query", help="(primary) new records' tokens and similarities from a finished job")
+    """query (the primary, after the job) and delta (offline, on a fetched result)."""
+    s = _command(sub, "query", cmd_query, "(primary) new records' tokens and similarities from a finished job")
     _conn(s)
     _ids(s)
     s.add_argument("--out", required=True, help="the result file (primary.npz format), written atomically")
-    s.set_defaults(func=cmd_query)
 
-    s = sub.add_parser("delta", help="Definition 1's improvement estimate from a primary result")
-    s.add_argument("--linkage-dir", required=True)
-    s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (default: all K)")
-    s.set_defaults(func=cmd_delta)
+    s = _command(sub, "delta", cmd_delta, "Definition 1's improvement estimate from a primary result")
+    s.add_argument("--linkage-dir", required=True, help="the folder holding primary.npz")
+    s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (0 = all K)")
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m linkage_server", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
+def parser(prog: str = "python -m linkage_server") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="command")
     _add_serve(sub)
     _add_setup_commands(sub)
-    _add_link(sub)
+    _add_party_commands(sub)
     _add_result_commands(sub)
     return ap
 
 
-def main(argv: list[str] | None = None) -> None:
+def _missing(args) -> str | None:
+    """An option that is required only with another one, named."""
+    if getattr(args, "csv", None) and not getattr(args, "columns", None):
+        return "--columns is required with --csv (the identifier column(s), comma-separated)"
+    return None
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") -> None:
+    """Run one command. A bad command line exits 2 with the usage; a refused or failed operation
+    raises SystemExit with "error: <reason>" (exit 1, the reason on stderr); success returns."""
+    import httpx
+
     from linkage.contracts import LinkageError
     from linkage_server.client import ServiceError
+    from linkage_server.uploads import UploadError
 
-    args = parser().parse_args(argv)
+    args = parser(prog).parse_args(argv)
+    problem = _missing(args)
+    if problem:
+        args.parser.error(problem)
     try:
         args.func(args)
-    except (ServiceError, LinkageError, TimeoutError) as e:
+    except (ServiceError, LinkageError, UploadError, TimeoutError) as e:
         raise SystemExit(f"error: {e}") from None
+    except httpx.TransportError as e:
+        raise SystemExit(f"error: cannot reach the linkage service at {getattr(args, 'url', '?')}: {e}") from None
+    except (OSError, ValueError) as e:  # a file that is not there or not readable, a key that is not JSON
+        raise SystemExit(f"error: {type(e).__name__}: {e}") from None

@@ -45,6 +45,14 @@ def create_job(url: str, admin_token: str, primary: str, secondaries: list[str],
     return _check(r).json()
 
 
+def _pieces(body: bytes, on_sent: Callable[[int, int], None] | None, size: int = 1 << 20):
+    """The body in 1 MiB pieces, reporting each as sent (the request carries its Content-Length)."""
+    for lo in range(0, len(body), size):
+        yield body[lo : lo + size]
+        if on_sent is not None:
+            on_sent(min(lo + size, len(body)), len(body))
+
+
 class LinkageClient:
     """One party of one job."""
 
@@ -71,15 +79,19 @@ class LinkageClient:
         bound = hmac.new(fingerprint.encode(), f"fedsim-linkage-job|{self.job}".encode(), hashlib.sha256)
         return {FINGERPRINT_HEADER: bound.hexdigest()}
 
-    def upload(self, identifiers: np.ndarray, raw_sha256: str = "", *, fingerprint: str = "") -> dict:
+    def upload(self, identifiers: np.ndarray, raw_sha256: str = "", *, fingerprint: str = "",
+               on_sent: Callable[[int, int], None] | None = None) -> dict:
         """Upload this party's identifiers. ``raw_sha256``: in private mode, the digest
         (binding.identifier_digest) of the raw identifiers they were encoded from; "" = the
         identifiers are raw. Kept on this side only (:meth:`write_upload_record`).
         ``fingerprint``: in private mode, the key's (linkage.encode.key_fingerprint); the primary's
-        later queries of encoded identifiers are checked against it."""
+        later queries of encoded identifiers are checked against it. ``on_sent(bytes sent, total)``
+        is called as the body goes out."""
         arr = np.asarray(identifiers)
-        out = _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers", content=to_npy(arr),
-                                    headers=self._encoding(fingerprint))).json()
+        body = to_npy(arr)
+        headers = {**self._encoding(fingerprint), "Content-Length": str(len(body))}
+        out = _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers",
+                                    content=_pieces(body, on_sent), headers=headers)).json()
         self.uploaded = upload_record(self.job, self.party, arr, raw_sha256)
         return out
 
@@ -115,12 +127,13 @@ class LinkageClient:
     def status(self) -> dict:
         return _check(self._http.get(f"/jobs/{self.job}")).json()
 
-    def wait(self, timeout: float = 3600.0, poll: float = 0.2, on_progress: Callable[[dict], None] | None = None
-             ) -> dict:
+    def wait(self, timeout: float = 3600.0, poll: float = 0.2, on_progress: Callable[[dict], None] | None = None,
+             *, until_started: bool = False) -> dict:
         """Block until the job is done (returns its status) or failed (raises with its error).
 
-        A service that stops answering is retried (it resumes its jobs when restarted) until
-        ``timeout``, then reported as unreachable: never a hang."""
+        A job not started yet is an error, unless ``until_started`` (a secondary waiting for the
+        primary to start it). A service that stops answering is retried (it resumes its jobs when
+        restarted) until ``timeout``, then reported as unreachable: never a hang."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -137,7 +150,7 @@ class LinkageClient:
                 return st
             if st["state"] == "failed":
                 raise ServiceError(409, f"job {self.job} failed: {st['error']}")
-            if st["state"] == "created":
+            if st["state"] == "created" and not until_started:
                 raise ServiceError(409, f"job {self.job} has not been started by the primary")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.job} still {st['state']} after {timeout} s ({st['progress']})")

@@ -109,10 +109,12 @@ class Queries:
         if kind != trained["kind"]:
             raise UploadError(f"the query holds {kind} identifiers ({arr.dtype}); the job's training upload holds "
                               f"{trained['kind']} ({trained['dtype']})")
-        if arr.ndim == 2 and arr.shape[1] != trained["shape"][1]:
-            unit, scale = ("Bloom filter bits", 8) if kind == "bits" else ("identifier dimensions", 1)
-            raise UploadError(f"width differs: the query has {arr.shape[1] * scale} {unit}, the job's training "
-                              f"upload has {trained['shape'][1] * scale}")
+        width, trained_width = (arr.shape[1] if arr.ndim == 2 else 1), (trained["shape"] + [1])[1]
+        if width != trained_width:
+            unit, scale = {"bits": ("Bloom filter bits", 8), "strings": ("string columns", 1)}.get(
+                kind, ("identifier dimensions", 1))
+            raise UploadError(f"width differs: the query has {width * scale} {unit}, the job's training "
+                              f"upload has {trained_width * scale}")
         return arr
 
     @staticmethod

@@ -1,7 +1,8 @@
 """Parsing and validating one party's identifier upload (a single ``.npy`` array).
 
-Kinds, by dtype: numbers (float/int, 2-D rows x dims) for Euclidean, strings (unicode, 1-D)
-for edit distance, bits (uint8, 2-D rows x bytes, packed Bloom filters) for Hamming. Every
+Kinds, by dtype: numbers (float/int, 2-D rows x dims) for Euclidean, strings (unicode, 1-D rows
+or 2-D rows x columns) for the string metrics (linkage.scorers), bits (uint8, 2-D rows x bytes,
+packed Bloom filters) for Hamming. Every
 refusal is an :class:`UploadError` whose message names the problem; nothing is stored unless
 the whole upload is valid.
 """
@@ -13,7 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KIND_OF_METRIC = {"euclidean": "numbers", "edit": "strings", "hamming": "bits"}
+from linkage.contracts import DEFAULT_STRING_METRIC, STRING_METRICS
+
+KIND_OF_METRIC = {"euclidean": "numbers", "hamming": "bits", **{m: "strings" for m in STRING_METRICS}}
+METRIC_OF_KIND = {"numbers": "euclidean", "bits": "hamming", "strings": DEFAULT_STRING_METRIC}  # when none is given
 
 
 class UploadError(ValueError):
@@ -63,9 +67,10 @@ def kind_of(arr: np.ndarray) -> str:
 def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
     """Check shape, dtype, NaN/empty identifiers and size; count duplicate identifiers."""
     kind = kind_of(arr)
-    want_ndim = 1 if kind == "strings" else 2
-    if arr.ndim != want_ndim:
-        raise UploadError(f"{kind} identifiers must be a {want_ndim}-D array; got shape {arr.shape}")
+    want = (1, 2) if kind == "strings" else (2,)
+    if arr.ndim not in want:
+        shapes = "1-D (rows,) or 2-D (rows, columns)" if kind == "strings" else "2-D"
+        raise UploadError(f"{kind} identifiers must be a {shapes} array; got shape {arr.shape}")
     if len(arr) == 0:
         raise UploadError("the upload has zero rows")
     if len(arr) > max_rows:
@@ -77,8 +82,9 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
         if bad.any():
             raise UploadError(f"{int(bad.sum())} identifier row(s) are NaN/inf (first rows: "
                               f"{np.flatnonzero(bad)[:5].tolist()})")
-    if kind == "strings":
+    if kind == "strings":  # several columns: a row may have empty cells, not only empty ones
         empty = np.char.str_len(arr) == 0
+        empty = empty if arr.ndim == 1 else empty.all(axis=1)
         if empty.any():
             raise UploadError(f"{int(empty.sum())} identifier(s) are empty strings (first rows: "
                               f"{np.flatnonzero(empty)[:5].tolist()})")

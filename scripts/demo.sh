@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 . .venv/bin/activate
 . scripts/flwr_env.sh
-base="run-name='demo-$(date +%Y%m%d-%H%M%S)' data-dir='$PWD/data' out-dir='$PWD/runs'"
+base="run-name='demo-$(date +%Y%m%d-%H%M%S)' data-dir='$PWD/data' out-dir='$PWD/runs' epochs=2"
 # the overrides win over $base (as in flwr run); a bad or unknown key is named here, Flower would not name it
 run_dir="$(python -m app.run_status folder "$base" "$*")"
 since="$(python -c 'import time; print(time.time())')"

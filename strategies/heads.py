@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,5 +80,19 @@ class TaskHead:
         return "rmse" if self.task == "regression" else "accuracy"
 
     def better(self, a: float, b: float) -> bool:
-        """Is metric value a better than b (for best-validation epoch selection)?"""
+        """Is metric value a better than b (for best-validation epoch selection)? NaN (a diverged
+        model) is worse than any number."""
+        if math.isnan(a) or math.isnan(b):
+            return not math.isnan(a)
         return a < b if self.task == "regression" else a > b
+
+    def constant_metrics(self, y_train: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        """The metrics on labels ``y`` (n,) of the best constant fitted on the training labels only:
+        their mean (regression), the majority class (binary: P(y=1) = the positive share)."""
+        if self.task == "regression":
+            constant = float(np.mean(y_train))
+        elif self.task == "binary":
+            constant = float(np.mean(y_train == 1))
+        else:
+            constant = int(np.bincount(np.asarray(y_train, dtype=np.int64), minlength=self.n_classes).argmax())
+        return self.metrics(np.full(len(y), constant), np.asarray(y))

@@ -1,11 +1,22 @@
-"""What both training modes record per epoch, and the choice of the reported epoch: the best
-validation metric (test metrics are reported, never used to choose)."""
+"""What both training modes record per epoch, the choice of the reported epoch (the best
+validation metric; test metrics are reported, never used to choose), and when training stops.
+
+Stopping is a function of the records alone, so every engine (``flwr run``, in process) and a
+run resumed from its checkpoint (which holds the records) stop at the same epoch: with
+``patience`` N > 0, training stops once N epochs in a row brought no better validation value
+than the best before them; ``patience`` 0 = fixed epochs (the reproduction presets).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strategies.heads import TaskHead
+
+# What the training loops report while they run: (phase "training" | "evaluation", epoch,
+# steps done in this epoch, steps per epoch, the last step's loss).
+Progress = Callable[[str, int, int, int, float], None]
 
 
 @dataclass
@@ -28,3 +39,30 @@ def best_epoch(records: list[EpochRecord], head: TaskHead) -> EpochRecord:
         if head.better(rec.val[key], best.val[key]):
             best = rec
     return best
+
+
+def epochs_without_improvement(records: list[EpochRecord], head: TaskHead) -> int:
+    """How many epochs ran after the best one (0 when the last epoch is the best)."""
+    return len(records) - 1 - records.index(best_epoch(records, head)) if records else 0
+
+
+def early_stop(records: list[EpochRecord], head: TaskHead, patience: int) -> bool:
+    """Stop now: ``patience`` > 0 epochs in a row after the best brought no improvement."""
+    return patience > 0 and bool(records) and epochs_without_improvement(records, head) >= patience
+
+
+def stopping(records: list[EpochRecord], head: TaskHead, patience: int, max_epochs: int, steps: int = 0,
+             max_steps: int = 0) -> dict:
+    """summary.json's ``stopping``: {"patience", "max_epochs", "epochs_run", "stopped_early", "reason"}."""
+    run = len(records)
+    early = early_stop(records, head, patience) and run < max_epochs
+    if early:
+        reason = (f"no better validation {head.key_metric} in the {patience} epochs after the best epoch "
+                  f"{best_epoch(records, head).epoch} (patience {patience})")
+    elif max_steps and steps >= max_steps:
+        reason = f"max-steps {max_steps} reached"
+    elif patience > 0:
+        reason = f"the maximum of {max_epochs} epochs ran out before the patience ({patience}) did"
+    else:
+        reason = f"fixed epochs: all {max_epochs} ran (patience 0)"
+    return {"patience": patience, "max_epochs": max_epochs, "epochs_run": run, "stopped_early": early, "reason": reason}

@@ -52,7 +52,13 @@ def test_every_method_runs_on_the_users_csvs(method, tmp_path):
     (("identifiers = [\"y\", \"x\"]", "identifiers = [\"y\", \"z\"]"), r"party 'shops'.*missing column\(s\) \['z'\]"),
     (("label = \"price\"", "label = \"value\""), "label column 'value' is not in the primary's file sales.csv"),
     (("kind = \"numeric\"\nnumeric = [\"rooms\"]", "kind = \"string\"\nnumeric = [\"rooms\"]"),
-     "kind 'string' takes one identifier column"),
+     "kind 'string' but identifier column 'lat' holds numbers"),
+    (("numeric = [\"rooms\"]\ncategorical = [\"type\"]", "numeric = [\"rooms\", \"type\"]"),
+     r"party 'primary' \(sales.csv\): column 'type' is listed as numeric but holds text, e.g. 'h'; list it under "
+     "categorical"),
+    (("numeric = [\"rooms\"]", "numeric = [\"rooms\", \"price\"]"),
+     r"party 'primary' \(sales.csv\): the label 'price' is listed as a feature \(numeric\)"),
+    (("categorical = [\"type\"]", "categorical = [\"type\", \"price\"]"), "the label 'price' is listed as a feature"),
     (("task = \"regression\"", "task = \"ranking\""), "task must be one of"),
     (("[secondaries.shops]", "[secondaries.shops]\ncolour = \"red\""), r"unknown key\(s\) \['colour'\]"),
 ])
@@ -112,3 +118,19 @@ def test_a_secondary_reads_only_its_own_csv(tmp_path):
     np.testing.assert_array_equal(got, want)
     with pytest.raises(DatasetError, match="party 'bank' is not a secondary"):
         secondary_features(RunConfig(dataset="csv", data_dir=str(alone)), "bank")
+
+
+def test_a_relative_data_dir_is_shown_absolute_in_every_path_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError, match=f"none at {tmp_path / 'mine' / 'parties.toml'}"):
+        load_dataset("csv", "mine")
+    (tmp_path / "mine").mkdir()
+    write_parties(tmp_path / "mine")
+    (tmp_path / "mine" / "shops.csv").unlink()
+    with pytest.raises(DatasetError, match=f"file {tmp_path / 'mine' / 'shops.csv'} not found"):
+        load_dataset("csv", "mine")
+    (tmp_path / "mine" / "parties.toml").write_text("task = ")
+    with pytest.raises(DatasetError, match=f"{tmp_path / 'mine' / 'parties.toml'}: not valid TOML"):
+        load_dataset("csv", "mine")
+    with pytest.raises(DatasetError, match=f"data folder 'frog' not found in data-dir '{tmp_path / 'mine'}'"):
+        load_dataset("frog", "mine")

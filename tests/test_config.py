@@ -48,3 +48,43 @@ def test_dataset_defaults_and_overrides_resolve():
 def test_bad_config_values_are_named(cfg, match):
     with pytest.raises(ConfigError, match=match):
         RunConfig.from_flower(cfg)
+
+
+def test_a_dataset_without_tuned_defaults_trains_until_validation_stops_improving():
+    """Before: the user's own data ("csv") trained the demo's 2 epochs, hdb's settings unsaid."""
+    stop = lambda **kw: (lambda s: (s.epochs, s.patience))(RunConfig(**kw).resolve())  # noqa: E731
+    assert stop(dataset="csv") == (200, 10) and stop(dataset="hdb") == (100, 0) and stop(dataset="synthetic") == (50, 0)
+    assert stop(dataset="csv", epochs=30) == (30, 10) and stop(dataset="csv", patience=0) == (200, 0)
+    assert stop(dataset="hdb", patience=5) == (100, 5) and stop(dataset="hdb", epochs=2) == (2, 0)
+    with pytest.raises(ConfigError, match="run-config 'patience' must be >= 0"):
+        RunConfig.from_flower({"patience": -2})
+
+
+def test_every_hyperparameter_names_where_it_came_from():
+    src = lambda **kw: {k: v["source"] for k, v in RunConfig(**kw).hyperparameters().items()}  # noqa: E731
+    hdb = src(dataset="hdb", lr=0.01)
+    assert hdb["lr"] == "run config" and hdb["k"] == "dataset default (hdb, paper App. E)"
+    assert hdb["epochs"] == hdb["patience"] == "dataset default (hdb, paper App. E)"
+    own = src(dataset="csv")
+    assert own["k"] == own["lr"] == "fallback: hdb's defaults — dataset has no tuned defaults"
+    assert own["epochs"] == own["patience"] == "fallback: early stopping — dataset has no tuned defaults"
+    top1 = src(dataset="hdb", method="top1sim", hparams="paper", merge="mlp")
+    assert top1["batch_size"] == top1["lr"] == "paper per-method (hdb top1sim, App. E)"
+    assert top1["merge"] == "method top1sim" and top1["k"] == "method top1sim: one neighbour"
+    values = RunConfig(dataset="hdb", method="top1sim", hparams="paper").hyperparameters()
+    assert (values["k"]["value"], values["batch_size"]["value"], values["merge"]["value"]) == (1, 4096, "avg")
+
+
+def test_the_hamming_kernels_are_cached_in_a_user_cache_folder(tmp_path):
+    """Before: numba cached them next to the installed package (linkage/__pycache__)."""
+    import os
+    import subprocess
+    import sys
+
+    show = "import linkage.hamming as h; from numba.core import config; print(config.CACHE_DIR)"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"XDG_CACHE_HOME": str(tmp_path)}
+    run = lambda code, **extra: subprocess.run([sys.executable, "-c", code], env=env | extra, capture_output=True,  # noqa: E731
+                                               text=True, check=True, cwd=Path(__file__).parents[1]).stdout.strip()
+    assert run(show) == str(tmp_path / "fedsim" / "numba")
+    assert run("import numba; " + show) == str(tmp_path / "fedsim" / "numba")  # numba imported first
+    assert run(show, NUMBA_CACHE_DIR=str(tmp_path / "mine")) == str(tmp_path / "mine")

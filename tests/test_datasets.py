@@ -124,7 +124,7 @@ def test_party_table_refuses_missing_columns_and_nan_identifiers():
     df = pd.DataFrame({"lat": [1.0, np.nan, 2.0], "lon": [1.0, 2.0, 3.0], "f": [1.0, 2.0, 3.0]})
     with pytest.raises(DatasetError, match=r"party 'p': missing column\(s\) \['price'\]"):
         party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["price"])
-    with pytest.raises(DatasetError, match=r"party 'p': 1 row\(s\) with NaN/empty identifiers \['lat', 'lon'\] \(first rows: \[1\]\)"):
+    with pytest.raises(DatasetError, match=r"party 'p': 1 row\(s\) with NaN/empty identifiers \['lat', 'lon'\] \(column 'lat', first rows: \[1\]\)"):
         party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["f"])
     with pytest.raises(DatasetError, match="party 'p': zero rows"):
         party_table("p", df.iloc[:0], id_cols=["lon"], id_kind="numeric", numeric_cols=["f"])

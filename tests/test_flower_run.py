@@ -49,7 +49,7 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
         assert max_param_gap(torch.load(run_dir / party / "model.pt", weights_only=True), state) < 1e-5
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(set(r["val"]) == set(r["test"]) for r in rows)
-    if name == "synthetic-S1":
+    if name == "synthetic-S1":  # prepared arrays (a built-in dataset); a user's CSV: tests/test_cli.py
         _predict_through_flower(values, summary, tmp_path)
 
 

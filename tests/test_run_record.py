@@ -17,7 +17,7 @@ from app.vfl import server as primary
 TINY = dict(dataset="synthetic", n_rows=300, epochs=2, batch_size=64)
 EA_TINY = dict(dataset="synthetic", n_rows=300, mode="entity-aug", epochs=2, batch_size=32)
 CORE = {"dataset", "mode", "method", "seed", "engine", "device", "machine", "best_epoch", "val", "test", "epochs_run",
-        "steps", "seconds", "exchange", "preprocessing"}
+        "steps", "seconds", "exchange", "preprocessing", "stopping", "hyperparameters", "constant_predictor", "warnings"}
 SECONDS = {"total", "load", "linkage", "train_and_eval", "epochs"}
 
 
@@ -57,6 +57,12 @@ def test_every_engine_and_mode_writes_one_record(key, tmp_path):
     assert config["run"]["mode"] == key[1] and "resolved" in config
     best = read_metrics(folder)[summary["best_epoch"]]
     assert best["val"] == summary["val"] and best["test"] == summary["test"]
+    assert summary["stopping"] == {"patience": 0 if key[1] == "vfl" else 10, "max_epochs": 2, "epochs_run": 2,
+                                   "stopped_early": False, "reason": summary["stopping"]["reason"]}
+    assert summary["hyperparameters"]["epochs"] == {"value": 2, "source": "run config"}
+    assert config["hyperparameters"] == summary["hyperparameters"]
+    progress = json.loads((folder / "progress.json").read_text())
+    assert (progress["phase"], progress["epoch"], progress["best_epoch"]) == ("done", 1, summary["best_epoch"])
 
 
 def test_the_sweep_keeps_the_record_as_the_engine_wrote_it(tmp_path, monkeypatch):
@@ -86,3 +92,28 @@ def test_a_record_from_before_the_schema_reads_with_seconds_as_a_dict(tmp_path):
 
 def test_one_dispatch_covers_every_mode():
     assert set(modes.SERVER_RUNS) == set(modes.IN_PROCESS_RUNS) == set(MODES)
+
+
+def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from experiments import sweep
+
+    def fake_runs(pending, engine, jobs):
+        for name, _, _ in pending:
+            yield name, {"test": {"rmse": 1.0}, "best_epoch": 0, "epochs_run": 1}
+
+    monkeypatch.setattr(sweep, "run_pending", fake_runs)
+    pending = [(f"run {i}", {}, tmp_path) for i in range(2)]
+    screen = io.StringIO()
+    logged = []
+    sweep.run_all(pending, "inprocess", 1, logged.append, already=3,
+                  console=Console(file=screen, force_terminal=True, color_system=None, width=100))
+    assert "5/5 runs" in screen.getvalue() and "ETA" in screen.getvalue()
+    assert logged == ["run 0: test rmse 1.0000 (best epoch 0, 1 epochs run)", "run 1: test rmse 1.0000 (best epoch 0, "
+                      "1 epochs run)"]
+    quiet = io.StringIO()  # stderr to a file or a pipe: no bar
+    sweep.run_all(pending, "inprocess", 1, logged.append, console=Console(file=quiet, force_terminal=False))
+    assert quiet.getvalue() == ""

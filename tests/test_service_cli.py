@@ -56,8 +56,9 @@ def test_two_parties_link_titles_privately_through_the_cli(tmp_path):
 
         party("hltb", "link", "--csv", str(tmp_path / "secondary.csv"), "--columns", "name", "--kind", "strings",
               "--key-file", str(key))
-        party("shop", "link", "--csv", str(tmp_path / "primary.csv"), "--columns", "title", "--kind", "strings",
-              "--key-file", str(key), "--start", "--metric", "hamming", "--k", "3", "--fetch", str(tmp_path / "out"))
+        started = party("shop", "link", "--csv", str(tmp_path / "primary.csv"), "--columns", "title", "--kind",
+                        "strings", "--key-file", str(key), "--start", "--k", "3", "--fetch", str(tmp_path / "out"))
+        assert "metric: hamming (inferred from the uploaded bits" in started.stderr  # no --metric given
         party("hltb", "fetch", "--out", str(tmp_path / "out"))
         status = json.loads(party("hltb", "status").stdout)
         assert status["state"] == "done" and status["params"]["metric"] == "hamming"
@@ -100,3 +101,88 @@ def test_private_numbers_link_through_a_made_key(tmp_path):
     res = link(p_bits, {"s": s_bits}, k=5, tau=1.0, secret=operator_secret(0, "test"), metric="hamming")
     top1 = res.secondaries["s"].row_of_token[res.primary.tokens["s"][:, 0]]
     assert (top1 == perm).mean() > 0.95
+
+
+def test_two_string_columns_primary_first_then_start_with_the_default_scorer(tmp_path):
+    """Name + address over two columns; the primary uploads before the secondary, starts once it has
+    (no second upload), and the metric comes from the upload: strings -> the default scorer."""
+    from linkage.contracts import DEFAULT_STRING_METRIC
+
+    people = [("Anna Smith", "12 Main Street"), ("Anna Smith", "7 Park Lane"), ("Bob Lee", "12 Main Street"),
+              ("Zoe Kim", "3 Hill Road"), ("Lee Bob", "9 River Walk"), ("Kim Park", "1 Bay Road")]
+    perm = np.random.default_rng(5).permutation(len(people))
+    pd.DataFrame(people, columns=["name", "address"]).to_csv(tmp_path / "p.csv", index=False)
+    spelt = [(people[i][0].replace("Smith", "Smyth"), people[i][1].replace("Street", "St")) for i in perm]
+    pd.DataFrame(spelt, columns=["full_name", "street"]).to_csv(tmp_path / "s.csv", index=False)
+    out = tmp_path / "out"
+    with service(tmp_path / "svc", free_port()) as url:
+        (tmp_path / "admin.token").write_text(ADMIN)
+        job = json.loads(cli("create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"),
+                             "--primary", "p", "--secondary", "s", "--secrets-dir", str(tmp_path)).stdout)["job"]
+
+        def party(name: str, *args: str, check: bool = True):
+            return cli(*args, "--url", url, "--job", job, "--party", name, "--secret-file",
+                       str(tmp_path / f"{job}-{name}.secret"), check=check)
+
+        party("p", "link", "--csv", str(tmp_path / "p.csv"), "--columns", "name,address", "--kind", "strings",
+              "--record", str(out))
+        early = party("p", "start", "--k", "2", check=False)
+        assert early.returncode == 1 and "waiting for uploads from ['s']" in early.stderr
+        assert "`start` command (no need to upload again)" in early.stderr and "Traceback" not in early.stderr
+        party("s", "link", "--csv", str(tmp_path / "s.csv"), "--columns", "full_name,street", "--kind", "strings")
+        started = party("p", "start", "--k", "2", "--fetch", str(out))
+        assert f"metric: {DEFAULT_STRING_METRIC} (inferred from the uploaded strings" in started.stderr
+        party("s", "fetch", "--out", str(out))
+        assert json.loads(party("s", "status").stdout)["params"]["metric"] == DEFAULT_STRING_METRIC
+    p, s = load_primary(out), load_secondary(out, "s")
+    np.testing.assert_array_equal(perm[s.row_of_token[p.tokens["s"][:, 0]]], np.arange(len(people)))
+
+
+def test_command_line_mistakes_are_named_never_a_traceback(tmp_path):
+    pd.DataFrame({"title": ["portal", "celeste"], "year": [2011, 2018]}).to_csv(tmp_path / "t.csv", index=False)
+    ids = ("--csv", str(tmp_path / "t.csv"))
+    no_columns = cli("encode", *ids, "--out", str(tmp_path / "x.npy"), check=False)
+    assert no_columns.returncode == 2 and "--columns is required with --csv" in no_columns.stderr
+    text = cli("encode", *ids, "--columns", "title,year", "--out", str(tmp_path / "x.npy"), check=False)
+    assert text.returncode == 1 and "['title'] hold text, not numbers" in text.stderr
+    assert "use --kind strings" in text.stderr
+    both = cli("encode", *ids, "--columns", "title,year", "--kind", "strings", "--out", str(tmp_path / "x.npy"))
+    assert "(2, 2) <U7" in both.stdout  # two string columns, normalised
+    gone = cli("encode", "--csv", str(tmp_path / "none.csv"), "--columns", "a", "--out", "x", check=False)
+    assert gone.returncode == 1 and "none.csv" in gone.stderr and "Traceback" not in gone.stderr
+    (tmp_path / "p.secret").write_text("s")
+    down = cli("status", "--url", f"http://127.0.0.1:{free_port()}", "--job", "j", "--party", "p", "--secret-file",
+               str(tmp_path / "p.secret"), check=False)
+    assert down.returncode == 1 and "cannot reach the linkage service at http://127.0.0.1:" in down.stderr
+
+
+def test_every_option_shows_its_default_and_main_returns_on_success(tmp_path, capsys):
+    from linkage_server.cli import HelpFormatter, main, parser
+
+    commands = parser()._subparsers._group_actions[0].choices
+    assert {"serve", "create-job", "make-key", "encode", "link", "start", "status", "fetch", "query",
+            "delta"} <= set(commands)
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                text = HelpFormatter(name)._get_help_string(action)
+                assert "default" in text or "required" in text, (name, action.option_strings, text)
+    assert main(["make-key", "--out", str(tmp_path / "k.json")]) is None
+    assert "key written to" in capsys.readouterr().out
+
+
+def test_progress_bars_are_drawn_on_a_terminal_only(monkeypatch, capsys):
+    from linkage_server import progress
+
+    def run() -> str:
+        with progress.Bar("upload", bytes=True) as bar:
+            bar.update(1 << 20, 4 << 20)
+        with progress.Bar("job") as bar:
+            bar.job({"state": "created", "progress": {"done": 0, "total": 0}})
+            bar.job({"state": "running", "progress": {"done": 3, "total": 8}})
+        return capsys.readouterr().err
+
+    assert run() == ""  # pytest's stderr is not a terminal: nothing is drawn
+    monkeypatch.setattr(progress, "shown", lambda: True)
+    drawn = run()
+    assert "upload" in drawn and "1.0/4.2 MB" in drawn and "job running" in drawn and "3/8" in drawn

@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from app.config import RunConfig
 from app.data import load_data
 from app.messages import require_finite
-from datasets.overlap import EntityData, entity_data, overlap_split
+from datasets.overlap import EntityData, entity_data, entity_overlap
 from strategies.entity_aug.exchange import StepReply, StepRequest
 from strategies.entity_aug.model import (
     EAHost,
@@ -91,7 +91,7 @@ def ea_plan(cfg: RunConfig, data: EntityData, settings: EASettings) -> EAPlan:
 
 def overlap_parts(cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[np.ndarray]]:
     """The aligned training entities and each party's disjoint share of the rest (seeded by the run)."""
-    return overlap_split(data.split.train, len(data.parties), cfg.overlap, np.random.default_rng([cfg.seed, 41]))
+    return entity_overlap(data, cfg.overlap, np.random.default_rng([cfg.seed, 41]), cfg.ea_variant)
 
 
 def party_plan(cfg: RunConfig, data: EntityData, settings: EASettings, party: str) -> PartyPlan:

@@ -71,9 +71,30 @@ def entity_ids(ids) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def user_entities(ids, data: EntityData) -> np.ndarray:
+    """(q,) entity indices of the parties' own ids (parties.toml entity_id: ``data.entity_ids``),
+    compared as text; an id no party's label holder knows is refused by name. Without declared
+    ids, the ids are the entities' row numbers (:func:`entity_ids`)."""
+    if data.entity_ids is None:
+        return entity_ids(ids)
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or len(arr) == 0:
+        raise KeptError(f"entity ids must be a non-empty list (q,), got shape {arr.shape}")
+    lookup = {str(v): i for i, v in enumerate(data.entity_ids)}
+    keys = [str(v) for v in arr]
+    unknown = sorted({k for k in keys if k not in lookup})
+    if unknown:
+        raise KeptError(f"{len(unknown)} entity id(s) are not entities of the run (the label holder's ids): "
+                        f"{unknown[:5]}")
+    return np.array([lookup[k] for k in keys], dtype=np.int64)
+
+
 def held_by_every_party(cfg: RunConfig, data: EntityData) -> dict[str, np.ndarray]:
-    """Per party (n,) bool: the entities it holds in the overlap experiment (every entity but
-    the other parties' own shares of the training entities; in ``full``, every entity)."""
+    """Per party (n,) bool: the entities it holds (declared ids: its own rows; else the overlap
+    experiment's: every entity but the other parties' own shares of the training entities; in
+    ``full``, every entity)."""
+    if data.held is not None:
+        return data.held
     n = len(data.labels)
     if cfg.ea_variant == "full" or len(data.parties) == 1:
         return {p: np.ones(n, dtype=bool) for p in data.parties}
@@ -131,8 +152,8 @@ def predict_ea_in_process(run_dir: Path, ids) -> EAPrediction:
     require_finished(Path(run_dir))
     meta, states = load_kept(Path(run_dir))
     cfg = RunConfig(**meta["run"])
-    ids = entity_ids(ids)
     data = ea_data(cfg)
+    ids = user_entities(ids, data)
     _check_parties(meta, data)
     _check_ids(ids, cfg, data)
     host, link = _rebuild(cfg, data, meta, states)
@@ -154,10 +175,15 @@ def predict_ea_in_process(run_dir: Path, ids) -> EAPrediction:
 # ---------------------------------------------------------------------------- CSV in, CSV out
 
 
-def read_ids(path: Path, column: str) -> np.ndarray:
-    """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict)."""
-    df = pd.read_csv(path)
+def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
+    """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict); with
+    ``declared`` (the run's parties declared their ids) read as text, as the parties' ids."""
+    df = pd.read_csv(path, dtype={column: str}) if declared else pd.read_csv(path)
     require_columns(df, [column], f"entity ids {path}")
+    if declared:
+        if df[column].isna().any():
+            raise KeptError(f"entity ids {path}: column {column!r} has {int(df[column].isna().sum())} empty value(s)")
+        return df[column].to_numpy()
     values = pd.to_numeric(df[column], errors="coerce")
     bad = values.isna() & df[column].notna()
     if bad.any():
@@ -168,7 +194,7 @@ def read_ids(path: Path, column: str) -> np.ndarray:
 
 def table(ids: np.ndarray, column: str, pred: EAPrediction) -> pd.DataFrame:
     """The id column, ``prediction`` (the class) and ``p_<class>`` per class."""
-    cols = {column: entity_ids(ids), "prediction": pred.proba.argmax(axis=1)}
+    cols = {column: np.asarray(ids), "prediction": pred.proba.argmax(axis=1)}
     return pd.DataFrame(cols | {f"p_{c}": pred.proba[:, c] for c in range(pred.proba.shape[1])})
 
 
@@ -191,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
     try:
-        ids = read_ids(args.ids, args.ids_column)
+        declared = ea_data(RunConfig(**load_kept(args.run_dir)[0]["run"])).entity_ids is not None
+        ids = read_ids(args.ids, args.ids_column, declared)
         pred = predict_ea_in_process(args.run_dir, ids)
         write_csv(table(ids, args.ids_column, pred), args.out)
     except Exception as exc:  # the outcome is the exit status, with the reason

@@ -8,8 +8,9 @@ counts per guest) and status.json (app/run_status.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 
 from flwr.common.logger import log
@@ -21,6 +22,8 @@ from app.data import load_data
 from app.entity_aug.channel import FlowerLink
 from app.entity_aug.kept import HOST_MODEL, Keeper, state_name
 from app.entity_aug.parties import (
+    EA_DEFAULTS,
+    EASettings,
     build_host,
     build_party,
     ea_data,
@@ -29,57 +32,87 @@ from app.entity_aug.parties import (
     overlap_parts,
     torch_threads,
 )
-from app.run_record import RunRecord, Seconds
+from app.run_record import RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
 from datasets.overlap import HOST, EntityData
 from strategies.entity_aug.exchange import Exchanger, LocalLink
 from strategies.entity_aug.model import EAHost, fit_ea, party_records
-from strategies.records import EpochRecord
+from strategies.records import EpochRecord, stopping
 
 
 def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: Path, engine: str,
            say=lambda *a: None) -> dict:
     """Train, evaluate every epoch, write the run record (app/run_record.py); returns the summary."""
     t_start = time.perf_counter()
-    record = RunRecord(out, engine)
-    settings = ea_settings(cfg)
-    plan = ea_plan(cfg, data, settings)
+    settings, patience, hyper = ea_hyperparameters(cfg)
+    plan = dataclasses.replace(ea_plan(cfg, data, settings), patience=patience)
     aligned, shares = overlap_parts(cfg, data)
     host = build_host(cfg, data)
-    record.write_config(cfg, settings)
-    say("[host] entity-aug %s on %s: overlap %g (%d aligned of %d training entities), parties %s, batch %d, "
-        "%d epochs x %d steps, lr %g", cfg.ea_variant, data.name, cfg.overlap, len(aligned), len(data.split.train),
-        data.parties, settings.batch_size, plan.epochs, plan.steps_per_epoch, settings.lr)
-    exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
-    record.open_metrics()
-    keeper, models = Keeper(host.head), kept_models(host, link)
+    with RunRecord(out, engine) as record:
+        record.write_config(cfg, settings, hyper)
+        record.start_progress(plan.epochs, phase="training")
+        log(INFO, "[host] hyperparameters (value, source):\n%s", "\n".join(hyperparameter_lines(hyper)))
+        say("[host] entity-aug %s on %s: overlap %g (%d aligned of %d training entities), parties %s, batch %d, "
+            "%d epochs (patience %d) x %d steps, lr %g", cfg.ea_variant, data.name, cfg.overlap, len(aligned),
+            len(data.split.train), data.parties, settings.batch_size, plan.epochs, patience, plan.steps_per_epoch,
+            settings.lr)
+        exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
+        record.open_metrics(host.head)
+        keeper, models = Keeper(host.head), kept_models(host, link)
 
-    def on_epoch(rec: EpochRecord) -> None:
-        record.epoch(rec, stale=dict(exchanger.queue.stale))
-        keeper.offer(rec, models)  # the states the evaluation just used
-        say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
-            rec.val, rec.test, exchanger.queue.stale, rec.seconds)
+        def on_epoch(rec: EpochRecord) -> None:
+            record.epoch(rec, stale=dict(exchanger.queue.stale))
+            keeper.offer(rec, models)  # the states the evaluation just used
+            say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
+                rec.val, rec.test, exchanger.queue.stale, rec.seconds)
 
-    t0 = time.perf_counter()
-    with torch_threads(1):
-        records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, lambda *a: None)
-    train_and_eval = time.perf_counter() - t0
-    keeper.save(out, cfg, data, guests_keep=not isinstance(link, LocalLink))
-    seconds = Seconds(train_and_eval=train_and_eval, total=time.perf_counter() - t_start)
-    n_steps = max(1, len(losses))
-    summary = record.finish(
-        cfg, dataset=data.name, method=cfg.mode, head=host.head, records=records, losses=losses, model=host.model,
-        device=host.device, seconds=seconds, exchange=_exchange(link, exchanger),
-        preprocessing=load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
-        ea_variant=cfg.ea_variant, overlap=cfg.overlap, guest_timeout=cfg.guest_timeout,
-        entities={"train": len(data.split.train), "aligned": len(aligned),
-                  "records_per_party": {p: len(r) for p, r in party_records(
-                      cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
-        stale=dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
-        stale_fraction={p: c / n_steps for p, c in exchanger.queue.stale.items()})
-    say("[host] best epoch %d: val %s | test %s | stale %s", summary["best_epoch"], summary["val"], summary["test"],
-        summary["stale"])
+        t0 = time.perf_counter()
+        with torch_threads(1):
+            records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, record.step)
+        train_and_eval = time.perf_counter() - t0
+        keeper.save(out, cfg, data, guests_keep=not isinstance(link, LocalLink))
+        seconds = Seconds(train_and_eval=train_and_eval, total=time.perf_counter() - t_start)
+        summary = record.finish(
+            cfg, dataset=data.name, method=cfg.mode, head=host.head, records=records, losses=losses, model=host.model,
+            device=host.device, seconds=seconds, exchange=_exchange(link, exchanger),
+            preprocessing=load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
+            stopping=stopping(records, host.head, patience, plan.epochs, len(losses), plan.max_steps),
+            hyperparameters=hyper, constant_predictor=constant_predictor(
+                host.head, data.labels[data.split.train], data.labels[data.split.val]),
+            **_ea_fields(cfg, data, aligned, shares, exchanger, len(losses)))
+    say("[host] best epoch %d: val %s | test %s | stale %s; %s", summary["best_epoch"], summary["val"],
+        summary["test"], summary["stale"], summary["stopping"]["reason"])
+    for warning in summary["warnings"]:
+        log(WARNING, "[host] %s", warning)
     return summary
+
+
+def _ea_fields(cfg: RunConfig, data: EntityData, aligned, shares, exchanger: Exchanger, n_steps: int) -> dict:
+    """The mode's own summary fields: variant, overlap, entities per party, stale counts."""
+    return dict(ea_variant=cfg.ea_variant, overlap=cfg.overlap, guest_timeout=cfg.guest_timeout,
+                entities={"train": len(data.split.train), "aligned": len(aligned),
+                          "records_per_party": {p: len(r) for p, r in party_records(
+                              cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
+                stale=dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
+                stale_fraction={p: c / max(1, n_steps) for p, c in exchanger.queue.stale.items()})
+
+
+def ea_hyperparameters(cfg: RunConfig) -> tuple[EASettings, int, dict]:
+    """The run's settings (epochs: the maximum), its patience, and each value with its source
+    (as app/config.py RunConfig.hyperparameters): the run config, the dataset's tuned defaults
+    (EA_DEFAULTS), or for a dataset without them handwritten's models with early stopping."""
+    tuned = cfg.dataset in EA_DEFAULTS
+    epochs, patience = cfg.stopping(EA_DEFAULTS[cfg.dataset].epochs if tuned else None)
+    settings = dataclasses.replace(ea_settings(cfg), epochs=epochs)
+    base = (f"dataset default ({cfg.dataset}, Entity Augmentation paper Sec. 5.2 / 5.5)" if tuned
+            else "fallback: handwritten's defaults — dataset has no tuned defaults")
+    stop = base if tuned else "fallback: early stopping — dataset has no tuned defaults"
+    rows = {"batch_size": (settings.batch_size, "run config" if cfg.batch_size else base),
+            "epochs": (epochs, "run config" if cfg.epochs else stop),
+            "patience": (patience, "run config" if cfg.patience >= 0 else stop),
+            "lr": (settings.lr, "run config" if cfg.lr else base),
+            "guest_layers": (list(settings.guest), base), "host_layers": (list(settings.host), base)}
+    return settings, patience, {name: {"value": v, "source": src} for name, (v, src) in rows.items()}
 
 
 def kept_models(host: EAHost, link: FlowerLink | LocalLink) -> dict:

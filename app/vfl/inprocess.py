@@ -26,6 +26,7 @@ from app.vfl.parties import (
     train_plan,
 )
 from app.vfl.secondary import SecondaryParty, with_imputed_row
+from app.vfl.server import log_end, log_hyperparameters, outcome
 from linkage.contracts import LinkageError
 from linkage.store import load_secondary
 from strategies.optim import party_seed
@@ -55,7 +56,7 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None, seconds: Seconds | No
     t1 = time.perf_counter()
     linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
     seconds.load, seconds.linkage = t1 - t0, time.perf_counter() - t1
-    return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
+    return cfg, settings, ds, linkage, job, dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
 
 
 def _local_parties(cfg: RunConfig, ds, job, linkage) -> dict[str, SecondaryParty]:
@@ -114,27 +115,33 @@ def run_experiment(cfg: RunConfig, out: Path) -> dict:
 
 def _experiment(cfg: RunConfig, out: Path) -> dict:
     t_start = time.perf_counter()
-    record = RunRecord(out, "inprocess")
-    seconds = Seconds()
-    cfg, settings, ds, linkage, job, plan = _setup(cfg, None, seconds)
-    record.write_config(cfg, settings)
-    strategy = build_strategy(ds, linkage, cfg, settings)
-    parties = _local_parties(cfg, ds, job, linkage)
-    record.open_metrics()
-    keeper = Keeper(strategy.head)
-    models = {"primary": strategy.model, **{p: s.model for p, s in parties.items()}}
+    settings, hyper = cfg.resolve(), cfg.hyperparameters()
+    with RunRecord(out, "inprocess") as record:
+        record.write_config(cfg, settings, hyper)
+        record.start_progress(settings.epochs)
+        log_hyperparameters("[inprocess]", hyper)
+        seconds = Seconds()
+        cfg, settings, ds, linkage, job, plan = _setup(cfg, None, seconds)
+        strategy = build_strategy(ds, linkage, cfg, settings)
+        parties = _local_parties(cfg, ds, job, linkage)
+        record.open_metrics(strategy.head)
+        keeper = Keeper(strategy.head)
+        models = {"primary": strategy.model, **{p: s.model for p, s in parties.items()}}
 
-    def on_epoch(rec) -> None:
-        record.epoch(rec)
-        keeper.offer(rec, models)  # the states the evaluation just used
+        def on_epoch(rec) -> None:
+            record.epoch(rec)
+            keeper.offer(rec, models)  # the states the evaluation just used
 
-    t0 = time.perf_counter()
-    records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
-                          ds.split.test, plan, on_epoch, lambda *a: None)
-    seconds.train_and_eval = time.perf_counter() - t0
-    keeper.save(out, cfg, settings, ds, linkage.job_id if linkage else "")
-    seconds.total = time.perf_counter() - t_start
-    return record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=losses,
-                         model=strategy.model, device=strategy.device, seconds=seconds,
-                         preprocessing=ds.preprocessing, k=settings.k, tau=cfg.tau,
-                         steps_per_exchange=cfg.steps_per_exchange)
+        t0 = time.perf_counter()
+        records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
+                              ds.split.test, plan, on_epoch, record.step)
+        seconds.train_and_eval = time.perf_counter() - t0
+        keeper.save(out, cfg, settings, ds, linkage.job_id if linkage else "")
+        seconds.total = time.perf_counter() - t_start
+        summary = record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records,
+                                losses=losses, model=strategy.model, device=strategy.device, seconds=seconds,
+                                preprocessing=ds.preprocessing, k=settings.k, tau=cfg.tau,
+                                steps_per_exchange=cfg.steps_per_exchange,
+                                **outcome(strategy.head, records, losses, plan, ds, hyper))
+    log_end("[inprocess]", summary, out)
+    return summary

@@ -20,7 +20,7 @@ from app.config import RunConfig, Settings, plain_run_name
 from app.data import load_data
 from datasets import VFLDataset
 from linkage.binding import bind_result, check_binding, upload_record, write_record
-from linkage.contracts import LinkageError, LinkageResult, PrimaryLinkage
+from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
 from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
 from linkage.pipeline import (
     chain_tag,
@@ -97,7 +97,7 @@ def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metr
     from linkage.encode import encode_with_key, federal_key
 
     key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
-    if metric != "edit":
+    if metric == "euclidean":  # numbers (strings: any of linkage.contracts.STRING_METRICS)
         values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]  # each (n_p, d)
         if len(values[1]) <= k:
             raise LinkageError(f"encoding='bloom': secondary {next(iter(secondaries))!r} has {len(values[1])} "
@@ -109,8 +109,11 @@ def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metr
 
 
 def metric_of(ds: VFLDataset) -> str:
-    """Numbers are linked by Euclidean distance, strings by edit distance."""
-    return "edit" if ds.primary.id_kind == "string" else "euclidean"
+    """The dataset's own linkage metric (parties.toml ``metric``), else numbers by Euclidean
+    distance and strings by the linkage library's default string metric."""
+    if ds.metric:
+        return ds.metric
+    return DEFAULT_STRING_METRIC if ds.primary.id_kind == "string" else "euclidean"
 
 
 def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 
 from flwr.common.logger import log
@@ -13,13 +14,13 @@ from flwr.serverapp import Grid
 from app import run_status
 from app.config import RunConfig
 from app.data import load_data
-from app.run_record import RunRecord, Seconds
+from app.run_record import RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
 from app.vfl.kept import KEPT, Keeper
 from app.vfl.parties import build_strategy, linkage_job, train_plan
-from strategies.records import EpochRecord
+from strategies.records import EpochRecord, stopping
 from strategies.vfl.protocol import fit
 
 
@@ -52,45 +53,73 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
 
 def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunStatus) -> dict:
     t_start = time.perf_counter()
-    settings = cfg.resolve()
-    record = RunRecord(out, "flower")
-    if not cfg.resume:
-        record.write_config(cfg, settings)
-    log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
-    ds, seconds = _load(cfg)
-    linkage, channel, seconds.linkage = _connect(grid, ds, cfg, settings)
-    floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
-    if floor:
-        log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
-
-    strategy = build_strategy(ds, linkage, cfg, settings)
-    plan = train_plan(cfg, settings)
-    log(INFO, "[primary] training %s: K=%d, batch %d, %d epochs, lr %g, S=%d steps per exchange, device %s",
-        cfg.method, settings.k, settings.batch_size, settings.epochs, settings.lr, cfg.steps_per_exchange,
-        strategy.device)
-    ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
-    done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
-    after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None
-    record.open_metrics(done[0] if done else [])
-    keeper = Keeper(strategy.head, out / KEPT)  # the best epoch: the primary's here, each party's in its folder
-    keeper.resume(done[0] if done else [])
-    on_epoch, progress = _epoch_log(record, channel, lambda rec: _keep(keeper, rec, strategy, channel, out))
-    t0 = time.perf_counter()
-    records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch, progress,
-                               after_epoch, done, str(ckpt) if cfg.checkpoint else "")
-    seconds.train_and_eval = time.perf_counter() - t0
-    if channel:
-        channel.finish(str(out))
-    keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None)
-    seconds.total = time.perf_counter() - t_start
-    summary = record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records,
-                            losses=step_losses, model=strategy.model, device=strategy.device, seconds=seconds,
-                            preprocessing=ds.preprocessing, exchange=_exchange(channel, floor), k=settings.k,
-                            tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange)
-    log(INFO, "[primary] best epoch %d: val %s | test %s", summary["best_epoch"], fmt(summary["val"]),
-        fmt(summary["test"]))
-    log(INFO, "[primary] results in %s", out)
+    settings, hyper = cfg.resolve(), cfg.hyperparameters()
+    with RunRecord(out, "flower") as record:
+        if not cfg.resume:  # a resumed run writes nothing before its checkpoint is accepted
+            record.write_config(cfg, settings, hyper)
+            record.start_progress(settings.epochs)
+        log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
+        log_hyperparameters("[primary]", hyper)
+        ds, seconds = _load(cfg)
+        linkage, channel, seconds.linkage = _connect(grid, ds, cfg, settings)
+        floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
+        if floor:
+            log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
+        strategy = build_strategy(ds, linkage, cfg, settings)
+        plan = dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
+        log(INFO, "[primary] training %s: K=%d, batch %d, %s, lr %g, S=%d steps per exchange, device %s",
+            cfg.method, settings.k, settings.batch_size, epochs_note(plan.epochs, plan.patience), settings.lr,
+            cfg.steps_per_exchange, strategy.device)
+        ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
+        done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
+        after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None
+        record.open_metrics(strategy.head, done[0] if done else [])
+        keeper = Keeper(strategy.head, out / KEPT)  # the best epoch: the primary's here, each party's in its folder
+        keeper.resume(done[0] if done else [])
+        on_epoch, progress = _epoch_log(record, channel, lambda rec: _keep(keeper, rec, strategy, channel, out))
+        t0 = time.perf_counter()
+        records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch,
+                                   progress, after_epoch, done, str(ckpt) if cfg.checkpoint else "")
+        seconds.train_and_eval = time.perf_counter() - t0
+        if channel:
+            channel.finish(str(out))
+        keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None)
+        seconds.total = time.perf_counter() - t_start
+        summary = record.finish(
+            cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=step_losses,
+            model=strategy.model, device=strategy.device, seconds=seconds, preprocessing=ds.preprocessing,
+            exchange=_exchange(channel, floor), k=settings.k, tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange,
+            **outcome(strategy.head, records, step_losses, plan, ds, hyper))
+    log_end("[primary]", summary, out)
     return summary
+
+
+def epochs_note(max_epochs: int, patience: int) -> str:
+    """The log's word on how long a run trains."""
+    if patience > 0:
+        return f"up to {max_epochs} epochs (stops after {patience} without a better validation metric)"
+    return f"{max_epochs} epochs"
+
+
+def log_hyperparameters(tag: str, hyper: dict) -> None:
+    log(INFO, "%s hyperparameters (value, source):\n%s", tag, "\n".join(hyperparameter_lines(hyper)))
+
+
+def outcome(head, records: list[EpochRecord], step_losses: list[float], plan, ds, hyper: dict) -> dict:
+    """The summary's stopping, hyperparameters and constant predictor (training labels only)."""
+    return {"stopping": stopping(records, head, plan.patience, plan.epochs, len(step_losses), plan.max_steps),
+            "hyperparameters": hyper,
+            "constant_predictor": constant_predictor(head, ds.labels[ds.split.train], ds.labels[ds.split.val])}
+
+
+def log_end(tag: str, summary: dict, out: Path) -> None:
+    """The run's last lines: how it stopped, the best epoch, every warning (as WARNING)."""
+    log(INFO, "%s stopped after %d epochs: %s", tag, summary["epochs_run"], summary["stopping"]["reason"])
+    log(INFO, "%s best epoch %d: val %s | test %s", tag, summary["best_epoch"], fmt(summary["val"]),
+        fmt(summary["test"]))
+    for warning in summary["warnings"]:
+        log(WARNING, "%s %s", tag, warning)
+    log(INFO, "%s results in %s", tag, out)
 
 
 def _load(cfg: RunConfig) -> tuple:
@@ -113,7 +142,8 @@ def _start_or_resume(ckpt: Path, strategy, channel, cfg: RunConfig, job_id: str,
         return None
     done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id)
     status.start(resume=True)
-    record.write_config(cfg, settings)
+    record.write_config(cfg, settings, cfg.hyperparameters())
+    record.start_progress(settings.epochs, phase="training")
     if done:
         log(INFO, "[primary] resumed from the checkpoint of epoch %d (%d steps done)", len(done[0]) - 1, len(done[1]))
     return done
@@ -153,7 +183,8 @@ def _keep(keeper: Keeper, rec: EpochRecord, strategy, channel, out: Path) -> Non
 
 
 def _epoch_log(record: RunRecord, channel, keep):
-    """The per-epoch record (metrics.jsonl line + log, then ``keep``) and a step log at most every 10 s."""
+    """The per-epoch record (metrics.jsonl line, progress.json + log, then ``keep``), and the
+    training loop's progress: progress.json, and a step log at most every 10 s."""
     last = {"t": time.perf_counter()}
 
     def on_epoch(rec: EpochRecord) -> None:
@@ -163,9 +194,10 @@ def _epoch_log(record: RunRecord, channel, keep):
         log(INFO, "[primary] epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s",
             rec.epoch, rec.train_loss, fmt(rec.val), fmt(rec.test), rec.steps, rec.exchanges, rec.seconds)
 
-    def progress(step: int, n_steps: int, loss: float) -> None:
+    def progress(phase: str, epoch: int, step: int, n_steps: int, loss: float) -> None:
+        record.step(phase, epoch, step, n_steps, loss)
         if time.perf_counter() - last["t"] > 10.0:
             last["t"] = time.perf_counter()
-            log(INFO, "[primary]   step %d (%d per epoch) loss=%.5f", step, n_steps, loss)
+            log(INFO, "[primary]   epoch %d: %s step %d of %d, loss=%.5f", epoch, phase, step, n_steps, loss)
 
     return on_epoch, progress

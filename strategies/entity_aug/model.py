@@ -41,7 +41,7 @@ from strategies.entity_aug.exchange import (
     StepRequest,
 )
 from strategies.heads import TaskHead
-from strategies.records import EpochRecord
+from strategies.records import EpochRecord, Progress, early_stop
 
 __all__ = ["ACTIVATIONS", "VARIANTS", "EAHost", "EAParty", "EAPlan", "EntityAugError", "Exchanger", "GuestLink",
            "GuestQueue", "GuestTimeout", "Layer", "LocalLink", "PartyLike", "PartyPlan", "StepReply", "StepRequest",
@@ -251,6 +251,7 @@ class EAPlan:
     steps_per_epoch: int
     max_steps: int = 0  # 0 = no limit (tests)
     eval_batch: int = 4096
+    patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
 
 
 def evaluate(host: EAHost, link: GuestLink, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
@@ -260,10 +261,11 @@ def evaluate(host: EAHost, link: GuestLink, ids: np.ndarray, eval_batch: int) ->
 
 
 def fit_ea(host: EAHost, exchanger: Exchanger, val_ids: np.ndarray, test_ids: np.ndarray, plan: EAPlan,
-           on_epoch: Callable[[EpochRecord], None],
-           progress: Callable[[int, int, float], None]) -> tuple[list[EpochRecord], list[float]]:
-    """Train for ``plan.epochs`` of ``plan.steps_per_epoch`` steps; evaluate validation and
-    test after each epoch (the caller reports test at the best-validation epoch)."""
+           on_epoch: Callable[[EpochRecord], None], progress: Progress) -> tuple[list[EpochRecord], list[float]]:
+    """Train for at most ``plan.epochs`` of ``plan.steps_per_epoch`` steps, and with
+    ``plan.patience`` > 0 only until that many epochs brought no better validation value
+    (strategies/records.py); evaluate validation and test after each epoch (the caller reports
+    test at the best-validation epoch). ``progress`` hears of every step and each evaluation."""
     records: list[EpochRecord] = []
     losses: list[float] = []
     for epoch in range(plan.epochs):
@@ -277,16 +279,17 @@ def fit_ea(host: EAHost, exchanger: Exchanger, val_ids: np.ndarray, test_ids: np
             loss, g = host.train_step({p: r.act for p, r in replies.items()}, {p: r.ids for p, r in replies.items()})
             grads = {p: g[p] for p in fresh}
             losses.append(loss)
-            progress(len(losses), plan.steps_per_epoch, loss)
+            progress("training", epoch, step + 1, n_steps, loss)
         exchanger.flush(epoch, grads)
         rec = EpochRecord(epoch, float(np.mean(losses[n0:])) if n_steps else float("nan"), n_steps,
                           exchanger.exchanges - x0, time.perf_counter() - t0)
+        progress("evaluation", epoch, n_steps, n_steps, losses[-1] if losses else float("nan"))
         t1 = time.perf_counter()
         rec.val = evaluate(host, exchanger.link, val_ids, plan.eval_batch)
         rec.test = evaluate(host, exchanger.link, test_ids, plan.eval_batch)
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)
-        if plan.max_steps and len(losses) >= plan.max_steps:
+        if (plan.max_steps and len(losses) >= plan.max_steps) or early_stop(records, host.head, plan.patience):
             break
     return records, losses

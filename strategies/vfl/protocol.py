@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from strategies.records import EpochRecord
+from strategies.records import EpochRecord, Progress, early_stop
 from strategies.schedule import epoch_batches, windows
 from strategies.vfl.channel import SecondaryChannel
 from strategies.vfl.fedsim import FedSimStrategy, GradBlock
@@ -29,16 +30,18 @@ class TrainPlan:
     max_steps: int = 0  # 0 = no limit (tests stop after a few steps)
     eval_chunk: int = 50_000  # tokens per evaluation message
     eval_batch: int = 4096  # primary records per evaluation forward pass
+    patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
 
 
 def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
                 plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]
                 ) -> tuple[int, dict[str, list[GradBlock]]]:
-    """Run the epoch's steps window by window. Returns the number of exchanges and the last
-    window's gradient blocks, which the next exchange (the evaluation's) delivers."""
+    """Run the epoch's steps window by window; ``progress(steps done this epoch, steps, loss)``
+    after each. Returns the number of exchanges and the last window's gradient blocks, which the
+    next exchange (the evaluation's) delivers."""
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
-    exchanges = 0
+    exchanges, n0 = 0, len(step_losses)
     for window in windows(batches, plan.steps_per_exchange):
         needs = [strategy.needs(rows) for rows in window]
         emb: dict[str, np.ndarray] = {}
@@ -54,7 +57,7 @@ def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batc
             step_losses.append(loss)
             for p in parties:
                 pending[p].append(grads[p])
-            progress(len(step_losses), len(batches), loss)
+            progress(len(step_losses) - n0, len(batches), loss)
     return exchanges, pending
 
 
@@ -90,11 +93,13 @@ def evaluate(strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.nd
 
 def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: np.ndarray, val_rows: np.ndarray,
         test_rows: np.ndarray, plan: TrainPlan, on_epoch: Callable[[EpochRecord], None],
-        progress: Callable[[int, int, float], None],
+        progress: Progress,
         after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
         done: tuple[list[EpochRecord], list[float]] | None = None,
         checkpoint_dir: str = "") -> tuple[list[EpochRecord], list[float]]:
-    """Train for ``plan.epochs``; every epoch evaluate validation and test.
+    """Train for at most ``plan.epochs``, and with ``plan.patience`` > 0 only until that many
+    epochs brought no better validation value (strategies/records.py); every epoch evaluate
+    validation and test. ``progress`` hears of every step and of each evaluation's start.
 
     ``after_epoch`` (e.g. a checkpoint) runs once an epoch is evaluated, when every party has
     applied all of its gradient blocks; with ``checkpoint_dir`` the parties checkpoint in the
@@ -104,16 +109,18 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
     epoch from the records (test is reported there, never selected on)."""
     records: list[EpochRecord] = list(done[0]) if done else []
     step_losses: list[float] = list(done[1]) if done else []
-    if plan.max_steps and len(step_losses) >= plan.max_steps:
-        return records, step_losses
+    if _stopped(records, step_losses, plan, strategy):
+        return records, step_losses  # a resumed run that had already stopped
     for epoch in range(len(records), plan.epochs):
         t0 = time.perf_counter()
         batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
         if plan.max_steps:
             batches = batches[: max(0, plan.max_steps - len(step_losses))]
         n0 = len(step_losses)
-        exchanges, pending = train_epoch(strategy, channel, batches, plan, step_losses, progress)
+        exchanges, pending = train_epoch(strategy, channel, batches, plan, step_losses,
+                                         partial(progress, "training", epoch))
         seconds = time.perf_counter() - t0
+        progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
         rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
                           len(batches), exchanges, seconds)
         t1 = time.perf_counter()
@@ -127,6 +134,12 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         on_epoch(rec)
         if after_epoch:
             after_epoch(epoch, records, step_losses)
-        if plan.max_steps and len(step_losses) >= plan.max_steps:
+        if _stopped(records, step_losses, plan, strategy):
             break
     return records, step_losses
+
+
+def _stopped(records: list[EpochRecord], step_losses: list[float], plan: TrainPlan, strategy: FedSimStrategy) -> bool:
+    """max-steps reached, or the patience ran out (a function of the records: resumes stop alike)."""
+    return bool(plan.max_steps and len(step_losses) >= plan.max_steps) or early_stop(records, strategy.head,
+                                                                                     plan.patience)

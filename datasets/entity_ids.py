@@ -1,0 +1,56 @@
+"""Parties' own entity ids (parties.toml ``entity_id = "<column>"``): which record of each party
+is which entity, with no linkage, and the split that keeps evaluation on shared entities.
+
+    read_entity_ids(df, column, where) -> (n,) object, the ids as text
+    match_entities(primary_ids, party_ids) -> (n_primary,) int64, the party's row of each entity, -1 none
+    entity_split(held_by_all, seed, where) -> Split
+
+Ids are compared as text, exactly (whole-number floats as integers, surrounding spaces dropped):
+"17" in one file and 17 or 17.0 in another are the same entity, "A7" and "a7" are not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from datasets.base import DatasetError, Split, require_columns, split_primary
+
+
+def read_entity_ids(df: pd.DataFrame, column: str, where: str) -> np.ndarray:
+    """(n,) object: each row's entity id as text; missing, empty and repeated ids are refused."""
+    require_columns(df, [column], where)
+    values = df[column]
+    if pd.api.types.is_float_dtype(values) and values.notna().all() and (values == values.round()).all():
+        values = values.astype("int64")
+    text = values.astype(str).str.strip()
+    bad = (values.isna() | (text == "")).to_numpy()
+    if bad.any():
+        raise DatasetError(f"{where}: {int(bad.sum())} row(s) without an entity id in column {column!r} "
+                           f"(first rows: {np.flatnonzero(bad)[:5].tolist()}); drop or fix them")
+    counts = text.value_counts()
+    if counts.iloc[0] > 1:
+        first = counts.index[0]
+        rows = np.flatnonzero((text == first).to_numpy())
+        raise DatasetError(f"{where}: entity id {first!r} appears {int(counts.iloc[0])} times (rows "
+                           f"{rows[:5].tolist()}; {int((counts > 1).sum())} id(s) repeat): an entity id names "
+                           "one record per party")
+    return text.to_numpy(dtype=object)
+
+
+def match_entities(primary_ids: np.ndarray, party_ids: np.ndarray) -> np.ndarray:
+    """(n_primary,) int64: for each primary entity the party's row holding it, -1 where none."""
+    return pd.Index(party_ids).get_indexer(primary_ids).astype(np.int64)
+
+
+def entity_split(held_by_all: np.ndarray, seed: int, where: str) -> Split:
+    """The primary's rows split so that validation and test are entities every party holds:
+    10% and 20% of those (seeded, as :func:`split_primary`); every other row is training."""
+    aligned = np.flatnonzero(held_by_all)
+    if len(aligned) < 3:
+        raise DatasetError(f"{where}: only {len(aligned)} of the label holder's entities are held by every party; "
+                           "validation and test entities must be, so at least 3 are needed")
+    s = split_primary(len(aligned), seed)
+    val, test = aligned[s.val], aligned[s.test]
+    train = np.setdiff1d(np.arange(len(held_by_all)), np.concatenate([val, test]))
+    return Split(train=train, val=val, test=test)

@@ -1,0 +1,5 @@
+import sys
+
+from fedsim.cli import main
+
+sys.exit(main())

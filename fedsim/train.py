@@ -1,0 +1,178 @@
+"""`fedsim train`: the Flower app through `flwr run` on a local simulation (default), on a
+deployment (--deployment DIR), or every party in this process (--engine inprocess).
+
+The run config is assembled from the options and `-c key=value` pairs, paths made absolute
+against the user's working folder, and checked (every key and value, then the data itself)
+before Flower sees it: an error names the key or the file and exits 2. The exit status is the
+run's outcome (its status file): 0 only for a finished run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from fedsim.watch import run_thread, tail, watch
+
+FLAGS = ("dataset", "data_dir", "out_dir", "run_name", "mode", "method", "epochs", "seed")
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("train", help="train a federation (Flower simulation, deployment, or in process)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    s.add_argument("--dataset", default=None, help="a built-in dataset, or csv (your parties.toml in --data-dir); "
+                                                   "unset = hdb, or the deployment's")
+    s.add_argument("--data-dir", default="", help="folder of the data ('' = the loaders' default)")
+    s.add_argument("--out-dir", default=None, help="where run folders go; unset = ./runs, or the deployment's runs/")
+    s.add_argument("--run-name", default="", help="the run's folder name ('' = <dataset>-<method>-<time>)")
+    s.add_argument("--mode", default="vfl", choices=("vfl", "entity-aug"),
+                   help="vfl: FedSim and its baselines; entity-aug: Entity Augmentation")
+    s.add_argument("--method", default="fedsim", help="fedsim or a baseline: solo top1sim avgsim featuresim exact")
+    s.add_argument("--epochs", type=int, default=None, help="epochs (the maximum with early stopping); "
+                                                            "unset = the run config's default")
+    s.add_argument("--seed", type=int, default=0, help="the run's seed (data split, initial weights, batches)")
+    s.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other run-config key (pyproject.toml [tool.flwr.app.config]), repeatable")
+    s.add_argument("--engine", choices=("simulation", "inprocess"), default="simulation",
+                   help="simulation: `flwr run` on a local simulation; inprocess: every party in this process")
+    s.add_argument("--deployment", type=Path, default=None, help="a `fedsim deploy up` folder to train on")
+    s.add_argument("--resume", action="store_true", help="go on from the run's last checkpoint (needs --run-name)")
+    s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, object]:
+    """`key=value` strings: values read as TOML (numbers, true/false, "quoted"), else as text."""
+    values: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"-c {pair!r}: expected KEY=VALUE")
+        try:
+            values[key.strip()] = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            values[key.strip()] = raw.strip()
+    return values
+
+
+def run_values(args: argparse.Namespace) -> dict[str, object]:
+    """The run config: flags, then -c pairs (which win), paths absolute, a run name always."""
+    values: dict[str, object] = {"mode": args.mode, "method": args.method, "seed": args.seed}
+    if args.dataset or not args.deployment:
+        values["dataset"] = args.dataset or "hdb"
+    if args.epochs is not None:
+        values["epochs"] = args.epochs
+    if args.data_dir:
+        values["data-dir"] = str(Path(args.data_dir).expanduser().resolve())
+    if args.out_dir or not args.deployment:
+        values["out-dir"] = str(Path(args.out_dir or "runs").expanduser().resolve())
+    if args.resume:
+        values["resume"] = True
+    values.update(parse_pairs(args.config))
+    if args.deployment:  # the deployment's dataset, data, linkage job and runs folder, unless said here
+        from deploy.commands import Deployment, run_values as deployment_values
+
+        values = deployment_values(Deployment.load(args.deployment), values)
+    for key in ("data-dir", "out-dir", "linkage-dir"):
+        if values.get(key):
+            values[key] = str(Path(str(values[key])).expanduser().resolve())
+    if not values.get("run-name"):
+        what = values["mode"] if values["mode"] != "vfl" else values["method"]
+        values["run-name"] = args.run_name or f"{values['dataset']}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return values
+
+
+def check(values: dict[str, object]):
+    """The typed config and the number of SuperNodes (secondaries, or Entity Augmentation's
+    guests), loading the data: a bad key, value or file is named before Flower starts."""
+    from app.config import RunConfig
+
+    cfg = RunConfig.from_flower(values)
+    if cfg.mode == "entity-aug":
+        from app.entity_aug.parties import ea_data
+
+        return cfg, len(ea_data(cfg).guests)
+    from app.data import load_data
+
+    return cfg, len(load_data(cfg).secondaries)
+
+
+def command(args: argparse.Namespace) -> int:
+    try:
+        values = run_values(args)
+        cfg, nodes = check(values)
+    except Exception as e:  # noqa: BLE001 - a configuration or data error, named
+        print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    run_dir = cfg.out_path() / cfg.run_name
+    since = time.time()
+    print(f"run {cfg.run_name}: {cfg.mode} {cfg.method if cfg.mode == 'vfl' else cfg.ea_variant} on {cfg.dataset} "
+          f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}")
+    if args.engine == "inprocess" and not args.deployment:
+        outcome = _in_process(cfg, run_dir)
+    else:
+        outcome = _flower(values, run_dir, nodes, args)
+    return report_outcome(run_dir, since, outcome)
+
+
+def _in_process(cfg, run_dir: Path) -> str:
+    from app.modes import run_experiment
+
+    thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
+    watch(lambda: not thread.is_alive(), run_dir, label=cfg.run_name)
+    thread.join()
+    return f"{type(box['error']).__name__}: {box['error']}" if "error" in box else ""
+
+
+def _flower(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -> str:
+    """`flwr run` to its end, its output in <run>/flower.log; returns that log's tail."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "flower.log"
+    with open(log, "w") as out:
+        if args.deployment:
+            from deploy.commands import Deployment, start_run
+
+            proc, stop = start_run(Deployment.load(args.deployment), values, output=out), None
+        else:
+            from deploy.localsim import start_simulation, stop_superlink
+
+            home = Path(str(values["out-dir"])) / ".flower" / str(values["run-name"])
+            proc, port = start_simulation(values, home, num_supernodes=nodes, output=out)
+            stop = lambda: stop_superlink(port)  # noqa: E731 - flwr leaves its local SuperLink running
+        try:
+            deadline = time.monotonic() + args.timeout
+            watch(lambda: proc.poll() is not None or time.monotonic() > deadline, run_dir, label=str(values["run-name"]))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if stop:
+                stop()
+                shutil.rmtree(home, ignore_errors=True)  # the simulation's own FLWR_HOME (installed app, state)
+    return tail(log)
+
+
+def report_outcome(run_dir: Path, since: float, output: str) -> int:
+    """Exit status from the run's status file; the summary's headline on success."""
+    from app.run_status import problem
+
+    why = problem(run_dir, since)
+    if why:
+        print(f"fedsim train: {why}", file=sys.stderr)
+        if output.strip():
+            print(f"--- the run's output (last lines) ---\n{output}", file=sys.stderr)
+        return 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    print(f"finished: best epoch {summary['best_epoch']} | val {_fmt(summary['val'])} | test {_fmt(summary['test'])}")
+    for warning in summary.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+def _fmt(metrics: dict) -> str:
+    return " ".join(f"{k}={v:.4f}" for k, v in metrics.items())

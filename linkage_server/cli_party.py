@@ -1,0 +1,210 @@
+"""The parties' commands of ``python -m linkage_server`` (parsers in linkage_server.cli): read and
+encode identifiers, upload them, start the job, wait, fetch, query."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from linkage.contracts import LinkageError
+from linkage_server.progress import Bar
+
+SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the raw identifiers it came from
+
+
+def read_secret(path: str | None, env: str) -> str:
+    if path:
+        return Path(path).read_text().strip()
+    if os.environ.get(env):
+        return os.environ[env].strip()
+    raise SystemExit(f"error: give --secret-file or set ${env}")
+
+
+def verify(args) -> bool | str:
+    return args.ca_cert or True
+
+
+def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
+    """One party's identifier columns from its CSV, checked: numbers (n, d) float64, or strings
+    normalised (linkage.strings.normalize_strings): (n,) for one column, (n, c) for several."""
+    import pandas as pd
+
+    df = pd.read_csv(csv)
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise LinkageError(f"{csv}: no column(s) {missing}; columns are {list(df.columns)}")
+    sub = df[columns]
+    bad = sub.isna().any(axis=1).to_numpy()
+    if bad.any():
+        raise LinkageError(f"{csv}: {int(bad.sum())} row(s) have a missing identifier in {columns} "
+                           f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
+    if kind == "strings":
+        from linkage.strings import normalize_strings
+
+        cols = [normalize_strings(sub[c].astype(str).tolist()) for c in columns]
+        return np.array(cols[0], dtype=str) if len(cols) == 1 else np.array(cols, dtype=str).T
+    text = [c for c in columns if not pd.api.types.is_numeric_dtype(sub[c])]
+    if text:
+        raise LinkageError(f"{csv}: identifier column(s) {text} hold text, not numbers: for text identifiers "
+                           f"(names, titles, addresses) use --kind strings")
+    return sub.to_numpy(dtype=np.float64)
+
+
+def client(args):
+    from linkage_server.client import LinkageClient
+
+    secret = read_secret(args.secret_file, "FEDSIM_LINKAGE_SECRET")
+    return LinkageClient(args.url, args.job, args.party, secret, verify=verify(args))
+
+
+def identifiers(args) -> tuple[np.ndarray, str]:
+    """The identifiers to upload, and the digest of the raw identifiers they were encoded from
+    ("" = they are raw): a run binds the linkage to its own raw identifiers by it."""
+    from linkage.binding import identifier_digest
+
+    if args.npy:
+        source = Path(args.npy + SOURCE)
+        raw = json.loads(source.read_text())["raw_sha256"] if source.exists() else ""
+        ids = np.load(args.npy, allow_pickle=False)
+        if not raw and ids.dtype == np.uint8:
+            print(f"note: {args.npy} holds encoded identifiers but {source} is missing: the upload is recorded "
+                  "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
+                  "`python -m linkage_server encode`, which writes that file", file=sys.stderr)
+        return ids, raw
+    ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
+    if args.key_file:  # private mode: the party encodes with the parties' shared key before uploading
+        from linkage.encode import encode_with_key
+
+        return encode_with_key(ids, json.loads(Path(args.key_file).read_text())), identifier_digest(ids)
+    return ids, ""
+
+
+def fingerprint(args) -> str:
+    """The encoding key's fingerprint (linkage.encode.key_fingerprint): from --key-file, or from
+    the .source.json `encode` wrote beside --npy; "" for raw identifiers."""
+    if args.key_file:
+        from linkage.encode import key_fingerprint
+
+        return key_fingerprint(json.loads(Path(args.key_file).read_text()))
+    source = Path(f"{args.npy}{SOURCE}") if args.npy else None
+    return json.loads(source.read_text()).get("key_fingerprint", "") if source and source.exists() else ""
+
+
+def cmd_make_key(args) -> None:
+    """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
+    key: dict = {"secret": secrets.token_urlsafe(32)}
+    if args.csv:
+        from linkage.encode import federal_key
+
+        values = read_identifiers(args.csv, args.columns.split(","), "numbers")
+        p = federal_key(values, k=args.k, bits_per_dim=args.bits_per_dim)
+        key["federal"] = {n: p[n] for n in ("bits_per_dim", "t", "lo", "hi")}
+        print(f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
+              f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)", file=sys.stderr)
+    out = Path(args.out)
+    out.write_text(json.dumps(key, indent=1))
+    out.chmod(0o600)
+    print(f"key written to {out}: share it with the other parties, never with the service")
+
+
+def cmd_encode(args) -> None:
+    from linkage.binding import identifier_digest
+
+    ids, raw = identifiers(args)
+    out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
+    np.save(out, ids, allow_pickle=False)
+    Path(out + SOURCE).write_text(json.dumps({"raw_sha256": raw or identifier_digest(ids), "rows": len(ids),
+                                              "key_fingerprint": fingerprint(args)}))
+    print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
+
+
+def _start(c, args, kind: str | None = None) -> None:
+    """Start the job with the command's parameters; the metric, unless given, from the primary's upload."""
+    from linkage_server.client import ServiceError
+    from linkage_server.uploads import METRIC_OF_KIND
+
+    metric = args.metric
+    if metric is None:
+        kind = kind or (c.status().get("uploads", {}).get(c.party) or {}).get("kind")
+        if kind is None:
+            raise LinkageError(f"party {c.party!r} has not uploaded to job {c.job}: upload with `link` first, or "
+                               "give --metric")
+        metric = METRIC_OF_KIND[kind]
+        print(f"metric: {metric} (inferred from the uploaded {kind}; --metric to choose)", file=sys.stderr)
+    if args.train_rows:
+        print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
+    try:
+        st = c.start(metric, args.k, args.tau, args.pool, args.layout, args.anchor)
+    except ServiceError as e:
+        if e.status == 409 and "waiting for uploads" in e.detail:
+            raise ServiceError(409, f"{e.detail}. Your upload is kept: once they have uploaded, start the job "
+                                    f"with the `start` command (no need to upload again)") from None
+        raise
+    print(json.dumps({"state": st["state"], "metric": metric}))
+
+
+def _wait_and_fetch(c, args) -> None:
+    if args.wait or args.fetch:
+        with Bar("job") as bar:
+            st = c.wait(timeout=args.timeout, on_progress=bar.job, until_started=True)
+        print(json.dumps({"state": st["state"], "seconds": st.get("seconds"), "stats": st.get("stats")}))
+    if args.fetch:
+        _fetched(c.fetch(Path(args.fetch)))
+
+
+def _fetched(path: Path) -> None:
+    from linkage.binding import RECORD
+
+    print(f"fetched {path}")
+    if path.name == "primary.npz" and not (path.parent / RECORD).exists():
+        print(f"note: {path.parent} has no {RECORD}; a run refuses this linkage until the primary's upload is "
+              "recorded there (`link ... --record DIR` or `link ... --fetch DIR`)", file=sys.stderr)
+
+
+def cmd_link(args) -> None:
+    with client(args) as c:
+        ids, raw_sha256 = identifiers(args)
+        with Bar("upload", bytes=True) as bar:
+            summary = c.upload(ids, raw_sha256, fingerprint=fingerprint(args), on_sent=bar.update)
+        print(json.dumps({"uploaded": summary}))
+        if args.record:
+            print(f"upload record {c.write_upload_record(Path(args.record))}")
+        if args.start:
+            _start(c, args, summary.get("kind"))
+        elif args.train_rows:
+            print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
+        _wait_and_fetch(c, args)
+
+
+def cmd_start(args) -> None:
+    with client(args) as c:
+        _start(c, args)
+        _wait_and_fetch(c, args)
+
+
+def cmd_status(args) -> None:
+    with client(args) as c:
+        if args.wait:
+            with Bar("job") as bar:
+                st = c.wait(timeout=args.timeout, on_progress=bar.job, until_started=True)
+        else:
+            st = c.status()
+        print(json.dumps(st, indent=1))
+
+
+def cmd_fetch(args) -> None:
+    with client(args) as c:
+        _fetched(c.fetch(Path(args.out)))
+
+
+def cmd_query(args) -> None:
+    with client(args) as c:
+        ids, _ = identifiers(args)
+        got = c.query(ids, fingerprint=fingerprint(args), out=Path(args.out))
+        print(json.dumps({"out": args.out, "records": len(ids), "k": got.k, "parties": sorted(got.links),
+                          "query_budget": c.query_budget}))

@@ -1,0 +1,148 @@
+"""The `fedsim` command line as a user runs it: the installed console script, as subprocesses,
+on tiny CSV party folders. Exit status is the outcome; errors name the key or file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.test_byo import write_parties
+
+FEDSIM = str(Path(sys.executable).parent / "fedsim")
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--dataset", "csv", "--data-dir", "data", "-c", "k=4", "-c", "batch-size=32"]
+
+
+def fedsim(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([FEDSIM, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def user(tmp_path) -> Path:
+    """A user's working folder with their parties in ./data (relative paths on purpose)."""
+    (tmp_path / "data").mkdir()
+    write_parties(tmp_path / "data")
+    return tmp_path
+
+
+def test_a_broken_config_exits_non_zero_naming_the_key_before_flower_starts(user):
+    r = fedsim("train", *TINY, "-c", "batch-sise=32", cwd=user, timeout=120)
+    assert r.returncode == 2 and "unknown run-config key(s) ['batch-sise']" in r.stderr, r.stderr
+    r = fedsim("train", *TINY, "-c", "tau=1.5", cwd=user, timeout=120)
+    assert r.returncode == 2 and "'tau' must be in (0, 1]" in r.stderr, r.stderr
+    r = fedsim("train", "--dataset", "csv", "--data-dir", "elsewhere", cwd=user, timeout=120)
+    assert r.returncode == 2 and str(user / "elsewhere" / "parties.toml") in r.stderr, r.stderr  # the absolute path
+    assert not (user / "runs").exists() or not any((user / "runs").iterdir())
+
+
+def test_a_failed_run_exits_non_zero_with_its_error(user):
+    r = fedsim("train", *TINY, "--engine", "inprocess", "--run-name", "bad", "-c", "parties=shops",
+               "-c", "method=combine", cwd=user, timeout=300)  # combine needs true rows: the run fails
+    assert r.returncode == 1 and "run " in r.stderr and "failed" in r.stderr, (r.stdout, r.stderr)
+    assert json.loads((user / "runs" / "bad" / "status.json").read_text())["state"] == "failed"
+
+
+@pytest.mark.slow
+def test_train_predict_and_report_through_flower(user):
+    """`fedsim train` through `flwr run`, then `fedsim predict` (the predict mode of the same
+    apps; each secondary embeds with the model it kept itself): the test split, given as new
+    records, gets the best epoch's test metric; then `fedsim report` writes the plots."""
+    r = fedsim("train", *TINY, "--epochs", "2", "--run-name", "mine", cwd=user)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "finished: best epoch" in r.stdout
+    run = user / "runs" / "mine"
+    summary = json.loads((run / "summary.json").read_text())
+    assert (run / "shops" / "kept.pt").exists()  # the secondary's own kept model (simulation layout)
+
+    from app.config import RunConfig
+    from app.data import load_data
+
+    ds = load_data(RunConfig(dataset="csv", data_dir=str(user / "data")))
+    test = ds.split.test
+    sales = pd.read_csv(user / "data" / "sales.csv").iloc[test].drop(columns=["price"])
+    sales.assign(flat=[f"f{i}" for i in test]).to_csv(user / "new.csv", index=False)
+    r = fedsim("predict", "runs/mine", "new.csv", "--out", "predictions.csv", "--id-column", "flat", "--explain",
+               cwd=user)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = pd.read_csv(user / "predictions.csv")
+    assert list(out["flat"]) == [f"f{i}" for i in test] and "shops_weight_1" in out.columns
+    rmse = float(np.sqrt(np.mean((out["prediction"].to_numpy() - ds.labels[test]) ** 2)))
+    assert rmse == pytest.approx(summary["test"]["rmse"], rel=1e-5)  # float32: predict's batches vs evaluation's
+
+    r = fedsim("report", "runs/mine", cwd=user)
+    assert r.returncode == 0 and "best epoch" in r.stdout, r.stderr
+    assert (run / "learning_curve.png").exists() and (run / "weight_gate.png").exists()
+
+
+def test_predict_refuses_a_run_that_did_not_finish_and_writes_nothing(user):
+    (user / "runs" / "half").mkdir(parents=True)
+    (user / "predictions.csv").write_text("old\n")
+    r = fedsim("predict", "runs/half", "new.csv", "--out", "predictions.csv", cwd=user, timeout=120)
+    assert r.returncode == 1 and "did not start" in r.stderr, r.stderr
+    assert not (user / "predictions.csv").exists()  # an older output cannot pass for this one
+
+
+def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):
+    """`fedsim train --mode entity-aug` on CSV parties that declare entity id columns (the
+    overlap comes from the ids), then `fedsim predict` by those ids, each row its own."""
+    from app.config import RunConfig
+    from app.entity_aug.parties import ea_data
+
+    data = REPO / "examples" / "digits"
+    r = fedsim("train", "--dataset", "csv", "--data-dir", str(data), "--mode", "entity-aug", "--engine", "inprocess",
+               "--epochs", "2", "--run-name", "ea", cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ea = ea_data(RunConfig(dataset="csv", data_dir=str(data), mode="entity-aug"))
+    assert ea.held is not None and not all(h.all() for h in ea.held.values())  # some entities held by one guest only
+    ids = ea.entity_ids[ea.split.test[:12]]
+    pd.DataFrame({"image_id": ids}).to_csv(tmp_path / "ids.csv", index=False)
+    r = fedsim("predict", "runs/ea", "ids.csv", "--out", "p.csv", "--id-column", "image_id", cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = pd.read_csv(tmp_path / "p.csv")
+    assert list(out["image_id"]) == list(ids) and [f"p_{c}" for c in range(10)] == list(out.columns[2:])
+    only_one = np.flatnonzero(~ea.held["left"])[:1]  # an entity the left guest lacks
+    pd.DataFrame({"image_id": ea.entity_ids[only_one]}).to_csv(tmp_path / "ids.csv", index=False)
+    r = fedsim("predict", "runs/ea", "ids.csv", "--out", "p.csv", "--id-column", "image_id", cwd=tmp_path, timeout=300)
+    assert r.returncode == 1 and "not held by every party" in r.stderr and not (tmp_path / "p.csv").exists()
+
+
+def test_link_two_string_columns_with_a_normalised_scorer_through_a_real_service(tmp_path):
+    """`fedsim create-job`, `fedsim link` (each party its own CSV, name + address), `fedsim start`
+    with Jaro-Winkler, `fedsim fetch`: the true partner first for every record."""
+    from linkage.store import load_primary, load_secondary
+    from tests.test_service import ADMIN, free_port, service
+
+    people = [("Anna Smith", "12 Main Street"), ("Anna Smith", "7 Park Lane"), ("Bob Lee", "12 Main Street"),
+              ("Zoe Kim", "3 Hill Road"), ("Lee Bob", "9 River Walk"), ("Kim Park", "1 Bay Road")]
+    perm = np.random.default_rng(5).permutation(len(people))
+    pd.DataFrame(people, columns=["name", "address"]).to_csv(tmp_path / "p.csv", index=False)
+    spelt = [(people[i][0].replace("Smith", "Smyth"), people[i][1].replace("Street", "St")) for i in perm]
+    pd.DataFrame(spelt, columns=["full_name", "street"]).to_csv(tmp_path / "s.csv", index=False)
+    (tmp_path / "admin.token").write_text(ADMIN)
+    with service(tmp_path / "svc", free_port()) as url:
+        made = fedsim("create-job", "--url", url, "--admin-token-file", "admin.token", "--primary", "p",
+                      "--secondary", "s", "--secrets-dir", ".", cwd=tmp_path, timeout=120)
+        assert made.returncode == 0, made.stderr
+        job = json.loads(made.stdout)["job"]
+
+        def party(name: str, *args: str) -> subprocess.CompletedProcess:
+            r = fedsim(*args, "--url", url, "--job", job, "--party", name, "--secret-file", f"{job}-{name}.secret",
+                       cwd=tmp_path, timeout=120)
+            assert r.returncode == 0, (args, r.stdout, r.stderr)
+            return r
+
+        party("s", "link", "--csv", "s.csv", "--columns", "full_name,street", "--kind", "strings")
+        party("p", "link", "--csv", "p.csv", "--columns", "name,address", "--kind", "strings", "--record", "out")
+        party("p", "start", "--k", "2", "--metric", "jaro_winkler", "--fetch", "out")
+        party("s", "fetch", "--out", "out")
+        assert json.loads(party("s", "status").stdout)["params"]["metric"] == "jaro_winkler"
+    p, s = load_primary(tmp_path / "out"), load_secondary(tmp_path / "out", "s")
+    np.testing.assert_array_equal(perm[s.row_of_token[p.tokens["s"][:, 0]]], np.arange(len(people)))
+    r = fedsim("link", "--url", "http://127.0.0.1:1", "--job", job, "--party", "p", "--csv", "p.csv", cwd=tmp_path)
+    assert r.returncode == 2 and "--columns" in r.stderr and "Traceback" not in r.stderr  # named, no traceback
