@@ -1,5 +1,4 @@
-"""End to end through `flwr run` (Flower simulation): the federated run equals the twin, and
-its kept federation predicts through the apps' predict mode.
+"""End to end through `flwr run` (Flower simulation): the federated run equals the twin.
 
 Each run starts its own local SuperLink (own FLWR_HOME and ports) and stops it after.
 """
@@ -7,16 +6,12 @@ Each run starts its own local SuperLink (own FLWR_HOME and ports) and stops it a
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
 from app.config import RunConfig
-from app.data import load_data
-from app.vfl.kept import load_kept
 from app.vfl.inprocess import max_param_gap, run_twin
 from deploy.localsim import processes_mentioning, simulate
-from strategies.heads import TaskHead
 
 pytestmark = pytest.mark.slow
 
@@ -49,30 +44,8 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
         assert max_param_gap(torch.load(run_dir / party / "model.pt", weights_only=True), state) < 1e-5
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(set(r["val"]) == set(r["test"]) for r in rows)
-    if name == "synthetic-S1":  # prepared arrays (a built-in dataset); a user's CSV: tests/test_cli.py
-        _predict_through_flower(values, summary, tmp_path)
-
-
-def _predict_through_flower(values: dict, summary: dict, tmp_path):
-    """Predict mode of the same apps: the test split's records, given as new (prepared arrays),
-    get the best epoch's test metric; each secondary embeds with the model it kept itself."""
-    ds = load_data(RunConfig(**values))
-    test = ds.split.test
-    np.savez(tmp_path / "new.npz", features=ds.primary.features[test], identifiers=ds.primary.identifiers[test])
-    (tmp_path / "pred.csv").write_text("an older output\n")
-    keys = dict(values, run_name="", predict_run=values["run_name"], predict_input=str(tmp_path / "new.npz"),
-                predict_output=str(tmp_path / "pred.csv"), predict_explain=True)
-    proc = simulate(flower_keys(keys), tmp_path / "flwr-home-predict", timeout=400)
-    log = proc.stdout + proc.stderr
-    assert "[primary] predict: " in log, log[-4000:]
-    out = pd.read_csv(tmp_path / "pred.csv")
-    metrics = TaskHead(**load_kept(tmp_path / "out" / values["run_name"])[0]["head"]).metrics(
-        out["prediction"].to_numpy(), ds.labels[test])
-    for metric, value in summary["test"].items():  # float32: the evaluation's batches vs predict's
-        assert metrics[metric] == pytest.approx(value, rel=1e-5, abs=1e-6), metric
-    assert list(out["row"]) == list(range(len(test))) and "secondary_token_1" in out.columns
-    party_dir = tmp_path / "out" / values["run_name"] / "secondary"
-    assert (party_dir / "kept.pt").exists()  # the secondary's own kept model, beside its final one
+    # predict mode of the same apps: tests/test_cli.py (a user's CSV, simulation) and
+    # tests/test_deploy.py (prepared .npz arrays, the deployment)
 
 
 # A bad input through `flwr run` (named on stderr, the run marked failed, the command's exit
