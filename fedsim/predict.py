@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
 
 def _manifest(run_dir: Path) -> dict:
     from app.run_status import require_finished
-    from app.vfl.kept import read_manifest
+    from app.kept import read_manifest
 
     require_finished(run_dir)
     return read_manifest(run_dir)

@@ -117,13 +117,9 @@ def test_link_two_string_columns_with_a_normalised_scorer_through_a_real_service
     with Jaro-Winkler, `fedsim fetch`: the true partner first for every record."""
     from linkage.store import load_primary, load_secondary
     from tests.test_service import ADMIN, free_port, service
+    from tests.test_service_cli import write_people
 
-    people = [("Anna Smith", "12 Main Street"), ("Anna Smith", "7 Park Lane"), ("Bob Lee", "12 Main Street"),
-              ("Zoe Kim", "3 Hill Road"), ("Lee Bob", "9 River Walk"), ("Kim Park", "1 Bay Road")]
-    perm = np.random.default_rng(5).permutation(len(people))
-    pd.DataFrame(people, columns=["name", "address"]).to_csv(tmp_path / "p.csv", index=False)
-    spelt = [(people[i][0].replace("Smith", "Smyth"), people[i][1].replace("Street", "St")) for i in perm]
-    pd.DataFrame(spelt, columns=["full_name", "street"]).to_csv(tmp_path / "s.csv", index=False)
+    people, perm = write_people(tmp_path)
     (tmp_path / "admin.token").write_text(ADMIN)
     with service(tmp_path / "svc", free_port()) as url:
         made = fedsim("create-job", "--url", url, "--admin-token-file", "admin.token", "--primary", "p",

@@ -18,7 +18,8 @@ from app.config import RunConfig
 from app.data import load_data
 from app.modes import run_experiment
 from app.run_status import RunFailed
-from app.vfl.kept import KeptError, load_kept
+from app.kept import KeptError
+from app.vfl.kept import load_kept
 from app.vfl.predict import predict_in_process
 from linkage.contracts import LinkageError
 from strategies.heads import TaskHead

@@ -18,7 +18,7 @@ from app import messages
 from app.config import RunConfig
 from app.data import _load, load_data
 from app.vfl import client as client_app
-from app.vfl.kept import KeptError
+from app.kept import KeptError
 from app.vfl.parties import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from linkage.contracts import LinkageError

@@ -103,17 +103,24 @@ def test_private_numbers_link_through_a_made_key(tmp_path):
     assert (top1 == perm).mean() > 0.95
 
 
+def write_people(folder) -> tuple[list, np.ndarray]:
+    """Name + address: the primary's p.csv, and the secondary's s.csv respelt and shuffled
+    (row perm[i] of s is record i of p). Returns (people, perm)."""
+    people = [("Anna Smith", "12 Main Street"), ("Anna Smith", "7 Park Lane"), ("Bob Lee", "12 Main Street"),
+              ("Zoe Kim", "3 Hill Road"), ("Lee Bob", "9 River Walk"), ("Kim Park", "1 Bay Road")]
+    perm = np.random.default_rng(5).permutation(len(people))
+    pd.DataFrame(people, columns=["name", "address"]).to_csv(folder / "p.csv", index=False)
+    spelt = [(people[i][0].replace("Smith", "Smyth"), people[i][1].replace("Street", "St")) for i in perm]
+    pd.DataFrame(spelt, columns=["full_name", "street"]).to_csv(folder / "s.csv", index=False)
+    return people, perm
+
+
 def test_two_string_columns_primary_first_then_start_with_the_default_scorer(tmp_path):
     """Name + address over two columns; the primary uploads before the secondary, starts once it has
     (no second upload), and the metric comes from the upload: strings -> the default scorer."""
     from linkage.contracts import DEFAULT_STRING_METRIC
 
-    people = [("Anna Smith", "12 Main Street"), ("Anna Smith", "7 Park Lane"), ("Bob Lee", "12 Main Street"),
-              ("Zoe Kim", "3 Hill Road"), ("Lee Bob", "9 River Walk"), ("Kim Park", "1 Bay Road")]
-    perm = np.random.default_rng(5).permutation(len(people))
-    pd.DataFrame(people, columns=["name", "address"]).to_csv(tmp_path / "p.csv", index=False)
-    spelt = [(people[i][0].replace("Smith", "Smyth"), people[i][1].replace("Street", "St")) for i in perm]
-    pd.DataFrame(spelt, columns=["full_name", "street"]).to_csv(tmp_path / "s.csv", index=False)
+    people, perm = write_people(tmp_path)
     out = tmp_path / "out"
     with service(tmp_path / "svc", free_port()) as url:
         (tmp_path / "admin.token").write_text(ADMIN)

@@ -24,7 +24,6 @@ with the output written; on any error the reason on stderr, exit 1, and no outpu
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 import time
 from dataclasses import dataclass
@@ -35,12 +34,12 @@ import pandas as pd
 import torch
 
 from app.config import RunConfig
-from app.entity_aug.kept import HOST_MODEL, KeptError, features_digest, load_kept, state_name
+from app.entity_aug.kept import HOST_MODEL, features_digest, load_kept, state_name
+from app.kept import KeptError, predict_command, write_csv
 from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, overlap_parts, torch_threads
 from app.run_status import require_finished
 from datasets.base import require_columns
 from datasets.overlap import EntityData
-from linkage.store import write_atomic
 from strategies.entity_aug.exchange import LocalLink
 from strategies.heads import TaskHead
 
@@ -198,13 +197,6 @@ def table(ids: np.ndarray, column: str, pred: EAPrediction) -> pd.DataFrame:
     return pd.DataFrame(cols | {f"p_{c}": pred.proba[:, c] for c in range(pred.proba.shape[1])})
 
 
-def write_csv(frame: pd.DataFrame, out: Path) -> None:
-    """All of it or nothing at ``out``."""
-    buf = io.StringIO()
-    frame.to_csv(buf, index=False)
-    write_atomic(out, buf.getvalue().encode())
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
@@ -212,20 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ids-column", default="entity", help="the column of --ids holding the entity ids")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    if args.out.resolve() == args.ids.resolve():
-        print("predict failed: --out names the input file --ids", file=sys.stderr)
-        return 1
-    args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
-    try:
+
+    def predict() -> str:
         declared = ea_data(RunConfig(**load_kept(args.run_dir)[0]["run"])).entity_ids is not None
         ids = read_ids(args.ids, args.ids_column, declared)
         pred = predict_ea_in_process(args.run_dir, ids)
         write_csv(table(ids, args.ids_column, pred), args.out)
-    except Exception as exc:  # the outcome is the exit status, with the reason
-        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print(f"{len(ids)} predictions (best epoch {pred.best_epoch}) -> {args.out}")
-    return 0
+        return f"{len(ids)} predictions (best epoch {pred.best_epoch}) -> {args.out}"
+
+    return predict_command(args.out, args.ids, "--ids", predict)
 
 
 if __name__ == "__main__":

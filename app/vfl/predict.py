@@ -24,7 +24,8 @@ from app.config import RunConfig
 from app.data import load_data
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
-from app.vfl.kept import KeptError, features_digest, load_kept
+from app.kept import KeptError
+from app.vfl.kept import features_digest, load_kept
 from app.vfl.parties import build_primary_model, service_secret, unsorted
 from app.vfl.secondary import SecondaryParty
 from linkage.binding import identifier_digest

@@ -16,15 +16,13 @@ it cannot pass for this run's).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from app.vfl.kept import KeptError, read_manifest
+from app.kept import KeptError, predict_command, read_manifest, write_csv
 from app.vfl.predict import Prediction, predict_in_process
 from datasets.csv_parties import normalized_strings
 from datasets.tables import read_identifiers, require_columns
@@ -88,21 +86,6 @@ def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> 
     return pd.DataFrame(cols)
 
 
-def write_atomic_csv(frame: pd.DataFrame, out: Path) -> None:
-    """All of it or nothing at ``out``, with the usual permissions (mkstemp's are 0600)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    try:
-        frame.to_csv(tmp, index=False)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
@@ -113,22 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unknown", choices=("ignore", "refuse"), default="ignore",
                     help="a category not seen in training: no one-hot feature set (ignore), or an error")
     args = ap.parse_args(argv)
-    if args.out.resolve() == args.new.resolve():
-        print("predict failed: --out names the input file NEW.csv", file=sys.stderr)
-        return 1
-    args.out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
-    try:
+
+    def predict() -> str:
         keys, features, ids, report = read_input(args.run_dir, args.new, args.id_column, args.unknown)
         pred = predict_in_process(args.run_dir, features, ids)
-        write_atomic_csv(table(keys, args.id_column, pred, args.explain), args.out)
-    except Exception as exc:  # the outcome is the exit status, with the reason
-        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    for what, counts in report.items():
-        if counts:
-            print(f"note: {what.replace('_', ' ')}: {counts}", file=sys.stderr)
-    print(f"{len(keys)} predictions (best epoch {pred.best_epoch}) -> {args.out}")
-    return 0
+        write_csv(table(keys, args.id_column, pred, args.explain), args.out)
+        for what, counts in report.items():
+            if counts:
+                print(f"note: {what.replace('_', ' ')}: {counts}", file=sys.stderr)
+        return f"{len(keys)} predictions (best epoch {pred.best_epoch}) -> {args.out}"
+
+    return predict_command(args.out, args.new, "NEW.csv", predict)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ from flwr.serverapp import Grid
 from app.config import RunConfig
 from app.transport import handshake
 from app.vfl.channel import FlowerChannel
-from app.vfl.kept import KeptError
+from app.kept import KeptError, write_csv
 from app.vfl.parties import unsorted
 from app.vfl.predict import KeptRun, Prediction, check_new, forward, link_here, open_kept
-from app.vfl.predict_csv import read_input, table, write_atomic_csv
+from app.vfl.predict_csv import read_input, table
 from linkage.binding import identifier_digest
 from linkage.store import read_primary
 
@@ -53,7 +53,7 @@ def run_predict(grid: Grid, cfg: RunConfig) -> dict:
     values, proba, weights = forward(kept, features, linkage, lookup)
     seconds["forward"] = time.perf_counter() - t1
     pred = Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds)
-    write_atomic_csv(table(keys, cfg.predict_id_column, pred, cfg.predict_explain), out)
+    write_csv(table(keys, cfg.predict_id_column, pred, cfg.predict_explain), out)
     for what, counts in report.items():
         if counts:
             log(INFO, "[primary] predict note: %s: %s", what.replace("_", " "), counts)

@@ -19,7 +19,8 @@ from app.config import RunConfig
 from app.messages import StepMeta, require_finite, step_digest
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
-from app.vfl.kept import PARTY_KEPT, KeptError, features_digest
+from app.kept import KeptError
+from app.vfl.kept import PARTY_KEPT, features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer

@@ -18,7 +18,8 @@ from app.run_record import RunRecord, Seconds, constant_predictor, hyperparamete
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
-from app.vfl.kept import KEPT, Keeper
+from app.kept import KEPT
+from app.vfl.kept import Keeper
 from app.vfl.parties import build_strategy, linkage_job, train_plan
 from strategies.records import EpochRecord, stopping
 from strategies.vfl.protocol import fit

@@ -1,0 +1,128 @@
+"""What both training modes share about a kept federation (app/vfl/kept.py, app/entity_aug/kept.py)
+and about predicting with it: the best-epoch :class:`Keeper`, the manifest's reading, and the
+predictions CSV written whole or not at all.
+
+The Keeper snapshots the states after each epoch's evaluation when the validation metric
+improves (ties keep the earlier epoch, as strategies.records.best_epoch does). With ``folder``
+(the Flower engine) every improvement is written at once, with ``best.json``, so a resumed run
+keeps the best epoch of its first part; without, the states wait in memory for the mode's
+``save``, which writes them and the mode's manifest (:meth:`Keeper.write`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from linkage.store import write_atomic
+from strategies.heads import TaskHead
+from strategies.records import EpochRecord
+
+KEPT, MANIFEST, BEST = "kept", "federation.json", "best.json"
+
+
+class KeptError(ValueError):
+    """No kept federation, or one that does not fit what predict was given."""
+
+
+def _copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+class Keeper:
+    """The best-validation epoch's states, as the evaluation saw them."""
+
+    def __init__(self, head: TaskHead, folder: Path | None = None) -> None:
+        self.head, self.folder, self.best = head, folder, None
+        self.states: dict[str, dict[str, torch.Tensor]] = {}
+
+    def resume(self, records: list[EpochRecord]) -> None:
+        """Go on from the best epoch kept before the interruption, among the epochs ``records`` holds."""
+        path = None if self.folder is None else self.folder / BEST
+        if path is None or not path.exists():
+            return
+        best = json.loads(path.read_text())
+        for rec in records:
+            if rec.epoch == best["epoch"]:
+                self.best = rec
+
+    def offer(self, rec: EpochRecord, models: dict[str, torch.nn.Module]) -> bool:
+        """``models``: the ones this process keeps (state name -> module), right after the
+        epoch's evaluation. True when the epoch is the best so far."""
+        key = self.head.key_metric
+        if self.best is not None and not self.head.better(rec.val[key], self.best.val[key]):
+            return False
+        self.best = rec
+        self.states = {name: _copy(m) for name, m in models.items()}
+        if self.folder is not None:
+            self._write_states()
+            write_atomic(self.folder / BEST, json.dumps({"epoch": rec.epoch, "val": rec.val}).encode())
+        return True
+
+    def _write_states(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name, state in self.states.items():
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            write_atomic(self.folder / f"{name}.pt", buf.getvalue())
+
+    def write(self, run_dir: Path, manifest: Callable[[int], dict]) -> Path:
+        """The kept states (those held) and ``manifest(best epoch)`` into <run_dir>/kept."""
+        if self.best is None:
+            raise KeptError("no epoch was evaluated: nothing to keep")
+        on_disk = self.folder is not None  # the Flower engine wrote each improvement already
+        self.folder = Path(run_dir) / KEPT
+        if self.states and not on_disk:
+            self._write_states()
+        write_atomic(self.folder / MANIFEST, json.dumps(manifest(self.best.epoch), indent=2).encode())
+        return self.folder
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """federation.json; refused by name when the run kept none."""
+    folder = Path(run_dir) / KEPT
+    if not (folder / MANIFEST).exists():
+        raise KeptError(f"run {Path(run_dir)} has no kept federation ({folder / MANIFEST} is missing): it did not "
+                        "finish, or it was trained before runs kept their best epoch; train it again")
+    return json.loads((folder / MANIFEST).read_text())
+
+
+def load_states(folder: Path, names: list[str]) -> dict[str, dict[str, torch.Tensor]]:
+    """{name: state dict} of the kept states ``names``; refused by name when one is missing."""
+    missing = [n for n in names if not (folder / f"{n}.pt").exists()]
+    if missing:
+        raise KeptError(f"kept federation {folder} lacks the state of {missing}")
+    return {n: torch.load(folder / f"{n}.pt", map_location="cpu", weights_only=True) for n in names}
+
+
+# ---------------------------------------------------------------------------- predictions out
+
+
+def write_csv(frame: pd.DataFrame, out: Path) -> None:
+    """All of it or nothing at ``out`` (atomic rename), with the usual permissions."""
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False)
+    write_atomic(Path(out), buf.getvalue().encode())
+
+
+def predict_command(out: Path, source: Path, what: str, body: Callable[[], str]) -> int:
+    """A predict command's outcome as its exit status: ``out`` may not be the input ``source``;
+    an older file at ``out`` is removed first, so it cannot pass for this one; ``body`` writes
+    the output and returns its closing line (stdout); any error: the reason on stderr, exit 1."""
+    if Path(out).resolve() == Path(source).resolve():
+        print(f"predict failed: --out names the input file {what}", file=sys.stderr)
+        return 1
+    Path(out).unlink(missing_ok=True)
+    try:
+        line = body()
+    except Exception as exc:  # the outcome is the exit status, with the reason
+        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(line)
+    return 0
