@@ -11,7 +11,7 @@ from linkage.job_secret import operator_secret
 from linkage.pipeline import link_exact, link_known
 
 BASE = dict(dataset="synthetic", n_rows=600, batch_size=32, sigma_cf=0.1, epochs=1, max_steps=8,
-            steps_per_exchange=3)
+            steps_per_exchange=3, dtype="float64")  # float64: twins to 1e-9 (see test_equivalence)
 
 
 @pytest.mark.parametrize("method", ["top1sim", "avgsim", "featuresim", "exact", "combine", "solo"])
@@ -22,8 +22,8 @@ def test_every_baseline_equals_its_one_process_twin(method, tmp_path):
     if method == "solo":
         return
     twin = run_twin(cfg)
-    np.testing.assert_allclose(fed.losses, twin.losses, rtol=0, atol=1e-5)
-    assert max_param_gap(fed.primary, twin.primary) < 1e-5
+    np.testing.assert_allclose(fed.losses, twin.losses, rtol=0, atol=1e-9)
+    assert max_param_gap(fed.primary, twin.primary) < 1e-9
 
 
 def test_baselines_change_only_what_they_claim():
