@@ -53,7 +53,7 @@ DATASET_DEFAULTS: dict[str, Settings] = {
 }
 # A dataset without tuned defaults trains with early stopping (the built-in ones: fixed epochs).
 UNTUNED_EPOCHS, UNTUNED_PATIENCE = 200, 10
-METHODS = ("fedsim", "solo", "top1sim", "avgsim", "featuresim", "exact", "combine")
+METHODS = ("fedsim", "fedsim_attn", "solo", "top1sim", "avgsim", "featuresim", "exact", "combine")
 # Baselines are switches of the one model (paper Sec. 6 / App. E): what each method changes.
 #   top1sim: the most similar neighbour only; avgsim: the mean of the K pair outputs;
 #   featuresim: avgsim with the similarity as a feature of every pair; exact: neighbours at
@@ -61,7 +61,7 @@ METHODS = ("fedsim", "solo", "top1sim", "avgsim", "featuresim", "exact", "combin
 #   row (synthetic sets only). The gates' ablations are weight-gate / sort-gate / merge.
 BASELINE_MODEL = dict(merge="avg", uniform_weights=True, sort_gate=False, weight_gate=False)
 METHOD_MODEL: dict[str, dict] = {
-    "fedsim": {}, "solo": {},
+    "fedsim": {}, "solo": {}, "fedsim_attn": {"attention": True},
     "top1sim": BASELINE_MODEL, "avgsim": BASELINE_MODEL, "exact": BASELINE_MODEL, "combine": BASELINE_MODEL,
     "featuresim": BASELINE_MODEL | {"sim_feature": True},
 }

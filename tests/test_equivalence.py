@@ -21,6 +21,8 @@ CASES = {
     # three secondaries: each linked on its own (a weight/sort/merge path per party), and the
     # paper's App. C chain (one-to-one among the secondaries, top-K to the chain)
     "house3-independent-paths": dict(dataset="house3", n_rows=800, k=6, batch_size=32),
+    # the improved model: the paper's path plus attention over the neighbours (issue 17)
+    "hdb-fedsim-attn": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, method="fedsim_attn"),
     "house3-chain-no-sort": dict(dataset="house3", n_rows=800, k=6, batch_size=32, layout="chain", sort_gate=False),
 }
 

@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from strategies.vfl.attention import NeighbourAttention, sort_index
 from strategies.vfl.gates import (
     CNNMerge,
     MLPMerge,
@@ -36,6 +37,7 @@ class ModelConfig:
     sort_gate: bool = True
     uniform_weights: bool = False  # every neighbour weighs the same (AvgSim, Top1Sim, Exact)
     sim_feature: bool = False  # the similarity enters the aggregation MLP as a feature (FeatureSim)
+    attention: bool = False  # add attention over the neighbours and a null slot (fedsim_attn)
 
 
 def local_model(d_in: int, cfg: ModelConfig) -> nn.Sequential:
@@ -68,10 +70,28 @@ class PairPath(nn.Module):
             self.merge = MLPMerge(k, r, d_out)
         else:
             self.merge = None
+        # fedsim_attn: the paper's path plus attention pooling (strategies/vfl/attention.py); a
+        # zero last layer in either branch leaves the other, so it contains FedSim and Top1Sim
+        self.attention = NeighbourAttention(cuts, k, cfg.agg_hidden, d_out) if cfg.attention else None
 
     def forward(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
                 sims: torch.Tensor) -> torch.Tensor:
         """h (B, c_P); emb[p] (U_p, c); index[p] (B, K) into emb[p]; sims (B, K) -> (B, d_out)."""
+        out = self.paper_path(h, emb, index, sims)  # (B, d_out)
+        if self.attention is None:
+            return out
+        return out + self.attend(h, emb, index, sims)[0]
+
+    def attend(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+               sims: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention branch on the neighbours sorted by similarity: its output (B, d_out) and
+        its weights (B, K + 1) on the sorted neighbours and the null slot (last)."""
+        sims, index = sort_index(sims, index)
+        return self.attention(h, emb, index, sims)
+
+    def paper_path(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                   sims: torch.Tensor) -> torch.Tensor:
+        """The paper's FedSim (and its baselines' switches): pairs, weight / sort / merge gates."""
         pairs = self.aggregate(h, emb, index, sims)  # (B, K, r)
         if self.squash_pairs:
             pairs = torch.sigmoid(pairs)

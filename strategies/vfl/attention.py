@@ -1,0 +1,67 @@
+"""Attention over a record's K neighbours plus a null slot: the branch that lets the improved
+model (method ``fedsim_attn``) reduce to its special cases.
+
+Shapes: B primary records, K neighbours (sorted, most similar first), h1 the pair model's hidden
+width, d_out the head's width.
+
+Each (record, neighbour) pair goes through a pair model, an MLP on [h; e_k] -> d_out: Top1Sim's
+and AvgSim's own model. A softmax over K + 1 slots pools the pair outputs; the extra (null) slot
+pairs the record with a learned embedding per party instead of a neighbour. Scores read the
+neighbour's similarity, its gap to the record's best similarity, its rank, and the pair's hidden
+features (does this neighbour fit this record). So the branch can put all weight on rank 1
+(Top1Sim), spread it evenly (AvgSim), or keep only neighbours at the top similarity and the null
+slot otherwise (Exact: a learned embedding stands for the mean-imputed row).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from strategies.vfl.gates import mlp
+
+
+class NeighbourAttention(nn.Module):
+    def __init__(self, cuts: dict[str, int], k: int, hidden: tuple[int, ...], d_out: int, score_hidden: int = 16
+                 ) -> None:
+        super().__init__()
+        if not hidden:
+            raise ValueError("neighbour attention needs a pair model with a hidden layer (agg_hidden)")
+        self.cuts = cuts  # "primary" first, then the path's parties
+        self.parties = [p for p in cuts if p != "primary"]
+        self.pair = mlp(sum(cuts.values()), hidden, d_out)  # [h; e_k] -> d_out
+        self.null = nn.ParameterDict({p: nn.Parameter(torch.zeros(cuts[p])) for p in self.parties})
+        self.score_sim = mlp(2, (score_hidden,), 1)  # [s_k, s_1 - s_k] -> score
+        self.score_rank = nn.Parameter(torch.zeros(k + 1))  # a bias per rank; the last is the null slot's
+        self.score_pair = nn.Linear(hidden[-1], 1, bias=False)  # the pair's last hidden layer -> score
+
+    def forward(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                sims: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (B, c_P); emb[p] (U_p, c); index[p] (B, K) sorted most similar first; sims (B, K)
+        sorted likewise. Returns the pooled output (B, d_out) and the weights (B, K + 1)."""
+        hidden = self._hidden(h, emb, index)  # (B, K + 1, h1)
+        out = self.pair[-1](hidden)  # (B, K + 1, d_out)
+        feats = torch.stack([sims, sims[:, :1] - sims], dim=-1)  # (B, K, 2)
+        by_sim = nn.functional.pad(self.score_sim(feats).squeeze(-1), (0, 1))  # (B, K + 1), 0 for the null slot
+        scores = self.score_pair(hidden).squeeze(-1) + self.score_rank + by_sim  # (B, K + 1)
+        weights = torch.softmax(scores, dim=1)  # (B, K + 1)
+        return (out * weights.unsqueeze(-1)).sum(dim=1), weights
+
+    def _hidden(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The pair model up to its last hidden layer for the K pairs and the null slot: its first
+        layer is split per party (W [h; e] = W_P h + W_S e), so each block is multiplied once per
+        distinct record (as strategies.vfl.model.PairPath.aggregate)."""
+        first, rest = self.pair[0], self.pair[1:-1]
+        w = torch.split(first.weight, list(self.cuts.values()), dim=1)  # one (h1, c) block per party
+        z = (h @ w[0].T + first.bias).unsqueeze(1)  # (B, 1, h1)
+        pairs, null = z, z
+        for p, w_p in zip(self.parties, w[1:]):
+            pairs = pairs + (emb[p] @ w_p.T)[index[p]]  # (B, K, h1)
+            null = null + self.null[p] @ w_p.T  # (B, 1, h1)
+        return rest(torch.cat([pairs, null.expand(-1, 1, -1)], dim=1))  # (B, K + 1, h1)
+
+
+def sort_index(sims: torch.Tensor, index: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Order each record's K neighbours by similarity, most similar first (stable on ties)."""
+    order = torch.argsort(sims, dim=1, descending=True, stable=True)  # (B, K)
+    return sims.gather(1, order), {p: i.gather(1, order) for p, i in index.items()}

@@ -1,0 +1,92 @@
+"""fedsim_attn's function class contains the paper's FedSim, Top1Sim and Exact: each is a setting
+of its weights (planted here by hand), so the trained model has no structural reason to lose to
+them. Its twin oracle is in tests/test_equivalence.py."""
+
+import torch
+
+from strategies.optim import build_seeded
+from strategies.vfl.model import ModelConfig, SimilarityModel
+
+B, K, D_P, C_S = 6, 5, 4, 7  # records, neighbours, primary features, secondary cut width
+CFG = ModelConfig(local_hidden=(8,), cut_dim=6, agg_hidden=(9,), r=3, merge="cnn", k_conv=3, channels=2,
+                  merge_hidden=12, dropout=0.0)
+
+
+def _inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x, emb = torch.randn(B, D_P, generator=g, dtype=torch.float64), torch.randn(10, C_S, generator=g, dtype=torch.float64)
+    index = torch.randint(0, 10, (B, K), generator=g)
+    sims = torch.randn(B, K, generator=g, dtype=torch.float64)
+    return x, {"s": emb}, {"s": index}, sims
+
+
+def _model(cfg: ModelConfig, k: int = K) -> SimilarityModel:
+    return build_seeded(1, lambda: SimilarityModel(D_P, {"s": C_S}, k, 1, cfg, squash_pairs=True)).double()
+
+
+def _attention_only(model: SimilarityModel) -> None:
+    """Silence the paper's path (its merge's last layer) and the content / similarity scores."""
+    path = model.paths["all"]
+    with torch.no_grad():
+        path.merge.head[-1].weight.zero_()
+        path.merge.head[-1].bias.zero_()
+        path.attention.score_pair.weight.zero_()
+        path.attention.score_sim[-1].weight.zero_()
+        path.attention.score_sim[-1].bias.zero_()
+
+
+def test_a_silent_attention_branch_is_the_papers_fedsim():
+    x, emb, index, sims = _inputs()
+    attn = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
+    paper = _model(CFG)
+    paper.load_state_dict({k: v for k, v in attn.state_dict().items() if ".attention." not in k})
+    live = attn(x, emb, index, {"all": sims})
+    assert (live - paper(x, emb, index, {"all": sims})).abs().max() > 1e-3  # the branch counts until silenced
+    with torch.no_grad():
+        attn.paths["all"].attention.pair[-1].weight.zero_()
+        attn.paths["all"].attention.pair[-1].bias.zero_()
+    torch.testing.assert_close(attn(x, emb, index, {"all": sims}), paper(x, emb, index, {"all": sims}),
+                               rtol=0, atol=1e-12)
+
+
+def test_all_weight_on_rank_one_is_top1sim():
+    x, emb, index, sims = _inputs()
+    attn = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
+    _attention_only(attn)
+    with torch.no_grad():
+        attn.paths["all"].attention.score_rank[0] = 60.0
+    top1 = _model(ModelConfig(**{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False,
+                                 "weight_gate": False}), k=1)
+    top1.local.load_state_dict(attn.local.state_dict())
+    top1.paths["all"].agg.load_state_dict(attn.paths["all"].attention.pair.state_dict())
+    best = sims.argmax(dim=1, keepdim=True)  # (B, 1): the service's top-1
+    want = top1(x, emb, {"s": index["s"].gather(1, best)}, {"all": sims.gather(1, best)})
+    torch.testing.assert_close(attn(x, emb, index, {"all": sims}), want, rtol=0, atol=1e-12)
+
+
+def test_weight_on_exact_twins_else_the_null_slot_is_exact():
+    """Exact: a record's neighbour at distance 0 (similarity s0) if it has one, else the
+    secondary's mean-imputed row, which the null slot's learned embedding stands for."""
+    x, emb, index, sims = _inputs()
+    s0 = 3.0  # the standardised similarity of distance 0
+    sims[:3, 2] = s0  # records 0-2 have an exact twin (at rank 3 before sorting); 3-5 none
+    imputed = torch.randn(C_S, dtype=torch.float64)
+    attn = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
+    _attention_only(attn)
+    a = attn.paths["all"].attention
+    with torch.no_grad():  # score = 60 * relu(s - s0 + 0.5) / 0.5 on a neighbour, 30 on the null slot
+        a.score_sim[0].weight.zero_()
+        a.score_sim[0].bias.zero_()
+        a.score_sim[0].weight[0, 0] = 1.0
+        a.score_sim[0].bias[0] = -(s0 - 0.5)
+        a.score_sim[-1].weight[0, 0] = 120.0
+        a.score_rank[-1] = 30.0
+        a.null["s"].copy_(imputed)
+    exact = _model(ModelConfig(**{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False,
+                                  "weight_gate": False}), k=1)
+    exact.local.load_state_dict(attn.local.state_dict())
+    exact.paths["all"].agg.load_state_dict(a.pair.state_dict())
+    rows = torch.cat([emb["s"], imputed[None]])  # the secondary's rows, then its imputed row (link_exact)
+    twin = torch.where(torch.arange(B)[:, None] < 3, index["s"][:, 2:3], torch.full((B, 1), 10))
+    want = exact(x, {"s": rows}, {"s": twin}, {"all": torch.zeros(B, 1, dtype=torch.float64)})
+    torch.testing.assert_close(attn(x, emb, index, {"all": sims}), want, rtol=0, atol=1e-9)
