@@ -5,6 +5,7 @@ them. Its twin oracle is in tests/test_equivalence.py."""
 import torch
 
 from strategies.optim import build_seeded
+from strategies.vfl.attention import RATE
 from strategies.vfl.model import ModelConfig, SimilarityModel
 
 B, K, D_P, C_S = 6, 5, 4, 7  # records, neighbours, primary features, secondary cut width
@@ -33,6 +34,7 @@ def _attention_only(model: SimilarityModel) -> None:
         path.attention.score_pair.weight.zero_()
         path.attention.score_sim[-1].weight.zero_()
         path.attention.score_sim[-1].bias.zero_()
+        path.attention.score_rank.zero_()  # (it starts at Top1Sim: undone here, planted below)
 
 
 def test_a_silent_attention_branch_is_the_papers_fedsim():
@@ -54,7 +56,7 @@ def test_all_weight_on_rank_one_is_top1sim():
     attn = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
     _attention_only(attn)
     with torch.no_grad():
-        attn.paths["all"].attention.score_rank[0] = 60.0
+        attn.paths["all"].attention.score_rank[0] = 60.0 / RATE
     top1 = _model(ModelConfig(**{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False,
                                  "weight_gate": False}), k=1)
     top1.local.load_state_dict(attn.local.state_dict())
@@ -80,7 +82,7 @@ def test_weight_on_exact_twins_else_the_null_slot_is_exact():
         a.score_sim[0].weight[0, 0] = 1.0
         a.score_sim[0].bias[0] = -(s0 - 0.5)
         a.score_sim[-1].weight[0, 0] = 120.0
-        a.score_rank[-1] = 30.0
+        a.score_rank[-1] = 30.0 / RATE
         a.null["s"].copy_(imputed)
     exact = _model(ModelConfig(**{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False,
                                   "weight_gate": False}), k=1)
@@ -90,3 +92,15 @@ def test_weight_on_exact_twins_else_the_null_slot_is_exact():
     twin = torch.where(torch.arange(B)[:, None] < 3, index["s"][:, 2:3], torch.full((B, 1), 10))
     want = exact(x, {"s": rows}, {"s": twin}, {"all": torch.zeros(B, 1, dtype=torch.float64)})
     torch.testing.assert_close(attn(x, emb, index, {"all": sims}), want, rtol=0, atol=1e-9)
+
+
+def test_it_starts_at_top1sim_and_can_leave_it():
+    """At initialisation rank 1 holds nearly all the weight among 50 neighbours (the validated
+    start); the rank biases are parameters, so training can spread it."""
+    x, emb, index, sims = _inputs()
+    model = _model(ModelConfig(**{**CFG.__dict__, "attention": True}), k=50)
+    index50 = {"s": torch.randint(0, 10, (B, 50), generator=torch.Generator().manual_seed(3))}
+    sims50 = torch.randn(B, 50, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    w = model.paths["all"].attend(model.local(x), emb, index50, sims50)[1]  # (B, 51)
+    assert w.shape == (B, 51) and (w[:, 0] > 0.9).all()
+    assert model.paths["all"].attention.score_rank.requires_grad

@@ -51,16 +51,27 @@ def _predict_on_the_deployment(dep, summary: dict, tmp_path) -> None:
     assert (dep.party_dir("primary") / "queries" / "ok.npz").exists()
 
 
-def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path):
+def _linked_deployment(tmp_path):
     root = tmp_path / "dep"
     dep = deploy.up(root, "house3")
-    try:
-        assert dep.secure and sorted(dep.nodes) == ["airbnb_a", "airbnb_b", "airbnb_c"]
-        assert dep.service_url.startswith("https://127.0.0.1:")
-        deploy.link(dep, k=RUN["k"], n_rows=RUN["n-rows"])
-        for party in dep.parties:  # each party holds only its own token -> row map
-            assert [f.name for f in dep.linkage_dir(party).iterdir()] == [f"secondary-{party}.npz"]
+    assert dep.secure and sorted(dep.nodes) == ["airbnb_a", "airbnb_b", "airbnb_c"]
+    assert dep.service_url.startswith("https://127.0.0.1:")
+    deploy.link(dep, k=RUN["k"], n_rows=RUN["n-rows"])
+    for party in dep.parties:  # each party holds only its own token -> row map
+        assert [f.name for f in dep.linkage_dir(party).iterdir()] == [f"secondary-{party}.npz"]
+    return dep, root
 
+
+def _down(root) -> None:
+    deploy.down(root)
+    time.sleep(1)
+    assert processes_mentioning(str(root)) == []  # everything it started is gone
+
+
+def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path):
+    """Train through `flwr run` on the deployment, then predict with the kept federation."""
+    dep, root = _linked_deployment(tmp_path)
+    try:
         r = deploy.flwr_run(dep, {**RUN, "epochs": 2, "run-name": "ok"}, timeout=900)
         run_dir = root / "runs" / "ok"
         log = r.stdout + r.stderr
@@ -76,7 +87,14 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
             assert (dep.party_dir(party) / "models" / "ok" / party / "model.pt").exists()
             assert not (run_dir / party).exists()  # nothing of a party's in the primary's run folder
         _predict_on_the_deployment(dep, summary, tmp_path)
+    finally:
+        _down(root)
 
+
+def test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one(tmp_path):
+    """The same deployment's refusals (a second test, so the two run side by side on xdist)."""
+    dep, root = _linked_deployment(tmp_path)
+    try:
         # a SuperNode whose key the SuperLink has not registered is refused
         rogue = deploy.start_node(dep, "rogue", key=make_node_key(tmp_path / "rogue", "rogue"))
         assert _wait_exit(rogue, 60), "an unregistered SuperNode stayed up"
@@ -97,7 +115,8 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
             deploy.stop(twin)
 
         # a SuperNode killed mid-run: the run fails with a clear error within node-timeout
-        proc = deploy.start_run(dep, {**RUN, "epochs": 3, "run-name": "killed", "node-timeout": 30.0})
+        timeout = 20.0
+        proc = deploy.start_run(dep, {**RUN, "epochs": 3, "run-name": "killed", "node-timeout": timeout})
         metrics = root / "runs" / "killed" / "metrics.jsonl"  # opened once the handshake is done
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None and not metrics.exists():
@@ -106,13 +125,11 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
         deploy.stop(dep.nodes["airbnb_b"])
         killed_at = time.monotonic()
         try:
-            out, err = proc.communicate(timeout=30 + 120)
+            out, err = proc.communicate(timeout=timeout + 120)
         except subprocess.TimeoutExpired:
             proc.kill()
             pytest.fail("the run hung after a SuperNode was killed")
         assert "party 'airbnb_b'" in out + err and "did not answer" in out + err, (out + err)[-4000:]
-        assert time.monotonic() - killed_at < 30 + 60  # node-timeout + the run's own teardown
+        assert time.monotonic() - killed_at < timeout + 60  # node-timeout + the run's own teardown
     finally:
-        deploy.down(root)
-    time.sleep(1)
-    assert processes_mentioning(str(root)) == []  # everything it started is gone
+        _down(root)

@@ -28,6 +28,7 @@ TWO_SECONDARIES = dict(dataset="house3", parties="airbnb_a,airbnb_b", n_rows=400
 CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
     "fedsim-cnn": dict(TWO_SECONDARIES, merge="cnn"),
     "avgsim": dict(TWO_SECONDARIES, method="avgsim"),
+    "fedsim-attn": dict(TWO_SECONDARIES, method="fedsim_attn"),  # the improved model (issue 17)
 }
 
 

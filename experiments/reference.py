@@ -1,0 +1,123 @@
+"""The non-federated reference row of issue 17's tables: gradient boosting on the primary's
+features plus the mean features of its K nearest linked records of each secondary, on the same
+splits and linkage as the federated runs (one pooled table, which no federation may build).
+
+    python -m experiments.reference game --seeds 0 1 2 3 4 [-c n-rows=27075 -c sigma-cf=0.2]
+
+K (from 1, 5, 10 and the dataset's FedSim K) and the number of boosting iterations are chosen
+on the validation split; the test metric is reported at that choice only. Prints one line per
+seed and the mean ± std, and appends the rows to runs/reference/<dataset>.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+from app.config import RunConfig
+from app.data import load_data
+from app.vfl.parties import run_linkage
+from experiments.runner import REPO
+from fedsim.train import parse_pairs
+from strategies.heads import TaskHead
+
+KS = (1, 5, 10)
+MAX_ITER = 2000
+
+
+def neighbour_means(ds, cfg: RunConfig) -> dict[int, np.ndarray]:
+    """{K: (m, sum of d_S) the mean features of each record's K most similar linked records}."""
+    settings = cfg.resolve()
+    result = run_linkage(ds, cfg, settings)
+    means: dict[int, list[np.ndarray]] = {}
+    for party, link in sorted(result.primary.links.items()):
+        rows = result.secondaries[party].row_of_token[link.tokens]  # (m, K), most similar first
+        feats = ds.secondaries[party].features  # (n, d_S)
+        for k in sorted({*KS, settings.k}):
+            if k <= rows.shape[1]:
+                means.setdefault(k, []).append(feats[rows[:, :k]].mean(axis=1))  # (m, d_S)
+    return {k: np.hstack(v) for k, v in means.items()}
+
+
+def boost(task: str, seed: int, max_iter: int = MAX_ITER):
+    kind = HistGradientBoostingRegressor if task == "regression" else HistGradientBoostingClassifier
+    return kind(max_iter=max_iter, learning_rate=0.05, early_stopping=False, random_state=seed)
+
+
+def fit_one(ds, head: TaskHead, x: np.ndarray, seed: int, max_iter: int) -> tuple[float, float, int]:
+    """(val, test) metric at the boosting iteration that is best on validation, and that iteration."""
+    sp, y = ds.split, ds.labels
+    model = boost(ds.task, seed, max_iter).fit(x[sp.train], y[sp.train])
+    stages = model.staged_predict_proba if ds.task != "regression" else model.staged_predict
+    best = (None, -1)
+    for i, pred in enumerate(stages(x[sp.val])):
+        value = head.metrics(_as_prediction(ds.task, pred), y[sp.val])[head.key_metric]
+        if best[0] is None or head.better(value, best[0]):
+            best = (value, i)
+    test = _as_prediction(ds.task, list(stages(x[sp.test]))[best[1]])
+    return best[0], head.metrics(test, y[sp.test])[head.key_metric], best[1] + 1
+
+
+def _as_prediction(task: str, out: np.ndarray) -> np.ndarray:
+    if task == "binary":
+        return out[:, 1]  # P(y = 1): TaskHead.metrics thresholds at 0.5
+    if task == "multiclass":
+        return out.argmax(axis=1)
+    return out
+
+
+def reference(cfg: RunConfig, max_iter: int = MAX_ITER) -> dict:
+    """The reference for one seed: K and iterations chosen on validation."""
+    t0 = time.monotonic()
+    ds = load_data(cfg)
+    head = TaskHead.fit(ds.task, ds.labels[ds.split.train], ds.n_classes)
+    best = None
+    for k, means in neighbour_means(ds, cfg).items():
+        val, test, iters = fit_one(ds, head, np.hstack([ds.primary.features, means]), cfg.seed, max_iter)
+        if best is None or head.better(val, best["val"]):
+            best = {"k": k, "val": val, "test": test, "iterations": iters}
+    return {"dataset": ds.name, "seed": cfg.seed, "metric": head.key_metric, **best,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.reference", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("-c", dest="values", action="append", default=[], metavar="KEY=VALUE",
+                    help="a run-config value (n-rows, sigma-cf, ...), as in the sweep files")
+    args = ap.parse_args(argv)
+    values = RunConfig.from_flower({"dataset": args.dataset, **parse_pairs(args.values)}).__dict__
+    rows = []
+    for seed in args.seeds:
+        row = reference(RunConfig(**{**values, "seed": seed}))
+        print(f"{row['dataset']} seed {seed}: K={row['k']} iterations={row['iterations']} "
+              f"val {row['metric']} {row['val']:.4f} test {row['test']:.4f} ({row['seconds']} s)", flush=True)
+        rows.append({**row, "config": " ".join(args.values)})
+    tests = [r["test"] for r in rows]
+    print(f"{args.dataset} gradient boosting reference: test {rows[0]['metric']} {statistics.mean(tests):.4f}"
+          f" ± {statistics.stdev(tests) if len(tests) > 1 else 0.0:.4f} over {len(tests)} seeds")
+    out = REPO / "runs" / "reference" / f"{args.dataset}.csv"
+    _append(out, rows)
+    return 0
+
+
+def _append(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
