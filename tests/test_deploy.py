@@ -115,7 +115,7 @@ def test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one(tmp_pa
             deploy.stop(twin)
 
         # a SuperNode killed mid-run: the run fails with a clear error within node-timeout
-        timeout = 20.0
+        timeout = 30.0  # under load a deployed handshake message alone took over 20 s
         proc = deploy.start_run(dep, {**RUN, "epochs": 3, "run-name": "killed", "node-timeout": timeout})
         metrics = root / "runs" / "killed" / "metrics.jsonl"  # opened once the handshake is done
         deadline = time.monotonic() + 600
