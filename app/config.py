@@ -11,6 +11,7 @@ trains until validation stops improving: patience :data:`UNTUNED_PATIENCE`, at m
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -318,3 +319,16 @@ class RunConfig:
     def out_path(self) -> Path:
         return Path(self.out_dir).expanduser().resolve() if self.out_dir else Path.cwd() / "runs"
 
+
+def parse_pairs(pairs: list[str]) -> dict[str, object]:
+    """`key=value` strings: values read as TOML (numbers, true/false, "quoted"), else as text."""
+    values: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"-c {pair!r}: expected KEY=VALUE")
+        try:
+            values[key.strip()] = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            values[key.strip()] = raw.strip()
+    return values

@@ -17,11 +17,10 @@ import tempfile
 
 import torch
 
-from app.config import RunConfig
+from app.config import RunConfig, parse_pairs
 from app.data import load_data
 from app.run_record import machine
 from app.vfl.inprocess import run_in_process
-from fedsim.train import parse_pairs
 
 
 def per_step(cfg: RunConfig, steps: int) -> float:

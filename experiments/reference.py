@@ -21,11 +21,10 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-from app.config import RunConfig
+from app.config import RunConfig, parse_pairs
 from app.data import load_data
 from app.vfl.parties import run_linkage
 from experiments.runner import REPO
-from fedsim.train import parse_pairs
 from strategies.heads import TaskHead
 
 KS = (1, 5, 10)

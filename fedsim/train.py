@@ -14,7 +14,6 @@ import json
 import shutil
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 from fedsim.watch import run_thread, tail, watch
@@ -46,20 +45,6 @@ def add_parser(sub) -> None:
     s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
 
 
-def parse_pairs(pairs: list[str]) -> dict[str, object]:
-    """`key=value` strings: values read as TOML (numbers, true/false, "quoted"), else as text."""
-    values: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"-c {pair!r}: expected KEY=VALUE")
-        try:
-            values[key.strip()] = tomllib.loads(f"v = {raw.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
-            values[key.strip()] = raw.strip()
-    return values
-
-
 def run_values(args: argparse.Namespace) -> dict[str, object]:
     """The run config: flags, then -c pairs (which win), paths absolute, a run name always."""
     values: dict[str, object] = {"mode": args.mode, "method": args.method, "seed": args.seed}
@@ -73,6 +58,8 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
         values["out-dir"] = str(Path(args.out_dir or "runs").expanduser().resolve())
     if args.resume:
         values["resume"] = True
+    from app.config import parse_pairs  # lazy: `fedsim --help` stays fast
+
     values.update(parse_pairs(args.config))
     if args.deployment:  # the deployment's dataset, data, linkage job and runs folder, unless said here
         from deploy.commands import Deployment, run_values as deployment_values
