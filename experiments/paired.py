@@ -19,12 +19,14 @@ from pathlib import Path
 LOWER_IS_BETTER = ("rmse",)
 
 
-def read(path: Path, variant: str | None = None) -> dict[str, dict[int, dict]]:
-    """{variant: {seed: row}}; a reference csv's rows become variant ``variant``."""
+def read(path: Path, variant: str | None = None, dataset: str | None = None) -> dict[str, dict[int, dict]]:
+    """{variant: {seed: row}} of ``dataset``'s rows (None: all, for a one-dataset file); a
+    reference csv's rows become variant ``variant``."""
     table: dict[str, dict[int, dict]] = defaultdict(dict)
     with path.open() as f:
         for row in csv.DictReader(f):
-            table[variant or row["variant"]][int(row["seed"])] = row  # a later row (a rerun) wins
+            if dataset is None or row["dataset"] == dataset:
+                table[variant or row["variant"]][int(row["seed"])] = row  # a later row (a rerun) wins
     return table
 
 
@@ -57,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     table: dict[str, dict[int, dict]] = defaultdict(dict)
     for path in args.results:
-        for variant, runs in read(path).items():
-            table[variant].update({s: r for s, r in runs.items()
-                                   if args.dataset is None or r["dataset"] == args.dataset})
+        for variant, runs in read(path, dataset=args.dataset).items():
+            table[variant].update(runs)
     if args.reference:
         table.update(read(args.reference, "gradient boosting (not federated)"))
     if args.ours not in table:

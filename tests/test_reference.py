@@ -25,3 +25,19 @@ def test_attention_weights_of_a_trained_run_sum_to_one_and_find_the_true_rows(tm
     assert held.mean() > 0.5  # sigma_cf 0.1: the true row is among the 6 nearest for most records
     assert (sec_rows[held, ranks[held]] == ds.true_match[party][rows][held]).all()
     assert "null slot" in attention_weights.table(w, ranks, "true row")
+
+
+def test_paired_tables_keep_datasets_apart_and_pair_by_seed(tmp_path, capsys):
+    """A sweep's results.csv holds every dataset: one dataset's rows never stand in for
+    another's (they did: the same variant and seed overwrote each other)."""
+    from experiments import paired
+
+    rows = ["dataset,variant,seed,metric,test,val"]
+    for seed in (0, 1):
+        rows += [f"house,fedsim_attn,{seed},rmse,{300 + seed},{310 + seed}", f"house,avgsim,{seed},rmse,{305 + 2 * seed},1",
+                 f"frog,fedsim_attn,{seed},accuracy,0.9,0.9", f"frog,avgsim,{seed},accuracy,0.8,0.8"]
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
+    paired.main([str(tmp_path / "results.csv"), "--dataset", "house"])
+    out = capsys.readouterr().out
+    assert "test rmse" in out and "accuracy" not in out
+    assert "+5.0000, +6.0000 | 2 of 2" in out  # lower RMSE is better: avgsim minus ours, per seed

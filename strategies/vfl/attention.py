@@ -25,12 +25,14 @@ from strategies.vfl.gates import mlp
 RATE = 20.0
 # The attention starts at Top1Sim (a logit of TOP1_START on rank 1: 98% of the weight among 50
 # neighbours) and learns to spread where other neighbours help. Chosen on validation (game, 6,000
-# rows, 5 epochs, seed 0; docs/results.md "fedsim_attn"): val accuracy 0.797 from uniform scores,
+# rows, 5 epochs, seed 0; docs/fedsim-attn.md): val accuracy 0.797 from uniform scores,
 # 0.822 from Top1Sim.
 TOP1_START = 8.0
 
 
 class NeighbourAttention(nn.Module):
+    """The branch for one path's parties (one party, or a chain sharing similarities)."""
+
     def __init__(self, cuts: dict[str, int], k: int, hidden: tuple[int, ...], d_out: int, score_hidden: int = 16
                  ) -> None:
         super().__init__()
