@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from strategies.vfl.gates import mlp
+from strategies.vfl.gates import factored_first_layer, mlp
 
 # The rank biases enter the scores times RATE: Adam moves a parameter about lr per step, so their
 # logits move RATE x lr. With RATE 1 at lr 1e-3, rank 1 held 13% of the weight after 5 game epochs.
@@ -61,18 +61,12 @@ class NeighbourAttention(nn.Module):
         return (out * weights.unsqueeze(-1)).sum(dim=1), weights
 
     def _hidden(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The pair model up to its last hidden layer for the K pairs and the null slot: its first
-        layer is split per party (W [h; e] = W_P h + W_S e), so each block is multiplied once per
-        distinct record (as strategies.vfl.model.PairPath.aggregate)."""
-        first, rest = self.pair[0], self.pair[1:-1]
-        w = torch.split(first.weight, list(self.cuts.values()), dim=1)  # one (h1, c) block per party
-        z = (h @ w[0].T + first.bias).unsqueeze(1)  # (B, 1, h1)
-        pairs, null = z, z
-        for p, w_p in zip(self.parties, w[1:]):
-            pairs = pairs + (emb[p] @ w_p.T)[index[p]]  # (B, K, h1)
-            null = null + self.null[p] @ w_p.T  # (B, 1, h1)
-        return rest(torch.cat([pairs, null.expand(-1, 1, -1)], dim=1))  # (B, K + 1, h1)
-
+        """The pair model up to its last hidden layer for the K pairs and the null slot, (B, K + 1, h1):
+        each party's learned null embedding is one more row of its table, which every record's
+        extra slot points at."""
+        emb = {p: torch.cat([emb[p], self.null[p].unsqueeze(0)]) for p in self.parties}  # (U_p + 1, c)
+        index = {p: nn.functional.pad(index[p], (0, 1), value=len(emb[p]) - 1) for p in self.parties}  # (B, K + 1)
+        return self.pair[1:-1](factored_first_layer(self.pair[0], self.cuts, h, emb, index))
 
 def sort_index(sims: torch.Tensor, index: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Order each record's K neighbours by similarity, most similar first (stable on ties)."""

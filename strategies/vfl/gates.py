@@ -19,6 +19,20 @@ def mlp(d_in: int, hidden: tuple[int, ...], d_out: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def factored_first_layer(first: nn.Linear, cuts: dict[str, int], h: torch.Tensor, emb: dict[str, torch.Tensor],
+                         index: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The first linear layer of a pair model on every (record, neighbour) pair's concatenated
+    cut layers, (B, K, h1). It is linear in the concatenation, W [h; e] = W_P h + W_S e, so each
+    block is multiplied once per distinct record and broadcast over the K pairs instead of being
+    copied K times. cuts: "primary" first, then the parties; h (B, c_P); emb[p] (U_p, c);
+    index[p] (B, K) into emb[p]."""
+    w = torch.split(first.weight, list(cuts.values()), dim=1)  # one (h1, c) block per party
+    z = (h @ w[0].T + first.bias).unsqueeze(1)  # (B, 1, h1)
+    for p, w_p in zip([p for p in cuts if p != "primary"], w[1:]):
+        z = z + (emb[p] @ w_p.T)[index[p]]  # (U, h1) gathered to (B, K, h1)
+    return z
+
+
 class SeededDropout(nn.Module):
     """Dropout drawing its masks from its own generator, so runs repeat without global RNG."""
 
