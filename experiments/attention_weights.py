@@ -31,15 +31,9 @@ def weights_of(run_dir: Path) -> tuple[np.ndarray, np.ndarray, object]:
     lookup = _embed_here(kept, linkage, seconds)
     strategy = FedSimStrategy(kept.model, kept.head, linkage, ds.primary.features[rows], np.zeros(len(rows)), 1e-3,
                               0.0, kept.cfg.torch_device(), kept.cfg.torch_dtype())
-    local = np.arange(len(rows))
-    tokens = strategy.needs(local)
-    emb = {p: torch.as_tensor(lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])], dtype=kept.cfg.torch_dtype())
-           for p in strategy.parties}
-    index, sims = strategy._inputs(local, tokens)
-    model = kept.model.eval()
-    path = model.paths["all"] if "all" in model.paths else model.paths[party]
-    order = torch.argsort(sims["all" if "all" in sims else party], dim=1, descending=True, stable=True).numpy()
-    w = path.attend(model.local(strategy.x), emb, index, sims["all" if "all" in sims else party])[1].numpy()
+    unsorted = strategy.attention(np.arange(len(rows)), lookup)[party]  # (q, K + 1), the linkage's order
+    order = np.argsort(-linkage.links[party].sims, axis=1, kind="stable")  # (q, K) most similar first
+    w = np.concatenate([np.take_along_axis(unsorted, order, 1), unsorted[:, -1:]], axis=1)  # (q, K + 1)
     maps = {p: np.asarray(m) for p, m in _row_maps(kept).items()}
     sec_rows = maps[party][np.take_along_axis(linkage.links[party].tokens, order, 1)]  # (q, K) sorted
     return w, sec_rows, (ds, party, rows)

@@ -104,3 +104,21 @@ def test_it_starts_at_top1sim_and_can_leave_it():
     w = model.paths["all"].attend(model.local(x), emb, index50, sims50)[1]  # (B, 51)
     assert w.shape == (B, 51) and (w[:, 0] > 0.9).all()
     assert model.paths["all"].attention.score_rank.requires_grad
+
+
+def test_the_explained_weights_follow_the_linkage_order_and_sum_to_one():
+    """The weights `--explain` reports (SimilarityModel.attention_weights) belong to the neighbour
+    in the column they are written in: shuffling a record's neighbours shuffles its weights the
+    same way, and with all weight on rank 1 it sits on each record's most similar neighbour."""
+    x, emb, index, sims = _inputs()
+    model = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
+    w = model.attention_weights(x, emb, index, {"all": sims})["s"]  # (B, K + 1)
+    torch.testing.assert_close(w.sum(dim=1), torch.ones(B, dtype=torch.float64), rtol=0, atol=1e-12)
+    perm = torch.randperm(K, generator=torch.Generator().manual_seed(5))
+    shuffled = model.attention_weights(x, emb, {"s": index["s"][:, perm]}, {"all": sims[:, perm]})["s"]
+    torch.testing.assert_close(shuffled, torch.cat([w[:, :K][:, perm], w[:, K:]], dim=1), rtol=0, atol=1e-12)
+    _attention_only(model)
+    with torch.no_grad():
+        model.paths["all"].attention.score_rank[0] = 60.0 / RATE
+    w = model.attention_weights(x, emb, index, {"all": sims})["s"]
+    assert (w[:, :K].argmax(dim=1) == sims.argmax(dim=1)).all() and (w.max(dim=1).values > 1 - 1e-9).all()

@@ -49,6 +49,11 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, 
     for name, value in summary["test"].items():
         assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
     assert set(got.linkage.links) == {"airbnb_a", "airbnb_b"}
+    if case == "fedsim-attn":  # the explanation carries the attention's weights: per record they sum to 1
+        assert {p: w.shape for p, w in got.attention.items()} == {"airbnb_a": (len(test), 6), "airbnb_b": (len(test), 6)}
+        np.testing.assert_allclose(got.attention["airbnb_a"].sum(axis=1), 1.0, atol=1e-12)
+    else:
+        assert got.attention == {}
 
 
 def test_float32_runs_agree_to_float32_precision(tmp_path):

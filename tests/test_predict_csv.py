@@ -4,6 +4,8 @@ output behind."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,8 +13,8 @@ import pytest
 from app.config import RunConfig
 from app.data import load_data
 from app.modes import run_experiment
-from app.vfl.predict import predict_in_process
-from app.vfl.predict_csv import main
+from app.vfl.predict import Prediction, predict_in_process
+from app.vfl.predict_csv import main, table
 from tests.test_byo import write_parties
 
 K = 4
@@ -47,6 +49,21 @@ def test_a_csv_of_new_records_gets_the_arrays_predictions_and_an_explanation(tra
         f"shops_{what}_{k}" for k in range(1, K + 1) for what in ("token", "similarity", "weight")]
     np.testing.assert_array_equal(out[[f"shops_token_{k}" for k in range(1, K + 1)]], expected.linkage.links["shops"].tokens)
     assert f"{len(test)} predictions" in capsys.readouterr().out
+
+
+def test_an_attention_models_explanation_names_each_weight_by_its_neighbour():
+    """fedsim_attn: after each neighbour's token, similarity and gate weight comes its attention
+    weight, and the null slot's last (columns built from planted arrays, so any mix-up shows)."""
+    links = {"shops": SimpleNamespace(tokens=np.array([[7, 8], [9, 6]]), sims=np.array([[0.5, 0.1], [0.2, 0.3]]))}
+    pred = Prediction(np.array([1.0, 2.0]), None, SimpleNamespace(links=links), {"shops": np.full((2, 2), 0.5)}, 0, {},
+                      {"shops": np.array([[0.7, 0.2, 0.1], [0.0, 0.4, 0.6]])})
+    out = table(np.array(["a", "b"]), "id", pred, explain=True)
+    assert list(out.columns) == ["id", "prediction"] + [
+        f"shops_{what}_{k}" for k in (1, 2) for what in ("token", "similarity", "weight", "attention")] + [
+        "shops_attention_null"]
+    np.testing.assert_array_equal(out[["shops_attention_1", "shops_attention_2", "shops_attention_null"]],
+                                  pred.attention["shops"])
+    np.testing.assert_array_equal(out[["shops_token_1", "shops_token_2"]], links["shops"].tokens)
 
 
 @pytest.mark.parametrize("edit, unknown, message", [

@@ -14,7 +14,7 @@ whose features or identifiers do not fit, and linkages that predict does not sup
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,8 @@ class Prediction:
     weights: dict[str, np.ndarray]  # per secondary (q, K): the weight each linked record got
     best_epoch: int
     seconds: dict[str, float]  # prepare (kept state, data, models), query (linkage), embed, forward
+    # fedsim_attn, per secondary (q, K + 1): the attention's weight on each linked record and the null slot
+    attention: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
@@ -116,13 +118,18 @@ def open_kept(run_dir: Path, *, check: tuple[str, ...] | None = None) -> KeptRun
 
 
 def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: int = 4096):
-    """(values (q,), proba (q, C) | None, weights per secondary (q, K)): the evaluation's own code."""
+    """(values (q,), proba (q, C) | None, weights per secondary (q, K), attention per secondary
+    (q, K + 1), empty unless fedsim_attn): the evaluation's own code."""
     cfg = kept.cfg
     strategy = FedSimStrategy(kept.model, kept.head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,
                               cfg.torch_device(), cfg.torch_dtype())  # no step is taken
     rows = np.arange(len(features))
     out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
-    return kept.head.predict(out), kept.head.probabilities(out), _weights(kept.model, linkage)
+    attention = {}
+    if kept.settings.model.attention and linkage is not None:
+        parts = [strategy.attention(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)]
+        attention = {p: np.concatenate([part[p] for part in parts]) for p in parts[0]}
+    return kept.head.predict(out), kept.head.probabilities(out), _weights(kept.model, linkage), attention
 
 
 def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096
@@ -140,9 +147,9 @@ def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndar
         linkage = link_here(kept, identifiers, seconds)
         lookup = _embed_here(kept, linkage, seconds)
     t1 = time.perf_counter()
-    values, proba, weights = forward(kept, features, linkage, lookup, batch)
+    values, proba, weights, attention = forward(kept, features, linkage, lookup, batch)
     seconds["forward"] = time.perf_counter() - t1
-    return Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds)
+    return Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds, attention)
 
 
 @torch.no_grad()

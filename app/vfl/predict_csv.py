@@ -8,7 +8,9 @@ columns its recorded preparation names (federation.json; runs of the `csv` datas
 The output has the id column (or `row`, the input's row number), `prediction` (regression: the
 label's units; classification: the class) and, for classification, `p_<class>` probabilities;
 with --explain, per secondary and neighbour k = 1..K the opaque `token`, the noisy standardised
-`similarity` and the `weight` the model gave it. Exit 0 only with the output written; on any
+`similarity` and the `weight` the paper's weight gate gave it; with method fedsim_attn also the
+`attention` weight of the improved model's branch on it, and `attention_null` on the null slot
+(a learned stand-in for "no good match"; per record the attention weights sum to 1). Exit 0 only with the output written; on any
 error, the reason on stderr, exit 1, and no output file at --out (an older one is removed, so
 it cannot pass for this run's).
 """
@@ -83,6 +85,10 @@ def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> 
                 cols[f"{party}_token_{k + 1}"] = link.tokens[:, k]
                 cols[f"{party}_similarity_{k + 1}"] = link.sims[:, k]
                 cols[f"{party}_weight_{k + 1}"] = pred.weights[party][:, k]
+                if party in pred.attention:
+                    cols[f"{party}_attention_{k + 1}"] = pred.attention[party][:, k]
+            if party in pred.attention:
+                cols[f"{party}_attention_null"] = pred.attention[party][:, -1]
     return pd.DataFrame(cols)
 
 

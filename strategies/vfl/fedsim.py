@@ -74,11 +74,22 @@ class FedSimStrategy:
         """The model's raw outputs (B, d_out) for ``rows``; lookup[p] = (sorted tokens (T,),
         embeddings (T, c))."""
         self.model.eval()
+        return self.model(self.x[rows], *self._looked_up(rows, lookup))
+
+    @torch.no_grad()
+    def attention(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+        """fedsim_attn, per secondary (B, K + 1): the attention's weights on the linked records of
+        ``rows`` (the linkage's order) and on the null slot (last)."""
+        self.model.eval()
+        weights = self.model.attention_weights(self.x[rows], *self._looked_up(rows, lookup))
+        return {p: w.cpu().numpy() for p, w in weights.items()}
+
+    def _looked_up(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]):
+        """(emb, index, sims) of ``rows`` with each party's embeddings taken from ``lookup``."""
         tokens = self.needs(rows)
         emb = {p: torch.as_tensor(lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])],
                                   device=self.device, dtype=self.dtype) for p in self.parties}
-        index, sims = self._inputs(rows, tokens)
-        return self.model(self.x[rows], emb, index, sims)
+        return (emb, *self._inputs(rows, tokens))
 
     def predict(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """Predictions for ``rows`` in the label's units (strategies.heads.TaskHead.predict)."""

@@ -90,6 +90,14 @@ class PairPath(nn.Module):
         sims, index = sort_index(sims, index)
         return self.attention(h, emb, index, sims)
 
+    def attention_weights(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                          sims: torch.Tensor) -> torch.Tensor:
+        """(B, K + 1): the attention's weight on each neighbour in the order given (the linkage's),
+        and on the null slot (last); each row sums to 1."""
+        order = torch.argsort(sims, dim=1, descending=True, stable=True)  # (B, K), as sort_index
+        w = self.attend(h, emb, index, sims)[1]  # (B, K + 1), sorted
+        return torch.cat([torch.zeros_like(sims).scatter(1, order, w[:, :-1]), w[:, -1:]], dim=1)
+
     def paper_path(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
                    sims: torch.Tensor) -> torch.Tensor:
         """The paper's FedSim (and its baselines' switches): pairs, weight / sort / merge gates."""
@@ -162,3 +170,14 @@ class SimilarityModel(nn.Module):
             return self.paths["all"](h, emb, index, sims["all"])
         outs = [self.paths[p](h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties]  # P x (B, d_out)
         return self.combine(torch.cat(outs, dim=1))
+
+    def attention_weights(self, x: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
+                          sims: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """fedsim_attn, per secondary (B, K + 1): the attention's weight on each of its linked
+        records, in the linkage's order, and on its null slot (last). Parties sharing one path
+        share its weights."""
+        h = self.local(x)  # (B, c_P)
+        if self.shared_sims:
+            w = self.paths["all"].attention_weights(h, emb, index, sims["all"])
+            return {p: w for p in self.parties}
+        return {p: self.paths[p].attention_weights(h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties}
