@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from typing import TYPE_CHECKING
+
 from threadpoolctl import threadpool_limits
 
 from app.config import RunConfig
-from datasets import VFLDataset, load_dataset
-from datasets.registry import DatasetOptions
+from datasets.options import DatasetOptions
+
+if TYPE_CHECKING:
+    from datasets.base import VFLDataset
 
 
 @functools.lru_cache(maxsize=4)
@@ -19,6 +23,8 @@ def _load(name: str, data_dir: str, options: DatasetOptions) -> VFLDataset:
     # serves every message, so each message does not re-read the CSVs.
     # numpy's OpenBLAS is held to one thread here: inside Flower's simulation process (a
     # thread of a Ray driver) its thread pool was seen to spin forever in exec_blas.
+    from datasets.registry import load_dataset  # here: the loaders import pandas (and sklearn, scipy)
+
     with threadpool_limits(limits=1, user_api="blas"):
         return load_dataset(name, data_dir or None, options)
 

@@ -16,8 +16,8 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
 from linkage.store import write_atomic
@@ -25,6 +25,9 @@ from strategies.heads import TaskHead
 from strategies.records import EpochRecord
 
 KEPT, MANIFEST, BEST = "kept", "federation.json", "best.json"
+
+if TYPE_CHECKING:
+    import pandas as pd  # annotations only: no message pays for importing pandas
 
 
 class KeptError(ValueError):
@@ -104,7 +107,7 @@ def load_states(folder: Path, names: list[str]) -> dict[str, dict[str, torch.Ten
 # ---------------------------------------------------------------------------- predictions out
 
 
-def write_csv(frame: pd.DataFrame, out: Path) -> None:
+def write_csv(frame: "pd.DataFrame", out: Path) -> None:
     """All of it or nothing at ``out`` (atomic rename), with the usual permissions."""
     buf = io.StringIO()
     frame.to_csv(buf, index=False)

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 if TYPE_CHECKING:  # datasets/transform.py imports this module
+    import pandas as pd  # annotations only: a process that loads no table does not import pandas
     from datasets.transform import FeatureTransform
 
 Task = Literal["regression", "binary", "multiclass"]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.datasets import make_classification
 
 from datasets.base import VFLDataset, split_primary
 from datasets.options import DatasetOptions
@@ -25,6 +24,8 @@ N_IDENTIFIERS = 5
 
 
 def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
+    from sklearn.datasets import make_classification  # here: importing sklearn costs every process ~1 s
+
     n = opts.n_rows or N_ROWS
     x, y = make_classification(
         n_samples=n,

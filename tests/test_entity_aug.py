@@ -278,6 +278,27 @@ def test_guest_state_survives_messages_like_an_uninterrupted_guest():
     assert any(not torch.equal(untrained[k], v) for k, v in alive.model.state_dict().items())
 
 
+def test_a_guest_reads_its_data_once_per_run_not_per_message(monkeypatch):
+    """Deployed, every message is a fresh ClientApp process: the guest's feature block and record
+    plan travel in context.state from its hello, so a step loads no dataset (it did before)."""
+    from app.entity_aug import client as ea_guest
+    from app.entity_aug import parties
+
+    cfg = ea_cfg(ea_variant="augment")
+    context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    ea_guest.persist(build_party(cfg, "right"), context)
+    want = build_party(cfg, "right").step(StepRequest(0, 0, None))
+
+    def no_loading(*_):
+        raise AssertionError("the guest loaded its dataset for a message")
+
+    monkeypatch.setattr(parties, "ea_data", no_loading)
+    monkeypatch.setattr(parties, "load_data", no_loading)
+    got = ea_guest.restore(cfg, context).step(StepRequest(0, 0, None))
+    np.testing.assert_array_equal(got.ids, want.ids)
+    np.testing.assert_array_equal(got.act, want.act)
+
+
 @pytest.mark.slow
 def test_flower_run_equals_the_in_process_run(tmp_path):
     from deploy.localsim import processes_mentioning, simulate

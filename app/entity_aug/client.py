@@ -14,6 +14,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from app import messages, node
 from app.config import RunConfig
 from app.entity_aug.parties import (
+    PartyInputs,
     act_content,
     build_party,
     read_ids,
@@ -24,7 +25,7 @@ from app.entity_aug.parties import (
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
-from strategies.entity_aug.model import EAParty
+from strategies.entity_aug.model import EAParty, PartyPlan
 
 
 def guest_name(cfg: RunConfig, context: Context) -> str:
@@ -38,7 +39,7 @@ def restore(cfg: RunConfig, context: Context) -> EAParty:
     meta = context.state.config_records.get("ea_party")
     if meta is None:
         raise RuntimeError("this node has not been introduced: the host must send query.ea_hello first")
-    party = build_party(cfg, str(meta["party"]))
+    party = build_party(cfg, str(meta["party"]), inputs=_inputs(context))
     if "ea_model" in context.state.array_records:
         party.model.load_state_dict(context.state.array_records["ea_model"].to_torch_state_dict())
         load_optimizer_state(party.optimizer, context.state.array_records["ea_optim_arrays"],
@@ -48,7 +49,28 @@ def restore(cfg: RunConfig, context: Context) -> EAParty:
     return party
 
 
+def _inputs(context: Context) -> PartyInputs:
+    """The guest's data and plan as its hello stored them (:func:`persist`)."""
+    arrays, plan = context.state.array_records["ea_inputs"], context.state.config_records["ea_plan"]
+    return PartyInputs(arrays["x"].numpy(), PartyPlan(arrays["records"].numpy(), int(plan["order_seed"]),
+                                                     int(plan["batch_size"]), int(plan["steps_per_epoch"])),
+                       float(plan["delay"]))
+
+
+def _persist_inputs(party: EAParty, context: Context) -> None:
+    """Once per run (the first persist): the feature block and the record plan, which never change."""
+    if "ea_inputs" in context.state.array_records:
+        return
+    x = np.ascontiguousarray(party.x.cpu().numpy())
+    context.state.array_records["ea_inputs"] = ArrayRecord({"x": Array(x), "records": Array(
+        np.ascontiguousarray(party.plan.records, dtype=np.int64))})
+    context.state.config_records["ea_plan"] = ConfigRecord({
+        "order_seed": int(party.plan.order_seed), "batch_size": party.plan.batch_size,
+        "steps_per_epoch": party.plan.steps_per_epoch, "delay": float(party.fault_delay)})
+
+
 def persist(party: EAParty, context: Context) -> None:
+    _persist_inputs(party, context)
     context.state.config_records["ea_party"] = ConfigRecord({"party": party.name, "has_pending": party.pending is not None})
     context.state.array_records["ea_model"] = ArrayRecord({k: v.cpu() for k, v in party.model.state_dict().items()})
     arrays, scalars = optimizer_state_records(party.optimizer)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,7 +18,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from app.config import RunConfig
 from app.data import load_data
 from app.messages import require_finite
-from datasets.overlap import EntityData, entity_data, entity_overlap
 from strategies.entity_aug.exchange import StepReply, StepRequest
 from strategies.entity_aug.model import (
     EAHost,
@@ -32,6 +32,9 @@ from strategies.entity_aug.model import (
 )
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
+
+if TYPE_CHECKING:
+    from datasets.overlap import EntityData
 
 
 @contextlib.contextmanager
@@ -74,6 +77,8 @@ def ea_settings(cfg: RunConfig) -> EASettings:
 
 
 def ea_data(cfg: RunConfig) -> EntityData:
+    from datasets.overlap import entity_data  # here: pandas; a guest's messages load no data (PartyInputs)
+
     ds = load_data(cfg)
     require_classification(ds.task, ds.name)
     return entity_data(ds)
@@ -91,6 +96,8 @@ def ea_plan(cfg: RunConfig, data: EntityData, settings: EASettings) -> EAPlan:
 
 def overlap_parts(cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[np.ndarray]]:
     """The aligned training entities and each party's disjoint share of the rest (seeded by the run)."""
+    from datasets.overlap import entity_overlap
+
     return entity_overlap(data, cfg.overlap, np.random.default_rng([cfg.seed, 41]), cfg.ea_variant)
 
 
@@ -102,17 +109,36 @@ def party_plan(cfg: RunConfig, data: EntityData, settings: EASettings, party: st
     return PartyPlan(records, order_seed, settings.batch_size, steps_per_epoch(data, settings))
 
 
-def build_party(cfg: RunConfig, party: str, data: EntityData | None = None) -> EAParty:
+@dataclass(frozen=True)
+class PartyInputs:
+    """What a party takes from the run's data: its feature block, its record plan and its
+    fault-test delay. A deployed guest keeps them in context.state from its hello on
+    (app/entity_aug/client.py), so no later message loads the dataset again."""
+
+    x: np.ndarray  # (n, d_p) by entity id
+    plan: PartyPlan
+    delay: float
+
+
+def party_inputs(cfg: RunConfig, party: str, data: EntityData | None = None) -> PartyInputs:
     data = data or ea_data(cfg)
     if party not in data.blocks:
         raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {data.parties}")
+    delay = cfg.guest_delay if party == data.guests[0] else 0.0
+    return PartyInputs(data.blocks[party], party_plan(cfg, data, ea_settings(cfg), party), delay)
+
+
+def build_party(cfg: RunConfig, party: str, data: EntityData | None = None, inputs: PartyInputs | None = None
+                ) -> EAParty:
+    """A party at its initial weights, from the run's data (``data``, loaded if None) or from
+    ``inputs`` already taken from it."""
+    inputs = inputs or party_inputs(cfg, party, data)
     settings = ea_settings(cfg)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
-    x = data.blocks[party]  # (n, d_p)
-    model = build_seeded(party_seed(cfg.seed, f"ea:{party}"), lambda: layers(x.shape[1], settings.guest)).to(device, dtype)
+    d = inputs.x.shape[1]
+    model = build_seeded(party_seed(cfg.seed, f"ea:{party}"), lambda: layers(d, settings.guest)).to(device, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    delay = cfg.guest_delay if party == data.guests[0] else 0.0
-    return EAParty(party, x, party_plan(cfg, data, settings, party), model, optimizer, device, dtype, delay)
+    return EAParty(party, inputs.x, inputs.plan, model, optimizer, device, dtype, inputs.delay)
 
 
 def build_host(cfg: RunConfig, data: EntityData) -> EAHost:

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -18,18 +19,12 @@ from torch import nn
 
 from app.config import RunConfig, Settings, plain_run_name
 from app.data import load_data
-from datasets import VFLDataset
+
+if TYPE_CHECKING:
+    from datasets.base import VFLDataset
 from linkage.binding import bind_result, check_binding, upload_record, write_record
 from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
 from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
-from linkage.pipeline import (
-    chain_tag,
-    job_id_of,
-    link,
-    link_chain,
-    link_exact,
-    link_known,
-)
 from linkage.store import load_primary, save_job, write_atomic
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
@@ -44,6 +39,8 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
 
     Its randomness comes from the in-process service's own per-job secret (:func:`service_secret`),
     never from the run's seed, which the primary chooses."""
+    from linkage.pipeline import chain_tag, job_id_of, link, link_chain, link_exact, link_known  # scipy: not per message
+
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.method == "combine":
             if not ds.true_match or any((r < 0).any() for r in ds.true_match.values()):

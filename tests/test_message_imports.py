@@ -1,0 +1,26 @@
+"""A deployed SuperNode runs every message in a fresh ClientApp process (Flower 1.41), so what
+the ClientApp imports is paid per message: it must not pull in the data stack (pandas, sklearn,
+scipy: about 2 s of a 5 s import on this VM, bench/message_cost.py). The handlers that need
+data import it when they load it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "sklearn", "scipy")
+
+
+def _heavy_modules_after(statements: str) -> list[str]:
+    code = f"import json, sys\n{statements}\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def test_the_clientapp_imports_no_data_stack_until_it_loads_data():
+    assert _heavy_modules_after("import app.client_app") == []
+    loaded = _heavy_modules_after("import app.client_app\nfrom app.config import RunConfig\nfrom app.data import "
+                                  "load_data\nprint(load_data(RunConfig(dataset='synthetic', n_rows=200)).name)")
+    assert loaded == ["pandas", "scipy", "sklearn"]  # the lazy imports are still there when needed
