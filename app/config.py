@@ -128,6 +128,7 @@ class RunConfig:
     parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
     seed: int = 0
     steps_per_exchange: int = 8
+    pipeline: bool = False  # request the next window's embeddings before computing this one (strategies/vfl/protocol.py)
     device: str = "auto"
     dtype: str = "float32"
     n_rows: int = 0

@@ -1,13 +1,13 @@
 """What a real deployment costs per step and per epoch, against Flower simulation, on hdb.
 
-    python -m bench.deploy_cost [--n-rows 0] [--steps 6] [--epochs 2] [--s 100000] [--insecure]
+    python -m bench.deploy_cost [--n-rows 0] [--steps 6] [--epochs 2] [--s 100000] [--pipeline] [--insecure]
 
 A. Simulation (`flwr run`, one virtual SuperNode): `--epochs` epochs at S = `--s` (default:
    a whole epoch per exchange); epoch time = training + evaluation (+ checkpoint) per epoch.
 B. Deployment (deploy.commands: SuperLink + SuperNode + linkage service on 127.0.0.1, TLS and node
    auth unless --insecure), linked through the service:
    B1. S = 1 for `--steps` steps: the per-step latency of exact split learning;
-   B2. the same `--epochs` epochs at S = `--s`.
+   B2. the same `--epochs` epochs at S = `--s` (with --pipeline, A and B2 pipelined).
 Prints a markdown table; docs/benchmarks.md records it with the command, machine and date.
 """
 
@@ -48,16 +48,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="S = 1 steps timed in deployment")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--s", type=int, default=100000, help="steps per exchange for the epoch runs (>= an epoch: one)")
+    ap.add_argument("--pipeline", action="store_true", help="the epoch runs pipelined (run-config pipeline = true)")
     ap.add_argument("--insecure", action="store_true")
     args = ap.parse_args()
-    base = {"dataset": args.dataset, "n-rows": args.n_rows, "k": args.k, "seed": 0}
+    base = {"dataset": args.dataset, "n-rows": args.n_rows, "k": args.k, "seed": 0, "pipeline": args.pipeline}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         print(f"# {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
         sim, sim_dir, sim_wall = run_flower({**base, "epochs": args.epochs, "steps-per-exchange": args.s}, work, "sim")
         sim_epochs = epoch_seconds(sim_dir)
-        rows.append(("simulation", args.s, "", sim["exchange"]["median_seconds"], sim["exchange"]["count"] / args.epochs,
+        rows.append(("simulation", f"{args.s}{' pipelined' if args.pipeline else ''}", "", sim["exchange"]["median_seconds"], sim["exchange"]["count"] / args.epochs,
                      statistics.fmean(sim_epochs), sim_wall))
         print("simulation done", sim_epochs, flush=True)
 
@@ -68,7 +69,7 @@ def main() -> None:
             t0 = time.perf_counter()
             deploy.link(dep, k=args.k, n_rows=args.n_rows)
             link_s = time.perf_counter() - t0
-            one, one_dir, one_wall = deployed_run(dep, {**base, "epochs": 1, "steps-per-exchange": 1,
+            one, one_dir, one_wall = deployed_run(dep, {**base, "pipeline": False, "epochs": 1, "steps-per-exchange": 1,
                                                         "max-steps": args.steps}, "s1")
             step_s = read_metrics(one_dir)[0]["seconds"] / args.steps
             rows.append(("deployment", 1, step_s, one["exchange"]["median_seconds"], "", "", one_wall))
@@ -76,7 +77,7 @@ def main() -> None:
             dep_run, dep_dir, dep_wall = deployed_run(dep, {**base, "epochs": args.epochs,
                                                             "steps-per-exchange": args.s}, "sdef")
             dep_epochs = epoch_seconds(dep_dir)
-            rows.append(("deployment", args.s, "", dep_run["exchange"]["median_seconds"],
+            rows.append(("deployment", f"{args.s}{' pipelined' if args.pipeline else ''}", "", dep_run["exchange"]["median_seconds"],
                          dep_run["exchange"]["count"] / args.epochs, statistics.fmean(dep_epochs), dep_wall))
         finally:
             deploy.down(dep.root)

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 RUNS = {
     "synthetic-S1": dict(dataset="synthetic", n_rows=600, k=10, batch_size=32, sigma_cf=0.1, steps_per_exchange=1),
-    "hdb-S3": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=3),
+    # pipelined (window w + 1 requested before window w computes: overlapping Flower messages)
+    "hdb-S3-pipelined": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=3, pipeline=True),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,16 @@ from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_
 from strategies.vfl.fedsim import GradBlock
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """Messages pushed and not yet pulled."""
+
+    message_type: str
+    contents: dict[str, RecordDict]
+    ids: list[str]
+    t0: float
+
+
 class FlowerChannel:
     def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float, job_id: str = "") -> None:
         self.grid, self.nodes, self.timeout, self.job_id = grid, nodes, timeout, job_id
@@ -22,44 +33,55 @@ class FlowerChannel:
         self.saved: dict[str, dict] = {}  # the parties' last checkpoint (saved inside a step)
 
     def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
-        msgs = {p: Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()}
+        return self._pull(self._push(message_type, contents))
+
+    def _push(self, message_type: str, contents: dict[str, RecordDict]) -> "_Sent":
+        msgs = [Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()]
         t0 = time.perf_counter()
-        replies = self._send_and_receive(list(msgs.values()))
-        self.traffic.seconds.append(time.perf_counter() - t0)
+        return _Sent(message_type, contents, list(self.grid.push_messages(msgs)), t0)
+
+    def _pull(self, sent: "_Sent") -> dict[str, RecordDict]:
+        """Pull under the shared poll policy (app/transport.py:pull_replies) until every reply is
+        in or the timeout passes; a party that did not answer or failed is named."""
+        replies: list[Message] = []
+        pull_replies(self.grid, sent.ids, time.monotonic() + self.timeout, replies.append)
+        self.traffic.seconds.append(time.perf_counter() - sent.t0)  # pipelined: includes the overlapped compute
         self.traffic.exchanges += 1
         by_node = {r.metadata.src_node_id: r for r in replies}
         out = {}
         for party, node in self.nodes.items():
-            if party not in contents:
+            if party not in sent.contents:
                 continue
             reply = by_node.get(node)
             if reply is None:
-                raise PartyError(f"party {party!r} (node {node}) did not answer {message_type} within {self.timeout} s")
+                raise PartyError(f"party {party!r} (node {node}) did not answer {sent.message_type} within "
+                                 f"{self.timeout} s")
             if reply.has_error():
-                raise PartyError(f"party {party!r} failed on {message_type}: {reply.error.reason}")
+                raise PartyError(f"party {party!r} failed on {sent.message_type}: {reply.error.reason}")
             out[party] = reply.content
-            self.traffic.bytes_down += payload_bytes(contents[party])
+            self.traffic.bytes_down += payload_bytes(sent.contents[party])
             self.traffic.bytes_up += payload_bytes(reply.content)
         return out
-
-    def _send_and_receive(self, msgs: list[Message]) -> list[Message]:
-        """Push, then pull under the shared poll policy (app/transport.py:pull_replies) until every
-        reply is in or the timeout passes; _exchange names a party that did not answer."""
-        ids = self.grid.push_messages(msgs)
-        replies: list[Message] = []
-        pull_replies(self.grid, ids, time.monotonic() + self.timeout, replies.append)
-        return replies
 
     def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
              save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
         """``save`` = (<run dir>/checkpoint, epoch): each party checkpoints into its own folder
         for the run; only the run's name travels (app/node.py:checkpoint_dir)."""
+        return self.receive(self.send(apply, embed, save))
+
+    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
+             save: tuple[str, int] | None = None) -> tuple["_Sent", bool]:
         run = (run_name(Path(save[0]).parent), save[1]) if save else None
-        replies = self._exchange("train.step", {p: messages.step_content(
+        sent = self._push("train.step", {p: messages.step_content(
             apply[p], embed[p], self.job_id, self.cursor[p], run) for p in embed})
         for p in embed:
             self.cursor[p] += len(apply[p])
-        if save is not None:
+        return sent, save is not None
+
+    def receive(self, request: tuple["_Sent", bool]) -> dict[str, np.ndarray]:
+        sent, saving = request
+        replies = self._pull(sent)
+        if saving:
             self.saved = {p: messages.read_state(c) for p, c in replies.items()}
         return {p: messages.read_embeddings(c, p) for p, c in replies.items()}
 

@@ -174,7 +174,7 @@ def check_linkage(linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings,
 
 def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
     return TrainPlan(settings.epochs, settings.batch_size, cfg.steps_per_exchange, cfg.seed, cfg.max_steps,
-                     cfg.eval_chunk)
+                     cfg.eval_chunk, pipeline=cfg.pipeline)
 
 
 def head_for(ds: VFLDataset) -> TaskHead:

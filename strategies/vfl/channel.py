@@ -20,6 +20,13 @@ class SecondaryChannel(Protocol):
         """Apply the gradient blocks in order, then (``save`` = (folder, epoch)) checkpoint, then
         return embeddings (U, c) of the tokens (U,)."""
 
+    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> object:
+        """:meth:`step` without waiting: returns a request for :meth:`receive`. At most one is
+        outstanding; the parties handle requests in the order they are sent."""
+
+    def receive(self, request: object) -> dict[str, np.ndarray]:
+        """The embeddings a :meth:`send` asked for."""
+
 
 class LocalChannel:
     """The channel with secondaries in the same process (no Flower): same party objects
@@ -38,6 +45,12 @@ class LocalChannel:
             self.saved = {p: {"digest": s.save_checkpoint(Path(folder) / p, epoch), "applied": s.applied,
                               "epoch": epoch} for p, s in self.parties.items()}
         return {p: self.parties[p].embed(t) for p, t in embed.items()}
+
+    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.step(apply, embed)  # in process the parties answer at once, in order
+
+    def receive(self, request: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return request
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
         return {p: {"digest": s.load_checkpoint(Path(folder) / p, epoch), "applied": s.applied}

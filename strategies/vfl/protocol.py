@@ -4,6 +4,13 @@ One exchange serves one window of S training steps: the message carries the grad
 blocks of the previous window (applied in order by each secondary) and the token
 requests of this window; the reply carries embeddings of those tokens computed from the
 secondary's current weights. S = 1 is exact split learning.
+
+Pipelined (``plan.pipeline``): the request for window w + 1 goes out as soon as window w's
+embeddings are in, so the secondaries answer it while the primary computes window w and a
+deployed exchange's latency hides behind that compute. It carries window w - 1's blocks, so
+window w + 1's embeddings miss window w's updates: one more window of staleness, the same at
+every run (the twin reproduces it). Each epoch drains the pipeline: its evaluation exchange
+delivers the last two windows' blocks.
 """
 
 from __future__ import annotations
@@ -31,33 +38,43 @@ class TrainPlan:
     eval_chunk: int = 50_000  # tokens per evaluation message
     eval_batch: int = 4096  # primary records per evaluation forward pass
     patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
+    pipeline: bool = False  # request window w + 1 before computing window w (module docstring)
 
 
 def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
                 plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]
                 ) -> tuple[int, dict[str, list[GradBlock]]]:
     """Run the epoch's steps window by window; ``progress(steps done this epoch, steps, loss)``
-    after each. Returns the number of exchanges and the last window's gradient blocks, which the
-    next exchange (the evaluation's) delivers."""
+    after each. Returns the number of exchanges and the gradient blocks not delivered yet (the
+    last window's; pipelined, the last two windows'), which the evaluation's exchange delivers."""
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
-    exchanges, n0 = 0, len(step_losses)
-    for window in windows(batches, plan.steps_per_exchange):
-        needs = [strategy.needs(rows) for rows in window]
-        emb: dict[str, np.ndarray] = {}
-        union: dict[str, np.ndarray] = {}
-        if parties:
-            union = {p: np.unique(np.concatenate([n[p] for n in needs])) for p in parties}
-            emb = channel.step(pending, union)
-            exchanges += 1
-        pending = {p: [] for p in parties}
-        for rows, need in zip(window, needs):
-            batch_emb = {p: emb[p][np.searchsorted(union[p], need[p])] for p in parties}
+    plan_windows = list(windows(batches, plan.steps_per_exchange))
+    needs = [[strategy.needs(rows) for rows in window] for window in plan_windows]
+    unions = [{p: np.unique(np.concatenate([n[p] for n in need])) for p in parties} for need in needs]
+    exchanges, n0, request = 0, len(step_losses), None
+
+    def send(w: int) -> None:  # window w's tokens, with every block computed so far
+        nonlocal pending, request, exchanges
+        request = channel.send(pending, unions[w])
+        pending, exchanges = {p: [] for p in parties}, exchanges + 1
+
+    if parties and plan_windows:
+        send(0)
+    for w, window in enumerate(plan_windows):
+        emb = channel.receive(request) if parties else {}
+        more = parties and w + 1 < len(plan_windows)
+        if more and plan.pipeline:
+            send(w + 1)  # answered while this window computes
+        for rows, need in zip(window, needs[w]):
+            batch_emb = {p: emb[p][np.searchsorted(unions[w][p], need[p])] for p in parties}
             loss, grads = strategy.train_step(rows, need, batch_emb)
             step_losses.append(loss)
             for p in parties:
                 pending[p].append(grads[p])
             progress(len(step_losses) - n0, len(batches), loss)
+        if more and not plan.pipeline:
+            send(w + 1)
     return exchanges, pending
 
 

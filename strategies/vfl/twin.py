@@ -5,7 +5,8 @@ It is the oracle for the federated protocol. Each secondary's local model runs p
 the S-step window is expressed as a straight-through embedding: the value the primary sees
 is the embedding computed from the secondary's weights at the start of the window, while
 the gradient flows into a forward pass at the secondary's current weights, which is what
-the federated secondary does when it replays its gradient blocks.
+the federated secondary does when it replays its gradient blocks. Pipelined, the value is the
+one from the previous window's start (each epoch's first two windows: the epoch's start).
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndar
         batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
         if plan.max_steps:
             batches = batches[: max(0, plan.max_steps - len(losses))]
+        previous = None
         for window in windows(batches, plan.steps_per_exchange):
             with torch.no_grad():
-                stale = {p: m(sx[p]) for p, m in secondary_models.items()}  # (n, c) at window start
+                fresh = {p: m(sx[p]) for p, m in secondary_models.items()}  # (n, c) at window start
+            # pipelined, window w sees the weights at window w - 1's start (strategies/vfl/protocol.py)
+            stale, previous = (previous if plan.pipeline and previous is not None else fresh), fresh
             for rows in window:
                 model.train()
                 pairs, index = {}, {}

@@ -1,0 +1,69 @@
+"""The pipelined protocol (run-config pipeline = true, strategies/vfl/protocol.py): window w + 1's
+request goes out before window w is computed. It is not exact split learning, so: its one-process
+twin (the same staleness, by construction) is the oracle, the staleness is asserted to be
+exactly one more window, and the oracle can tell it from the unpipelined schedule."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from app.config import RunConfig
+from app.vfl.inprocess import max_param_gap, run_in_process, run_twin
+from strategies.vfl.channel import LocalChannel
+from strategies.vfl import protocol
+from tests.test_equivalence import CASES
+
+S = 3
+
+
+@pytest.mark.parametrize("case, length", [("synthetic-binary-avg", dict(epochs=2)),  # drains and refills
+                                          ("house3-independent-paths", dict(epochs=1, max_steps=14))])
+def test_pipelined_protocol_equals_its_twin(case, length, tmp_path):
+    """Float64, 1e-9: across an epoch's end (the pipeline drains, then refills), and with three
+    secondaries each on its own path."""
+    cfg = RunConfig(**CASES[case], **length, steps_per_exchange=S, pipeline=True, dtype="float64",
+                    out_dir=str(tmp_path))
+    fed, twin = run_in_process(cfg), run_twin(cfg)
+    assert len(fed.losses) == len(twin.losses) >= 14
+    np.testing.assert_allclose(fed.losses, twin.losses, rtol=1e-9, atol=1e-10)
+    assert max_param_gap(fed.primary, twin.primary) < 1e-9
+    for party in fed.secondaries:
+        assert max_param_gap(fed.secondaries[party], twin.secondaries[party]) < 1e-9
+    unpipelined = run_twin(dataclasses.replace(cfg, pipeline=False))
+    assert np.abs(fed.losses - unpipelined.losses).max() > 1e-6  # the oracle tells the schedules apart
+
+
+class Recording(LocalChannel):
+    """Records, per request, the gradient blocks the parties have applied when they embed."""
+
+    def __init__(self, parties):
+        super().__init__(parties)
+        self.applied_at_embed: list[int] = []
+
+    def send(self, apply, embed):
+        out = super().send(apply, embed)
+        self.applied_at_embed.append(min(s.applied for s in self.parties.values()))
+        return out
+
+
+@pytest.mark.parametrize("pipeline, lag", [(False, 0), (True, S)])
+def test_a_window_sees_embeddings_at_most_one_window_older_when_pipelined(pipeline, lag, tmp_path, monkeypatch):
+    """Window w's embeddings come from weights that have applied every step before it
+    (unpipelined) or all but the last window's S steps (pipelined, from window 1 on)."""
+    channels = []
+
+    def recording(parties):
+        channels.append(Recording(parties))
+        return channels[-1]
+
+    monkeypatch.setattr("app.vfl.inprocess.LocalChannel", recording)
+    cfg = RunConfig(**CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=4 * S, steps_per_exchange=S,
+                    pipeline=pipeline, out_dir=str(tmp_path))
+    run_in_process(cfg)
+    applied = channels[0].applied_at_embed[:4]  # the training windows (the evaluation's exchanges follow)
+    steps_before = [w * S for w in range(4)]
+    lags = [b - a for a, b in zip(applied, steps_before)]
+    assert lags == ([0, S, S, S] if pipeline else [0, 0, 0, 0])
+    assert max(lags) == lag
+    assert protocol.TrainPlan.__dataclass_fields__["pipeline"].default is False  # exact unless asked
