@@ -109,7 +109,7 @@ class RunConfig:
     data_dir: str = ""
     out_dir: str = ""
     run_name: str = ""
-    method: str = "fedsim"
+    method: str = "fedsim_attn"  # the paper's model plus attention (docs/fedsim-attn.md); "fedsim" = the paper's
     k: int = 0
     batch_size: int = 0
     epochs: int = 0  # the maximum with patience > 0; 0 = the dataset's default

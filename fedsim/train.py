@@ -31,8 +31,9 @@ def add_parser(sub) -> None:
     s.add_argument("--run-name", default="", help="the run's folder name ('' = <dataset>-<method>-<time>)")
     s.add_argument("--mode", default="vfl", choices=("vfl", "entity-aug"),
                    help="vfl: FedSim and its baselines; entity-aug: Entity Augmentation")
-    s.add_argument("--method", default="fedsim", help="fedsim, fedsim_attn (FedSim plus attention over the "
-                   "neighbours, docs/fedsim-attn.md) or a baseline: solo top1sim avgsim featuresim exact")
+    s.add_argument("--method", default="fedsim_attn", help="fedsim_attn (the default: FedSim plus attention over "
+                   "the neighbours, docs/fedsim-attn.md), fedsim (the paper's) or a baseline: solo top1sim avgsim "
+                   "featuresim exact")
     s.add_argument("--epochs", type=int, default=None, help="epochs (the maximum with early stopping); "
                                                             "unset = the run config's default")
     s.add_argument("--seed", type=int, default=0, help="the run's seed (data split, initial weights, batches)")

@@ -26,7 +26,7 @@ from strategies.heads import TaskHead
 
 TWO_SECONDARIES = dict(dataset="house3", parties="airbnb_a,airbnb_b", n_rows=400, k=5, batch_size=32, epochs=2)
 CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
-    "fedsim-cnn": dict(TWO_SECONDARIES, merge="cnn"),
+    "fedsim-cnn": dict(TWO_SECONDARIES, method="fedsim", merge="cnn"),
     "avgsim": dict(TWO_SECONDARIES, method="avgsim"),
     "fedsim-attn": dict(TWO_SECONDARIES, method="fedsim_attn"),  # the improved model (issue 17)
 }

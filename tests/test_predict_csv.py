@@ -45,8 +45,9 @@ def test_a_csv_of_new_records_gets_the_arrays_predictions_and_an_explanation(tra
     expected = predict_in_process(folder / "run", ds.primary.features[test], ds.primary.identifiers[test])
     assert list(out["flat_id"]) == [f"f{i}" for i in test]
     np.testing.assert_allclose(out["prediction"], expected.values, rtol=1e-6)
-    assert [c for c in out.columns if c.startswith("shops_")] == [
-        f"shops_{what}_{k}" for k in range(1, K + 1) for what in ("token", "similarity", "weight")]
+    assert [c for c in out.columns if c.startswith("shops_")] == [  # the default method, fedsim_attn
+        f"shops_{what}_{k}" for k in range(1, K + 1) for what in ("token", "similarity", "weight", "attention")] + [
+        "shops_attention_null"]
     np.testing.assert_array_equal(out[[f"shops_token_{k}" for k in range(1, K + 1)]], expected.linkage.links["shops"].tokens)
     assert f"{len(test)} predictions" in capsys.readouterr().out
 
