@@ -12,15 +12,20 @@ REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("pandas", "sklearn", "scipy")
 
 
-def _heavy_modules_after(statements: str) -> list[str]:
-    code = f"import json, sys\n{statements}\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+def _heavy_modules_after(statements: str) -> tuple[list[str], list[str]]:
+    """In a fresh interpreter: the heavy modules imported at the statements' first printed list,
+    and at their end."""
+    code = f"import json, sys\nHEAVY = {HEAVY!r}\n{statements}\nprint(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          timeout=120).stdout
-    return json.loads(out.splitlines()[-1])
+    lists = [json.loads(line) for line in out.splitlines() if line.startswith("[")]
+    return lists[0], lists[-1]
 
 
 def test_the_clientapp_imports_no_data_stack_until_it_loads_data():
-    assert _heavy_modules_after("import app.client_app") == []
-    loaded = _heavy_modules_after("import app.client_app\nfrom app.config import RunConfig\nfrom app.data import "
-                                  "load_data\nprint(load_data(RunConfig(dataset='synthetic', n_rows=200)).name)")
-    assert loaded == ["pandas", "scipy", "sklearn"]  # the lazy imports are still there when needed
+    before, after = _heavy_modules_after(
+        "import app.client_app\nprint(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))\n"
+        "from app.config import RunConfig\nfrom app.data import load_data\n"
+        "print(load_data(RunConfig(dataset='synthetic', n_rows=200)).name)")
+    assert before == []
+    assert after == ["pandas", "scipy", "sklearn"]  # the lazy imports are still there when needed

@@ -36,7 +36,6 @@ def _in_process(values: dict, name: str):
 RUNS = {  # (engine, mode, method) -> run it, return its folder
     ("flower", "vfl", "solo"): _flower_solo,
     ("inprocess", "vfl", "fedsim"): _in_process(dict(TINY, method="fedsim"), "fedsim"),
-    ("inprocess", "vfl", "fedsim_attn"): _in_process(TINY, "fedsim_attn"),  # the default method
     ("inprocess", "vfl", "solo"): _in_process(dict(TINY, method="solo"), "solo"),
     ("inprocess", "entity-aug", "entity-aug"): _in_process(EA_TINY, "ea"),
 }
