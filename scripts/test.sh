@@ -3,8 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# four workers (pytest-xdist) on 2 cores: the end-to-end Flower runs spend most of their time
-# waiting on Flower's polls (3 workers used the cores 49 % of the time), so more workers fill that
-# time (2 workers: 9 min 56 s on a fresh clone, 3: 9 min 6 s; docs/benchmarks.md "Test suite");
-# PYTEST_WORKERS=0 runs it in one process
-exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-4}" "$@"
+# three workers (pytest-xdist) on 2 cores: the end-to-end Flower runs spend much of their time
+# waiting on Flower's polls, so a third worker fills that time (two workers: 9 min 56 s on a fresh
+# clone; four were no faster than three). tests/conftest.py orders the longest tests first and
+# --maxschedchunk 1 deals them one at a time to free workers. PYTEST_WORKERS=0: one process
+if [ "${PYTEST_WORKERS:-3}" = "0" ]; then exec .venv/bin/python -m pytest "$@"; fi
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-3}" --maxschedchunk 1 "$@"

@@ -13,3 +13,35 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+
+# The longest end-to-end tests first, longest first (seconds on a quiet 2-core VM, 2026-11-24),
+# with scripts/test.sh's `--maxschedchunk 1`: pytest-xdist then deals the first tests two per
+# worker and every later one to the next worker that is free, so the long tests spread over the
+# workers (longest processing time first). Without it, the first worker got the first ~38 tests
+# in one chunk, and two long tests on one worker's tail set the suite's wall time.
+LONGEST_FIRST = (
+    "tests/test_deploy.py::test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service",  # 258
+    "tests/test_cli.py::test_train_predict_and_report_through_flower",  # 165
+    "tests/test_deploy.py::test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one",  # 120
+    "tests/test_entity_aug.py::test_flower_guest_timeout_falls_back_to_the_last_activation",  # 90
+    "tests/test_run_status.py::test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run",  # 77
+    "tests/test_entity_aug.py::test_flower_run_equals_the_in_process_run",  # 67
+    "tests/test_flower_run.py::test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics",  # 66
+    "tests/test_flower_run.py::test_flower_run_equals_one_process_twin",  # 36 + 28
+    "tests/test_cli.py::test_entity_augmentation_on_csv_guests_with_id_columns",  # 26
+)
+FIRST_WAVE = 3  # one long test per worker (scripts/test.sh's three), each dealt with one short test
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        nodeid = item.nodeid.split("[")[0]
+        return next((i for i, name in enumerate(LONGEST_FIRST) if nodeid == name), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: every other test keeps its place
+    n_long = sum(rank(item) < len(LONGEST_FIRST) for item in items)
+    longs, shorts = items[:n_long], items[n_long:]
+    if len(shorts) >= FIRST_WAVE:  # [L0, s, L1, s, L2, s, L3, L4, ..., the other shorts]
+        first = [x for pair in zip(longs[:FIRST_WAVE], shorts[:FIRST_WAVE]) for x in pair]
+        items[:] = first + longs[FIRST_WAVE:] + shorts[FIRST_WAVE:]
