@@ -72,18 +72,18 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
     """Train through `flwr run` on the deployment, then predict with the kept federation."""
     dep, root = _linked_deployment(tmp_path)
     try:
-        r = deploy.flwr_run(dep, {**RUN, "epochs": 2, "run-name": "ok"}, timeout=900)
+        r = deploy.flwr_run(dep, {**RUN, "epochs": 1, "run-name": "ok"}, timeout=900)
         run_dir = root / "runs" / "ok"
         log = r.stdout + r.stderr
         assert (run_dir / "summary.json").exists(), log[-5000:]
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        assert [x["epoch"] for x in rows] == [0, 1] and all(x["test"]["rmse"] > 0 for x in rows)
+        assert [x["epoch"] for x in rows] == [0] and all(x["test"]["rmse"] > 0 for x in rows)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["exchange"]["count"] > 0
         manifest = json.loads((run_dir / "checkpoint" / "checkpoint.json").read_text())
-        assert manifest["epoch"] == 1 and sorted(manifest["parties"]) == dep.parties
+        assert manifest["epoch"] == 0 and sorted(manifest["parties"]) == dep.parties
         for party in dep.parties:  # each party's checkpoint and final model are on its own disk (node config)
-            assert (dep.party_dir(party) / "checkpoints" / "ok" / party / "epoch-1.pt").exists()
+            assert (dep.party_dir(party) / "checkpoints" / "ok" / party / "epoch-0.pt").exists()
             assert (dep.party_dir(party) / "models" / "ok" / party / "model.pt").exists()
             assert not (run_dir / party).exists()  # nothing of a party's in the primary's run folder
         _predict_on_the_deployment(dep, summary, tmp_path)
@@ -115,13 +115,16 @@ def test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one(tmp_pa
             deploy.stop(twin)
 
         # a SuperNode killed mid-run: the run fails with a clear error within node-timeout
-        timeout = 30.0  # under load a deployed handshake message alone took over 20 s
+        timeout = 60.0  # under load a deployed handshake message took over 20 s, and once over 30 s
         proc = deploy.start_run(dep, {**RUN, "epochs": 3, "run-name": "killed", "node-timeout": timeout})
         metrics = root / "runs" / "killed" / "metrics.jsonl"  # opened once the handshake is done
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None and not metrics.exists():
             time.sleep(0.2)
-        assert metrics.exists(), "the run did not get past its handshake"
+        if not metrics.exists():
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the run did not get past its handshake: {(out + err)[-3000:]}")
         deploy.stop(dep.nodes["airbnb_b"])
         killed_at = time.monotonic()
         try:
