@@ -19,12 +19,16 @@ from pathlib import Path
 LOWER_IS_BETTER = ("rmse",)
 
 
-def read(path: Path, variant: str | None = None, dataset: str | None = None) -> dict[str, dict[int, dict]]:
+def read(path: Path, variant: str | None = None, dataset: str | None = None, config: str | None = None
+         ) -> dict[str, dict[int, dict]]:
     """{variant: {seed: row}} of ``dataset``'s rows (None: all, for a one-dataset file); a
-    reference csv's rows become variant ``variant``."""
+    reference csv's rows become variant ``variant``, only those whose run config is ``config``
+    (None: any; a reference csv holds every configuration it ran, e.g. both sigma_cf levels)."""
     table: dict[str, dict[int, dict]] = defaultdict(dict)
     with path.open() as f:
         for row in csv.DictReader(f):
+            if config is not None and row.get("config", "") != config:
+                continue
             if dataset is None or row["dataset"] == dataset:
                 table[variant or row["variant"]][int(row["seed"])] = row  # a later row (a rerun) wins
     return table
@@ -55,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--ours", default="fedsim_attn")
     ap.add_argument("--reference", type=Path, help="experiments/reference.py's csv for the same dataset")
+    ap.add_argument("--reference-config", default=None,
+                    help="only the reference rows of this run config, as its csv writes it (e.g. 'n-rows=60000 sigma-cf=0.4')")
     ap.add_argument("--dataset", help="only this dataset's rows of the sweeps' results.csv")
     args = ap.parse_args(argv)
     table: dict[str, dict[int, dict]] = defaultdict(dict)
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         for variant, runs in read(path, dataset=args.dataset).items():
             table[variant].update(runs)
     if args.reference:
-        table.update(read(args.reference, "gradient boosting (not federated)"))
+        table.update(read(args.reference, "gradient boosting (not federated)", config=args.reference_config))
     if args.ours not in table:
         raise SystemExit(f"no runs of variant {args.ours!r} in {[str(p) for p in args.results]}")
     print(render({v: r for v, r in table.items() if r}, args.ours))

@@ -42,6 +42,6 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # stable: every other test keeps its place
     n_long = sum(rank(item) < len(LONGEST_FIRST) for item in items)
     longs, shorts = items[:n_long], items[n_long:]
-    if len(shorts) >= FIRST_WAVE:  # [L0, s, L1, s, L2, s, L3, L4, ..., the other shorts]
-        first = [x for pair in zip(longs[:FIRST_WAVE], shorts[:FIRST_WAVE]) for x in pair]
-        items[:] = first + longs[FIRST_WAVE:] + shorts[FIRST_WAVE:]
+    k = min(FIRST_WAVE, len(longs), len(shorts))  # [L0, s, L1, s, L2, s, L3, L4, ..., the other shorts]
+    first = [x for pair in zip(longs[:k], shorts[:k]) for x in pair]
+    items[:] = first + longs[k:] + shorts[k:]  # every test kept, whatever subset was collected
