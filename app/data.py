@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-
 from typing import TYPE_CHECKING
 
 from threadpoolctl import threadpool_limits

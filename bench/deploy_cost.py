@@ -52,13 +52,13 @@ def main() -> None:
     ap.add_argument("--insecure", action="store_true")
     args = ap.parse_args()
     base = {"dataset": args.dataset, "n-rows": args.n_rows, "k": args.k, "seed": 0, "pipeline": args.pipeline}
-    rows = []
+    rows, s_label = [], f"{args.s}{' pipelined' if args.pipeline else ''}"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         print(f"# {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
         sim, sim_dir, sim_wall = run_flower({**base, "epochs": args.epochs, "steps-per-exchange": args.s}, work, "sim")
         sim_epochs = epoch_seconds(sim_dir)
-        rows.append(("simulation", f"{args.s}{' pipelined' if args.pipeline else ''}", "", sim["exchange"]["median_seconds"], sim["exchange"]["count"] / args.epochs,
+        rows.append(("simulation", s_label, "", sim["exchange"]["median_seconds"], sim["exchange"]["count"] / args.epochs,
                      statistics.fmean(sim_epochs), sim_wall))
         print("simulation done", sim_epochs, flush=True)
 
@@ -77,7 +77,7 @@ def main() -> None:
             dep_run, dep_dir, dep_wall = deployed_run(dep, {**base, "epochs": args.epochs,
                                                             "steps-per-exchange": args.s}, "sdef")
             dep_epochs = epoch_seconds(dep_dir)
-            rows.append(("deployment", f"{args.s}{' pipelined' if args.pipeline else ''}", "", dep_run["exchange"]["median_seconds"],
+            rows.append(("deployment", s_label, "", dep_run["exchange"]["median_seconds"],
                          dep_run["exchange"]["count"] / args.epochs, statistics.fmean(dep_epochs), dep_wall))
         finally:
             deploy.down(dep.root)

@@ -42,7 +42,7 @@ def _trained(tmp_path, values: dict, dtype: str = "float64"):
 def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, tmp_path):
     cfg, summary, ds = _trained(tmp_path, CASES[case])
     test = ds.split.test
-    got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
+    got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test], explain=True)
     head = TaskHead(**load_kept(tmp_path / "run")[0]["head"])
     metrics = head.metrics(got.values, ds.labels[test])
     assert got.best_epoch == summary["best_epoch"]

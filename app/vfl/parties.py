@@ -19,9 +19,6 @@ from torch import nn
 
 from app.config import RunConfig, Settings, plain_run_name
 from app.data import load_data
-
-if TYPE_CHECKING:
-    from datasets.base import VFLDataset
 from linkage.binding import bind_result, check_binding, upload_record, write_record
 from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
 from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
@@ -32,6 +29,9 @@ from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.model import SimilarityModel, local_model
 from strategies.vfl.protocol import TrainPlan
+
+if TYPE_CHECKING:
+    from datasets.base import VFLDataset
 
 
 def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:

@@ -117,23 +117,24 @@ def open_kept(run_dir: Path, *, check: tuple[str, ...] | None = None) -> KeptRun
     return KeptRun(meta, states, cfg, settings, ds, model, TaskHead(**meta["head"]))
 
 
-def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: int = 4096):
+def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: int = 4096, explain: bool = False):
     """(values (q,), proba (q, C) | None, weights per secondary (q, K), attention per secondary
-    (q, K + 1), empty unless fedsim_attn): the evaluation's own code."""
+    (q, K + 1), empty unless fedsim_attn and ``explain``: a second pass, only for the explanation):
+    the evaluation's own code."""
     cfg = kept.cfg
     strategy = FedSimStrategy(kept.model, kept.head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,
                               cfg.torch_device(), cfg.torch_dtype())  # no step is taken
     rows = np.arange(len(features))
     out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
     attention = {}
-    if kept.settings.model.attention and linkage is not None:
+    if explain and kept.settings.model.attention and linkage is not None:
         parts = [strategy.attention(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)]
         attention = {p: np.concatenate([part[p] for part in parts]) for p in parts[0]}
     return kept.head.predict(out), kept.head.probabilities(out), _weights(kept.model, linkage), attention
 
 
-def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096
-                       ) -> Prediction:
+def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096,
+                       explain: bool = False) -> Prediction:
     t0 = time.perf_counter()
     kept = open_kept(Path(run_dir))
     if kept.meta.get("secondary_states") == "parties":
@@ -147,7 +148,7 @@ def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndar
         linkage = link_here(kept, identifiers, seconds)
         lookup = _embed_here(kept, linkage, seconds)
     t1 = time.perf_counter()
-    values, proba, weights, attention = forward(kept, features, linkage, lookup, batch)
+    values, proba, weights, attention = forward(kept, features, linkage, lookup, batch, explain)
     seconds["forward"] = time.perf_counter() - t1
     return Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds, attention)
 

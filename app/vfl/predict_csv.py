@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def predict() -> str:
         keys, features, ids, report = read_input(args.run_dir, args.new, args.id_column, args.unknown)
-        pred = predict_in_process(args.run_dir, features, ids)
+        pred = predict_in_process(args.run_dir, features, ids, explain=args.explain)
         write_csv(table(keys, args.id_column, pred, args.explain), args.out)
         for what, counts in report.items():
             if counts:

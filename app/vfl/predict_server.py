@@ -50,7 +50,7 @@ def run_predict(grid: Grid, cfg: RunConfig) -> dict:
         linkage = _linkage(cfg, kept, ids, seconds)
         lookup = _embed_remote(grid, cfg, kept, linkage, seconds)
     t1 = time.perf_counter()
-    values, proba, weights, attention = forward(kept, features, linkage, lookup)
+    values, proba, weights, attention = forward(kept, features, linkage, lookup, explain=cfg.predict_explain)
     seconds["forward"] = time.perf_counter() - t1
     pred = Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds, attention)
     write_csv(table(keys, cfg.predict_id_column, pred, cfg.predict_explain), out)

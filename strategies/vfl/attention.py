@@ -68,6 +68,7 @@ class NeighbourAttention(nn.Module):
         index = {p: nn.functional.pad(index[p], (0, 1), value=len(emb[p]) - 1) for p in self.parties}  # (B, K + 1)
         return self.pair[1:-1](factored_first_layer(self.pair[0], self.cuts, h, emb, index))
 
+
 def sort_index(sims: torch.Tensor, index: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Order each record's K neighbours by similarity, most similar first (stable on ties)."""
     order = torch.argsort(sims, dim=1, descending=True, stable=True)  # (B, K)
