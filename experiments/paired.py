@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         for variant, runs in read(path, dataset=args.dataset).items():
             table[variant].update(runs)
     if args.reference:
-        table.update(read(args.reference, "gradient boosting (not federated)", config=args.reference_config))
+        reference = read(args.reference, "gradient boosting (not federated)", config=args.reference_config)
+        if not reference:
+            raise SystemExit(f"--reference {args.reference}: no rows"
+                             + (f" with config {args.reference_config!r}" if args.reference_config is not None else ""))
+        table.update(reference)
     if args.ours not in table:
         raise SystemExit(f"no runs of variant {args.ours!r} in {[str(p) for p in args.results]}")
     print(render({v: r for v, r in table.items() if r}, args.ours))
