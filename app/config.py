@@ -122,6 +122,9 @@ class RunConfig:
     sort_gate: bool = True
     tau: float = 1.0
     encoding: str = "raw"  # "bloom": the parties link on keyed Bloom filters (strings) / FEDERAL filters (numbers), by Hamming
+    privacy_report: bool = True  # attack the job's release and report the success (linkage/privacy.py)
+    privacy_radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
+    privacy_compose: bool = False  # noise on a link scaled by sqrt(the secondary record's links) (Defences)
     linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
     layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
     hparams: str = "dataset"  # "dataset": every method uses the dataset's FedSim values; "paper": per method
@@ -195,6 +198,11 @@ class RunConfig:
         need(self.steps_per_exchange >= 1, f"run-config 'steps-per-exchange' must be >= 1, got {self.steps_per_exchange}")
         need(self.eval_chunk >= 1, f"run-config 'eval-chunk' must be >= 1, got {self.eval_chunk}")
         need(0.0 < self.tau <= 1.0, f"run-config 'tau' must be in (0, 1], got {self.tau}")
+        need(0.0 < self.privacy_radius < float("inf"),
+             f"run-config 'privacy-radius' must be a positive number, got {self.privacy_radius}")
+        need(not ((self.privacy_compose or self.privacy_radius != 0.5) and self.linkage_dir),
+             "run-config 'privacy-radius' / 'privacy-compose' set the noise of a linkage linked here; with "
+             "'linkage-dir' the linkage service already linked (pass --radius / --compose to its start command)")
         need(self.sigma_cf >= 0.0, f"run-config 'sigma-cf' must be >= 0, got {self.sigma_cf}")
         need(self.lr >= 0.0, f"run-config 'lr' must be >= 0 (0 = dataset default), got {self.lr}")
         need(not self.run_name or plain_run_name(self.run_name),
@@ -303,6 +311,12 @@ class RunConfig:
                 "local_hidden": (list(m.local_hidden), base), "cut_dim": (m.cut_dim, base),
                 "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden"))}
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
+
+    def defences(self):
+        """The linkage's noise calibration (linkage.contracts.Defences)."""
+        from linkage.contracts import Defences
+
+        return Defences(radius=self.privacy_radius, compose=self.privacy_compose)
 
     def torch_device(self) -> torch.device:
         if self.device == "cuda" and not torch.cuda.is_available():

@@ -41,6 +41,12 @@ def headline(summary: dict) -> list[str]:
         lines.append(f"stopping: {summary['stopping']['reason']}")
     lines += ["hyperparameters (value, source):", *hyperparameter_lines(summary.get("hyperparameters") or {})]
     lines += [f"warning: {w}" for w in summary.get("warnings", [])]
+    if summary.get("privacy"):
+        from linkage.privacy import report_lines
+
+        lines += report_lines(summary["privacy"])
+    elif summary.get("method") != "solo":
+        lines.append("privacy: no report (run-config privacy-report = false, or the linkage service sent none)")
     return lines
 
 

@@ -1,5 +1,6 @@
-"""Attacks on what a linkage job releases to the primary (issue 19): coordinate identifiers,
-Euclidean metric (hdb, house). Bloom/string attacks are not here.
+"""Attacks on what a linkage job releases to the primary (issue 19): the paper's greedy attack
+and the aggregation attack (trilateration) on coordinates (Euclidean), and the dictionary attack
+on identifiers of any metric (coordinates, strings, Bloom filters).
 
 The attacker plays the primary with exactly what it holds: one secondary party's
 :class:`~linkage.contracts.PartyLink` (tokens, noisy standardised similarities, and the job's
@@ -15,6 +16,7 @@ Array contracts (m primary records, K links per record, d identifier dims, T dis
   trilaterate(tok (L,), pts (L, d), dist (L,), start (T, d)) -> (T, d) least-squares points
   linear_start(tok (L,), pts (L, d), dist (L,), T) -> (T, d) closed-form (linearised) points
   best_fit(tok (L,), pts (L, d), dist (L,), start (T, d)) -> (T, d) the better of both starts
+  dictionary_attack(link, primary_ids (m, ..), dictionary (n, ..), metric) -> (T,) dictionary rows
   haversine_m(a (T, 2), b (T, 2))             -> (T,) metres between [lat, lon] degree pairs
   reidentification(err_m (T,), radii_m)      -> {"n", "within": {radius: rate}, "median_m"}
 """
@@ -25,11 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from linkage.contracts import LinkageError, PartyLink
+from linkage.contracts import LinkageError, PartyLink, identifier_bytes
 
 # The mean Earth radius (IUGG): haversine on this sphere is within 0.5 % of the ellipsoid's distance
 EARTH_RADIUS_M = 6_371_008.8
 MIN_LINKS = 3  # distinct links a 2-D trilateration needs (d + 1 in general; the caller may raise it)
+DICT_LINKS = 64  # distinct links per token a dictionary attack scores its candidates on
+DICT_SEEDS = 3  # links whose top-K in the dictionary are a token's candidates
 
 
 @dataclass(frozen=True)
@@ -66,14 +70,31 @@ def distances(sims: np.ndarray, link: PartyLink, *, shrink: bool) -> np.ndarray:
     return -(link.sim_std * rho + link.sim_mean)
 
 
-def _flat_release(link: PartyLink, primary_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The release as pairs: (L,) record row, (L,) token, (L,) similarity; and (m, d) identifiers."""
-    ids = np.asarray(primary_ids, np.float64)
-    if ids.ndim != 2 or len(ids) != len(link.tokens) or link.tokens.shape != link.sims.shape:
+def _flat_release(link: PartyLink, primary_ids, only=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The release as pairs: (L,) record row, (L,) token, (L,) similarity; and (m, ..) identifiers.
+    only: a subset of tokens to keep (the pairs of every other token are dropped); None = all."""
+    ids = np.asarray(primary_ids)
+    ids = ids.astype(np.float64) if ids.dtype.kind in "iuf" and ids.dtype != np.uint8 else ids
+    if ids.ndim not in (1, 2) or len(ids) != len(link.tokens) or link.tokens.shape != link.sims.shape:
         raise LinkageError(f"attack: identifiers {ids.shape} do not fit the release's tokens {link.tokens.shape} "
                            f"and similarities {link.sims.shape} (one row per primary record)")
     m, k = link.tokens.shape
-    return np.repeat(np.arange(m), k), link.tokens.ravel().astype(np.int64), link.sims.ravel(), ids
+    rows, tokens, sims = np.repeat(np.arange(m), k), link.tokens.ravel().astype(np.int64), link.sims.ravel()
+    if only is not None:
+        keep = np.isin(tokens, np.asarray(only, np.int64))
+        rows, tokens, sims = rows[keep], tokens[keep], sims[keep]
+    return rows, tokens, sims, ids
+
+
+def identifier_groups(ids: np.ndarray) -> np.ndarray:
+    """(n,) int64: equal codes for rows with equal identifiers (numbers, strings or bit rows)."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind in "UO":
+        import pandas as pd
+
+        keys = [identifier_bytes(ids[i:i + 1]) for i in range(len(ids))]
+        return pd.factorize(pd.Series(keys, dtype=object))[0].astype(np.int64)
+    return np.unique(ids.reshape(len(ids), -1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
 
 
 def _counts(rows: np.ndarray, tokens: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -81,7 +102,7 @@ def _counts(rows: np.ndarray, tokens: np.ndarray, ids: np.ndarray) -> tuple[np.n
     (T,) distinct identifiers per token. A draw = one (identifier value, token): repeats of it
     carry the same noise and add nothing."""
     uniq, tok_idx, links = np.unique(tokens, return_inverse=True, return_counts=True)
-    group = np.unique(ids, axis=0, return_inverse=True)[1].ravel()  # (m,) one id per identifier value
+    group = identifier_groups(ids)  # (m,) one code per identifier value
     key = group[rows] * len(uniq) + tok_idx  # (L,) int64
     first = np.zeros(len(key), bool)
     first[np.unique(key, return_index=True)[1]] = True
@@ -95,7 +116,7 @@ def _on_sphere(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Generator) -> TokenGuess:
+def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Generator, *, only=None) -> TokenGuess:
     """The paper's greedy attacker (Sec. 5.2, App. A) with |Q| = 1, its optimum (eq. 14).
 
     Per token it uses one (record, token) pair: the one with the largest released similarity,
@@ -105,7 +126,7 @@ def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Gener
     Step 1-2: the MAP distance u (``distances(shrink=True)``, clipped at 0); step 3: a point
     drawn uniformly among those at distance u from the record, a circle for 2-D coordinates, in
     the identifiers' own units (the metric the job linked by). ``rng``: the attacker's own."""
-    rows, tokens, sims, ids = _flat_release(link, primary_ids)
+    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
     uniq, tok_idx, links, _, distinct = _counts(rows, tokens, ids)
     order = np.lexsort((-sims.astype(np.float64), tok_idx))  # (L,) by token, then most similar first
     head = np.r_[True, tok_idx[order][1:] != tok_idx[order][:-1]]  # (L,) first pair of each token
@@ -115,7 +136,8 @@ def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Gener
     return TokenGuess(uniq, location, links, distinct, rows[best], np.zeros(len(uniq), bool))
 
 
-def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: int = MIN_LINKS) -> TokenGuess:
+def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: int = MIN_LINKS,
+                       only=None) -> TokenGuess:
     """Locate every token from all the similarities that share it: trilateration.
 
     Each distinct draw (identifier value, token) gives an *unbiased* distance (``distances(
@@ -132,7 +154,7 @@ def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: i
     token whose linked records lie on one side of it (3 or 4 near-collinear links) often ends in
     the mirror-image local minimum. Tokens with fewer than ``min_links`` distinct links keep the
     centroid (their own record for one link) and are flagged ``fallback``."""
-    rows, tokens, sims, ids = _flat_release(link, primary_ids)
+    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
     uniq, tok_idx, links, first, distinct = _counts(rows, tokens, ids)
     tok, pts = tok_idx[first], ids[rows[first]]  # (L',) (L', d) one pair per draw
     dist = distances(sims[first], link, shrink=False)  # (L',)
@@ -222,6 +244,39 @@ def trilaterate(tok: np.ndarray, pts: np.ndarray, dist: np.ndarray, start: np.nd
         if moved < tol and not searching.any():
             break
     return x * scale + shift
+
+
+def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, only=None,
+                      max_links: int = DICT_LINKS, seeds: int = DICT_SEEDS) -> np.ndarray:
+    """(T,) per released token the dictionary row the attacker names as its record (any metric).
+
+    The attacker holds a dictionary of candidate identifiers (a public register; with the key the
+    parties share, the candidates encoded as the parties encode: linkage.encode) and matches each
+    token's *similarity profile*: candidates are the top-K dictionary rows of the token's `seeds`
+    most similar linked records (where the token's record must be, as it was linked among them),
+    and the one whose standardised similarities to up to `max_links` distinct linked records
+    (the most similar first) are nearest in squared error to the released ones is named. Without
+    noise the true record has error 0; with noise this is the maximum-likelihood candidate. Tokens
+    in ascending order, as :class:`TokenGuess`'s."""
+    from linkage.pipeline import check_identifiers, search  # scipy/numba: only when attacked
+
+    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
+    uniq, tok_idx, _, first, _ = _counts(rows, tokens, ids)
+    k = min(link.tokens.shape[1], len(dictionary))
+    ids, base = check_identifiers(ids, dictionary, k, "dictionary", metric)  # once: the loop trusts them
+    sel = np.flatnonzero(first)
+    sel = sel[np.lexsort((-sims[sel].astype(np.float64), tok_idx[sel]))]  # by token, most similar first
+    starts = np.searchsorted(tok_idx[sel], np.arange(len(uniq) + 1))
+    guess = np.empty(len(uniq), np.int64)
+    for t in range(len(uniq)):
+        pairs = sel[starts[t]:starts[t + 1]][:max_links]  # (L_t,) distinct draws of token t
+        q = ids[rows[pairs]]
+        cand = np.unique(search(q[:seeds], base, metric=metric, k=k, party="dictionary")[1])  # (C,)
+        dist, col = search(q, base[cand], metric=metric, k=len(cand), party="dictionary")  # (L_t, C) each
+        pred = np.empty_like(dist)
+        np.put_along_axis(pred, col, -(np.asarray(dist, np.float64) + link.sim_mean) / link.sim_std, axis=1)
+        guess[t] = cand[np.argmin(((pred - sims[pairs, None]) ** 2).sum(0))]
+    return guess
 
 
 # ----------------------------------------------------------------------------- scoring (ground truth)

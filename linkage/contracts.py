@@ -35,6 +35,34 @@ class PartyLink:
     sim_mean: float
     sim_std: float
     dp_sigma: float = float("nan")  # Theorem 1's (eps=1)-DP noise scale for the same job, for reference
+    radius: float = 0.5  # Theorem 2's success radius in identifier units (a distance guessed within it)
+    composed: bool = False  # noise on a link to a record scaled by sqrt(that record's links): Defences
+
+
+@dataclass(frozen=True)
+class Defences:
+    """How a job calibrates its noise against the attacks of linkage/attacks.py (issue 19).
+
+    radius: Theorem 2 counts a distance guessed within ``radius`` (identifier units) as the
+            attacker's success; the paper's half a unit is 0.5. On coordinates in degrees 0.5 is
+            55 km and no tau < 1 is reachable; radius = 0.001 (about 111 m) makes tau speak of
+            that distance. sigma = sigma_from_tau(tau, raw_std / (2 radius)).
+    compose: the noise on each released similarity to a secondary record is sigma * sqrt(n),
+            n = the primary records linked to that record (at least 1): n draws averaged (or
+            trilaterated) are then about as informative as one draw at sigma, the case Theorem 2
+            bounds. Needs pool = K (the links are known before the noise).
+    """
+
+    radius: float = 0.5
+    compose: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.radius > 0 and self.radius < float("inf")):
+            raise LinkageError(f"the privacy radius must be a positive number, got {self.radius!r}")
+
+    def tag(self) -> str:
+        """Their part of a job's content id: '' for the defaults (ids of earlier jobs unchanged)."""
+        return ("" if self.radius == 0.5 else f"|radius={self.radius!r}") + ("|compose" if self.compose else "")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from scipy.spatial import cKDTree
 from linkage.contracts import (
     METRICS,
     STRING_METRICS,
+    Defences,
     LinkageError,
     LinkageResult,
     PartyLink,
@@ -180,17 +181,25 @@ def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np
 
 
 def noisy_similarities(raw: np.ndarray, mean: float, std: float, sigma: float, secret: bytes, party: str,
-                       primary_ids) -> np.ndarray:
+                       primary_ids, scale: np.ndarray | None = None) -> np.ndarray:
     """(m, P) raw similarities standardised with (mean, std), plus each record's noise of scale
-    sigma (noise.record_noise, keyed by ``primary_ids``' rows): a job's release and every later
-    query of its records (linkage/query.py) go through this one step."""
+    sigma (noise.record_noise, keyed by ``primary_ids``' rows), times ``scale`` (m, P) where the
+    noise is composed (:func:`composition`): a job's release and every later query of its records
+    (linkage/query.py) go through this one step."""
     standardised = (raw - mean) / std
     if sigma == 0.0:
         return standardised
     if primary_ids is None:
         raise LinkageError("a noisy release (tau < 1) needs the primary identifiers: each record's noise is "
                            "keyed by them")
-    return standardised + record_noise(secret, party, primary_ids, standardised.shape, sigma)
+    noise = record_noise(secret, party, primary_ids, standardised.shape, sigma)  # (m, P)
+    return standardised + (noise if scale is None else noise * scale)
+
+
+def composition(idx: np.ndarray, links_per_row: np.ndarray) -> np.ndarray:
+    """(m, P) the composed noise's factor sqrt(n) for candidates idx (m, P), n = the links of each
+    secondary row (links_per_row (n_rows,)), at least 1 (Defences.compose)."""
+    return np.sqrt(np.maximum(links_per_row[idx], 1)).astype(np.float64)
 
 
 def rng_from_secret(secret: bytes) -> np.random.Generator:
@@ -210,7 +219,7 @@ def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str = "euclidean",
-              pool: int = 0, train_rows: np.ndarray | None = None) -> str:
+              pool: int = 0, train_rows: np.ndarray | None = None, defences: Defences = Defences()) -> str:
     """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
     for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
@@ -219,7 +228,7 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
     if train_rows is not None:
         h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
     tail = f"|{pool}" if pool else ""
-    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}".encode())
+    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}{defences.tag()}".encode())
     return h.hexdigest()[:16]
 
 
@@ -237,7 +246,7 @@ def search(query, base, *, metric: str, k: int, party: str, progress: Progress |
 
 def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
             secret: bytes, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
-            dp_eps: float = 1.0, primary_ids=None) -> LinkageResult:
+            dp_eps: float = 1.0, primary_ids=None, defences: Defences = Defences()) -> LinkageResult:
     """Standardise, noise and select each party's neighbours, and issue opaque tokens.
 
     neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
@@ -246,7 +255,8 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
     does; with P == K the selection only re-orders). sizes[party] = that party's row count.
     secret: the job's secret (the service's only); every draw comes from it. The noise of a
     record is keyed by its identifiers (``primary_ids``, needed when tau < 1: noise.record_noise),
-    so a later query of the record (linkage/query.py) gets the same numbers.
+    so a later query of the record (linkage/query.py) gets the same numbers. ``defences``: the
+    radius Theorem 2 speaks of and the composed noise (contracts.Defences).
     """
     if not neighbours:
         raise LinkageError("a linkage job needs at least one secondary party")
@@ -259,18 +269,25 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
         rows = np.arange(len(dist)) if train_rows is None else np.asarray(train_rows)
         raw = similarity(dist)
         mean, std = fit_standardizer(raw, rows)
-        sigma = sigma_from_tau(tau, std)
-        noisy = noisy_similarities(raw, mean, std, sigma, secret, party, primary_ids)  # (m, P)
+        sigma = sigma_from_tau(tau, std / (2.0 * defences.radius))  # Theorem 2 in units of twice the radius
+        scale = None
+        if defences.compose:
+            if dist.shape[1] != k:
+                raise LinkageError(f"composed noise needs pool = K (the links known before the noise); got "
+                                   f"{dist.shape[1]} candidates per record for K={k}")
+            scale = composition(idx, np.bincount(idx.ravel(), minlength=sizes[party]))  # (m, K)
+        noisy = noisy_similarities(raw, mean, std, sigma, secret, party, primary_ids, scale)  # (m, P)
         sims, chosen = select_top(noisy, idx, k)
         token_of_row = make_tokens(sizes[party], rng)
         links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), sigma, mean, std,
-                                 dp_sigma(sizes[party], mean, std, dp_eps))
+                                 dp_sigma(sizes[party], mean, std, dp_eps), defences.radius, defences.compose)
         secondaries[party] = SecondaryLinkage(job_id, party, np.argsort(token_of_row))
     return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)
 
 
 def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes, train_rows: np.ndarray | None = None,
-         metric: str = "euclidean", pool: int = 0, job_id: str | None = None) -> LinkageResult:
+         metric: str = "euclidean", pool: int = 0, job_id: str | None = None,
+         defences: Defences = Defences()) -> LinkageResult:
     """Link every primary record to its K most similar records of each secondary party.
 
     pool > K takes the top-`pool` candidates first and keeps the K best after noise.
@@ -283,14 +300,14 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes,
         p = min(max(pool, k), len(base))
         neighbours[party] = search(primary_ids, base, metric=metric, k=p, party=party)
         sizes[party] = len(base)
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences)
     return release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
-                   primary_ids=primary_ids)
+                   primary_ids=primary_ids, defences=defences)
 
 
 def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,
                train_rows: np.ndarray | None = None, metric: str = "euclidean", pool: int = 0,
-               job_id: str | None = None) -> LinkageResult:
+               job_id: str | None = None, defences: Defences = Defences()) -> LinkageResult:
     """Paper App. C: link every other secondary one-to-one to the ``anchor`` secondary (each
     anchor row to its most similar row of that party), then the primary top-K to the anchor.
 
@@ -301,9 +318,10 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
     base = secondary_ids[anchor]
     check_identifiers(primary_ids, base, k, anchor, metric)
     neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows,
+                              defences)
     result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,
-                     metric=metric, primary_ids=primary_ids)
+                     metric=metric, primary_ids=primary_ids, defences=defences)
     return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, PrimaryLinkage
-from linkage.pipeline import noisy_similarities, search, select_top, similarity
+from linkage.pipeline import composition, noisy_similarities, search, select_top, similarity
 
 
 def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndarray:
@@ -52,9 +52,13 @@ def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, s
         token_of_row = tokens_of_rows(row_of_token[party], party, n)
         p = min(max(trained.k, pool), n)  # the job's candidate pool, as link() clips it
         dist, idx = search(new_ids, base[party], metric=trained.metric, k=p, party=party)
+        scale = None
+        if link.composed:  # the job's links per row: its release's tokens mapped back to rows
+            rows = np.asarray(row_of_token[party], np.int64)[link.tokens.ravel()]
+            scale = composition(idx, np.bincount(rows, minlength=n))  # (q, P)
         noisy = noisy_similarities(similarity(dist), link.sim_mean, link.sim_std, link.sigma, secret, party,
-                                   new_ids)  # (q, P) with the job's training statistics and sigma
+                                   new_ids, scale)  # (q, P) with the job's training statistics and sigma
         sims, chosen = select_top(noisy, idx, trained.k)  # (q, K) descending
         links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), link.sigma, link.sim_mean,
-                                 link.sim_std, link.dp_sigma)
+                                 link.sim_std, link.dp_sigma, link.radius, link.composed)
     return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout)

@@ -34,7 +34,8 @@ def primary_bytes(p: PrimaryLinkage) -> bytes:
     meta = {"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "layout": p.layout,
             "ids_sha256": p.ids_sha256,
             "parties": sorted(p.links),
-            "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma}
+            "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma,
+                          "radius": l.radius, "composed": l.composed}
                       for q, l in p.links.items()}}
     arrays = {}
     for q, l in p.links.items():
@@ -75,6 +76,32 @@ def read_secondary(source, party: str) -> SecondaryLinkage:
         if "party" in z and str(z["party"]) != party:
             raise LinkageError(f"this linkage file is for party {str(z['party'])!r}, not {party!r}")
         return SecondaryLinkage(str(z["job_id"]), party, z["row_of_token"])
+
+
+PRIVACY = "privacy.json"  # the job's privacy report (linkage.privacy), beside primary.npz
+
+
+def save_privacy(report: dict | None, folder: Path) -> None:
+    """Write the job's privacy report into its folder; None removes a stale one (a report never
+    outlives the job it measured)."""
+    path = Path(folder) / PRIVACY
+    if report is None:
+        path.unlink(missing_ok=True)
+        return
+    write_atomic(path, json.dumps(report, indent=2).encode())
+
+
+def load_privacy(folder: Path, job_id: str) -> dict | None:
+    """The job's privacy report from its folder, or None when there is none; a report of another
+    job is refused by name."""
+    path = Path(folder) / PRIVACY
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text())
+    if report.get("job_id") != job_id:
+        raise LinkageError(f"{path} is the privacy report of job {report.get('job_id')!r}, not of this "
+                           f"linkage's job {job_id!r}")
+    return report
 
 
 def load_primary(folder: Path) -> PrimaryLinkage:

@@ -156,6 +156,10 @@ def _job(p) -> None:
     p.add_argument("--k", type=int, default=100, help="neighbours per record")
     p.add_argument("--tau", type=float, default=1.0, help="attack-success bound of the noise (1 = no noise)")
     p.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
+    p.add_argument("--radius", type=float, default=0.5,
+                   help="tau bounds guessing a distance within this radius, in identifier units (docs/privacy.md)")
+    p.add_argument("--compose", action="store_true",
+                   help="noise on each link scaled by sqrt(the links of its secondary record) (docs/privacy.md)")
     p.add_argument("--layout", choices=["independent", "chain"], default="independent",
                    help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
     p.add_argument("--anchor", default="", help="the chain's anchor secondary (default: '' = the first by name)")

@@ -14,7 +14,7 @@ import numpy as np
 
 from linkage.binding import UploadRecord, upload_record, write_record
 from linkage.contracts import LinkageError, PrimaryLinkage
-from linkage.store import read_primary, write_atomic
+from linkage.store import read_primary, save_privacy, write_atomic
 from linkage_server.params import FINGERPRINT_HEADER
 from linkage_server.uploads import to_npy
 
@@ -107,9 +107,11 @@ class LinkageClient:
         return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data)).json()
 
     def start(self, metric: str, k: int, tau: float = 1.0, pool: int = 0,
-              layout: str = "independent", anchor: str = "") -> dict:
-        """Start the job (the primary). Its randomness is the service's own secret: no seed here."""
-        body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor}
+              layout: str = "independent", anchor: str = "", radius: float = 0.5, compose: bool = False) -> dict:
+        """Start the job (the primary). Its randomness is the service's own secret: no seed here.
+        radius, compose: the noise's calibration (linkage.contracts.Defences)."""
+        body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor,
+                "radius": radius, "compose": compose}
         return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
 
     def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:
@@ -164,6 +166,8 @@ class LinkageClient:
         name = "primary.npz" if st["role"] == "primary" else f"secondary-{self.party}.npz"
         path = Path(folder) / name
         write_atomic(path, r.content)
-        if path.name == "primary.npz" and self.uploaded is not None:
-            self.write_upload_record(folder)
+        if path.name == "primary.npz":
+            save_privacy(st.get("privacy"), Path(folder))  # the job's privacy report, or none (removes a stale one)
+            if self.uploaded is not None:
+                self.write_upload_record(folder)
         return path

@@ -290,7 +290,7 @@ class JobStore:
             t1 = time.perf_counter()
             result = release(neighbours, sizes, k=params.k, tau=params.tau, train_rows=train_rows, job_id=job,
                              secret=self._secret(folder, meta, params, query, train_rows), metric=params.metric,
-                             primary_ids=query)
+                             primary_ids=query, defences=params.defences())
             if params.layout == "chain":
                 ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
                 result = chain_to(result, anchor, ids.pop(anchor), ids, params.metric)
@@ -300,13 +300,25 @@ class JobStore:
                 write_atomic(folder / "results" / f"secondary-{party}.npz", secondary_bytes(s))
             stats = {p: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma_eps1": l.dp_sigma}
                      for p, l in result.primary.links.items()}
-            self._update(job, state="done", stats=stats,
-                         seconds={"search": t1 - t0, "release": time.perf_counter() - t1})
+            t2 = time.perf_counter()
+            privacy = self._privacy(folder, meta, params, query, result, anchor)
+            self._update(job, state="done", stats=stats, privacy=privacy,
+                         seconds={"search": t1 - t0, "release": t2 - t1, "privacy": time.perf_counter() - t2})
         except (LinkageError, UploadError, JobError, SecretError) as e:
             self._update(job, state="failed", error=str(e))
         except Exception as e:  # keep the service alive; report the failure to the parties
             self._update(job, state="failed", error=f"internal error: {type(e).__name__}: {e}")
             traceback.print_exc()
+
+    @staticmethod
+    def _privacy(folder: Path, meta: dict, params: JobParams, query: np.ndarray, result, anchor: str) -> dict:
+        """The job's privacy report (linkage.privacy): the attacks on this release, scored with the
+        uploads, which only the service holds; rates and counts only."""
+        from linkage.privacy import privacy_report
+
+        ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+        own = [anchor] if params.layout == "chain" else None  # a chain releases the anchor's similarities
+        return privacy_report(result, query, ids, params.metric, parties=own)
 
     def _secret(self, folder: Path, meta: dict, params: JobParams, query: np.ndarray,
                 train_rows: np.ndarray | None) -> bytes:
@@ -319,7 +331,7 @@ class JobStore:
         if params.layout == "chain":
             metric = chain_tag(metric, params.anchor or min(meta["secondaries"]))
         return operator_secret(self.operator_seed, job_id_of(query, ids, params.k, params.tau, metric, params.pool,
-                                                             train_rows))
+                                                             train_rows, params.defences()))
 
     @staticmethod
     def _search(cache: Path, query, base, params: JobParams, chunks: list[tuple[int, int]], party: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from linkage.contracts import METRICS
+from linkage.contracts import METRICS, Defences
 
 
 FINGERPRINT_HEADER = "X-Encoding-Fingerprint"  # an encoded upload's key fingerprint (linkage_server.queries)
@@ -27,16 +27,22 @@ class JobParams:
     pool: int = 0  # candidates per record before noise; 0 = K (select, then noise)
     layout: str = "independent"  # or "chain": paper App. C, secondaries linked one-to-one to `anchor`
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
+    radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
+    compose: bool = False  # noise on a link scaled by sqrt(its secondary record's links) (Defences)
+
+    def defences(self) -> Defences:
+        return Defences(radius=self.radius, compose=self.compose)
 
     @classmethod
     def parse(cls, body: dict) -> "JobParams":
-        known = {"metric", "k", "tau", "pool", "layout", "anchor"}  # no seed: the service's secret draws
+        known = {"metric", "k", "tau", "pool", "layout", "anchor", "radius", "compose"}  # no seed: the secret draws
         unknown = sorted(set(body) - known)
         if unknown:
             raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
         p = cls(metric=_field(body, "metric", str), k=_field(body, "k", int), tau=_field(body, "tau", float, 1.0),
                 pool=_field(body, "pool", int, 0),
-                layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""))
+                layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""),
+                radius=_field(body, "radius", float, 0.5), compose=_field(body, "compose", bool, False))
         if p.metric not in METRICS:
             raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
         if p.k < 1:
@@ -47,6 +53,10 @@ class JobParams:
             raise JobError(422, f"tau must be in (0, 1], got {p.tau}")
         if p.pool and p.pool < p.k:
             raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
+        if p.radius <= 0:
+            raise JobError(422, f"radius must be > 0, got {p.radius}")
+        if p.compose and p.pool > p.k:
+            raise JobError(422, f"compose needs pool = 0 or k (the links known before the noise), got pool {p.pool}")
         return p
 
 
@@ -60,7 +70,8 @@ def _field(body: dict, name: str, kind: type, default=None):
             raise JobError(422, f"missing job parameter {name!r}")
         return default
     value = body[name]
-    ok = isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool)
+    ok = isinstance(value, bool) if kind is bool else (
+        isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool))
     if not ok:
         raise JobError(422, f"job parameter {name!r} must be {'a number' if kind is float else kind.__name__}, "
                             f"got {value!r} ({type(value).__name__})")

@@ -15,6 +15,7 @@ from linkage.attacks import (
     TokenGuess,
     aggregation_attack,
     best_fit,
+    dictionary_attack,
     distances,
     greedy_attack,
     haversine_m,
@@ -132,9 +133,12 @@ def test_aggregation_error_grows_as_tau_falls():
 
 def test_the_attacker_is_given_only_the_release_and_its_identifiers():
     assert [f.name for f in dataclasses.fields(PartyLink)] == ["tokens", "sims", "sigma", "sim_mean", "sim_std",
-                                                               "dp_sigma"]  # no row map, no secondary data
-    assert list(inspect.signature(greedy_attack).parameters) == ["link", "primary_ids", "rng"]
-    assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links"]
+                                                               "dp_sigma", "radius", "composed"]  # no row map
+    assert list(inspect.signature(greedy_attack).parameters) == ["link", "primary_ids", "rng", "only"]
+    assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links", "only"]
+    # the dictionary attack adds the attacker's own prior: a register of candidate identifiers
+    assert list(inspect.signature(dictionary_attack).parameters) == ["link", "primary_ids", "dictionary", "metric",
+                                                                     "only", "max_links", "seeds"]
     # tokens are opaque: renaming them (another permutation of the secondary's rows) renames the guesses
     primary, secondary = planted(4, 200, 30, 1.0)
     party_link, _ = released(primary, secondary, k=6, tau=1.0)

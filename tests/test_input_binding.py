@@ -194,7 +194,8 @@ def test_a_private_upload_is_bound_to_the_raw_identifiers_it_was_encoded_from(tm
         party("primary", "link", "--npy", str(tmp_path / "sales-filters.npy"), "--start", "--metric", "hamming",
               "--k", "3", "--fetch", str(out))
         party("shops", "fetch", "--out", str(out))
-    assert sorted(f.name for f in out.iterdir()) == ["primary.npz", "secondary-shops.npz", "upload-record.json"]
+    assert sorted(f.name for f in out.iterdir()) == ["primary.npz", "privacy.json", "secondary-shops.npz",
+                                                     "upload-record.json"]
     cfg = RunConfig(dataset="csv", data_dir=str(data), k=3, linkage_dir=str(out), out_dir=str(tmp_path / "runs"))
     linkage, _ = linkage_job(load_data(cfg), cfg, cfg.resolve())
     assert linkage.job_id == job and linkage.metric == "hamming"

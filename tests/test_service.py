@@ -7,6 +7,7 @@ wrong secrets, other parties' results and bad uploads; the result equals the in-
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +177,16 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
             p.wait(timeout=60)
             p.fetch(fetched)
             s.fetch(fetched)
+            assert list(s.status()["privacy"]["parties"]) == [party]  # a secondary learns what attacks on it learn
     import dataclasses
+
+    from app.vfl.parties import link_and_report
+    from linkage.store import load_privacy
+
+    # the service's privacy report (scored with the uploads) is the in-process linker's, fetched beside the job
+    report = load_privacy(fetched, load_primary(fetched).job_id)
+    assert report == json.loads(json.dumps(link_and_report(ds, base_cfg, settings)[1])) | {"job_id": report["job_id"]}
+    assert report["parties"][party]["sigma"] > 0
 
     from_service = run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched)))
     in_process = run_in_process(base_cfg)

@@ -22,6 +22,7 @@ from app.vfl.parties import (
     build_secondary_model,
     build_strategy,
     head_for,
+    job_privacy,
     linkage_job,
     train_plan,
 )
@@ -141,7 +142,7 @@ def _experiment(cfg: RunConfig, out: Path) -> dict:
         summary = record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records,
                                 losses=losses, model=strategy.model, device=strategy.device, seconds=seconds,
                                 preprocessing=ds.preprocessing, k=settings.k, tau=cfg.tau,
-                                steps_per_exchange=cfg.steps_per_exchange,
+                                steps_per_exchange=cfg.steps_per_exchange, privacy=job_privacy(job, linkage, "[inprocess]"),
                                 **outcome(strategy.head, records, losses, plan, ds, hyper))
     log_end("[inprocess]", summary, out)
     return summary

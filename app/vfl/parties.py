@@ -10,10 +10,12 @@ import dataclasses
 import hashlib
 import io
 import json
+from logging import INFO
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from flwr.common.logger import log
 from threadpoolctl import threadpool_limits
 from torch import nn
 
@@ -22,7 +24,7 @@ from app.data import load_data
 from linkage.binding import bind_result, check_binding, upload_record, write_record
 from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
 from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
-from linkage.store import load_primary, save_job, write_atomic
+from linkage.store import load_primary, save_job, save_privacy, write_atomic
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
 from strategies.vfl.fedsim import FedSimStrategy
@@ -39,6 +41,15 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
 
     Its randomness comes from the in-process service's own per-job secret (:func:`service_secret`),
     never from the run's seed, which the primary chooses."""
+    return link_and_report(ds, cfg, settings, report=False)[0]
+
+
+def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, report: bool = True,
+                    max_tokens: int = 0) -> tuple[LinkageResult, dict | None]:
+    """:func:`run_linkage`, and the job's privacy report (linkage.privacy) scored with both
+    parties' identifiers as the service holds them (None: not asked for, or method 'combine',
+    which links by the planted truth and releases no similarity). max_tokens: tokens attacked
+    per party (0 = the report's default)."""
     from linkage.pipeline import chain_tag, job_id_of, link, link_chain, link_exact, link_known  # scipy: not per message
 
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
@@ -48,7 +59,7 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
                                  f"{ds.name!r} does not have (synthetic sets only)")
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             job = f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}"
-            return link_known(ds.true_match, sizes, secret=service_secret(cfg, job), job_id=job)
+            return link_known(ds.true_match, sizes, secret=service_secret(cfg, job), job_id=job), None
         metric = metric_of(ds)
         primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
         if cfg.encoding == "bloom":
@@ -57,14 +68,22 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
         train = ds.split.train
         if cfg.method == "exact":
             job = job_id_of(primary, ids, 1, 1.0, f"{metric}-exact", 0, train)
-            return link_exact(primary, ids, secret=service_secret(cfg, job), train_rows=train, metric=metric, job_id=job)
-        if cfg.layout == "chain":
-            job = job_id_of(primary, ids, settings.k, cfg.tau, chain_tag(metric, min(ids)), 0, train)
-            return link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job),
-                              train_rows=train, metric=metric, job_id=job)
-        job = job_id_of(primary, ids, settings.k, cfg.tau, metric, 0, train)
-        return link(primary, ids, k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job), train_rows=train,
-                    metric=metric, job_id=job)
+            result = link_exact(primary, ids, secret=service_secret(cfg, job), train_rows=train, metric=metric,
+                                job_id=job)
+        elif cfg.layout == "chain":
+            job = job_id_of(primary, ids, settings.k, cfg.tau, chain_tag(metric, min(ids)), 0, train, cfg.defences())
+            result = link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, defences=cfg.defences(),
+                                secret=service_secret(cfg, job), train_rows=train, metric=metric, job_id=job)
+        else:
+            job = job_id_of(primary, ids, settings.k, cfg.tau, metric, 0, train, cfg.defences())
+            result = link(primary, ids, k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job), train_rows=train,
+                          metric=metric, job_id=job, defences=cfg.defences())
+        if not report:
+            return result, None
+        from linkage.privacy import MAX_TOKENS, privacy_report
+
+        own = [min(ids)] if cfg.layout == "chain" and cfg.method != "exact" else None  # chain: the anchor's sims
+        return result, privacy_report(result, primary, ids, metric, parties=own, max_tokens=max_tokens or MAX_TOKENS)
 
 
 def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:
@@ -127,16 +146,32 @@ def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[Pri
         check_binding(fetched, folder, ds.primary.identifiers)
         linkage = check_linkage(fetched, ds, settings, cfg.layout)
     else:
-        result = bind_result(run_linkage(ds, cfg, settings), ds.primary.identifiers)
+        result, report = link_and_report(ds, cfg, settings, report=cfg.privacy_report)
+        result = bind_result(result, ds.primary.identifiers)
         from app.node import (
             simulated_linkage_dir,  # where a simulated secondary looks for it
         )
 
         folder = simulated_linkage_dir(cfg, result.primary.job_id)
         save_job(result, folder)
+        save_privacy(report, folder)
         write_record(folder, upload_record(result.primary.job_id, "primary", ds.primary.identifiers))
         linkage = load_primary(folder)
     return (linkage if settings.model.sort_gate else unsorted(linkage, cfg.seed)), folder
+
+
+def job_privacy(folder: Path | None, linkage: PrimaryLinkage | None, tag: str) -> dict | None:
+    """The linkage job's privacy report (linkage.privacy: written by the service, or by the
+    in-process linker), logged; None for Solo or a job that came without one."""
+    from linkage.privacy import report_lines
+    from linkage.store import load_privacy
+
+    if folder is None or linkage is None:
+        return None
+    report = load_privacy(folder, linkage.job_id)
+    for line in report_lines(report) if report else [f"privacy: no report for linkage job {linkage.job_id}"]:
+        log(INFO, "%s %s", tag, line)
+    return report
 
 
 def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:

@@ -20,7 +20,7 @@ from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
 from app.kept import KEPT
 from app.vfl.kept import Keeper
-from app.vfl.parties import build_strategy, linkage_job, train_plan
+from app.vfl.parties import build_strategy, job_privacy, linkage_job, train_plan
 from strategies.records import EpochRecord, stopping
 from strategies.vfl.protocol import fit
 
@@ -62,7 +62,7 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
         log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
         log_hyperparameters("[primary]", hyper)
         ds, seconds = _load(cfg)
-        linkage, channel, seconds.linkage = _connect(grid, ds, cfg, settings)
+        linkage, channel, seconds.linkage, privacy = _connect(grid, ds, cfg, settings)
         floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
         if floor:
             log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
@@ -90,6 +90,7 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
             cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=step_losses,
             model=strategy.model, device=strategy.device, seconds=seconds, preprocessing=ds.preprocessing,
             exchange=_exchange(channel, floor), k=settings.k, tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange,
+            privacy=privacy,
             **outcome(strategy.head, records, step_losses, plan, ds, hyper))
     log_end("[primary]", summary, out)
     return summary
@@ -151,18 +152,19 @@ def _start_or_resume(ckpt: Path, strategy, channel, cfg: RunConfig, job_id: str,
 
 
 def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
-    """The linkage job and the channel to the parties who hold it: (linkage, channel, seconds);
-    Solo has neither."""
+    """The linkage job and the channel to the parties who hold it: (linkage, channel, seconds,
+    the job's privacy report); Solo has none of them."""
     if cfg.method == "solo":
-        return None, None, 0.0
+        return None, None, 0.0, None
     t0 = time.perf_counter()
-    linkage, _ = linkage_job(ds, cfg, settings)  # each party reads its own copy of the job
+    linkage, folder = linkage_job(ds, cfg, settings)  # each party reads its own copy of the job
     link_seconds = time.perf_counter() - t0
     log(INFO, "[primary] linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s", linkage.job_id, linkage.layout,
         linkage.k, linkage.tau, {p: round(l.sigma, 4) for p, l in linkage.links.items()}, link_seconds)
     nodes = handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout)
     log(INFO, "[primary] parties: %s", nodes)
-    return linkage, FlowerChannel(grid, nodes, cfg.node_timeout, linkage.job_id), link_seconds
+    channel = FlowerChannel(grid, nodes, cfg.node_timeout, linkage.job_id)
+    return linkage, channel, link_seconds, job_privacy(folder, linkage, "[primary]")
 
 
 def _exchange(channel, floor: list[float]) -> dict | None:

@@ -1,0 +1,110 @@
+"""The dictionary attack and the per-job privacy report (linkage/attacks.py, linkage/privacy.py,
+issue 19) on planted identifiers linked by the real pipeline: without noise the attack names
+every planted record (coordinates, strings, keyed Bloom filters), its success falls as tau
+falls, and the report reaches the run's summary.json and `fedsim report`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from linkage.attacks import dictionary_attack, identifier_groups
+from linkage.contracts import LinkageError
+from linkage.encode import encode_with_key
+from linkage.pipeline import link
+from linkage.privacy import privacy_report, report_lines
+from linkage.store import PRIVACY, load_privacy, save_privacy
+
+SECRET = b"privacy-report-test-secret-0123456789"
+
+
+def coordinates(seed: int, m: int = 400, n: int = 60, scale: float = 100.0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0, scale, (m, 2)), rng.uniform(0, scale, (n, 2))
+
+
+def names(seed: int, m: int = 300, n: int = 80):
+    """(m,) primary and (n,) secondary strings: each primary name a typo'd copy of a secondary one."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    base = np.array(["".join(rng.choice(letters, rng.integers(8, 14))) for _ in range(n)], dtype=object)
+    src = base[rng.integers(0, n, m)]
+    typo = [s[:i] + rng.choice(letters) + s[i + 1:] for s, i in zip(src, rng.integers(0, 8, m))]
+    return np.array(typo, dtype=object), base
+
+
+def hit_rate(result, primary, base, metric: str) -> float:
+    """The dictionary attack's exact-match rate over every released token."""
+    party_link = result.primary.links["s"]
+    guess = dictionary_attack(party_link, primary, base, metric)  # (T,) dictionary rows, tokens ascending
+    tokens = np.unique(party_link.tokens)
+    group = identifier_groups(base)
+    return float((group[guess] == group[result.secondaries["s"].row_of_token[tokens]]).mean())
+
+
+@pytest.mark.parametrize("kind", ["coordinates", "strings", "bloom"])
+def test_the_dictionary_attack_names_every_planted_record_without_noise(kind):
+    if kind == "coordinates":
+        primary, base, metric = *coordinates(0), "euclidean"
+    else:
+        primary, base = names(1)
+        metric = "qgram_cosine"
+        if kind == "bloom":  # private mode: the attacker holds the parties' key, so it encodes its dictionary
+            key = {"secret": b"the-parties-shared-key-0123456789"}
+            primary, base, metric = encode_with_key(primary, key), encode_with_key(base, key), "hamming"
+    result = link(primary, {"s": base}, k=5, tau=1.0, secret=SECRET, metric=metric)
+    assert hit_rate(result, primary, base, metric) == 1.0
+
+
+def test_the_dictionary_attack_fails_more_as_tau_falls_yet_beats_the_bound():
+    primary, base = coordinates(2, m=600, n=150, scale=200.0)  # units where Theorem 2 can add noise
+    taus = (1.0, 0.1, 0.05)
+    rates = [hit_rate(link(primary, {"s": base}, k=8, tau=tau, secret=SECRET), primary, base, "euclidean")
+             for tau in taus]
+    assert rates[0] == 1.0 and rates[2] < 0.5 < rates[1], rates  # measured: 1.0, 0.97, 0.33
+    assert rates[1] > 5 * taus[1]  # Theorem 2 bounds one guessed distance, not a record named from all of them
+
+
+def test_the_report_measures_the_release_and_holds_no_identifier():
+    primary, base = coordinates(3, m=500, n=100, scale=200.0)
+    quiet = link(primary, {"s": base}, k=8, tau=1.0, secret=SECRET)
+    noisy = link(primary, {"s": base}, k=8, tau=0.05, secret=SECRET)
+    a, b = (privacy_report(r, primary, {"s": base}, "euclidean", max_tokens=40) for r in (quiet, noisy))
+    ea, eb = a["parties"]["s"], b["parties"]["s"]
+    assert ea["tokens_attacked"] == 40 and ea["links_per_record"]["tokens"] == len(np.unique(quiet.primary.links["s"].tokens))
+    assert ea["sigma"] == 0 and ea["theorem1_epsilon"] is None and eb["sigma"] > 0 and eb["theorem1_epsilon"] > 0
+    assert ea["attacks"]["dictionary"]["exact"] == 1.0 and ea["attacks"]["aggregation"]["within_radius"] == 1.0
+    assert eb["attacks"]["aggregation"]["median_error"] > ea["attacks"]["aggregation"]["median_error"]
+    assert eb["strongest"]["rate"] < ea["strongest"]["rate"] == 1.0
+    text = json.dumps(a)  # rates and counts only: no token, row or identifier
+    assert "tokens\": [" not in text and str(round(float(base[0, 0]), 6)) not in text
+    assert a["job_id"] == quiet.primary.job_id and "dictionary" in "\n".join(report_lines(a))
+
+
+def test_a_report_of_another_job_is_refused_and_none_removes_a_stale_one(tmp_path):
+    primary, base = coordinates(4, m=100, n=30)
+    result = link(primary, {"s": base}, k=3, tau=1.0, secret=SECRET)
+    save_privacy(privacy_report(result, primary, {"s": base}, "euclidean", max_tokens=10), tmp_path)
+    assert load_privacy(tmp_path, result.primary.job_id)["k"] == 3
+    with pytest.raises(LinkageError, match="privacy report of job .* not of this linkage's job 'other'"):
+        load_privacy(tmp_path, "other")
+    save_privacy(None, tmp_path)
+    assert not (tmp_path / PRIVACY).exists() and load_privacy(tmp_path, result.primary.job_id) is None
+
+
+def test_a_run_reports_its_privacy_in_the_summary_and_fedsim_report(tmp_path, capsys):
+    from app.config import RunConfig
+    from app.modes import run_experiment
+    from fedsim.report import one_run
+
+    cfg = RunConfig(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, out_dir=str(tmp_path / "runs"))
+    summary = run_experiment(cfg, tmp_path / "run")
+    entry = summary["privacy"]["parties"]["school"]
+    assert summary["privacy"]["tau"] == 1.0 and entry["attacks"]["dictionary"]["exact"] > 0.9
+    assert one_run(tmp_path / "run") == 0
+    assert "privacy: tau=1 K=5" in capsys.readouterr().out
+    off = run_experiment(RunConfig(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, privacy_report=False,
+                                   out_dir=str(tmp_path / "runs")), tmp_path / "off")
+    assert off["privacy"] is None
