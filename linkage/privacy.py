@@ -83,9 +83,12 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
     row_of_token = result.secondaries[party].row_of_token  # (n,) token -> that party's row
     base = np.asarray(base)
     only = sample_tokens(link, party, max_tokens)
+    only = only[row_of_token[only] < len(base)]  # the Exact baseline's virtual "no match" row is no record
     entry = {"sigma": link.sigma, "noise_per_distance": link.sigma * link.sim_std,
              "theorem1_epsilon": theorem1_epsilon(link), "links_per_record": link_counts(link),
              "tokens_attacked": int(len(only))}
+    if len(only) == 0:
+        return entry | {"attacks": {}, "strongest": {"attack": "none", "rate": 0.0}}
     guess = dictionary_attack(link, primary_ids, base, metric, only=only)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
     attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
