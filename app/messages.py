@@ -25,7 +25,7 @@ class NonFiniteValues(ValueError):
 
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
-STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "save_run", "save_epoch"}
+STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "save_run", "save_epoch", "keep_run", "keep_epoch"}
 
 
 def plain_name(value: object, what: str, message: str) -> str:
@@ -82,9 +82,11 @@ def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.nda
 
 
 def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", cursor: int = 0,
-                 save: tuple[str, int] | None = None) -> RecordDict:
+                 save: tuple[str, int] | None = None, keep: tuple[str, int] | None = None) -> RecordDict:
     """A step: gradient blocks to apply, then tokens to embed; ``save`` = (run name, epoch)
-    asks the party to checkpoint between the two (into its own folder for that run)."""
+    asks the party to checkpoint between the two (into its own folder for that run); ``keep`` =
+    (run name, epoch) asks it first to keep its current state (the one the epoch's evaluation
+    embedded with, at ``cursor`` blocks) as its model for the run (app/vfl/channel.py:keep)."""
     arrays = {"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}
     for j, block in enumerate(apply):
         arrays[f"apply_tokens_{j}"] = Array(np.ascontiguousarray(block.tokens, dtype=np.int64))
@@ -93,6 +95,8 @@ def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", c
             "digest": step_digest(job_id, cursor, apply, tokens)}
     if save is not None:
         meta.update(save_run=save[0], save_epoch=save[1])
+    if keep is not None:
+        meta.update(keep_run=keep[0], keep_epoch=keep[1])
     return RecordDict({"step": ArrayRecord(arrays), "meta": ConfigRecord(meta)})
 
 
@@ -103,6 +107,15 @@ def read_save(content: RecordDict) -> tuple[str, int] | None:
     if "save_epoch" not in meta:
         return None
     return plain_name(meta["save_run"], "run name", "train.step"), int(meta["save_epoch"])
+
+
+def read_keep(content: RecordDict) -> tuple[str, int] | None:
+    """(run name, epoch) of a step that asks the party to keep its state first, else None."""
+    meta = content.config_records["meta"]
+    expect_fields(meta, STEP_FIELDS, "train.step")
+    if "keep_epoch" not in meta:
+        return None
+    return plain_name(meta["keep_run"], "run name", "train.step"), int(meta["keep_epoch"])
 
 
 def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:

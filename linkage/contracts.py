@@ -46,7 +46,7 @@ class Defences:
     radius: Theorem 2 counts a distance guessed within ``radius`` (identifier units) as the
             attacker's success; the paper's half a unit is 0.5. On coordinates in degrees 0.5 is
             55 km and no tau < 1 is reachable; radius = 0.001 (about 111 m) makes tau speak of
-            that distance. sigma = sigma_from_tau(tau, raw_std / (2 radius)).
+            that distance. sigma = noise.sigma_from_tau(tau, raw_std, radius).
     compose: the noise on each released similarity to a secondary record is sigma * sqrt(n),
             n = the primary records linked to that record (at least 1): n draws averaged (or
             trilaterated) are then about as informative as one draw at sigma, the case Theorem 2

@@ -13,22 +13,26 @@ from scipy.special import erf
 from linkage.contracts import LinkageError, identifier_bytes
 
 
-def sigma_from_tau(tau: float, raw_std: float) -> float:
+def sigma_from_tau(tau: float, raw_std: float, radius: float = 0.5) -> float:
     """Noise scale sigma for an attack-success bound tau (paper Theorem 2).
 
     Solves erf(sqrt(sigma^2 + 1) / (2 sqrt(2) sigma sigma0)) = tau, sigma0 = std of the raw
-    similarities. tau = 1 means no noise. As sigma grows the left side falls to
-    erf(1 / (2 sqrt(2) sigma0)); a tau at or below that floor cannot be reached.
+    similarities in units of 2 * radius: the theorem counts a distance guessed within half a unit,
+    here within ``radius`` (identifier units; the paper's 0.5 by default; contracts.Defences).
+    tau = 1 means no noise. As sigma grows the left side falls to erf(1 / (2 sqrt(2) sigma0));
+    a tau at or below that floor cannot be reached.
     """
     if not 0.0 < tau <= 1.0:
         raise LinkageError(f"tau must be in (0, 1], got {tau}")
     if tau == 1.0:
         return 0.0
+    raw_std = raw_std / (2.0 * radius)
     floor = float(erf(1.0 / (2.0 * math.sqrt(2.0) * raw_std)))
     if tau <= floor:
         raise LinkageError(
-            f"tau={tau} is unreachable: with raw similarity std {raw_std:.4g} the attack bound never "
-            f"falls below {floor:.6g} (paper Theorem 2); choose tau above it"
+            f"tau={tau} is unreachable: with raw similarity std {raw_std * 2.0 * radius:.4g} and privacy radius "
+            f"{radius:g} the attack bound never falls below {floor:.6g} (paper Theorem 2); choose tau above it, "
+            "or a smaller radius (docs/privacy.md)"
         )
 
     def gap(log_sigma: float) -> float:

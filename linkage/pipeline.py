@@ -269,7 +269,7 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
         rows = np.arange(len(dist)) if train_rows is None else np.asarray(train_rows)
         raw = similarity(dist)
         mean, std = fit_standardizer(raw, rows)
-        sigma = sigma_from_tau(tau, std / (2.0 * defences.radius))  # Theorem 2 in units of twice the radius
+        sigma = sigma_from_tau(tau, std, defences.radius)  # Theorem 2 counting a distance within the radius
         scale = None
         if defences.compose:
             if dist.shape[1] != k:

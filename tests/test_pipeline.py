@@ -4,6 +4,7 @@ twin (the same staleness, by construction) is the oracle, the staleness is asser
 exactly one more window, and the oracle can tell it from the unpipelined schedule."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -64,3 +65,22 @@ def test_a_window_sees_embeddings_at_most_one_window_older_when_pipelined(pipeli
     assert lags == ([0, S, S, S] if pipeline else [0, 0, 0, 0])
     assert max(lags) == lag
     assert protocol.TrainPlan.__dataclass_fields__["pipeline"].default is False  # exact unless asked
+
+
+@pytest.mark.parametrize("s", [1, 10**6])
+def test_the_next_epochs_first_window_rides_on_the_evaluations_exchange(s, tmp_path):
+    """A deployed exchange costs seconds: the evaluation's exchange also fetches the next epoch's
+    first window (no gradient block lies between the two), so an epoch exchanged once (S >= its
+    steps) costs one exchange after the first, and the run still equals its twin (1e-9)."""
+    from app.modes import run_experiment
+
+    cfg = RunConfig(**CASES["synthetic-binary-avg"], epochs=3, steps_per_exchange=s, dtype="float64",
+                    out_dir=str(tmp_path / "runs"))
+    summary = run_experiment(cfg, tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = summary["steps"] // 3
+    want = [2, 1, 1] if s > steps else [steps + 1, steps, steps]
+    assert [r["exchanges"] for r in rows] == want
+    fed, twin = run_in_process(cfg), run_twin(cfg)
+    np.testing.assert_allclose(fed.losses, twin.losses, rtol=1e-9, atol=1e-10)
+    assert max_param_gap(fed.primary, twin.primary) < 1e-9

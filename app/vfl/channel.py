@@ -31,6 +31,7 @@ class FlowerChannel:
         self.traffic = Traffic()
         self.cursor = {p: 0 for p in nodes}  # gradient blocks each party has applied
         self.saved: dict[str, dict] = {}  # the parties' last checkpoint (saved inside a step)
+        self._keep: tuple[str, int] | None = None  # (run, epoch) to keep, sent with the next step
 
     def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
         return self._pull(self._push(message_type, contents))
@@ -72,8 +73,9 @@ class FlowerChannel:
     def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
              save: tuple[str, int] | None = None) -> tuple["_Sent", bool]:
         run = (run_name(Path(save[0]).parent), save[1]) if save else None
+        keep, self._keep = self._keep, None
         sent = self._push("train.step", {p: messages.step_content(
-            apply[p], embed[p], self.job_id, self.cursor[p], run) for p in embed})
+            apply[p], embed[p], self.job_id, self.cursor[p], run, keep) for p in embed})
         for p in embed:
             self.cursor[p] += len(apply[p])
         return sent, save is not None
@@ -105,8 +107,17 @@ class FlowerChannel:
 
     def keep(self, run_dir: Path, epoch: int) -> None:
         """The epoch just evaluated is the best so far: every party keeps its state (the one the
-        evaluation embedded with) in its own folder for the run; only the run's name travels."""
-        name = run_name(run_dir)
+        evaluation embedded with) in its own folder for the run; only the run's name travels.
+        It rides on the next step, which each party reads before applying that step's blocks
+        (no exchange of its own: a deployed exchange costs seconds); :meth:`flush_keep` sends it
+        alone when no step follows."""
+        self._keep = (run_name(run_dir), epoch)
+
+    def flush_keep(self) -> None:
+        """A keep no step carried (the run's last best epoch): its own exchange."""
+        if self._keep is None:
+            return
+        (name, epoch), self._keep = self._keep, None
         self._exchange("query.keep", {p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p])
                                       for p in self.nodes})
 
@@ -119,5 +130,6 @@ class FlowerChannel:
     def finish(self, folder: str) -> None:
         """Every party saves its final model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""
+        self.flush_keep()
         content = messages.named_content("finish", run=run_name(Path(folder)))
         self._exchange("query.finish", {p: content for p in self.nodes})

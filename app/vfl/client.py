@@ -41,8 +41,11 @@ def step(msg: Message, context: Context) -> Message:
     cfg = node_run_config(context)
     party = SecondaryParty.restore(cfg, context)
     blocks, tokens, meta = messages.read_step(msg.content)
-    save = messages.read_save(msg.content)
-    party.check(meta, blocks, tokens)
+    save, keep_first = messages.read_save(msg.content), messages.read_keep(msg.content)
+    party.check(meta, blocks, tokens)  # the cursor matches: the state to keep is the one asked for
+    if keep_first is not None:  # the last evaluated epoch is the best so far: keep it before training on
+        run, epoch = keep_first
+        party.keep(node.model_dir(cfg, context, run, party.party), epoch, cfg)
     party.apply(blocks)
     state = None
     if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation

@@ -21,7 +21,7 @@ from app.vfl.channel import FlowerChannel
 from app.kept import KEPT
 from app.vfl.kept import Keeper
 from app.vfl.parties import build_strategy, job_privacy, linkage_job, train_plan
-from strategies.records import EpochRecord, stopping
+from strategies.records import EpochRecord, best_epoch, stopping
 from strategies.vfl.protocol import fit
 
 
@@ -77,6 +77,8 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
         record.open_metrics(strategy.head, done[0] if done else [])
         keeper = Keeper(strategy.head, out / KEPT)  # the best epoch: the primary's here, each party's in its folder
         keeper.resume(done[0] if done else [])
+        if done and channel is not None and best_epoch(done[0], strategy.head).epoch == done[0][-1].epoch:
+            channel.keep(out, done[0][-1].epoch)  # its keep rode on a step the interruption may have lost
         on_epoch, progress = _epoch_log(record, channel, lambda rec: _keep(keeper, rec, strategy, channel, out))
         t0 = time.perf_counter()
         records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch,

@@ -41,12 +41,23 @@ class TrainPlan:
     pipeline: bool = False  # request window w + 1 before computing window w (module docstring)
 
 
+def first_window_tokens(strategy: FedSimStrategy, batches: list[np.ndarray], plan: TrainPlan) -> dict[str, np.ndarray]:
+    """Per party the sorted tokens (U,) the epoch's first window embeds ({} without batches)."""
+    window = next(iter(windows(batches, plan.steps_per_exchange)), [])
+    need = [strategy.needs(rows) for rows in window]
+    return {p: np.unique(np.concatenate([n[p] for n in need])) for p in strategy.parties} if need else {}
+
+
 def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
-                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None]
+                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None],
+                first: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
                 ) -> tuple[int, dict[str, list[GradBlock]]]:
     """Run the epoch's steps window by window; ``progress(steps done this epoch, steps, loss)``
-    after each. Returns the number of exchanges and the gradient blocks not delivered yet (the
-    last window's; pipelined, the last two windows'), which the evaluation's exchange delivers."""
+    after each. ``first``: the first window's embeddings, fetched with the previous epoch's
+    evaluation (per party sorted tokens (T,) and embeddings (T, c) holding the window's; no
+    block lies between the two, so they are the embeddings its own exchange would return).
+    Returns the number of exchanges and the gradient blocks not delivered yet (the last
+    window's; pipelined, the last two windows'), which the evaluation's exchange delivers."""
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
     plan_windows = list(windows(batches, plan.steps_per_exchange))
@@ -59,10 +70,13 @@ def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batc
         request = channel.send(pending, unions[w])
         pending, exchanges = {p: [] for p in parties}, exchanges + 1
 
-    if parties and plan_windows:
+    if parties and plan_windows and first is None:
         send(0)
     for w, window in enumerate(plan_windows):
-        emb = channel.receive(request) if parties else {}
+        if w == 0 and first is not None and parties:
+            emb = {p: first[p][1][np.searchsorted(first[p][0], unions[0][p])] for p in parties}  # (U, c) each
+        else:
+            emb = channel.receive(request) if parties else {}
         more = parties and w + 1 < len(plan_windows)
         if more and plan.pipeline:
             send(w + 1)  # answered while this window computes
@@ -79,16 +93,17 @@ def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batc
 
 
 def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, row_sets: list[np.ndarray],
-                    pending: dict[str, list[GradBlock]], plan: TrainPlan, save: tuple[str, int] | None = None
-                    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+                    pending: dict[str, list[GradBlock]], plan: TrainPlan, save: tuple[str, int] | None = None,
+                    extra: dict[str, np.ndarray] | None = None) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
     """Deliver the last gradient blocks and fetch the embeddings every evaluation set needs, all
     parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
     carries the blocks, and with ``save`` asks every party to checkpoint right after applying
-    them: no extra exchange). Returns per party (sorted tokens (T,), embeddings (T, c)) and the
-    number of exchanges."""
+    them: no extra exchange), and the ``extra`` tokens per party (the next epoch's first window:
+    one exchange instead of two). Returns per party (sorted tokens (T,), embeddings (T, c)) and
+    the number of exchanges."""
     if not strategy.parties:
         return {}, 0
-    needs = [strategy.needs(rows) for rows in row_sets]
+    needs = [strategy.needs(rows) for rows in row_sets] + ([extra] if extra else [])
     tokens = {p: np.unique(np.concatenate([n[p] for n in needs])) for p in strategy.parties}
     n_chunks = max(1, max(-(-len(t) // plan.eval_chunk) for t in tokens.values()))
     parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
@@ -128,21 +143,23 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
     step_losses: list[float] = list(done[1]) if done else []
     if _stopped(records, step_losses, plan, strategy):
         return records, step_losses  # a resumed run that had already stopped
+    first = None  # the first window's embeddings, fetched with the previous evaluation
     for epoch in range(len(records), plan.epochs):
         t0 = time.perf_counter()
-        batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
-        if plan.max_steps:
-            batches = batches[: max(0, plan.max_steps - len(step_losses))]
+        batches = _batches(train_rows, plan, epoch, len(step_losses))
         n0 = len(step_losses)
         exchanges, pending = train_epoch(strategy, channel, batches, plan, step_losses,
-                                         partial(progress, "training", epoch))
+                                         partial(progress, "training", epoch), first)
         seconds = time.perf_counter() - t0
         progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
         rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
                           len(batches), exchanges, seconds)
         t1 = time.perf_counter()
+        ahead = (first_window_tokens(strategy, _batches(train_rows, plan, epoch + 1, len(step_losses)), plan)
+                 if epoch + 1 < plan.epochs else {})
         lookup, n_eval = eval_embeddings(strategy, channel, [val_rows, test_rows], pending, plan,
-                                         (checkpoint_dir, epoch) if checkpoint_dir else None)
+                                         (checkpoint_dir, epoch) if checkpoint_dir else None, ahead)
+        first = lookup if ahead else None
         rec.exchanges += n_eval
         rec.val = evaluate(strategy, lookup, val_rows, plan)
         rec.test = evaluate(strategy, lookup, test_rows, plan)
@@ -154,6 +171,12 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         if _stopped(records, step_losses, plan, strategy):
             break
     return records, step_losses
+
+
+def _batches(train_rows: np.ndarray, plan: TrainPlan, epoch: int, steps_done: int) -> list[np.ndarray]:
+    """The epoch's batches (a function of the seed and the epoch), cut at ``plan.max_steps``."""
+    batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
+    return batches[: max(0, plan.max_steps - steps_done)] if plan.max_steps else batches
 
 
 def _stopped(records: list[EpochRecord], step_losses: list[float], plan: TrainPlan, strategy: FedSimStrategy) -> bool:
