@@ -267,11 +267,14 @@ def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, 
     sel = np.flatnonzero(first)
     sel = sel[np.lexsort((-sims[sel].astype(np.float64), tok_idx[sel]))]  # by token, most similar first
     starts = np.searchsorted(tok_idx[sel], np.arange(len(uniq) + 1))
+    seed_pairs = [sel[starts[t]:starts[t + 1]][:seeds] for t in range(len(uniq))]  # each (<= seeds,)
+    near = search(ids[rows[np.concatenate(seed_pairs)]], base, metric=metric, k=k, party="dictionary")[1]  # one index
+    first_seed = np.cumsum([0] + [len(x) for x in seed_pairs])  # token t's seeds: near[first_seed[t]:..[t + 1]]
     guess = np.empty(len(uniq), np.int64)
     for t in range(len(uniq)):
         pairs = sel[starts[t]:starts[t + 1]][:max_links]  # (L_t,) distinct draws of token t
         q = ids[rows[pairs]]
-        cand = np.unique(search(q[:seeds], base, metric=metric, k=k, party="dictionary")[1])  # (C,)
+        cand = np.unique(near[first_seed[t]:first_seed[t + 1]])  # (C,) the seeds' top-K in the dictionary
         dist, col = search(q, base[cand], metric=metric, k=len(cand), party="dictionary")  # (L_t, C) each
         pred = np.empty_like(dist)
         np.put_along_axis(pred, col, -(np.asarray(dist, np.float64) + link.sim_mean) / link.sim_std, axis=1)

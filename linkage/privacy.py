@@ -92,8 +92,8 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
     guess = dictionary_attack(link, primary_ids, base, metric, only=only)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
     attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
-    if metric == "euclidean":
-        attacks |= coordinate_attacks(link, primary_ids, base[row_of_token], only)
+    if metric == "euclidean":  # truth per token; the virtual row's (never attacked) clamped to a real one
+        attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only)
     entry["attacks"] = attacks
     entry["strongest"] = strongest(attacks)
     return entry
@@ -121,8 +121,32 @@ def privacy_report(result: LinkageResult, primary_ids, secondary_ids: dict, metr
             "parties": parties}
 
 
+def safe_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric: str, **options) -> dict:
+    """:func:`privacy_report`, or, when an attack fails, a report that says so: the linkage it
+    measures is already released and stays good (the report is a measurement, not the job)."""
+    try:
+        return privacy_report(result, primary_ids, secondary_ids, metric, **options)
+    except Exception as e:  # noqa: BLE001 - any failure of a measurement, named in the report
+        return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
+                "error": f"the attacks failed: {type(e).__name__}: {e}", "parties": {}}
+
+
+def secondary_view(report: dict | None, party: str) -> dict | None:
+    """What a secondary sees of the report: the job's tau and defences and the attacks' success
+    on its own records, nothing of the job's statistics or of other parties (and the same shape
+    whether or not its similarities were the ones released, as for a chain's non-anchors)."""
+    if not report:
+        return None
+    own = report.get("parties", {}).get(party, {})
+    entry = {"attacks": own.get("attacks", {}), "strongest": own.get("strongest")}
+    return {k: report[k] for k in ("job_id", "tau", "metric", "defences", "success", "error") if k in report} | {
+        "parties": {party: entry}}
+
+
 def report_lines(report: dict) -> list[str]:
     """The report as text lines (fedsim report, the run log)."""
+    if report.get("error"):
+        return [f"privacy: tau={report['tau']:g} K={report['k']}: not measured, {report['error']}"]
     lines = [f"privacy: tau={report['tau']:g} K={report['k']} metric={report['metric']} "
              f"radius={report['defences']['radius']:g} compose={report['defences']['compose']}"]
     for party, e in report["parties"].items():

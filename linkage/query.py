@@ -51,6 +51,9 @@ def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, s
         n = len(np.asarray(base[party]))
         token_of_row = tokens_of_rows(row_of_token[party], party, n)
         p = min(max(trained.k, pool), n)  # the job's candidate pool, as link() clips it
+        if link.composed and p != min(trained.k, n):
+            raise LinkageError(f"party {party!r}: job {trained.job_id} composed its noise over pool = K; a query "
+                               f"with pool {pool} would draw it over other candidates")
         dist, idx = search(new_ids, base[party], metric=trained.metric, k=p, party=party)
         scale = None
         if link.composed:  # the job's links per row: its release's tokens mapped back to rows

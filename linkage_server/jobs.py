@@ -314,11 +314,11 @@ class JobStore:
     def _privacy(folder: Path, meta: dict, params: JobParams, query: np.ndarray, result, anchor: str) -> dict:
         """The job's privacy report (linkage.privacy): the attacks on this release, scored with the
         uploads, which only the service holds; rates and counts only."""
-        from linkage.privacy import privacy_report
+        from linkage.privacy import safe_report
 
         ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
         own = [anchor] if params.layout == "chain" else None  # a chain releases the anchor's similarities
-        return privacy_report(result, query, ids, params.metric, parties=own)
+        return safe_report(result, query, ids, params.metric, parties=own)
 
     def _secret(self, folder: Path, meta: dict, params: JobParams, query: np.ndarray,
                 train_rows: np.ndarray | None) -> bytes:

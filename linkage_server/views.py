@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 
+from linkage.privacy import secondary_view
+
 ROLES = ("primary", "secondary", "admin")
 HIDDEN_FAILURE = "the job failed (the primary or the service's operator can see why)"
 
@@ -31,13 +33,6 @@ def _common(meta: dict, role: str, party: str | None) -> dict:
             "uploads": {party: meta["uploads"][party]} if party in meta["uploads"] else {}}
 
 
-def own_privacy(report: dict | None, party: str | None) -> dict | None:
-    """A secondary's part of the job's privacy report: what the attacks learn about its records."""
-    if not report or party not in report.get("parties", {}):
-        return None
-    return {**report, "parties": {party: report["parties"][party]}}
-
-
 def status_view(meta: dict, role: str, party: str | None = None) -> dict:
     """The status `role` (as `party`; None for the admin) may see."""
     if role == "admin":
@@ -50,7 +45,7 @@ def status_view(meta: dict, role: str, party: str | None = None) -> dict:
             "privacy": meta.get("privacy")})
     if role == "secondary":  # a failure's text may name other parties or sizes: only that it failed
         view = _safe(_common(meta, role, party))
-        view["privacy"] = own_privacy(meta.get("privacy"), party)
+        view["privacy"] = secondary_view(meta.get("privacy"), party)
         view["error"] = view["error"] and HIDDEN_FAILURE
         if view["params"]:
             view["params"] = {k: v for k, v in view["params"].items() if k != "anchor"}  # another party's name

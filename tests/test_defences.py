@@ -65,6 +65,8 @@ def test_a_query_of_the_training_records_reproduces_the_composed_release():
     assert np.array_equal(got.links["s"].sims, job.primary.links["s"].sims)
     with pytest.raises(LinkageError, match="composed noise needs pool = K"):
         link(PRIMARY, {"s": BASE}, k=5, tau=0.5, secret=SECRET, defences=d, pool=8)
+    with pytest.raises(LinkageError, match="composed its noise over pool = K"):
+        query(PRIMARY[:3], {"s": BASE}, job.primary, {"s": job.secondaries["s"].row_of_token}, secret=SECRET, pool=8)
 
 
 def test_composition_cuts_what_trilateration_recovers():

@@ -83,6 +83,42 @@ def test_the_report_measures_the_release_and_holds_no_identifier():
     assert a["job_id"] == quiet.primary.job_id and "dictionary" in "\n".join(report_lines(a))
 
 
+def test_the_exact_baselines_no_match_row_is_not_attacked():
+    """link_exact links a record without an exact match to a virtual row n (the mean features):
+    the report attacks the real records only (an IndexError before)."""
+    from linkage.pipeline import link_exact
+
+    primary, base = coordinates(5, m=200, n=50)
+    primary[:100] = base[np.arange(100) % 50]  # half the records match exactly
+    result = link_exact(primary, {"s": base}, secret=SECRET)
+    entry = privacy_report(result, primary, {"s": base}, "euclidean")["parties"]["s"]
+    assert entry["tokens_attacked"] == 50 and entry["attacks"]["dictionary"]["exact"] == 1.0
+
+
+def test_a_failing_attack_is_reported_not_fatal(monkeypatch):
+    import linkage.privacy as privacy
+
+    primary, base = coordinates(6, m=100, n=30)
+    result = link(primary, {"s": base}, k=3, tau=1.0, secret=SECRET)
+    monkeypatch.setattr(privacy, "dictionary_attack", lambda *a, **k: 1 / 0)
+    report = privacy.safe_report(result, primary, {"s": base}, "euclidean")
+    assert report["error"] == "the attacks failed: ZeroDivisionError: division by zero" and report["parties"] == {}
+    assert report_lines(report) == ["privacy: tau=1 K=3: not measured, the attacks failed: ZeroDivisionError: "
+                                    "division by zero"]
+
+
+def test_a_secondary_sees_its_attack_rates_only():
+    from linkage.privacy import secondary_view
+
+    primary, base = coordinates(7, m=200, n=40)
+    result = link(primary, {"a": base, "b": base[:30]}, k=3, tau=1.0, secret=SECRET)
+    report = privacy_report(result, primary, {"a": base, "b": base[:30]}, "euclidean")
+    view = secondary_view(report, "a")
+    assert list(view["parties"]) == ["a"] and set(view["parties"]["a"]) == {"attacks", "strongest"}
+    assert "sigma" not in json.dumps(view) and "links_per_record" not in json.dumps(view)
+    assert secondary_view(report, "c")["parties"] == {"c": {"attacks": {}, "strongest": None}}  # e.g. a non-anchor
+
+
 def test_a_report_of_another_job_is_refused_and_none_removes_a_stale_one(tmp_path):
     primary, base = coordinates(4, m=100, n=30)
     result = link(primary, {"s": base}, k=3, tau=1.0, secret=SECRET)

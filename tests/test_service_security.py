@@ -302,6 +302,7 @@ def test_status_shows_each_role_only_what_it_needs(app, tmp_path):
     assert set(bob) == {"job", "role", "party", "state", "progress", "error", "params", "uploads", "privacy"}
     # the privacy report (linkage/privacy.py): the primary's covers every secondary, a secondary's only itself
     assert set(prim["privacy"]["parties"]) == {"bob", "carol"} and list(bob["privacy"]["parties"]) == ["bob"]
+    assert set(bob["privacy"]["parties"]["bob"]) == {"attacks", "strongest"}  # not the job's statistics
     assert "alice" not in json.dumps(bob) and "carol" not in json.dumps(bob)
     # the admin: everything, with row counts of every party
     assert admin["role"] == "admin" and {p: u["rows"] for p, u in admin["uploads"].items()} == \

@@ -80,10 +80,10 @@ def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, repor
                           metric=metric, job_id=job, defences=cfg.defences())
         if not report:
             return result, None
-        from linkage.privacy import MAX_TOKENS, privacy_report
+        from linkage.privacy import MAX_TOKENS, safe_report
 
         own = [min(ids)] if cfg.layout == "chain" and cfg.method != "exact" else None  # chain: the anchor's sims
-        return result, privacy_report(result, primary, ids, metric, parties=own, max_tokens=max_tokens or MAX_TOKENS)
+        return result, safe_report(result, primary, ids, metric, parties=own, max_tokens=max_tokens or MAX_TOKENS)
 
 
 def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:
