@@ -37,6 +37,7 @@ class PartyLink:
     dp_sigma: float = float("nan")  # Theorem 1's (eps=1)-DP noise scale for the same job, for reference
     radius: float = 0.5  # Theorem 2's success radius in identifier units (a distance guessed within it)
     composed: bool = False  # noise on a link to a record scaled by sqrt(that record's links): Defences
+    recall: float = 1.0  # tie-aware recall of the top-K search on a sample (1 = exact; linkage.approx)
 
 
 @dataclass(frozen=True)

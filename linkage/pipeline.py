@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 from scipy.spatial import cKDTree
 
+from linkage.approx import Approx, approx_topk, sample_rows, tie_aware_recall
 from linkage.contracts import (
     METRICS,
     STRING_METRICS,
@@ -219,7 +220,8 @@ def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str = "euclidean",
-              pool: int = 0, train_rows: np.ndarray | None = None, defences: Defences = Defences()) -> str:
+              pool: int = 0, train_rows: np.ndarray | None = None, defences: Defences = Defences(),
+              approx: Approx = Approx()) -> str:
     """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
     for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
@@ -228,7 +230,7 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
     if train_rows is not None:
         h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
     tail = f"|{pool}" if pool else ""
-    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}{defences.tag()}".encode())
+    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}{defences.tag()}{approx.tag()}".encode())
     return h.hexdigest()[:16]
 
 
@@ -287,22 +289,41 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
 
 def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes, train_rows: np.ndarray | None = None,
          metric: str = "euclidean", pool: int = 0, job_id: str | None = None,
-         defences: Defences = Defences()) -> LinkageResult:
+         defences: Defences = Defences(), approx: Approx = Approx()) -> LinkageResult:
     """Link every primary record to its K most similar records of each secondary party.
 
-    pool > K takes the top-`pool` candidates first and keeps the K best after noise.
+    pool > K takes the top-`pool` candidates first and keeps the K best after noise. ``approx``:
+    an approximate search (linkage.approx), its tie-aware recall measured on a sample and
+    released in each PartyLink; a recall under ``approx.recall_floor`` fails the job, naming it.
     """
     if not secondary_ids:
         raise LinkageError("a linkage job needs at least one secondary party")
-    neighbours, sizes = {}, {}
+    neighbours, sizes, recalls = {}, {}, {}
     for party, base in secondary_ids.items():
-        check_identifiers(primary_ids, base, k, party, metric)
+        query, base = check_identifiers(primary_ids, base, k, party, metric)
         p = min(max(pool, k), len(base))
-        neighbours[party] = search(primary_ids, base, metric=metric, k=p, party=party)
+        neighbours[party], recalls[party] = approximate_search(query, base, metric, p, party, approx)
         sizes[party] = len(base)
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences)
-    return release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
-                   primary_ids=primary_ids, defences=defences)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences, approx)
+    result = release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
+                     primary_ids=primary_ids, defences=defences)
+    links = {q: dataclasses.replace(lk, recall=recalls[q]) for q, lk in result.primary.links.items()}
+    return dataclasses.replace(result, primary=dataclasses.replace(result.primary, links=links))
+
+
+def approximate_search(query, base, metric: str, k: int, party: str, approx: Approx
+                       ) -> tuple[tuple[np.ndarray, np.ndarray], float]:
+    """(dist, idx) (m, k) by the job's search, and its tie-aware recall (1.0 when exact),
+    refused under the floor."""
+    if approx.method == "exact":
+        return topk(metric, query, base, k), 1.0
+    dist, idx = approx_topk(metric, query, base, k, approx)
+    recall = tie_aware_recall(metric, query, base, k, dist, sample_rows(len(query), approx))
+    if recall < approx.recall_floor:
+        raise LinkageError(f"party {party!r}: the {approx.method} search found {recall:.4f} of the true top-{k} "
+                           f"(tie-aware, on {min(len(query), approx.sample)} records), under the recall floor "
+                           f"{approx.recall_floor}; widen the search (ef_search / nprobe) or search exactly")
+    return (dist, idx), recall
 
 
 def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,

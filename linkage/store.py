@@ -35,7 +35,7 @@ def primary_bytes(p: PrimaryLinkage) -> bytes:
             "ids_sha256": p.ids_sha256,
             "parties": sorted(p.links),
             "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma,
-                          "radius": l.radius, "composed": l.composed}
+                          "radius": l.radius, "composed": l.composed, "recall": l.recall}
                       for q, l in p.links.items()}}
     arrays = {}
     for q, l in p.links.items():

@@ -133,7 +133,7 @@ def test_aggregation_error_grows_as_tau_falls():
 
 def test_the_attacker_is_given_only_the_release_and_its_identifiers():
     assert [f.name for f in dataclasses.fields(PartyLink)] == ["tokens", "sims", "sigma", "sim_mean", "sim_std",
-                                                               "dp_sigma", "radius", "composed"]  # no row map
+                                                               "dp_sigma", "radius", "composed", "recall"]  # no row map
     assert list(inspect.signature(greedy_attack).parameters) == ["link", "primary_ids", "rng", "only"]
     assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links", "only"]
     # the dictionary attack adds the attacker's own prior: a register of candidate identifiers

@@ -1,0 +1,139 @@
+"""Approximate top-K with faiss (issue 20), behind the exact search's contract, and the tie-aware
+recall every approximate result reports.
+
+    Approx(method, recall_floor, sample, ...)           how a job searches (method "exact": as before)
+    approx_topk(metric, query (m, ..), base (n, ..), k, approx) -> dist (m, k) float64, idx (m, k) int64
+    tie_aware_recall(metric, query, base, k, dist (m, k), rows (s,)) -> float in [0, 1]
+
+Euclidean: faiss HNSW (IndexHNSWFlat) or IVF (IndexIVFFlat); the returned candidates' distances
+are recomputed in float64 and re-sorted, so every distance is exact and only *which* neighbours
+were found can differ from the exact search. Hamming (packed Bloom / FEDERAL filters): faiss
+binary HNSW or IVF, whose distances are exact popcounts. Strings have no approximate path yet.
+
+Recall is tie-aware: a returned neighbour counts as correct when its distance is at most the
+exact k-th distance of its record (any of several rows at that distance is a right answer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from linkage.contracts import LinkageError
+
+METHODS = ("exact", "hnsw", "ivf")
+
+
+@dataclass(frozen=True)
+class Approx:
+    """An approximate search and the recall it must reach.
+
+    method:        "exact" (no index), "hnsw" or "ivf" (faiss).
+    recall_floor:  the job refuses to finish when the tie-aware recall on ``sample`` records
+                   falls below it (0 = report only).
+    sample:        records whose exact top-K is computed to measure the recall.
+    hnsw_m, ef_search, ef_construction: HNSW's graph degree and search / build beam widths.
+    nlist, nprobe: IVF's cells (0 = about 4 sqrt(n)) and the cells searched per record.
+    """
+
+    method: str = "exact"
+    recall_floor: float = 0.0
+    sample: int = 1000
+    hnsw_m: int = 32
+    ef_search: int = 128
+    ef_construction: int = 80
+    nlist: int = 0
+    nprobe: int = 16
+
+    def tag(self) -> str:
+        """Its part of a job's content id: '' when exact (ids of earlier jobs unchanged)."""
+        if self.method == "exact":
+            return ""
+        knobs = (self.hnsw_m, self.ef_search, self.ef_construction) if self.method == "hnsw" else (self.nlist, self.nprobe)
+        return f"|{self.method}{knobs}"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise LinkageError(f"unknown search method {self.method!r}; known: {list(METHODS)}")
+        if not 0.0 <= self.recall_floor <= 1.0:
+            raise LinkageError(f"the recall floor must be in [0, 1], got {self.recall_floor}")
+        if min(self.sample, self.hnsw_m, self.ef_search, self.ef_construction, self.nprobe) < 1 or self.nlist < 0:
+            raise LinkageError(f"approximate search parameters must be positive: {self}")
+
+
+def _float_index(d: int, n: int, approx: Approx):
+    import faiss
+
+    if approx.method == "hnsw":
+        index = faiss.IndexHNSWFlat(d, approx.hnsw_m)
+        index.hnsw.efConstruction = approx.ef_construction
+        return index
+    nlist = approx.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))  # faiss wants >= 39 points per cell
+    return faiss.IndexIVFFlat(faiss.IndexFlatL2(d), d, nlist)
+
+
+def _binary_index(bits: int, n: int, approx: Approx):
+    import faiss
+
+    if approx.method == "hnsw":
+        return faiss.IndexBinaryHNSW(bits, approx.hnsw_m)
+    nlist = approx.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
+    return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, nlist)
+
+
+def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) -> np.ndarray:
+    """Train (IVF), add, set the search width, search: (m, k) candidate rows (-1 = none found)."""
+    if not index.is_trained:
+        index.train(data)
+    index.add(data)
+    if approx.method == "hnsw":
+        index.hnsw.efSearch = max(approx.ef_search, k)
+    else:
+        index.nprobe = min(approx.nprobe, index.nlist)
+    return index.search(query, k)[1].astype(np.int64)
+
+
+def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
+    """The K nearest base rows of each query row found by the approximate index: distances
+    exact (recomputed), ascending; refused when the index found fewer than K for a record."""
+    if metric == "euclidean":
+        q, b = np.asarray(query, np.float64), np.asarray(base, np.float64)
+        shift = b.mean(axis=0)  # faiss works in float32: centre first, as the exact path does
+        cand = _search(_float_index(b.shape[1], len(b), approx), np.ascontiguousarray(b - shift, np.float32),
+                       np.ascontiguousarray(q - shift, np.float32), k, approx)  # (m, k)
+        ok = cand >= 0
+        dist = np.where(ok, np.linalg.norm(q[:, None, :] - b[np.maximum(cand, 0)], axis=2), np.inf)  # (m, k)
+    elif metric == "hamming":
+        q, b = np.ascontiguousarray(query, np.uint8), np.ascontiguousarray(base, np.uint8)
+        cand = _search(_binary_index(b.shape[1] * 8, len(b), approx), b, q, k, approx)  # (m, k)
+        ok = cand >= 0
+        x = np.bitwise_xor(q[:, None, :], b[np.maximum(cand, 0)])  # (m, k, bytes)
+        dist = np.where(ok, np.unpackbits(x, axis=2).sum(axis=2).astype(np.float64), np.inf)
+    else:
+        raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+    if not ok.all():
+        raise LinkageError(f"the {approx.method} index found fewer than K={k} neighbours for "
+                           f"{int((~ok.all(axis=1)).sum())} record(s); raise ef_search / nprobe or search exactly")
+    order = np.lexsort((cand, dist), axis=1)  # by distance, ties by row: as the exact search orders them
+    return np.take_along_axis(dist, order, 1), np.take_along_axis(cand, order, 1)
+
+
+def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: np.ndarray) -> float:
+    """Share of the returned neighbours of records ``rows`` (s,) whose distance dist (m, K) is
+    at most the exact K-th distance of their record (exact search on those records only)."""
+    from linkage.pipeline import topk
+
+    rows = np.asarray(rows, np.int64)
+    exact = topk(metric, np.asarray(query)[rows], base, k)[0]  # (s, K) exact distances, ascending
+    kth = exact[:, -1:]  # (s, 1)
+    tol = 1e-9 * np.maximum(np.abs(kth), 1.0)  # float64 recomputation vs the exact path's arithmetic
+    return float((dist[rows] <= kth + tol).mean())
+
+
+def sample_rows(m: int, approx: Approx, seed: int = 0) -> np.ndarray:
+    """(s,) the records whose recall is measured: all when m <= sample, else a seeded draw
+    (it picks what to measure, it protects nothing)."""
+    if m <= approx.sample:
+        return np.arange(m)
+    return np.sort(np.random.default_rng(seed).choice(m, approx.sample, replace=False))
