@@ -307,7 +307,12 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes,
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences, approx)
     result = release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
                      primary_ids=primary_ids, defences=defences)
-    links = {q: dataclasses.replace(lk, recall=recalls[q]) for q, lk in result.primary.links.items()}
+    return with_recalls(result, recalls)
+
+
+def with_recalls(result: LinkageResult, recalls: dict[str, float]) -> LinkageResult:
+    """The result with each party's measured search recall in its PartyLink."""
+    links = {q: dataclasses.replace(lk, recall=recalls.get(q, 1.0)) for q, lk in result.primary.links.items()}
     return dataclasses.replace(result, primary=dataclasses.replace(result.primary, links=links))
 
 

@@ -107,11 +107,13 @@ class LinkageClient:
         return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data)).json()
 
     def start(self, metric: str, k: int, tau: float = 1.0, pool: int = 0,
-              layout: str = "independent", anchor: str = "", radius: float = 0.5, compose: bool = False) -> dict:
+              layout: str = "independent", anchor: str = "", radius: float = 0.5, compose: bool = False,
+              search: str = "exact", recall_floor: float = 0.0) -> dict:
         """Start the job (the primary). Its randomness is the service's own secret: no seed here.
-        radius, compose: the noise's calibration (linkage.contracts.Defences)."""
+        radius, compose: the noise's calibration (linkage.contracts.Defences); search,
+        recall_floor: an approximate top-K and the recall it must reach (linkage.approx)."""
         body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor,
-                "radius": radius, "compose": compose}
+                "radius": radius, "compose": compose, "search": search, "recall_floor": recall_floor}
         return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
 
     def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:

@@ -42,12 +42,14 @@ from linkage.job_secret import (
     write_secret,
 )
 from linkage.pipeline import (
+    approximate_search,
     chain_tag,
     chain_to,
     check_identifiers,
     job_id_of,
     release,
     search,
+    with_recalls,
 )
 from linkage.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
@@ -278,12 +280,17 @@ class JobStore:
             def tick() -> None:
                 self._update(job, progress={"done": next(steps), "total": total})
 
-            primary_sha256 = upload_digest(meta, folder, meta["primary"])
+            primary_sha256, recalls = upload_digest(meta, folder, meta["primary"]), {}
             for party in searched:
                 base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
                 check_identifiers(query[:1], base, params.k, party, params.metric)
-                key = cache_key(primary_sha256, upload_digest(meta, folder, party), params.metric,
-                                min(max(params.pool, params.k), len(base)))
+                pool = min(max(params.pool, params.k), len(base))
+                if params.search != "exact":  # one index over the party, its recall measured (linkage.approx)
+                    neighbours[party], recalls[party] = approximate_search(*check_identifiers(
+                        query, base, params.k, party, params.metric), params.metric, pool, party, params.approx())
+                    sizes[party] = len(base)
+                    continue
+                key = cache_key(primary_sha256, upload_digest(meta, folder, party), params.metric, pool)
                 cache = fresh_cache(folder / "work" / party, key)
                 neighbours[party] = self._search(cache, query, base, params, chunks, party, tick)
                 sizes[party] = len(base)
@@ -291,6 +298,7 @@ class JobStore:
             result = release(neighbours, sizes, k=params.k, tau=params.tau, train_rows=train_rows, job_id=job,
                              secret=self._secret(folder, meta, params, query, train_rows), metric=params.metric,
                              primary_ids=query, defences=params.defences())
+            result = with_recalls(result, recalls)
             if params.layout == "chain":
                 ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
                 result = chain_to(result, anchor, ids.pop(anchor), ids, params.metric)
@@ -331,7 +339,7 @@ class JobStore:
         if params.layout == "chain":
             metric = chain_tag(metric, params.anchor or min(meta["secondaries"]))
         return operator_secret(self.operator_seed, job_id_of(query, ids, params.k, params.tau, metric, params.pool,
-                                                             train_rows, params.defences()))
+                                                             train_rows, params.defences(), params.approx()))
 
     @staticmethod
     def _search(cache: Path, query, base, params: JobParams, chunks: list[tuple[int, int]], party: str,

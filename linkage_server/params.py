@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from linkage.approx import METHODS as METHODS_SEARCH
+from linkage.approx import Approx
 from linkage.contracts import METRICS, Defences
 
 
@@ -29,20 +31,27 @@ class JobParams:
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
     radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
     compose: bool = False  # noise on a link scaled by sqrt(its secondary record's links) (Defences)
+    search: str = "exact"  # or an approximate index: "hnsw" / "ivf" (linkage.approx)
+    recall_floor: float = 0.0  # an approximate search under this tie-aware recall fails the job
 
     def defences(self) -> Defences:
         return Defences(radius=self.radius, compose=self.compose)
 
+    def approx(self) -> Approx:
+        return Approx(method=self.search, recall_floor=self.recall_floor)
+
     @classmethod
     def parse(cls, body: dict) -> "JobParams":
-        known = {"metric", "k", "tau", "pool", "layout", "anchor", "radius", "compose"}  # no seed: the secret draws
+        known = {"metric", "k", "tau", "pool", "layout", "anchor", "radius", "compose", "search",
+                 "recall_floor"}  # no seed: the service's secret draws
         unknown = sorted(set(body) - known)
         if unknown:
             raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
         p = cls(metric=_field(body, "metric", str), k=_field(body, "k", int), tau=_field(body, "tau", float, 1.0),
                 pool=_field(body, "pool", int, 0),
                 layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""),
-                radius=_field(body, "radius", float, 0.5), compose=_field(body, "compose", bool, False))
+                radius=_field(body, "radius", float, 0.5), compose=_field(body, "compose", bool, False),
+                search=_field(body, "search", str, "exact"), recall_floor=_field(body, "recall_floor", float, 0.0))
         if p.metric not in METRICS:
             raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
         if p.k < 1:
@@ -55,6 +64,11 @@ class JobParams:
             raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
         if p.radius <= 0:
             raise JobError(422, f"radius must be > 0, got {p.radius}")
+        if p.search not in METHODS_SEARCH or (p.search != "exact" and p.metric not in ("euclidean", "hamming")):
+            raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
+                                "(approximate search: euclidean and hamming)")
+        if not 0.0 <= p.recall_floor <= 1.0:
+            raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
         if p.compose and p.pool > p.k:
             raise JobError(422, f"compose needs pool = 0 or k (the links known before the noise), got pool {p.pool}")
         return p

@@ -49,3 +49,31 @@ def test_the_job_releases_its_recall_and_names_its_search_in_its_id():
         approx_topk("edit", np.array(["a"], dtype=object), np.array(["b"], dtype=object), 1, wide)
     with pytest.raises(LinkageError, match="unknown search method 'lsh'"):
         Approx("lsh")
+
+
+def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp_path):
+    from linkage.store import read_primary
+    from linkage_server.jobs import JobStore
+    from linkage_server.params import JobError, JobParams
+    from linkage_server.uploads import to_npy
+
+    store = JobStore(tmp_path)
+
+    def run(body: dict) -> dict:
+        job, _ = store.create("p", ["s"])
+        store.upload(job, "p", to_npy(QUERY))
+        store.upload(job, "s", to_npy(POINTS))
+        store.start(job, JobParams.parse({"metric": "euclidean", **body}))
+        store.run(job)
+        return store.meta(job)
+
+    meta = run({"k": 10, "search": "hnsw", "recall_floor": 0.9})
+    assert meta["state"] == "done", meta["error"]
+    released = read_primary(tmp_path / "jobs" / meta["job"] / "results" / "primary.npz")
+    assert 0.9 <= released.links["s"].recall <= 1.0
+    meta = run({"k": 20, "search": "ivf", "recall_floor": 1.0})  # 16 of 76 cells: some neighbours missed
+    assert meta["state"] == "failed" and "under the recall floor 1.0" in meta["error"]
+    for body, match in [({"search": "lsh"}, "search 'lsh' is not one of"), ({"recall_floor": 2}, "recall_floor must"),
+                        ({"metric": "edit", "search": "hnsw"}, "approximate search: euclidean and hamming")]:
+        with pytest.raises(JobError, match=match):
+            JobParams.parse({"metric": "euclidean", "k": 5, **body})
