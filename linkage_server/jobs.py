@@ -280,19 +280,11 @@ class JobStore:
             def tick() -> None:
                 self._update(job, progress={"done": next(steps), "total": total})
 
-            primary_sha256, recalls = upload_digest(meta, folder, meta["primary"]), {}
+            recalls = {}
             for party in searched:
                 base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
-                check_identifiers(query[:1], base, params.k, party, params.metric)
-                pool = min(max(params.pool, params.k), len(base))
-                if params.search != "exact":  # one index over the party, its recall measured (linkage.approx)
-                    neighbours[party], recalls[party] = approximate_search(*check_identifiers(
-                        query, base, params.k, party, params.metric), params.metric, pool, party, params.approx())
-                    sizes[party] = len(base)
-                    continue
-                key = cache_key(primary_sha256, upload_digest(meta, folder, party), params.metric, pool)
-                cache = fresh_cache(folder / "work" / party, key)
-                neighbours[party] = self._search(cache, query, base, params, chunks, party, tick)
+                neighbours[party], recalls[party] = self._party_search(meta, folder, query, base, params, chunks,
+                                                                       party, tick)
                 sizes[party] = len(base)
             t1 = time.perf_counter()
             result = release(neighbours, sizes, k=params.k, tau=params.tau, train_rows=train_rows, job_id=job,
@@ -340,6 +332,19 @@ class JobStore:
             metric = chain_tag(metric, params.anchor or min(meta["secondaries"]))
         return operator_secret(self.operator_seed, job_id_of(query, ids, params.k, params.tau, metric, params.pool,
                                                              train_rows, params.defences(), params.approx()))
+
+    def _party_search(self, meta: dict, folder: Path, query, base, params: JobParams, chunks: list[tuple[int, int]],
+                      party: str, tick) -> tuple[tuple[np.ndarray, np.ndarray], float]:
+        """One secondary's noise-free top-pool search and its recall: exact by resumable chunks,
+        or one approximate index over the party (linkage.approx), its recall measured."""
+        check_identifiers(query[:1], base, params.k, party, params.metric)
+        pool = min(max(params.pool, params.k), len(base))
+        if params.search != "exact":
+            return approximate_search(*check_identifiers(query, base, params.k, party, params.metric), params.metric,
+                                      pool, party, params.approx())
+        key = cache_key(upload_digest(meta, folder, meta["primary"]), upload_digest(meta, folder, party),
+                        params.metric, pool)
+        return self._search(fresh_cache(folder / "work" / party, key), query, base, params, chunks, party, tick), 1.0
 
     @staticmethod
     def _search(cache: Path, query, base, params: JobParams, chunks: list[tuple[int, int]], party: str,
