@@ -22,14 +22,18 @@ import numpy as np
 
 from linkage.contracts import LinkageError
 
-METHODS = ("exact", "hnsw", "ivf")
+METHODS = ("exact", "hnsw", "ivf", "auto")
+# "auto" searches approximately (HNSW) only where the exact search is slow: Hamming beyond this
+# many (record, candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md),
+# Euclidean above 8 dimensions beyond it (at <= 8 the exact k-d tree stays fast), never strings
+AUTO_PAIRS = 10**10
 
 
 @dataclass(frozen=True)
 class Approx:
     """An approximate search and the recall it must reach.
 
-    method:        "exact" (no index), "hnsw" or "ivf" (faiss).
+    method:        "exact" (no index), "hnsw" or "ivf" (faiss), "auto" (:meth:`resolve`).
     recall_floor:  the job refuses to finish when the tie-aware recall on ``sample`` records
                    falls below it (0 = report only).
     sample:        records whose exact top-K is computed to measure the recall.
@@ -45,6 +49,14 @@ class Approx:
     ef_construction: int = 80
     nlist: int = 0
     nprobe: int = 16
+
+    def resolve(self, metric: str, m: int, n: int, d: int) -> "Approx":
+        """"auto" made concrete for a search of m records among n of d dimensions (bytes for
+        Hamming): "hnsw" where the exact search is slow (AUTO_PAIRS), else "exact"."""
+        if self.method != "auto":
+            return self
+        slow = m * n > AUTO_PAIRS and (metric == "hamming" or (metric == "euclidean" and d > 8))
+        return Approx(**{**self.__dict__, "method": "hnsw" if slow else "exact"})
 
     def tag(self) -> str:
         """Its part of a job's content id: '' when exact (ids of earlier jobs unchanged)."""

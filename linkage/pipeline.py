@@ -320,6 +320,7 @@ def approximate_search(query, base, metric: str, k: int, party: str, approx: App
                        ) -> tuple[tuple[np.ndarray, np.ndarray], float]:
     """(dist, idx) (m, k) by the job's search, and its tie-aware recall (1.0 when exact),
     refused under the floor."""
+    approx = approx.resolve(metric, len(query), len(base), np.asarray(base).shape[-1] if np.ndim(base) > 1 else 1)
     if approx.method == "exact":
         return topk(metric, query, base, k), 1.0
     dist, idx = approx_topk(metric, query, base, k, approx)

@@ -31,7 +31,7 @@ class JobParams:
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
     radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
     compose: bool = False  # noise on a link scaled by sqrt(its secondary record's links) (Defences)
-    search: str = "exact"  # or an approximate index: "hnsw" / "ivf" (linkage.approx)
+    search: str = "exact"  # or an approximate index: "hnsw" / "ivf", or "auto" by size (linkage.approx)
     recall_floor: float = 0.0  # an approximate search under this tie-aware recall fails the job
 
     def defences(self) -> Defences:
@@ -64,7 +64,7 @@ class JobParams:
             raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
         if p.radius <= 0:
             raise JobError(422, f"radius must be > 0, got {p.radius}")
-        if p.search not in METHODS_SEARCH or (p.search != "exact" and p.metric not in ("euclidean", "hamming")):
+        if p.search not in METHODS_SEARCH or (p.search in ("hnsw", "ivf") and p.metric not in ("euclidean", "hamming")):
             raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
                                 "(approximate search: euclidean and hamming)")
         if not 0.0 <= p.recall_floor <= 1.0:

@@ -77,3 +77,14 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
                         ({"metric": "edit", "search": "hnsw"}, "approximate search: euclidean and hamming")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
+
+
+def test_auto_searches_approximately_only_where_exact_is_slow():
+    auto = Approx("auto")
+    assert auto.resolve("hamming", 10**6, 10**6, 128).method == "hnsw"
+    assert auto.resolve("hamming", 10**4, 10**4, 128).method == "exact"
+    assert auto.resolve("euclidean", 10**7, 10**6, 2).method == "exact"  # the k-d tree at low dimension
+    assert auto.resolve("euclidean", 10**6, 10**6, 64).method == "hnsw"
+    assert auto.resolve("edit", 10**6, 10**6, 1).method == "exact"
+    job = link(QUERY, {"s": POINTS}, k=10, tau=1.0, secret=SECRET, approx=auto)  # small: exact
+    assert job.primary.links["s"].recall == 1.0
