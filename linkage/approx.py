@@ -94,8 +94,9 @@ def _binary_index(bits: int, n: int, approx: Approx):
     return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, nlist)
 
 
-def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) -> np.ndarray:
-    """Train (IVF), add, set the search width, search: (m, k) candidate rows (-1 = none found)."""
+def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
+    """Train (IVF), add, set the search width, search: (m, k) faiss distances and candidate rows
+    (-1 = none found)."""
     if not index.is_trained:
         index.train(data)
     index.add(data)
@@ -103,27 +104,36 @@ def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) 
         index.hnsw.efSearch = max(approx.ef_search, k)
     else:
         index.nprobe = min(approx.nprobe, index.nlist)
-    return index.search(query, k)[1].astype(np.int64)
+    dist, cand = index.search(query, k)
+    return dist, cand.astype(np.int64)
+
+
+def _euclidean(q: np.ndarray, b: np.ndarray, cand: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """(m, k) float64 distances of q (m, d) to its candidates b[cand], chunked: memory O(chunk k d)."""
+    out = np.empty(cand.shape)
+    for lo in range(0, len(q), chunk):
+        c = cand[lo:lo + chunk]
+        out[lo:lo + chunk] = np.linalg.norm(q[lo:lo + chunk, None, :] - b[np.maximum(c, 0)], axis=2)
+    return out
 
 
 def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
     """The K nearest base rows of each query row found by the approximate index: distances
-    exact (recomputed), ascending; refused when the index found fewer than K for a record."""
+    exact (Euclidean recomputed in float64; Hamming: faiss's own popcounts), ascending; refused
+    when the index found fewer than K for a record."""
     if metric == "euclidean":
         q, b = np.asarray(query, np.float64), np.asarray(base, np.float64)
         shift = b.mean(axis=0)  # faiss works in float32: centre first, as the exact path does
-        cand = _search(_float_index(b.shape[1], len(b), approx), np.ascontiguousarray(b - shift, np.float32),
-                       np.ascontiguousarray(q - shift, np.float32), k, approx)  # (m, k)
-        ok = cand >= 0
-        dist = np.where(ok, np.linalg.norm(q[:, None, :] - b[np.maximum(cand, 0)], axis=2), np.inf)  # (m, k)
+        _, cand = _search(_float_index(b.shape[1], len(b), approx), np.ascontiguousarray(b - shift, np.float32),
+                          np.ascontiguousarray(q - shift, np.float32), k, approx)  # (m, k)
+        dist = _euclidean(q, b, cand)
     elif metric == "hamming":
         q, b = np.ascontiguousarray(query, np.uint8), np.ascontiguousarray(base, np.uint8)
-        cand = _search(_binary_index(b.shape[1] * 8, len(b), approx), b, q, k, approx)  # (m, k)
-        ok = cand >= 0
-        x = np.bitwise_xor(q[:, None, :], b[np.maximum(cand, 0)])  # (m, k, bytes)
-        dist = np.where(ok, np.unpackbits(x, axis=2).sum(axis=2).astype(np.float64), np.inf)
+        d, cand = _search(_binary_index(b.shape[1] * 8, len(b), approx), b, q, k, approx)  # (m, k) each
+        dist = d.astype(np.float64)
     else:
         raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+    ok = cand >= 0
     if not ok.all():
         raise LinkageError(f"the {approx.method} index found fewer than K={k} neighbours for "
                            f"{int((~ok.all(axis=1)).sum())} record(s); raise ef_search / nprobe or search exactly")
