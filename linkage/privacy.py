@@ -14,7 +14,7 @@ attacks' success on a seeded sample of up to ``max_tokens`` tokens:
 - dictionary (any metric): the share of tokens whose record the attacker names exactly, holding
   a dictionary that contains every true identifier (the strongest prior: a public register, or
   the shared encoding key plus such a register);
-- coordinates only: the paper's greedy attack, the aggregation attack (trilateration) and the
+- coordinates only (Euclidean, at most 3 dimensions): the paper's greedy attack, the aggregation attack (trilateration) and the
   links' centroid, each as the share of tokens located within the job's privacy radius
   (linkage.contracts.Defences; half an identifier unit by default), the event Theorem 2 bounds by
   tau for one distance (a location that close puts every distance to it within the radius), and
@@ -92,7 +92,7 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
     guess = dictionary_attack(link, primary_ids, base, metric, only=only)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
     attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
-    if metric == "euclidean":  # truth per token; the virtual row's (never attacked) clamped to a real one
+    if metric == "euclidean" and base.shape[1] <= 3:  # locations; the virtual row's truth (never attacked) clamped
         attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only)
     entry["attacks"] = attacks
     entry["strongest"] = strongest(attacks)

@@ -83,7 +83,8 @@ def cmd_serve(args) -> None:
 
     app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
                      chunk_rows=args.chunk_rows, operator_seed=operator_seed, auth_failures=args.auth_failures,
-                     auth_window_s=args.auth_window, query_limits=QueryLimits(args.query_budget, args.query_max_records))
+                     auth_window_s=args.auth_window, query_limits=QueryLimits(args.query_budget, args.query_max_records),
+                     ray=args.ray)
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
@@ -187,6 +188,9 @@ def _add_serve(sub) -> None:
     s.add_argument("--admin-token-file", help="default: <data-dir>/admin-token, created if absent")
     s.add_argument("--max-upload-mb", type=float, default=512, help="largest upload accepted, MiB")
     s.add_argument("--chunk-rows", type=int, default=20_000, help="primary rows per resumable search chunk")
+    s.add_argument("--ray", default="", metavar="ADDRESS",
+                   help="search the chunks on Ray: 'local' (a Ray in this machine) or a cluster's address "
+                        "(default: in the service's process)")
     s.add_argument("--auth-failures", type=int, default=10,
                    help="failed authentications per client address (and per party) within --auth-window before "
                         "429; clients behind one address share it")

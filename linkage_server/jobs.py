@@ -48,10 +48,10 @@ from linkage.pipeline import (
     check_identifiers,
     job_id_of,
     release,
-    search,
     with_recalls,
 )
-from linkage.store import npz_bytes, primary_bytes, secondary_bytes, write_atomic
+from linkage.store import primary_bytes, secondary_bytes, write_atomic
+from linkage_server.chunk_search import chunked_search
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
     JobError,
     JobParams,
@@ -107,8 +107,9 @@ class JobStore:
     """Jobs under one data folder; thread-safe; the only code that touches the files."""
 
     def __init__(self, root: Path, *, max_rows: int = 50_000_000, chunk_rows: int = 20_000,
-                 operator_seed: int | None = None) -> None:
+                 operator_seed: int | None = None, ray: str = "") -> None:
         self.root = Path(root) / "jobs"
+        self.ray = ray  # "": search chunks in this process; "local" or an address: on Ray (chunk_search)
         self.operator_seed = operator_seed  # the operator's, for reproducible experiments; no party sees it
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_rows, self.chunk_rows = max_rows, chunk_rows
@@ -344,23 +345,8 @@ class JobStore:
                                       pool, party, params.approx())
         key = cache_key(upload_digest(meta, folder, meta["primary"]), upload_digest(meta, folder, party),
                         params.metric, pool)
-        return self._search(fresh_cache(folder / "work" / party, key), query, base, params, chunks, party, tick), 1.0
-
-    @staticmethod
-    def _search(cache: Path, query, base, params: JobParams, chunks: list[tuple[int, int]], party: str,
-                tick) -> tuple[np.ndarray, np.ndarray]:
-        """The noise-free top-pool search, chunk by chunk; finished chunks are read back from `cache`."""
-        pool = min(max(params.pool, params.k), len(base))
-        parts = []
-        for lo, hi in chunks:
-            path = cache / f"{lo}-{hi}.npz"
-            if not path.exists():
-                dist, idx = search(query[lo:hi], base, metric=params.metric, k=pool, party=party)
-                write_atomic(path, npz_bytes(dist=dist, idx=idx))
-            with np.load(path) as z:
-                parts.append((z["dist"], z["idx"]))
-            tick()
-        return np.concatenate([d for d, _ in parts]), np.concatenate([i for _, i in parts])
+        return chunked_search(fresh_cache(folder / "work" / party, key), query, base, params.metric, pool, party,
+                              chunks, tick, self.ray), 1.0
 
     def result_path(self, job: str, party: str) -> Path:
         meta = self.meta(job)

@@ -229,10 +229,10 @@ def _query_route(app: FastAPI, queries: Queries, gate: Gate, max_upload_bytes: i
 def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 << 20,
                max_rows: int = 50_000_000, chunk_rows: int = 20_000, operator_seed: int | None = None,
                auth_failures: int = 10, auth_window_s: float = 60.0,
-               query_limits: QueryLimits = QueryLimits()) -> FastAPI:
+               query_limits: QueryLimits = QueryLimits(), ray: str = "") -> FastAPI:
     if len(admin_token) < 16:
         raise ValueError("the admin token must be at least 16 characters")
-    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed)
+    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed, ray=ray)
     worker = Worker(store)
     gate = Gate(store, admin_token, AuthLimiter(auth_failures, auth_window_s))
 

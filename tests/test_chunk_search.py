@@ -1,0 +1,96 @@
+"""The service's chunked search on Ray (linkage_server/chunk_search.py, issue 20): on a local Ray
+it writes byte-identical results to the in-process path, resumes from its finished chunks, and a
+job whose Ray worker is killed mid-search finishes, the same bytes (Ray runs the chunk again).
+Every test stops the Ray it starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from linkage_server.jobs import JobParams, JobStore
+from linkage_server.uploads import to_npy
+
+RNG = np.random.default_rng(0)
+QUERY, BASE = RNG.normal(size=(3000, 16)), RNG.normal(size=(4000, 16))  # 16-d: the matrix-product search
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield "local"
+    ray.shutdown()
+
+
+def job_bytes(root, ray: str, chunk_rows: int = 500, base: np.ndarray = BASE) -> tuple[JobStore, str, bytes]:
+    store = JobStore(root, chunk_rows=chunk_rows, ray=ray)
+    job, _ = store.create("p", ["s"])
+    store.upload(job, "p", to_npy(QUERY))
+    store.upload(job, "s", to_npy(base))
+    store.start(job, JobParams("euclidean", 10))
+    store.run(job)
+    assert store.meta(job)["state"] == "done", store.meta(job)["error"]
+    return store, job, (root / "jobs" / job / "results" / "primary.npz").read_bytes()
+
+
+def neighbours(root, job) -> bytes:
+    """The search's output (the release's tokens come from each job's own secret)."""
+    chunks = sorted((root / "jobs" / job / "work" / "s").glob("*/*.npz"), key=lambda p: int(p.stem.split("-")[0]))
+    return b"".join(p.read_bytes() for p in chunks)
+
+
+def test_ray_equals_the_local_path_and_resumes_from_finished_chunks(local_ray, tmp_path):
+    _, local_job, _ = job_bytes(tmp_path / "local", "")
+    store, job, _ = job_bytes(tmp_path / "ray", local_ray)
+    assert neighbours(tmp_path / "ray", job) == neighbours(tmp_path / "local", local_job)  # byte-identical chunks
+    work = sorted((tmp_path / "ray" / "jobs" / job / "work" / "s").glob("*/*.npz"))
+    assert len(work) == 6
+    stamps = {p: p.stat().st_mtime_ns for p in work}
+    for p in work[2:]:  # a crash after 2 of 6 chunks
+        p.unlink()
+    before = neighbours(tmp_path / "local", local_job)
+    store._update(job, state="running")
+    JobStore(tmp_path / "ray", chunk_rows=500, ray=local_ray).run(job)
+    assert neighbours(tmp_path / "ray", job) == before
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in work[:2])  # finished chunks were not searched again
+
+
+def busy_workers() -> list[int]:
+    """PIDs of Ray workers running a chunk (Ray titles a busy worker after its task)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"_search_chunk" in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile
+            continue
+    return pids
+
+
+def test_a_job_whose_ray_worker_is_killed_finishes_with_the_same_result(local_ray, tmp_path):
+    big = RNG.normal(size=(40_000, 16))  # ~30 ms a chunk: a window to catch a worker busy
+    _, local_job, _ = job_bytes(tmp_path / "local", "", chunk_rows=100, base=big)
+    killed = []
+
+    def kill_a_busy_worker() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for pid in busy_workers()[:1]:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_a_busy_worker)
+    killer.start()
+    _, job, _ = job_bytes(tmp_path / "ray", local_ray, chunk_rows=100, base=big)
+    killer.join()
+    assert killed, "no busy Ray worker was seen to kill"
+    assert neighbours(tmp_path / "ray", job) == neighbours(tmp_path / "local", local_job)
