@@ -4,6 +4,7 @@
     python -m experiments.sweep conf/sweeps/baselines.toml --quick    # its [quick] overrides (minutes)
     python -m experiments.sweep conf/sweeps/baselines.toml --engine flower   # every run through `flwr run`
     python -m experiments.sweep conf/sweeps/baselines.toml --jobs 8   # 8 runs at once (a many-core machine)
+    python -m experiments.sweep conf/sweeps/baselines.toml --ray local --threads 2   # each run a Ray task
 
 A sweep file names datasets, seeds, run-config values for every run (`[set]`, and
 `[set.<dataset>]`), optionally its `engine`, and variants (`[variants]`: name -> run-config
@@ -103,11 +104,15 @@ def _run_guarded(values: dict, out: Path, engine: str, threads: int) -> dict | s
         return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}"
 
 
-def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
+def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int, ray: str = "", threads: int = 1):
     """Yield (name, summary or error text) for each pending run, ``jobs`` at a time. Each worker
     is a fresh (spawned) process with usable cores // jobs threads, so runs never share state and
     CUDA initialises per process; results come back as runs finish. A worker that dies (out of
-    memory, a crash) fails its run, not the sweep; leaving early cancels the queued runs."""
+    memory, a crash) fails its run, not the sweep; leaving early cancels the queued runs.
+    ``ray`` ("local" or a cluster's address): every run a Ray task of ``threads`` CPUs instead."""
+    if ray:
+        yield from run_on_ray(pending, engine, ray, threads)
+        return
     jobs = min(jobs, len(pending))
     if jobs <= 1:
         for name, values, out in pending:
@@ -130,6 +135,31 @@ def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def run_on_ray(pending: list[tuple[str, dict, Path]], engine: str, address: str, threads: int):
+    """Each run a Ray task reserving ``threads`` CPUs (torch and BLAS get as many threads), as the
+    cluster has room; results as they finish; a task that fails or whose worker dies fails its run
+    only. Run folders are written by the node that runs them: on a cluster, the sweep's root must
+    be a folder every node sees (a shared filesystem)."""
+    import ray
+
+    from linkage_server.chunk_search import connect
+
+    connect(address)
+    task = ray.remote(num_cpus=threads, max_retries=0)(_run_guarded)
+    refs = {task.remote(values, out, engine, threads): name for name, values, out in pending}
+    try:
+        while refs:
+            done, _ = ray.wait(list(refs), num_returns=1)
+            name = refs.pop(done[0])
+            try:
+                yield name, ray.get(done[0])
+            except Exception as e:  # the task's worker died
+                yield name, f"{type(e).__name__}: {e}"
+    finally:
+        for ref in refs:  # leaving early: cancel the runs not finished
+            ray.cancel(ref)
+
+
 def progress_bar(console=None):
     """Runs done / total, elapsed, ETA on stderr (``console``: another rich Console); quiet when it
     is not a terminal (a log file, CI)."""
@@ -142,13 +172,13 @@ def progress_bar(console=None):
 
 
 def run_all(pending: list[tuple[str, dict, Path]], engine: str, jobs: int, log, already: int = 0,
-            console=None) -> list[str]:
+            console=None, ray: str = "", threads: int = 1) -> list[str]:
     """The pending runs under a progress bar (``already``: the sweep's runs finished before); returns
     the failures ("<run>: <error>"), each logged: one bad run does not stop the sweep, nor is it tabulated."""
     failures: list[str] = []
     with progress_bar(console) as bar:
         task = bar.add_task("sweep", total=already + len(pending), completed=already)
-        for name, result in run_pending(pending, engine, jobs):
+        for name, result in run_pending(pending, engine, jobs, ray, threads):
             bar.advance(task)
             if isinstance(result, str):
                 failures.append(f"{name}: {result}")
@@ -169,11 +199,13 @@ class SweepFailed(RuntimeError):
 
 
 def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: Path | None = None,
-              log=print, existing_only: bool = False, jobs: int = 1) -> tuple[str, list[Path]]:
+              log=print, existing_only: bool = False, jobs: int = 1, ray: str = "",
+              threads: int = 1) -> tuple[str, list[Path]]:
     """Run (or resume) a sweep; returns its markdown table and plot files (SweepFailed, which
     carries them, when a run failed). With
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
-    ``jobs`` > 1 runs that many runs at once, each in its own process; a progress bar on a terminal."""
+    ``jobs`` > 1 runs that many runs at once, each in its own process; a progress bar on a terminal.
+    ``ray``: every run a Ray task of ``threads`` CPUs on that cluster ("local": this machine's)."""
     sweep = load_sweep(path, quick)
     engine = engine or sweep.get("engine", "inprocess")  # a sweep file may name its engine
     if engine not in ENGINES:
@@ -192,7 +224,7 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
                     missing.append(f"{dataset} {variant} seed {seed}")
                     continue
                 pending.append((f"{dataset} {variant} seed {seed}", run_values(sweep, dataset, variant, seed), out))
-    failures = run_all(pending, engine, jobs, log, already=finished)
+    failures = run_all(pending, engine, jobs, log, already=finished, ray=ray, threads=threads)
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
     command = f"python -m experiments.sweep {shown}" + (" --quick" if quick else "") + (
@@ -217,13 +249,16 @@ def main() -> None:
     ap.add_argument("--engine", choices=ENGINES, default=None, help="default: the sweep file's `engine`, else inprocess")
     ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
+    ap.add_argument("--ray", default="", metavar="ADDRESS",
+                    help="run every run as a Ray task: 'local' or a cluster's address (its nodes must see --root)")
+    ap.add_argument("--threads", type=int, default=1, help="with --ray: CPUs (and torch threads) per run")
     args = ap.parse_args()
-    if args.jobs < 1:
-        ap.error("--jobs must be at least 1")
+    if args.jobs < 1 or args.threads < 1:
+        ap.error("--jobs and --threads must be at least 1")
     failed = None
     try:
         md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root,
-                             log=lambda m: print(m, flush=True), jobs=args.jobs)
+                             log=lambda m: print(m, flush=True), jobs=args.jobs, ray=args.ray, threads=args.threads)
     except SweepFailed as e:
         md, pngs, failed = e.md, e.pngs, e
     print(md + "".join(f"\n![{p.stem}]({p})\n" for p in pngs))

@@ -30,6 +30,7 @@ LONGEST_FIRST = (
     "tests/test_flower_run.py::test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics",  # 66
     "tests/test_flower_run.py::test_flower_run_equals_one_process_twin",  # 36
     "tests/test_chunk_search.py::test_a_job_whose_ray_worker_is_killed_finishes_with_the_same_result",  # ~20
+    "tests/test_sweep.py::test_runs_on_ray_equal_serial_runs",  # ~20 (75 under load)
     "tests/test_cli.py::test_entity_augmentation_on_csv_guests_with_id_columns",  # 26
 )
 FIRST_WAVE = 3  # one long test per worker (scripts/test.sh's three), each dealt with one short test

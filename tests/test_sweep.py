@@ -70,3 +70,23 @@ def test_a_failing_run_in_a_worker_fails_alone(tmp_path):
     results = dict(run_pending([("good", good, tmp_path / "good"), ("bad", bad, tmp_path / "bad")], "inprocess", 2))
     assert isinstance(results["good"], dict) and "accuracy" in results["good"]["test"]
     assert isinstance(results["bad"], str) and "ConfigError" in results["bad"] and "no-such-method" in results["bad"]
+
+
+def test_runs_on_ray_equal_serial_runs(tmp_path):
+    """--ray local: each run a Ray task with its own thread budget; the same results."""
+    import ray
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(SWEEP.replace('"K=6" = { method = "fedsim", k = 6 }\n', "").replace("combine =", "# combine ="))
+    run_sweep(path, root=tmp_path / "serial", log=lambda m: None)
+    logs = []
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        run_sweep(path, root=tmp_path / "ray", log=logs.append, ray="local", threads=1)
+    finally:
+        ray.shutdown()
+    assert len(logs) == 2 and not any(m.startswith("FAILED") for m in logs)
+    for run in sorted((tmp_path / "serial" / "tiny").glob("*/*/s*/summary.json")):
+        twin = tmp_path / "ray" / run.relative_to(tmp_path / "serial")
+        a, b = json.loads(run.read_text()), json.loads(twin.read_text())
+        assert a["test"] == pytest.approx(b["test"], rel=1e-4) and a["best_epoch"] == b["best_epoch"], run
