@@ -101,7 +101,7 @@ def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_pat
 
     from experiments import sweep
 
-    def fake_runs(pending, engine, jobs):
+    def fake_runs(pending, engine, jobs, ray="", threads=1):
         for name, _, _ in pending:
             yield name, {"test": {"rmse": 1.0}, "best_epoch": 0, "epochs_run": 1}
 
