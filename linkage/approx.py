@@ -22,10 +22,12 @@ import numpy as np
 
 from linkage.contracts import LinkageError
 
-METHODS = ("exact", "hnsw", "ivf", "auto")
-# "auto" searches approximately (HNSW) only where the exact search is slow: Hamming beyond this
-# many (record, candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md),
-# Euclidean above 8 dimensions beyond it (at <= 8 the exact k-d tree stays fast), never strings
+METHODS = ("exact", "hnsw", "ivf", "qgram", "auto")
+# "auto" searches approximately only where the exact search is slow: beyond this many (record,
+# candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md) Hamming and
+# Euclidean above 8 dimensions by HNSW (at <= 8 the exact k-d tree stays fast), strings (but
+# qgram_cosine, whose exact search is already an inverted index) by q-gram candidates
+
 AUTO_PAIRS = 10**10
 
 
@@ -33,7 +35,10 @@ AUTO_PAIRS = 10**10
 class Approx:
     """An approximate search and the recall it must reach.
 
-    method:        "exact" (no index), "hnsw" or "ivf" (faiss), "auto" (:meth:`resolve`).
+    method:        "exact" (no index), "hnsw" or "ivf" (faiss; numbers and filters), "qgram"
+                   (strings: q-gram cosine candidates, reranked by the job's metric), "auto"
+                   (:meth:`resolve`).
+    candidates:    qgram: candidates per record before the rerank (0 = max(4 K, 100)).
     recall_floor:  the job refuses to finish when the tie-aware recall on ``sample`` records
                    falls below it (0 = report only).
     sample:        records whose exact top-K is computed to measure the recall.
@@ -49,20 +54,23 @@ class Approx:
     ef_construction: int = 80
     nlist: int = 0
     nprobe: int = 16
+    candidates: int = 0
 
     def resolve(self, metric: str, m: int, n: int, d: int) -> "Approx":
         """"auto" made concrete for a search of m records among n of d dimensions (bytes for
         Hamming): "hnsw" where the exact search is slow (AUTO_PAIRS), else "exact"."""
         if self.method != "auto":
             return self
-        slow = m * n > AUTO_PAIRS and (metric == "hamming" or (metric == "euclidean" and d > 8))
-        return Approx(**{**self.__dict__, "method": "hnsw" if slow else "exact"})
+        if m * n <= AUTO_PAIRS or metric == "qgram_cosine" or (metric == "euclidean" and d <= 8):
+            return Approx(**{**self.__dict__, "method": "exact"})
+        return Approx(**{**self.__dict__, "method": "hnsw" if metric in ("hamming", "euclidean") else "qgram"})
 
     def tag(self) -> str:
         """Its part of a job's content id: '' when exact (ids of earlier jobs unchanged)."""
         if self.method == "exact":
             return ""
-        knobs = (self.hnsw_m, self.ef_search, self.ef_construction) if self.method == "hnsw" else (self.nlist, self.nprobe)
+        knobs = {"hnsw": (self.hnsw_m, self.ef_search, self.ef_construction), "ivf": (self.nlist, self.nprobe),
+                 "qgram": (self.candidates,)}.get(self.method, ())
         return f"|{self.method}{knobs}"
 
     def __post_init__(self) -> None:
@@ -121,6 +129,10 @@ def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.nd
     """The K nearest base rows of each query row found by the approximate index: distances
     exact (Euclidean recomputed in float64; Hamming: faiss's own popcounts), ascending; refused
     when the index found fewer than K for a record."""
+    if approx.method == "qgram":
+        return _qgram_rerank(metric, query, base, k, approx.candidates or max(4 * k, 100))
+    if approx.method not in ("hnsw", "ivf"):
+        raise LinkageError(f"approximate search method {approx.method!r} is not an index")
     if metric == "euclidean":
         q, b = np.asarray(query, np.float64), np.asarray(base, np.float64)
         shift = b.mean(axis=0)  # faiss works in float32: centre first, as the exact path does
@@ -138,6 +150,33 @@ def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.nd
         raise LinkageError(f"the {approx.method} index found fewer than K={k} neighbours for "
                            f"{int((~ok.all(axis=1)).sum())} record(s); raise ef_search / nprobe or search exactly")
     order = np.lexsort((cand, dist), axis=1)  # by distance, ties by row: as the exact search orders them
+    return np.take_along_axis(dist, order, 1), np.take_along_axis(cand, order, 1)
+
+
+def _qgram_rerank(metric: str, query, base, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """Strings: the c nearest by q-gram cosine (linkage.qgram's inverted index: work along
+    posting lists, not m x n) as candidates, each scored by the job's metric, the K best kept."""
+    from rapidfuzz import process
+    from rapidfuzz.distance import Levenshtein
+
+    from linkage.contracts import STRING_METRICS
+    from linkage.scorers import _RAPIDFUZZ, PAD, QGRAM, joined, sort_tokens
+    from linkage.qgram import topk_cosine
+
+    if metric not in STRING_METRICS:
+        raise LinkageError(f"the qgram search is for strings, not metric {metric!r}")
+    q, b = joined(query), joined(base)
+    c = min(max(c, k), len(b))
+    _, cand = topk_cosine(q, b, c, q=QGRAM, pad=PAD)  # (m, c)
+    if metric == "qgram_cosine":
+        return topk_cosine(q, b, k, q=QGRAM, pad=PAD)
+    if metric == "token_sort":
+        q, b = [sort_tokens(x) for x in q], [sort_tokens(x) for x in b]
+    scorer = Levenshtein.distance if metric == "edit" else _RAPIDFUZZ[metric]
+    b_arr = np.array(b, dtype=object)
+    dist = process.cpdist(np.repeat(np.array(q, dtype=object), c), b_arr[cand.ravel()], scorer=scorer,
+                          dtype=np.float64, workers=-1).reshape(cand.shape)  # (m, c)
+    order = np.lexsort((cand, dist), axis=1)[:, :k]
     return np.take_along_axis(dist, order, 1), np.take_along_axis(cand, order, 1)
 
 

@@ -161,9 +161,9 @@ def _job(p) -> None:
                    help="tau bounds guessing a distance within this radius, in identifier units (docs/privacy.md)")
     p.add_argument("--compose", action="store_true",
                    help="noise on each link scaled by sqrt(the links of its secondary record) (docs/privacy.md)")
-    p.add_argument("--search", choices=["exact", "hnsw", "ivf", "auto"], default="exact",
-                   help="top-K search: exact, an approximate faiss index (euclidean, hamming), or auto: "
-                        "approximate only where exact is slow (linkage.approx.AUTO_PAIRS)")
+    p.add_argument("--search", choices=["exact", "hnsw", "ivf", "qgram", "auto"], default="exact",
+                   help="top-K search: exact; a faiss index (hnsw, ivf: euclidean, hamming); q-gram candidates "
+                        "reranked (qgram: strings); auto: approximate only where exact is slow")
     p.add_argument("--recall-floor", type=float, default=0.0,
                    help="an approximate search under this tie-aware recall (on 1000 records) fails the job")
     p.add_argument("--layout", choices=["independent", "chain"], default="independent",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from linkage.approx import METHODS as METHODS_SEARCH
 from linkage.approx import Approx
-from linkage.contracts import METRICS, Defences
+from linkage.contracts import METRICS, STRING_METRICS, Defences
 
 
 FINGERPRINT_HEADER = "X-Encoding-Fingerprint"  # an encoded upload's key fingerprint (linkage_server.queries)
@@ -64,9 +64,10 @@ class JobParams:
             raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
         if p.radius <= 0:
             raise JobError(422, f"radius must be > 0, got {p.radius}")
-        if p.search not in METHODS_SEARCH or (p.search in ("hnsw", "ivf") and p.metric not in ("euclidean", "hamming")):
+        if p.search not in METHODS_SEARCH or (p.search in ("hnsw", "ivf") and p.metric not in ("euclidean", "hamming")) \
+                or (p.search == "qgram" and p.metric not in STRING_METRICS):
             raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
-                                "(approximate search: euclidean and hamming)")
+                                "(hnsw, ivf: euclidean and hamming; qgram: string metrics)")
         if not 0.0 <= p.recall_floor <= 1.0:
             raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
         if p.compose and p.pool > p.k:

@@ -47,6 +47,8 @@ def test_the_job_releases_its_recall_and_names_its_search_in_its_id():
         job_id_of(QUERY, {"s": POINTS}, 10, 1.0)
     with pytest.raises(LinkageError, match="no approximate search for metric 'edit'"):
         approx_topk("edit", np.array(["a"], dtype=object), np.array(["b"], dtype=object), 1, wide)
+    with pytest.raises(LinkageError, match="the qgram search is for strings, not metric 'euclidean'"):
+        approx_topk("euclidean", QUERY, POINTS, 1, Approx("qgram"))
     with pytest.raises(LinkageError, match="unknown search method 'lsh'"):
         Approx("lsh")
 
@@ -74,7 +76,8 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
     meta = run({"k": 20, "search": "ivf", "recall_floor": 1.0})  # 16 of 76 cells: some neighbours missed
     assert meta["state"] == "failed" and "under the recall floor 1.0" in meta["error"]
     for body, match in [({"search": "lsh"}, "search 'lsh' is not one of"), ({"recall_floor": 2}, "recall_floor must"),
-                        ({"metric": "edit", "search": "hnsw"}, "approximate search: euclidean and hamming")]:
+                        ({"metric": "edit", "search": "hnsw"}, "hnsw, ivf: euclidean and hamming"),
+                        ({"search": "qgram"}, "qgram: string metrics")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
 
@@ -85,6 +88,30 @@ def test_auto_searches_approximately_only_where_exact_is_slow():
     assert auto.resolve("hamming", 10**4, 10**4, 128).method == "exact"
     assert auto.resolve("euclidean", 10**7, 10**6, 2).method == "exact"  # the k-d tree at low dimension
     assert auto.resolve("euclidean", 10**6, 10**6, 64).method == "hnsw"
-    assert auto.resolve("edit", 10**6, 10**6, 1).method == "exact"
+    assert auto.resolve("qgram_cosine", 10**6, 10**6, 1).method == "exact"  # already an inverted index
     job = link(QUERY, {"s": POINTS}, k=10, tau=1.0, secret=SECRET, approx=auto)  # small: exact
     assert job.primary.links["s"].recall == 1.0
+
+
+def names(seed: int, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghij klmnop"))
+    base = np.array(["".join(rng.choice(letters, rng.integers(6, 16))) for _ in range(n)], dtype=object)
+    query = np.array([s[:-1] + "x" for s in base[rng.integers(0, n, m)]], dtype=object)
+    return query, base
+
+
+@pytest.mark.parametrize("metric", ["edit", "levenshtein_norm", "token_sort"])
+def test_strings_qgram_candidates_reranked_equal_exact_with_every_candidate(metric):
+    query, base = names(1, 150, 400)
+    exact_d, _ = topk(metric, query, base, 5)
+    got_d, _ = approx_topk(metric, query, base, 5, Approx("qgram", candidates=400))
+    np.testing.assert_allclose(got_d, exact_d, rtol=0, atol=1e-6)  # float32 in the exact brute force
+    recalls = []
+    for c in (8, 100):
+        few_d, _ = approx_topk(metric, query, base, 5, Approx("qgram", candidates=c))
+        assert (few_d >= exact_d - 1e-6).all()  # never closer than the truth
+        assert (few_d[:, 0] <= exact_d[:, 0] + 1e-6).mean() > 0.95  # each planted near-copy found
+        recalls.append(tie_aware_recall(metric, query, base, 5, few_d, np.arange(150)))
+    assert recalls[0] < recalls[1] <= 1.0, recalls  # the far neighbours of random strings need more candidates
+    assert Approx("auto").resolve(metric, 10**6, 10**6, 1).method == "qgram"
