@@ -254,9 +254,10 @@ def stop_all(dep: Deployment) -> int:
 
 
 def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: str = "independent",
-         n_rows: int = 0, timeout: float = 600.0) -> str:
+         n_rows: int = 0, timeout: float = 600.0, radius: float = 0.5, compose: bool = False) -> str:
     """Every party uploads its identifiers to the linkage service (over TLS), the primary starts
-    the job, and each party fetches only its own result into its own folder."""
+    the job (radius, compose: the noise's calibration, docs/privacy.md; the job's files carry
+    them), and each party fetches only its own result into its own folder."""
     from app.vfl.parties import metric_of
     from datasets import load_dataset
     from deploy.predict import save_primary_secret
@@ -273,7 +274,7 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
     with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
         c.upload(ds.primary.identifiers)
         c.upload_train_rows(ds.split.train)
-        c.start(metric_of(ds), k, tau, layout=layout)  # the service draws its own randomness
+        c.start(metric_of(ds), k, tau, layout=layout, radius=radius, compose=compose)  # the service's randomness
         st = c.wait(timeout=timeout)
         if st["state"] != "done":
             raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")
@@ -350,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--n-rows", type=int, default=0, help="as the run's n-rows")
     s.add_argument("--layout", choices=["independent", "chain"], default="independent")
+    s.add_argument("--radius", type=float, default=0.5, help="what tau bounds, identifier units (docs/privacy.md)")
+    s.add_argument("--compose", action="store_true", help="noise composed over each secondary record's links")
     s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
     s.add_argument("folder", type=Path)
     s.add_argument("--run-config", default="", help="extra run-config values, 'key=value key2=value2'")
@@ -368,7 +371,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"next: python -m deploy link {args.folder} --k K ; python -m deploy run {args.folder}")
     elif args.command == "link":
         dep = Deployment.load(args.folder)
-        print("linkage job", link(dep, k=args.k, tau=args.tau, seed=args.seed, layout=args.layout, n_rows=args.n_rows))
+        print("linkage job", link(dep, k=args.k, tau=args.tau, seed=args.seed, layout=args.layout, n_rows=args.n_rows,
+                                  radius=args.radius, compose=args.compose))
     elif args.command == "run":
         import tomllib
 
