@@ -70,7 +70,8 @@ class Approx:
         if self.method == "exact":
             return ""
         knobs = {"hnsw": (self.hnsw_m, self.ef_search, self.ef_construction), "ivf": (self.nlist, self.nprobe),
-                 "qgram": (self.candidates,)}.get(self.method, ())
+                 "qgram": (self.candidates,)}.get(self.method) or (self.hnsw_m, self.ef_search, self.ef_construction,
+                                                                    self.nlist, self.nprobe, self.candidates)
         return f"|{self.method}{knobs}"
 
     def __post_init__(self) -> None:
@@ -82,6 +83,13 @@ class Approx:
             raise LinkageError(f"approximate search parameters must be positive: {self}")
 
 
+def _nlist(n: int, approx: Approx) -> int:
+    """IVF cells: the given number (at most n), else about 4 sqrt(n), >= 39 points per cell."""
+    if approx.nlist > n:
+        raise LinkageError(f"nlist={approx.nlist} IVF cells for {n} secondary records: at most one cell per record")
+    return approx.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
+
+
 def _float_index(d: int, n: int, approx: Approx):
     import faiss
 
@@ -89,8 +97,7 @@ def _float_index(d: int, n: int, approx: Approx):
         index = faiss.IndexHNSWFlat(d, approx.hnsw_m)
         index.hnsw.efConstruction = approx.ef_construction
         return index
-    nlist = approx.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))  # faiss wants >= 39 points per cell
-    return faiss.IndexIVFFlat(faiss.IndexFlatL2(d), d, nlist)
+    return faiss.IndexIVFFlat(faiss.IndexFlatL2(d), d, _nlist(n, approx))
 
 
 def _binary_index(bits: int, n: int, approx: Approx):
@@ -98,15 +105,16 @@ def _binary_index(bits: int, n: int, approx: Approx):
 
     if approx.method == "hnsw":
         return faiss.IndexBinaryHNSW(bits, approx.hnsw_m)
-    nlist = approx.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
-    return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, nlist)
+    return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, _nlist(n, approx))
 
 
 def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
-    """Train (IVF), add, set the search width, search: (m, k) faiss distances and candidate rows
-    (-1 = none found)."""
+    """Train (IVF: on a seeded sample of 64 points per cell, as faiss's k-means would subsample),
+    add, set the search width, search: (m, k) faiss distances and candidate rows (-1 = none)."""
     if not index.is_trained:
-        index.train(data)
+        n_train = min(len(data), 64 * index.nlist)
+        rows = np.sort(np.random.default_rng(0).choice(len(data), n_train, replace=False))
+        index.train(np.ascontiguousarray(data[rows]))
     index.add(data)
     if approx.method == "hnsw":
         index.hnsw.efSearch = max(approx.ef_search, k)
@@ -116,9 +124,11 @@ def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) 
     return dist, cand.astype(np.int64)
 
 
-def _euclidean(q: np.ndarray, b: np.ndarray, cand: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
-    """(m, k) float64 distances of q (m, d) to its candidates b[cand], chunked: memory O(chunk k d)."""
+def _euclidean(q: np.ndarray, b: np.ndarray, cand: np.ndarray, budget: int = 1 << 27) -> np.ndarray:
+    """(m, k) float64 distances of q (m, d) to its candidates b[cand], in row chunks of at most
+    ``budget`` bytes of differences."""
     out = np.empty(cand.shape)
+    chunk = max(1, budget // (8 * cand.shape[1] * q.shape[1]))
     for lo in range(0, len(q), chunk):
         c = cand[lo:lo + chunk]
         out[lo:lo + chunk] = np.linalg.norm(q[lo:lo + chunk, None, :] - b[np.maximum(c, 0)], axis=2)
@@ -156,39 +166,65 @@ def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.nd
 def _qgram_rerank(metric: str, query, base, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     """Strings: the c nearest by q-gram cosine (linkage.qgram's inverted index: work along
     posting lists, not m x n) as candidates, each scored by the job's metric, the K best kept."""
-    from rapidfuzz import process
-    from rapidfuzz.distance import Levenshtein
-
     from linkage.contracts import STRING_METRICS
-    from linkage.scorers import _RAPIDFUZZ, PAD, QGRAM, joined, sort_tokens
     from linkage.qgram import topk_cosine
+    from linkage.scorers import PAD, QGRAM, joined, sort_tokens
 
     if metric not in STRING_METRICS:
         raise LinkageError(f"the qgram search is for strings, not metric {metric!r}")
     q, b = joined(query), joined(base)
+    if metric == "qgram_cosine":  # its exact search is the inverted index itself
+        return topk_cosine(q, b, k, q=QGRAM, pad=PAD)
     c = min(max(c, k), len(b))
     _, cand = topk_cosine(q, b, c, q=QGRAM, pad=PAD)  # (m, c)
-    if metric == "qgram_cosine":
-        return topk_cosine(q, b, k, q=QGRAM, pad=PAD)
     if metric == "token_sort":
         q, b = [sort_tokens(x) for x in q], [sort_tokens(x) for x in b]
+    q_arr, b_arr = np.array(q, dtype=object), np.array(b, dtype=object)
+    dist, idx = np.empty((len(q), k)), np.empty((len(q), k), np.int64)
+    for lo in range(0, len(q), 1 << 14):  # row chunks: O(chunk c) pairs at once
+        cc = cand[lo:lo + (1 << 14)]
+        d = string_distances(metric, np.repeat(q_arr[lo:lo + len(cc)], c), b_arr[cc.ravel()]).reshape(cc.shape)
+        order = np.lexsort((cc, d), axis=1)[:, :k]
+        dist[lo:lo + len(cc)], idx[lo:lo + len(cc)] = np.take_along_axis(d, order, 1), np.take_along_axis(cc, order, 1)
+    return dist, idx
+
+
+def string_distances(metric: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(L,) the metric's distance of each pair (a_i, b_i) of joined (token_sort: sorted) strings,
+    in the exact search's precision (float32 for the normalised scorers), as float64."""
+    from rapidfuzz import process
+    from rapidfuzz.distance import Levenshtein
+
+    from linkage.scorers import _RAPIDFUZZ
+
     scorer = Levenshtein.distance if metric == "edit" else _RAPIDFUZZ[metric]
-    b_arr = np.array(b, dtype=object)
-    dist = process.cpdist(np.repeat(np.array(q, dtype=object), c), b_arr[cand.ravel()], scorer=scorer,
-                          dtype=np.float64, workers=-1).reshape(cand.shape)  # (m, c)
-    order = np.lexsort((cand, dist), axis=1)[:, :k]
-    return np.take_along_axis(dist, order, 1), np.take_along_axis(cand, order, 1)
+    dtype = np.float64 if metric == "edit" else np.float32  # as linkage.scorers / linkage.strings return them
+    return process.cpdist(a, b, scorer=scorer, dtype=dtype, workers=-1).astype(np.float64)
 
 
 def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: np.ndarray) -> float:
     """Share of the returned neighbours of records ``rows`` (s,) whose distance dist (m, K) is
-    at most the exact K-th distance of their record (exact search on those records only)."""
+    at most the exact K-th distance of their record: the exact search on those records only,
+    its K neighbours' distances recomputed as the approximate path computes them (float64 norms;
+    the string scorers' own precision), so two arithmetics never tell equal neighbours apart."""
     from linkage.pipeline import topk
 
     rows = np.asarray(rows, np.int64)
-    exact = topk(metric, np.asarray(query)[rows], base, k)[0]  # (s, K) exact distances, ascending
-    kth = exact[:, -1:]  # (s, 1)
-    tol = 1e-9 * np.maximum(np.abs(kth), 1.0)  # float64 recomputation vs the exact path's arithmetic
+    q = np.asarray(query)[rows]
+    exact_d, exact_i = topk(metric, q, base, k)  # (s, K)
+    if metric == "euclidean":
+        exact_d = _euclidean(np.asarray(q, np.float64), np.asarray(base, np.float64), exact_i)
+    elif metric not in ("hamming", "qgram_cosine", "edit"):
+        from linkage.scorers import joined, sort_tokens
+
+        a, b = joined(q), joined(base)
+        if metric == "token_sort":
+            a, b = [sort_tokens(x) for x in a], [sort_tokens(x) for x in b]
+        b_arr = np.array(b, dtype=object)
+        exact_d = string_distances(metric, np.repeat(np.array(a, dtype=object), k),
+                                   b_arr[exact_i.ravel()]).reshape(exact_i.shape)
+    kth = exact_d.max(axis=1, keepdims=True)  # (s, 1)
+    tol = 1e-12 * np.maximum(np.abs(kth), 1.0)
     return float((dist[rows] <= kth + tol).mean())
 
 

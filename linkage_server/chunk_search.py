@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from linkage.contracts import LinkageError
 from linkage.pipeline import search
 from linkage.store import npz_bytes, write_atomic
 
@@ -78,6 +79,13 @@ def _on_ray(cache: Path, query, base, metric: str, k: int, party: str, todo: lis
             running[task.remote(query[lo:hi], base_ref, metric, k, party)] = (lo, hi)
         done, _ = ray.wait(list(running), num_returns=1)
         lo, hi = running.pop(done[0])
-        dist, idx = ray.get(done[0])
+        try:
+            dist, idx = ray.get(done[0])
+        except ray.exceptions.RayError as e:  # the task failed, or its worker died RETRIES + 1 times
+            for ref in running:
+                ray.cancel(ref)
+            cause = getattr(e, "cause", None)
+            raise LinkageError(f"party {party!r}: search chunk {lo}-{hi} failed on Ray: "
+                               f"{type(cause or e).__name__}: {str(cause or e).splitlines()[0]}") from None
         write_atomic(_chunk_file(cache, lo, hi), npz_bytes(dist=dist, idx=idx))
         tick()

@@ -340,9 +340,13 @@ class JobStore:
         or one approximate index over the party (linkage.approx), its recall measured."""
         check_identifiers(query[:1], base, params.k, party, params.metric)
         pool = min(max(params.pool, params.k), len(base))
-        if params.search != "exact":
-            return approximate_search(*check_identifiers(query, base, params.k, party, params.metric), params.metric,
-                                      pool, party, params.approx())
+        approx = params.approx().resolve(params.metric, len(query), len(base), base.shape[-1] if base.ndim > 1 else 1)
+        if approx.method != "exact":
+            found = approximate_search(*check_identifiers(query, base, params.k, party, params.metric),
+                                       params.metric, pool, party, approx)
+            for _ in chunks:  # the job's progress counts chunks; one index searched them all
+                tick()
+            return found
         key = cache_key(upload_digest(meta, folder, meta["primary"]), upload_digest(meta, folder, party),
                         params.metric, pool)
         return chunked_search(fresh_cache(folder / "work" / party, key), query, base, params.metric, pool, party,

@@ -68,6 +68,8 @@ class JobParams:
                 or (p.search == "qgram" and p.metric not in STRING_METRICS):
             raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
                                 "(hnsw, ivf: euclidean and hamming; qgram: string metrics)")
+        if p.search not in ("exact", "auto") and p.layout == "chain":
+            raise JobError(422, f"search {p.search!r} is for independently linked secondaries; a chain searches exactly")
         if not 0.0 <= p.recall_floor <= 1.0:
             raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
         if p.compose and p.pool > p.k:

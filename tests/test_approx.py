@@ -29,6 +29,21 @@ def test_at_full_recall_settings_approximate_equals_exact(metric, query, base, a
     assert (np.diff(got_d, axis=1) >= 0).all() and got_i.dtype == np.int64
 
 
+def test_the_exact_answer_has_recall_1_in_either_arithmetic():
+    """Points 1000 from the origin and 0.01 apart: the exact path's expanded |q|^2 - 2 q.b + |b|^2
+    and the approximate path's direct norm differ in the last digits. The exact neighbours,
+    measured as the approximate path measures them, must score recall 1 (0.95 before)."""
+    from linkage.approx import _euclidean
+
+    rng = np.random.default_rng(3)
+    centres = rng.uniform(-1000, 1000, (100, 16))
+    base = centres[rng.integers(0, 100, 3000)] + rng.normal(0, 0.01, (3000, 16))
+    query = base[:500] + rng.normal(0, 0.01, (500, 16))
+    _, idx = topk("euclidean", query, base, 10)
+    direct = np.sort(_euclidean(query, base, idx), axis=1)
+    assert tie_aware_recall("euclidean", query, base, 10, direct, np.arange(500)) == 1.0
+
+
 def test_a_narrow_search_loses_recall_and_the_floor_refuses_it():
     narrow = Approx("ivf", nlist=64, nprobe=1, recall_floor=0.99)
     dist, _ = approx_topk("euclidean", QUERY, POINTS, 20, narrow)
@@ -73,11 +88,15 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
     assert meta["state"] == "done", meta["error"]
     released = read_primary(tmp_path / "jobs" / meta["job"] / "results" / "primary.npz")
     assert 0.9 <= released.links["s"].recall <= 1.0
+    assert meta["progress"]["done"] == meta["progress"]["total"] > 0  # one index, every chunk counted
     meta = run({"k": 20, "search": "ivf", "recall_floor": 1.0})  # 16 of 76 cells: some neighbours missed
     assert meta["state"] == "failed" and "under the recall floor 1.0" in meta["error"]
+    meta = run({"k": 10, "search": "auto"})  # small: auto searches exactly, by resumable chunks
+    assert meta["state"] == "done" and list((tmp_path / "jobs" / meta["job"] / "work").glob("s/*/*.npz"))
     for body, match in [({"search": "lsh"}, "search 'lsh' is not one of"), ({"recall_floor": 2}, "recall_floor must"),
                         ({"metric": "edit", "search": "hnsw"}, "hnsw, ivf: euclidean and hamming"),
-                        ({"search": "qgram"}, "qgram: string metrics")]:
+                        ({"search": "qgram"}, "qgram: string metrics"),
+                        ({"search": "hnsw", "layout": "chain"}, "a chain searches exactly")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
 
@@ -101,12 +120,14 @@ def names(seed: int, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return query, base
 
 
-@pytest.mark.parametrize("metric", ["edit", "levenshtein_norm", "token_sort"])
+@pytest.mark.parametrize("metric", ["edit", "levenshtein_norm", "jaro_winkler", "token_sort"])
 def test_strings_qgram_candidates_reranked_equal_exact_with_every_candidate(metric):
     query, base = names(1, 150, 400)
     exact_d, _ = topk(metric, query, base, 5)
     got_d, _ = approx_topk(metric, query, base, 5, Approx("qgram", candidates=400))
     np.testing.assert_allclose(got_d, exact_d, rtol=0, atol=1e-6)  # float32 in the exact brute force
+    # the recall compares like with like: exact answers are never counted as misses (0.87 before)
+    assert tie_aware_recall(metric, query, base, 5, got_d, np.arange(150)) == 1.0
     recalls = []
     for c in (8, 100):
         few_d, _ = approx_topk(metric, query, base, 5, Approx("qgram", candidates=c))
