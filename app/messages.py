@@ -102,20 +102,21 @@ def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", c
 
 def read_save(content: RecordDict) -> tuple[str, int] | None:
     """(run name, epoch) of a step that asks for a checkpoint, else None."""
-    meta = content.config_records["meta"]
-    expect_fields(meta, STEP_FIELDS, "train.step")
-    if "save_epoch" not in meta:
-        return None
-    return plain_name(meta["save_run"], "run name", "train.step"), int(meta["save_epoch"])
+    return _run_epoch(content, "save")
 
 
 def read_keep(content: RecordDict) -> tuple[str, int] | None:
     """(run name, epoch) of a step that asks the party to keep its state first, else None."""
+    return _run_epoch(content, "keep")
+
+
+def _run_epoch(content: RecordDict, prefix: str) -> tuple[str, int] | None:
+    """A step's optional (``<prefix>_run``, ``<prefix>_epoch``) request, checked."""
     meta = content.config_records["meta"]
     expect_fields(meta, STEP_FIELDS, "train.step")
-    if "keep_epoch" not in meta:
+    if f"{prefix}_epoch" not in meta:
         return None
-    return plain_name(meta["keep_run"], "run name", "train.step"), int(meta["keep_epoch"])
+    return plain_name(meta[f"{prefix}_run"], "run name", "train.step"), int(meta[f"{prefix}_epoch"])
 
 
 def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:

@@ -168,7 +168,7 @@ def _qgram_rerank(metric: str, query, base, k: int, c: int) -> tuple[np.ndarray,
     posting lists, not m x n) as candidates, each scored by the job's metric, the K best kept."""
     from linkage.contracts import STRING_METRICS
     from linkage.qgram import topk_cosine
-    from linkage.scorers import PAD, QGRAM, joined, sort_tokens
+    from linkage.scorers import PAD, QGRAM, joined
 
     if metric not in STRING_METRICS:
         raise LinkageError(f"the qgram search is for strings, not metric {metric!r}")
@@ -177,21 +177,28 @@ def _qgram_rerank(metric: str, query, base, k: int, c: int) -> tuple[np.ndarray,
         return topk_cosine(q, b, k, q=QGRAM, pad=PAD)
     c = min(max(c, k), len(b))
     _, cand = topk_cosine(q, b, c, q=QGRAM, pad=PAD)  # (m, c)
-    if metric == "token_sort":
-        q, b = [sort_tokens(x) for x in q], [sort_tokens(x) for x in b]
-    q_arr, b_arr = np.array(q, dtype=object), np.array(b, dtype=object)
+    q_arr, b_arr = scorer_input(metric, q), scorer_input(metric, b)
     dist, idx = np.empty((len(q), k)), np.empty((len(q), k), np.int64)
     for lo in range(0, len(q), 1 << 14):  # row chunks: O(chunk c) pairs at once
         cc = cand[lo:lo + (1 << 14)]
-        d = string_distances(metric, np.repeat(q_arr[lo:lo + len(cc)], c), b_arr[cc.ravel()]).reshape(cc.shape)
+        d = candidate_distances(metric, q_arr[lo:lo + len(cc)], b_arr, cc)
         order = np.lexsort((cc, d), axis=1)[:, :k]
         dist[lo:lo + len(cc)], idx[lo:lo + len(cc)] = np.take_along_axis(d, order, 1), np.take_along_axis(cc, order, 1)
     return dist, idx
 
 
-def string_distances(metric: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(L,) the metric's distance of each pair (a_i, b_i) of joined (token_sort: sorted) strings,
-    in the exact search's precision (float32 for the normalised scorers), as float64."""
+def scorer_input(metric: str, strings: list[str]) -> np.ndarray:
+    """(n,) object array of joined strings as the metric's scorer compares them (token_sort:
+    each string's words sorted, as linkage.scorers does)."""
+    from linkage.scorers import sort_tokens
+
+    return np.array([sort_tokens(x) for x in strings] if metric == "token_sort" else strings, dtype=object)
+
+
+def candidate_distances(metric: str, q: np.ndarray, b: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """(r, c) the metric's distance of each query string q (r,) to its candidates b[cand] (cand
+    (r, c)), both from :func:`scorer_input`, in the exact search's precision (float32 for the
+    normalised scorers), as float64."""
     from rapidfuzz import process
     from rapidfuzz.distance import Levenshtein
 
@@ -199,7 +206,8 @@ def string_distances(metric: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     scorer = Levenshtein.distance if metric == "edit" else _RAPIDFUZZ[metric]
     dtype = np.float64 if metric == "edit" else np.float32  # as linkage.scorers / linkage.strings return them
-    return process.cpdist(a, b, scorer=scorer, dtype=dtype, workers=-1).astype(np.float64)
+    pairs = process.cpdist(np.repeat(q, cand.shape[1]), b[cand.ravel()], scorer=scorer, dtype=dtype, workers=-1)
+    return pairs.astype(np.float64).reshape(cand.shape)
 
 
 def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: np.ndarray) -> float:
@@ -215,14 +223,10 @@ def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: n
     if metric == "euclidean":
         exact_d = _euclidean(np.asarray(q, np.float64), np.asarray(base, np.float64), exact_i)
     elif metric not in ("hamming", "qgram_cosine", "edit"):
-        from linkage.scorers import joined, sort_tokens
+        from linkage.scorers import joined
 
-        a, b = joined(q), joined(base)
-        if metric == "token_sort":
-            a, b = [sort_tokens(x) for x in a], [sort_tokens(x) for x in b]
-        b_arr = np.array(b, dtype=object)
-        exact_d = string_distances(metric, np.repeat(np.array(a, dtype=object), k),
-                                   b_arr[exact_i.ravel()]).reshape(exact_i.shape)
+        exact_d = candidate_distances(metric, scorer_input(metric, joined(q)), scorer_input(metric, joined(base)),
+                                      exact_i)
     kth = exact_d.max(axis=1, keepdims=True)  # (s, 1)
     tol = 1e-12 * np.maximum(np.abs(kth), 1.0)
     return float((dist[rows] <= kth + tol).mean())
