@@ -98,6 +98,7 @@ PAPER_METHOD_HPARAMS: dict[tuple[str, str], dict] = {
 HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
+TRANSPORTS = ("flower", "direct")  # how a run's steps travel (app/vfl/direct.py)
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.model.VARIANTS
 LAYOUTS = ("independent", "chain")
 ENCODINGS = ("raw", "bloom")
@@ -132,6 +133,7 @@ class RunConfig:
     seed: int = 0
     steps_per_exchange: int = 8
     pipeline: bool = False  # request the next window's embeddings before computing this one (strategies/vfl/protocol.py)
+    transport: str = "flower"  # "direct": the steps go over each party worker's own link (app/vfl/worker.py)
     device: str = "auto"
     dtype: str = "float32"
     n_rows: int = 0
@@ -214,6 +216,9 @@ class RunConfig:
              "run-config 'resume' is not supported with mode='entity-aug' (it does not checkpoint)")
         need(not (self.layout == "chain" and self.method in ("exact", "combine")),
              f"run-config layout='chain' does not apply to method {self.method!r} (its linkage is per party)")
+        need(self.transport in TRANSPORTS, f"run-config 'transport' must be one of {TRANSPORTS}, got {self.transport!r}")
+        need(self.transport == "flower" or self.mode == "vfl",
+             f"run-config transport='direct' carries FedSim's steps (mode 'vfl'), not mode {self.mode!r}")
         need(self.node_timeout > 0, f"run-config 'node-timeout' must be > 0, got {self.node_timeout}")
         need(self.mode in MODES, f"run-config 'mode' must be one of {MODES}, got {self.mode!r}")
         need(0.0 < self.overlap <= 1.0, f"run-config 'overlap' must be in (0, 1], got {self.overlap}")

@@ -34,10 +34,10 @@ from deploy.processes import Proc, _alive, _wait_port, stop
 
 CONNECTION = "fedsim-deploy"
 PRIMARY = "primary"
-# Steps per exchange of a deployed run unless the run config says otherwise: a deployed
-# exchange costs about 6-8 s (docs/benchmarks.md "Deployment"), so windows are long; chosen
-# from the accuracy-vs-S and epoch-time measurements there.
-DEPLOY_S = 128
+# A deployed run unless its run config says otherwise: exact split learning (S = 1) over the
+# direct transport, each party worker's encrypted link (a Flower exchange costs 6-8 s, the link
+# milliseconds: docs/deployment.md "Direct transport", docs/benchmarks.md "Deployment").
+DEPLOY_S, DEPLOY_TRANSPORT = 1, "direct"
 
 
 @dataclass
@@ -300,7 +300,7 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
         raise SystemExit(f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
                          f"re-link with `python -m deploy link` for other values")
     return {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
-            "steps-per-exchange": DEPLOY_S,
+            "steps-per-exchange": DEPLOY_S, "transport": DEPLOY_TRANSPORT,
             **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **dep.link_params, **run_config}
 
 

@@ -4,6 +4,7 @@ Each run starts its own local SuperLink (own FLWR_HOME and ports) and stops it a
 """
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.slow
 RUNS = {
     # pipelined (window w + 1 requested before window w computes: overlapping Flower messages)
     "hdb-S3-pipelined": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=3, pipeline=True),
+    # exact split learning over the direct transport (each party's worker, its own encrypted link)
+    "hdb-S1-direct": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=1, transport="direct"),
 }
 
 
@@ -35,6 +38,10 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
     proc = simulate(flower_keys(values), tmp_path / "flwr-home", timeout=400)
     run_dir = tmp_path / "out" / name
     assert processes_mentioning(str(tmp_path / "flwr-home")) == []  # the SuperLink it started is gone
+    deadline = time.monotonic() + 20  # a direct transport's party workers end with the run's links
+    while processes_mentioning("app.vfl.worker") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning("app.vfl.worker") == []
     assert (run_dir / "summary.json").exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["exchange"]["bytes_down"] > 0
@@ -59,8 +66,6 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
 def test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics(tmp_path):
     """Kill the whole simulation (SuperLink, ServerApp, ClientApps) after epoch 0's checkpoint;
     `flwr run` with resume=true ends with the metrics of an uninterrupted run (S = 1)."""
-    import time
-
     from app.modes import run_experiment
     from deploy.localsim import start_simulation, stop_superlink
 

@@ -127,6 +127,9 @@ class FlowerChannel:
                                                       for p, t in tokens.items()})
         return {p: messages.read_embeddings(c, p, "query.embed_kept") for p, c in replies.items()}
 
+    def close(self) -> None:
+        """Nothing to release: the Flower connection is the ServerApp's."""
+
     def finish(self, folder: str) -> None:
         """Every party saves its final model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""

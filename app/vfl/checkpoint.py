@@ -131,7 +131,7 @@ def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
 
 # Run-config keys that may change between a run and its resumption (paths, patience, bookkeeping).
 MAY_CHANGE = ("epochs", "patience", "run_name", "out_dir", "data_dir", "linkage_dir", "resume", "checkpoint",
-              "node_timeout", "bench_floor", "eval_chunk")
+              "node_timeout", "bench_floor", "eval_chunk", "transport")
 
 
 def fixed_config(cfg) -> dict:

@@ -2,9 +2,16 @@
 registered in app/client_app.py as ``query.hello``, ``train.step``, ``query.keep``,
 ``query.finish``, ``query.restore`` and ``query.ping``; and for predict with the kept federation
 ``query.predict_hello`` and ``query.embed_kept``. The party lives in ``context.state`` between
-messages (app/vfl/secondary.py)."""
+messages (app/vfl/secondary.py).
+
+The training steps are content handlers, (RecordDict, Context) -> RecordDict, made ClientApp
+handlers by :func:`flower`; the direct transport's party worker (app/vfl/worker.py) answers the
+same ones (:data:`DIRECT`) over its own link, ``query.direct_open`` starts it."""
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
@@ -12,6 +19,7 @@ from app import messages, node
 from app.config import RunConfig
 from app.node import node_run_config
 from app.vfl.parties import simulation_party
+from app.vfl import worker
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 
 
@@ -22,26 +30,41 @@ def party_name(cfg: RunConfig, context: Context) -> str:
     return simulation_party(cfg, int(context.node_config["partition-id"]))
 
 
-def hello(msg: Message, context: Context) -> Message:
+def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
+    """A content handler as a ClientApp handler: its reply goes back through Flower."""
+    @functools.wraps(handler)
+    def on_message(msg: Message, context: Context) -> Message:
+        return Message(handler(msg.content, context), reply_to=msg)
+    return on_message
+
+
+def _hello(content: RecordDict, context: Context) -> RecordDict:
     """The primary names its linkage job; the party reads its own copy of it (app/node.py)."""
     cfg = node_run_config(context)
     name = party_name(cfg, context)
-    job_id = messages.read_named(msg.content, "hello", "query.hello", names=("job_id",))["job_id"]
+    job_id = messages.read_named(content, "hello", "query.hello", names=("job_id",))["job_id"]
     folder = node.linkage_dir(cfg, context, job_id)
     party = SecondaryParty(cfg, name, str(folder), str(context.node_config.get("cache-dir", "")))
     if party.job_id != job_id:
         raise MisalignedStep(f"party {name!r} holds linkage job {party.job_id!r} (in {folder}), but the primary's "
                              f"run uses {job_id!r}; fetch that job's result into this party's linkage folder")
     party.persist(context)
-    reply = ConfigRecord({"party": name, "rows": int(party.x.shape[0])})
-    return Message(RecordDict({"hello": reply}), reply_to=msg)
+    return RecordDict({"hello": ConfigRecord({"party": name, "rows": int(party.x.shape[0])})})
 
 
-def step(msg: Message, context: Context) -> Message:
+def direct_open(msg: Message, context: Context) -> Message:
+    """The direct transport: start this node's party worker with the run key the primary drew
+    for it (app/vfl/worker.py); the reply names the address it listens at."""
+    key = messages.read_named(msg.content, "direct", "query.direct_open", names=("key",))["key"]
+    address = worker.spawn(context, key, node_run_config(context).node_timeout)
+    return Message(RecordDict({"direct": ConfigRecord({"address": address})}), reply_to=msg)
+
+
+def _step(content: RecordDict, context: Context) -> RecordDict:
     cfg = node_run_config(context)
     party = SecondaryParty.restore(cfg, context)
-    blocks, tokens, meta = messages.read_step(msg.content)
-    save, keep_first = messages.read_save(msg.content), messages.read_keep(msg.content)
+    blocks, tokens, meta = messages.read_step(content)
+    save, keep_first = messages.read_save(content), messages.read_keep(content)
     party.check(meta, blocks, tokens)  # the cursor matches: the state to keep is the one asked for
     if keep_first is not None:  # the last evaluated epoch is the best so far: keep it before training on
         run, epoch = keep_first
@@ -54,21 +77,21 @@ def step(msg: Message, context: Context) -> Message:
         state = {"digest": digest, "applied": party.applied, "epoch": epoch}
     emb = party.embed(tokens)
     party.persist(context)
-    return Message(messages.embeddings_content(emb, state), reply_to=msg)
+    return messages.embeddings_content(emb, state)
 
 
-def keep(msg: Message, context: Context) -> Message:
+def _keep(content: RecordDict, context: Context) -> RecordDict:
     """The epoch just evaluated is the best so far: keep this state (the evaluation's) as the
     party's model for the run, in its own folder (app/node.py:model_dir). ``applied`` must match:
     the primary keeps what this party's evaluation embedded with, no later step."""
     cfg = node_run_config(context)
-    rec = messages.read_named(msg.content, "keep", "query.keep", names=("run",), ints=("epoch", "applied"))
+    rec = messages.read_named(content, "keep", "query.keep", names=("run",), ints=("epoch", "applied"))
     party = SecondaryParty.restore(cfg, context)
     if party.applied != rec["applied"]:
         raise MisalignedStep(f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
                              f"gradient blocks, but it has applied {party.applied}")
     party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg)
-    return Message(RecordDict(), reply_to=msg)
+    return RecordDict()
 
 
 def predict_hello(msg: Message, context: Context) -> Message:
@@ -91,23 +114,30 @@ def embed_kept(msg: Message, context: Context) -> Message:
     return Message(messages.embeddings_content(party.embed(tokens)), reply_to=msg)
 
 
-def finish(msg: Message, context: Context) -> Message:
+def _finish(content: RecordDict, context: Context) -> RecordDict:
     """The final model into the party's own folder for the run (app/node.py:model_dir)."""
     cfg = node_run_config(context)
-    run = messages.read_named(msg.content, "finish", "query.finish", names=("run",))["run"]
+    run = messages.read_named(content, "finish", "query.finish", names=("run",))["run"]
     party = SecondaryParty.restore(cfg, context)
     party.save(node.model_dir(cfg, context, run, party.party))
-    return Message(RecordDict(), reply_to=msg)
+    return RecordDict()
 
 
-def restore(msg: Message, context: Context) -> Message:
+def _restore(content: RecordDict, context: Context) -> RecordDict:
     cfg = node_run_config(context)
-    rec = messages.read_named(msg.content, "state", "query.restore", names=("run",), ints=("epoch",))
+    rec = messages.read_named(content, "state", "query.restore", names=("run",), ints=("epoch",))
     party = SecondaryParty.restore(cfg, context)
     digest = party.load_checkpoint(node.checkpoint_dir(cfg, context, rec["run"], party.party), rec["epoch"])
     party.persist(context)
-    return Message(RecordDict({"state": ConfigRecord({"digest": digest, "applied": party.applied})}), reply_to=msg)
+    return RecordDict({"state": ConfigRecord({"digest": digest, "applied": party.applied})})
 
 
-def ping(msg: Message, context: Context) -> Message:
-    return Message(RecordDict(), reply_to=msg)
+def _ping(content: RecordDict, context: Context) -> RecordDict:
+    return RecordDict()
+
+
+hello, step, keep, finish, restore, ping = map(flower, (_hello, _step, _keep, _finish, _restore, _ping))
+
+# what the party worker answers over the direct link: the same handlers, its own context
+DIRECT = {"query.hello": _hello, "train.step": _step, "query.keep": _keep, "query.finish": _finish,
+          "query.restore": _restore, "query.ping": _ping}

@@ -175,6 +175,11 @@ class SecondaryParty:
 
     @classmethod
     def restore(cls, cfg: RunConfig, context: Context) -> "SecondaryParty":
+        """The party as the last message left it: a direct transport's worker holds it in memory
+        (app/vfl/worker.py:LiveContext); a ClientApp process rebuilds it from ``context.state``."""
+        live = getattr(context, "live_party", None)
+        if live is not None:
+            return live
         meta = context.state.config_records.get("party")
         if meta is None:
             raise RuntimeError("this node has not been introduced: the primary must send query.hello first")
@@ -187,6 +192,9 @@ class SecondaryParty:
         return party
 
     def persist(self, context: Context) -> None:
+        if hasattr(context, "live_party"):  # the worker outlives the message: nothing to copy
+            context.live_party = self
+            return
         context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir,
                                                               "cache_dir": self.cache_dir, "applied": self.applied})
         context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})

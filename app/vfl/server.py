@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -18,6 +19,7 @@ from app.run_record import RunRecord, Seconds, constant_predictor, hyperparamete
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
+from app.vfl.direct import DirectChannel
 from app.kept import KEPT
 from app.vfl.kept import Keeper
 from app.vfl.parties import build_strategy, job_privacy, linkage_job, train_plan
@@ -55,7 +57,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
 def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunStatus) -> dict:
     t_start = time.perf_counter()
     settings, hyper = cfg.resolve(), cfg.hyperparameters()
-    with RunRecord(out, "flower") as record:
+    with RunRecord(out, "flower") as record, contextlib.ExitStack() as links:
         if not cfg.resume:  # a resumed run writes nothing before its checkpoint is accepted
             record.write_config(cfg, settings, hyper)
             record.start_progress(settings.epochs)
@@ -63,6 +65,8 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
         log_hyperparameters("[primary]", hyper)
         ds, seconds = _load(cfg)
         linkage, channel, seconds.linkage, privacy = _connect(grid, ds, cfg, settings)
+        if channel is not None:
+            links.callback(channel.close)  # a direct transport's links close with the run, however it ends
         floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
         if floor:
             log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
@@ -166,6 +170,9 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
     nodes = handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout)
     log(INFO, "[primary] parties: %s", nodes)
     channel = FlowerChannel(grid, nodes, cfg.node_timeout, linkage.job_id)
+    if cfg.transport == "direct":
+        channel = DirectChannel.open(channel)
+        log(INFO, "[primary] direct links to the party workers: %s", sorted(channel.links))
     return linkage, channel, link_seconds, job_privacy(folder, linkage, "[primary]")
 
 

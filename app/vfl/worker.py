@@ -1,0 +1,179 @@
+"""A secondary's party worker for the direct transport (run config ``transport = "direct"``):
+one long-lived process per run that holds the party in memory and answers the primary's steps
+over an encrypted, authenticated link (app/secure_link.py), with the ClientApp's own handlers
+(app/vfl/client.py:DIRECT). A deployed Flower exchange costs seconds (a fresh ClientApp process
+per message, the SuperNode's 3 s idle poll); this link costs milliseconds, so exact split
+learning (S = 1) runs at the simulation's speed (docs/deployment.md "Direct transport").
+
+The ClientApp starts it on ``query.direct_open`` (:func:`spawn`), handing it the node's own
+config, the run config and the run key through a pipe. It listens where the node config says
+(``direct-listen``, default 127.0.0.1 on a free port) and tells the primary the address of
+``direct-address`` (default: the listening one). It serves one authenticated connection and
+exits when the primary closes it, or when nobody authenticates within ``node-timeout``.
+
+    python -m app.vfl.worker   (config as JSON on standard input; started by spawn only)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from flwr.app import Context, RecordDict
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+from app.secure_link import LinkClosed, LinkError, SecureLink
+
+APP_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the app's packages (the FAB's root)
+START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded machine)
+
+
+class LiveContext(Context):
+    """The worker's context: the party stays in memory between messages (SecondaryParty.restore
+    and persist use ``live_party``), where a ClientApp process rebuilds it from ``state``."""
+
+    live_party: object = None
+
+
+def encode(content: RecordDict) -> bytes:
+    return recorddict_to_proto(content).SerializeToString()
+
+
+def decode(body: bytes) -> RecordDict:
+    proto = ProtoRecordDict()
+    proto.ParseFromString(body)
+    return recorddict_from_proto(proto)
+
+
+def _split(address: str, what: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"node config {what} must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def spawn(context: Context, key: str, timeout: float) -> str:
+    """Start this node's party worker for the run; returns the address the primary connects to.
+    The worker exits unless the primary authenticates within ``timeout`` seconds."""
+    listen = str(context.node_config.get("direct-listen", "127.0.0.1:0"))
+    host, _ = _split(listen, "'direct-listen'")
+    advertise = str(context.node_config.get("direct-address", ""))
+    if not advertise and host in ("0.0.0.0", "::", ""):
+        raise ValueError(f"node config 'direct-listen' = {listen!r} listens on every interface: set "
+                         "'direct-address' to the HOST:PORT the primary reaches this worker at")
+    spec = {"node_config": dict(context.node_config), "run_config": dict(context.run_config), "key": key,
+            "listen": listen, "timeout": timeout, "node": _started(os.getppid())}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APP_ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "app.vfl.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            cwd=APP_ROOT, env=env, start_new_session=True)  # outlives this ClientApp process
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
+    line = proc.stdout.readline().decode().strip() if ready else ""
+    proc.stdout.close()
+    if not line.startswith("ready "):
+        proc.kill()
+        raise RuntimeError(f"the party worker did not start within {START_TIMEOUT} s (exit status {proc.wait()}); "
+                           "its error is in this node's log")
+    return advertise or line.split()[1]
+
+
+def _started(pid: int) -> list:
+    """(pid, start time) of a process: the SuperNode (or simulation) that ran this ClientApp."""
+    try:
+        return [pid, Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]]
+    except OSError:
+        return [pid, ""]
+
+
+def _watch(node: list) -> None:
+    """Exit with the node that started this worker: a stopped SuperNode takes its party out of
+    the run (the primary's next step fails naming it), as through Flower."""
+    while True:
+        time.sleep(0.5)
+        if _started(node[0]) != node:
+            print(f"[party worker] the process that started it ({node[0]}) is gone: exiting", file=sys.stderr,
+                  flush=True)
+            os._exit(3)
+
+
+def _listen(address: str) -> socket.socket:
+    host, port = _split(address, "'direct-listen'")
+    server = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    server.listen(4)
+    return server
+
+
+def _authenticated(server: socket.socket, key: str, timeout: float) -> SecureLink:
+    """The first connection that proves it holds the run key; others are dropped."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        server.settimeout(left)
+        try:
+            conn, peer = server.accept()
+        except socket.timeout:
+            break
+        conn.settimeout(min(left, 30.0))
+        try:
+            link = SecureLink.accept(conn, key)
+        except (LinkError, OSError) as e:
+            print(f"[party worker] refused a connection from {peer}: {e}", file=sys.stderr, flush=True)
+            conn.close()
+            continue
+        conn.settimeout(None)
+        return link
+    raise TimeoutError(f"no primary authenticated within {timeout} s")
+
+
+def serve(link: SecureLink, context: Context, handlers: dict) -> None:
+    """Answer requests in order until the primary closes the link. A handler's error goes back
+    as the reply (the primary fails the run naming it), as a ClientApp's does through Flower."""
+    while True:
+        try:
+            kind, seq, message_type, body = link.recv()
+        except LinkClosed:
+            return  # the primary is done (or gone)
+        handler = handlers.get(message_type) if kind == b"Q" else None
+        try:
+            if handler is None:
+                raise ValueError(f"unexpected message {kind!r} {message_type!r} on the direct link")
+            link.send(b"R", seq, message_type, encode(handler(decode(body), context)))
+        except Exception as e:  # noqa: BLE001 - every failure goes back to the primary by name
+            traceback.print_exc(file=sys.stderr)
+            link.send(b"E", seq, message_type, f"{type(e).__name__}: {e}".encode())
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.read())
+    server = _listen(spec["listen"])
+    host, port = server.getsockname()[:2]
+    print(f"ready {host}:{port}", flush=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the pipe's reader is gone: stdout goes to the log
+    threading.Thread(target=_watch, args=(spec["node"],), daemon=True).start()
+    print(f"[party worker] pid {os.getpid()} at {host}:{port}, for node process {spec['node'][0]}", file=sys.stderr,
+          flush=True)
+    from app.vfl.client import DIRECT  # torch and the party's code, while the primary connects
+    try:
+        link = _authenticated(server, spec["key"], float(spec["timeout"]))
+    finally:
+        server.close()
+    context = LiveContext(run_id=0, node_id=0, node_config=spec["node_config"], state=RecordDict(),
+                          run_config=spec["run_config"])
+    try:
+        serve(link, context, DIRECT)
+    finally:
+        link.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""The direct transport (run config transport = "direct"): the encrypted, mutually authenticated
+link (app/secure_link.py) and the party worker behind it (app/vfl/worker.py). The run through
+`flwr run` equals the one-process twin: tests/test_flower_run.py "hdb-S1-direct"; through a TLS
+deployment: tests/test_deploy.py."""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from flwr.app import ConfigRecord, Context, RecordDict
+
+from app import secure_link
+from app.secure_link import LinkClosed, LinkError, SecureLink, new_key
+from app.transport import PartyError
+from app.vfl.channel import FlowerChannel
+from app.vfl.direct import DirectChannel
+from app.vfl.worker import decode, encode, spawn
+from deploy.localsim import _processes
+
+
+def _workers() -> list[int]:
+    """The party workers this test process started (their parent until they exit)."""
+    return [pid for pid, ppid, _, args in _processes() if "app.vfl.worker" in args and ppid == os.getpid()]
+
+
+def _ended(timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _workers() == []
+
+
+def _pair(primary_key: str, worker_key: str) -> tuple[SecureLink, SecureLink]:
+    """Both ends of a link over a loopback socket; raises what either end raised."""
+    server = socket.create_server(("127.0.0.1", 0))
+    out: dict = {}
+
+    def accept() -> None:
+        conn, _ = server.accept()
+        try:
+            out["worker"] = SecureLink.accept(conn, worker_key)
+        except Exception as e:  # noqa: BLE001
+            out["error"] = e
+            conn.close()
+
+    t = threading.Thread(target=accept)
+    t.start()
+    try:
+        primary = SecureLink.connect(f"127.0.0.1:{server.getsockname()[1]}", primary_key, 10)
+    except LinkError:
+        primary = None  # the worker refused first: its reason is the one to see
+    t.join(10)
+    server.close()
+    if "error" in out:
+        raise out["error"]
+    return primary, out["worker"]
+
+
+def test_a_message_crosses_the_link_in_frames_both_ways(monkeypatch):
+    monkeypatch.setattr(secure_link, "CHUNK", 1000)  # a message of many frames
+    primary, worker = _pair(key := new_key(), key)
+    body = bytes(range(256)) * 40
+    primary.send(b"Q", 7, "train.step", body)
+    assert worker.recv() == (b"Q", 7, "train.step", body)
+    worker.send(b"R", 7, "train.step", b"")
+    assert primary.recv() == (b"R", 7, "train.step", b"")
+    primary.close()
+    with pytest.raises(LinkClosed):  # between two messages: the primary is done
+        worker.recv()
+
+
+def test_a_peer_without_the_run_key_is_refused_both_ways():
+    with pytest.raises(LinkError, match="did not prove it holds this run's key"):
+        _pair(new_key(), new_key())  # the worker refuses a primary with another key
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def impostor() -> None:  # a worker that cannot prove the key: the primary refuses it
+        conn, _ = server.accept()
+        conn.sendall(b"\0" * 32)
+        conn.recv(64)
+        conn.sendall(b"\1" * 32)
+        time.sleep(0.5)
+        conn.close()
+
+    t = threading.Thread(target=impostor)
+    t.start()
+    with pytest.raises(LinkError, match="the worker did not prove"):
+        SecureLink.connect(f"127.0.0.1:{server.getsockname()[1]}", new_key(), 10)
+    t.join(10)
+    server.close()
+
+
+def _raw_frame(link: SecureLink, body: bytes) -> bytes:
+    """What ``link`` puts on the wire for one message, captured."""
+    sent = []
+    real = link.sock
+    link.sock = type("Capture", (), {"sendall": lambda self, b: sent.append(b)})()
+    link.send(b"Q", 1, "query.ping", body)
+    link.sock = real
+    return b"".join(sent)
+
+
+def test_an_altered_or_replayed_frame_does_not_decrypt():
+    primary, worker = _pair(key := new_key(), key)
+    frame = bytearray(_raw_frame(primary, b"gradients"))
+    frame[-1] ^= 1  # one bit flipped on the wire
+    primary.sock.sendall(bytes(frame))
+    with pytest.raises(LinkError, match="does not decrypt"):
+        worker.recv()
+    primary, worker = _pair(key, key)
+    frame = _raw_frame(primary, b"gradients")
+    primary.sock.sendall(frame)
+    assert worker.recv()[3] == b"gradients"
+    primary.sock.sendall(frame)  # the same frame again: its nonce is spent
+    with pytest.raises(LinkError, match="does not decrypt"):
+        worker.recv()
+
+
+def _context(**node_config) -> Context:
+    return Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={})
+
+
+def test_the_party_worker_answers_only_the_primary_with_its_key_and_ends_with_the_link():
+    key = new_key()
+    address = spawn(_context(), key, timeout=30)
+    with pytest.raises(LinkError):  # someone without the key: dropped, the worker waits on
+        SecureLink.connect(address, new_key(), 10)
+    link = SecureLink.connect(address, key, 10)
+    channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 10.0, "job"), {"bank": link})
+    assert channel._exchange("query.ping", {"bank": RecordDict()})["bank"].config_records == {}
+    with pytest.raises(PartyError, match="party 'bank' failed on query.keep: .*lacks"):
+        channel._exchange("query.keep", {"bank": RecordDict({"keep": ConfigRecord({"run": "r"})})})
+    with pytest.raises(PartyError, match="party 'bank' failed on query.hello"):  # no such dataset here
+        channel._exchange("query.hello", {"bank": RecordDict({"hello": ConfigRecord({"job_id": "j"})})})
+    assert channel.traffic.exchanges == 1
+    channel.close()
+    assert _ended()
+
+
+def test_a_worker_that_dies_fails_the_run_naming_its_party():
+    key = new_key()
+    link = SecureLink.connect(spawn(_context(), key, timeout=30), key, 10)
+    channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 10.0, "job"), {"bank": link})
+    (pid,) = _workers()
+    os.kill(pid, signal.SIGKILL)
+    assert _ended()
+    with pytest.raises(PartyError, match="party 'bank': the direct link failed on query.ping"):
+        channel._exchange("query.ping", {"bank": RecordDict()})
+    channel.close()
+
+
+def test_the_worker_listens_where_its_own_node_config_says():
+    with pytest.raises(ValueError, match="'direct-address'"):  # every interface, no address to give the primary
+        spawn(_context(**{"direct-listen": "0.0.0.0:0"}), new_key(), timeout=30)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        spawn(_context(**{"direct-listen": "nowhere"}), new_key(), timeout=30)
+    assert spawn(_context(**{"direct-address": "bank.example.org:9301"}), new_key(), 2) == "bank.example.org:9301"
+    assert _ended()  # nobody authenticated within its timeout: it exited
+
+def test_content_survives_the_wire_format():
+    content = RecordDict({"hello": ConfigRecord({"job_id": "abc", "n": 3})})
+    assert decode(encode(content)).config_records["hello"]["job_id"] == "abc"
+
+
+NODE = """
+import subprocess, sys, time
+subprocess.run([sys.executable, "-c", '''
+import sys
+from flwr.app import Context, RecordDict
+from app.vfl.worker import spawn
+print(spawn(Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}), sys.argv[1], 60), flush=True)
+''', sys.argv[1]])
+time.sleep(120)
+"""
+
+
+def test_the_worker_ends_with_the_supernode_that_started_it(tmp_path):
+    """A ClientApp process (here the inner python) starts the worker and exits; the worker lives on
+    while its SuperNode (the outer one) does, and exits when that is stopped."""
+    import subprocess
+    import sys
+
+    from deploy.localsim import processes_mentioning
+
+    key = new_key()
+    node = subprocess.Popen([sys.executable, "-c", NODE, key], stdout=subprocess.PIPE, text=True,
+                            cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        link = SecureLink.connect(node.stdout.readline().strip(), key, 30)
+        channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 10.0, "job"), {"bank": link})
+        channel._exchange("query.ping", {"bank": RecordDict()})  # alive after its ClientApp exited
+        before = set(processes_mentioning("app.vfl.worker"))
+        node.kill()
+        node.wait()
+        with pytest.raises(PartyError, match="party 'bank': the direct link failed"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                channel._exchange("query.ping", {"bank": RecordDict()})
+                time.sleep(0.2)
+        assert not before & set(processes_mentioning("app.vfl.worker"))
+    finally:
+        node.kill()
