@@ -20,6 +20,7 @@ import hmac
 import secrets
 import socket
 import struct
+import time
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
@@ -27,7 +28,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY_BYTES = 32
 CHUNK = 16 << 20  # plaintext bytes per frame (ChaCha20-Poly1305 takes < 2 GiB per call)
-MAX_MESSAGE = 16 << 30  # refuse a message announced larger than this (16 GiB)
+TAG = 16  # Poly1305's tag: a frame is at most CHUNK + TAG bytes, refused before any allocation
+MAX_MESSAGE = 2 << 30  # a message over 2 GiB is refused (an evaluation chunk of 50,000 tokens is ~20 MB)
 _HELLO = b"fedsim-direct-1"
 _FRAME = struct.Struct(">I?")  # ciphertext length, last frame of the message
 _HEAD = struct.Struct(">cQH")  # kind, sequence, type length
@@ -57,15 +59,30 @@ def _derive(key: bytes, salt: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(key)
 
 
+def keepalive(sock: socket.socket, idle: int = 30, interval: int = 10, count: int = 3) -> None:
+    """A peer whose host vanished (no FIN) is noticed in about idle + interval * count seconds,
+    not the OS default of two hours; a waiting worker then exits."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)):
+        if hasattr(socket, name):  # Linux; elsewhere the OS's defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
 def _proof(key: bytes, role: bytes, nonces: bytes) -> bytes:
     return hmac.new(key, _HELLO + role + nonces, hashlib.sha256).digest()
 
 
-def _read_exact(sock: socket.socket, n: int, between: bool = False) -> bytes:
-    """``n`` bytes; ``between``: at a message's start, where a closed link is :class:`LinkClosed`."""
+def _read_exact(sock: socket.socket, n: int, between: bool = False, deadline: float | None = None) -> bytes:
+    """``n`` bytes; ``between``: at a message's start, where a closed link is :class:`LinkClosed`;
+    ``deadline`` (time.monotonic()): socket.timeout once passed, however the bytes trickle in."""
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout(f"no whole message within the deadline ({got} of {n} bytes read)")
+            sock.settimeout(left)
         r = sock.recv_into(view[got:], n - got)
         if r == 0:
             raise (LinkClosed if between and got == 0 else LinkError)(f"the peer closed the link ({got} of {n} bytes read)")
@@ -100,7 +117,7 @@ class SecureLink:
     @classmethod
     def _handshake(cls, sock: socket.socket, key: bytes, primary: bool) -> "SecureLink":
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        keepalive(sock)
         if primary:
             worker_nonce = _read_exact(sock, 32)
             own = secrets.token_bytes(32)
@@ -132,26 +149,31 @@ class SecureLink:
             if last:
                 return
 
-    def recv(self) -> tuple[bytes, int, str, bytes]:
-        """(kind, sequence, message type, body) of the next message."""
+    def recv(self, deadline: float | None = None) -> tuple[bytes, int, str, bytes]:
+        """(kind, sequence, message type, body) of the next message, whole by ``deadline``
+        (time.monotonic(); None: wait as long as the link is up)."""
         parts, size = [], 0
         while True:
-            length, last = _FRAME.unpack(_read_exact(self.sock, _FRAME.size, between=not parts))
+            length, last = _FRAME.unpack(_read_exact(self.sock, _FRAME.size, not parts, deadline))
             size += length
-            if size > MAX_MESSAGE:
-                raise LinkError(f"the peer announced a message over {MAX_MESSAGE} bytes: refusing it")
+            if length > CHUNK + TAG or size > MAX_MESSAGE:
+                raise LinkError(f"the peer announced a frame of {length} bytes (at most {CHUNK + TAG}) or a message "
+                                f"over {MAX_MESSAGE} bytes: refusing it")
             try:
-                parts.append(self._recv.decrypt(self._received.to_bytes(12, "big"), _read_exact(self.sock, length),
-                                                bytes([last])))
+                parts.append(self._recv.decrypt(self._received.to_bytes(12, "big"),
+                                                _read_exact(self.sock, length, False, deadline), bytes([last])))
             except Exception as e:  # cryptography's InvalidTag: altered, replayed or out of order
                 raise LinkError(f"frame {self._received} does not decrypt (altered, replayed or out of order): "
                                 "closing the link") from e
             self._received += 1
             if last:
                 break
-        data = b"".join(parts)
-        kind, seq, n = _HEAD.unpack_from(data)
-        return kind, seq, data[_HEAD.size:_HEAD.size + n].decode(), data[_HEAD.size + n:]
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        try:
+            kind, seq, n = _HEAD.unpack_from(data)
+            return kind, seq, data[_HEAD.size:_HEAD.size + n].decode(), data[_HEAD.size + n:]
+        except (struct.error, UnicodeDecodeError) as e:
+            raise LinkError(f"a malformed message header: {e}") from e
 
     def settimeout(self, seconds: float | None) -> None:
         self.sock.settimeout(seconds)

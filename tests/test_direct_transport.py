@@ -133,8 +133,6 @@ def test_the_party_worker_answers_only_the_primary_with_its_key_and_ends_with_th
     assert channel._exchange("query.ping", {"bank": RecordDict()})["bank"].config_records == {}
     with pytest.raises(PartyError, match="party 'bank' failed on query.keep: .*lacks"):
         channel._exchange("query.keep", {"bank": RecordDict({"keep": ConfigRecord({"run": "r"})})})
-    with pytest.raises(PartyError, match="party 'bank' failed on query.hello"):  # no such dataset here
-        channel._exchange("query.hello", {"bank": RecordDict({"hello": ConfigRecord({"job_id": "j"})})})
     assert channel.traffic.exchanges == 1
     channel.close()
     assert _ended()
@@ -203,3 +201,68 @@ def test_the_worker_ends_with_the_supernode_that_started_it(tmp_path):
         assert not before & set(processes_mentioning("app.vfl.worker"))
     finally:
         node.kill()
+
+
+def test_the_workers_folders_are_its_clientapps(tmp_path, monkeypatch):
+    """A deployed party's default folders resolve under the ClientApp's working folder, not the
+    app's: the worker reads the linkage the ClientApp would."""
+    monkeypatch.chdir(tmp_path)
+    key = new_key()
+    context = Context(run_id=1, node_id=1, node_config={"party": "bank"}, state=RecordDict(),
+                      run_config={"dataset": "hdb"})
+    channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 30.0, "job"),
+                            {"bank": SecureLink.connect(spawn(context, key, 30), key, 10)})
+    with pytest.raises(PartyError, match=f"no linkage for party 'bank' at {tmp_path / 'linkage'}"):
+        channel._exchange("query.hello", {"bank": RecordDict({"hello": ConfigRecord({"job_id": "j"})})})
+    channel.close()
+    assert _ended()
+
+
+def test_silent_connections_do_not_hold_the_primary_up():
+    """Connections that never prove the key (each has 5 s) do not delay the primary's."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    key = new_key()
+    address = spawn(_context(**{"direct-listen": f"127.0.0.1:{port}"}), key, 30)
+    assert address == f"127.0.0.1:{port}"  # where its node config says
+    squatters = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+    t0 = time.monotonic()
+    link = SecureLink.connect(address, key, 10)
+    assert time.monotonic() - t0 < 3.0
+    link.close()
+    for s in squatters:
+        s.close()
+    assert _ended()
+
+
+def test_a_frame_too_large_a_cut_message_and_a_reflected_proof_are_refused(monkeypatch):
+    primary, worker = _pair(key := new_key(), key)
+    primary.sock.sendall(secure_link._FRAME.pack(secure_link.CHUNK + secure_link.TAG + 1, True))
+    with pytest.raises(LinkError, match="refusing it"):  # before allocating anything
+        worker.recv()
+    monkeypatch.setattr(secure_link, "CHUNK", 100)
+    primary, worker = _pair(key, key)
+    frames = _raw_frame(primary, b"x" * 1000)
+    primary.sock.sendall(frames[:len(frames) // 2])  # the message's last frames never come
+    primary.close()
+    with pytest.raises(LinkError) as cut:
+        worker.recv()
+    assert not isinstance(cut.value, LinkClosed)  # a cut message is an error, not the run's end
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def mirror() -> None:  # a "worker" that sends the primary's own proof back
+        conn, _ = server.accept()
+        conn.sendall(b"\0" * 32)
+        got = conn.recv(64)
+        conn.sendall(got[32:])
+        time.sleep(0.5)
+        conn.close()
+
+    t = threading.Thread(target=mirror)
+    t.start()
+    with pytest.raises(LinkError, match="the worker did not prove"):
+        SecureLink.connect(f"127.0.0.1:{server.getsockname()[1]}", key, 10)
+    t.join(10)
+    server.close()

@@ -46,6 +46,7 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["exchange"]["bytes_down"] > 0
     assert "[primary] best epoch" in proc.stdout
+    assert ("direct links to the party workers" in proc.stdout) == (values.get("transport") == "direct")
 
     cfg = RunConfig(**values)
     twin = run_twin(cfg)

@@ -36,11 +36,11 @@ class DirectChannel(FlowerChannel):
         links: dict[str, SecureLink] = {}
         try:
             for p, content in sorted(replies.items()):
-                address = str(content.config_records["direct"]["address"])
+                address = str(content.config_records.get("direct", {}).get("address", ""))
                 try:
                     links[p] = SecureLink.connect(address, keys[p], flower.timeout)
-                except (LinkError, OSError) as e:
-                    raise PartyError(f"party {p!r}: no direct link to its worker at {address}: {e}") from e
+                except (LinkError, OSError, ValueError) as e:
+                    raise PartyError(f"party {p!r}: no direct link to its worker at {address!r}: {e}") from e
             channel = cls(flower, links)
             channel._exchange("query.hello", {p: messages.named_content("hello", job_id=flower.job_id) for p in links})
             return channel
@@ -54,6 +54,7 @@ class DirectChannel(FlowerChannel):
         for party, content in contents.items():
             self._seq += 1
             try:
+                self.links[party].settimeout(self.timeout)
                 self.links[party].send(b"Q", self._seq, message_type, encode(content))
             except OSError as e:
                 raise PartyError(f"party {party!r}: the direct link failed sending {message_type}: {e}") from e
@@ -73,10 +74,8 @@ class DirectChannel(FlowerChannel):
         return out
 
     def _reply(self, party: str, seq: int, sent: _Sent) -> RecordDict:
-        link = self.links[party]
-        link.settimeout(self.timeout)
-        try:
-            kind, got, message_type, body = link.recv()
+        try:  # the whole reply within the timeout, as Flower's pull has it, however it trickles in
+            kind, got, message_type, body = self.links[party].recv(time.monotonic() + self.timeout)
         except (socket.timeout, TimeoutError) as e:
             raise PartyError(f"party {party!r} did not answer {sent.message_type} within {self.timeout} s") from e
         except (LinkError, OSError) as e:
@@ -84,10 +83,13 @@ class DirectChannel(FlowerChannel):
         if (got, message_type) != (seq, sent.message_type):
             raise PartyError(f"party {party!r} answered {message_type} #{got}, expected {sent.message_type} #{seq}")
         if kind == b"E":
-            raise PartyError(f"party {party!r} failed on {sent.message_type}: {body.decode()}")
+            raise PartyError(f"party {party!r} failed on {sent.message_type}: {body.decode(errors='replace')}")
         if kind != b"R":
             raise PartyError(f"party {party!r} sent {kind!r} where a reply was due")
-        return decode(body)
+        try:
+            return decode(body)
+        except Exception as e:  # protobuf's DecodeError and kin: never unnamed
+            raise PartyError(f"party {party!r} sent a {sent.message_type} reply that does not parse: {e}") from e
 
     def close(self) -> None:
         for link in self.links.values():

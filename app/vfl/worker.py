@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import select
 import socket
 import subprocess
@@ -35,6 +36,8 @@ from app.secure_link import LinkClosed, LinkError, SecureLink
 
 APP_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the app's packages (the FAB's root)
 START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded machine)
+MAX_WAIT = 600.0  # a worker waits at most this long for the primary, whatever node-timeout says
+HANDSHAKE = 5.0  # seconds a connection has to prove the run key
 
 
 class LiveContext(Context):
@@ -71,28 +74,42 @@ def spawn(context: Context, key: str, timeout: float) -> str:
         raise ValueError(f"node config 'direct-listen' = {listen!r} listens on every interface: set "
                          "'direct-address' to the HOST:PORT the primary reaches this worker at")
     spec = {"node_config": dict(context.node_config), "run_config": dict(context.run_config), "key": key,
-            "listen": listen, "timeout": timeout, "node": _started(os.getppid())}
+            "listen": listen, "timeout": min(timeout, MAX_WAIT), "node": _started(os.getppid())}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APP_ROOT), os.environ.get("PYTHONPATH", "")])}
+    # the ClientApp's working folder: default and relative node-config folders resolve alike
     proc = subprocess.Popen([sys.executable, "-m", "app.vfl.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            cwd=APP_ROOT, env=env, start_new_session=True)  # outlives this ClientApp process
-    proc.stdin.write(json.dumps(spec).encode())
-    proc.stdin.close()
+                            cwd=os.getcwd(), env=env, start_new_session=True)  # outlives this ClientApp process
+    try:
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # it exited at once: told below
     ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
     line = proc.stdout.readline().decode().strip() if ready else ""
     proc.stdout.close()
     if not line.startswith("ready "):
-        proc.kill()
-        raise RuntimeError(f"the party worker did not start within {START_TIMEOUT} s (exit status {proc.wait()}); "
-                           "its error is in this node's log")
+        if proc.poll() is None:
+            proc.kill()
+            raise RuntimeError(f"the party worker did not listen within {START_TIMEOUT} s; see this node's log")
+        raise RuntimeError(f"the party worker exited with status {proc.wait()} before listening at {listen} (a port "
+                           "in use by an earlier run's worker?); its error is in this node's log")
     return advertise or line.split()[1]
 
 
 def _started(pid: int) -> list:
-    """(pid, start time) of a process: the SuperNode (or simulation) that ran this ClientApp."""
+    """(pid, start time) of a live process, the SuperNode (or simulation) that ran this ClientApp;
+    (pid, "") once it is gone or a zombie. Without /proc (not Linux): (pid, "?") while it exists."""
     try:
-        return [pid, Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]]
-    except OSError:
-        return [pid, ""]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return [pid, "" if fields[0] in "ZX" else fields[19]]
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return [pid, ""]
+        try:
+            os.kill(pid, 0)
+            return [pid, "?"]
+        except OSError:
+            return [pid, ""]
 
 
 def _watch(node: list) -> None:
@@ -109,28 +126,37 @@ def _watch(node: list) -> None:
 def _listen(address: str) -> socket.socket:
     host, port = _split(address, "'direct-listen'")
     server = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-    server.listen(4)
+    server.listen(64)
     return server
+
+
+def _try(conn: socket.socket, peer, key: str, won: queue.Queue) -> None:
+    """One connection's handshake, on its own thread under HANDSHAKE seconds: a silent or slow
+    peer holds no one else up."""
+    conn.settimeout(HANDSHAKE)
+    try:
+        won.put(SecureLink.accept(conn, key))
+    except (LinkError, OSError) as e:
+        print(f"[party worker] refused a connection from {peer}: {e}", file=sys.stderr, flush=True)
+        conn.close()
 
 
 def _authenticated(server: socket.socket, key: str, timeout: float) -> SecureLink:
     """The first connection that proves it holds the run key; others are dropped."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        server.settimeout(left)
+    deadline, won = time.monotonic() + timeout, queue.Queue()
+    server.settimeout(0.05)
+    while time.monotonic() < deadline:
+        try:
+            link = won.get_nowait()
+            link.sock.settimeout(None)
+            return link
+        except queue.Empty:
+            pass
         try:
             conn, peer = server.accept()
         except socket.timeout:
-            break
-        conn.settimeout(min(left, 30.0))
-        try:
-            link = SecureLink.accept(conn, key)
-        except (LinkError, OSError) as e:
-            print(f"[party worker] refused a connection from {peer}: {e}", file=sys.stderr, flush=True)
-            conn.close()
             continue
-        conn.settimeout(None)
-        return link
+        threading.Thread(target=_try, args=(conn, peer, key, won), daemon=True).start()
     raise TimeoutError(f"no primary authenticated within {timeout} s")
 
 
