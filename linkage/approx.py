@@ -25,8 +25,9 @@ from linkage.contracts import LinkageError
 
 METHODS = ("exact", "hnsw", "ivf", "qgram", "auto")
 # "auto" searches approximately only where the exact search is slow: beyond this many (record,
-# candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md) Hamming and
-# Euclidean above 8 dimensions by HNSW (at <= 8 the exact k-d tree stays fast), strings (but
+# candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md) Hamming by
+# IVF (1M x 1M: recall 0.9999 at nprobe 4 where the binary HNSW reached 0.955), Euclidean above 8
+# dimensions by HNSW (at <= 8 the exact k-d tree stays fast: 1M x 1M in 12 s), strings (but
 # qgram_cosine, whose exact search is already an inverted index) by q-gram candidates
 
 AUTO_PAIRS = 10**10
@@ -59,12 +60,13 @@ class Approx:
 
     def resolve(self, metric: str, m: int, n: int, d: int) -> "Approx":
         """"auto" made concrete for a search of m records among n of d dimensions (bytes for
-        Hamming): "hnsw" where the exact search is slow (AUTO_PAIRS), else "exact"."""
+        Hamming): an index where the exact search is slow (AUTO_PAIRS), else "exact"."""
         if self.method != "auto":
             return self
         if m * n <= AUTO_PAIRS or metric == "qgram_cosine" or (metric == "euclidean" and d <= 8):
             return Approx(**{**self.__dict__, "method": "exact"})
-        return Approx(**{**self.__dict__, "method": "hnsw" if metric in ("hamming", "euclidean") else "qgram"})
+        method = {"hamming": "ivf", "euclidean": "hnsw"}.get(metric, "qgram")
+        return Approx(**{**self.__dict__, "method": method})
 
     def tag(self) -> str:
         """Its part of a job's content id: '' when exact (ids of earlier jobs unchanged)."""

@@ -103,7 +103,7 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
 
 def test_auto_searches_approximately_only_where_exact_is_slow():
     auto = Approx("auto")
-    assert auto.resolve("hamming", 10**6, 10**6, 128).method == "hnsw"
+    assert auto.resolve("hamming", 10**6, 10**6, 128).method == "ivf"  # 0.9999 at 1M x 1M, HNSW 0.955
     assert auto.resolve("hamming", 10**4, 10**4, 128).method == "exact"
     assert auto.resolve("euclidean", 10**7, 10**6, 2).method == "exact"  # the k-d tree at low dimension
     assert auto.resolve("euclidean", 10**6, 10**6, 64).method == "hnsw"
