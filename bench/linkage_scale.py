@@ -12,6 +12,14 @@ bits per coordinate, the parties' key); strings = Steam titles against How-Long-
 process (its ru_maxrss is its own peak, inputs included). The exact column is timed on
 --exact-rows primary records against the whole base and extrapolated (linear in m) when that is
 fewer than m: the table says which. Recall: tie-aware, on 1000 records against their exact top-K.
+
+Every search runs chunk by chunk (--chunk primary rows; the approximate index is built once for
+all chunks) and each chunk's output is discarded once the recall sample's rows are kept from it:
+the peak is the index and one chunk's output, not the whole (m, K), as a service that writes each
+chunk away would hold. --hnsw-m, --ef-search, --ef-construction, --nlist, --nprobe and
+--candidates set linkage.approx.Approx's knobs (else its defaults); each row's note names the
+settings and the threads it ran on. --metric picks the strings case's scorer (e.g. jaro_winkler,
+whose exact search is all pairs; qgram_cosine's exact search is already the q-gram index).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import multiprocessing as mp
+import os
 import resource
 import time
 
@@ -69,52 +78,102 @@ CASES = {"euclid": (euclid_case, "euclidean"), "hamming": (hamming_case, "hammin
          "strings": (strings_case, "qgram_cosine")}
 
 
-def one(case: str, method: str, m: int, n: int, k: int, exact_rows: int, check: int) -> dict:
-    """In its own process: build the case, search it, time, peak memory, recall."""
-    from linkage.approx import Approx, approx_topk, tie_aware_recall
+def _kept(chunks, sample: np.ndarray, k: int) -> np.ndarray:
+    """(s, k) the distances of the sample rows (sorted), from (lo, dist, ...) chunks consumed one
+    at a time: every other row's output is discarded as soon as its chunk is done."""
+    kept = np.empty((len(sample), k))
+    for lo, dist, *_ in chunks:
+        a, b = np.searchsorted(sample, [lo, lo + len(dist)])
+        kept[a:b] = dist[sample[a:b] - lo]
+    return kept
+
+
+def _exact_chunks(metric: str, query, base, k: int, rows: int):
+    """The exact search (linkage.pipeline.topk) chunk by chunk, as the service's chunked search does."""
     from linkage.pipeline import topk
 
-    make, metric = CASES[case]
+    for lo in range(0, len(query), rows):
+        yield lo, *topk(metric, query[lo:lo + rows], base, k)
+
+
+def settings(method: str, approx) -> str:
+    """The knobs a method's row was measured with (the table's note)."""
+    if method == "hnsw":
+        return f"M={approx.hnsw_m}, efSearch={approx.ef_search}, efConstruction={approx.ef_construction}"
+    if method == "ivf":
+        return f"nlist={approx.nlist or 'auto'}, nprobe={approx.nprobe}"
+    return f"candidates={approx.candidates or 'max(4K, 100)'}" if method == "qgram" else ""
+
+
+def one(spec: dict) -> dict:
+    """In its own process: build the case, search it in chunks of spec["chunk"] primary rows
+    (each chunk's output discarded but for the recall sample's rows), time, peak memory, recall."""
+    import faiss
+
+    from linkage.approx import Approx, approx_chunks, tie_aware_recall
+    from linkage.hamming import num_threads
+
+    make, metric = CASES[spec["case"]]
+    metric, m, n, k, method = spec["metric"] or metric, spec["m"], spec["n"], spec["k"], spec["method"]
     query, base = make(m, n)
+    sample = np.sort(np.random.default_rng(1).choice(m, size=min(spec["check"], m), replace=False))
+    approx = Approx(method if method != "exact" else "exact", **spec["knobs"])
     t0 = time.perf_counter()
     if method == "exact":
-        rows = min(m, exact_rows)
-        topk(metric, query[:rows], base, k)
-        seconds, note = (time.perf_counter() - t0) * m / rows, ("" if rows == m else f"extrapolated from {rows:,}")
-        recall = 1.0
+        rows = min(m, spec["exact_rows"])
+        _kept(_exact_chunks(metric, query[:rows], base, k, spec["chunk"]), sample[sample < rows], k)
+        seconds, recall = (time.perf_counter() - t0) * m / rows, 1.0
+        note = "" if rows == m else f"extrapolated from {rows:,}"
     else:
-        dist, _ = approx_topk(metric, query, base, k, Approx(method))
-        seconds, note = time.perf_counter() - t0, ""
-        sample = np.random.default_rng(1).choice(m, size=min(check, m), replace=False)
-        recall = tie_aware_recall(metric, query, base, k, dist, sample)
+        kept = _kept(approx_chunks(metric, query, base, k, approx, spec["chunk"]), sample, k)
+        seconds, note = time.perf_counter() - t0, settings(method, approx)
+        recall = tie_aware_recall(metric, query[sample], base, k, kept, np.arange(len(sample)))
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    return {"case": case, "method": method, "m": m, "n": n, "k": k, "seconds": seconds, "note": note,
-            "peak_gb": peak_gb, "recall": recall}
+    threads = f"faiss {faiss.omp_get_max_threads()}, numba {num_threads()} threads"
+    return {**spec, "metric": metric, "seconds": seconds, "peak_gb": peak_gb, "recall": recall,
+            "note": "; ".join(x for x in (note, threads) if x)}
 
 
-def run_isolated(*args) -> dict:
+def run_isolated(spec: dict) -> dict:
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as ex:
-        return ex.submit(one, *args).result()
+        return ex.submit(one, spec).result()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.linkage_scale", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=sorted(CASES), required=True)
+    ap.add_argument("--metric", default="", help="strings case: the scorer (default qgram_cosine)")
     ap.add_argument("--m", type=int, required=True, help="primary records")
     ap.add_argument("--n", type=int, required=True, help="secondary records")
     ap.add_argument("--k", type=int, default=50)
-    ap.add_argument("--methods", nargs="+", default=["exact", "hnsw"], choices=["exact", "hnsw", "ivf"])
+    ap.add_argument("--methods", nargs="+", default=["exact", "hnsw"], choices=["exact", "hnsw", "ivf", "qgram"])
     ap.add_argument("--exact-rows", type=int, default=20_000, help="primary records the exact search is timed on")
     ap.add_argument("--check", type=int, default=1000, help="records the recall is measured on")
-    args = ap.parse_args(argv)
-    print(f"# {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d %H:%M')}")
+    ap.add_argument("--chunk", type=int, default=1_000_000, help="primary rows searched (and discarded) at once")
+    for knob in ("hnsw-m", "ef-search", "ef-construction", "nlist", "nprobe", "candidates"):
+        ap.add_argument(f"--{knob}", type=int, default=None, help="linkage.approx.Approx's knob (default: its own)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    knobs = {key: getattr(args, key) for key in ("hnsw_m", "ef_search", "ef_construction", "nlist", "nprobe",
+                                                 "candidates") if getattr(args, key) is not None}
+    import torch
+
+    print(f"# {machine()} ({torch.get_num_threads()} torch threads), git {git_rev()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}, loadavg {os.getloadavg()[0]:.2f}")
     print("| case | m | n | K | method | seconds | peak GB | tie-aware recall | note |")
     print("|---|---|---|---|---|---|---|---|---|")
     for method in args.methods:
-        r = run_isolated(args.case, method, args.m, args.n, args.k, args.exact_rows, args.check)
+        r = run_isolated({"case": args.case, "metric": args.metric, "method": method, "m": args.m, "n": args.n,
+                          "k": args.k, "exact_rows": args.exact_rows, "check": args.check, "chunk": args.chunk,
+                          "knobs": knobs})
+        load = os.getloadavg()[0]
         print(f"| {r['case']} | {r['m']:,} | {r['n']:,} | {r['k']} | {r['method']} | {r['seconds']:.1f} | "
               f"{r['peak_gb']:.2f} | {r['recall']:.4f} | {r['note']} |", flush=True)
+        print(f"# loadavg after: {load:.2f}", flush=True)
     return 0
 
 

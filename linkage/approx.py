@@ -3,6 +3,7 @@ recall every approximate result reports.
 
     Approx(method, recall_floor, sample, ...)           how a job searches (method "exact": as before)
     approx_topk(metric, query (m, ..), base (n, ..), k, approx) -> dist (m, k) float64, idx (m, k) int64
+    approx_chunks(metric, query, base, k, approx, rows) -> (lo, dist (c, k), idx (c, k)) per chunk, one index
     tie_aware_recall(metric, query, base, k, dist (m, k), rows (s,)) -> float in [0, 1]
 
 Euclidean: faiss HNSW (IndexHNSWFlat) or IVF (IndexIVFFlat); the returned candidates' distances
@@ -24,8 +25,9 @@ from linkage.contracts import LinkageError
 
 METHODS = ("exact", "hnsw", "ivf", "qgram", "auto")
 # "auto" searches approximately only where the exact search is slow: beyond this many (record,
-# candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md) Hamming and
-# Euclidean above 8 dimensions by HNSW (at <= 8 the exact k-d tree stays fast), strings (but
+# candidate) pairs (1M x 1M 1024-bit exact: ~25 min on 2 cores, docs/benchmarks.md) Hamming by
+# IVF (1M x 1M: recall 0.9999 at nprobe 4 where the binary HNSW reached 0.955), Euclidean above 8
+# dimensions by HNSW (at <= 8 the exact k-d tree stays fast: 1M x 1M in 12 s), strings (but
 # qgram_cosine, whose exact search is already an inverted index) by q-gram candidates
 
 AUTO_PAIRS = 10**10
@@ -43,7 +45,7 @@ class Approx:
                    falls below it (0 = report only).
     sample:        records whose exact top-K is computed to measure the recall.
     hnsw_m, ef_search, ef_construction: HNSW's graph degree and search / build beam widths.
-    nlist, nprobe: IVF's cells (0 = about 4 sqrt(n)) and the cells searched per record.
+    nlist, nprobe: IVF's cells (0 = about 4 sqrt(n); Hamming: sqrt(n)) and the cells searched per record.
     """
 
     method: str = "exact"
@@ -58,12 +60,13 @@ class Approx:
 
     def resolve(self, metric: str, m: int, n: int, d: int) -> "Approx":
         """"auto" made concrete for a search of m records among n of d dimensions (bytes for
-        Hamming): "hnsw" where the exact search is slow (AUTO_PAIRS), else "exact"."""
+        Hamming): an index where the exact search is slow (AUTO_PAIRS), else "exact"."""
         if self.method != "auto":
             return self
         if m * n <= AUTO_PAIRS or metric == "qgram_cosine" or (metric == "euclidean" and d <= 8):
             return Approx(**{**self.__dict__, "method": "exact"})
-        return Approx(**{**self.__dict__, "method": "hnsw" if metric in ("hamming", "euclidean") else "qgram"})
+        method = {"hamming": "ivf", "euclidean": "hnsw"}.get(metric, "qgram")
+        return Approx(**{**self.__dict__, "method": method})
 
     def tag(self) -> str:
         """Its part of a job's content id: '' when exact (ids of earlier jobs unchanged)."""
@@ -83,11 +86,11 @@ class Approx:
             raise LinkageError(f"approximate search parameters must be positive: {self}")
 
 
-def _nlist(n: int, approx: Approx) -> int:
-    """IVF cells: the given number (at most n), else about 4 sqrt(n), >= 39 points per cell."""
+def _nlist(n: int, approx: Approx, per_root: float = 4.0) -> int:
+    """IVF cells: the given number (at most n), else about per_root sqrt(n), >= 39 points per cell."""
     if approx.nlist > n:
         raise LinkageError(f"nlist={approx.nlist} IVF cells for {n} secondary records: at most one cell per record")
-    return approx.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
+    return approx.nlist or max(1, min(n // 39, int(per_root * np.sqrt(n))))
 
 
 def _float_index(d: int, n: int, approx: Approx):
@@ -104,18 +107,27 @@ def _binary_index(bits: int, n: int, approx: Approx):
     import faiss
 
     if approx.method == "hnsw":
-        return faiss.IndexBinaryHNSW(bits, approx.hnsw_m)
-    return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, _nlist(n, approx))
+        index = faiss.IndexBinaryHNSW(bits, approx.hnsw_m)
+        index.hnsw.efConstruction = approx.ef_construction  # faiss's own default (40) before 2026-11-24
+        return index
+    # sqrt(n) cells, not 4 sqrt(n): faiss trains a binary IVF by k-means on the bits as floats (d =
+    # bits), cost ~ cells^2 d; 1M x 1M 1024-bit, 1,024 cells: 53 s to build, recall 0.9999 at
+    # nprobe 4; 4,000 cells would take ~15x that to train (docs/benchmarks.md, issue 20)
+    return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, _nlist(n, approx, per_root=1.0))
 
 
-def _search(index, data: np.ndarray, query: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
+def _fill(index, data: np.ndarray) -> None:
     """Train (IVF: on a seeded sample of 64 points per cell, as faiss's k-means would subsample),
-    add, set the search width, search: (m, k) faiss distances and candidate rows (-1 = none)."""
+    then add the base."""
     if not index.is_trained:
         n_train = min(len(data), 64 * index.nlist)
         rows = np.sort(np.random.default_rng(0).choice(len(data), n_train, replace=False))
         index.train(np.ascontiguousarray(data[rows]))
     index.add(data)
+
+
+def _query(index, query: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
+    """Set the search width, search: (m, k) faiss distances and candidate rows (-1 = none)."""
     if approx.method == "hnsw":
         index.hnsw.efSearch = max(approx.ef_search, k)
     else:
@@ -135,32 +147,63 @@ def _euclidean(q: np.ndarray, b: np.ndarray, cand: np.ndarray, budget: int = 1 <
     return out
 
 
-def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
-    """The K nearest base rows of each query row found by the approximate index: distances
-    exact (Euclidean recomputed in float64; Hamming: faiss's own popcounts), ascending; refused
-    when the index found fewer than K for a record."""
+def _built(metric: str, base, approx: Approx):
+    """(index over the base, query -> the index's input, (query, cand, faiss dist) -> exact float64
+    distances). Euclidean: faiss works in float32, so centre first (as the exact path does) and
+    recompute the candidates' distances in float64; Hamming: faiss's popcounts are exact."""
+    if metric == "euclidean":
+        b = np.asarray(base, np.float64)
+        shift = b.mean(axis=0)
+        index = _float_index(b.shape[1], len(b), approx)
+        _fill(index, np.ascontiguousarray(b - shift, np.float32))
+        return (index, lambda q: np.ascontiguousarray(np.asarray(q, np.float64) - shift, np.float32),
+                lambda q, cand, _: _euclidean(np.asarray(q, np.float64), b, cand))
+    if metric == "hamming":
+        b = np.ascontiguousarray(base, np.uint8)
+        index = _binary_index(b.shape[1] * 8, len(b), approx)
+        _fill(index, b)
+        return index, lambda q: np.ascontiguousarray(q, np.uint8), lambda q, cand, d: d.astype(np.float64)
+    raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+
+
+def approx_chunks(metric: str, query, base, k: int, approx: Approx, rows: int = 0):
+    """Yield (lo, dist (c, k), idx (c, k)) for query rows lo .. lo + c, chunks of ``rows`` rows
+    (0 = one chunk), one index over the base serving them all: a caller that writes each chunk
+    away holds one chunk's output, not m rows' (approx_topk: the chunks concatenated)."""
+    step = rows or max(1, len(query))
     if approx.method == "qgram":
-        return _qgram_rerank(metric, query, base, k, approx.candidates or max(4 * k, 100))
+        c = approx.candidates or max(4 * k, 100)
+        for lo in range(0, len(query), step):
+            yield lo, *_qgram_rerank(metric, query[lo:lo + step], base, k, c)
+        return
     if approx.method not in ("hnsw", "ivf"):
         raise LinkageError(f"approximate search method {approx.method!r} is not an index")
-    if metric == "euclidean":
-        q, b = np.asarray(query, np.float64), np.asarray(base, np.float64)
-        shift = b.mean(axis=0)  # faiss works in float32: centre first, as the exact path does
-        _, cand = _search(_float_index(b.shape[1], len(b), approx), np.ascontiguousarray(b - shift, np.float32),
-                          np.ascontiguousarray(q - shift, np.float32), k, approx)  # (m, k)
-        dist = _euclidean(q, b, cand)
-    elif metric == "hamming":
-        q, b = np.ascontiguousarray(query, np.uint8), np.ascontiguousarray(base, np.uint8)
-        d, cand = _search(_binary_index(b.shape[1] * 8, len(b), approx), b, q, k, approx)  # (m, k) each
-        dist = d.astype(np.float64)
-    else:
-        raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+    index, prepare, exact = _built(metric, base, approx)
+    for lo in range(0, len(query), step):
+        q = query[lo:lo + step]
+        d, cand = _query(index, prepare(q), k, approx)  # (c, k) each
+        yield lo, *_sorted(exact(q, cand, d), cand, k, approx)
+
+
+def _sorted(dist: np.ndarray, cand: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
+    """Refused when the index found fewer than K for a record; else by distance, ties by row."""
     ok = cand >= 0
     if not ok.all():
         raise LinkageError(f"the {approx.method} index found fewer than K={k} neighbours for "
                            f"{int((~ok.all(axis=1)).sum())} record(s); raise ef_search / nprobe or search exactly")
     order = np.lexsort((cand, dist), axis=1)  # by distance, ties by row: as the exact search orders them
     return np.take_along_axis(dist, order, 1), np.take_along_axis(cand, order, 1)
+
+
+def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
+    """The K nearest base rows of each query row found by the approximate index: distances
+    exact (Euclidean recomputed in float64; Hamming: faiss's own popcounts), ascending; refused
+    when the index found fewer than K for a record."""
+    parts = [(d, i) for _, d, i in approx_chunks(metric, query, base, k, approx)]
+    if len(parts) == 1:
+        return parts[0]
+    return (np.concatenate([d for d, _ in parts]) if parts else np.empty((0, k)),
+            np.concatenate([i for _, i in parts]) if parts else np.empty((0, k), np.int64))
 
 
 def _qgram_rerank(metric: str, query, base, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
