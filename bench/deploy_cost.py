@@ -12,6 +12,8 @@ B. Deployment (deploy.commands: SuperLink + SuperNode + linkage service on 127.0
    B2. the same `--epochs` epochs at S = `--s` (with --pipeline, A and B2 pipelined);
    both over `--transport` (flower: a Flower exchange per window; direct: each party worker's
    own encrypted link, app/vfl/worker.py).
+C. In process at S = 1 (no Flower; the twin oracles prove it equal to `flwr run`): the fastest
+   exact epoch, and its test metric next to the deployment's.
 Prints a markdown table; docs/benchmarks.md records it with the command, machine and date.
 """
 
@@ -54,6 +56,19 @@ def simulated(base: dict, args, work: Path) -> tuple[tuple, list[float], dict]:
              sim_wall), epochs, sim)
 
 
+def in_process(base: dict, args, work: Path) -> tuple[tuple, list[float], dict]:
+    """C: exact split learning (S = 1) in one process, the engine the twin oracles prove equal to
+    `flwr run`: the fastest an exact epoch can be here."""
+    from app.config import RunConfig
+    from app.modes import run_experiment
+
+    values = {**base, "epochs": args.epochs, "steps-per-exchange": 1, "pipeline": False}
+    summary = run_experiment(RunConfig(**{k.replace("-", "_"): v for k, v in values.items()}), work / "in-process")
+    epochs = epoch_seconds(work / "in-process")
+    print("in process done", epochs, flush=True)
+    return ("in process", 1, "none", "", "", "", statistics.fmean(epochs), ""), epochs, summary
+
+
 def deployed(dep: deploy.Deployment, base: dict, args) -> tuple[list[tuple], list[float], dict]:
     """B1: S = 1 for --steps steps; B2: --epochs epochs at S = --s; both over --transport."""
     base = {**base, "transport": args.transport}
@@ -89,6 +104,7 @@ def main() -> None:
         work = Path(tmp)
         print(f"# {machine()}, git {git_rev()}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
         sim_row, sim_epochs, sim = simulated(base, args, work)
+        own_row, own_epochs, own = in_process(base, args, work)
         t0 = time.perf_counter()
         dep = deploy.up(work / "dep", args.dataset, secure=not args.insecure)
         up_s = time.perf_counter() - t0
@@ -105,12 +121,15 @@ def main() -> None:
     print("| runtime | S | transport | per step s (S=1) | median exchange s | exchanges / epoch | epoch s (train+eval) "
           "| wall s |")
     print("|---|---|---|---|---|---|---|---|")
-    for r in [sim_row, *dep_rows]:
+    for r in [sim_row, own_row, *dep_rows]:
         print("| " + " | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in r) + " |")
     print(f"\ndeployment epoch (S={args.s}, {args.transport}) / simulation epoch (S={args.sim_s}): "
           f"{statistics.fmean(dep_epochs) / statistics.fmean(sim_epochs):.2f}x (epochs: simulation "
           f"{[round(x, 1) for x in sim_epochs]}, deployment {[round(x, 1) for x in dep_epochs]})")
-    print(f"test rmse after {args.epochs} epochs: simulation {sim['test']}, deployment {dep_run['test']}")
+    print(f"deployment epoch / in-process S=1 epoch: {statistics.fmean(dep_epochs) / statistics.fmean(own_epochs):.2f}x "
+          f"(in process {[round(x, 1) for x in own_epochs]})")
+    print(f"test after {args.epochs} epochs: simulation {sim['test']}, in process S=1 {own['test']}, "
+          f"deployment {dep_run['test']}")
 
 
 if __name__ == "__main__":

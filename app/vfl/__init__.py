@@ -4,6 +4,8 @@
 - client.py     the ClientApp's handlers of a secondary (one per protocol step)
 - secondary.py  a secondary party: its model and optimiser between messages
 - channel.py    the primary's channel to the secondaries (over app/transport.py, or in process)
+- direct.py     the same channel over the direct transport (each party worker's own link)
+- worker.py     a secondary's party worker: the client's handlers, the party in memory
 - parties.py    the parties built from a RunConfig: data, linkage job, models, strategy
 - checkpoint.py every party's state after each epoch; resume
 - inprocess.py  the same run with every party in one process (sweeps, twin oracles)
