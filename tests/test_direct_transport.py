@@ -166,10 +166,12 @@ def test_content_survives_the_wire_format():
 NODE = """
 import subprocess, sys, time
 subprocess.run([sys.executable, "-c", '''
-import sys
+import os, sys
 from flwr.app import Context, RecordDict
 from app.vfl.worker import spawn
+from deploy.localsim import _processes
 print(spawn(Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}), sys.argv[1], 60), flush=True)
+print(*[p for p, ppid, _, args in _processes() if ppid == os.getpid() and "app.vfl.worker" in args], flush=True)
 ''', sys.argv[1]])
 time.sleep(120)
 """
@@ -181,16 +183,14 @@ def test_the_worker_ends_with_the_supernode_that_started_it(tmp_path):
     import subprocess
     import sys
 
-    from deploy.localsim import processes_mentioning
-
     key = new_key()
     node = subprocess.Popen([sys.executable, "-c", NODE, key], stdout=subprocess.PIPE, text=True,
                             cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
         link = SecureLink.connect(node.stdout.readline().strip(), key, 30)
+        worker = int(node.stdout.readline())  # this test's worker (others may run beside it)
         channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 10.0, "job"), {"bank": link})
         channel._exchange("query.ping", {"bank": RecordDict()})  # alive after its ClientApp exited
-        before = set(processes_mentioning("app.vfl.worker"))
         node.kill()
         node.wait()
         with pytest.raises(PartyError, match="party 'bank': the direct link failed"):
@@ -198,7 +198,7 @@ def test_the_worker_ends_with_the_supernode_that_started_it(tmp_path):
             while time.monotonic() < deadline:
                 channel._exchange("query.ping", {"bank": RecordDict()})
                 time.sleep(0.2)
-        assert not before & set(processes_mentioning("app.vfl.worker"))
+        assert worker not in [pid for pid, _, _, args in _processes() if "app.vfl.worker" in args]
     finally:
         node.kill()
 

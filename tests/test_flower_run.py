@@ -27,6 +27,20 @@ RUNS = {
 }
 
 
+def _workers_of(flwr_home: str) -> list[int]:
+    """Party workers started under this FLWR_HOME (their environment says; other tests' differ)."""
+    from pathlib import Path
+
+    found = []
+    for pid in processes_mentioning("app.vfl.worker"):
+        try:
+            if f"FLWR_HOME={flwr_home}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:
+            pass  # gone meanwhile
+    return found
+
+
 def flower_keys(values: dict) -> dict:
     return {k.replace("_", "-"): v for k, v in values.items()}
 
@@ -39,9 +53,9 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
     run_dir = tmp_path / "out" / name
     assert processes_mentioning(str(tmp_path / "flwr-home")) == []  # the SuperLink it started is gone
     deadline = time.monotonic() + 20  # a direct transport's party workers end with the run's links
-    while processes_mentioning("app.vfl.worker") and time.monotonic() < deadline:
+    while _workers_of(str(tmp_path / "flwr-home")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert processes_mentioning("app.vfl.worker") == []
+    assert _workers_of(str(tmp_path / "flwr-home")) == []
     assert (run_dir / "summary.json").exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["exchange"]["bytes_down"] > 0
