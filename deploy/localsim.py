@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from linkage_server.local import free_port  # noqa: F401 - deploy.commands and the tests take it from here
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET_ENV = {
@@ -25,12 +26,6 @@ QUIET_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def toml_value(v: object) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import subprocess
 import sys
@@ -13,7 +14,19 @@ import httpx
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free on 127.0.0.1 now, below the OS's ephemeral range: a port the OS hands out
+    meanwhile (an outgoing connection, a party worker's or a Flower process's bind to port 0) is
+    never this one, so the server it is for can still bind it."""
+    low = 32768  # Linux's default lower bound
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
+            return port
+    with socket.socket() as s:  # everything below the range is taken: any free one
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
