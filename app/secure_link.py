@@ -48,6 +48,14 @@ def new_key() -> str:
     return secrets.token_hex(KEY_BYTES)
 
 
+def host_port(address: str, what: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets or bare) as (host, port); ``what`` names the setting."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{what} must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
 def _key_bytes(key: str) -> bytes:
     raw = bytes.fromhex(key)
     if len(raw) != KEY_BYTES:
@@ -101,8 +109,7 @@ class SecureLink:
     @classmethod
     def connect(cls, address: str, key: str, timeout: float) -> "SecureLink":
         """The primary's end: connect to a worker at host:port and authenticate both ways."""
-        host, _, port = address.rpartition(":")
-        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        sock = socket.create_connection(host_port(address, "a worker's address"), timeout=timeout)
         try:
             return cls._handshake(sock, _key_bytes(key), primary=True)
         except BaseException:

@@ -74,6 +74,7 @@ def strings_case(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     return np.array(normalize_strings(q), dtype=object), np.array(normalize_strings(b), dtype=object)
 
 
+KNOBS = ("hnsw_m", "ef_search", "ef_construction", "nlist", "nprobe", "candidates")  # Approx's, settable here
 CASES = {"euclid": (euclid_case, "euclidean"), "hamming": (hamming_case, "hamming"),
          "strings": (strings_case, "qgram_cosine")}
 
@@ -117,7 +118,7 @@ def one(spec: dict) -> dict:
     metric, m, n, k, method = spec["metric"] or metric, spec["m"], spec["n"], spec["k"], spec["method"]
     query, base = make(m, n)
     sample = np.sort(np.random.default_rng(1).choice(m, size=min(spec["check"], m), replace=False))
-    approx = Approx(method if method != "exact" else "exact", **spec["knobs"])
+    approx = Approx(method, **spec["knobs"])
     t0 = time.perf_counter()
     if method == "exact":
         rows = min(m, spec["exact_rows"])
@@ -151,15 +152,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--exact-rows", type=int, default=20_000, help="primary records the exact search is timed on")
     ap.add_argument("--check", type=int, default=1000, help="records the recall is measured on")
     ap.add_argument("--chunk", type=int, default=1_000_000, help="primary rows searched (and discarded) at once")
-    for knob in ("hnsw-m", "ef-search", "ef-construction", "nlist", "nprobe", "candidates"):
-        ap.add_argument(f"--{knob}", type=int, default=None, help="linkage.approx.Approx's knob (default: its own)")
+    for knob in KNOBS:
+        ap.add_argument(f"--{knob.replace('_', '-')}", type=int, default=None, help="linkage.approx.Approx's knob (default: its own)")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    knobs = {key: getattr(args, key) for key in ("hnsw_m", "ef_search", "ef_construction", "nlist", "nprobe",
-                                                 "candidates") if getattr(args, key) is not None}
+    knobs = {key: getattr(args, key) for key in KNOBS if getattr(args, key) is not None}
     import torch
 
     print(f"# {machine()} ({torch.get_num_threads()} torch threads), git {git_rev()}, "

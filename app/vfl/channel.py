@@ -46,8 +46,6 @@ class FlowerChannel:
         in or the timeout passes; a party that did not answer or failed is named."""
         replies: list[Message] = []
         pull_replies(self.grid, sent.ids, time.monotonic() + self.timeout, replies.append)
-        self.traffic.seconds.append(time.perf_counter() - sent.t0)  # pipelined: includes the overlapped compute
-        self.traffic.exchanges += 1
         by_node = {r.metadata.src_node_id: r for r in replies}
         out = {}
         for party, node in self.nodes.items():
@@ -60,9 +58,17 @@ class FlowerChannel:
             if reply.has_error():
                 raise PartyError(f"party {party!r} failed on {sent.message_type}: {reply.error.reason}")
             out[party] = reply.content
-            self.traffic.bytes_down += payload_bytes(sent.contents[party])
-            self.traffic.bytes_up += payload_bytes(reply.content)
+        self._account(sent, out)
         return out
+
+    def _account(self, sent: "_Sent", replies: dict[str, RecordDict]) -> None:
+        """One exchange in the traffic record: its time since the push (pipelined: including the
+        overlapped compute) and its array bytes each way."""
+        self.traffic.seconds.append(time.perf_counter() - sent.t0)
+        self.traffic.exchanges += 1
+        for party, reply in replies.items():
+            self.traffic.bytes_down += payload_bytes(sent.contents[party])
+            self.traffic.bytes_up += payload_bytes(reply)
 
     def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
              save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ from flwr.app import RecordDict
 
 from app import messages
 from app.secure_link import LinkError, SecureLink, new_key
-from app.transport import PartyError, payload_bytes
+from app.transport import PartyError
 from app.vfl.channel import FlowerChannel, _Sent
 from app.vfl.worker import decode, encode
 
@@ -67,10 +67,7 @@ class DirectChannel(FlowerChannel):
         for sent_id in sent.ids:
             party, seq = sent_id.rsplit(":", 1)
             out[party] = self._reply(party, int(seq), sent)
-            self.traffic.bytes_down += payload_bytes(sent.contents[party])
-            self.traffic.bytes_up += payload_bytes(out[party])
-        self.traffic.seconds.append(time.perf_counter() - sent.t0)
-        self.traffic.exchanges += 1
+        self._account(sent, out)
         return out
 
     def _reply(self, party: str, seq: int, sent: _Sent) -> RecordDict:

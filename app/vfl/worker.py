@@ -32,7 +32,7 @@ from flwr.app import Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
-from app.secure_link import LinkClosed, LinkError, SecureLink
+from app.secure_link import LinkClosed, LinkError, SecureLink, host_port
 
 APP_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the app's packages (the FAB's root)
 START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded machine)
@@ -57,18 +57,11 @@ def decode(body: bytes) -> RecordDict:
     return recorddict_from_proto(proto)
 
 
-def _split(address: str, what: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"node config {what} must be HOST:PORT, got {address!r}")
-    return host.strip("[]"), int(port)
-
-
 def spawn(context: Context, key: str, timeout: float) -> str:
     """Start this node's party worker for the run; returns the address the primary connects to.
     The worker exits unless the primary authenticates within ``timeout`` seconds."""
     listen = str(context.node_config.get("direct-listen", "127.0.0.1:0"))
-    host, _ = _split(listen, "'direct-listen'")
+    host, _ = host_port(listen, "node config 'direct-listen'")
     advertise = str(context.node_config.get("direct-address", ""))
     if not advertise and host in ("0.0.0.0", "::", ""):
         raise ValueError(f"node config 'direct-listen' = {listen!r} listens on every interface: set "
@@ -124,7 +117,7 @@ def _watch(node: list) -> None:
 
 
 def _listen(address: str) -> socket.socket:
-    host, port = _split(address, "'direct-listen'")
+    host, port = host_port(address, "node config 'direct-listen'")
     server = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     server.listen(64)
     return server
@@ -148,7 +141,7 @@ def _authenticated(server: socket.socket, key: str, timeout: float) -> SecureLin
     while time.monotonic() < deadline:
         try:
             link = won.get_nowait()
-            link.sock.settimeout(None)
+            link.settimeout(None)
             return link
         except queue.Empty:
             pass
