@@ -155,6 +155,8 @@ def test_the_worker_listens_where_its_own_node_config_says():
         spawn(_context(**{"direct-listen": "0.0.0.0:0"}), new_key(), timeout=30)
     with pytest.raises(ValueError, match="HOST:PORT"):
         spawn(_context(**{"direct-listen": "nowhere"}), new_key(), timeout=30)
+    with pytest.raises(ValueError, match="node config 'direct-address' must be HOST:PORT"):
+        spawn(_context(**{"direct-address": "bank.example.org"}), new_key(), timeout=30)
     assert spawn(_context(**{"direct-address": "bank.example.org:9301"}), new_key(), 2) == "bank.example.org:9301"
     assert _ended()  # nobody authenticated within its timeout: it exited
 

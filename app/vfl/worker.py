@@ -63,6 +63,8 @@ def spawn(context: Context, key: str, timeout: float) -> str:
     listen = str(context.node_config.get("direct-listen", "127.0.0.1:0"))
     host, _ = host_port(listen, "node config 'direct-listen'")
     advertise = str(context.node_config.get("direct-address", ""))
+    if advertise:  # refused here, naming the setting, rather than as an address the primary cannot reach
+        host_port(advertise, "node config 'direct-address'")
     if not advertise and host in ("0.0.0.0", "::", ""):
         raise ValueError(f"node config 'direct-listen' = {listen!r} listens on every interface: set "
                          "'direct-address' to the HOST:PORT the primary reaches this worker at")
