@@ -3,6 +3,7 @@ recall every approximate result reports.
 
     Approx(method, recall_floor, sample, ...)           how a job searches (method "exact": as before)
     approx_topk(metric, query (m, ..), base (n, ..), k, approx) -> dist (m, k) float64, idx (m, k) int64
+    approx_searcher(metric, base, k, approx) -> q (c, ..) -> (dist (c, k), idx (c, k)), one index built once
     approx_chunks(metric, query, base, k, approx, rows) -> (lo, dist (c, k), idx (c, k)) per chunk, one index
     tie_aware_recall(metric, query, base, k, dist (m, k), rows (s,)) -> float in [0, 1]
 
@@ -166,23 +167,31 @@ def _built(metric: str, base, approx: Approx):
     raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
 
 
+def approx_searcher(metric: str, base, k: int, approx: Approx):
+    """A function q (c, ..) -> (dist (c, k), idx (c, k)): one index over the base, built here,
+    serving every call (approx_topk: one call; the service: one call per chunk of its records)."""
+    if approx.method == "qgram":
+        c = approx.candidates or max(4 * k, 100)
+        return lambda q: _qgram_rerank(metric, q, base, k, c)
+    if approx.method not in ("hnsw", "ivf"):
+        raise LinkageError(f"approximate search method {approx.method!r} is not an index")
+    index, prepare, exact = _built(metric, base, approx)
+
+    def find(q) -> tuple[np.ndarray, np.ndarray]:
+        d, cand = _query(index, prepare(q), k, approx)  # (c, k) each
+        return _sorted(exact(q, cand, d), cand, k, approx)
+
+    return find
+
+
 def approx_chunks(metric: str, query, base, k: int, approx: Approx, rows: int = 0):
     """Yield (lo, dist (c, k), idx (c, k)) for query rows lo .. lo + c, chunks of ``rows`` rows
     (0 = one chunk), one index over the base serving them all: a caller that writes each chunk
     away holds one chunk's output, not m rows' (approx_topk: the chunks concatenated)."""
     step = rows or max(1, len(query))
-    if approx.method == "qgram":
-        c = approx.candidates or max(4 * k, 100)
-        for lo in range(0, len(query), step):
-            yield lo, *_qgram_rerank(metric, query[lo:lo + step], base, k, c)
-        return
-    if approx.method not in ("hnsw", "ivf"):
-        raise LinkageError(f"approximate search method {approx.method!r} is not an index")
-    index, prepare, exact = _built(metric, base, approx)
+    find = approx_searcher(metric, base, k, approx)
     for lo in range(0, len(query), step):
-        q = query[lo:lo + step]
-        d, cand = _query(index, prepare(q), k, approx)  # (c, k) each
-        yield lo, *_sorted(exact(q, cand, d), cand, k, approx)
+        yield lo, *find(query[lo:lo + step])
 
 
 def _sorted(dist: np.ndarray, cand: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,8 @@ Array contracts (m primary records, n secondary records, d identifier dims, K ne
   select_top(sim (m, P), idx (m, P), k)      -> the K largest (noisy) similarities per row, descending
   make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
 :func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
-:func:`release` turns its output into what the parties receive. :func:`link` = both.
+:func:`release` (linkage/release.py: the stages after the search, in memory or by chunks) turns
+its output into what the parties receive. :func:`link` = both.
 Every random draw of a job comes from its secret, which only the linkage service holds
 (:mod:`linkage.job_secret`); no party chooses, reads or can derive it. Token permutations come
 from :func:`rng_from_secret`, a generator keyed by it; the noise of each record from
@@ -36,12 +37,20 @@ from linkage.contracts import (
     Defences,
     LinkageError,
     LinkageResult,
-    PartyLink,
-    PrimaryLinkage,
     SecondaryLinkage,
     identifier_bytes,
 )
-from linkage.noise import dp_sigma, record_noise, sigma_from_tau
+from linkage.noise import dp_sigma, record_noise, sigma_from_tau  # noqa: F401 - re-exported
+from linkage.release import (  # noqa: F401 - re-exported: the pipeline's stages, in one place
+    composition,
+    fit_standardizer,
+    make_tokens,
+    noisy_similarities,
+    release,
+    rng_from_secret,
+    select_top,
+    similarity,
+)
 
 Progress = Callable[[int, int], None]
 
@@ -155,67 +164,6 @@ def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> 
     raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
 
 
-# ----------------------------------------------------------------------------- similarities
-
-
-def similarity(dist: np.ndarray) -> np.ndarray:
-    """-distance, for every metric: the standardisation that follows (fit_standardizer) removes the
-    scale, so a [0, 1] distance (the normalised string metrics) and a count (edit, hamming) alike
-    become a similarity of mean 0 and std 1 over the training records' candidates."""
-    return -dist
-
-
-def fit_standardizer(sim: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
-    ref = sim[rows]
-    mean, std = float(ref.mean()), float(ref.std())
-    return mean, (std if std > 0 else 1.0)
-
-
-def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the K largest similarities of each row, in descending order (stable on ties)."""
-    if sim.shape[1] == k:
-        order = np.argsort(-sim, axis=1, kind="stable")
-    else:
-        part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
-        order = np.take_along_axis(part, np.argsort(-np.take_along_axis(sim, part, 1), axis=1, kind="stable"), 1)
-    return np.take_along_axis(sim, order, 1), np.take_along_axis(idx, order, 1)
-
-
-def noisy_similarities(raw: np.ndarray, mean: float, std: float, sigma: float, secret: bytes, party: str,
-                       primary_ids, scale: np.ndarray | None = None) -> np.ndarray:
-    """(m, P) raw similarities standardised with (mean, std), plus each record's noise of scale
-    sigma (noise.record_noise, keyed by ``primary_ids``' rows), times ``scale`` (m, P) where the
-    noise is composed (:func:`composition`): a job's release and every later query of its records
-    (linkage/query.py) go through this one step."""
-    standardised = (raw - mean) / std
-    if sigma == 0.0:
-        return standardised
-    if primary_ids is None:
-        raise LinkageError("a noisy release (tau < 1) needs the primary identifiers: each record's noise is "
-                           "keyed by them")
-    noise = record_noise(secret, party, primary_ids, standardised.shape, sigma)  # (m, P)
-    return standardised + (noise if scale is None else noise * scale)
-
-
-def composition(idx: np.ndarray, links_per_row: np.ndarray) -> np.ndarray:
-    """(m, P) the composed noise's factor sqrt(n) for candidates idx (m, P), n = the links of each
-    secondary row (links_per_row (n_rows,)), at least 1 (Defences.compose)."""
-    return np.sqrt(np.maximum(links_per_row[idx], 1)).astype(np.float64)
-
-
-def rng_from_secret(secret: bytes) -> np.random.Generator:
-    """The job's generator: 256 bits of the service's per-job secret as its entropy."""
-    if not isinstance(secret, bytes) or len(secret) < 16:
-        raise LinkageError("a linkage job needs a secret of at least 16 bytes (linkage.job_secret)")
-    digest = hashlib.sha256(b"fedsim-linkage-release|" + secret).digest()
-    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
-
-
-def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
-    """token_of_row: a secret random permutation, so tokens say nothing about row order."""
-    return rng.permutation(n).astype(np.int64)
-
-
 # ----------------------------------------------------------------------------- the job
 
 
@@ -244,47 +192,6 @@ def search(query, base, *, metric: str, k: int, party: str, progress: Progress |
     """Validate one (primary, secondary) pair and find each primary record's K nearest: (dist, idx)."""
     query, base = check_identifiers(query, base, k, party, metric)
     return topk(metric, query, base, k, progress)
-
-
-def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
-            secret: bytes, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
-            dp_eps: float = 1.0, primary_ids=None, defences: Defences = Defences()) -> LinkageResult:
-    """Standardise, noise and select each party's neighbours, and issue opaque tokens.
-
-    neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
-    standardised with the mean/std of the training records' candidates, noised with sigma from
-    tau (Theorem 2), and then the K largest *noisy* similarities are kept (as the reference
-    does; with P == K the selection only re-orders). sizes[party] = that party's row count.
-    secret: the job's secret (the service's only); every draw comes from it. The noise of a
-    record is keyed by its identifiers (``primary_ids``, needed when tau < 1: noise.record_noise),
-    so a later query of the record (linkage/query.py) gets the same numbers. ``defences``: the
-    radius Theorem 2 speaks of and the composed noise (contracts.Defences).
-    """
-    if not neighbours:
-        raise LinkageError("a linkage job needs at least one secondary party")
-    rng = rng_from_secret(secret)
-    links, secondaries = {}, {}
-    for party in sorted(neighbours):
-        dist, idx = neighbours[party]
-        if dist.shape[1] < k:
-            raise LinkageError(f"party {party!r}: {dist.shape[1]} candidates per record, fewer than K={k}")
-        rows = np.arange(len(dist)) if train_rows is None else np.asarray(train_rows)
-        raw = similarity(dist)
-        mean, std = fit_standardizer(raw, rows)
-        sigma = sigma_from_tau(tau, std, defences.radius)  # Theorem 2 counting a distance within the radius
-        scale = None
-        if defences.compose:
-            if dist.shape[1] != k:
-                raise LinkageError(f"composed noise needs pool = K (the links known before the noise); got "
-                                   f"{dist.shape[1]} candidates per record for K={k}")
-            scale = composition(idx, np.bincount(idx.ravel(), minlength=sizes[party]))  # (m, K)
-        noisy = noisy_similarities(raw, mean, std, sigma, secret, party, primary_ids, scale)  # (m, P)
-        sims, chosen = select_top(noisy, idx, k)
-        token_of_row = make_tokens(sizes[party], rng)
-        links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), sigma, mean, std,
-                                 dp_sigma(sizes[party], mean, std, dp_eps), defences.radius, defences.compose)
-        secondaries[party] = SecondaryLinkage(job_id, party, np.argsort(token_of_row))
-    return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)
 
 
 def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes, train_rows: np.ndarray | None = None,
@@ -325,11 +232,16 @@ def approximate_search(query, base, metric: str, k: int, party: str, approx: App
         return topk(metric, query, base, k), 1.0
     dist, idx = approx_topk(metric, query, base, k, approx)
     recall = tie_aware_recall(metric, query, base, k, dist, sample_rows(len(query), approx))
+    return (dist, idx), under_floor(recall, approx, party, k, len(query))
+
+
+def under_floor(recall: float, approx: Approx, party: str, k: int, m: int) -> float:
+    """The recall measured on a sample of m records, refused by name under the job's floor."""
     if recall < approx.recall_floor:
         raise LinkageError(f"party {party!r}: the {approx.method} search found {recall:.4f} of the true top-{k} "
-                           f"(tie-aware, on {min(len(query), approx.sample)} records), under the recall floor "
-                           f"{approx.recall_floor}; widen the search (ef_search / nprobe) or search exactly")
-    return (dist, idx), recall
+                           f"(tie-aware, on {min(m, approx.sample)} records), under the recall floor "
+                           f"{approx.recall_floor}; widen the search (width: ef_search / nprobe / candidates) or search exactly")
+    return recall
 
 
 def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,

@@ -47,20 +47,33 @@ def theorem1_epsilon(link: PartyLink) -> float | None:
     return (link.dp_sigma / link.sigma) ** 2
 
 
-def sample_tokens(link: PartyLink, party: str, max_tokens: int) -> np.ndarray:
-    """(T',) up to max_tokens of the released tokens, ascending; a draw fixed by the release
-    itself (the same release, from the service or the in-process linker, is measured alike; the
-    draw picks what to measure, it protects nothing)."""
-    tokens = np.unique(link.tokens)
+def token_counts(link: PartyLink) -> np.ndarray:
+    """(max token + 1,) links of each token in the release (0 for a token never released)."""
+    return np.bincount(np.asarray(link.tokens, np.int64).ravel())
+
+
+def sample_tokens(counts: np.ndarray, party: str, max_tokens: int) -> np.ndarray:
+    """(T',) up to max_tokens of the released tokens (those with counts > 0), ascending; a draw
+    fixed by the release itself (the same release, from the service or the in-process linker, is
+    measured alike; the draw picks what to measure, it protects nothing)."""
+    tokens = np.flatnonzero(counts).astype(np.int64)
     if len(tokens) <= max_tokens:
         return tokens
     digest = hashlib.sha256(b"privacy-report|" + party.encode() + b"|" + tokens.tobytes()).digest()
     return np.sort(np.random.default_rng(int.from_bytes(digest[:8], "little")).choice(tokens, max_tokens, replace=False))
 
 
-def link_counts(link: PartyLink) -> dict:
+def attacked_tokens(counts: np.ndarray, party: str, row_of_token: np.ndarray, n_records: int,
+                    max_tokens: int) -> np.ndarray:
+    """(T',) the sampled tokens that stand for one of the party's n_records records (the Exact
+    baseline's virtual "no match" row is no record)."""
+    only = sample_tokens(counts, party, max_tokens)
+    return only[row_of_token[only] < n_records]
+
+
+def link_counts(counts: np.ndarray) -> dict:
     """Links per released token (the primary can count them itself): median, p90, max."""
-    counts = np.unique(link.tokens, return_counts=True)[1]
+    counts = counts[counts > 0]
     return {"tokens": int(len(counts)), "median": float(np.median(counts)),
             "p90": float(np.percentile(counts, 90)), "max": int(counts.max())}
 
@@ -77,15 +90,17 @@ def coordinate_attacks(link: PartyLink, primary_ids, truth_of_token: np.ndarray,
     return out
 
 
-def party_report(result: LinkageResult, party: str, primary_ids, base, metric: str, max_tokens: int) -> dict:
-    """One secondary's entry of the report."""
+def party_report(result: LinkageResult, party: str, primary_ids, base, metric: str, max_tokens: int,
+                 counts: np.ndarray | None = None) -> dict:
+    """One secondary's entry of the report. ``counts``: the links of each token in the whole
+    release, when ``result`` holds only some of its records (:func:`privacy_report`)."""
     link = result.primary.links[party]
     row_of_token = result.secondaries[party].row_of_token  # (n,) token -> that party's row
     base = np.asarray(base)
-    only = sample_tokens(link, party, max_tokens)
-    only = only[row_of_token[only] < len(base)]  # the Exact baseline's virtual "no match" row is no record
+    counts = token_counts(link) if counts is None else counts
+    only = attacked_tokens(counts, party, row_of_token, len(base), max_tokens)
     entry = {"sigma": link.sigma, "noise_per_distance": link.sigma * link.sim_std,
-             "theorem1_epsilon": theorem1_epsilon(link), "links_per_record": link_counts(link),
+             "theorem1_epsilon": theorem1_epsilon(link), "links_per_record": link_counts(counts),
              "tokens_attacked": int(len(only))}
     if len(only) == 0:
         return entry | {"attacks": {}, "strongest": {"attack": "none", "rate": 0.0}}
@@ -107,11 +122,14 @@ def strongest(attacks: dict) -> dict:
 
 
 def privacy_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric: str, *,
-                   max_tokens: int = MAX_TOKENS, parties=None) -> dict:
+                   max_tokens: int = MAX_TOKENS, parties=None, counts: dict | None = None) -> dict:
     """The job's report (module docstring). primary_ids and secondary_ids as the job linked them
     (encoded, in private mode); metric: the job's. parties: those whose similarities are their
-    own (a chain's: its anchor; default: all)."""
-    parties = {p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens)
+    own (a chain's: its anchor; default: all). ``counts`` {party: links per token}: given when
+    ``result`` and ``primary_ids`` hold only the records linked to the attacked tokens (a release
+    too big to hold: linkage_server.release_files); the report is the same as on the whole."""
+    counts = counts or {}
+    parties = {p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens, counts.get(p))
                for p in sorted(parties or result.primary.links)}
     first = result.primary.links[min(result.primary.links)]
     return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
@@ -127,8 +145,13 @@ def safe_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric:
     try:
         return privacy_report(result, primary_ids, secondary_ids, metric, **options)
     except Exception as e:  # noqa: BLE001 - any failure of a measurement, named in the report
-        return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
-                "error": f"the attacks failed: {type(e).__name__}: {e}", "parties": {}}
+        return failure_report(result, metric, e)
+
+
+def failure_report(result: LinkageResult, metric: str, error: Exception) -> dict:
+    """The report of a job whose attacks failed: the job's figures and why."""
+    return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
+            "error": f"the attacks failed: {type(error).__name__}: {error}", "parties": {}}
 
 
 def secondary_view(report: dict | None, party: str) -> dict | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import threading
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +32,24 @@ def npz_bytes(**arrays) -> bytes:
     return buf.getvalue()
 
 
+def link_stats(link: PartyLink) -> dict:
+    """A PartyLink's figures as primary.npz's meta records them (everything but its rows)."""
+    return {"sigma": link.sigma, "sim_mean": link.sim_mean, "sim_std": link.sim_std, "dp_sigma": link.dp_sigma,
+            "radius": link.radius, "composed": link.composed, "recall": link.recall}
+
+
+def primary_meta(p: PrimaryLinkage) -> str:
+    """primary.npz's ``meta`` member: the job, its parameters and every party's figures."""
+    return json.dumps({"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "layout": p.layout,
+                       "ids_sha256": p.ids_sha256, "parties": sorted(p.links),
+                       "stats": {q: link_stats(l) for q, l in p.links.items()}})
+
+
 def primary_bytes(p: PrimaryLinkage) -> bytes:
-    meta = {"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "layout": p.layout,
-            "ids_sha256": p.ids_sha256,
-            "parties": sorted(p.links),
-            "stats": {q: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma": l.dp_sigma,
-                          "radius": l.radius, "composed": l.composed, "recall": l.recall}
-                      for q, l in p.links.items()}}
     arrays = {}
     for q, l in p.links.items():
         arrays[f"tokens__{q}"], arrays[f"sims__{q}"] = l.tokens, l.sims
-    return npz_bytes(meta=json.dumps(meta), **arrays)
+    return npz_bytes(meta=primary_meta(p), **arrays)
 
 
 def secondary_bytes(s: SecondaryLinkage) -> bytes:
@@ -61,6 +70,63 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def write_npz(path: Path, members: dict) -> None:
+    """An uncompressed .npz (as np.savez writes it) built member by member, then renamed into
+    place: each member an array, or the Path of a .npy file copied in 1 MiB pieces, so a
+    release bigger than memory is written in bounded memory (linkage_server.release_files)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in members.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as out:
+                if isinstance(value, Path):
+                    with open(value, "rb") as f:
+                        shutil.copyfileobj(f, out, 1 << 20)
+                else:
+                    np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
+    tmp.replace(path)
+
+
+class NpyWriter:
+    """A .npy file of a known shape written by rows, a chunk at a time: ``with NpyWriter(path,
+    (m, K), np.int64) as w: w.write(rows)``; refused unless exactly m rows were written."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype) -> None:
+        self.path, self.shape, self.dtype, self.rows = Path(path), tuple(shape), np.dtype(dtype), 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "wb")
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
+        np.lib.format.write_array_header_2_0(self._f, header)
+
+    def write(self, rows: np.ndarray) -> None:
+        if rows.shape[1:] != self.shape[1:] or rows.dtype != self.dtype:
+            raise LinkageError(f"{self.path.name}: rows {rows.dtype} {rows.shape} do not fit {self.dtype} {self.shape}")
+        self._f.write(np.ascontiguousarray(rows).tobytes())
+        self.rows += len(rows)
+
+    def __enter__(self) -> "NpyWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+        if exc[0] is None and self.rows != self.shape[0]:
+            raise LinkageError(f"{self.path.name}: {self.rows} rows written of {self.shape[0]}")
+
+
+def npy_chunks(path: Path, step: int):
+    """Yield (lo, rows (c, ..)) of a .npy file, ``step`` rows at a time, read (not memory-mapped)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if fortran:
+            raise LinkageError(f"{path}: a Fortran-ordered array cannot be read by rows")
+        per_row = int(np.prod(shape[1:], dtype=np.int64))
+        for lo in range(0, shape[0], step):
+            c = min(step, shape[0] - lo)
+            yield lo, np.fromfile(f, dtype=dtype, count=c * per_row).reshape((c, *shape[1:]))
 
 
 def read_primary(source) -> PrimaryLinkage:

@@ -1,24 +1,28 @@
 """The service's resumable chunked top-K search, in this process or on Ray (issue 20).
 
-    chunked_search(cache, query (m, ..), base (n, ..), metric, k, party, chunks, tick, ray="")
-        -> dist (m, k), idx (m, k)
+    chunked_search(cache, query (m, ..), base (n, ..), metric, k, party, chunks, tick, ray="", approx)
+        -> ChunkFiles: () -> (lo, dist (c, k), idx (c, k)) per chunk, read from disk one at a time
 
 Each chunk of primary rows is searched against the whole secondary and written to
 ``cache/<lo>-<hi>.npz`` (atomically) as soon as it is done; a chunk whose file exists is read back,
-not searched again, so a job interrupted anywhere resumes from its finished chunks. With
-``ray`` ("local", or a cluster's address) the unfinished chunks run as Ray tasks: the secondary's
-identifiers are put in the object store once and shared by every task, at most 2 tasks per CPU
-are in flight (bounded memory: finished chunks go to disk), and a task whose worker dies is
-retried by Ray. The chunks' search is the same function either way, so the results are
-byte-identical to the local path (tests/test_chunk_search.py).
+not searched again, so a job interrupted anywhere resumes from its finished chunks. Nothing holds
+more than a chunk's results: the release reads them back chunk by chunk
+(linkage_server.release_files). With ``ray`` ("local", or a cluster's address) the unfinished
+chunks of an exact search run as Ray tasks: the secondary's identifiers are put in the object
+store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
+worker dies is retried by Ray. The chunks' search is the same function either way, so the results
+are byte-identical to the local path (tests/test_chunk_search.py). An approximate search
+(linkage.approx) builds its index once, in this process, and searches the unfinished chunks with it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from linkage.approx import Approx, approx_searcher
 from linkage.contracts import LinkageError
 from linkage.pipeline import search
 from linkage.store import npz_bytes, write_atomic
@@ -30,24 +34,60 @@ def _chunk_file(cache: Path, lo: int, hi: int) -> Path:
     return cache / f"{lo}-{hi}.npz"
 
 
+@dataclass(frozen=True)
+class ChunkFiles:
+    """A finished search on disk, one file per chunk of primary rows; calling it iterates
+    (lo, dist (c, k), idx (c, k)) in row order, one chunk in memory at a time (linkage.release.Chunks)."""
+
+    cache: Path
+    chunks: tuple[tuple[int, int], ...]
+
+    def __call__(self):
+        for lo, hi in self.chunks:
+            with np.load(_chunk_file(self.cache, lo, hi)) as z:
+                yield lo, z["dist"], z["idx"]
+
+    def distances(self, rows: np.ndarray) -> np.ndarray:
+        """dist (s, k) of the records ``rows`` (s,), ascending."""
+        rows = np.asarray(rows, np.int64)
+        out = None
+        for lo, dist, _ in self():
+            inside = (rows >= lo) & (rows < lo + len(dist))
+            out = np.empty((len(rows), dist.shape[1])) if out is None else out
+            out[inside] = dist[rows[inside] - lo]
+        return out
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(dist (m, k), idx (m, k)) all at once: for small jobs and tests."""
+        parts = list(self())
+        return np.concatenate([d for _, d, _ in parts]), np.concatenate([i for _, _, i in parts])
+
+
 def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, chunks: list[tuple[int, int]],
-                   tick, ray: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """(dist, idx) of every primary row; ``tick()`` once per chunk done (module docstring)."""
+                   tick, ray: str = "", approx: Approx = Approx()) -> ChunkFiles:
+    """Every chunk's top-k on disk; ``tick()`` once per chunk done (module docstring)."""
     todo = [(lo, hi) for lo, hi in chunks if not _chunk_file(cache, lo, hi).exists()]
-    if ray and todo:
+    on_ray = bool(ray) and approx.method == "exact"
+    if on_ray and todo:
         _on_ray(cache, query, base, metric, k, party, todo, tick, ray)
-    parts = []
+    find = None
     for lo, hi in chunks:
         path = _chunk_file(cache, lo, hi)
         if not path.exists():
-            dist, idx = search(query[lo:hi], base, metric=metric, k=k, party=party)
+            find = find or _searcher(base, metric, k, party, approx)
+            dist, idx = find(query[lo:hi])
             write_atomic(path, npz_bytes(dist=dist, idx=idx))
             tick()
-        elif not ray or (lo, hi) not in todo:
+        elif not on_ray or (lo, hi) not in todo:
             tick()
-        with np.load(path) as z:
-            parts.append((z["dist"], z["idx"]))
-    return np.concatenate([d for d, _ in parts]), np.concatenate([i for _, i in parts])
+    return ChunkFiles(cache, tuple(chunks))
+
+
+def _searcher(base, metric: str, k: int, party: str, approx: Approx):
+    """q -> (dist, idx): the exact search, or the approximate index built once over ``base``."""
+    if approx.method == "exact":
+        return lambda q: search(q, base, metric=metric, k=k, party=party)
+    return approx_searcher(metric, base, k, approx)
 
 
 def connect(address: str) -> None:

@@ -166,6 +166,9 @@ def _job(p) -> None:
                         "reranked (qgram: strings); auto: approximate only where exact is slow")
     p.add_argument("--recall-floor", type=float, default=0.0,
                    help="an approximate search under this tie-aware recall (on 1000 records) fails the job")
+    p.add_argument("--width", type=int, default=0,
+                   help="how widely an approximate search looks: IVF cells probed (nprobe), the HNSW beam "
+                        "(ef_search) or q-gram candidates per record; 0 = linkage.approx's default")
     p.add_argument("--layout", choices=["independent", "chain"], default="independent",
                    help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
     p.add_argument("--anchor", default="", help="the chain's anchor secondary (default: '' = the first by name)")

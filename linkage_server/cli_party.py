@@ -140,7 +140,7 @@ def _start(c, args, kind: str | None = None) -> None:
         print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
     try:
         st = c.start(metric, args.k, args.tau, args.pool, args.layout, args.anchor, args.radius, args.compose,
-                     args.search, args.recall_floor)
+                     args.search, args.recall_floor, args.width)
     except ServiceError as e:
         if e.status == 409 and "waiting for uploads" in e.detail:
             raise ServiceError(409, f"{e.detail}. Your upload is kept: once they have uploaded, start the job "

@@ -108,12 +108,14 @@ class LinkageClient:
 
     def start(self, metric: str, k: int, tau: float = 1.0, pool: int = 0,
               layout: str = "independent", anchor: str = "", radius: float = 0.5, compose: bool = False,
-              search: str = "exact", recall_floor: float = 0.0) -> dict:
+              search: str = "exact", recall_floor: float = 0.0, width: int = 0) -> dict:
         """Start the job (the primary). Its randomness is the service's own secret: no seed here.
         radius, compose: the noise's calibration (linkage.contracts.Defences); search,
-        recall_floor: an approximate top-K and the recall it must reach (linkage.approx)."""
+        recall_floor, width: an approximate top-K, the recall it must reach and how widely it
+        searches (IVF cells probed, HNSW beam, q-gram candidates; 0 = default; linkage.approx)."""
         body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor,
-                "radius": radius, "compose": compose, "search": search, "recall_floor": recall_floor}
+                "radius": radius, "compose": compose, "search": search, "recall_floor": recall_floor,
+                "width": width}
         return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
 
     def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:
@@ -160,14 +162,30 @@ class LinkageClient:
                 raise TimeoutError(f"job {self.job} still {st['state']} after {timeout} s ({st['progress']})")
             time.sleep(poll)
 
+    def _download(self, url: str, path: Path) -> None:
+        """GET url into path, 1 MiB at a time (a 10M-record primary.npz is gigabytes), under a
+        temporary name renamed when whole: a failed download leaves the old file, or none."""
+        tmp = path.with_name(f"{path.name}.part")
+        with self._http.stream("GET", url) as r:
+            if not r.is_success:
+                r.read()
+                _check(r)
+            path.parent.mkdir(parents=True, exist_ok=True)  # only once the service has answered
+            try:
+                with open(tmp, "wb") as f:
+                    for block in r.iter_bytes(1 << 20):
+                        f.write(block)
+                tmp.replace(path)
+            finally:
+                tmp.unlink(missing_ok=True)
+
     def fetch(self, folder: Path) -> Path:
         """Download this party's result into `folder` under the name training reads; the primary,
         when this client uploaded its identifiers, also writes its upload record there."""
         st = self.status()
-        r = _check(self._http.get(f"/jobs/{self.job}/parties/{self.party}/result"))
         name = "primary.npz" if st["role"] == "primary" else f"secondary-{self.party}.npz"
         path = Path(folder) / name
-        write_atomic(path, r.content)
+        self._download(f"/jobs/{self.job}/parties/{self.party}/result", path)
         if path.name == "primary.npz":
             save_privacy(st.get("privacy"), Path(folder))  # the job's privacy report, or none (removes a stale one)
             if self.uploaded is not None:

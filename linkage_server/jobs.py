@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage.binding import bind_result
+from linkage.approx import sample_rows, tie_aware_recall
 from linkage.contracts import LinkageError
 from linkage.job_secret import (
     SecretError,
@@ -41,17 +41,9 @@ from linkage.job_secret import (
     read_secret,
     write_secret,
 )
-from linkage.pipeline import (
-    approximate_search,
-    chain_tag,
-    chain_to,
-    check_identifiers,
-    job_id_of,
-    release,
-    with_recalls,
-)
-from linkage.store import primary_bytes, secondary_bytes, write_atomic
-from linkage_server.chunk_search import chunked_search
+from linkage.pipeline import chain_tag, check_identifiers, job_id_of, under_floor
+from linkage.store import write_atomic
+from linkage_server.chunk_search import ChunkFiles, chunked_search
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
     JobError,
     JobParams,
@@ -63,6 +55,7 @@ from linkage_server.uploads import (
     to_npy,
     validate,
 )
+from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
 from linkage_server.views import HIDDEN_FAILURE, status_view
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
@@ -84,9 +77,11 @@ def upload_digest(meta: dict, folder: Path, party: str) -> str:
     return h.hexdigest()
 
 
-def cache_key(primary_sha256: str, party_sha256: str, metric: str, pool: int) -> str:
-    """The search cache's name: both uploads' bytes and every parameter the search depends on."""
-    text = json.dumps({"primary": primary_sha256, "party": party_sha256, "metric": metric, "pool": pool})
+def cache_key(primary_sha256: str, party_sha256: str, metric: str, pool: int, search: str = "") -> str:
+    """The search cache's name: both uploads' bytes and every parameter the search depends on
+    (``search``: an approximate search's tag, linkage.approx.Approx.tag; "" when exact)."""
+    fields = {"primary": primary_sha256, "party": party_sha256, "metric": metric, "pool": pool}
+    text = json.dumps(fields | ({"search": search} if search else {}))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -258,19 +253,16 @@ class JobStore:
         return [m["job"] for m in sorted(metas, key=lambda m: m["created"]) if m["state"] in ("queued", "running")]
 
     def run(self, job: str) -> None:
-        """Compute a queued job: resumable chunked search per secondary, then noise and tokens."""
+        """Compute a queued job: resumable chunked search per secondary, then the release, written
+        chunk by chunk (linkage_server.release_files), then its privacy report."""
         meta = self._update(job, state="running")
         params, folder = JobParams(**meta["params"]), self._dir(job)
+        scratch = folder / "work" / "release"
         try:
             t0 = time.perf_counter()
             query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
-            if meta.get("train_rows") and not (folder / TRAIN_ROWS).exists():
-                raise LinkageError(f"the primary's training rows are missing from {folder}: upload them again")
-            train_rows = np.load(folder / TRAIN_ROWS) if meta.get("train_rows") else None
-            if train_rows is not None and (train_rows.min() < 0 or train_rows.max() >= len(query)):
-                raise LinkageError(f"training rows must lie in [0, {len(query)}) for the primary's {len(query)} rows")
+            train_rows = self._train_rows_of(folder, meta, len(query))
             chunks = [(lo, min(lo + self.chunk_rows, len(query))) for lo in range(0, len(query), self.chunk_rows)]
-            neighbours, sizes = {}, {}
             anchor = params.anchor or min(meta["secondaries"])
             if params.layout == "chain" and anchor not in meta["secondaries"]:
                 raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {meta['secondaries']}")
@@ -281,28 +273,21 @@ class JobStore:
             def tick() -> None:
                 self._update(job, progress={"done": next(steps), "total": total})
 
-            recalls = {}
+            found, recalls, sizes = {}, {}, {}
             for party in searched:
                 base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
-                neighbours[party], recalls[party] = self._party_search(meta, folder, query, base, params, chunks,
-                                                                       party, tick)
+                found[party], recalls[party] = self._party_search(meta, folder, query, base, params, chunks, party, tick)
                 sizes[party] = len(base)
             t1 = time.perf_counter()
-            result = release(neighbours, sizes, k=params.k, tau=params.tau, train_rows=train_rows, job_id=job,
-                             secret=self._secret(folder, meta, params, query, train_rows), metric=params.metric,
-                             primary_ids=query, defences=params.defences())
-            result = with_recalls(result, recalls)
-            if params.layout == "chain":
-                ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
-                result = chain_to(result, anchor, ids.pop(anchor), ids, params.metric)
-            result = bind_result(result, query)  # primary.npz names the identifiers it linked
-            write_atomic(folder / "results" / "primary.npz", primary_bytes(result.primary))
-            for party, s in result.secondaries.items():
-                write_atomic(folder / "results" / f"secondary-{party}.npz", secondary_bytes(s))
+            ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+            spec = Job(job, params.k, params.tau, params.metric, self._secret(folder, meta, params, query, train_rows),
+                       train_rows, params.defences(), recalls, (anchor, ids) if params.layout == "chain" else None,
+                       self.chunk_rows)
+            skeleton, files = write_release(folder / "results", scratch, found, sizes, query, spec)
             stats = {p: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma_eps1": l.dp_sigma}
-                     for p, l in result.primary.links.items()}
+                     for p, l in skeleton.primary.links.items()}
             t2 = time.perf_counter()
-            privacy = self._privacy(folder, meta, params, query, result, anchor)
+            privacy = safe_privacy_report(skeleton, files, query, ids, spec, [anchor] if spec.chain else None)
             self._update(job, state="done", stats=stats, privacy=privacy,
                          seconds={"search": t1 - t0, "release": t2 - t1, "privacy": time.perf_counter() - t2})
         except (LinkageError, UploadError, JobError, SecretError) as e:
@@ -310,16 +295,20 @@ class JobStore:
         except Exception as e:  # keep the service alive; report the failure to the parties
             self._update(job, state="failed", error=f"internal error: {type(e).__name__}: {e}")
             traceback.print_exc()
+        finally:
+            clear(scratch)
 
     @staticmethod
-    def _privacy(folder: Path, meta: dict, params: JobParams, query: np.ndarray, result, anchor: str) -> dict:
-        """The job's privacy report (linkage.privacy): the attacks on this release, scored with the
-        uploads, which only the service holds; rates and counts only."""
-        from linkage.privacy import safe_report
-
-        ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
-        own = [anchor] if params.layout == "chain" else None  # a chain releases the anchor's similarities
-        return safe_report(result, query, ids, params.metric, parties=own)
+    def _train_rows_of(folder: Path, meta: dict, m: int) -> np.ndarray | None:
+        """The primary's training rows, if it sent them, checked against its m records."""
+        if not meta.get("train_rows"):
+            return None
+        if not (folder / TRAIN_ROWS).exists():
+            raise LinkageError(f"the primary's training rows are missing from {folder}: upload them again")
+        rows = np.load(folder / TRAIN_ROWS)
+        if rows.min() < 0 or rows.max() >= m:
+            raise LinkageError(f"training rows must lie in [0, {m}) for the primary's {m} rows")
+        return rows
 
     def _secret(self, folder: Path, meta: dict, params: JobParams, query: np.ndarray,
                 train_rows: np.ndarray | None) -> bytes:
@@ -335,22 +324,21 @@ class JobStore:
                                                              train_rows, params.defences(), params.approx()))
 
     def _party_search(self, meta: dict, folder: Path, query, base, params: JobParams, chunks: list[tuple[int, int]],
-                      party: str, tick) -> tuple[tuple[np.ndarray, np.ndarray], float]:
-        """One secondary's noise-free top-pool search and its recall: exact by resumable chunks,
-        or one approximate index over the party (linkage.approx), its recall measured."""
-        check_identifiers(query[:1], base, params.k, party, params.metric)
+                      party: str, tick) -> tuple[ChunkFiles, float]:
+        """One secondary's noise-free top-pool search, by resumable chunks on disk, and its recall:
+        1 when exact; an approximate one's (linkage.approx) measured on a sample, refused under the floor."""
+        query, base = check_identifiers(query, base, params.k, party, params.metric)
         pool = min(max(params.pool, params.k), len(base))
         approx = params.approx().resolve(params.metric, len(query), len(base), base.shape[-1] if base.ndim > 1 else 1)
-        if approx.method != "exact":
-            found = approximate_search(*check_identifiers(query, base, params.k, party, params.metric),
-                                       params.metric, pool, party, approx)
-            for _ in chunks:  # the job's progress counts chunks; one index searched them all
-                tick()
-            return found
         key = cache_key(upload_digest(meta, folder, meta["primary"]), upload_digest(meta, folder, party),
-                        params.metric, pool)
-        return chunked_search(fresh_cache(folder / "work" / party, key), query, base, params.metric, pool, party,
-                              chunks, tick, self.ray), 1.0
+                        params.metric, pool, approx.tag())
+        found = chunked_search(fresh_cache(folder / "work" / party, key), query, base, params.metric, pool, party,
+                               chunks, tick, self.ray, approx)
+        if approx.method == "exact":
+            return found, 1.0
+        rows = sample_rows(len(query), approx)
+        recall = tie_aware_recall(params.metric, query[rows], base, pool, found.distances(rows), np.arange(len(rows)))
+        return found, under_floor(recall, approx, party, pool, len(query))
 
     def result_path(self, job: str, party: str) -> Path:
         meta = self.meta(job)

@@ -33,17 +33,19 @@ class JobParams:
     compose: bool = False  # noise on a link scaled by sqrt(its secondary record's links) (Defences)
     search: str = "exact"  # or an approximate index: "hnsw" / "ivf", or "auto" by size (linkage.approx)
     recall_floor: float = 0.0  # an approximate search under this tie-aware recall fails the job
+    width: int = 0  # the approximate search's width: IVF's nprobe, HNSW's ef_search, qgram's candidates; 0 = default
 
     def defences(self) -> Defences:
         return Defences(radius=self.radius, compose=self.compose)
 
     def approx(self) -> Approx:
-        return Approx(method=self.search, recall_floor=self.recall_floor)
+        widths = {"nprobe": self.width, "ef_search": self.width, "candidates": self.width} if self.width else {}
+        return Approx(method=self.search, recall_floor=self.recall_floor, **widths)  # each method reads its own
 
     @classmethod
     def parse(cls, body: dict) -> "JobParams":
         known = {"metric", "k", "tau", "pool", "layout", "anchor", "radius", "compose", "search",
-                 "recall_floor"}  # no seed: the service's secret draws
+                 "recall_floor", "width"}  # no seed: the service's secret draws
         unknown = sorted(set(body) - known)
         if unknown:
             raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
@@ -51,7 +53,8 @@ class JobParams:
                 pool=_field(body, "pool", int, 0),
                 layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""),
                 radius=_field(body, "radius", float, 0.5), compose=_field(body, "compose", bool, False),
-                search=_field(body, "search", str, "exact"), recall_floor=_field(body, "recall_floor", float, 0.0))
+                search=_field(body, "search", str, "exact"), recall_floor=_field(body, "recall_floor", float, 0.0),
+                width=_field(body, "width", int, 0))
         if p.metric not in METRICS:
             raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
         if p.k < 1:
@@ -70,6 +73,8 @@ class JobParams:
                                 "(hnsw, ivf: euclidean and hamming; qgram: string metrics)")
         if p.search not in ("exact", "auto") and p.layout == "chain":
             raise JobError(422, f"search {p.search!r} is for independently linked secondaries; a chain searches exactly")
+        if p.width < 0:
+            raise JobError(422, f"width must be 0 (the search's default) or positive, got {p.width}")
         if not 0.0 <= p.recall_floor <= 1.0:
             raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
         if p.compose and p.pool > p.k:
