@@ -12,7 +12,9 @@ chunks of an exact search run as Ray tasks: the secondary's identifiers are put 
 store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
 worker dies is retried by Ray. The chunks' search is the same function either way, so the results
 are byte-identical to the local path (tests/test_chunk_search.py). An approximate search
-(linkage.approx) builds its index once, in this process, and searches the unfinished chunks with it.
+(linkage.approx) builds its index once, in this process, and searches the unfinished chunks with
+it; so does the exact search in this process (the Euclidean k-d tree: linkage.pipeline.searcher).
+A Ray task builds its own for its chunk.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from linkage.approx import Approx, approx_searcher
 from linkage.contracts import LinkageError
-from linkage.pipeline import search
+from linkage.pipeline import search, searcher
 from linkage.store import npz_bytes, write_atomic
 
 RETRIES = 3  # a chunk whose Ray worker died is run again this many times
@@ -86,7 +88,7 @@ def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, ch
 def _searcher(base, metric: str, k: int, party: str, approx: Approx):
     """q -> (dist, idx): the exact search, or the approximate index built once over ``base``."""
     if approx.method == "exact":
-        return lambda q: search(q, base, metric=metric, k=k, party=party)
+        return searcher(base, metric=metric, k=k, party=party)
     return approx_searcher(metric, base, k, approx)
 
 
