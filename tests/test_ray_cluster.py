@@ -1,0 +1,106 @@
+"""The service's chunked search on a Ray cluster given by its address (issue 20): a head node
+started with ``ray start --head``, joined by address, gives the local path's bytes. The test stops
+the head it starts.
+
+Opt-in (FEDSIM_RAY_CLUSTER_TEST=1): the Ray pinned here binds its head's GCS, raylet and client
+servers to every interface whatever ``--node-ip-address`` says, and the suite's servers listen on
+127.0.0.1 only. Run it where a listener on every interface for a minute is acceptable:
+
+    FEDSIM_RAY_CLUSTER_TEST=1 .venv/bin/python -m pytest tests/test_ray_cluster.py
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from linkage_server.jobs import JobParams, JobStore
+from linkage_server.local import free_port
+from linkage_server.uploads import to_npy
+
+RNG = np.random.default_rng(5)
+QUERY, BASE = RNG.normal(size=(1200, 12)), RNG.normal(size=(2000, 12))
+
+
+def job_bytes(root, ray: str) -> bytes:
+    store = JobStore(root, chunk_rows=300, ray=ray)
+    job, _ = store.create("p", ["s"])
+    store.upload(job, "p", to_npy(QUERY))
+    store.upload(job, "s", to_npy(BASE))
+    store.start(job, JobParams("euclidean", 7, tau=0.9, radius=0.05))
+    store.run(job)
+    assert store.meta(job)["state"] == "done", store.meta(job)["error"]
+    chunks = sorted((root / "jobs" / job / "work" / "s").glob("*/*.npz"), key=lambda p: int(p.stem.split("-")[0]))
+    return b"".join(p.read_bytes() for p in chunks)
+
+
+def ray_port() -> int:
+    """A free port outside the range Ray keeps for its workers (10002-19999)."""
+    return next(p for p in iter(free_port, None) if not 10_000 <= p < 20_000)
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A Ray head node on 127.0.0.1 in its own process group; its address."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    port, log = ray_port(), open(tmp_path / "ray-head.log", "w")
+    head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+                             "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--block",
+                             "--disable-usage-stats", f"--ray-client-server-port={ray_port()}"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the head takes a few seconds to listen
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if head.poll() is not None or time.monotonic() > deadline:
+                    tail = (tmp_path / "ray-head.log").read_text()[-2000:]
+                    raise RuntimeError(f"the Ray head did not start (exit status {head.poll()}):\n{tail}") from None
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        ray.shutdown()
+        log.close()
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        _forget(port)
+
+
+def _forget(port: int) -> None:
+    """Remove Ray's note of the stopped head (``ray stop`` would, stopping every Ray here): left
+    behind, it makes the next ``ray.init()`` (Flower's simulation, tests/test_chunk_search.py)
+    try to join a cluster that is gone."""
+    import tempfile
+    from pathlib import Path
+
+    note = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    if note.exists() and note.read_text().strip().endswith(f":{port}"):
+        note.unlink()
+
+
+@pytest.mark.skipif(os.environ.get("FEDSIM_RAY_CLUSTER_TEST") != "1",
+                    reason="opt-in: a Ray head binds every interface (module docstring)")
+def test_a_cluster_given_by_address_gives_the_local_bytes(ray_head, tmp_path):
+    local = job_bytes(tmp_path / "local", "")
+    assert job_bytes(tmp_path / "cluster", ray_head) == local
+    import ray
+
+    port = ray_head.rsplit(":", 1)[1]
+    assert ray.is_initialized() and ray.get_runtime_context().gcs_address.endswith(f":{port}")  # that cluster
