@@ -91,12 +91,15 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
     assert meta["progress"]["done"] == meta["progress"]["total"] > 0  # one index, every chunk counted
     meta = run({"k": 20, "search": "ivf", "recall_floor": 1.0})  # 16 of 76 cells: some neighbours missed
     assert meta["state"] == "failed" and "under the recall floor 1.0" in meta["error"]
+    meta = run({"k": 20, "search": "ivf", "recall_floor": 1.0, "width": 76})  # widened to every cell
+    assert meta["state"] == "done", meta["error"]
     meta = run({"k": 10, "search": "auto"})  # small: auto searches exactly, by resumable chunks
     assert meta["state"] == "done" and list((tmp_path / "jobs" / meta["job"] / "work").glob("s/*/*.npz"))
     for body, match in [({"search": "lsh"}, "search 'lsh' is not one of"), ({"recall_floor": 2}, "recall_floor must"),
                         ({"metric": "edit", "search": "hnsw"}, "hnsw, ivf: euclidean and hamming"),
                         ({"search": "qgram"}, "qgram: string metrics"),
-                        ({"search": "hnsw", "layout": "chain"}, "a chain searches exactly")]:
+                        ({"search": "hnsw", "layout": "chain"}, "a chain searches exactly"),
+                        ({"search": "ivf", "width": -1}, "width must be 0")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
 

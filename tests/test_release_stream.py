@@ -77,15 +77,16 @@ def run_job(root, query, bases: dict, params: JobParams, chunk_rows: int, train=
     return store, job
 
 
-def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path):
+@pytest.mark.parametrize("params", [JobParams("euclidean", 5, tau=0.95, pool=8, radius=0.3),
+                                    JobParams("euclidean", 5, tau=0.9, radius=0.3, compose=True)])
+def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, params):
     query, base = planted(700, 300)
     bases = {"a": base, "b": base[::-1][:200] + 0.01}
     train = np.arange(0, 700, 2)
-    params = JobParams("euclidean", 5, tau=0.95, pool=8, radius=0.3)
     store, job = run_job(tmp_path, query, bases, params, chunk_rows=64, train=train)
     folder = tmp_path / "jobs" / job
-    want = link(query, bases, k=5, tau=0.95, pool=8, secret=read_secret(folder / "secret.key"), train_rows=train,
-                job_id=job, defences=params.defences())
+    want = link(query, bases, k=5, tau=params.tau, pool=params.pool, secret=read_secret(folder / "secret.key"),
+                train_rows=train, job_id=job, defences=params.defences())
     got = load_primary(folder / "results")
     for party in bases:
         assert got.links[party].tokens.tobytes() == want.primary.links[party].tokens.tobytes()
