@@ -26,10 +26,27 @@ from linkage.contracts import (
 
 
 def npz_bytes(**arrays) -> bytes:
-    """An uncompressed .npz archive in memory."""
+    """An uncompressed .npz archive in memory (:func:`zip_members`)."""
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    zip_members(buf, arrays)
     return buf.getvalue()
+
+
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member's timestamp: the same content gives the same bytes
+
+
+def zip_members(target, members: dict) -> None:
+    """An uncompressed .npz (what np.savez writes, with a fixed timestamp) into ``target`` (a path
+    or a binary file), member by member: each an array, or the Path of a .npy file copied in 1 MiB
+    pieces, so a release bigger than memory is written in bounded memory."""
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in members.items():
+            with zf.open(zipfile.ZipInfo(f"{name}.npy", ZIP_TIME), "w", force_zip64=True) as out:
+                if isinstance(value, Path):
+                    with open(value, "rb") as f:
+                        shutil.copyfileobj(f, out, 1 << 20)
+                else:
+                    np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
 
 
 def link_stats(link: PartyLink) -> dict:
@@ -73,20 +90,15 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def write_npz(path: Path, members: dict) -> None:
-    """An uncompressed .npz (as np.savez writes it) built member by member, then renamed into
-    place: each member an array, or the Path of a .npy file copied in 1 MiB pieces, so a
-    release bigger than memory is written in bounded memory (linkage_server.release_files)."""
+    """:func:`zip_members` into a temporary file renamed into place: the same bytes as
+    :func:`npz_bytes` of the same arrays (linkage_server.release_files)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, value in members.items():
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as out:
-                if isinstance(value, Path):
-                    with open(value, "rb") as f:
-                        shutil.copyfileobj(f, out, 1 << 20)
-                else:
-                    np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
-    tmp.replace(path)
+    try:
+        zip_members(tmp, members)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class NpyWriter:
@@ -98,7 +110,7 @@ class NpyWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "wb")
         header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
-        np.lib.format.write_array_header_2_0(self._f, header)
+        np.lib.format.write_array_header_1_0(self._f, header)  # as write_array: the same bytes
 
     def write(self, rows: np.ndarray) -> None:
         if rows.shape[1:] != self.shape[1:] or rows.dtype != self.dtype:

@@ -8,13 +8,12 @@ Each chunk of primary rows is searched against the whole secondary and written t
 not searched again, so a job interrupted anywhere resumes from its finished chunks. Nothing holds
 more than a chunk's results: the release reads them back chunk by chunk
 (linkage_server.release_files). With ``ray`` ("local", or a cluster's address) the unfinished
-chunks of an exact search run as Ray tasks: the secondary's identifiers are put in the object
-store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
+chunks of an exact search run as Ray tasks: the secondary's identifiers and their index are put in
+the object store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
 worker dies is retried by Ray. The chunks' search is the same function either way, so the results
 are byte-identical to the local path (tests/test_chunk_search.py). An approximate search
 (linkage.approx) builds its index once, in this process, and searches the unfinished chunks with
-it; so does the exact search in this process (the Euclidean k-d tree: linkage.pipeline.searcher).
-A Ray task builds its own for its chunk.
+it; so does the exact search (the Euclidean k-d tree: linkage.pipeline.searcher), here or for Ray.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import numpy as np
 
 from linkage.approx import Approx, approx_searcher
 from linkage.contracts import LinkageError
-from linkage.pipeline import search, searcher
+from linkage.pipeline import searcher
 from linkage.store import npz_bytes, write_atomic
 
 RETRIES = 3  # a chunk whose Ray worker died is run again this many times
@@ -101,8 +100,8 @@ def connect(address: str) -> None:
                  ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
 
 
-def _search_chunk(query_chunk, base, metric: str, k: int, party: str) -> tuple[np.ndarray, np.ndarray]:
-    return search(query_chunk, base, metric=metric, k=k, party=party)
+def _search_chunk(query_chunk, find) -> tuple[np.ndarray, np.ndarray]:
+    return find(query_chunk)
 
 
 def _on_ray(cache: Path, query, base, metric: str, k: int, party: str, todo: list[tuple[int, int]], tick,
@@ -112,13 +111,14 @@ def _on_ray(cache: Path, query, base, metric: str, k: int, party: str, todo: lis
 
     connect(address)
     task = ray.remote(max_retries=RETRIES)(_search_chunk)
-    base_ref = ray.put(base)  # shared by every task: the secondary crosses the object store once
+    find_ref = ray.put(searcher(base, metric=metric, k=k, party=party))  # the secondary and its index (the
+    # k-d tree), built once and shared by every task through the object store
     limit = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     pending, running = list(todo), {}
     while pending or running:
         while pending and len(running) < limit:
             lo, hi = pending.pop(0)
-            running[task.remote(query[lo:hi], base_ref, metric, k, party)] = (lo, hi)
+            running[task.remote(query[lo:hi], find_ref)] = (lo, hi)
         done, _ = ray.wait(list(running), num_returns=1)
         lo, hi = running.pop(done[0])
         try:

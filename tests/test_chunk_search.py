@@ -30,10 +30,11 @@ def local_ray():
     ray.shutdown()
 
 
-def job_bytes(root, ray: str, chunk_rows: int = 500, base: np.ndarray = BASE) -> tuple[JobStore, str, bytes]:
+def job_bytes(root, ray: str, chunk_rows: int = 500, base: np.ndarray = BASE, query: np.ndarray = QUERY
+              ) -> tuple[JobStore, str, bytes]:
     store = JobStore(root, chunk_rows=chunk_rows, ray=ray)
     job, _ = store.create("p", ["s"])
-    store.upload(job, "p", to_npy(QUERY))
+    store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))
     store.start(job, JobParams("euclidean", 10))
     store.run(job)
@@ -48,6 +49,10 @@ def neighbours(root, job) -> bytes:
 
 
 def test_ray_equals_the_local_path_and_resumes_from_finished_chunks(local_ray, tmp_path):
+    q2, b2 = QUERY[:, :2], BASE[:, :2]  # 2-d: the k-d tree, built once and shared through the object store
+    _, local_job, _ = job_bytes(tmp_path / "local2", "", query=q2, base=b2)
+    _, job, _ = job_bytes(tmp_path / "ray2", local_ray, query=q2, base=b2)
+    assert neighbours(tmp_path / "ray2", job) == neighbours(tmp_path / "local2", local_job)
     _, local_job, _ = job_bytes(tmp_path / "local", "")
     store, job, _ = job_bytes(tmp_path / "ray", local_ray)
     assert neighbours(tmp_path / "ray", job) == neighbours(tmp_path / "local", local_job)  # byte-identical chunks

@@ -11,12 +11,13 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from linkage.binding import bind_result
 from linkage.contracts import Defences
 from linkage.job_secret import read_secret
 from linkage.pipeline import link
 from linkage.privacy import privacy_report
 from linkage.release import in_memory, plan_party, rng_from_secret, standardise
-from linkage.store import load_primary, load_secondary
+from linkage.store import load_primary, load_secondary, primary_bytes
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.uploads import to_npy
 
@@ -93,6 +94,7 @@ def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, p
         assert got.links[party].sims.tobytes() == want.primary.links[party].sims.tobytes()
         np.testing.assert_array_equal(load_secondary(folder / "results", party).row_of_token,
                                       want.secondaries[party].row_of_token)
+    assert (folder / "results" / "primary.npz").read_bytes() == primary_bytes(bind_result(want, query).primary)
     assert store.meta(job)["privacy"] == privacy_report(want, query, bases, "euclidean")
     assert not (folder / "work" / "release").exists()  # the release's working files are gone
 
