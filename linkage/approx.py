@@ -171,8 +171,7 @@ def approx_searcher(metric: str, base, k: int, approx: Approx):
     """A function q (c, ..) -> (dist (c, k), idx (c, k)): one index over the base, built here,
     serving every call (approx_topk: one call; the service: one call per chunk of its records)."""
     if approx.method == "qgram":
-        c = approx.candidates or max(4 * k, 100)
-        return lambda q: _qgram_rerank(metric, q, base, k, c)
+        return _qgram_searcher(metric, base, k, approx.candidates or max(4 * k, 100))
     if approx.method not in ("hnsw", "ivf"):
         raise LinkageError(f"approximate search method {approx.method!r} is not an index")
     index, prepare, exact = _built(metric, base, approx)
@@ -215,28 +214,36 @@ def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.nd
             np.concatenate([i for _, i in parts]) if parts else np.empty((0, k), np.int64))
 
 
-def _qgram_rerank(metric: str, query, base, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """Strings: the c nearest by q-gram cosine (linkage.qgram's inverted index: work along
-    posting lists, not m x n) as candidates, each scored by the job's metric, the K best kept."""
+def _qgram_searcher(metric: str, base, k: int, c: int):
+    """Strings: query -> the c nearest by q-gram cosine (linkage.qgram's inverted index: work
+    along posting lists, not m x n) as candidates, each scored by the job's metric, the K best
+    kept. The base's strings, scorer input and index are made once, for every chunk of queries."""
     from linkage.contracts import STRING_METRICS
-    from linkage.qgram import topk_cosine
+    from linkage.qgram import base_index, topk_cosine
     from linkage.scorers import PAD, QGRAM, joined
 
     if metric not in STRING_METRICS:
         raise LinkageError(f"the qgram search is for strings, not metric {metric!r}")
-    q, b = joined(query), joined(base)
+    b = joined(base)
+    index = base_index(b, QGRAM, PAD)
     if metric == "qgram_cosine":  # its exact search is the inverted index itself
-        return topk_cosine(q, b, k, q=QGRAM, pad=PAD)
-    c = min(max(c, k), len(b))
-    _, cand = topk_cosine(q, b, c, q=QGRAM, pad=PAD)  # (m, c)
-    q_arr, b_arr = scorer_input(metric, q), scorer_input(metric, b)
-    dist, idx = np.empty((len(q), k)), np.empty((len(q), k), np.int64)
-    for lo in range(0, len(q), 1 << 14):  # row chunks: O(chunk c) pairs at once
-        cc = cand[lo:lo + (1 << 14)]
-        d = candidate_distances(metric, q_arr[lo:lo + len(cc)], b_arr, cc)
-        order = np.lexsort((cc, d), axis=1)[:, :k]
-        dist[lo:lo + len(cc)], idx[lo:lo + len(cc)] = np.take_along_axis(d, order, 1), np.take_along_axis(cc, order, 1)
-    return dist, idx
+        return lambda query: topk_cosine(joined(query), b, k, q=QGRAM, pad=PAD, index=index)
+    c, b_arr = min(max(c, k), len(b)), scorer_input(metric, b)
+
+    def find(query) -> tuple[np.ndarray, np.ndarray]:
+        q = joined(query)
+        _, cand = topk_cosine(q, b, c, q=QGRAM, pad=PAD, index=index)  # (m, c)
+        q_arr = scorer_input(metric, q)
+        dist, idx = np.empty((len(q), k)), np.empty((len(q), k), np.int64)
+        for lo in range(0, len(q), 1 << 14):  # row chunks: O(chunk c) pairs at once
+            cc = cand[lo:lo + (1 << 14)]
+            d = candidate_distances(metric, q_arr[lo:lo + len(cc)], b_arr, cc)
+            order = np.lexsort((cc, d), axis=1)[:, :k]
+            dist[lo:lo + len(cc)], idx[lo:lo + len(cc)] = (np.take_along_axis(d, order, 1),
+                                                           np.take_along_axis(cc, order, 1))
+        return dist, idx
+
+    return find
 
 
 def scorer_input(metric: str, strings: list[str]) -> np.ndarray:

@@ -182,10 +182,12 @@ def _topk_rows(q_ptr, q_idx, q_val, q_sq, b_ptr, b_idx, b_val, b_sq, k, lo, hi, 
 
 
 def topk_cosine(query: list[str], base: list[str], k: int, *, q: int, pad: str,
-                progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                progress: Callable[[int, int], None] | None = None, index: tuple | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest base strings of each query string by q-gram cosine distance (module docstring).
-    Slices of STEP queries go to linkage.hamming.num_threads() threads."""
-    vocab, *postings, b_sq = base_index(base, q, pad)
+    Slices of STEP queries go to linkage.hamming.num_threads() threads. ``index``: the base's
+    :func:`base_index`, when the caller built it once for many calls."""
+    vocab, *postings, b_sq = index or base_index(base, q, pad)
     qv = _counts(query, dict(vocab), q, pad)  # (m, V'): the base's q-grams first, then the query's own
     args = (qv.indptr.astype(np.int64), qv.indices.astype(np.int64), qv.data, squares(qv), *postings, b_sq, k)
     m = len(query)

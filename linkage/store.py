@@ -110,7 +110,11 @@ class NpyWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "wb")
         header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
-        np.lib.format.write_array_header_1_0(self._f, header)  # as write_array: the same bytes
+        try:
+            np.lib.format.write_array_header_1_0(self._f, header)  # as write_array: the same bytes
+        except BaseException:
+            self._f.close()
+            raise
 
     def write(self, rows: np.ndarray) -> None:
         if rows.shape[1:] != self.shape[1:] or rows.dtype != self.dtype:
@@ -141,10 +145,15 @@ def npy_chunks(path: Path, step: int):
             yield lo, np.fromfile(f, dtype=dtype, count=c * per_row).reshape((c, *shape[1:]))
 
 
-def read_primary(source) -> PrimaryLinkage:
+def read_primary(source, rows: bool = True) -> PrimaryLinkage:
+    """The primary's linkage; rows=False: its figures only, every party's (m, K) arrays left on
+    disk (empty (0, K) arrays in their place: a query of new records needs no more)."""
     with np.load(source, allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
-        links = {q: PartyLink(z[f"tokens__{q}"], z[f"sims__{q}"], **meta["stats"][q]) for q in meta["parties"]}
+        empty = np.empty((0, meta["k"]))
+        links = {q: PartyLink(z[f"tokens__{q}"] if rows else empty.astype(np.int64),
+                              z[f"sims__{q}"] if rows else empty.astype(np.float32), **meta["stats"][q])
+                 for q in meta["parties"]}
     return PrimaryLinkage(meta["job_id"], meta["k"], meta["tau"], links, meta.get("metric", "euclidean"),
                           meta.get("layout", "independent"), meta.get("ids_sha256", ""))
 

@@ -257,7 +257,7 @@ class JobStore:
         chunk by chunk (linkage_server.release_files), then its privacy report."""
         meta = self._update(job, state="running")
         params, folder = JobParams(**meta["params"]), self._dir(job)
-        scratch = folder / "work" / "release"
+        scratch = folder / "work" / ".release"  # no party's name: a name starts with a letter or digit
         try:
             t0 = time.perf_counter()
             query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)

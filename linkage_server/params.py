@@ -71,10 +71,11 @@ class JobParams:
                 or (p.search == "qgram" and p.metric not in STRING_METRICS):
             raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
                                 "(hnsw, ivf: euclidean and hamming; qgram: string metrics)")
-        if p.search not in ("exact", "auto") and p.layout == "chain":
+        if p.search != "exact" and p.layout == "chain":  # "auto" too: it could pick an index at scale
             raise JobError(422, f"search {p.search!r} is for independently linked secondaries; a chain searches exactly")
-        if p.width < 0:
-            raise JobError(422, f"width must be 0 (the search's default) or positive, got {p.width}")
+        if not 0 <= p.width <= WIDTH_MAX:
+            raise JobError(422, f"width must be 0 (the search's default) to {WIDTH_MAX}, got {p.width}: it sizes "
+                                "the search's working memory")
         if not 0.0 <= p.recall_floor <= 1.0:
             raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
         if p.compose and p.pool > p.k:
@@ -83,6 +84,7 @@ class JobParams:
 
 
 INT_MAX = 2**31 - 1  # the largest k or pool a job accepts
+WIDTH_MAX = 1024  # the widest approximate search: HNSW's beam, IVF's cells probed, q-gram candidates per record
 
 
 def _field(body: dict, name: str, kind: type, default=None):

@@ -99,7 +99,9 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
                         ({"metric": "edit", "search": "hnsw"}, "hnsw, ivf: euclidean and hamming"),
                         ({"search": "qgram"}, "qgram: string metrics"),
                         ({"search": "hnsw", "layout": "chain"}, "a chain searches exactly"),
-                        ({"search": "ivf", "width": -1}, "width must be 0")]:
+                        ({"search": "auto", "layout": "chain"}, "a chain searches exactly"),
+                        ({"search": "ivf", "width": -1}, "width must be 0"),
+                        ({"search": "hnsw", "width": 2**31 - 1}, "width must be 0 .* to 1024")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
 

@@ -82,7 +82,7 @@ def run_job(root, query, bases: dict, params: JobParams, chunk_rows: int, train=
                                     JobParams("euclidean", 5, tau=0.9, radius=0.3, compose=True)])
 def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, params):
     query, base = planted(700, 300)
-    bases = {"a": base, "b": base[::-1][:200] + 0.01}
+    bases = {"a": base, "release": base[::-1][:200] + 0.01}  # "release": no clash with the release's files
     train = np.arange(0, 700, 2)
     store, job = run_job(tmp_path, query, bases, params, chunk_rows=64, train=train)
     folder = tmp_path / "jobs" / job
@@ -96,7 +96,8 @@ def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, p
                                       want.secondaries[party].row_of_token)
     assert (folder / "results" / "primary.npz").read_bytes() == primary_bytes(bind_result(want, query).primary)
     assert store.meta(job)["privacy"] == privacy_report(want, query, bases, "euclidean")
-    assert not (folder / "work" / "release").exists()  # the release's working files are gone
+    assert not (folder / "work" / ".release").exists()  # the release's working files are gone
+    assert len(list((folder / "work" / "release").glob("*/*.npz"))) == 11  # party "release" keeps its chunks
 
 
 def test_an_interrupted_approximate_job_resumes_from_its_finished_chunks(tmp_path):
