@@ -140,11 +140,11 @@ def run_on_ray(pending: list[tuple[str, dict, Path]], engine: str, address: str,
     cluster has room; results as they finish; a task that fails or whose worker dies fails its run
     only. Run folders are written by the node that runs them: on a cluster, the sweep's root must
     be a folder every node sees (a shared filesystem)."""
-    import ray
-
     from linkage_server.chunk_search import connect
 
-    connect(address)
+    connect(address)  # before this module imports Ray: connect chooses its authentication mode
+    import ray
+
     task = ray.remote(num_cpus=threads, max_retries=0)(_run_guarded)
     refs = {task.remote(values, out, engine, threads): name for name, values, out in pending}
     try:

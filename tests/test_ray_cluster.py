@@ -1,6 +1,6 @@
 """The service's chunked search on a Ray cluster given by its address (issue 20): a head node
 started with ``ray start --head``, joined by address, gives the local path's bytes. The test stops
-the head it starts.
+the head it starts. And a local Ray is started with token authentication.
 
 Opt-in (FEDSIM_RAY_CLUSTER_TEST=1): the Ray pinned here binds its head's GCS, raylet and client
 servers to every interface whatever ``--node-ip-address`` says, and the suite's servers listen on
@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,29 @@ def test_a_cluster_given_by_address_gives_the_local_bytes(ray_head, tmp_path):
 
     port = ray_head.rsplit(":", 1)[1]
     assert ray.is_initialized() and ray.get_runtime_context().gcs_address.endswith(f":{port}")  # that cluster
+
+
+FAKE_RAY = """
+import os
+def is_initialized():
+    return False
+def init(address=None, **kw):
+    print(os.environ.get("RAY_AUTH_MODE"), address)
+"""
+
+
+@pytest.mark.parametrize("env, address, want", [({}, "local", "token None"), ({"RAY_AUTH_MODE": "disabled"}, "local",
+                                                "disabled None"), ({}, "10.0.0.5:6379", "None 10.0.0.5:6379")])
+def test_a_local_ray_is_started_with_token_authentication(tmp_path, env, address, want):
+    """Its servers listen on every interface: only a holder of its token may use them (measured:
+    a process without the token is refused, docs/threat-model.md). An operator's own RAY_AUTH_MODE
+    is kept; a cluster given by address is the operator's to secure. Ray reads the mode when it is
+    imported, so the check runs in a fresh process with a stand-in ``ray`` that reports it."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(FAKE_RAY)
+    clean = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    code = f"from linkage_server.chunk_search import connect; connect({address!r})"
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env, "PYTHONPATH": str(tmp_path)},
+                         capture_output=True, text=True, timeout=60, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.strip() == want
