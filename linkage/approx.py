@@ -186,7 +186,7 @@ def approx_searcher(metric: str, base, k: int, approx: Approx):
 def approx_chunks(metric: str, query, base, k: int, approx: Approx, rows: int = 0):
     """Yield (lo, dist (c, k), idx (c, k)) for query rows lo .. lo + c, chunks of ``rows`` rows
     (0 = one chunk), one index over the base serving them all: a caller that writes each chunk
-    away holds one chunk's output, not m rows' (approx_topk: the chunks concatenated)."""
+    away holds one chunk's output, not m rows' (approx_topk: all rows in one call)."""
     step = rows or max(1, len(query))
     find = approx_searcher(metric, base, k, approx)
     for lo in range(0, len(query), step):
@@ -207,11 +207,7 @@ def approx_topk(metric: str, query, base, k: int, approx: Approx) -> tuple[np.nd
     """The K nearest base rows of each query row found by the approximate index: distances
     exact (Euclidean recomputed in float64; Hamming: faiss's own popcounts), ascending; refused
     when the index found fewer than K for a record."""
-    parts = [(d, i) for _, d, i in approx_chunks(metric, query, base, k, approx)]
-    if len(parts) == 1:
-        return parts[0]
-    return (np.concatenate([d for d, _ in parts]) if parts else np.empty((0, k)),
-            np.concatenate([i for _, i in parts]) if parts else np.empty((0, k), np.int64))
+    return approx_searcher(metric, base, k, approx)(query)
 
 
 def _qgram_searcher(metric: str, base, k: int, c: int):

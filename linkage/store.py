@@ -7,6 +7,7 @@ secondary its own ``secondary-<party>.npz``, and training reads them from one fo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -81,24 +82,30 @@ def save_job(result: LinkageResult, folder: Path) -> Path:
     return folder
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary name, then rename: a crash never leaves half a file."""
+@contextlib.contextmanager
+def atomic_path(path: Path):
+    """A temporary name beside ``path`` to write, renamed to ``path`` when the block ends without
+    an error and removed when it raises: a crash or failure never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary name, then rename (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_npz(path: Path, members: dict) -> None:
     """:func:`zip_members` into a temporary file renamed into place: the same bytes as
     :func:`npz_bytes` of the same arrays (linkage_server.release_files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
-    try:
+    with atomic_path(path) as tmp:
         zip_members(tmp, members)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class NpyWriter:

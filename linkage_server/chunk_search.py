@@ -60,11 +60,6 @@ class ChunkFiles:
             out[inside] = dist[rows[inside] - lo]
         return out
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(dist (m, k), idx (m, k)) all at once: for small jobs and tests."""
-        parts = list(self())
-        return np.concatenate([d for _, d, _ in parts]), np.concatenate([i for _, _, i in parts])
-
 
 def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, chunks: list[tuple[int, int]],
                    tick, ray: str = "", approx: Approx = Approx()) -> ChunkFiles:

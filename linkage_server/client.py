@@ -14,7 +14,7 @@ import numpy as np
 
 from linkage.binding import UploadRecord, upload_record, write_record
 from linkage.contracts import LinkageError, PrimaryLinkage
-from linkage.store import read_primary, save_privacy, write_atomic
+from linkage.store import atomic_path, read_primary, save_privacy, write_atomic
 from linkage_server.params import FINGERPRINT_HEADER
 from linkage_server.uploads import to_npy
 
@@ -165,19 +165,13 @@ class LinkageClient:
     def _download(self, url: str, path: Path) -> None:
         """GET url into path, 1 MiB at a time (a 10M-record primary.npz is gigabytes), under a
         temporary name renamed when whole: a failed download leaves the old file, or none."""
-        tmp = path.with_name(f"{path.name}.part")
         with self._http.stream("GET", url) as r:
             if not r.is_success:
                 r.read()
                 _check(r)
-            path.parent.mkdir(parents=True, exist_ok=True)  # only once the service has answered
-            try:
-                with open(tmp, "wb") as f:
-                    for block in r.iter_bytes(1 << 20):
-                        f.write(block)
-                tmp.replace(path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            with atomic_path(path) as tmp, open(tmp, "wb") as f:  # the folder made once the service answered
+                for block in r.iter_bytes(1 << 20):
+                    f.write(block)
 
     def fetch(self, folder: Path) -> Path:
         """Download this party's result into `folder` under the name training reads; the primary,

@@ -273,14 +273,14 @@ class JobStore:
             def tick() -> None:
                 self._update(job, progress={"done": next(steps), "total": total})
 
+            ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
             found, recalls, sizes = {}, {}, {}
             for party in searched:
-                base = np.load(folder / "uploads" / f"{party}.npy", allow_pickle=False)
-                found[party], recalls[party] = self._party_search(meta, folder, query, base, params, chunks, party, tick)
-                sizes[party] = len(base)
+                found[party], recalls[party] = self._party_search(meta, folder, query, ids[party], params, chunks,
+                                                                  party, tick)
+                sizes[party] = len(ids[party])
             t1 = time.perf_counter()
-            ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
-            spec = Job(job, params.k, params.tau, params.metric, self._secret(folder, meta, params, query, train_rows),
+            spec = Job(job, params.k, params.tau, params.metric, self._secret(meta, params, query, ids, train_rows),
                        train_rows, params.defences(), recalls, (anchor, ids) if params.layout == "chain" else None,
                        self.chunk_rows)
             skeleton, files = write_release(folder / "results", scratch, found, sizes, query, spec)
@@ -310,13 +310,13 @@ class JobStore:
             raise LinkageError(f"training rows must lie in [0, {m}) for the primary's {m} rows")
         return rows
 
-    def _secret(self, folder: Path, meta: dict, params: JobParams, query: np.ndarray,
+    def _secret(self, meta: dict, params: JobParams, query: np.ndarray, ids: dict,
                 train_rows: np.ndarray | None) -> bytes:
         """The job's secret; under an operator seed, derived from the seed and the job's content
-        (the same content id as the in-process linker's, so both release alike)."""
+        (the same content id as the in-process linker's, so both release alike): query and the
+        secondaries' identifiers ``ids`` as uploaded."""
         if self.operator_seed is None:
-            return read_secret(folder / SECRET)
-        ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+            return read_secret(self._dir(meta["job"]) / SECRET)
         metric = params.metric
         if params.layout == "chain":
             metric = chain_tag(metric, params.anchor or min(meta["secondaries"]))

@@ -162,18 +162,19 @@ class Queries:
         maps = {p: read_secondary(folder / "results" / f"secondary-{p}.npz", p).row_of_token
                 for p in meta["secondaries"]}
         try:
-            got = query(new, base, trained, maps, secret=self._secret(folder, meta, params), pool=params.pool)
+            got = query(new, base, trained, maps, secret=self._secret(folder, meta, params, base), pool=params.pool)
         except LinkageError as e:
             raise UploadError(str(e)) from None
         return primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))
 
-    def _secret(self, folder: Path, meta: dict, params: JobParams) -> bytes:
-        """The job's secret as its release used it (under an operator seed: from the job's content)."""
+    def _secret(self, folder: Path, meta: dict, params: JobParams, ids: dict) -> bytes:
+        """The job's secret as its release used it (under an operator seed: from the job's content,
+        ``ids`` the secondaries' uploads)."""
         try:
             if self.store.operator_seed is None:
                 return read_secret(folder / SECRET)
             primary = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
             rows = np.load(folder / TRAIN_ROWS) if meta.get("train_rows") else None
-            return self.store._secret(folder, meta, params, primary, rows)
+            return self.store._secret(meta, params, primary, ids, rows)
         except SecretError as e:
             raise JobError(500, f"{e}; no query is answered under another secret") from None
