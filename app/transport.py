@@ -1,4 +1,5 @@
-"""The Flower transport both training modes share: the handshake that maps parties to nodes,
+"""The Flower transport both training modes share: the handshake that maps parties to nodes
+(an introduction, then the parties' own names mapped to their nodes),
 pushing messages and pulling their replies under one poll policy, and byte accounting.
 The modes' channels (app/vfl/channel.py, app/entity_aug/channel.py) speak through it."""
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flwr.app import Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
@@ -74,11 +75,20 @@ def run_name(run_dir: Path) -> str:
     return messages.plain_name(Path(run_dir).name, "run name", "the primary's run folder")
 
 
-def handshake(grid: Grid, parties: list[str], job_id: str, timeout: float, *, action: str = "hello") -> dict[str, int]:
-    """Ask every connected node which party it is (``query.<action>``, answered in a record of
-    that name); map party -> node id, refusing a missing or duplicated party. Node ids are never
-    assumed to follow any order. ``job_id`` names the linkage job (each party reads its own
-    copy); Entity Augmentation's guests answer ``query.ea_hello``, which names none ("")."""
+@dataclass
+class Introductions:
+    """The nodes' answers to an introduction (``query.<action>``): each answering node's record
+    of that name, the nodes that failed it (node -> reason) and how many did not answer in time."""
+    records: dict[int, ConfigRecord]
+    failed: dict[int, str]
+    silent: int
+
+
+def introduce(grid: Grid, parties: list[str], timeout: float, action: str,
+              content_for: Callable[[int], RecordDict]) -> Introductions:
+    """Ask every connected node ``query.<action>`` (the content ``content_for(node id)``), once
+    as many nodes as parties are connected or ``timeout`` passes, and wait for the answers under
+    the channels' poll policy (Grid.send_and_receive sleeps 3 s between pulls in deployment)."""
     deadline = time.monotonic() + timeout
     node_ids = list(grid.get_node_ids())
     while len(node_ids) < len(parties) and time.monotonic() < deadline:
@@ -86,19 +96,37 @@ def handshake(grid: Grid, parties: list[str], job_id: str, timeout: float, *, ac
         node_ids = list(grid.get_node_ids())
     if not node_ids:
         raise PartyError(f"no SuperNode connected within {timeout} s; expected parties {parties}")
-    hello = [Message(messages.named_content(action, **({"job_id": job_id} if job_id else {})), dst_node_id=nid,
-                     message_type=f"query.{action}") for nid in node_ids]
-    replies = list(grid.send_and_receive(hello, timeout=timeout))
+    msgs = [Message(content_for(nid), dst_node_id=nid, message_type=f"query.{action}") for nid in node_ids]
+    replies: list[Message] = []
+    silent = pull_replies(grid, grid.push_messages(msgs), time.monotonic() + timeout, replies.append)
+    failed = {r.metadata.src_node_id: r.error.reason for r in replies if r.has_error()}
+    records = {r.metadata.src_node_id: r.content.config_records[action] for r in replies if not r.has_error()}
+    return Introductions(records, failed, len(silent))
+
+
+def party_nodes(met: Introductions, parties: list[str], action: str, timeout: float) -> dict[str, int]:
+    """party -> node id from the parties' own answers (their node config names them), refusing a
+    failed node and a missing or duplicated party. Node ids are never assumed to follow any order."""
+    if met.failed:
+        raise PartyError("; ".join(f"node {node_id} failed the handshake: {why}" for node_id, why in met.failed.items()))
     nodes: dict[str, int] = {}
-    for reply in replies:
-        if reply.has_error():
-            raise PartyError(f"node {reply.metadata.src_node_id} failed the handshake: {reply.error.reason}")
-        party = str(reply.content.config_records[action]["party"])
+    for node_id, record in met.records.items():
+        party = str(record["party"])
         if party in nodes:
-            raise PartyError(f"party {party!r} is played by two nodes ({nodes[party]} and {reply.metadata.src_node_id})")
-        nodes[party] = reply.metadata.src_node_id
+            raise PartyError(f"party {party!r} is played by two nodes ({nodes[party]} and {node_id})")
+        nodes[party] = node_id
     missing = sorted(set(parties) - set(nodes))
     extra = sorted(set(nodes) - set(parties))
     if missing or extra:
-        raise PartyError(f"party set mismatch: missing {missing}, unexpected {extra} (expected {parties})")
+        quiet = f"; {met.silent} node(s) did not answer query.{action} within {timeout} s" if met.silent else ""
+        raise PartyError(f"party set mismatch: missing {missing}, unexpected {extra} (expected {parties}){quiet}")
     return nodes
+
+
+def handshake(grid: Grid, parties: list[str], job_id: str, timeout: float, *, action: str = "hello") -> dict[str, int]:
+    """Ask every connected node which party it is (``query.<action>``, answered in a record of
+    that name); map party -> node id. ``job_id`` names the linkage job (each party reads its own
+    copy); Entity Augmentation's guests answer ``query.ea_hello``, which names none ("")."""
+    met = introduce(grid, parties, timeout, action,
+                    lambda _: messages.named_content(action, **({"job_id": job_id} if job_id else {})))
+    return party_nodes(met, parties, action, timeout)

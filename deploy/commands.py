@@ -173,7 +173,8 @@ def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
     return _spawn(dep, f"supernode-{party}", cmd, port)
 
 
-def start_service(dep: Deployment, timeout: float) -> None:
+def start_service(dep: Deployment) -> None:
+    """The linkage service, not waited for: `up` registers the SuperNodes while it starts."""
     port = free_port()
     token = dep.root / "admin.token"
     if not token.exists():
@@ -186,7 +187,6 @@ def start_service(dep: Deployment, timeout: float) -> None:
         cmd += ["--certfile", str(dep.creds / "server.crt"), "--keyfile", str(dep.creds / "server.key")]
     dep.service = _spawn(dep, "linkage-service", cmd, port)
     dep.save()
-    _wait_port(port, dep.service, "the linkage service", timeout)
 
 
 def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None = None, *, secure: bool = True,
@@ -208,13 +208,14 @@ def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None
         if secure:
             make_credentials(dep.creds, parties)
         start_superlink(dep, timeout)
+        start_service(dep)
         for party in parties:
             if secure:
                 register_node(dep, party)
             dep.nodes[party] = start_node(dep, party)
             dep.save()
             dep.linkage_dir(party).mkdir(parents=True, exist_ok=True)
-        start_service(dep, timeout)
+        _wait_port(dep.service.port, dep.service, "the linkage service", timeout)
     except BaseException:
         stop_all(dep)  # what this call started, from memory (deploy.json may be older or absent)
         raise

@@ -33,7 +33,8 @@ LONGEST_FIRST = (
     "tests/test_sweep.py::test_runs_on_ray_equal_serial_runs",  # ~20 (75 under load)
     "tests/test_cli.py::test_entity_augmentation_on_csv_guests_with_id_columns",  # 26
 )
-FIRST_WAVE = 3  # one long test per worker (scripts/test.sh's three), each dealt with one short test
+FIRST_WAVE = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "4"))  # one long test per worker, each
+# dealt with one short test (xdist first deals two consecutive tests to each worker)
 
 
 def pytest_collection_modifyitems(items):

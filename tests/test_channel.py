@@ -1,5 +1,6 @@
 """The primary's handshake names parties by their own node config, never by node-id order."""
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -26,11 +27,15 @@ class FakeGrid:
     def get_node_ids(self):
         return list(self.parties_by_node)
 
-    def send_and_receive(self, msgs, timeout=None):
+    def push_messages(self, msgs):
         assert len(msgs) == len(self.parties_by_node)  # one hello per connected node, in node order
-        return [SimpleNamespace(has_error=lambda: False, metadata=SimpleNamespace(src_node_id=node),
-                                content=SimpleNamespace(config_records={"hello": {"party": party}}))
-                for node, party in reversed(self.parties_by_node.items())]  # replies come in any order
+        self.sent = {f"m{m.metadata.dst_node_id}": m.metadata.dst_node_id for m in msgs}
+        return list(self.sent)
+
+    def pull_messages(self, ids):
+        return [SimpleNamespace(has_error=lambda: False, content=SimpleNamespace(config_records={"hello": {"party": p}}),
+                                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"))
+                for node, p in reversed(self.parties_by_node.items()) if f"m{node}" in ids and p]  # in any order
 
 
 def test_parties_map_to_their_nodes_whatever_the_node_order():
@@ -46,6 +51,14 @@ def test_parties_map_to_their_nodes_whatever_the_node_order():
 def test_a_twice_configured_missing_or_unknown_party_is_refused(nodes, match):
     with pytest.raises(PartyError, match=match):
         handshake(FakeGrid(nodes), ["a", "b", "c"], "/job", timeout=1)
+
+
+def test_a_silent_node_is_waited_for_until_the_timeout_and_counted():
+    grid = FakeGrid({1: "a", 2: "b", 3: ""})  # node 3 never answers (its party would be c)
+    t0 = time.monotonic()
+    with pytest.raises(PartyError, match=r"missing \['c'\].*1 node\(s\) did not answer query.hello within 0.5 s"):
+        handshake(grid, ["a", "b", "c"], "/job", timeout=0.5)
+    assert 0.5 <= time.monotonic() - t0 < 2
 
 
 class Clock:

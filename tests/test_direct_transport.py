@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
@@ -268,3 +269,39 @@ def test_a_frame_too_large_a_cut_message_and_a_reflected_proof_are_refused(monke
         SecureLink.connect(f"127.0.0.1:{server.getsockname()[1]}", key, 10)
     t.join(10)
     server.close()
+
+
+class OpeningGrid:
+    """Nodes answering the direct transport's handshake (`query.direct_open`) as a ClientApp
+    does: each starts a real party worker with the key it was sent and names its party."""
+
+    def __init__(self, parties_by_node: dict[int, str]) -> None:
+        self.parties_by_node, self.replies = parties_by_node, {}
+
+    def get_node_ids(self):
+        return list(self.parties_by_node)
+
+    def push_messages(self, msgs):
+        for m in msgs:
+            node = m.metadata.dst_node_id
+            key = m.content.config_records["direct_open"]["key"]
+            record = {"party": self.parties_by_node[node], "address": spawn(_context(), key, timeout=60)}
+            self.replies[f"m{node}"] = SimpleNamespace(
+                has_error=lambda: False, content=SimpleNamespace(config_records={"direct_open": record}),
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"))
+        return list(self.replies)
+
+    def pull_messages(self, ids):
+        return [self.replies[i] for i in ids]
+
+
+def test_a_refused_party_set_releases_the_workers_its_handshake_started(monkeypatch):
+    """A party played by two nodes is refused in the handshake that starts the workers; the
+    primary releases them at once rather than leaving them to wait out node-timeout (60 s)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a Message needs a run
+        monkeypatch.setattr(TaskIdentity, name, value)
+    with pytest.raises(PartyError, match="party 'bank' is played by two nodes"):
+        DirectChannel.connect(OpeningGrid({1: "bank", 2: "bank"}), ["bank"], "job", timeout=60)
+    assert len(_workers()) <= 2 and _ended(10)

@@ -53,11 +53,14 @@ def _hello(content: RecordDict, context: Context) -> RecordDict:
 
 
 def direct_open(msg: Message, context: Context) -> Message:
-    """The direct transport: start this node's party worker with the run key the primary drew
-    for it (app/vfl/worker.py); the reply names the address it listens at."""
-    key = messages.read_named(msg.content, "direct", "query.direct_open", names=("key",))["key"]
-    address = worker.spawn(context, key, node_run_config(context).node_timeout)
-    return Message(RecordDict({"direct": ConfigRecord({"address": address})}), reply_to=msg)
+    """The direct transport's handshake: start this node's party worker with the run key the
+    primary drew for it (app/vfl/worker.py); the reply names the party (this node's own config)
+    and the address the worker listens at. The worker loads the party's data on the link's hello."""
+    cfg = node_run_config(context)
+    key = messages.read_named(msg.content, "direct_open", "query.direct_open", names=("key",))["key"]
+    address = worker.spawn(context, key, cfg.node_timeout)
+    return Message(RecordDict({"direct_open": ConfigRecord({"party": party_name(cfg, context), "address": address})}),
+                   reply_to=msg)
 
 
 def _step(content: RecordDict, context: Context) -> RecordDict:

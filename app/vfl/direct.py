@@ -2,18 +2,20 @@
 same protocol as :class:`~app.vfl.channel.FlowerChannel`, its messages carried by an encrypted,
 authenticated link to each secondary's party worker (app/vfl/worker.py, app/secure_link.py)
 instead of one Flower exchange each. Flower introduces the parties and hands each worker its
-run key; the link then moves the tensors in milliseconds, not seconds."""
+run key in the same exchange that names the parties; the link then moves the tensors in
+milliseconds, not seconds."""
 
 from __future__ import annotations
 
 import socket
 import time
 
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
+from flwr.serverapp import Grid
 
 from app import messages
 from app.secure_link import LinkError, SecureLink, new_key
-from app.transport import PartyError
+from app.transport import PartyError, introduce, party_nodes
 from app.vfl.channel import FlowerChannel, _Sent
 from app.vfl.worker import decode, encode
 
@@ -23,30 +25,41 @@ class DirectChannel(FlowerChannel):
 
     def __init__(self, flower: FlowerChannel, links: dict[str, SecureLink]) -> None:
         super().__init__(flower.grid, flower.nodes, flower.timeout, flower.job_id)
-        self.traffic = flower.traffic  # the opening exchange counts
+        self.traffic = flower.traffic  # one account of exchanges and bytes, whichever way they went
         self.links, self._seq = links, 0
 
     @classmethod
-    def open(cls, flower: FlowerChannel) -> "DirectChannel":
-        """Over Flower, each party starts its worker with a fresh key drawn here for it; then the
-        primary connects, both sides prove they hold the key, and the worker says hello."""
-        keys = {p: new_key() for p in flower.nodes}
-        replies = flower._exchange("query.direct_open", {p: messages.named_content("direct", key=keys[p])
-                                                          for p in flower.nodes})
+    def connect(cls, grid: Grid, parties: list[str], job_id: str, timeout: float) -> "DirectChannel":
+        """The handshake and the links in one Flower exchange: each node gets a fresh key drawn
+        here for it, starts its party worker with it and answers its party (from its own node
+        config) and the worker's address. The primary then connects to each, both sides prove
+        they hold the key, and the worker says hello, checking the linkage job. A worker not
+        used (a refused party set, a failed link) is released at once, not left waiting."""
+        keys: dict[int, str] = {}
+
+        def content_for(node_id: int) -> RecordDict:
+            keys[node_id] = new_key()
+            return messages.named_content("direct_open", key=keys[node_id])
+
+        met = introduce(grid, parties, timeout, "direct_open", content_for)
         links: dict[str, SecureLink] = {}
+        nodes: dict[str, int] = {}
         try:
-            for p, content in sorted(replies.items()):
-                address = str(content.config_records.get("direct", {}).get("address", ""))
+            nodes = party_nodes(met, parties, "direct_open", timeout)
+            for p, node_id in sorted(nodes.items()):
+                address = str(met.records[node_id].get("address", ""))
                 try:
-                    links[p] = SecureLink.connect(address, keys[p], flower.timeout)
+                    links[p] = SecureLink.connect(address, keys[node_id], timeout)
                 except (LinkError, OSError, ValueError) as e:
                     raise PartyError(f"party {p!r}: no direct link to its worker at {address!r}: {e}") from e
-            channel = cls(flower, links)
-            channel._exchange("query.hello", {p: messages.named_content("hello", job_id=flower.job_id) for p in links})
+            channel = cls(FlowerChannel(grid, nodes, timeout, job_id), links)
+            channel._exchange("query.hello", {p: messages.named_content("hello", job_id=job_id) for p in links})
             return channel
         except BaseException:
             for link in links.values():
                 link.close()
+            linked = {nodes[p] for p in links}
+            _release({n: rec for n, rec in met.records.items() if n not in linked}, keys)
             raise
 
     def _push(self, message_type: str, contents: dict[str, RecordDict]) -> _Sent:
@@ -91,3 +104,13 @@ class DirectChannel(FlowerChannel):
     def close(self) -> None:
         for link in self.links.values():
             link.close()
+
+
+def _release(records: dict[int, ConfigRecord], keys: dict[int, str], timeout: float = 5.0) -> None:
+    """Connect to each of these workers and close the link: a worker ends with its link, where
+    it would otherwise wait node-timeout for a primary that is not coming."""
+    for node_id, record in records.items():
+        try:
+            SecureLink.connect(str(record.get("address", "")), keys[node_id], timeout).close()
+        except (LinkError, OSError, ValueError):
+            pass  # gone already, or never listening: nothing to release

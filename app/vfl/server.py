@@ -168,12 +168,14 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
     log(INFO, "[primary] linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s", linkage.job_id, linkage.layout,
         linkage.k, linkage.tau, {p: round(l.sigma, 4) for p, l in linkage.links.items()}, link_seconds)
     privacy = job_privacy(folder, linkage, "[primary]")
-    nodes = handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout)
-    log(INFO, "[primary] parties: %s", nodes)
-    channel = FlowerChannel(grid, nodes, cfg.node_timeout, linkage.job_id)
     if cfg.transport == "direct":  # the last step: nothing between opening the links and closing them with the run
-        channel = DirectChannel.open(channel)
+        channel = DirectChannel.connect(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout)
+        log(INFO, "[primary] parties: %s", channel.nodes)
         log(INFO, "[primary] direct links to the party workers: %s", sorted(channel.links))
+    else:
+        channel = FlowerChannel(grid, handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout),
+                                cfg.node_timeout, linkage.job_id)
+        log(INFO, "[primary] parties: %s", channel.nodes)
     return linkage, channel, link_seconds, privacy
 
 

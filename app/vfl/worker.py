@@ -16,6 +16,7 @@ exits when the primary closes it, or when nobody authenticates within ``node-tim
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import queue
@@ -26,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from flwr.app import Context, RecordDict
@@ -182,15 +184,19 @@ def main() -> int:
     threading.Thread(target=_watch, args=(spec["node"],), daemon=True).start()
     print(f"[party worker] pid {os.getpid()} at {host}:{port}, for node process {spec['node'][0]}", file=sys.stderr,
           flush=True)
-    from app.vfl.client import DIRECT  # torch and the party's code, while the primary connects
-    try:
-        link = _authenticated(server, spec["key"], float(spec["timeout"]))
-    finally:
-        server.close()
+    # torch and the party's code load while the primary connects and proves the key: the accept
+    # loop does not wait on the import (seconds on a busy host), so neither does the primary
+    with ThreadPoolExecutor(1) as loader:
+        client = loader.submit(importlib.import_module, "app.vfl.client")
+        try:
+            link = _authenticated(server, spec["key"], float(spec["timeout"]))
+        finally:
+            server.close()
+        handlers = client.result().DIRECT
     context = LiveContext(run_id=0, node_id=0, node_config=spec["node_config"], state=RecordDict(),
                           run_config=spec["run_config"])
     try:
-        serve(link, context, DIRECT)
+        serve(link, context, handlers)
     finally:
         link.close()
     return 0
