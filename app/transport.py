@@ -100,7 +100,10 @@ def introduce(grid: Grid, parties: list[str], timeout: float, action: str,
     replies: list[Message] = []
     silent = pull_replies(grid, grid.push_messages(msgs), time.monotonic() + timeout, replies.append)
     failed = {r.metadata.src_node_id: r.error.reason for r in replies if r.has_error()}
-    records = {r.metadata.src_node_id: r.content.config_records[action] for r in replies if not r.has_error()}
+    records = {r.metadata.src_node_id: r.content.config_records.get(action) for r in replies if not r.has_error()}
+    for node_id in [n for n, rec in records.items() if rec is None or "party" not in rec]:
+        failed[node_id] = f"it answered query.{action} without naming its party"  # another app version, say
+        del records[node_id]
     return Introductions(records, failed, len(silent))
 
 

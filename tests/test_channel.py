@@ -33,9 +33,10 @@ class FakeGrid:
         return list(self.sent)
 
     def pull_messages(self, ids):
-        return [SimpleNamespace(has_error=lambda: False, content=SimpleNamespace(config_records={"hello": {"party": p}}),
+        return [SimpleNamespace(has_error=lambda: False,  # party None: an answer without one
+                                content=SimpleNamespace(config_records={"hello": {} if p is None else {"party": p}}),
                                 metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"))
-                for node, p in reversed(self.parties_by_node.items()) if f"m{node}" in ids and p]  # in any order
+                for node, p in reversed(self.parties_by_node.items()) if f"m{node}" in ids and p != ""]  # "": silent
 
 
 def test_parties_map_to_their_nodes_whatever_the_node_order():
@@ -51,6 +52,11 @@ def test_parties_map_to_their_nodes_whatever_the_node_order():
 def test_a_twice_configured_missing_or_unknown_party_is_refused(nodes, match):
     with pytest.raises(PartyError, match=match):
         handshake(FakeGrid(nodes), ["a", "b", "c"], "/job", timeout=1)
+
+
+def test_an_answer_without_a_party_is_refused_naming_the_node():
+    with pytest.raises(PartyError, match="node 2 failed the handshake: it answered query.hello without naming its party"):
+        handshake(FakeGrid({1: "a", 2: None, 3: "c"}), ["a", "b", "c"], "/job", timeout=1)
 
 
 def test_a_silent_node_is_waited_for_until_the_timeout_and_counted():
