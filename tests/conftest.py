@@ -1,12 +1,14 @@
 import os
 
+import pytest
+
 # Tests never phone home and never install dependencies at run time.
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 
-# Two pytest-xdist workers share two cores (scripts/test.sh): one torch thread each. With the
+# The pytest-xdist workers (scripts/test.sh) share two cores: one torch thread each. With the
 # default (a thread per core) the workers' OpenMP threads oversubscribe the cores: the tests that
 # are not `slow` took 110 s instead of 95 s (2026-11-23).
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -48,3 +50,14 @@ def pytest_collection_modifyitems(items):
     k = min(FIRST_WAVE, len(longs), len(shorts))  # [L0, s, L1, s, L2, s, L3, L4, ..., the other shorts]
     first = [x for pair in zip(longs[:k], shorts[:k]) for x in pair]
     items[:] = first + longs[k:] + shorts[k:]  # every test kept, whatever subset was collected
+
+
+@pytest.fixture
+def run_identity(monkeypatch):
+    """Flower's Message reads the run id of the process it runs in (set by a ServerApp); tests
+    that build Messages outside one take this fixture."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)

@@ -8,14 +8,7 @@ import pytest
 from app.transport import PartyError, handshake
 
 
-@pytest.fixture(autouse=True)
-def run_identity(monkeypatch):
-    """Flower's Message reads the run id of the process it runs in (set by a ServerApp)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+pytestmark = pytest.mark.usefixtures("run_identity")  # tests/conftest.py: a Message needs a run
 
 
 class FakeGrid:
@@ -29,8 +22,7 @@ class FakeGrid:
 
     def push_messages(self, msgs):
         assert len(msgs) == len(self.parties_by_node)  # one hello per connected node, in node order
-        self.sent = {f"m{m.metadata.dst_node_id}": m.metadata.dst_node_id for m in msgs}
-        return list(self.sent)
+        return [f"m{m.metadata.dst_node_id}" for m in msgs]
 
     def pull_messages(self, ids):
         return [SimpleNamespace(has_error=lambda: False,  # party None: an answer without one

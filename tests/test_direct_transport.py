@@ -295,13 +295,9 @@ class OpeningGrid:
         return [self.replies[i] for i in ids]
 
 
-def test_a_refused_party_set_releases_the_workers_its_handshake_started(monkeypatch):
+def test_a_refused_party_set_releases_the_workers_its_handshake_started(run_identity):
     """A party played by two nodes is refused in the handshake that starts the workers; the
     primary releases them at once rather than leaving them to wait out node-timeout (60 s)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a Message needs a run
-        monkeypatch.setattr(TaskIdentity, name, value)
     with pytest.raises(PartyError, match="party 'bank' is played by two nodes"):
         DirectChannel.connect(OpeningGrid({1: "bank", 2: "bank"}), ["bank"], "job", timeout=60)
     assert len(_workers()) <= 2 and _ended(10)

@@ -36,14 +36,7 @@ from strategies.vfl.fedsim import GradBlock
 RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
 
 
-@pytest.fixture(autouse=True)
-def run_identity(monkeypatch):
-    """Flower's Message reads the run id of the process it runs in (set by a ServerApp)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+pytestmark = pytest.mark.usefixtures("run_identity")  # tests/conftest.py: a Message needs a run
 
 
 @pytest.fixture(scope="module")
