@@ -23,7 +23,9 @@ from app.vfl.parties import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from linkage.contracts import LinkageError
 from tests.test_byo import write_parties
-from tests.test_secondary_security import query, run_identity  # noqa: F401 - the fixture
+from tests.test_secondary_security import query
+
+pytestmark = pytest.mark.usefixtures("run_identity")  # tests/conftest.py: a Message needs a run
 
 
 @pytest.fixture
