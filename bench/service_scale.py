@@ -8,15 +8,18 @@ It drives linkage_server.jobs.JobStore directly (the service's own code, without
 folder under --dir (default: a temporary folder, removed afterwards). The cases are
 bench.linkage_scale's (shipped data resampled with jitter, seeded). The job's secret is the
 service's own (drawn per job). Peak memory is this process's ru_maxrss: the inputs (generated and
-uploaded first, and reported separately) included.
+uploaded first, and reported separately) included. With Ray the workers are other processes: the
+job's peak summed PSS over this process and every process under it is reported too (sampled).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +30,52 @@ from experiments.runner import git_rev
 
 def _peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+class TreePeak:
+    """The peak summed PSS of this process and every process under it (a local Ray's GCS, raylet
+    and workers), sampled from /proc every ``every`` seconds in a thread; PSS counts pages shared
+    between processes (Ray's object store) once in all, not once per process."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        self.peak, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(every,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+    def _sample(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.peak = max(self.peak, sum(_pss_gb(pid) for pid in _tree(os.getpid())))
+
+
+def _tree(root: int) -> list[int]:
+    """root and every process under it, from /proc's parent links."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        parent[int(stat.parent.name)] = int(text.rsplit(")", 1)[1].split()[1])
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in tree} - tree
+        tree, grew = tree | more, bool(more)
+    return sorted(tree)
+
+
+def _pss_gb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1e6  # kB
+    except OSError:
+        pass
+    return 0.0
 
 
 def _size_gb(path: Path) -> float:
@@ -49,12 +98,14 @@ def run(args: argparse.Namespace, root: Path) -> dict:
     params = JobParams(metric=metric, k=args.k, tau=args.tau,
                        radius=args.radius, search=args.search, recall_floor=args.recall_floor, width=args.width)
     store.start(job, params)
-    t1 = time.perf_counter()
+    t1, tree = time.perf_counter(), TreePeak()
     store.run(job)
+    tree_gb = tree.stop()
     meta = store.meta(job)
     folder = root / "jobs" / job
     return {"state": meta["state"], "error": meta["error"], "inputs_s": inputs_s, "inputs_peak_gb": inputs_gb,
             "job_s": time.perf_counter() - t1, "seconds": meta["seconds"], "peak_gb": _peak_gb(),
+            "tree_peak_pss_gb": tree_gb,
             "primary_npz_gb": (folder / "results" / "primary.npz").stat().st_size / 1e9 if meta["state"] == "done" else 0,
             "work_gb": _size_gb(folder / "work"), "recall": _recalls(folder / "results" / "primary.npz"),
             "strongest": {p: e.get("strongest") for p, e in (meta.get("privacy") or {}).get("parties", {}).items()}}

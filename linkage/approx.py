@@ -154,33 +154,63 @@ def _built(metric: str, base, approx: Approx):
     recompute the candidates' distances in float64; Hamming: faiss's popcounts are exact."""
     if metric == "euclidean":
         b = np.asarray(base, np.float64)
-        shift = b.mean(axis=0)
         index = _float_index(b.shape[1], len(b), approx)
-        _fill(index, np.ascontiguousarray(b - shift, np.float32))
-        return (index, lambda q: np.ascontiguousarray(np.asarray(q, np.float64) - shift, np.float32),
-                lambda q, cand, _: _euclidean(np.asarray(q, np.float64), b, cand))
+        _fill(index, np.ascontiguousarray(b - b.mean(axis=0), np.float32))
+        return _wrapped(metric, base, index)
     if metric == "hamming":
         b = np.ascontiguousarray(base, np.uint8)
         index = _binary_index(b.shape[1] * 8, len(b), approx)
         _fill(index, b)
-        return index, lambda q: np.ascontiguousarray(q, np.uint8), lambda q, cand, d: d.astype(np.float64)
+        return _wrapped(metric, base, index)
     raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+
+
+def _wrapped(metric: str, base, index):
+    """(index, query -> the index's input, (query, cand, faiss dist) -> exact float64 distances)."""
+    if metric == "euclidean":
+        b = np.asarray(base, np.float64)
+        shift = b.mean(axis=0)
+        return (index, lambda q: np.ascontiguousarray(np.asarray(q, np.float64) - shift, np.float32),
+                lambda q, cand, _: _euclidean(np.asarray(q, np.float64), b, cand))
+    return index, lambda q: np.ascontiguousarray(q, np.uint8), lambda q, cand, d: d.astype(np.float64)
 
 
 def approx_searcher(metric: str, base, k: int, approx: Approx):
     """A function q (c, ..) -> (dist (c, k), idx (c, k)): one index over the base, built here,
-    serving every call (approx_topk: one call; the service: one call per chunk of its records)."""
+    serving every call (approx_topk: one call; the service: one call per chunk of its records,
+    here or, pickled once into Ray's object store, in Ray's workers)."""
     if approx.method == "qgram":
         return _qgram_searcher(metric, base, k, approx.candidates or max(4 * k, 100))
     if approx.method not in ("hnsw", "ivf"):
         raise LinkageError(f"approximate search method {approx.method!r} is not an index")
-    index, prepare, exact = _built(metric, base, approx)
+    return IndexSearch(metric, base, k, approx, _built(metric, base, approx))
 
-    def find(q) -> tuple[np.ndarray, np.ndarray]:
-        d, cand = _query(index, prepare(q), k, approx)  # (c, k) each
-        return _sorted(exact(q, cand, d), cand, k, approx)
 
-    return find
+class IndexSearch:
+    """The faiss index over a base and the base itself, called per chunk of queries; pickles
+    (for Ray) as the index's own serialisation, which faiss's binary indexes lack."""
+
+    def __init__(self, metric: str, base, k: int, approx: Approx, built) -> None:
+        self.metric, self.base, self.k, self.approx = metric, base, k, approx
+        self.index, self.prepare, self.exact = built
+
+    def __call__(self, q) -> tuple[np.ndarray, np.ndarray]:
+        d, cand = _query(self.index, self.prepare(q), self.k, self.approx)  # (c, k) each
+        return _sorted(self.exact(q, cand, d), cand, self.k, self.approx)
+
+    def __reduce__(self):
+        import faiss
+
+        binary = self.metric == "hamming"
+        data = (faiss.serialize_index_binary if binary else faiss.serialize_index)(self.index)  # (bytes,) uint8
+        return _unpickled, (self.metric, self.base, self.k, self.approx, data)
+
+
+def _unpickled(metric: str, base, k: int, approx: Approx, data: np.ndarray) -> IndexSearch:
+    import faiss
+
+    index = (faiss.deserialize_index_binary if metric == "hamming" else faiss.deserialize_index)(data)
+    return IndexSearch(metric, base, k, approx, _wrapped(metric, base, index))
 
 
 def approx_chunks(metric: str, query, base, k: int, approx: Approx, rows: int = 0):

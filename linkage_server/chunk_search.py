@@ -8,12 +8,12 @@ Each chunk of primary rows is searched against the whole secondary and written t
 not searched again, so a job interrupted anywhere resumes from its finished chunks. Nothing holds
 more than a chunk's results: the release reads them back chunk by chunk
 (linkage_server.release_files). With ``ray`` ("local", or a cluster's address) the unfinished
-chunks of an exact search run as Ray tasks: the secondary's identifiers and their index are put in
+chunks run as Ray tasks: the secondary's identifiers and their index are put in
 the object store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
-worker dies is retried by Ray. The chunks' search is the same function either way, so the results
-are byte-identical to the local path (tests/test_chunk_search.py). An approximate search
-(linkage.approx) builds its index once, in this process, and searches the unfinished chunks with
-it; so does the exact search (the Euclidean k-d tree: linkage.pipeline.searcher), here or for Ray.
+worker dies is retried by Ray. The index, exact (the Euclidean k-d tree: linkage.pipeline.searcher)
+or approximate (faiss's, or the q-gram one: linkage.approx), is built once, in this process,
+whether its chunks are searched here or on Ray. The chunks' search is the same function either way,
+so the results are byte-identical to the local path (tests/test_chunk_search.py).
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, ch
                    tick, ray: str = "", approx: Approx = Approx()) -> ChunkFiles:
     """Every chunk's top-k on disk; ``tick()`` once per chunk done (module docstring)."""
     todo = [(lo, hi) for lo, hi in chunks if not _chunk_file(cache, lo, hi).exists()]
-    on_ray = bool(ray) and approx.method == "exact"
+    on_ray = bool(ray)
     if on_ray and todo:
-        _on_ray(cache, query, base, metric, k, party, todo, tick, ray)
+        _on_ray(cache, query, todo, tick, ray, party, _searcher(base, metric, k, party, approx))
     find = None
     for lo, hi in chunks:
         path = _chunk_file(cache, lo, hi)
@@ -110,15 +110,14 @@ def _search_chunk(query_chunk, find) -> tuple[np.ndarray, np.ndarray]:
     return find(query_chunk)
 
 
-def _on_ray(cache: Path, query, base, metric: str, k: int, party: str, todo: list[tuple[int, int]], tick,
-            address: str) -> None:
+def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str, party: str, find) -> None:
     """Run the unfinished chunks as Ray tasks, writing each to ``cache`` as it completes."""
     connect(address)  # before this module imports Ray: connect chooses its authentication mode
     import ray
 
     task = ray.remote(max_retries=RETRIES)(_search_chunk)
-    find_ref = ray.put(searcher(base, metric=metric, k=k, party=party))  # the secondary and its index (the
-    # k-d tree), built once and shared by every task through the object store
+    find_ref = ray.put(find)  # the secondary and its index (the k-d tree, the faiss or q-gram
+    # index), built once, here, and shared by every task through the object store
     limit = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     pending, running = list(todo), {}
     while pending or running:

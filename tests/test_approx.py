@@ -155,3 +155,18 @@ def test_chunks_of_one_index_equal_the_whole_search(metric, query, base):
     assert [lo for lo, _, _ in chunks] == list(range(0, len(query), 128))
     np.testing.assert_array_equal(np.concatenate([d for _, d, _ in chunks]), whole_d)
     np.testing.assert_array_equal(np.concatenate([i for _, _, i in chunks]), whole_i)
+
+
+@pytest.mark.parametrize("metric,query,base", [("euclidean", QUERY, POINTS), ("hamming", BITS_QUERY, BITS)])
+@pytest.mark.parametrize("approx", [Approx("ivf", nlist=16, nprobe=2), Approx("hnsw", ef_search=16)])
+def test_a_pickled_index_searches_as_the_original(metric, query, base, approx):
+    """The service puts the built index into Ray's object store by pickling it (faiss's binary
+    indexes do not pickle themselves): unpickled, it answers as the original, bit for bit."""
+    import pickle
+
+    from linkage.approx import approx_searcher
+
+    find = approx_searcher(metric, base, 10, approx)
+    copy = pickle.loads(pickle.dumps(find))
+    for got, want in zip(copy(query), find(query)):
+        np.testing.assert_array_equal(got, want)

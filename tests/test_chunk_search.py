@@ -5,6 +5,7 @@ Every test stops the Ray it starts."""
 
 from __future__ import annotations
 
+import operator
 import os
 import signal
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from linkage_server import chunk_search
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.uploads import to_npy
 
@@ -30,13 +32,13 @@ def local_ray():
     ray.shutdown()
 
 
-def job_bytes(root, ray: str, chunk_rows: int = 500, base: np.ndarray = BASE, query: np.ndarray = QUERY
-              ) -> tuple[JobStore, str, bytes]:
+def job_bytes(root, ray: str, chunk_rows: int = 500, base: np.ndarray = BASE, query: np.ndarray = QUERY,
+              params: JobParams = JobParams("euclidean", 10)) -> tuple[JobStore, str, bytes]:
     store = JobStore(root, chunk_rows=chunk_rows, ray=ray)
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))
-    store.start(job, JobParams("euclidean", 10))
+    store.start(job, params)
     store.run(job)
     assert store.meta(job)["state"] == "done", store.meta(job)["error"]
     return store, job, (root / "jobs" / job / "results" / "primary.npz").read_bytes()
@@ -66,6 +68,47 @@ def test_ray_equals_the_local_path_and_resumes_from_finished_chunks(local_ray, t
     JobStore(tmp_path / "ray", chunk_rows=500, ray=local_ray).run(job)
     assert neighbours(tmp_path / "ray", job) == before
     assert all(p.stat().st_mtime_ns == stamps[p] for p in work[:2])  # finished chunks were not searched again
+
+
+def strings(rng, n: int) -> np.ndarray:
+    words = np.array(["north", "south", "park", "hill", "road", "bay", "view", "lake", "st", "old", "new", "mill"])
+    return np.array([" ".join(rng.choice(words, 3)) + f" {i % 97}" for i in range(n)])
+
+
+def approximate_cases() -> list:
+    rng = np.random.default_rng(1)
+    bits = rng.integers(0, 256, size=(2500, 32), dtype=np.uint8)  # 256-bit filters
+    return [(QUERY, BASE, JobParams("euclidean", 10, search="hnsw")),
+            (QUERY, BASE, JobParams("euclidean", 10, search="ivf", width=2)),
+            (bits[:1500], bits[1500:], JobParams("hamming", 10, search="ivf", width=2)),
+            (bits[:1500], bits[1500:], JobParams("hamming", 10, search="hnsw")),
+            (strings(rng, 1200), strings(rng, 900), JobParams("jaro_winkler", 5, search="qgram"))]
+
+
+class OnlyOnRay:
+    """A search that refuses to run in the service's process and unpickles (in Ray's workers) as
+    the real one: a job that searched its chunks here instead of on Ray fails."""
+
+    def __init__(self, find) -> None:
+        self.find = find
+
+    def __call__(self, q):
+        raise AssertionError("a chunk was searched in the service's process, not on Ray")
+
+    def __reduce__(self):
+        return operator.itemgetter(0), ((self.find,),)
+
+
+def test_an_approximate_search_on_ray_equals_the_local_path(local_ray, tmp_path, monkeypatch):
+    """The index (faiss's float and binary ones, the q-gram one) is built once here and pickled
+    into Ray's object store; Ray's workers search every chunk, and their bytes are the local path's."""
+    for i, (query, base, params) in enumerate(approximate_cases()):
+        _, local_job, _ = job_bytes(tmp_path / f"local{i}", "", query=query, base=base, params=params)
+        with monkeypatch.context() as m:
+            real = chunk_search._searcher
+            m.setattr(chunk_search, "_searcher", lambda *a: OnlyOnRay(real(*a)))
+            _, job, _ = job_bytes(tmp_path / f"ray{i}", local_ray, query=query, base=base, params=params)
+        assert neighbours(tmp_path / f"ray{i}", job) == neighbours(tmp_path / f"local{i}", local_job), params
 
 
 def busy_workers() -> list[int]:
