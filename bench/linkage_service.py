@@ -37,17 +37,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.linkage_service", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", default="house", choices=list(METRICS))
-    ap.add_argument("--scale", type=float, default=1.0, help="house / game / hamming: the paper's shapes, scaled")
+    ap.add_argument("--scale", type=float, default=1.0, help="house / game / hamming: the paper's shapes, scaled (not with --m / --n)")
     ap.add_argument("--m", type=int, default=0, help="euclid / hamming at scale: primary records")
     ap.add_argument("--n", type=int, default=0, help="euclid / hamming at scale: secondary records")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--tau", type=float, default=1.0)
     ap.add_argument("--radius", type=float, default=0.5)
     args = ap.parse_args(argv)
+    if min(args.m, args.n) < 0:
+        ap.error(f"--m and --n count records: got {args.m} and {args.n}")
     at_scale = bool(args.m or args.n)
     if (at_scale and (args.case not in ("euclid", "hamming") or not (args.m and args.n))) or \
             (args.case == "euclid" and not at_scale):
         ap.error("--case euclid needs --m and --n; --m and --n go together, with euclid or hamming")
+    if at_scale and args.scale != 1.0:
+        ap.error("--scale sizes the paper's shapes; at scale, --m and --n do")
     return args
 
 

@@ -45,11 +45,16 @@ class TreePeak:
     def stop(self) -> float:
         self._stop.set()
         self._thread.join()
+        self._once()
         return self.peak
 
     def _sample(self, every: float) -> None:
+        self._once()
         while not self._stop.wait(every):
-            self.peak = max(self.peak, sum(_pss_gb(pid) for pid in _tree(os.getpid())))
+            self._once()
+
+    def _once(self) -> None:
+        self.peak = max(self.peak, sum(_pss_gb(pid) for pid in _tree(os.getpid())))
 
 
 def _tree(root: int) -> list[int]:

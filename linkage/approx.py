@@ -152,17 +152,16 @@ def _built(metric: str, base, approx: Approx):
     """(index over the base, query -> the index's input, (query, cand, faiss dist) -> exact float64
     distances). Euclidean: faiss works in float32, so centre first (as the exact path does) and
     recompute the candidates' distances in float64; Hamming: faiss's popcounts are exact."""
+    base = np.asarray(base)
     if metric == "euclidean":
-        b = np.asarray(base, np.float64)
-        index = _float_index(b.shape[1], len(b), approx)
-        _fill(index, np.ascontiguousarray(b - b.mean(axis=0), np.float32))
-        return _wrapped(metric, base, index)
-    if metric == "hamming":
-        b = np.ascontiguousarray(base, np.uint8)
-        index = _binary_index(b.shape[1] * 8, len(b), approx)
-        _fill(index, b)
-        return _wrapped(metric, base, index)
-    raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+        index = _float_index(base.shape[1], len(base), approx)
+    elif metric == "hamming":
+        index = _binary_index(base.shape[1] * 8, len(base), approx)
+    else:
+        raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
+    built = _wrapped(metric, base, index)
+    _fill(index, built[1](base))  # the base as the index's input: the queries' own preparation
+    return built
 
 
 def _wrapped(metric: str, base, index):
@@ -203,7 +202,8 @@ class IndexSearch:
 
         binary = self.metric == "hamming"
         data = (faiss.serialize_index_binary if binary else faiss.serialize_index)(self.index)  # (bytes,) uint8
-        return _unpickled, (self.metric, self.base, self.k, self.approx, data)
+        base = None if binary else self.base  # a binary index holds the filters; Euclidean reranks on the base
+        return _unpickled, (self.metric, base, self.k, self.approx, data)
 
 
 def _unpickled(metric: str, base, k: int, approx: Approx, data: np.ndarray) -> IndexSearch:

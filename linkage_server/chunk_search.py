@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +68,7 @@ def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, ch
     todo = [(lo, hi) for lo, hi in chunks if not _chunk_file(cache, lo, hi).exists()]
     on_ray = bool(ray)
     if on_ray and todo:
-        _on_ray(cache, query, todo, tick, ray, party, _searcher(base, metric, k, party, approx))
+        _on_ray(cache, query, todo, tick, ray, party, partial(_searcher, base, metric, k, party, approx))
     find = None
     for lo, hi in chunks:
         path = _chunk_file(cache, lo, hi)
@@ -110,13 +111,14 @@ def _search_chunk(query_chunk, find) -> tuple[np.ndarray, np.ndarray]:
     return find(query_chunk)
 
 
-def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str, party: str, find) -> None:
-    """Run the unfinished chunks as Ray tasks, writing each to ``cache`` as it completes."""
+def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str, party: str, build) -> None:
+    """Run the unfinished chunks as Ray tasks, writing each to ``cache`` as it completes; ``build()``
+    makes the search once Ray is reached (a wrong address fails before an index is built)."""
     connect(address)  # before this module imports Ray: connect chooses its authentication mode
     import ray
 
     task = ray.remote(max_retries=RETRIES)(_search_chunk)
-    find_ref = ray.put(find)  # the secondary and its index (the k-d tree, the faiss or q-gram
+    find_ref = ray.put(build())  # the secondary and its index (the k-d tree, the faiss or q-gram
     # index), built once, here, and shared by every task through the object store
     limit = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     pending, running = list(todo), {}
