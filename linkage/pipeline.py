@@ -117,16 +117,24 @@ def _pair(query: np.ndarray, base: np.ndarray, k: int, party: str, metric: str) 
 # ----------------------------------------------------------------------------- top-K
 
 
-def topk_bruteforce(query: np.ndarray, base: np.ndarray, k: int, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-K by full distance matrices in chunks; the oracle, and the fast path at high d."""
+BLOCK_BYTES = 1 << 26  # the matrix-product search's (rows, n) float64 distance block: 64 MB
+
+
+def topk_bruteforce(query: np.ndarray, base: np.ndarray, k: int, chunk: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-K by distance matrices in blocks of ``chunk`` query rows (0: as many as fit
+    BLOCK_BYTES against the whole base, at most 4096); the oracle, and the fast path at high d."""
     shift = np.asarray(base, np.float64).mean(0)  # centre: |q|^2 - 2 q.b + |b|^2 cancels badly far from 0
     q, b = np.asarray(query, np.float64) - shift, np.asarray(base, np.float64) - shift
     b_sq = (b * b).sum(1)
+    chunk = chunk or max(1, min(4096, BLOCK_BYTES // (8 * max(len(b), 1))))
     dist_out = np.empty((len(q), k))
     idx_out = np.empty((len(q), k), dtype=np.int64)
     for lo in range(0, len(q), chunk):
         qc = q[lo : lo + chunk]
-        d2 = (qc * qc).sum(1)[:, None] - 2.0 * qc @ b.T + b_sq[None, :]  # (c, n)
+        d2 = qc @ b.T  # (c, n), then in place: |q|^2 - 2 q.b + |b|^2, the same arithmetic in the same order
+        d2 *= -2.0
+        d2 += (qc * qc).sum(1)[:, None]
+        d2 += b_sq[None, :]
         np.maximum(d2, 0.0, out=d2)
         part = np.argpartition(d2, k - 1, axis=1)[:, :k] if k < len(b) else np.tile(np.arange(len(b)), (len(qc), 1))
         pd2 = np.take_along_axis(d2, part, axis=1)

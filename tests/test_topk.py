@@ -40,3 +40,25 @@ def test_bruteforce_chunking_does_not_change_the_result():
     a = topk_bruteforce(q, b, 10, chunk=4096)
     c = topk_bruteforce(q, b, 10, chunk=37)
     np.testing.assert_array_equal(a[1], c[1])
+
+
+def test_the_matrix_product_search_holds_a_bounded_block_of_distances():
+    """Above 8 dimensions the exact search computes (rows, n) distance blocks: their rows are
+    sized to a memory budget (pipeline.BLOCK_BYTES), not a fixed 4096, which against a million
+    secondary records would be 33 GB a block. Here 2000 x 20,000 (a 320 MB block before)."""
+    import tracemalloc
+
+    from linkage.pipeline import BLOCK_BYTES
+
+    rng = np.random.default_rng(2)
+    q, b = rng.normal(size=(2000, 16)), rng.normal(size=(20_000, 16))
+    tracemalloc.start()
+    try:
+        got = topk_euclidean(q, b, 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * BLOCK_BYTES + q.nbytes + 2 * b.nbytes, f"{peak / 1e6:.0f} MB"
+    want = topk_bruteforce(q, b, 10, chunk=2000)  # one block of every row
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
