@@ -9,8 +9,9 @@ Cases: euclid = Melbourne sale coordinates (primary) against Airbnb coordinates 
 each resampled with 200 m of jitter; hamming = the same points as 1024-bit FEDERAL filters (512
 bits per coordinate, the parties' key); strings = Steam titles against How-Long-To-Beat titles
 (bench.game_shape), resampled with one random edit each; gauss16 / gauss64 = synthetic
-embedding-like points in 16 / 64 dimensions (gauss_case: no shipped dataset has that many numeric
-identifiers), where linkage.approx's "auto" picks HNSW. Each (case, method) runs in a fresh
+embedding-like points in 16 / 64 dimensions, 1000 clusters (gauss_case: no shipped dataset has
+that many numeric identifiers), where linkage.approx's "auto" picks HNSW; gauss16u / gauss64u the
+same without clusters. Each (case, method) runs in a fresh
 process (its ru_maxrss is its own peak, inputs included). The exact column is timed on
 --exact-rows primary records against the whole base and extrapolated (linear in m) when that is
 fewer than m: the table says which. Recall: tie-aware, on 1000 records against their exact top-K.
@@ -77,21 +78,25 @@ def strings_case(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     return np.array(normalize_strings(q), dtype=object), np.array(normalize_strings(b), dtype=object)
 
 
-def gauss_case(m: int, n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def gauss_case(m: int, n: int, d: int, clusters: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Synthetic, not from the shipped data (none has many numeric identifier columns): an
-    embedding-like base of n points, 1000 Gaussian clusters in d dimensions (centres N(0, 1),
-    spread 0.3 per dimension), and m queries, each a base point moved by N(0, 0.05): the
-    near-copies a linkage looks for, among neighbours that are not."""
+    embedding-like base of n points in d dimensions, ``clusters`` Gaussian clusters (centres
+    N(0, 1), spread 0.3 per dimension; 0: no clusters, the base is N(0, 1)), and m queries, each
+    a base point moved by N(0, 0.05): the near-copies a linkage looks for, among others."""
     rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(1000, d))
-    base = centres[rng.integers(1000, size=n)] + rng.normal(0, 0.3, (n, d))
+    if clusters:
+        base = rng.normal(size=(clusters, d))[rng.integers(clusters, size=n)] + rng.normal(0, 0.3, (n, d))
+    else:
+        base = rng.normal(size=(n, d))
     return base[rng.integers(n, size=m)] + rng.normal(0, 0.05, (m, d)), base
 
 
 KNOBS = ("hnsw_m", "ef_search", "ef_construction", "nlist", "nprobe", "candidates")  # Approx's, settable here
 CASES = {"euclid": (euclid_case, "euclidean"), "hamming": (hamming_case, "hamming"),
          "strings": (strings_case, "qgram_cosine"), "gauss16": (partial(gauss_case, d=16), "euclidean"),
-         "gauss64": (partial(gauss_case, d=64), "euclidean")}
+         "gauss64": (partial(gauss_case, d=64), "euclidean"),
+         "gauss16u": (partial(gauss_case, d=16, clusters=0), "euclidean"),
+         "gauss64u": (partial(gauss_case, d=64, clusters=0), "euclidean")}
 
 
 def _kept(chunks, sample: np.ndarray, k: int) -> np.ndarray:
