@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from app.run_record import machine
-from bench.service_scale import TreePeak, _tree
+from bench.memory import TreePeak, process_tree
 from experiments.runner import git_rev
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
@@ -67,17 +67,14 @@ def inputs(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for piece in iter(lambda: f.read(1 << 24), b""):
-            digest.update(piece)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def service_hwm_gb() -> float:
     """The running service's peak resident memory (VmHWM), from /proc: the child of this
     process started as `python -m linkage_server serve`."""
-    for pid in _tree(os.getpid()):
+    for pid in process_tree(os.getpid()):
         try:
             if b"linkage_server\x00serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 status = Path(f"/proc/{pid}/status").read_text()

@@ -148,30 +148,13 @@ def _euclidean(q: np.ndarray, b: np.ndarray, cand: np.ndarray, budget: int = 1 <
     return out
 
 
-def _built(metric: str, base, approx: Approx):
-    """(index over the base, query -> the index's input, (query, cand, faiss dist) -> exact float64
-    distances). Euclidean: faiss works in float32, so centre first (as the exact path does) and
-    recompute the candidates' distances in float64; Hamming: faiss's popcounts are exact."""
-    base = np.asarray(base)
+def _empty_index(metric: str, base: np.ndarray, approx: Approx):
+    """The metric's faiss index for ``base``, not yet trained or filled."""
     if metric == "euclidean":
-        index = _float_index(base.shape[1], len(base), approx)
-    elif metric == "hamming":
-        index = _binary_index(base.shape[1] * 8, len(base), approx)
-    else:
-        raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
-    built = _wrapped(metric, base, index)
-    _fill(index, built[1](base))  # the base as the index's input: the queries' own preparation
-    return built
-
-
-def _wrapped(metric: str, base, index):
-    """(index, query -> the index's input, (query, cand, faiss dist) -> exact float64 distances)."""
-    if metric == "euclidean":
-        b = np.asarray(base, np.float64)
-        shift = b.mean(axis=0)
-        return (index, lambda q: np.ascontiguousarray(np.asarray(q, np.float64) - shift, np.float32),
-                lambda q, cand, _: _euclidean(np.asarray(q, np.float64), b, cand))
-    return index, lambda q: np.ascontiguousarray(q, np.uint8), lambda q, cand, d: d.astype(np.float64)
+        return _float_index(base.shape[1], len(base), approx)
+    if metric == "hamming":
+        return _binary_index(base.shape[1] * 8, len(base), approx)
+    raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
 
 
 def approx_searcher(metric: str, base, k: int, approx: Approx):
@@ -182,20 +165,35 @@ def approx_searcher(metric: str, base, k: int, approx: Approx):
         return _qgram_searcher(metric, base, k, approx.candidates or max(4 * k, 100))
     if approx.method not in ("hnsw", "ivf"):
         raise LinkageError(f"approximate search method {approx.method!r} is not an index")
-    return IndexSearch(metric, base, k, approx, _built(metric, base, approx))
+    base = np.asarray(base)
+    search = IndexSearch(metric, base, k, approx, _empty_index(metric, base, approx))
+    _fill(search.index, search.prepare(base))  # the base as the index's input: the queries' own preparation
+    return search
 
 
 class IndexSearch:
-    """The faiss index over a base and the base itself, called per chunk of queries; pickles
-    (for Ray) as the index's own serialisation, which faiss's binary indexes lack."""
+    """A faiss index over a base, called per chunk of queries. Euclidean: faiss works in float32,
+    so queries are centred first (as the exact path does) and the candidates' distances
+    recomputed in float64 on the base; Hamming: faiss's popcounts are exact. Pickles (for Ray)
+    as the index's own serialisation, which faiss's binary indexes lack."""
 
-    def __init__(self, metric: str, base, k: int, approx: Approx, built) -> None:
-        self.metric, self.base, self.k, self.approx = metric, base, k, approx
-        self.index, self.prepare, self.exact = built
+    def __init__(self, metric: str, base, k: int, approx: Approx, index) -> None:
+        self.metric, self.base, self.k, self.approx, self.index = metric, base, k, approx, index
+        if metric == "euclidean":
+            self.base = np.asarray(base, np.float64)
+            self._shift = self.base.mean(axis=0)
+
+    def prepare(self, q) -> np.ndarray:
+        """The queries as the index takes them."""
+        if self.metric == "euclidean":
+            return np.ascontiguousarray(np.asarray(q, np.float64) - self._shift, np.float32)
+        return np.ascontiguousarray(q, np.uint8)
 
     def __call__(self, q) -> tuple[np.ndarray, np.ndarray]:
         d, cand = _query(self.index, self.prepare(q), self.k, self.approx)  # (c, k) each
-        return _sorted(self.exact(q, cand, d), cand, self.k, self.approx)
+        if self.metric == "euclidean":
+            d = _euclidean(np.asarray(q, np.float64), self.base, cand)
+        return _sorted(d.astype(np.float64, copy=False), cand, self.k, self.approx)
 
     def __reduce__(self):
         import faiss
@@ -210,7 +208,7 @@ def _unpickled(metric: str, base, k: int, approx: Approx, data: np.ndarray) -> I
     import faiss
 
     index = (faiss.deserialize_index_binary if metric == "hamming" else faiss.deserialize_index)(data)
-    return IndexSearch(metric, base, k, approx, _wrapped(metric, base, index))
+    return IndexSearch(metric, base, k, approx, index)
 
 
 def approx_chunks(metric: str, query, base, k: int, approx: Approx, rows: int = 0):

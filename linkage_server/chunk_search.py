@@ -66,14 +66,14 @@ def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, ch
                    tick, ray: str = "", approx: Approx = Approx()) -> ChunkFiles:
     """Every chunk's top-k on disk; ``tick()`` once per chunk done (module docstring)."""
     todo = [(lo, hi) for lo, hi in chunks if not _chunk_file(cache, lo, hi).exists()]
-    on_ray = bool(ray)
+    on_ray, build = bool(ray), partial(_searcher, base, metric, k, party, approx)
     if on_ray and todo:
-        _on_ray(cache, query, todo, tick, ray, party, partial(_searcher, base, metric, k, party, approx))
+        _on_ray(cache, query, todo, tick, ray, party, build)
     find = None
     for lo, hi in chunks:
         path = _chunk_file(cache, lo, hi)
         if not path.exists():
-            find = find or _searcher(base, metric, k, party, approx)
+            find = find or build()
             dist, idx = find(query[lo:hi])
             write_atomic(path, npz_bytes(dist=dist, idx=idx))
             tick()
