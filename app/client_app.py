@@ -3,12 +3,22 @@
 
 from __future__ import annotations
 
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from app.entity_aug import client as ea_guest
 from app.vfl import client as vfl
+from linkage.private import private_umask
 
-app = ClientApp()
+
+def private_files(msg: Message, context: Context, call_next) -> Message:
+    """Every handler writes its party's models, checkpoints and caches 0600 in 0700 folders, whatever
+    umask the SuperNode (or simulation) that runs this app was started with (linkage.private)."""
+    private_umask()
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[private_files])
 
 # FedSim and its baselines (run-config mode = "vfl")
 app.query("hello")(vfl.hello)

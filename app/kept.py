@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord
@@ -69,7 +70,7 @@ class Keeper:
         return True
 
     def _write_states(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         for name, state in self.states.items():
             buf = io.BytesIO()
             torch.save(state, buf)

@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord, best_epoch
 
@@ -122,7 +123,7 @@ class RunRecord:
             self.progress.step(phase, epoch, step, steps_per_epoch, loss)
 
     def write_config(self, cfg, settings, hyperparameters: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         body = {"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings),
                 "hyperparameters": hyperparameters}
         (self.folder / CONFIG).write_text(json.dumps(body, indent=2))

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.run_record import FILES, FOLDERS, SUMMARY
+from linkage.private import private_dir
 from linkage.store import write_atomic
 
 STATUS = "status.json"
@@ -57,7 +58,7 @@ class RunStatus:
     def start(self, *, resume: bool = False) -> None:
         """The run begins: an earlier run's files go first (all for a fresh run, the summary for
         a resumed one, whose metrics and checkpoints go on), then "running"."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         for name in ((SUMMARY,) if resume else FILES) + (STATUS,):
             (self.folder / name).unlink(missing_ok=True)
         for name in () if resume else FOLDERS:

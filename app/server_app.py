@@ -8,10 +8,12 @@ from flwr.serverapp import Grid, ServerApp
 
 from app import modes
 from app.config import RunConfig
+from linkage.private import private_umask
 
 app = ServerApp()
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    private_umask()  # the run's folder (models, linkage, metrics) is the primary's alone, whatever the SuperLink's umask
     modes.serve(grid, RunConfig.from_flower(context.run_config))

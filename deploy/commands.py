@@ -25,12 +25,15 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app import run_status
 from deploy.localsim import QUIET_ENV, REPO, free_port, run_config_arg
-from deploy.processes import Proc, _alive, _wait_port, stop
+from deploy.processes import Proc, _wait_port, running, start_time, stop
+from linkage.private import private_dir, private_umask
+from linkage.store import write_atomic
 
 CONNECTION = "fedsim-deploy"
 PRIMARY = "primary"
@@ -89,7 +92,7 @@ class Deployment:
                 "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
 
     def save(self) -> None:
-        (self.root / "deploy.json").write_text(json.dumps(asdict(self), indent=2))
+        write_atomic(self.root / "deploy.json", json.dumps(asdict(self), indent=2).encode())
 
     @classmethod
     def load(cls, folder: Path) -> "Deployment":
@@ -112,23 +115,21 @@ def _tool(name: str) -> str:
 
 def _spawn(dep: Deployment, name: str, cmd: list[str], port: int) -> Proc:
     """Start ``cmd`` in its own session (so `down` can end it and all it spawned)."""
-    log = dep.root / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
+    log = private_dir(dep.root / "logs") / f"{name}.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # appended: an earlier up's lines stay
+    with os.fdopen(fd, "ab") as out:  # umask: what the process writes is private whatever this one's umask
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dep.env(), start_new_session=True,
-                                cwd=dep.root)
-    return Proc(proc.pid, port, str(log))
+                                cwd=dep.root, umask=0o077)
+    return Proc(proc.pid, port, str(log), start_time(proc.pid))
 
 
 # ---------------------------------------------------------------------- steps
 
 
 def write_connection(dep: Deployment) -> None:
-    dep.home.mkdir(parents=True, exist_ok=True)
     auth = f'root-certificates = "{dep.creds / "ca.crt"}"' if dep.secure else "insecure = true"
-    (dep.home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-        f'address = "127.0.0.1:{dep.superlink.port}"\n{auth}\n')
+    write_atomic(dep.home / "config.toml", (f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                                            f'address = "127.0.0.1:{dep.superlink.port}"\n{auth}\n').encode())
 
 
 def start_superlink(dep: Deployment, timeout: float) -> None:
@@ -151,7 +152,7 @@ def register_node(dep: Deployment, party: str) -> None:
     """The SuperLink operator admits a party's SuperNode by its public key."""
     pub = dep.creds / "nodes" / f"{party}.pub"
     r = subprocess.run([_tool("flwr"), "supernode", "register", str(pub), CONNECTION, "--name", party],
-                       env=dep.env(), capture_output=True, text=True, timeout=60)
+                       env=dep.env(), capture_output=True, text=True, timeout=60, umask=0o077)
     if r.returncode != 0:
         raise RuntimeError(f"registering SuperNode {party!r} failed:\n{r.stdout}\n{r.stderr}")
 
@@ -195,9 +196,9 @@ def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None
     from deploy.certs import make_credentials
 
     folder = Path(folder).resolve()
-    if (folder / "deploy.json").exists() and any(_alive(p.pid) for p in _procs(Deployment.load(folder))):
+    if (folder / "deploy.json").exists() and any(running(p) for p in _procs(Deployment.load(folder))):
         raise SystemExit(f"a deployment is already running from {folder}; `python -m deploy down {folder}` first")
-    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(private_dir(folder), 0o700)  # the deployment's folder: every party's files are under it
     data_dir = data_dir or data_root(dataset)
     if parties is None:
         parties = sorted(load_dataset(dataset, data_dir).secondaries)
@@ -214,7 +215,7 @@ def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None
                 register_node(dep, party)
             dep.nodes[party] = start_node(dep, party)
             dep.save()
-            dep.linkage_dir(party).mkdir(parents=True, exist_ok=True)
+            private_dir(dep.linkage_dir(party))
         _wait_port(dep.service.port, dep.service, "the linkage service", timeout)
     except BaseException:
         stop_all(dep)  # what this call started, from memory (deploy.json may be older or absent)
@@ -248,10 +249,10 @@ def down(folder: Path) -> int:
 
 
 def stop_all(dep: Deployment) -> int:
-    running = [p for p in _procs(dep) if _alive(p.pid)]
+    alive = [p for p in _procs(dep) if running(p)]
     for p in [*dep.nodes.values(), dep.service, dep.superlink]:  # nodes first: they would retry the link
         stop(p)
-    return len(running)
+    return len(alive)
 
 
 def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: str = "independent",
@@ -314,7 +315,7 @@ def start_run(dep: Deployment, run_config: dict[str, object], output=None) -> su
     RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
     cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
-    return subprocess.Popen(cmd, env=dep.env(), stdout=out, stderr=err, text=True, cwd=dep.root)
+    return subprocess.Popen(cmd, env=dep.env(), stdout=out, stderr=err, text=True, cwd=dep.root, umask=0o077)
 
 
 def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 3600.0) -> subprocess.CompletedProcess:
@@ -337,6 +338,7 @@ def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 36
 def main(argv: list[str] | None = None) -> None:
     from deploy.predict import add_parser as add_predict_parser, command as predict_command
 
+    private_umask()  # the parties' folders, credentials, logs: 0600 files in 0700 folders
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     s = sub.add_parser("up", help="start SuperLink, one SuperNode per secondary, and the linkage service")
@@ -375,8 +377,6 @@ def main(argv: list[str] | None = None) -> None:
         print("linkage job", link(dep, k=args.k, tau=args.tau, seed=args.seed, layout=args.layout, n_rows=args.n_rows,
                                   radius=args.radius, compose=args.compose))
     elif args.command == "run":
-        import tomllib
-
         extra = tomllib.loads(args.run_config.replace(" ", "\n")) if args.run_config else {}
         extra.setdefault("run-name", time.strftime("run-%Y%m%d-%H%M%S"))  # its folder holds its status.json
         dep, since = Deployment.load(args.folder), time.time()
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         dep = Deployment.load(args.folder)
         for p in _procs(dep):
-            print(f"{'running' if _alive(p.pid) else 'stopped'}  pid {p.pid}  port {p.port}  {p.log}")
+            print(f"{'running' if running(p) else 'stopped'}  pid {p.pid}  port {p.port}  {p.log}")
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ def start_simulation(run_config: dict[str, object], home: Path, *, num_supernode
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
     cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
-    return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True), port
+    # umask 077: the local SuperLink it may start, and the apps that SuperLink runs, write private files
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True, umask=0o077), port
 
 
 def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0,

@@ -18,15 +18,13 @@ import sys
 from pathlib import Path
 
 from deploy.commands import PRIMARY, Deployment, flwr_run
+from linkage.store import write_atomic
 
 SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
 
 
 def save_primary_secret(dep: Deployment, secret: str) -> None:
-    path = dep.party_dir(PRIMARY) / SECRET
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.write_text(secret)
+    write_atomic(dep.party_dir(PRIMARY) / SECRET, secret.encode())  # 0600 from its first byte (linkage.store)
 
 
 def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:

@@ -17,6 +17,23 @@ class Proc:
     pid: int
     port: int
     log: str
+    started: int = 0  # the process's start time (/proc/<pid>/stat, clock ticks since boot): who it is
+
+
+def start_time(pid: int) -> int:
+    """The start time of process ``pid`` (clock ticks since boot), 0 when there is none: with the
+    pid it names one process for good (a pid is reused, a (pid, start time) pair is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(")") + 2:].split()[19])  # field 22; the name (field 2) may hold spaces
+
+
+def ours(proc: Proc) -> bool:
+    """Whether ``proc.pid`` is still the process that was started (not another one given its pid
+    after it ended): a deploy.json without a start time names no process for certain."""
+    return proc.started != 0 and start_time(proc.pid) == proc.started
 
 
 def _wait_port(port: int, proc: Proc, what: str, timeout: float) -> None:
@@ -42,6 +59,11 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def running(proc: Proc) -> bool:
+    """Alive and still the process that was started (its pid not reused since: :func:`ours`)."""
+    return ours(proc) and _alive(proc.pid)
+
+
 def _tail(path: str, n: int = 30) -> str:
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
@@ -50,8 +72,9 @@ def _tail(path: str, n: int = 30) -> str:
 
 
 def stop(proc: Proc | None, timeout: float = 10.0) -> bool:
-    """SIGTERM the process's session (the process and everything it spawned), then SIGKILL."""
-    if proc is None:
+    """SIGTERM the process's session (the process and everything it spawned), then SIGKILL; a
+    process that is not ours any more (its pid reused: :func:`ours`) is never signalled."""
+    if proc is None or not ours(proc):
         return False
     try:
         os.killpg(proc.pid, signal.SIGTERM)

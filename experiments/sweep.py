@@ -31,6 +31,7 @@ from app.run_record import FILES
 from app.run_status import STATUS, is_finished
 from experiments.runner import REPO, run_flower
 from experiments.sweep_tables import key_metric, markdown, param_plot, plots, tabulate
+from linkage.private import private_umask
 
 ENGINES = ("inprocess", "flower")
 
@@ -243,6 +244,7 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
 
 
 def main() -> None:
+    private_umask()  # runs hold models and linkage: their owner's alone
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweep", type=Path)
     ap.add_argument("--quick", action="store_true")

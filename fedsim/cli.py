@@ -1,7 +1,7 @@
 """`fedsim`: the whole lifecycle in one command line.
 
     fedsim train    --dataset csv --data-dir my-data [-c k=20] [--engine inprocess] [--deployment DIR]
-    fedsim link     ...   (and serve, create-job, make-key, encode, upload, start, status, fetch, query:
+    fedsim link     ...   (and serve, create-job, make-key, encode, upload, start, status, fetch, query, cancel:
                            the linkage service and its parties; `fedsim link --help`)
     fedsim estimate ...   Definition 1's improvement estimate (Delta) from a primary's linkage result
     fedsim predict  RUN NEW.csv --out predictions.csv [--explain]
@@ -18,10 +18,12 @@ import argparse
 import sys
 
 from fedsim import predict, train
+from linkage.private import private_umask
 
 SERVICE = {  # fedsim <name> -> python -m linkage_server <name>
     "serve": "serve", "create-job": "create-job", "make-key": "make-key", "encode": "encode", "link": "link",
-    "upload": "link", "start": "start", "status": "status", "fetch": "fetch", "query": "query", "estimate": "delta",
+    "upload": "link", "start": "start", "status": "status", "fetch": "fetch", "query": "query", "cancel": "cancel",
+    "estimate": "delta",
 }
 DELEGATED = {**{k: f"the linkage service's `{v}`" for k, v in SERVICE.items()},
              "sweep": "a sweep of runs (experiments.sweep)", "deploy": "a local deployment (deploy.commands)"}
@@ -90,6 +92,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_umask()  # every file a command writes (runs, models, linkage, secrets) is its owner's alone
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return _delegate(argv[0], argv[1:])

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from fedsim.watch import run_thread, tail, watch
+from linkage.private import private_dir
 
 FLAGS = ("dataset", "data_dir", "out_dir", "run_name", "mode", "method", "epochs", "seed")
 
@@ -119,7 +120,7 @@ def _in_process(cfg, run_dir: Path) -> str:
 
 def _flower(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -> str:
     """`flwr run` to its end, its output in <run>/flower.log; returns that log's tail."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(run_dir)
     log = run_dir / "flower.log"
     with open(log, "w") as out:
         if args.deployment:

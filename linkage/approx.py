@@ -18,6 +18,7 @@ exact k-th distance of its record (any of several rows at that distance is a rig
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -315,9 +316,12 @@ def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: n
     return float((dist[rows] <= kth + tol).mean())
 
 
-def sample_rows(m: int, approx: Approx, seed: int = 0) -> np.ndarray:
-    """(s,) the records whose recall is measured: all when m <= sample, else a seeded draw
-    (it picks what to measure, it protects nothing)."""
+def sample_rows(m: int, approx: Approx, secret: bytes, party: str) -> np.ndarray:
+    """(s,) the records whose recall is measured: all when m <= sample, else a draw keyed by the
+    job's secret and the party (linkage.job_secret), which no party knows: a sample anyone could
+    compute from m would let a crafted upload be easy exactly there and pass the recall floor."""
     if m <= approx.sample:
         return np.arange(m)
-    return np.sort(np.random.default_rng(seed).choice(m, approx.sample, replace=False))
+    digest = hashlib.sha256(b"fedsim-recall-sample|" + party.encode() + b"|" + bytes(secret)).digest()
+    rng = np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
+    return np.sort(rng.choice(m, approx.sample, replace=False))

@@ -22,6 +22,8 @@ import os
 import secrets
 from pathlib import Path
 
+from linkage.private import private_dir
+
 OPERATOR_SEED_ENV = "FEDSIM_LINKAGE_OPERATOR_SEED"
 SECRET_BYTES = 32
 
@@ -55,7 +57,7 @@ def operator_seed_from_env(environ: dict | None = None) -> int | None:
 
 def _staged(path: Path, secret: bytes) -> Path:
     """The secret in a fresh 0600 file beside `path`, flushed to disk."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import Iterable
 
 import numpy as np
 from scipy.optimize import brentq
@@ -57,20 +58,45 @@ def dp_sigma(n: int, mu0: float, sigma0: float, eps: float = 1.0) -> float:
     return delta_g / math.sqrt(2.0 * eps)
 
 
+def canonical_ids(ids) -> np.ndarray:
+    """The identifiers as the noise is keyed by them: numbers as float64 with -0.0 made 0.0 (the
+    same point, which contracts.identifier_bytes would tell apart), strings and packed bits as they are."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind in "UO" or ids.dtype == np.uint8:
+        return ids
+    return ids.astype(np.float64) + 0.0  # x + 0.0 is x bitwise, except -0.0 + 0.0 = 0.0
+
+
+def _gaussian(key: bytes, rows: Iterable[bytes], p: int, sigma: float) -> np.ndarray:
+    """(m, P) N(0, sigma): per row, SHAKE-256 of key + the row's bytes gives 16 bytes per column,
+    two little-endian 53-bit uniforms, Box-Muller. Prefix-stable: column j does not depend on P."""
+    raw = bytearray()
+    for row in rows:
+        raw += hashlib.shake_256(key + row).digest(16 * p)
+    bits = np.frombuffer(raw, dtype="<u8").reshape(-1, p, 2)
+    u1 = 1.0 - (bits[..., 0] >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # (0, 1], 53 bits: the log is finite
+    u2 = (bits[..., 1] >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1)
+    return sigma * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller, (m, P)
+
+
 def record_noise(secret: bytes, party: str, ids, shape: tuple[int, int], sigma: float) -> np.ndarray:
     """(m, P) N(0, sigma) noise; row i is a function of (the job's secret, the party, record i's
     identifiers) alone, so a record gets the same noise in the job's release and in any later
-    query, whatever the batch. Prefix-stable: column j does not depend on P.
-
-    Per record: SHAKE-256 of a key derived from the secret and the record's identifier bytes
-    gives 16 bytes per column, two little-endian 53-bit uniforms, Box-Muller."""
+    query, whatever the batch (and ``-0.0`` the noise of ``0.0``: :func:`canonical_ids`)."""
     m, p = shape
     if sigma == 0.0:
         return np.zeros(shape)
     key = hashlib.sha256(b"fedsim-linkage-noise|" + secret + b"|" + party.encode()).digest()
-    ids = np.asarray(ids)
-    raw = b"".join(hashlib.shake_256(key + identifier_bytes(ids[i:i + 1])).digest(16 * p) for i in range(m))
-    bits = np.frombuffer(raw, dtype="<u8").reshape(m, p, 2)
-    u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1), 53 bits each
-    u1, u2 = 1.0 - u[..., 0], u[..., 1]  # u1 in (0, 1]: the log is finite
-    return sigma * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller, (m, P)
+    ids = canonical_ids(ids)
+    return _gaussian(key, (identifier_bytes(ids[i:i + 1]) for i in range(m)), p, sigma)
+
+
+def selection_noise(secret: bytes, party: str, dist: np.ndarray, idx: np.ndarray, sigma: float) -> np.ndarray:
+    """(c, P) N(0, sigma) noise for choosing K of a record's P pool candidates (linkage.release):
+    row i is a function of (the job's secret, the party, record i's pool: its candidates' rows and
+    distances) alone, so a record gets the same choice in the release and in every query, and a
+    release can be planned from the search's chunks before any identifier is read."""
+    key = hashlib.sha256(b"fedsim-linkage-select|" + secret + b"|" + party.encode()).digest()
+    dist = np.ascontiguousarray(dist, np.float64) + 0.0  # -0.0 = 0.0
+    idx = np.ascontiguousarray(idx, np.int64)
+    return _gaussian(key, (dist[i].tobytes() + idx[i].tobytes() for i in range(len(dist))), dist.shape[1], sigma)

@@ -10,6 +10,7 @@ Array contracts (m primary records, n secondary records, d identifier dims, K ne
   fit_standardizer(sim (m, K), rows)         -> (mean, std) over the given rows' K similarities
   record_noise(secret, party, ids (m, ..), (m, P), sigma) -> N(0, sigma) (m, P), row i keyed by record i
   select_top(sim (m, P), idx (m, P), k)      -> the K largest (noisy) similarities per row, descending
+  noisy_choice(dist, idx (m, P), ...)        -> under noise, which K of a pool of P > K are kept (release.py)
   make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
 :func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
 :func:`release` (linkage/release.py: the stages after the search, in memory or by chunks) turns
@@ -43,6 +44,7 @@ from linkage.contracts import (
 from linkage.noise import dp_sigma, record_noise, sigma_from_tau  # noqa: F401 - re-exported
 from linkage.release import (  # noqa: F401 - re-exported: the pipeline's stages, in one place
     composition,
+    default_pool,
     fit_standardizer,
     make_tokens,
     noisy_similarities,
@@ -193,7 +195,7 @@ def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str 
         h.update(identifier_bytes(arr))
     if train_rows is not None:
         h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
-    tail = f"|{pool}" if pool else ""
+    tail = f"|{pool}" if pool and pool != default_pool(0, k, tau) else ""  # the default pool, named or not: one job
     h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}{defences.tag()}{approx.tag()}".encode())
     return h.hexdigest()[:16]
 
@@ -228,7 +230,8 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes,
          defences: Defences = Defences(), approx: Approx = Approx()) -> LinkageResult:
     """Link every primary record to its K most similar records of each secondary party.
 
-    pool > K takes the top-`pool` candidates first and keeps the K best after noise. ``approx``:
+    pool > K takes the top-`pool` candidates first and keeps K of them chosen under noise
+    (release.noisy_choice); pool = 0: release.default_pool (K at tau = 1, 4 K under noise). ``approx``:
     an approximate search (linkage.approx), its tie-aware recall measured on a sample and
     released in each PartyLink; a recall under ``approx.recall_floor`` fails the job, naming it.
     """
@@ -237,8 +240,8 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes,
     neighbours, sizes, recalls = {}, {}, {}
     for party, base in secondary_ids.items():
         query, base = check_identifiers(primary_ids, base, k, party, metric)
-        p = min(max(pool, k), len(base))
-        neighbours[party], recalls[party] = approximate_search(query, base, metric, p, party, approx)
+        p = min(max(default_pool(pool, k, tau), k), len(base))
+        neighbours[party], recalls[party] = approximate_search(query, base, metric, p, party, approx, secret)
         sizes[party] = len(base)
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences, approx)
     result = release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
@@ -252,15 +255,15 @@ def with_recalls(result: LinkageResult, recalls: dict[str, float]) -> LinkageRes
     return dataclasses.replace(result, primary=dataclasses.replace(result.primary, links=links))
 
 
-def approximate_search(query, base, metric: str, k: int, party: str, approx: Approx
+def approximate_search(query, base, metric: str, k: int, party: str, approx: Approx, secret: bytes
                        ) -> tuple[tuple[np.ndarray, np.ndarray], float]:
-    """(dist, idx) (m, k) by the job's search, and its tie-aware recall (1.0 when exact),
-    refused under the floor."""
+    """(dist, idx) (m, k) by the job's search, and its tie-aware recall (1.0 when exact) on a
+    sample drawn from the job's ``secret``, refused under the floor."""
     approx = approx.resolve(metric, len(query), len(base), np.asarray(base).shape[-1] if np.ndim(base) > 1 else 1)
     if approx.method == "exact":
         return topk(metric, query, base, k), 1.0
     dist, idx = approx_topk(metric, query, base, k, approx)
-    recall = tie_aware_recall(metric, query, base, k, dist, sample_rows(len(query), approx))
+    recall = tie_aware_recall(metric, query, base, k, dist, sample_rows(len(query), approx, secret, party))
     return (dist, idx), under_floor(recall, approx, party, k, len(query))
 
 
@@ -285,7 +288,8 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
         raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {sorted(secondary_ids)}")
     base = secondary_ids[anchor]
     check_identifiers(primary_ids, base, k, anchor, metric)
-    neighbours = {anchor: search(primary_ids, base, metric=metric, k=min(max(pool, k), len(base)), party=anchor)}
+    p = min(max(default_pool(pool, k, tau), k), len(base))
+    neighbours = {anchor: search(primary_ids, base, metric=metric, k=p, party=anchor)}
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows,
                               defences)
     result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,

@@ -4,16 +4,18 @@ job's release, so a predicted record tells the primary no more than a training r
     query(new_ids (q, d) | (q,), base[party] (n, d) | (n,), trained: PrimaryLinkage,
           row_of_token[party] (n,), secret=..., pool=P) -> PrimaryLinkage of the q new records
 
-Per secondary: the top-P candidates by the job's metric, similarities standardised with the
-job's *training* statistics (never refitted on the query), Gaussian noise of the job's sigma,
-the K largest noisy ones kept, and rows turned into the job's own tokens (the inverse of the
-secondary's token -> row map), so each secondary resolves them with the map it already holds.
+Per secondary: the top-P candidates by the job's metric (P: the job's pool, by default
+linkage.release.default_pool), similarities standardised with the job's *training* statistics
+(never refitted on the query), Gaussian noise of the job's sigma, the K kept chosen under noise
+when P > K (linkage.release.noisy_choice), and rows turned into the job's own tokens (the inverse
+of the secondary's token -> row map), so each secondary resolves them with the map it already holds.
 
 The noise of a record is a function of the job's secret and the record's identifiers
 (linkage.noise.record_noise), the very noise the job's release gave it: asking for a training
 record, or the same new record again, alone or in any batch, returns the same noisy
-similarities, so repeated queries of one record cannot be averaged. (Queries of slightly moved
-copies get other noise: docs/threat-model.md.) With the training records as the query the
+similarities and the same choice of K, so repeated queries of one record (``-0.0`` for ``0.0``
+too) cannot be averaged. (Queries of slightly moved copies get other noise, which the query
+budget bounds: docs/threat-model.md, bench/query_bisection.py.) With the training records as the query the
 result equals the job's release bitwise, noise included (tests/test_query.py).
 """
 
@@ -22,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, PrimaryLinkage
-from linkage.pipeline import composition, noisy_similarities, search, select_top, similarity
+from linkage.pipeline import search
+from linkage.release import default_pool, released_rows
 
 
 def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndarray:
@@ -35,10 +38,18 @@ def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndar
     return np.argsort(row_of_token)
 
 
+def links_of_rows(tokens: np.ndarray, row_of_token: np.ndarray, n_rows: int) -> np.ndarray:
+    """(n,) how many of the release's links (tokens, any shape) go to each secondary row."""
+    rows = np.asarray(row_of_token, np.int64)[np.asarray(tokens).ravel()]
+    return np.bincount(rows, minlength=n_rows)
+
+
 def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, secret: bytes,
-          pool: int = 0) -> PrimaryLinkage:
+          pool: int = 0, links_per_row: dict | None = None) -> PrimaryLinkage:
     """Tokens and noisy similarities of the new records' K neighbours in each secondary, as the
-    job ``trained`` released them for its own records (``pool``: the job's candidate pool)."""
+    job ``trained`` released them for its own records (``pool``: the job's candidate pool).
+    ``links_per_row[party]`` (n,): a composed job's links per secondary row, counted once
+    (:func:`links_per_row`); without it they are counted from ``trained``'s tokens."""
     if trained.layout != "independent":
         raise LinkageError(f"linkage job {trained.job_id} is a {trained.layout!r} job; querying new records "
                            "is supported for independently linked secondaries only")
@@ -50,18 +61,15 @@ def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, s
         link = trained.links[party]
         n = len(np.asarray(base[party]))
         token_of_row = tokens_of_rows(row_of_token[party], party, n)
-        p = min(max(trained.k, pool), n)  # the job's candidate pool, as link() clips it
-        if link.composed and p != min(trained.k, n):
-            raise LinkageError(f"party {party!r}: job {trained.job_id} composed its noise over pool = K; a query "
-                               f"with pool {pool} would draw it over other candidates")
+        p = min(max(trained.k, default_pool(pool, trained.k, trained.tau)), n)  # the job's pool, as link() clips it
         dist, idx = search(new_ids, base[party], metric=trained.metric, k=p, party=party)
-        scale = None
+        counts = None
         if link.composed:  # the job's links per row: its release's tokens mapped back to rows
-            rows = np.asarray(row_of_token[party], np.int64)[link.tokens.ravel()]
-            scale = composition(idx, np.bincount(rows, minlength=n))  # (q, P)
-        noisy = noisy_similarities(similarity(dist), link.sim_mean, link.sim_std, link.sigma, secret, party,
-                                   new_ids, scale)  # (q, P) with the job's training statistics and sigma
-        sims, chosen = select_top(noisy, idx, trained.k)  # (q, K) descending
+            counts = links_per_row[party] if links_per_row is not None else \
+                links_of_rows(link.tokens, row_of_token[party], n)
+        sims, chosen = released_rows(dist, idx, k=trained.k, mean=link.sim_mean, std=link.sim_std, sigma=link.sigma,
+                                     secret=secret, party=party, primary_ids=new_ids, links_per_row=counts,
+                                     size=n)  # (q, K) descending, with the job's training statistics and sigma
         links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), link.sigma, link.sim_mean,
                                  link.sim_std, link.dp_sigma, link.radius, link.composed)
     return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
@@ -32,9 +32,23 @@ from linkage.contracts import (
     PrimaryLinkage,
     SecondaryLinkage,
 )
-from linkage.noise import dp_sigma, record_noise, sigma_from_tau
+from linkage.noise import dp_sigma, record_noise, selection_noise, sigma_from_tau
 
 Chunks = Callable[[], Iterable[tuple[int, np.ndarray, np.ndarray]]]  # () -> (lo, dist (c, P), idx (c, P)), ...
+
+POOL_FACTOR = 4  # the default pool under noise: candidates per record, in multiples of K
+EDGE = 3.0  # the pool's edge is smoothed over EDGE sigma of standardised similarity (edge_penalty)
+BLOCK_CELLS = 1 << 17  # candidates released at a time (released_rows): 1 MB per float64 array
+
+
+def default_pool(pool: int, k: int, tau: float) -> int:
+    """Candidates per record before noise: ``pool`` when set (> 0); else K without noise (tau = 1,
+    the release of old) and POOL_FACTOR K under noise, so that the K kept are chosen under noise
+    (:func:`noisy_choice`) and the released set, not only its similarities, carries it.
+    Clipped to the secondary's size by the caller."""
+    if pool:
+        return pool
+    return k if tau >= 1.0 else POOL_FACTOR * k
 
 
 def similarity(dist: np.ndarray) -> np.ndarray:
@@ -72,6 +86,60 @@ def select_top(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np
         part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
         order = np.take_along_axis(part, np.argsort(-np.take_along_axis(sim, part, 1), axis=1, kind="stable"), 1)
     return np.take_along_axis(sim, order, 1), np.take_along_axis(idx, order, 1)
+
+
+def edge_penalty(dist: np.ndarray, std: float, sigma: float) -> np.ndarray:
+    """(c, P) what a candidate's selection score loses near the pool's edge: sigma (1/u - 1)^2 for
+    u = (its distance's gap to the farthest candidate's) / (EDGE sigma std) < 1, 0 further in,
+    +inf at the edge. The candidate that is about to leave the pool is never chosen, and one
+    near it seldom, so membership in the released set changes smoothly as a query moves: there
+    is no exact boundary to bisect (the P-th and (P+1)-th candidates' bisector)."""
+    gap = (dist.max(axis=1, keepdims=True) - dist) / (std * EDGE * sigma)  # (c, P) >= 0
+    with np.errstate(divide="ignore"):
+        return sigma * np.square(np.maximum(1.0 / gap - 1.0, 0.0))
+
+
+def noisy_choice(dist: np.ndarray, idx: np.ndarray, std: float, sigma: float, secret: bytes, party: str, k: int,
+                 edge: bool) -> np.ndarray:
+    """(c, K) the columns of the K candidates kept of each record's pool dist, idx (c, P > K):
+    the K largest standardised similarities plus selection noise of sigma (noise.selection_noise:
+    a report-noisy-max), less the :func:`edge_penalty` where the pool is not the whole secondary
+    (``edge``). Needs no identifier: the release's plan counts the links it keeps before any row
+    is released (composed noise)."""
+    score = -dist / std + selection_noise(secret, party, dist, idx, sigma)  # the similarity's order, plus noise
+    if edge:
+        score = score - edge_penalty(dist, std, sigma)
+    return np.argpartition(-score, k - 1, axis=1)[:, :k]
+
+
+def released_rows(dist: np.ndarray, idx: np.ndarray, *, k: int, primary_ids, **job) -> tuple[np.ndarray, np.ndarray]:
+    """sims (c, K) float64 descending and rows (c, K) of c records' pools dist, idx (c, P): the
+    one step a job's release (PartyPlan.rows) and every query (linkage/query.py) take, a block of
+    BLOCK_CELLS at a time (row by row alike, so the working memory is bounded whatever P).
+
+    Noisy similarities (:func:`noisy_similarities`, composed by ``links_per_row`` if given);
+    under noise with P > K the K kept are :func:`noisy_choice`'s, else the K largest (P = K or
+    no noise: the release of old, bit for bit); released in the order of their noisy similarity.
+    ``job``: mean, std, sigma, secret, party, links_per_row, size (the secondary's rows)."""
+    step = max(1, BLOCK_CELLS // max(dist.shape[1], 1))
+    if len(dist) <= step:
+        return _released_block(dist, idx, k=k, primary_ids=primary_ids, **job)
+    ids = None if primary_ids is None else np.asarray(primary_ids)
+    parts = [_released_block(dist[lo:lo + step], idx[lo:lo + step], k=k, **job,
+                             primary_ids=None if ids is None else ids[lo:lo + step])
+             for lo in range(0, len(dist), step)]
+    return np.concatenate([s for s, _ in parts]), np.concatenate([i for _, i in parts])
+
+
+def _released_block(dist: np.ndarray, idx: np.ndarray, *, k: int, mean: float, std: float, sigma: float,
+                    secret: bytes, party: str, primary_ids, links_per_row: np.ndarray | None, size: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    scale = None if links_per_row is None else composition(idx, links_per_row)  # (c, P)
+    noisy = noisy_similarities(similarity(dist), mean, std, sigma, secret, party, primary_ids, scale)
+    if sigma > 0 and dist.shape[1] > k:
+        cols = noisy_choice(dist, idx, std, sigma, secret, party, k, edge=dist.shape[1] < size)
+        noisy, idx = np.take_along_axis(noisy, cols, 1), np.take_along_axis(idx, cols, 1)
+    return select_top(noisy, idx, k)
 
 
 def noisy_similarities(raw: np.ndarray, mean: float, std: float, sigma: float, secret: bytes, party: str,
@@ -112,7 +180,8 @@ def make_tokens(n: int, rng: np.random.Generator) -> np.ndarray:
 @dataclass(frozen=True)
 class PartyPlan:
     """One secondary's release, fixed before any row is released: its statistics, noise scale,
-    composed-noise counts and token permutation."""
+    composed-noise counts and token permutation. Counts over a noisy choice (pool > K) are taken
+    at the first row released, which brings the secret (:meth:`links`), from ``chunks``."""
 
     party: str
     k: int
@@ -123,14 +192,28 @@ class PartyPlan:
     links_per_row: np.ndarray | None  # (n,) links of each secondary row, when the noise is composed
     dp_sigma: float
     defences: Defences
+    chunks: Chunks | None = None  # the candidates, when the composed noise counts a noisy choice
+    counted: dict = field(default_factory=dict, compare=False, repr=False)  # secret -> those counts
+
+    def links(self, secret: bytes) -> np.ndarray | None:
+        """(n,) the links each secondary row is released in, when the noise is composed."""
+        if self.chunks is None:
+            return self.links_per_row
+        if secret not in self.counted:
+            counts = np.zeros(len(self.token_of_row), np.int64)
+            for _, dist, idx in self.chunks():
+                cols = noisy_choice(dist, idx, self.std, self.sigma, secret, self.party, self.k,
+                                    dist.shape[1] < len(self.token_of_row))
+                counts += np.bincount(np.take_along_axis(idx, cols, 1).ravel(), minlength=len(counts))
+            self.counted[secret] = counts
+        return self.counted[secret]
 
     def rows(self, dist: np.ndarray, idx: np.ndarray, secret: bytes, primary_ids) -> tuple[np.ndarray, np.ndarray]:
         """tokens (c, K) int64 and sims (c, K) float32 of c records' candidates dist, idx (c, P)
         (``primary_ids``: those records' identifiers, keying their noise)."""
-        scale = None if self.links_per_row is None else composition(idx, self.links_per_row)  # (c, P)
-        noisy = noisy_similarities(similarity(dist), self.mean, self.std, self.sigma, secret, self.party,
-                                   primary_ids, scale)
-        sims, chosen = select_top(noisy, idx, self.k)  # (c, K) each
+        sims, chosen = released_rows(dist, idx, k=self.k, mean=self.mean, std=self.std, sigma=self.sigma,
+                                     secret=secret, party=self.party, primary_ids=primary_ids,
+                                     links_per_row=self.links(secret), size=len(self.token_of_row))  # (c, K) each
         return self.token_of_row[chosen], sims.astype(np.float32)
 
     def link(self, tokens: np.ndarray, sims: np.ndarray) -> PartyLink:
@@ -154,18 +237,17 @@ def plan_party(party: str, chunks: Chunks, m: int, size: int, *, k: int, tau: fl
     if width < k:
         raise LinkageError(f"party {party!r}: {width} candidates per record, fewer than K={k}")
     rows = np.arange(m) if train_rows is None else np.asarray(train_rows)
-    mean, std = standardise(lambda: ((lo, similarity(d)) for lo, d, _ in chunks()), m, rows)
+    # over each record's K nearest (the pool's first K columns, ascending), whatever the pool: the
+    # statistics, and so sigma and the noise on a distance, are those of the K neighbours released
+    mean, std = standardise(lambda: ((lo, similarity(d[:, :k])) for lo, d, _ in chunks()), m, rows)
     sigma = sigma_from_tau(tau, std, defences.radius)  # Theorem 2 counting a distance within the radius
-    counts = None
-    if defences.compose:
-        if width != k:
-            raise LinkageError(f"composed noise needs pool = K (the links known before the noise); got "
-                               f"{width} candidates per record for K={k}")
+    counts, chosen_later = None, defences.compose and width > k and sigma > 0
+    if defences.compose and not chosen_later:  # pool = K (or no noise): the links are the candidates
         counts = np.zeros(size, np.int64)
         for _, _, idx in chunks():
-            counts += np.bincount(idx.ravel(), minlength=size)
+            counts += np.bincount(idx[:, :k].ravel(), minlength=size)
     return PartyPlan(party, k, sigma, mean, std, make_tokens(size, rng), counts, dp_sigma(size, mean, std, dp_eps),
-                     defences)
+                     defences, chunks if chosen_later else None)
 
 
 def in_memory(dist: np.ndarray, idx: np.ndarray) -> Chunks:
@@ -180,8 +262,9 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
 
     neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
     standardised with the mean/std of the training records' candidates, noised with sigma from
-    tau (Theorem 2), and then the K largest *noisy* similarities are kept (as the reference
-    does; with P == K the selection only re-orders). sizes[party] = that party's row count.
+    tau (Theorem 2); with P > K under noise the K kept are chosen under noise
+    (:func:`noisy_choice`), and the K are released in the order of their noisy similarities
+    (with P == K that only re-orders). sizes[party] = that party's row count.
     secret: the job's secret (the service's only); every draw comes from it. The noise of a
     record is keyed by its identifiers (``primary_ids``, needed when tau < 1: noise.record_noise),
     so a later query of the record (linkage/query.py) gets the same numbers. ``defences``: the

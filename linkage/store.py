@@ -24,6 +24,7 @@ from linkage.contracts import (
     PrimaryLinkage,
     SecondaryLinkage,
 )
+from linkage.private import create_private, private_dir
 
 
 def npz_bytes(**arrays) -> bytes:
@@ -75,7 +76,7 @@ def secondary_bytes(s: SecondaryLinkage) -> bytes:
 
 
 def save_job(result: LinkageResult, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     write_atomic(folder / "primary.npz", primary_bytes(result.primary))
     for party, s in result.secondaries.items():
         write_atomic(folder / f"secondary-{party}.npz", secondary_bytes(s))
@@ -85,10 +86,12 @@ def save_job(result: LinkageResult, folder: Path) -> Path:
 @contextlib.contextmanager
 def atomic_path(path: Path):
     """A temporary name beside ``path`` to write, renamed to ``path`` when the block ends without
-    an error and removed when it raises: a crash or failure never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    an error and removed when it raises: a crash or failure never leaves half a file. The
+    temporary file is created 0600 (in folders created 0700) before the block writes into it,
+    so the file is its owner's alone whatever the umask (linkage.private)."""
     tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
     try:
+        create_private(tmp)
         yield tmp
         tmp.replace(path)
     finally:
@@ -114,8 +117,7 @@ class NpyWriter:
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype) -> None:
         self.path, self.shape, self.dtype, self.rows = Path(path), tuple(shape), np.dtype(dtype), 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "wb")
+        self._f = open(create_private(self.path), "wb")
         header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
         try:
             np.lib.format.write_array_header_1_0(self._f, header)  # as write_array: the same bytes

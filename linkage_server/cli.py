@@ -11,6 +11,7 @@ starts it (`start`, or `link --start` when the others uploaded first), each part
   status      (party) the job's state and progress
   fetch       (party) download this party's result into a folder training reads
   query       (primary) new records' tokens and similarities from a finished job (predict)
+  cancel      (primary or admin) cancel a queued or running job
   delta       the training-free improvement estimate of Definition 1 from a primary result
 
 Exit status 0 only when the command did what it says; otherwise the reason is on stderr.
@@ -26,6 +27,8 @@ import sys
 from pathlib import Path
 
 from linkage.contracts import DEFAULT_STRING_METRIC, METRICS
+from linkage_server.limits import QUERY_MAX_CELLS, Limits
+from linkage.private import private_umask
 from linkage_server.cli_party import (
     cmd_encode,
     cmd_fetch,
@@ -64,13 +67,16 @@ def cmd_serve(args) -> None:
 
     from linkage_server.service import create_app
 
-    data_dir = Path(args.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    from linkage.private import create_secret, private_dir, warn_if_exposed
+
+    data_dir = private_dir(Path(args.data_dir))
+    os.chmod(data_dir, 0o700)  # the service's own folder: uploads, searches, results, secrets
     token_file = Path(args.admin_token_file) if args.admin_token_file else data_dir / "admin-token"
     if not token_file.exists():
-        token_file.write_text(secrets.token_urlsafe(32))
-        token_file.chmod(0o600)
+        create_secret(token_file, secrets.token_urlsafe(32), "admin token")
         print(f"admin token written to {token_file}", flush=True)
+    else:
+        warn_if_exposed(token_file, "admin token file")
     from linkage.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
 
     operator_seed = args.operator_seed if args.operator_seed is not None else operator_seed_from_env()
@@ -81,10 +87,12 @@ def cmd_serve(args) -> None:
               file=sys.stderr, flush=True)
     from linkage_server.queries import QueryLimits
 
+    limits = Limits(args.max_k, args.max_cells, args.chunk_cells, args.max_uploads_per_party, args.small_job_cells)
     app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
                      chunk_rows=args.chunk_rows, operator_seed=operator_seed, auth_failures=args.auth_failures,
-                     auth_window_s=args.auth_window, query_limits=QueryLimits(args.query_budget, args.query_max_records),
-                     ray=args.ray)
+                     auth_window_s=args.auth_window, query_limits=QueryLimits(args.query_budget, args.query_max_records,
+                                                          max_cells=args.query_max_cells),
+                     ray=args.ray, limits=limits)
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
@@ -95,13 +103,23 @@ def cmd_create_job(args) -> None:
 
     token = read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
     out = create_job(args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=verify(args))
+    from linkage.private import create_secret
+
     folder = Path(args.secrets_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    for party, secret in out["secrets"].items():
-        path = folder / f"{out['job']}-{party}.secret"
-        path.write_text(secret)
-        path.chmod(0o600)
+    for party, secret in out["secrets"].items():  # 0600 from the first byte; never over an existing file
+        create_secret(folder / f"{out['job']}-{party}.secret", secret, "party secret")
     print(json.dumps({"job": out["job"], "secret_files": sorted(str(p) for p in folder.glob(f"{out['job']}-*"))}))
+
+
+def cmd_cancel(args) -> None:
+    from linkage_server.client import cancel_job
+
+    if args.admin_token_file:
+        token = read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
+    else:
+        token = read_secret(args.secret_file, "FEDSIM_LINKAGE_SECRET")
+    st = cancel_job(args.url, args.job, token, verify=verify(args))
+    print(json.dumps({"job": st["job"], "state": st["state"], "error": st["error"]}))
 
 
 def cmd_delta(args) -> None:
@@ -156,7 +174,8 @@ def _job(p) -> None:
                         "levenshtein_norm, jaro_winkler, token_sort, qgram_cosine are normalised to [0, 1]")
     p.add_argument("--k", type=int, default=100, help="neighbours per record")
     p.add_argument("--tau", type=float, default=1.0, help="attack-success bound of the noise (1 = no noise)")
-    p.add_argument("--pool", type=int, default=0, help="candidates per record before noise (0 = K)")
+    p.add_argument("--pool", type=int, default=0,
+                   help="candidates per record before noise (0 = K at tau 1, 4 K under noise)")
     p.add_argument("--radius", type=float, default=0.5,
                    help="tau bounds guessing a distance within this radius, in identifier units (docs/privacy.md)")
     p.add_argument("--compose", action="store_true",
@@ -204,12 +223,29 @@ def _add_serve(sub) -> None:
                         "it; a guessable seed lets the primary undo the noise). Default: $FEDSIM_LINKAGE_OPERATOR_SEED "
                         "if set, else none")
     s.add_argument("--query-budget", type=int, default=1_000_000,
-                   help="records each job answers queries for, over all its queries (0 = no queries)")
+                   help="cells (records x K) each job answers queries for, over all its queries (0 = no queries)")
     s.add_argument("--query-max-records", type=int, default=100_000, help="records per query")
+    _add_limits(s)
     s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS "
                                       "(default: none, plain HTTP)")
     s.add_argument("--keyfile", help="TLS private key (PEM) (default: none)")
     s.add_argument("--log-level", default="warning", help="uvicorn's log level")
+
+
+def _add_limits(s) -> None:
+    """The operator's limits on what one party can make the service hold (linkage_server.limits)."""
+    d = Limits()
+    s.add_argument("--query-max-cells", type=int, default=QUERY_MAX_CELLS,
+                   help="records x K x secondaries per query")
+    s.add_argument("--max-k", type=int, default=d.max_k, help="largest K (and candidate pool) a job may ask for")
+    s.add_argument("--max-cells", type=int, default=d.max_cells,
+                   help="largest job: primary records x K x secondaries (its disk is about 28 bytes a cell)")
+    s.add_argument("--chunk-cells", type=int, default=d.chunk_cells,
+                   help="primary rows x K of one search chunk (fewer rows at a large K): bounds a job's memory")
+    s.add_argument("--max-uploads-per-party", type=int, default=d.max_uploads_per_party,
+                   help="concurrent uploads and queries per party; more are refused 429")
+    s.add_argument("--small-job-cells", type=int, default=d.small_cells,
+                   help="jobs up to this many cells run in a lane of their own, never behind a large job")
 
 
 def _add_setup_commands(sub) -> None:
@@ -269,6 +305,15 @@ def _add_result_commands(sub) -> None:
     _ids(s)
     s.add_argument("--out", required=True, help="the result file (primary.npz format), written atomically")
 
+    s = _command(sub, "cancel", cmd_cancel, "(primary or admin) cancel a queued or running job")
+    _conn(s, party=False)
+    s.add_argument("--job", required=True, help="the job id (from create-job)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--secret-file", help="the primary's secret (default: $FEDSIM_LINKAGE_SECRET)")
+    g.add_argument("--admin-token-file", help="the service's admin token, instead of the primary's secret "
+                                              "(default: none)")
+    s.add_argument("--party", help="the primary's name (optional: its secret says who cancels) (default: none)")
+
     s = _command(sub, "delta", cmd_delta, "Definition 1's improvement estimate from a primary result")
     s.add_argument("--linkage-dir", required=True, help="the folder holding primary.npz")
     s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (0 = all K)")
@@ -300,6 +345,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") 
     from linkage_server.client import ServiceError
     from linkage_server.uploads import UploadError
 
+    private_umask()  # uploads, searches, results, secrets, fetched linkage: 0600 files in 0700 folders
     args = parser(prog).parse_args(argv)
     problem = _missing(args)
     if problem:

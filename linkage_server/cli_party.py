@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from linkage.contracts import LinkageError
+from linkage.private import create_secret, warn_if_exposed
+from linkage.store import write_atomic
 from linkage_server.progress import Bar
 
 SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the raw identifiers it came from
@@ -19,6 +21,7 @@ SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the 
 
 def read_secret(path: str | None, env: str) -> str:
     if path:
+        warn_if_exposed(Path(path), "secret file")
         return Path(path).read_text().strip()
     if os.environ.get(env):
         return os.environ[env].strip()
@@ -64,24 +67,55 @@ def client(args):
 
 def identifiers(args) -> tuple[np.ndarray, str]:
     """The identifiers to upload, and the digest of the raw identifiers they were encoded from
-    ("" = they are raw): a run binds the linkage to its own raw identifiers by it."""
+    ("" = they are raw): a run binds the linkage to its own raw identifiers by it. With
+    --key-file every source is encoded (or refused): raw identifiers never leave in private mode."""
     from linkage.binding import identifier_digest
 
+    key = _key(args)
     if args.npy:
-        source = Path(args.npy + SOURCE)
-        raw = json.loads(source.read_text())["raw_sha256"] if source.exists() else ""
-        ids = np.load(args.npy, allow_pickle=False)
-        if not raw and ids.dtype == np.uint8:
-            print(f"note: {args.npy} holds encoded identifiers but {source} is missing: the upload is recorded "
-                  "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
-                  "`python -m linkage_server encode`, which writes that file", file=sys.stderr)
-        return ids, raw
+        return _npy_identifiers(args.npy, key)
     ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
-    if args.key_file:  # private mode: the party encodes with the parties' shared key before uploading
+    if key is not None:  # private mode: the party encodes with the parties' shared key before uploading
         from linkage.encode import encode_with_key
 
-        return encode_with_key(ids, json.loads(Path(args.key_file).read_text())), identifier_digest(ids)
+        return encode_with_key(ids, key), identifier_digest(ids)
     return ids, ""
+
+
+def _key(args) -> dict | None:
+    """The parties' shared key (--key-file), or None for raw identifiers."""
+    if not getattr(args, "key_file", None):
+        return None
+    warn_if_exposed(Path(args.key_file), "key file")
+    return json.loads(Path(args.key_file).read_text())
+
+
+def _npy_identifiers(npy: str, key: dict | None) -> tuple[np.ndarray, str]:
+    """An .npy's identifiers: raw ones are encoded when a key is given; encoded ones (packed bits
+    with the .source.json `encode` wrote) pass only if that record names this key."""
+    from linkage.binding import identifier_digest
+
+    source = Path(npy + SOURCE)
+    record = json.loads(source.read_text()) if source.exists() else {}
+    ids = np.load(npy, allow_pickle=False)
+    if ids.dtype != np.uint8:  # raw identifiers
+        if key is None:
+            return ids, ""
+        from linkage.encode import encode_with_key
+
+        return encode_with_key(ids, key), identifier_digest(ids)
+    if key is not None:
+        from linkage.encode import key_fingerprint
+
+        if record.get("key_fingerprint") != key_fingerprint(key):
+            why = "has no record of its encoding" if not record else "was encoded with another key or parameters"
+            raise LinkageError(f"{npy} holds packed bits but {why} ({source}): refusing to upload them as this "
+                               "key's encoding; encode the raw identifiers with `encode --key-file`")
+    if not record.get("raw_sha256"):
+        print(f"note: {npy} holds encoded identifiers but {source} is missing: the upload is recorded "
+              "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
+              "`python -m linkage_server encode`, which writes that file", file=sys.stderr)
+    return ids, record.get("raw_sha256", "")
 
 
 def fingerprint(args) -> str:
@@ -90,7 +124,7 @@ def fingerprint(args) -> str:
     if args.key_file:
         from linkage.encode import key_fingerprint
 
-        return key_fingerprint(json.loads(Path(args.key_file).read_text()))
+        return key_fingerprint(_key(args))
     source = Path(f"{args.npy}{SOURCE}") if args.npy else None
     return json.loads(source.read_text()).get("key_fingerprint", "") if source and source.exists() else ""
 
@@ -106,20 +140,19 @@ def cmd_make_key(args) -> None:
         key["federal"] = {n: p[n] for n in ("bits_per_dim", "t", "lo", "hi")}
         print(f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
               f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)", file=sys.stderr)
-    out = Path(args.out)
-    out.write_text(json.dumps(key, indent=1))
-    out.chmod(0o600)
+    out = create_secret(Path(args.out), json.dumps(key, indent=1), "key")  # 0600 from the first byte, never overwritten
     print(f"key written to {out}: share it with the other parties, never with the service")
 
 
 def cmd_encode(args) -> None:
     from linkage.binding import identifier_digest
+    from linkage_server.uploads import to_npy
 
     ids, raw = identifiers(args)
     out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
-    np.save(out, ids, allow_pickle=False)
-    Path(out + SOURCE).write_text(json.dumps({"raw_sha256": raw or identifier_digest(ids), "rows": len(ids),
-                                              "key_fingerprint": fingerprint(args)}))
+    write_atomic(Path(out), to_npy(ids))  # 0600: encoded or not, identifiers are the party's alone
+    record = {"raw_sha256": raw or identifier_digest(ids), "rows": len(ids), "key_fingerprint": fingerprint(args)}
+    write_atomic(Path(out + SOURCE), json.dumps(record).encode())
     print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
 
 

@@ -37,11 +37,48 @@ def _check(r: httpx.Response) -> httpx.Response:
     raise ServiceError(r.status_code, str(detail))
 
 
+RETRIES_429 = 5  # a 429 with Retry-After is retried this many times (the service's auth limits)
+MAX_RETRY_WAIT = 60.0  # seconds waited for one Retry-After, at most
+
+
+def retry_after(r: httpx.Response) -> float | None:
+    """Seconds to wait before sending again, when the service answered 429 with Retry-After
+    (its limit on failed authentications); None for any other answer (a 429 without it, e.g. a
+    spent query budget, is final)."""
+    value = r.headers.get("retry-after", "") if r.status_code == 429 else ""
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_WAIT) if value else None
+    except ValueError:
+        return None
+
+
+def send(request: Callable[[], httpx.Response], retries: int = RETRIES_429) -> httpx.Response:
+    """``request()`` again after each 429 with Retry-After, at most ``retries`` times, waiting as
+    told; the last answer otherwise (the caller checks it)."""
+    for _ in range(retries):
+        r = request()
+        wait = retry_after(r)
+        if wait is None:
+            return r
+        r.close()
+        time.sleep(wait)
+    return request()
+
+
 def create_job(url: str, admin_token: str, primary: str, secondaries: list[str], *, duplicates: str = "allow",
                verify: bool | str = True) -> dict:
     """Admin: a new job and one secret per party, to hand to each party out of band."""
-    r = httpx.post(f"{url}/jobs", json={"primary": primary, "secondaries": secondaries, "duplicates": duplicates},
-                   headers={"Authorization": f"Bearer {admin_token}"}, verify=verify, timeout=30)
+    r = send(lambda: httpx.post(f"{url}/jobs", json={"primary": primary, "secondaries": secondaries,
+                                                     "duplicates": duplicates},
+                                headers={"Authorization": f"Bearer {admin_token}"}, verify=verify, timeout=30))
+    return _check(r).json()
+
+
+def cancel_job(url: str, job: str, token: str, *, verify: bool | str = True) -> dict:
+    """Cancel a queued or running job: ``token`` is its primary's secret or the admin token. A
+    queued job ends now, a running one at its next chunk ("failed", "cancelled by ...")."""
+    r = send(lambda: httpx.post(f"{url}/jobs/{job}/cancel", headers={"Authorization": f"Bearer {token}"},
+                                verify=verify, timeout=30))
     return _check(r).json()
 
 
@@ -60,7 +97,7 @@ class LinkageClient:
                  timeout: float = 600.0) -> None:
         self.job, self.party = job, party
         self.uploaded: UploadRecord | None = None  # what this client uploaded (job id, digests)
-        self.query_budget: dict | None = None  # after a query: the job's {"budget", "left"} in records
+        self.query_budget: dict | None = None  # after a query: the job's {"budget", "left"} in cells (records x K)
         self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, verify=verify,
                                   timeout=timeout)
 
@@ -69,6 +106,13 @@ class LinkageClient:
 
     def __exit__(self, *exc) -> None:
         self._http.close()
+
+    def _request(self, method: str, url: str, **kwargs) -> httpx.Response:
+        """One request, sent again after a 429 with Retry-After (:func:`send`), checked. A
+        ``content`` that is a callable makes a fresh body for each attempt."""
+        body = kwargs.pop("content", None)
+        return _check(send(lambda: self._http.request(method, url, content=body() if callable(body) else body,
+                                                      **kwargs)))
 
     def _encoding(self, fingerprint: str) -> dict:
         """The header carrying the encoding key's fingerprint (linkage.encode.key_fingerprint),
@@ -90,8 +134,8 @@ class LinkageClient:
         arr = np.asarray(identifiers)
         body = to_npy(arr)
         headers = {**self._encoding(fingerprint), "Content-Length": str(len(body))}
-        out = _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/identifiers",
-                                    content=_pieces(body, on_sent), headers=headers)).json()
+        out = self._request("PUT", f"/jobs/{self.job}/parties/{self.party}/identifiers",
+                            content=lambda: _pieces(body, on_sent), headers=headers).json()
         self.uploaded = upload_record(self.job, self.party, arr, raw_sha256)
         return out
 
@@ -104,7 +148,7 @@ class LinkageClient:
 
     def upload_train_rows(self, rows: np.ndarray) -> dict:
         data = to_npy(np.asarray(rows, dtype=np.int64))
-        return _check(self._http.put(f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data)).json()
+        return self._request("PUT", f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data).json()
 
     def start(self, metric: str, k: int, tau: float = 1.0, pool: int = 0,
               layout: str = "independent", anchor: str = "", radius: float = 0.5, compose: bool = False,
@@ -116,22 +160,26 @@ class LinkageClient:
         body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor,
                 "radius": radius, "compose": compose, "search": search, "recall_floor": recall_floor,
                 "width": width}
-        return _check(self._http.post(f"/jobs/{self.job}/start", json=body)).json()
+        return self._request("POST", f"/jobs/{self.job}/start", json=body).json()
 
     def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:
         """(The primary) new records' tokens and noisy similarities from the finished job, as its
         release gave them for training records (linkage_server.queries); written atomically to
         ``out`` (a primary.npz-format file) when given. ``fingerprint``: as for :meth:`upload`,
         needed when the identifiers are encoded."""
-        r = _check(self._http.post(f"/jobs/{self.job}/query", content=to_npy(np.asarray(identifiers)),
-                                   headers=self._encoding(fingerprint)))
-        self.query_budget = {"budget": int(r.headers["x-query-budget"]), "left": int(r.headers["x-query-records-left"])}
+        r = self._request("POST", f"/jobs/{self.job}/query", content=to_npy(np.asarray(identifiers)),
+                          headers=self._encoding(fingerprint))
+        self.query_budget = {"budget": int(r.headers["x-query-budget"]), "left": int(r.headers["x-query-cells-left"])}
         if out is not None:
             write_atomic(Path(out), r.content)
         return read_primary(io.BytesIO(r.content))
 
     def status(self) -> dict:
-        return _check(self._http.get(f"/jobs/{self.job}")).json()
+        return self._request("GET", f"/jobs/{self.job}").json()
+
+    def cancel(self) -> dict:
+        """(The primary) cancel the job (:func:`cancel_job`); returns its status."""
+        return self._request("POST", f"/jobs/{self.job}/cancel").json()
 
     def wait(self, timeout: float = 3600.0, poll: float = 0.2, on_progress: Callable[[dict], None] | None = None,
              *, until_started: bool = False) -> dict:
@@ -165,13 +213,19 @@ class LinkageClient:
     def _download(self, url: str, path: Path) -> None:
         """GET url into path, 1 MiB at a time (a 10M-record primary.npz is gigabytes), under a
         temporary name renamed when whole: a failed download leaves the old file, or none."""
-        with self._http.stream("GET", url) as r:
-            if not r.is_success:
-                r.read()
-                _check(r)
-            with atomic_path(path) as tmp, open(tmp, "wb") as f:  # the folder made once the service answered
-                for block in r.iter_bytes(1 << 20):
-                    f.write(block)
+        for attempt in range(RETRIES_429 + 1):
+            with self._http.stream("GET", url) as r:
+                wait = retry_after(r) if attempt < RETRIES_429 else None
+                if wait is not None:
+                    time.sleep(wait)
+                    continue
+                if not r.is_success:
+                    r.read()
+                    _check(r)
+                with atomic_path(path) as tmp, open(tmp, "wb") as f:  # the folder made once the service answered
+                    for block in r.iter_bytes(1 << 20):
+                        f.write(block)
+                return
 
     def fetch(self, folder: Path) -> Path:
         """Download this party's result into `folder` under the name training reads; the primary,

@@ -21,10 +21,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import queue
+import os
 import re
 import secrets
-import shutil
 import threading
 import time
 import traceback
@@ -42,8 +41,10 @@ from linkage.job_secret import (
     write_secret,
 )
 from linkage.pipeline import chain_tag, check_identifiers, job_id_of, under_floor
+from linkage.private import private_dir
 from linkage.store import write_atomic
-from linkage_server.chunk_search import ChunkFiles, chunked_search
+from linkage_server.chunk_search import ChunkFiles, cache_key, chunked_search, fresh_cache
+from linkage_server.limits import Limits, job_cells
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
     JobError,
     JobParams,
@@ -51,11 +52,13 @@ from linkage_server.params import (  # JobParams re-exported: the service and te
 from linkage_server.uploads import (
     KIND_OF_METRIC,
     UploadError,
+    npy_sha256,
     parse_npy,
     to_npy,
     validate,
 )
 from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
+from linkage_server.scheduler import Worker  # noqa: F401 - re-exported: the service imports it here
 from linkage_server.views import HIDDEN_FAILURE, status_view
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
@@ -77,23 +80,6 @@ def upload_digest(meta: dict, folder: Path, party: str) -> str:
     return h.hexdigest()
 
 
-def cache_key(primary_sha256: str, party_sha256: str, metric: str, pool: int, search: str = "") -> str:
-    """The search cache's name: both uploads' bytes and every parameter the search depends on
-    (``search``: an approximate search's tag, linkage.approx.Approx.tag; "" when exact)."""
-    fields = {"primary": primary_sha256, "party": party_sha256, "metric": metric, "pool": pool}
-    text = json.dumps(fields | ({"search": search} if search else {}))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def fresh_cache(root: Path, key: str) -> Path:
-    """root/key; whatever else is under root (chunks of older uploads or parameters) is removed."""
-    if root.exists():
-        for old in root.iterdir():
-            if old.name != key:
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
-    return root / key
-
-
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -102,11 +88,12 @@ class JobStore:
     """Jobs under one data folder; thread-safe; the only code that touches the files."""
 
     def __init__(self, root: Path, *, max_rows: int = 50_000_000, chunk_rows: int = 20_000,
-                 operator_seed: int | None = None, ray: str = "") -> None:
+                 operator_seed: int | None = None, ray: str = "", limits: Limits = Limits()) -> None:
         self.root = Path(root) / "jobs"
+        self.limits = limits  # the operator's (linkage_server.limits): K, cells per job and per chunk
         self.ray = ray  # "": search chunks in this process; "local" or an address: on Ray (chunk_search)
         self.operator_seed = operator_seed  # the operator's, for reproducible experiments; no party sees it
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root)
         self.max_rows, self.chunk_rows = max_rows, chunk_rows
         self._lock = threading.RLock()
 
@@ -151,7 +138,8 @@ class JobStore:
                 "uploads": {}, "progress": {"done": 0, "total": 0}, "error": None, "seconds": {},
                 "created": time.time()}
         with self._lock:
-            self._dir(job).mkdir(parents=True)
+            self._dir(job).mkdir(mode=0o700)  # private_dir made its parent (the umask may add bits: not 0700)
+            os.chmod(self._dir(job), 0o700)
             write_secret(self._dir(job) / SECRET, new_secret())  # 0600, never served
             self._save(meta)
         return job, keys
@@ -186,10 +174,17 @@ class JobStore:
             raise JobError(409, f"job {job} is {meta['state']}: uploads are closed once it starts")
         return meta
 
-    def upload(self, job: str, party: str, data: bytes, *, train_rows: bool = False,
+    def body_path(self, job: str) -> Path:
+        """A fresh name for a request body streamed to disk (the service's), in the job's folder:
+        an upload renames it into place, so it never passes through memory (BodyFile)."""
+        return private_dir(self._dir(job) / "incoming") / f"{secrets.token_hex(8)}.npy"
+
+    def upload(self, job: str, party: str, data: bytes | Path, *, train_rows: bool = False,
                fingerprint: str | None = None) -> dict:
         """Validate and stage the file with no lock held (other requests carry on), then commit it.
-        ``fingerprint``: the encoding key's, if the party's client sent one (linkage_server.queries)."""
+        ``data``: the .npy's bytes, or a file of them (:meth:`body_path`: validated memory-mapped,
+        then renamed into place). ``fingerprint``: the encoding key's, if the party's client sent
+        one (linkage_server.queries)."""
         meta = self._open(job)
         arr = parse_npy(data)
         if train_rows:
@@ -198,13 +193,17 @@ class JobStore:
             checked = validate(arr, max_rows=self.max_rows)
             if meta["duplicates"] == "refuse" and checked.duplicates:
                 raise UploadError(f"{checked.duplicates} duplicate identifier(s), and this job refuses duplicates")
-            summary = checked.as_dict() | {"sha256": hashlib.sha256(data).hexdigest()}
+            summary = checked.as_dict() | {"sha256": npy_sha256(data)}
             if fingerprint:
                 summary["fingerprint"] = fingerprint
             path = self._dir(job) / "uploads" / f"{party}.npy"
+        del arr  # a memory map of the body file
         staged = path.with_name(f"{path.name}.staged-{secrets.token_hex(6)}")
         try:
-            write_atomic(staged, data)
+            if isinstance(data, Path):  # the streamed body: renamed, never read into memory
+                os.replace(data, private_dir(staged.parent) / staged.name)
+            else:
+                write_atomic(staged, data)
             with self._lock:
                 meta = self._open(job)
                 staged.replace(path)
@@ -244,8 +243,50 @@ class JobStore:
                 rows = meta["uploads"][p]["rows"]
                 if params.k > rows:
                     raise JobError(422, f"K={params.k} must be between 1 and the size of party {p!r} ({rows} rows)")
-            return self._update(job, state="queued", params=params.__dict__, error=None,
-                                progress={"done": 0, "total": 0})
+            self.limits.check_job(meta, params)  # K and the job's cells, before it is queued
+            return self._update(job, state="queued", params=params.__dict__, error=None, cancel=None,
+                                progress={"done": 0, "total": 0}, searched_seconds=0.0)
+
+    def cells(self, job: str) -> int:
+        """The job's size in cells (linkage_server.limits.job_cells): the scheduler's lane."""
+        meta = self.meta(job)
+        return job_cells(meta, JobParams(**meta["params"]))
+
+    def cancel(self, job: str, by: str) -> dict:
+        """Cancel a queued job now (the worker skips it), or a running one at its next chunk
+        boundary; either ends "failed" with the error "cancelled by <by>". 409 for any other state."""
+        with self._lock:
+            meta = self.meta(job)
+            if meta["state"] == "queued":
+                meta.update(state="failed", error=f"cancelled by {by}", cancel=None)
+            elif meta["state"] == "running":
+                meta["cancel"] = by  # read by the job at its next chunk (JobStore.run's tick)
+            else:
+                raise JobError(409, f"job {job} is {meta['state']}: only a queued or running job can be cancelled")
+            self._save(meta)
+            return meta
+
+    def _claim(self, job: str) -> dict | None:
+        """The job's metadata, marked running, if it is queued (or was running when a previous
+        process stopped); None when it is not to run: cancelled while queued, or finished."""
+        with self._lock:
+            meta = self.meta(job)
+            if meta["state"] not in ("queued", "running"):
+                return None
+            if meta.get("cancel"):  # cancelled while running, and the service stopped before it ended
+                meta.update(state="failed", error=f"cancelled by {meta['cancel']}", cancel=None)
+                self._save(meta)
+                return None
+            meta["state"] = "running"
+            self._save(meta)
+            return meta
+
+    def _tick(self, job: str, done: int, total: int, searched: float) -> None:
+        """One chunk done: the progress and the search's seconds so far (over every process that
+        ran the job: a resumed job counts its earlier ones) saved; stopped here if cancelled."""
+        meta = self._update(job, progress={"done": done, "total": total}, searched_seconds=searched)
+        if meta.get("cancel"):
+            raise JobError(409, f"cancelled by {meta['cancel']}")
 
     def pending(self) -> list[str]:
         """Jobs queued or interrupted while running, oldest first (resumed after a restart)."""
@@ -255,14 +296,17 @@ class JobStore:
     def run(self, job: str) -> None:
         """Compute a queued job: resumable chunked search per secondary, then the release, written
         chunk by chunk (linkage_server.release_files), then its privacy report."""
-        meta = self._update(job, state="running")
+        meta = self._claim(job)
+        if meta is None:
+            return
         params, folder = JobParams(**meta["params"]), self._dir(job)
         scratch = folder / "work" / ".release"  # no party's name: a name starts with a letter or digit
         try:
-            t0 = time.perf_counter()
+            t0, carried = time.perf_counter(), meta.get("searched_seconds", 0.0)  # an earlier process's search
             query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
             train_rows = self._train_rows_of(folder, meta, len(query))
-            chunks = [(lo, min(lo + self.chunk_rows, len(query))) for lo in range(0, len(query), self.chunk_rows)]
+            step = self.limits.chunk_rows(self.chunk_rows, max(params.k, params.pool))  # rows x pool bounded
+            chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
             anchor = params.anchor or min(meta["secondaries"])
             if params.layout == "chain" and anchor not in meta["secondaries"]:
                 raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {meta['secondaries']}")
@@ -271,25 +315,25 @@ class JobStore:
             steps = iter(range(1, total + 1))
 
             def tick() -> None:
-                self._update(job, progress={"done": next(steps), "total": total})
+                self._tick(job, next(steps), total, carried + time.perf_counter() - t0)
 
             ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
+            secret = self._secret(meta, params, query, ids, train_rows)  # also draws the recall sample
             found, recalls, sizes = {}, {}, {}
             for party in searched:
                 found[party], recalls[party] = self._party_search(meta, folder, query, ids[party], params, chunks,
-                                                                  party, tick)
+                                                                  party, tick, secret)
                 sizes[party] = len(ids[party])
             t1 = time.perf_counter()
-            spec = Job(job, params.k, params.tau, params.metric, self._secret(meta, params, query, ids, train_rows),
-                       train_rows, params.defences(), recalls, (anchor, ids) if params.layout == "chain" else None,
-                       self.chunk_rows)
+            spec = Job(job, params.k, params.tau, params.metric, secret, train_rows, params.defences(), recalls,
+                       (anchor, ids) if params.layout == "chain" else None, step)
             skeleton, files = write_release(folder / "results", scratch, found, sizes, query, spec)
             stats = {p: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma_eps1": l.dp_sigma}
                      for p, l in skeleton.primary.links.items()}
             t2 = time.perf_counter()
             privacy = safe_privacy_report(skeleton, files, query, ids, spec, [anchor] if spec.chain else None)
             self._update(job, state="done", stats=stats, privacy=privacy,
-                         seconds={"search": t1 - t0, "release": t2 - t1, "privacy": time.perf_counter() - t2})
+                         seconds={"search": carried + t1 - t0, "release": t2 - t1, "privacy": time.perf_counter() - t2})
         except (LinkageError, UploadError, JobError, SecretError) as e:
             self._update(job, state="failed", error=str(e))
         except Exception as e:  # keep the service alive; report the failure to the parties
@@ -324,9 +368,10 @@ class JobStore:
                                                              train_rows, params.defences(), params.approx()))
 
     def _party_search(self, meta: dict, folder: Path, query, base, params: JobParams, chunks: list[tuple[int, int]],
-                      party: str, tick) -> tuple[ChunkFiles, float]:
+                      party: str, tick, secret: bytes) -> tuple[ChunkFiles, float]:
         """One secondary's noise-free top-pool search, by resumable chunks on disk, and its recall:
-        1 when exact; an approximate one's (linkage.approx) measured on a sample, refused under the floor."""
+        1 when exact; an approximate one's (linkage.approx) measured on a sample drawn from the
+        job's ``secret`` (no party can predict it), refused under the floor."""
         query, base = check_identifiers(query, base, params.k, party, params.metric)
         pool = min(max(params.pool, params.k), len(base))
         approx = params.approx().resolve(params.metric, len(query), len(base), base.shape[-1] if base.ndim > 1 else 1)
@@ -336,7 +381,7 @@ class JobStore:
                                chunks, tick, self.ray, approx)
         if approx.method == "exact":
             return found, 1.0
-        rows = sample_rows(len(query), approx)
+        rows = sample_rows(len(query), approx, secret, party)
         recall = tie_aware_recall(params.metric, query[rows], base, pool, found.distances(rows), np.arange(len(rows)))
         return found, under_floor(recall, approx, party, pool, len(query))
 
@@ -347,27 +392,3 @@ class JobStore:
             raise JobError(409, f"job {job} is {meta['state']}: no result yet" + (f" ({shown})" if shown else ""))
         name = "primary.npz" if party == meta["primary"] else f"secondary-{party}.npz"
         return self._dir(job) / "results" / name
-
-
-class Worker:
-    """One background thread computing queued jobs in order (the service's only compute)."""
-
-    def __init__(self, store: JobStore) -> None:
-        self.store = store
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="linkage-worker", daemon=True)
-
-    def start(self) -> None:
-        for job in self.store.pending():
-            self._queue.put(job)
-        self._thread.start()
-
-    def submit(self, job: str) -> None:
-        self._queue.put(job)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-
-    def _loop(self) -> None:
-        while (job := self._queue.get()) is not None:
-            self.store.run(job)

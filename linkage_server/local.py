@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from linkage.store import write_atomic
+
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now, below the OS's ephemeral range: a port the OS hands out
@@ -35,7 +37,7 @@ def free_port() -> int:
 def local_service(data_dir: Path, port: int, admin_token: str, *extra: str, timeout: float = 60.0):
     """`python -m linkage_server serve` on 127.0.0.1:port; yields its URL; stops it on exit."""
     token = Path(data_dir).parent / "admin.token"
-    token.write_text(admin_token)
+    write_atomic(token, admin_token.encode())  # 0600
     proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
                              str(port), "--data-dir", str(data_dir), "--admin-token-file", str(token), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from linkage.approx import METHODS as METHODS_SEARCH
 from linkage.approx import Approx
 from linkage.contracts import METRICS, STRING_METRICS, Defences
+from linkage.release import default_pool
 
 
 FINGERPRINT_HEADER = "X-Encoding-Fingerprint"  # an encoded upload's key fingerprint (linkage_server.queries)
@@ -26,7 +27,7 @@ class JobParams:
     metric: str
     k: int
     tau: float = 1.0
-    pool: int = 0  # candidates per record before noise; 0 = K (select, then noise)
+    pool: int = 0  # candidates per record before noise; 0 = the default (linkage.release.default_pool), resolved
     layout: str = "independent"  # or "chain": paper App. C, secondaries linked one-to-one to `anchor`
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
     radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
@@ -34,6 +35,12 @@ class JobParams:
     search: str = "exact"  # or an approximate index: "hnsw" / "ivf", or "auto" by size (linkage.approx)
     recall_floor: float = 0.0  # an approximate search under this tie-aware recall fails the job
     width: int = 0  # the approximate search's width: IVF's nprobe, HNSW's ef_search, qgram's candidates; 0 = default
+
+    def __post_init__(self) -> None:
+        """pool = 0 becomes the job's default pool (K at tau = 1, 4 K under noise), so that the
+        search, the release, a query and the status all name the pool the job really used."""
+        if self.pool == 0 and isinstance(self.k, int) and isinstance(self.tau, (int, float)):
+            object.__setattr__(self, "pool", default_pool(0, self.k, self.tau))
 
     def defences(self) -> Defences:
         return Defences(radius=self.radius, compose=self.compose)
@@ -78,8 +85,6 @@ class JobParams:
                                 "the search's working memory")
         if not 0.0 <= p.recall_floor <= 1.0:
             raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
-        if p.compose and p.pool > p.k:
-            raise JobError(422, f"compose needs pool = 0 or k (the links known before the noise), got pool {p.pool}")
         return p
 
 

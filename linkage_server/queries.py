@@ -9,7 +9,8 @@ which each secondary resolves with the token -> row map it already holds. The an
 primary.npz of the q new records (linkage.store.primary_bytes): tokens, noisy similarities and
 the job's statistics, as a training release holds, never rows or raw distances.
 
-Each job has a query budget (records, over all accepted queries; ``serve --query-budget``) and
+Each job has a query budget in cells, records x K (the answer's noisy similarities: what a query
+can reveal, bench/query_bisection.py), over all accepted queries (``serve --query-budget``), and
 each query a cap (``serve --query-max-records``); the records used are kept in job.json
 ("queried"), so a restart does not reset them. A reservation is taken under the store's lock
 before the search and given back if the search fails: two concurrent queries cannot both
@@ -38,6 +39,8 @@ from linkage.job_secret import SecretError, read_secret
 from linkage.query import query
 from linkage.store import primary_bytes, read_primary, read_secondary
 from linkage_server.jobs import SECRET, TRAIN_ROWS
+from linkage_server.limits import QUERY_MAX_CELLS
+from linkage_server.link_counts import links_per_row
 from linkage_server.params import FINGERPRINT_HEADER, JobError, JobParams
 from linkage_server.uploads import UploadError, kind_of, parse_npy, validate
 
@@ -56,8 +59,9 @@ def fingerprint_of(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class QueryLimits:
-    budget: int = 1_000_000  # records per job, over all its queries; 0 = no queries
+    budget: int = 1_000_000  # cells (records x K) per job, over all its queries; 0 = no queries
     max_records: int = 100_000  # records per query
+    max_cells: int = QUERY_MAX_CELLS  # records x max(K, pool) x secondaries per query (serve --query-max-cells)
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.max_records < 1:
@@ -77,11 +81,11 @@ class Queries:
         meta = self._queryable(job)
         new = self._parse(meta, data)
         self._check_encoding(meta, kind_of(new), fingerprint)
-        budget = self._spend(job, len(new))
+        budget = self._spend(job, len(new), meta["params"]["k"])
         try:
             return self._compute(job, meta, new), budget
         except BaseException:
-            self._spend(job, -len(new))  # a query that was not answered is not counted
+            self._spend(job, -len(new), meta["params"]["k"])  # a query that was not answered is not counted
             raise
 
     def _queryable(self, job: str) -> dict:
@@ -103,7 +107,8 @@ class Queries:
         if arr.ndim and len(arr) > cap:  # a 0-d array is refused by validate below
             raise JobError(429, f"a query of {len(arr)} records exceeds the service's cap of {cap} records per "
                                 f"query (serve --query-max-records); job {meta['job']} has {self._left(meta)} of "
-                                f"its query budget of {self.limits.budget} records left")
+                                f"its query budget of {self.limits.budget} cells (records x K) left")
+        self._check_cells(meta, arr)
         validate(arr, max_rows=cap)  # dimensions, zero rows, NaN/inf, empty strings, by name
         trained, kind = meta["uploads"][meta["primary"]], kind_of(arr)
         if kind != trained["kind"]:
@@ -116,6 +121,16 @@ class Queries:
             raise UploadError(f"width differs: the query has {width * scale} {unit}, the job's training "
                               f"upload has {trained_width * scale}")
         return arr
+
+    def _check_cells(self, meta: dict, arr: np.ndarray) -> None:
+        """A query's size in cells (records x candidates (max(K, pool)) x secondaries: what its search holds),
+        refused 413 over the operator's cap, before any search."""
+        params = meta["params"]
+        cells = (len(arr) if arr.ndim else 1) * max(params["k"], params["pool"]) * len(meta["secondaries"])
+        if cells > self.limits.max_cells:
+            raise JobError(413, f"a query of {len(arr)} records is {cells:,} cells (records x candidates x secondaries), more "
+                                f"than the service's cap of {self.limits.max_cells:,} per query (serve "
+                                "--query-max-cells): send fewer records per query")
 
     @staticmethod
     def _check_encoding(meta: dict, kind: str, fingerprint: str | None) -> None:
@@ -133,36 +148,44 @@ class Queries:
         if not hmac.compare_digest(fingerprint, trained):
             raise JobError(422, f"the query's identifiers were {DIFFERENT_KEY}")
 
-    def _left(self, meta: dict) -> int:
-        return max(self.limits.budget - meta.get("queried", {}).get("records", 0), 0)
+    @staticmethod
+    def _used(meta: dict) -> dict:
+        """The job's queries so far: records, queries and cells (records x K; a job from before
+        cells were counted: its records x K)."""
+        used = {"records": 0, "queries": 0, **meta.get("queried", {})}
+        return {**used, "cells": used.get("cells", used["records"] * meta["params"]["k"])}
 
-    def _spend(self, job: str, records: int) -> dict:
-        """Reserve `records` of the job's budget (negative: give them back), persisted in job.json."""
+    def _left(self, meta: dict) -> int:
+        return max(self.limits.budget - self._used(meta)["cells"], 0)
+
+    def _spend(self, job: str, records: int, k: int) -> dict:
+        """Reserve `records` x K cells of the job's budget (negative: give them back), persisted in job.json."""
         with self.store._lock:
             meta = self.store.meta(job)
-            used = meta.get("queried", {"records": 0, "queries": 0})
-            left = self._left(meta)
-            if records > left:
-                raise JobError(429, f"a query of {records} records exceeds job {job}'s query budget: "
-                                    f"{used['records']} of {self.limits.budget} records used, {left} left "
+            used, left, cells = self._used(meta), self._left(meta), records * k
+            if cells > left:
+                raise JobError(429, f"a query of {records} records ({cells} cells, records x K) exceeds job {job}'s "
+                                    f"query budget: {used['cells']} of {self.limits.budget} cells used, {left} left "
                                     "(the operator's serve --query-budget)")
             step = 1 if records > 0 else -1
-            meta["queried"] = {"records": used["records"] + records, "queries": used["queries"] + step}
+            meta["queried"] = {"records": used["records"] + records, "queries": used["queries"] + step,
+                               "cells": used["cells"] + cells}
             self.store._save(meta)
-        return {"budget": self.limits.budget, "used": meta["queried"]["records"], "left": left - records}
+        return {"budget": self.limits.budget, "used": meta["queried"]["cells"], "left": left - cells}
 
     def _compute(self, job: str, meta: dict, new: np.ndarray) -> bytes:
         """linkage.query.query with the job's stored secret, uploads, released statistics and maps."""
         folder = self.store._dir(job)
         params = JobParams(**meta["params"])
         trained = read_primary(folder / "results" / "primary.npz", rows=False)  # figures only: bounded memory
-        if any(link.composed for link in trained.links.values()):  # composed noise counts the release's links
-            trained = read_primary(folder / "results" / "primary.npz")
         base = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
         maps = {p: read_secondary(folder / "results" / f"secondary-{p}.npz", p).row_of_token
                 for p in meta["secondaries"]}
-        try:
-            got = query(new, base, trained, maps, secret=self._secret(folder, meta, params, base), pool=params.pool)
+        counts = {p: links_per_row(folder, p, maps[p]) for p, link in trained.links.items() if link.composed}
+        try:  # composed noise counts the release's links per row: counted once per job (link_counts)
+            got = query(new, base, trained, maps, secret=self._secret(folder, meta, params, base),
+                        pool=meta["params"]["pool"] or params.k,  # a job stored with pool 0 searched K
+                        links_per_row=counts)
         except LinkageError as e:
             raise UploadError(str(e)) from None
         return primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))

@@ -1,16 +1,14 @@
 """Rate limiting of failed authentication: per client address and per party.
 
-A client address with ``max_failures`` failed authentications inside ``window_s`` seconds is
-refused (429, Retry-After) before its credentials are looked at, whatever it sends. A party
-(or the admin) that collected ``max_failures`` failures inside the window answers further wrong
-secrets 429 from any address (each still counting against that address), while its right secret
-is still accepted (the limit is checked only after a failure), so nobody can lock a party out
-from a clean address. A per-party limit that never refuses the right secret cannot stop guessing
-spread over many addresses: the 256-bit party secrets are what make guessing hopeless; the
-limits slow any one address and make an attack visible (429s). Clients behind one address
-(loopback, a NAT, a proxy) share its limit: one of them sending wrong secrets delays the others
-by up to one window. The address is the TCP peer's (the service does not trust
-X-Forwarded-For). State is in memory: a restart forgets it.
+A client address, or a party (or the admin), with ``max_failures`` failed authentications inside
+``window_s`` seconds answers further failures 429 (Retry-After), each still counting. The limits
+are checked only after a failure (linkage_server.service.Gate), so a request holding a right
+secret is always accepted: nobody can lock a party out, neither from a clean address nor from
+an address it shares with the attacker (loopback, a NAT, a proxy: issue 28 found one wrong
+secret per 6 s from the same address refusing a third of the right party's requests). So the
+limits do not slow guessing: the 256-bit party secrets are what make guessing hopeless; the
+limits make an attack visible (429s) and tell a misconfigured client to stop. The address is the
+TCP peer's (the service does not trust X-Forwarded-For). State is in memory: a restart forgets it.
 """
 
 from __future__ import annotations

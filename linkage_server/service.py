@@ -7,20 +7,29 @@ Endpoints (JSON unless noted; ``Authorization: Bearer <secret>`` on every call):
   PUT  /jobs/{job}/parties/{p}/identifiers   party p, body: one .npy array -> upload summary
   PUT  /jobs/{job}/parties/{p}/train-rows    the primary, body: .npy int array (standardisation rows)
   POST /jobs/{job}/start                     the primary, {metric, k, tau, pool, layout, anchor}
+  POST /jobs/{job}/cancel                    the primary or the admin -> the job's status (a queued job
+                                             ends now, a running one at its next chunk: "failed",
+                                             error "cancelled by ...")
   GET  /jobs/{job}/parties/{p}/result        party p -> .npz (primary: tokens+similarities;
                                              secondary: its token -> row map)
   POST /jobs/{job}/query                     the primary, body: .npy of new records' identifiers ->
                                              .npz as its result, for those records (linkage_server.queries)
   GET  /health
 
-Uploads are validated off the event loop. Failed authentications are rate limited per client
-address and per party (429 with Retry-After; linkage_server.ratelimit).
+Request bodies (uploads, queries) are streamed to a 0600 file in the job's folder, never held in
+memory, and validated memory-mapped off the event loop; the operator's limits
+(linkage_server.limits: K, cells per job and per query, concurrent bodies per party) are
+checked before any expensive work. Failed authentications are rate limited per client
+address and per party (429 with Retry-After; linkage_server.ratelimit); a right secret is never
+refused by those limits, whoever else failed from its address.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +38,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from linkage_server.jobs import JobError, JobParams, JobStore, Worker
+from linkage_server.limits import BodySlots, Limits
 from linkage_server.params import FINGERPRINT_HEADER
 from linkage_server.queries import Queries, QueryLimits, fingerprint_of
 from linkage_server.ratelimit import AuthLimiter, RateLimited
@@ -52,9 +62,10 @@ class Gate:
     """Who a request is, with failed authentications counted and limited (per address and party).
 
     Failures (401/403/404) count against the client address and the party (or the admin) they
-    tried. An address over the limit is answered 429 whatever it sends; a party over the limit
-    answers further wrong secrets 429, but never refuses its right secret (so nobody can lock a
-    party or the admin out). See :class:`linkage_server.ratelimit.AuthLimiter`."""
+    tried. An address or a party over the limit answers further failures 429 (Retry-After), but
+    a request that holds a right secret is always served: the limits are checked only after a
+    failure, so nobody can lock a party, the admin or a shared address (loopback, a NAT) out by
+    sending wrong secrets. See :class:`linkage_server.ratelimit.AuthLimiter`."""
 
     def __init__(self, store: JobStore, admin_token: str, limiter: AuthLimiter) -> None:
         self.store, self._admin, self.limiter = store, admin_token.encode(), limiter
@@ -62,19 +73,18 @@ class Gate:
     def _guarded(self, request: Request, attempt: Callable[[], object], tried: Callable[[], list[str]]):
         """attempt() -> its result, or raises a JobError; tried() -> the party keys it tried."""
         address = _address(request)
-        self.limiter.check(address, [])  # an address over the limit is refused outright
         try:
             result = attempt()
         except JobError as e:
             if e.status not in (401, 403, 404):
                 raise
             keys = tried() if e.status != 404 else []  # an unknown job or party: the address only
-            try:  # a party under attack: further wrong secrets get 429; every failure still counts
+            try:  # an address or party under attack: further failures get 429; every failure still counts
                 self.limiter.check(address, keys)
             finally:
                 self.limiter.failed(address, keys)
             raise
-        return result  # a right secret is never refused by a party's limit
+        return result  # a right secret is never refused: not by its party's limit, nor its address's
 
     def _is_admin(self, secret: str | None) -> bool:
         return hmac.compare_digest((secret or "").encode(), self._admin)
@@ -124,19 +134,42 @@ class Gate:
         return self._guarded(request, attempt, lambda: [])  # no one party was tried: the address counts
 
 
-async def _body(request: Request, cap: int) -> list[bytes]:
-    """The request body's chunks, refused as soon as it passes `cap` bytes (nothing is kept).
-    Joined by the caller off the event loop."""
+async def _body_file(request: Request, cap: int, path: Path) -> Path:
+    """The request body streamed to ``path`` (created 0600, never over a file; written 1 MiB at a
+    time off the event loop), refused as soon as it passes ``cap`` bytes. The caller removes it."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise JobError(413, f"upload of {int(declared)} bytes exceeds the service's cap of {cap} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise JobError(413, f"upload exceeds the service's cap of {cap} bytes")
-        chunks.append(chunk)
-    return chunks
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pending, size = [], 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > cap:
+                    raise JobError(413, f"upload exceeds the service's cap of {cap} bytes")
+                pending.append(chunk)
+                if sum(map(len, pending)) >= 1 << 20:
+                    await run_in_threadpool(f.writelines, pending)
+                    pending = []
+            await run_in_threadpool(f.writelines, pending)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+@asynccontextmanager
+async def _received(store: JobStore, slots: BodySlots, cap: int, job: str, party: str, request: Request):
+    """A party's request body as a file (:func:`_body_file`), under one of its body slots (429
+    past the operator's limit, before any byte is read); the file is removed afterwards (an
+    upload has renamed it into place)."""
+    with slots.hold(job, party):
+        path = await _body_file(request, cap, store.body_path(job))
+        try:
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -176,15 +209,15 @@ def _job_routes(app: FastAPI, store: JobStore, gate: Gate) -> None:
         return gate.status(request, job)
 
 
-def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, max_upload_bytes: int) -> None:
+def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bodies) -> None:
     """A party's uploads and result, and the primary's start."""
     async def _upload(job: str, party: str, request: Request, train_rows: bool) -> dict:
         gate.party(request, job, party)
         fingerprint = fingerprint_of(request.headers.get(FINGERPRINT_HEADER))  # optional: encoded uploads
-        chunks = await _body(request, max_upload_bytes)
-        # parsing, validation and the file write take seconds for a large upload: off the event loop
-        return await run_in_threadpool(lambda: store.upload(job, party, b"".join(chunks), train_rows=train_rows,
-                                                            fingerprint=fingerprint))
+        async with bodies(job, party, request) as body:
+            # parsing, validation and the rename take seconds for a large upload: off the event loop
+            return await run_in_threadpool(lambda: store.upload(job, party, body, train_rows=train_rows,
+                                                                fingerprint=fingerprint))
 
     @app.put("/jobs/{job}/parties/{party}/identifiers")
     async def upload(job: str, party: str, request: Request) -> dict:
@@ -207,33 +240,44 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, max
         worker.submit(job)
         return store.public(meta, "primary", meta["primary"])
 
+    @app.post("/jobs/{job}/cancel")
+    async def cancel(job: str, request: Request) -> dict:
+        seen = gate.status(request, job)  # a party of the job or the admin; failures counted
+        if seen["role"] == "secondary":
+            raise JobError(403, "only the job's primary party or the service's admin may cancel it")
+        meta = store.cancel(job, "the admin" if seen["role"] == "admin" else "the primary")
+        return store.public(meta, seen["role"], seen["party"])
+
     @app.get("/jobs/{job}/parties/{party}/result")
     def result(job: str, party: str, request: Request):
         gate.party(request, job, party)
         return FileResponse(store.result_path(job, party), media_type="application/octet-stream")
 
 
-def _query_route(app: FastAPI, queries: Queries, gate: Gate, max_upload_bytes: int) -> None:
+def _query_route(app: FastAPI, queries: Queries, gate: Gate, bodies) -> None:
     """POST /jobs/{job}/query: the primary's new records -> their tokens and noisy similarities."""
     @app.post("/jobs/{job}/query")
     async def query(job: str, request: Request) -> Response:
-        gate.primary(request, job, "query it")
+        meta = gate.primary(request, job, "query it")
         fingerprint = fingerprint_of(request.headers.get(FINGERPRINT_HEADER))
-        chunks = await _body(request, max_upload_bytes)
-        # parsing, the search and the release take seconds for a large query: off the event loop
-        data, budget = await run_in_threadpool(lambda: queries.answer(job, b"".join(chunks), fingerprint))
+        async with bodies(job, meta["primary"], request) as body:
+            # parsing, the search and the release take seconds for a large query: off the event loop
+            data, budget = await run_in_threadpool(lambda: queries.answer(job, body, fingerprint))
         return Response(data, media_type="application/octet-stream",
-                        headers={"X-Query-Budget": str(budget["budget"]), "X-Query-Records-Left": str(budget["left"])})
+                        headers={"X-Query-Budget": str(budget["budget"]), "X-Query-Cells-Left": str(budget["left"])})
 
 
 def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 << 20,
                max_rows: int = 50_000_000, chunk_rows: int = 20_000, operator_seed: int | None = None,
                auth_failures: int = 10, auth_window_s: float = 60.0,
-               query_limits: QueryLimits = QueryLimits(), ray: str = "") -> FastAPI:
+               query_limits: QueryLimits = QueryLimits(), ray: str = "", limits: Limits = Limits()) -> FastAPI:
+    """The service's app; ``limits``: the operator's (linkage_server.limits)."""
     if len(admin_token) < 16:
         raise ValueError("the admin token must be at least 16 characters")
-    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed, ray=ray)
+    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed, ray=ray,
+                     limits=limits)
     worker = Worker(store)
+    bodies = partial(_received, store, BodySlots(limits.max_uploads_per_party), max_upload_bytes)
     gate = Gate(store, admin_token, AuthLimiter(auth_failures, auth_window_s))
 
     @asynccontextmanager
@@ -246,6 +290,6 @@ def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 
     app.state.store, app.state.worker = store, worker
     _error_handlers(app)
     _job_routes(app, store, gate)
-    _party_routes(app, store, worker, gate, max_upload_bytes)
-    _query_route(app, Queries(store, query_limits), gate, max_upload_bytes)
+    _party_routes(app, store, worker, gate, bodies)
+    _query_route(app, Queries(store, query_limits), gate, bodies)
     return app

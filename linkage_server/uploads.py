@@ -9,8 +9,10 @@ the whole upload is valid.
 
 from __future__ import annotations
 
+import hashlib
 import io
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +20,9 @@ from linkage.contracts import DEFAULT_STRING_METRIC, STRING_METRICS
 
 KIND_OF_METRIC = {"euclidean": "numbers", "hamming": "bits", **{m: "strings" for m in STRING_METRICS}}
 METRIC_OF_KIND = {"numbers": "euclidean", "bits": "hamming", "strings": DEFAULT_STRING_METRIC}  # when none is given
+
+
+MAX_ABS_NUMBER = 1e100  # numeric identifiers beyond this are refused: squared distances must stay finite
 
 
 class UploadError(ValueError):
@@ -43,14 +48,24 @@ def to_npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def parse_npy(data: bytes) -> np.ndarray:
+def parse_npy(data: bytes | Path) -> np.ndarray:
+    """One .npy array from its bytes, or from a file (memory-mapped: read as it is used)."""
     try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        arr = np.load(data, mmap_mode="r", allow_pickle=False) if isinstance(data, Path) else \
+            np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as e:  # numpy raises ValueError/OSError/EOFError/... on bad bytes
         raise UploadError(f"malformed upload: not a .npy array ({type(e).__name__}: {e})") from None
     if not isinstance(arr, np.ndarray):
         raise UploadError("malformed upload: expected one .npy array, got an .npz archive")
     return arr
+
+
+def npy_sha256(data: bytes | Path) -> str:
+    """SHA-256 of an upload's bytes, or of a file's (read 1 MiB at a time)."""
+    if isinstance(data, Path):
+        with open(data, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 def kind_of(arr: np.ndarray) -> str:
@@ -78,10 +93,15 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
     if arr.ndim == 2 and arr.shape[1] == 0:
         raise UploadError("identifiers have zero columns")
     if kind == "numbers":
-        bad = ~np.isfinite(arr.astype(np.float64, copy=False)).all(axis=1)
+        values = arr.astype(np.float64, copy=False)
+        bad = ~np.isfinite(values).all(axis=1)
         if bad.any():
             raise UploadError(f"{int(bad.sum())} identifier row(s) are NaN/inf (first rows: "
                               f"{np.flatnonzero(bad)[:5].tolist()})")
+        huge = (values.max(axis=1) > MAX_ABS_NUMBER) | (values.min(axis=1) < -MAX_ABS_NUMBER)  # (n,): no copy
+        if huge.any():  # finite, but their squared distances overflow to inf and the job could not run
+            raise UploadError(f"{int(huge.sum())} identifier row(s) hold a number beyond +/-{MAX_ABS_NUMBER:g} (first "
+                              f"rows: {np.flatnonzero(huge)[:5].tolist()}): rescale the identifiers")
     if kind == "strings":  # several columns: a row may have empty cells, not only empty ones
         empty = np.char.str_len(arr) == 0
         empty = empty if arr.ndim == 1 else empty.all(axis=1)

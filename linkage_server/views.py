@@ -4,8 +4,10 @@
              their tokens), which parties have uploaded, its own upload summary and training
              rows, timings, the per-party statistics training uses (sigma, sim_mean, ...), and
              the records and queries its queries used (linkage_server.queries)
-  secondary  state, progress, the job's parameters (not the chain's anchor), its own upload
-             summary; of a failure only that it failed (its text may name other parties or sizes)
+  secondary  state, the job's parameters (not the chain's anchor), its own upload summary; no
+             progress counts (chunks x searched secondaries: they would tell how many other
+             secondaries the job has); of a failure only that it failed (its text may name other
+             parties or sizes)
   admin      the job's metadata, every upload summary included
 No view holds a secret, a secret's hash or a seed.
 """
@@ -47,6 +49,7 @@ def status_view(meta: dict, role: str, party: str | None = None) -> dict:
         view = _safe(_common(meta, role, party))
         view["privacy"] = secondary_view(meta.get("privacy"), party)
         view["error"] = view["error"] and HIDDEN_FAILURE
+        view["progress"] = {}  # its total counts the searched secondaries: another party's business
         if view["params"]:
             view["params"] = {k: v for k, v in view["params"].items() if k != "anchor"}  # another party's name
         return view

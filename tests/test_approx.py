@@ -170,3 +170,34 @@ def test_a_pickled_index_searches_as_the_original(metric, query, base, approx):
     copy = pickle.loads(pickle.dumps(find))
     for got, want in zip(copy(query), find(query)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_recall_sample_comes_from_the_jobs_secret_so_a_crafted_upload_cannot_pass_the_floor(monkeypatch):
+    """Issue 28 item 7: the recall was measured on default_rng(0).choice(m, 1000), which anyone can
+    compute from m; an upload crafted to be searched well exactly there passed a 0.9 floor while
+    its true recall was 0.85. Here the crafted search is played by an index that answers exactly
+    on the predictable rows and wrongly elsewhere. Failed before the fix: recall 1.0, the job ran."""
+    import linkage.pipeline as pipeline
+
+    rng = np.random.default_rng(5)
+    m, n, k = 4000, 300, 3
+    query, base = rng.normal(size=(m, 2)), rng.normal(size=(n, 2))
+    predictable = np.random.default_rng(0).choice(m, 1000, replace=False)
+    exact = topk("euclidean", query, base, k)
+
+    def crafted(metric, q, b, kk, approx):  # right on the rows anyone could predict, wrong elsewhere
+        dist, idx = exact[0].copy(), exact[1].copy()
+        wrong = np.setdiff1d(np.arange(m), predictable)
+        idx[wrong] = (idx[wrong] + 1) % n
+        dist[wrong] = np.linalg.norm(q[wrong, None, :] - b[idx[wrong]], axis=2)
+        return dist, idx
+
+    monkeypatch.setattr(pipeline, "approx_topk", crafted)
+    with pytest.raises(LinkageError, match="under the recall floor 0.9"):
+        link(query, {"s": base}, k=k, tau=1.0, secret=b"s" * 32, approx=Approx("ivf", recall_floor=0.9))
+    # the sample is the job's: fixed by its secret (a restart measures the same rows), another secret, other rows
+    from linkage.approx import sample_rows
+
+    a, b = sample_rows(m, Approx("ivf"), b"a" * 32, "s"), sample_rows(m, Approx("ivf"), b"b" * 32, "s")
+    assert np.array_equal(a, sample_rows(m, Approx("ivf"), b"a" * 32, "s")) and not np.array_equal(a, b)
+    assert len(np.intersect1d(a, predictable)) < 500  # about 1000 * 1000 / 4000 = 250 by chance

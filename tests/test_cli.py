@@ -78,6 +78,11 @@ def test_train_predict_and_report_through_flower(user):
     r = fedsim("report", "runs/mine", cwd=user)
     assert r.returncode == 0 and "best epoch" in r.stdout, r.stderr
     assert (run / "learning_curve.png").exists() and (run / "weight_gate.png").exists()
+    # issue 28: the run (models of every party, linkage, metrics) and the predictions are the user's
+    # alone, 0600 in 0700, though the commands ran under umask 022 and Flower's processes wrote them
+    from tests.test_private_files import _readable_by_others
+
+    assert _readable_by_others(user / "runs") == [] and _readable_by_others(user, skip=(user / "data", user / "new.csv")) == []
 
 
 def test_predict_refuses_a_run_that_did_not_finish_and_writes_nothing(user):
@@ -98,6 +103,9 @@ def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):
     r = fedsim("train", "--dataset", "csv", "--data-dir", str(data), "--mode", "entity-aug", "--engine", "inprocess",
                "--epochs", "2", "--run-name", "ea", cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    from tests.test_private_files import _readable_by_others
+
+    assert _readable_by_others(tmp_path / "runs") == []  # issue 28: the run is the user's alone
     ea = ea_data(RunConfig(dataset="csv", data_dir=str(data), mode="entity-aug"))
     assert ea.held is not None and not all(h.all() for h in ea.held.values())  # some entities held by one guest only
     ids = ea.entity_ids[ea.split.test[:12]]

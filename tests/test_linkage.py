@@ -133,22 +133,24 @@ def test_bad_linkage_input_is_refused_by_name(query, base, k, match):
         link(query, {"s": base}, k=k, tau=1.0, secret=operator_secret(0, "test"), train_rows=np.arange(len(query)))
 
 
-def test_selection_after_noise_keeps_the_k_best_noisy_candidates():
-    query, base, _ = planted()
-    pooled = link(query, {"s": base}, k=4, tau=0.8, secret=operator_secret(3, "test"), pool=12, train_rows=np.arange(200))
-    sims = pooled.primary.sims
-    assert sims.shape == (200, 4) and (np.diff(sims, axis=1) <= 0).all()  # descending after noise
-    # the same draws over the 12 candidates, then the top 4 of them
-    from linkage.pipeline import release, search
+def test_selection_under_noise_picks_the_k_released_from_the_pool_and_carries_the_noise():
+    """Issue 28 item 3: under noise the K released are chosen among the pool's candidates under
+    noise (report-noisy-max), so the released set carries the mechanism, not only the values;
+    without noise the same pool gives the noise-free top K."""
+    from linkage.pipeline import search
 
-    dist, idx = search(query, base, metric="euclidean", k=12, party="s")
-    full = release({"s": (dist, idx)}, {"s": len(base)}, k=12, tau=0.8, secret=operator_secret(3, "test"),
-                   train_rows=np.arange(200), job_id="x", primary_ids=query)
-    np.testing.assert_array_equal(sims, full.primary.sims[:, :4])
-    # tokens follow their similarities through the selection
-    rows = pooled.secondaries["s"].row_of_token[pooled.primary.tokens["s"]]
-    rows_full = full.secondaries["s"].row_of_token[full.primary.tokens["s"]]
-    np.testing.assert_array_equal(rows, rows_full[:, :4])
+    query, base, _ = planted()
+    pooled = link(query, {"s": base}, k=4, tau=0.9, secret=operator_secret(3, "test"), pool=12, train_rows=np.arange(200))
+    sims = pooled.primary.sims
+    assert sims.shape == (200, 4) and (np.diff(sims, axis=1) <= 0).all()  # released in noisy order
+    _, idx = search(query, base, metric="euclidean", k=12, party="s")
+    rows = pooled.secondaries["s"].row_of_token[pooled.primary.tokens["s"]]  # tokens follow their rows
+    assert all(set(r) <= set(c) for r, c in zip(rows, idx))  # chosen among the 12 candidates
+    differs = np.mean([set(r) != set(c[:4]) for r, c in zip(rows, idx)])
+    assert differs > 0.1, differs  # the set itself is noisy: not always the noise-free top 4
+    clean = link(query, {"s": base}, k=4, tau=1.0, secret=operator_secret(3, "test"), pool=12)
+    clean_rows = clean.secondaries["s"].row_of_token[clean.primary.tokens["s"]]
+    assert all(set(r) == set(c[:4]) for r, c in zip(clean_rows, idx))  # no noise: the top 4
 
 
 def test_several_secondaries_are_linked_independently():

@@ -76,3 +76,22 @@ def test_a_map_or_identifiers_from_another_job_are_refused():
     with pytest.raises(LinkageError, match="'chain' job"):
         query(PRIMARY[:3], BASE, chain.primary, {p: s.row_of_token for p, s in chain.secondaries.items()},
               secret=secret)
+
+
+def test_under_noise_the_default_pool_chooses_the_k_and_a_query_reproduces_it_composed_too():
+    """Default pool under noise: 4 K candidates, K chosen under noise (the set carries the noise);
+    a query of the training records gives the release bit for bit, composed noise included."""
+    from linkage.contracts import Defences
+
+    secret = new_secret()
+    for d in (Defences(radius=0.2), Defences(radius=0.2, compose=True)):
+        job = link(PRIMARY, BASE, k=5, tau=0.5, secret=secret, train_rows=np.arange(200), defences=d)
+        exact = link(PRIMARY, BASE, k=5, tau=0.5, secret=secret, train_rows=np.arange(200), defences=d, pool=5)
+        maps = {p: s.row_of_token for p, s in job.secondaries.items()}
+        rows = maps["a"][job.primary.links["a"].tokens]
+        assert not np.array_equal(np.sort(rows, 1), np.sort(maps["a"][exact.primary.links["a"].tokens], 1))
+        assert job.primary.links["a"].sigma == exact.primary.links["a"].sigma  # the same statistics and sigma
+        got = query(PRIMARY, BASE, job.primary, maps, secret=secret)
+        for party, released in job.primary.links.items():
+            assert np.array_equal(got.links[party].tokens, released.tokens)
+            assert np.array_equal(got.links[party].sims, released.sims)

@@ -131,3 +131,31 @@ def test_a_local_ray_is_started_with_token_authentication(tmp_path, env, address
                          capture_output=True, text=True, timeout=60, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout
     assert out.strip() == want
+
+
+FAKE_RAY_TOKEN = """
+import os
+def is_initialized():
+    return False
+def init(address=None, **kw):  # as Ray does: its token written under the process's umask (022: 0644)
+    path = os.environ["RAY_AUTH_TOKEN_PATH"]
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"ray-token")
+    os.close(fd)
+"""
+
+
+def test_rays_token_is_readable_by_its_owner_only(tmp_path):
+    """Issue 28: ~/.ray/auth_token was 0644 while Ray listens on every interface, so any local user
+    could read the token and run code in the service's Ray. Failed before: the token stayed 0644."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(FAKE_RAY_TOKEN)
+    token = tmp_path / "home" / ".ray" / "auth_token"
+    code = "from linkage_server.chunk_search import connect; connect('local')"
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path),
+                                                      "RAY_AUTH_TOKEN_PATH": str(token)},
+                   capture_output=True, text=True, timeout=60, check=True, umask=0o022,
+                   cwd=Path(__file__).resolve().parents[1])
+    assert token.read_text() == "ray-token"
+    assert oct(token.stat().st_mode & 0o777) == oct(0o600) and oct(token.parent.stat().st_mode & 0o777) == oct(0o700)

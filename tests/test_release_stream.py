@@ -118,10 +118,10 @@ def test_an_interrupted_approximate_job_resumes_from_its_finished_chunks(tmp_pat
 
 
 def test_a_jobs_memory_is_bounded_by_its_chunks_not_its_release(tmp_path):
-    m, n, k = 240_000, 100_000, 20
+    m, n, k = 120_000, 100_000, 20  # tau 0.9: a pool of 4 K (linkage.release.default_pool)
     query, base = planted(m, n, seed=3)
     release_bytes = m * k * 8  # one (m, K) array of tokens; the search's (dist, idx) are two more of it
-    store = JobStore(tmp_path, chunk_rows=4000)
+    store = JobStore(tmp_path, chunk_rows=2000)
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))

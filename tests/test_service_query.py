@@ -66,8 +66,8 @@ def test_a_query_of_the_training_records_is_the_jobs_release_and_new_records_the
         got = prim.query(primary, out=tmp_path / "again.npz")
         new = np.random.default_rng(7).uniform(0, 10, (25, 2))
         answered = prim.query(new, out=tmp_path / "new.npz")
-        assert prim.query_budget == {"budget": 1_000_000, "left": 1_000_000 - 225}
-        assert prim.status()["queried"] == {"records": 225, "queries": 2}
+        assert prim.query_budget == {"budget": 1_000_000, "left": 1_000_000 - 225 * 4}  # cells: records x K
+        assert prim.status()["queried"] == {"records": 225, "queries": 2, "cells": 900}
     released = load_primary(tmp_path / "trained")
     assert released.links["a"].sigma > 0  # the noise is on
     # the training records, asked again: the release itself, noise, statistics and digest included
@@ -87,7 +87,7 @@ def test_a_query_of_the_training_records_is_the_jobs_release_and_new_records_the
 def test_queries_are_refused_by_name(tmp_path):
     primary, base = planted(m=60, n=40)
     data, port = tmp_path / "svc", free_port()
-    with service(data, port, "--query-budget", "10", "--query-max-records", "6") as url:
+    with service(data, port, "--query-budget", "30", "--query-max-records", "6") as url:  # cells: records x K
         job, prim, secs = _job(url, ("s",))
         prim.upload(primary)
         secs["s"].upload(base)
@@ -111,18 +111,18 @@ def test_queries_are_refused_by_name(tmp_path):
         with pytest.raises(ServiceError, match="X-Encoding-Fingerprint header must be 64 lowercase hex"):
             _refusal(prim, job, primary[:2], {"X-Encoding-Fingerprint": "zz"})
         prim.query(primary[:6])
-        assert prim.query_budget == {"budget": 10, "left": 4}
-        with pytest.raises(ServiceError, match="a query of 5 records exceeds job .* query budget: 6 of 10 records "
-                                               "used, 4 left") as e:
+        assert prim.query_budget == {"budget": 30, "left": 12}  # K = 3: 6 records are 18 cells
+        with pytest.raises(ServiceError, match=r"a query of 5 records \(15 cells, records x K\) exceeds job .* query "
+                                               "budget: 18 of 30 cells used, 12 left") as e:
             prim.query(primary[:5])
         assert e.value.status == 429
-        assert prim.status()["queried"] == {"records": 6, "queries": 1}  # refused queries are not counted
-    with service(data, port, "--query-budget", "10", "--query-max-records", "6") as url:  # a restart
+        assert prim.status()["queried"] == {"records": 6, "queries": 1, "cells": 18}  # refused ones not counted
+    with service(data, port, "--query-budget", "30", "--query-max-records", "6") as url:  # a restart
         prim = LinkageClient(url, job, "p", KEYS[job]["p"])
-        with pytest.raises(ServiceError, match="6 of 10 records used, 4 left"):
+        with pytest.raises(ServiceError, match="18 of 30 cells used, 12 left"):
             prim.query(primary[:5])
         prim.query(primary[:4])
-        with pytest.raises(ServiceError, match="10 of 10 records used, 0 left"):
+        with pytest.raises(ServiceError, match="30 of 30 cells used, 0 left"):
             prim.query(primary[:1])
 
 
@@ -210,7 +210,7 @@ def test_the_cli_queries_with_the_key_it_linked_with(tmp_path):
               str(tmp_path / "k.json"), "--start", "--metric", "hamming", "--k", "2", "--wait")
         out = party("p", "query", "--csv", str(tmp_path / "new.csv"), "--columns", "title", "--key-file",
                     str(tmp_path / "k.json"), "--out", str(tmp_path / "query.npz"))
-        assert json.loads(out.stdout)["query_budget"]["left"] == 1_000_000 - 2
+        assert json.loads(out.stdout)["query_budget"]["left"] == 1_000_000 - 2 * 2  # 2 records x K = 2
         assert read_primary(tmp_path / "query.npz").links["s"].tokens.shape == (2, 2)
         wrong = party("p", "query", "--csv", str(tmp_path / "new.csv"), "--columns", "title", "--key-file",
                       str(tmp_path / "other.json"), "--out", str(tmp_path / "wrong.npz"), check=False)

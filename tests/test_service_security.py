@@ -137,8 +137,12 @@ def test_health_and_other_parties_answer_while_a_large_upload_is_validated(tmp_p
             sender.wait()
     print(f"upload busy {seconds:.2f} s, {calls} calls, worst {worst}, small upload {small_upload:.3f} s")
     assert seconds > 0.5 and calls > 10  # the service was busy with the upload for a while
-    assert max(worst.values()) < 0.1, worst
-    assert small_upload < 1.0, small_upload
+    # A blocked event loop would hold one of these calls for the whole validation (the busy
+    # time, over 0.5 s); an answered one takes milliseconds on a quiet machine. A bound relative
+    # to the busy time, not a wall time: on a machine at load 10 a call took 0.105 s (issue 28),
+    # while everything there, the upload too, was slowed alike.
+    assert max(worst.values()) < seconds / 4, (worst, seconds)
+    assert small_upload < max(1.0, seconds / 2), (small_upload, seconds)  # same argument, looser: it writes
 
 
 # ----------------------------------------------------------------------------- item 4b: rate limit
@@ -158,9 +162,11 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
         attacker = client("10.0.0.66")
         answers = [attacker.get(status, headers=_auth(f"guess-{i}")).status_code for i in range(7)]
         assert answers[:5] == [403] * 5 and answers[5:] == [429, 429], answers
-        r = attacker.get(status, headers=_auth(keys["p"]))  # even a right secret from a blocked address
+        r = attacker.get(status, headers=_auth("guess-7"))  # a blocked address: its failures get 429
         assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 2
         assert "too many failed" in r.json()["detail"]
+        # a right secret is served even from that address (a party behind the same NAT or loopback)
+        assert attacker.get(status, headers=_auth(keys["p"])).status_code == 200
         # the party's limit: guesses at one party's secret from many addresses are stopped ...
         for i in range(5):
             guesser = client(f"10.0.1.{i}")
@@ -175,7 +181,8 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
         answers = [oracle.put(f"/jobs/{job}/parties/s/identifiers", content=b"x",
                               headers=_auth(f"g{i}")).status_code for i in range(6)]
         assert answers == [429] * 6
-        assert oracle.get(status, headers=_auth(keys["s"])).status_code == 429  # its own limit now
+        assert oracle.get(status, headers=_auth("g6")).status_code == 429  # its own limit now
+        assert oracle.get(status, headers=_auth(keys["s"])).status_code == 200  # never the right secret
         for _ in range(3):
             assert legit.get(status, headers=_auth(keys["s"])).status_code == 200
             assert legit.get(status, headers=_auth(keys["p"])).status_code == 200
@@ -185,8 +192,8 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
         assert other.post("/jobs", json={}, headers=_auth("not-the-admin-token")).status_code == 429
         made = other.post("/jobs", json={"primary": "p", "secondaries": ["s"]}, headers=_auth(ADMIN))
         assert made.status_code == 200, made.text
-        time.sleep(2.1)  # the window passes: the attacker may try again
-        assert attacker.get(status, headers=_auth(keys["p"])).status_code == 200
+        time.sleep(2.1)  # the window passes: the attacker's failures are answered 403 again
+        assert attacker.get(status, headers=_auth("guess-8")).status_code == 403
 
 
 # ----------------------------------------------------------------------------- item 4c: typed parameters
@@ -295,9 +302,11 @@ def test_status_shows_each_role_only_what_it_needs(app, tmp_path):
     assert set(prim["uploads"]) == {"alice"} and prim["uploads"]["alice"]["rows"] == 50
     assert prim["uploaded"] == ["alice", "bob", "carol"] and prim["train_rows"] == 25
     assert set(prim["stats"]) == {"bob", "carol"} and prim["stats"]["bob"]["sigma"] > 0
-    # a secondary: state, progress, the job's parameters and its own upload only
+    # a secondary: state, the job's parameters and its own upload only; no progress counts, whose
+    # total (chunks x searched secondaries, here 2 x 2) would tell it how many secondaries there are
     assert bob["role"] == "secondary" and bob["party"] == "bob" and bob["state"] == "done"
-    assert bob["uploads"] == {"bob": admin["uploads"]["bob"]} and bob["progress"] == admin["progress"]
+    assert admin["progress"] == {"done": 4, "total": 4} and prim["progress"] == admin["progress"]
+    assert bob["uploads"] == {"bob": admin["uploads"]["bob"]} and bob["progress"] == {}
     assert bob["params"]["metric"] == "euclidean" and bob["uploads"]["bob"]["rows"] == 30
     assert set(bob) == {"job", "role", "party", "state", "progress", "error", "params", "uploads", "privacy"}
     # the privacy report (linkage/privacy.py): the primary's covers every secondary, a secondary's only itself

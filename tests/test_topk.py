@@ -61,4 +61,6 @@ def test_the_matrix_product_search_holds_a_bounded_block_of_distances():
     assert peak < 4 * BLOCK_BYTES + q.nbytes + 2 * b.nbytes, f"{peak / 1e6:.0f} MB"
     want = topk_bruteforce(q, b, 10, chunk=2000)  # one block of every row
     np.testing.assert_array_equal(got[1], want[1])
-    np.testing.assert_array_equal(got[0], want[0])
+    # BLAS may sum a row's dot products in another order in a block of another height (it did,
+    # in 23 of 20,000 distances, by 1.3e-15, once under load): the same distances to rounding
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=0)

@@ -25,6 +25,7 @@ from app.entity_aug.parties import (
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
+from linkage.private import private_dir
 from strategies.entity_aug.model import EAParty, PartyPlan
 
 
@@ -112,6 +113,6 @@ def finish(msg: Message, context: Context) -> Message:
     run = messages.read_named(msg.content, "ea_finish", "query.ea_finish", names=("run",))["run"]
     party = restore(cfg, context)
     folder = node.model_dir(cfg, context, run, party.name)
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     torch.save(party.model.state_dict(), folder / "model.pt")
     return Message(RecordDict(), reply_to=msg)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord
 from strategies.vfl.fedsim import FedSimStrategy
@@ -148,7 +149,7 @@ def fresh(folder: Path) -> None:
 
 def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: str):
     """The ``after_epoch`` hook of :func:`strategies.vfl.protocol.fit` that checkpoints every party."""
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
 
     def after_epoch(epoch: int, records: list[EpochRecord], step_losses: list[float]) -> None:
         # the parties saved theirs in the evaluation's first exchange (fit's checkpoint_dir)

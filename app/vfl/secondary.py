@@ -22,6 +22,7 @@ from app.vfl.checkpoint import save_state
 from app.kept import KeptError
 from app.vfl.kept import PARTY_KEPT, features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
+from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer
 from strategies.vfl.fedsim import GradBlock
@@ -167,7 +168,7 @@ class SecondaryParty:
         return self
 
     def save(self, folder: Path) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
         torch.save(self.model.state_dict(), folder / "model.pt")
         return folder / "model.pt"
 
