@@ -87,6 +87,22 @@ def stop_superlink(port: int, timeout: float = 10.0) -> int:
     return len(victims)
 
 
+STARTUP_S = 300.0  # Flower waits 15 s for the local SuperLink it starts: a loaded 2-core machine took longer
+PRESTART = ("import sys, flwr.cli.local_superlink as s; s.LOCAL_SUPERLINK_STARTUP_TIMEOUT = float(sys.argv[1]); "
+            "s._is_local_superlink_started() or s._start_local_superlink(False)")
+
+
+def start_superlink(env: dict[str, str], timeout: float = STARTUP_S) -> None:
+    """The local SuperLink that `flwr run` would start (Flower's own launcher, so the same command
+    and files), started now and waited for up to ``timeout`` s instead of Flower's fixed 15 s
+    (issue 28: under load `flwr run` failed "Failed to start local SuperLink within 15s");
+    `flwr run` then finds it running. Nothing is done when one is running on the env's port."""
+    r = subprocess.run([sys.executable, "-c", PRESTART, str(timeout)], env=env, capture_output=True, text=True,
+                       timeout=timeout + 60, umask=0o077)
+    if r.returncode != 0:
+        raise RuntimeError(f"the local Flower SuperLink did not start: {(r.stdout + r.stderr)[-2000:]}")
+
+
 def start_simulation(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1,
                      app_dir: Path = REPO, output=None) -> tuple[subprocess.Popen, int]:
     """``flwr run <app> --stream`` in the background with its own FLWR_HOME and ports; returns
@@ -106,7 +122,7 @@ def start_simulation(run_config: dict[str, object], home: Path, *, num_supernode
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
     cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
-    # umask 077: the local SuperLink it may start, and the apps that SuperLink runs, write private files
+    start_superlink(env)  # umask 077: the SuperLink, and the apps it runs, write private files
     return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True, umask=0o077), port
 
 
@@ -128,8 +144,12 @@ def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int =
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(description="Stop the local SuperLink that `flwr run` left running.")
-    ap.add_argument("command", choices=["stop"])
+    ap = argparse.ArgumentParser(description="Start the local SuperLink `flwr run` uses (waiting up to "
+                                             f"{STARTUP_S:.0f} s, not Flower's 15), or stop the one it left running.")
+    ap.add_argument("command", choices=["start", "stop"])
     ap.add_argument("--port", type=int, default=int(os.environ.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39091")))
     args = ap.parse_args()
-    print(f"stopped {stop_superlink(args.port)} process(es) of the local SuperLink on port {args.port}")
+    if args.command == "start":
+        start_superlink({**os.environ, "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(args.port)})
+    else:
+        print(f"stopped {stop_superlink(args.port)} process(es) of the local SuperLink on port {args.port}")

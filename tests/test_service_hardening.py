@@ -100,3 +100,45 @@ def test_a_resumed_jobs_seconds_count_every_process_that_ran_it(tmp_path, monkey
     store.run(job)  # the restarted service resumes it from its finished chunk
     meta = store.meta(job)
     assert meta["state"] == "done" and meta["seconds"]["search"] >= first["searched_seconds"]
+
+
+SLOW_SUPERLINK = """#!PYTHON
+import http.server, sys, threading, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+time.sleep(3)  # a SuperLink slow to come up, as on a loaded machine
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+    def log_message(self, *a):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", port), Health)
+threading.Timer(60, server.shutdown).start()  # stops by itself
+server.serve_forever()
+"""
+
+
+def test_the_local_superlink_is_given_longer_than_flowers_fixed_start_up_wait(tmp_path):
+    """Under load `flwr run` failed with "Failed to start local SuperLink within 15s" (Flower's
+    constant). deploy.localsim starts it with Flower's own launcher and its own wait: here a
+    SuperLink that takes 3 s is refused with a 1 s wait (Flower's situation) and found with 30 s."""
+    import os
+
+    from deploy.localsim import free_port, start_superlink, stop_superlink
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "flower-superlink"
+    fake.write_text(SLOW_SUPERLINK.replace("PYTHON", sys.executable, 1))
+    fake.chmod(0o755)
+    port = free_port()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FLWR_HOME": str(tmp_path / "home"),
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port())}
+    try:
+        with pytest.raises(RuntimeError, match="within 1s"):
+            start_superlink(env, timeout=1.0)
+        start_superlink(env, timeout=30.0)
+        import httpx
+
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).is_success
+    finally:
+        stop_superlink(port)
