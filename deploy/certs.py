@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import ipaddress
-import os
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from linkage.private import create_secret
 
 LOCAL_NAMES = ("127.0.0.1", "::1", "localhost")
 
@@ -32,11 +33,10 @@ def _name(common: str) -> x509.Name:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Created 0600 (never readable by others, not even for a moment); an existing file is replaced."""
+    """Created 0600 (never readable by others, not even for a moment: linkage.private.create_secret);
+    an existing file is replaced (new credentials for a new deployment)."""
     path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    create_secret(path, data, "credential")
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
