@@ -150,7 +150,7 @@ class RunConfig:
     guest_timeout: float = 0.0  # entity-aug: s to wait for a guest before reusing its last activation; 0 = no fallback
     guest_delay: float = 0.0  # entity-aug fault injection (tests): the first guest sleeps this long on odd steps
     predict_run: str = ""  # predict mode: the trained run (under out-dir) whose kept federation predicts
-    predict_input: str = ""  # predict mode: CSV of new primary records (the primary's own path)
+    predict_input: str = ""  # predict mode: CSV of new primary records (entity-aug: entity ids; primary's own path)
     predict_output: str = ""  # predict mode: where the predictions CSV goes (the primary's own path)
     predict_id_column: str = ""  # predict mode: a column of the input naming each record ("" = row number)
     predict_explain: bool = False  # predict mode: add each record's neighbours, similarities and weights
@@ -162,7 +162,8 @@ class RunConfig:
         known = {f.name.replace("_", "-"): f for f in fields(cls)}
         unknown = sorted(set(run_config) - set(known))
         if unknown:
-            raise ConfigError(f"unknown run-config key(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"unknown run-config key(s) {unknown}{did_you_mean(unknown, known)}; "
+                              f"known: {sorted(known)}")
         values = {}
         for key, value in run_config.items():
             f = known[key]
@@ -238,8 +239,9 @@ class RunConfig:
         need(bool(self.predict_input), "run-config 'predict-run' needs 'predict-input': the CSV of new records")
         need(bool(self.predict_output), "run-config 'predict-run' needs 'predict-output': where predictions go")
         need(not self.resume, "run-config 'predict-run' and 'resume' exclude each other")
-        need(self.mode == "vfl", "run-config 'predict-run' through `flwr run` is supported for mode='vfl' only; "
-                                 "Entity Augmentation predicts in process (app/entity_aug/predict.py)")
+        need(self.mode == "vfl" or not (self.predict_explain or self.predict_linkage),
+             "run-config 'predict-explain' / 'predict-linkage' are FedSim's (mode 'vfl'); Entity Augmentation "
+             "predicts entities named by id, with no linkage")
 
     def predicting(self) -> bool:
         return bool(self.predict_run)
@@ -338,6 +340,15 @@ class RunConfig:
 
     def out_path(self) -> Path:
         return Path(self.out_dir).expanduser().resolve() if self.out_dir else Path.cwd() / "runs"
+
+
+def did_you_mean(unknown: list[str], known) -> str:
+    """" (did you mean 'batch-size'?)" for the unknown keys close to a known one, else ""."""
+    import difflib
+
+    close = {u: difflib.get_close_matches(u.replace("_", "-"), list(known), n=1) for u in unknown}
+    hints = [f"{m[0]!r} for {u!r}" for u, m in close.items() if m]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, object]:

@@ -1,6 +1,6 @@
 """What both training modes share about a kept federation (app/vfl/kept.py, app/entity_aug/kept.py)
 and about predicting with it: the best-epoch :class:`Keeper`, the manifest's reading, and the
-predictions CSV written whole or not at all.
+predictions CSV written whole or not at all (an older one kept on failure: app/predict_files.py).
 
 The Keeper snapshots the states after each epoch's evaluation when the validation metric
 improves (ties keep the earlier epoch, as strategies.records.best_epoch does). With ``folder``
@@ -115,18 +115,34 @@ def write_csv(frame: "pd.DataFrame", out: Path) -> None:
     write_atomic(Path(out), buf.getvalue().encode())
 
 
-def predict_command(out: Path, source: Path, what: str, body: Callable[[], str]) -> int:
-    """A predict command's outcome as its exit status: ``out`` may not be the input ``source``;
-    an older file at ``out`` is removed first, so it cannot pass for this one; ``body`` writes
-    the output and returns its closing line (stdout); any error: the reason on stderr, exit 1."""
+def predict_command(out: Path, source: Path, what: str, body: Callable, read: Callable | None = None,
+                    check: Callable[[], object] | None = None) -> int:
+    """A predict command's outcome as its exit status (app/predict_files.py states the rule):
+    ``out`` may not be the input ``source`` (exit 2); ``check()``, the run (exit 1 on an error);
+    ``read()``, the input, read and checked before anything runs (exit 2 on an error);
+    ``body(read())`` (or ``body()`` without ``read``) predicts, writes ``out`` atomically and
+    returns the closing line (stdout); an error: exit 1. A failed predict leaves an older file at
+    ``out`` byte-identical, and its message says so."""
+    from app.predict_files import left_note
+
     if Path(out).resolve() == Path(source).resolve():
-        print(f"predict failed: --out names the input file {what}", file=sys.stderr)
-        return 1
-    Path(out).unlink(missing_ok=True)
+        print(f"predict refused: --out names the input file {what}", file=sys.stderr)
+        return 2
     try:
-        line = body()
+        if check is not None:
+            check()
+    except Exception as exc:  # no usable run: named
+        print(f"predict failed: {type(exc).__name__}: {exc}{left_note(out)}", file=sys.stderr)
+        return 1
+    try:
+        data = read() if read is not None else None
+    except Exception as exc:  # bad input: named, before anything ran
+        print(f"predict refused: {type(exc).__name__}: {exc}{left_note(out)}", file=sys.stderr)
+        return 2
+    try:
+        line = body(data) if read is not None else body()
     except Exception as exc:  # the outcome is the exit status, with the reason
-        print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"predict failed: {type(exc).__name__}: {exc}{left_note(out)}", file=sys.stderr)
         return 1
     print(line)
     return 0

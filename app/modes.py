@@ -9,6 +9,7 @@ from flwr.serverapp import Grid
 
 from app.config import ConfigError, RunConfig
 from app.entity_aug.inprocess import run_ea_in_process
+from app.entity_aug.predict_server import run_ea_predict
 from app.entity_aug.server import run_ea_host
 from app.vfl.inprocess import run_experiment as run_vfl_in_process
 from app.vfl.predict_server import run_predict
@@ -16,13 +17,14 @@ from app.vfl.server import run_primary
 
 SERVER_RUNS = {"vfl": run_primary, "entity-aug": run_ea_host}  # (grid, cfg) -> summary
 IN_PROCESS_RUNS = {"vfl": run_vfl_in_process, "entity-aug": run_ea_in_process}  # (cfg, out) -> summary
+PREDICT_RUNS = {"vfl": run_predict, "entity-aug": run_ea_predict}  # (grid, cfg) -> what predict did
 
 
 def serve(grid: Grid, cfg: RunConfig) -> dict:
     """The ServerApp's run of the configured mode, or predict with a kept federation
-    (run-config ``predict-run``; FedSim and its baselines)."""
+    (run-config ``predict-run``; either mode)."""
     if cfg.predicting():
-        return run_predict(grid, cfg)
+        return PREDICT_RUNS[cfg.mode](grid, cfg)
     return SERVER_RUNS[cfg.mode](grid, cfg)
 
 

@@ -8,6 +8,10 @@ in-process) and both training modes (FedSim and its baselines, Entity Augmentati
                       its progress, and a resumed run rewrites the epochs it keeps first
     progress.json     while it runs (below), rewritten atomically at most about once a second
     summary.json      written last, only by a run that finished (status.json: app/run_status.py)
+    split.csv         the primary's rows and the part each is in (train / val / test): columns
+                      row (0-based, in the loaded table), source_line (own CSVs: the line of the
+                      primary's file, header = line 1), entity_id (when the parties declare one),
+                      part; summary.json's ``split`` gives its sha256, the rule and the sizes
     step_losses.npy   (steps,) the training loss of every step
     primary_model.pt  the primary's (host's) final state dict
 
@@ -24,7 +28,8 @@ summary.json, every run:
     constant_predictor  {"prediction": what it predicts, "val": its validation metrics}: the best
                 constant fitted on the training labels (strategies/heads.py constant_metrics),
     warnings    [sentences]: the best epoch is the last one run (it may still improve); the best
-                validation metric is no better than the constant predictor's,
+                validation metric is no better than the constant predictor's; blank numeric cells
+                were filled with the training mean (datasets/cells.py, counted per party and column),
     preprocessing, and the mode's own fields (FedSim: k, tau, steps_per_exchange;
     Entity Augmentation: ea_variant, overlap, entities, stale, ...).
 
@@ -64,8 +69,8 @@ from linkage.store import write_atomic
 from strategies.records import EpochRecord, best_epoch
 
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
-LOSSES, MODEL, PROGRESS = "step_losses.npy", "primary_model.pt", "progress.json"
-FILES = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS)  # what a fresh run replaces (app/run_status.py)
+LOSSES, MODEL, PROGRESS, SPLIT = "step_losses.npy", "primary_model.pt", "progress.json", "split.csv"
+FILES = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS, SPLIT)  # what a fresh run replaces (app/run_status.py)
 FOLDERS = ("kept",)  # likewise: the kept federation of the best epoch (app/vfl/kept.py)
 
 
@@ -104,6 +109,7 @@ class RunRecord:
         self._metrics = None
         self.progress: ProgressFile | None = None
         self._head, self._records = None, []
+        self._split: dict | None = None
 
     def __enter__(self) -> "RunRecord":
         return self
@@ -128,6 +134,11 @@ class RunRecord:
                 "hyperparameters": hyperparameters}
         (self.folder / CONFIG).write_text(json.dumps(body, indent=2))
 
+    def write_split(self, split, n_rows: int, rule: str, source_rows=None, entity_ids=None) -> None:
+        """split.csv (module docstring) from a datasets.base.Split of the primary's rows; its
+        digest, ``rule`` (how the split was drawn) and sizes go into summary.json."""
+        self._split = write_split_csv(self.folder / SPLIT, split, n_rows, rule, source_rows, entity_ids)
+
     def open_metrics(self, head, kept: list[EpochRecord] = ()) -> None:
         """Start metrics.jsonl afresh with the epochs a resumed run keeps; ``head`` (a TaskHead)
         picks progress.json's best epoch."""
@@ -149,11 +160,15 @@ class RunRecord:
 
     def finish(self, cfg, *, dataset: str, method: str, head, records: list[EpochRecord], losses: list[float],
                model, device, seconds: Seconds, preprocessing: dict, stopping: dict, hyperparameters: dict,
-               constant_predictor: dict, exchange: dict | None = None, **mode_fields) -> dict:
+               constant_predictor: dict, exchange: dict | None = None, extra_warnings: list[str] = (),
+               **mode_fields) -> dict:
         """The end of a finished run: losses, model (a torch module), then summary.json; returns
         the summary. ``head``: the TaskHead that picks the best epoch; ``stopping``: as
-        strategies.records.stopping returns it; ``constant_predictor``: {"prediction", "val"}."""
+        strategies.records.stopping returns it; ``constant_predictor``: {"prediction", "val"};
+        ``extra_warnings``: the mode's own, before the common ones (summary.json ``warnings``)."""
         import torch
+
+        from datasets.cells import imputed_warnings  # lazy: no pandas for the status files' readers
 
         self.close_metrics()
         np.save(self.folder / LOSSES, np.asarray(losses, dtype=np.float64))
@@ -165,13 +180,33 @@ class RunRecord:
                    "best_epoch": best.epoch, "val": best.val, "test": best.test, "epochs_run": len(records),
                    "steps": len(losses), "seconds": dataclasses.asdict(seconds), "exchange": exchange,
                    "stopping": stopping, "hyperparameters": hyperparameters, "constant_predictor": constant_predictor,
-                   "warnings": run_warnings(records, head, constant_predictor["val"]),
-                   "preprocessing": preprocessing, **mode_fields}
+                   "warnings": [*extra_warnings, *run_warnings(records, head, constant_predictor["val"]),
+                                *imputed_warnings(preprocessing)],
+                   "preprocessing": preprocessing, "split": self._split, **mode_fields}
         (self.folder / SUMMARY).write_text(json.dumps(summary, indent=2))
         if self.progress is not None:
             self.progress.update(epoch=records[-1].epoch, best_epoch=best.epoch)
             self.progress.close(done=True)
         return summary
+
+
+def write_split_csv(path: Path, split, n: int, rule: str, source_rows=None, entity_ids=None) -> dict:
+    """Write split.csv (0600, atomically); returns summary.json's ``split`` entry."""
+    import hashlib
+    import pandas as pd
+
+    part = np.full(n, "unused", dtype=object)  # a row in none of the three (said, if ever)
+    for name in ("train", "val", "test"):
+        part[getattr(split, name)] = name
+    columns = {"row": np.arange(n)}
+    if source_rows is not None:
+        columns["source_line"] = np.asarray(source_rows) + 2  # header = line 1
+    if entity_ids is not None:
+        columns["entity_id"] = np.asarray(entity_ids)
+    data = pd.DataFrame({**columns, "part": part}).to_csv(index=False).encode()
+    write_atomic(path, data)
+    sizes = {name: int((part == name).sum()) for name in ("train", "val", "test", "unused")}
+    return {"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rule": rule, "sizes": sizes}
 
 
 def read_summary(folder: Path) -> dict:

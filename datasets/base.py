@@ -132,6 +132,8 @@ class VFLDataset:
     true_match: dict[str, np.ndarray] = field(default_factory=dict)
     entity_ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # (n,) str
     metric: str = ""
+    # own CSVs: each primary row's 0-based data row in the primary's file (n,); None otherwise
+    source_rows: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -174,6 +176,14 @@ class VFLDataset:
 
         tables = [("primary", self.primary), *sorted(self.secondaries.items())]
         return "; ".join(f"{who}: {one(t.preprocessing)}" for who, t in tables)
+
+    def split_rule(self, seed: int) -> str:
+        """How :attr:`split` was drawn, in one sentence (the run folder's split.csv says which rows)."""
+        if self.entity_ids is not None:
+            return (f"seed {seed}: validation 10% and test 20% of all the entities, held out first from those "
+                    "every party holds (datasets/entity_ids.py entity_split); every other row is training")
+        return f"seed {seed}: a permutation of the primary's rows, 70% train / 10% validation / 20% test " \
+               "(datasets/base.py split_primary)"
 
     @property
     def output_dim(self) -> int:

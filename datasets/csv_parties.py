@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import TASKS, DatasetError, PartyTable, VFLDataset, split_primary
+from datasets.cells import cell_problems, header, read_table, refuse_problems
 from datasets.columns import feature_columns, refuse_text
 from datasets.entity_ids import entity_split, match_entities, read_entity_ids
 from datasets.options import DatasetOptions
@@ -105,16 +106,12 @@ def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataF
     """One party's table; ``label``: the primary's label column (never a feature)."""
     where = f"party {name!r} ({party['file']})"
     if df is None:
-        df = read_csv(folder / party["file"], where)
-    entity = party.get("entity_id", "")
-    ids = list(party.get("identifiers", [entity]))
-    require_columns(df, ids, where)
+        df = read_csv(folder / party["file"], where, party, label)
+    require_columns(df, _roles_ids(party), where)
+    ids, numeric, categorical = _roles(list(df.columns), party, label, where)
+    require_columns(df, [*numeric, *categorical], where)  # a missing feature column, named with its file
     kind = party.get("kind") or ("string" if "identifiers" not in party and not all(
         pd.api.types.is_numeric_dtype(df[c]) for c in ids) else "numeric")
-    reserved = {c: "identifier" for c in ids} | ({entity: "entity id"} if entity else {}) | (
-        {label: "label"} if label else {})
-    numeric, categorical = feature_columns(list(df.columns), party.get("numeric"), party.get("categorical"),
-                                           reserved, where)
     refuse_text(df, numeric, where)
     if kind == "string":
         df = normalized_strings(df, ids, where)
@@ -135,17 +132,40 @@ def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataF
                         for col in ids})
 
 
-def read_csv(path: Path, where: str) -> pd.DataFrame:
-    path = Path(path).absolute()
-    if not path.exists():
-        raise DatasetError(f"{where}: file {path} not found")
-    return pd.read_csv(path)
+def read_csv(path: Path, where: str, party: dict | None = None, label: str | None = None) -> pd.DataFrame:
+    """A party's file; with its ``party`` entry, the numeric feature columns are read and checked
+    as datasets/cells.py says (only a blank cell is missing; other text refused by its line)."""
+    if party is None:
+        return read_table(path, where)
+    columns = header(path, where)
+    numeric = _roles(columns, party, label, where)[1] if set(_roles_ids(party)) <= set(columns) else []
+    df = read_table(path, where, numeric)
+    refuse_text(df, numeric, where)
+    refuse_problems(cell_problems(df, numeric=numeric), df, path, where.split(" (")[0])
+    return df
 
 
-def labels_of(values: pd.Series, task: str, where: str) -> tuple[np.ndarray, int]:
+def _roles_ids(party: dict) -> list[str]:
+    return list(party.get("identifiers", [party.get("entity_id", "")]))
+
+
+def _roles(columns: list[str], party: dict, label: str | None, where: str) -> tuple[list[str], list[str], list[str]]:
+    """(identifier, numeric, categorical) columns of a party's file with ``columns``."""
+    entity = party.get("entity_id", "")
+    ids = _roles_ids(party)
+    reserved = {c: "identifier" for c in ids} | ({entity: "entity id"} if entity else {}) | (
+        {label: "label"} if label else {})
+    return ids, *feature_columns(columns, party.get("numeric"), party.get("categorical"), reserved, where)
+
+
+def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tuple[np.ndarray, int]:
+    """The labels as numbers and the class count; ``source_rows``: each value's 0-based data row in
+    the file (default: its position), named in errors as the file's line (header = line 1)."""
     bad = values.isna().to_numpy()
     if bad.any():
-        raise DatasetError(f"{where}: {int(bad.sum())} missing label(s) (first rows {np.flatnonzero(bad)[:5].tolist()})")
+        rows = np.arange(len(values)) if source_rows is None else np.asarray(source_rows)
+        raise DatasetError(f"{where}: {int(bad.sum())} missing label(s) (first lines of the file: "
+                           f"{(rows[bad][:5] + 2).tolist()})")
     if task == "regression":
         y = pd.to_numeric(values, errors="coerce")
         if y.isna().any():
@@ -171,14 +191,16 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     folder = data_folder(data_dir)
     spec = read_spec(folder)
     prim = spec["primary"]
-    df = read_csv(folder / prim["file"], f"primary ({prim['file']})")
+    df = read_csv(folder / prim["file"], f"party {prim.get('name', 'primary')!r} ({prim['file']})", prim, spec["label"])
     if spec["label"] not in df.columns:
         raise DatasetError(f"label column {spec['label']!r} is not in the primary's file {prim['file']}; "
                            f"columns: {list(df.columns)}")
     if opts.n_rows:
-        df = df.sample(n=min(opts.n_rows, len(df)), random_state=opts.seed).reset_index(drop=True)
-    labels, n_classes = labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})")
-    frames = {name: read_csv(folder / p["file"], f"party {name!r} ({p['file']})") for name, p in spec["secondaries"].items()}
+        df = df.sample(n=min(opts.n_rows, len(df)), random_state=opts.seed)
+    source_rows, df = df.index.to_numpy(), df.reset_index(drop=True)
+    labels, n_classes = labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_rows)
+    frames = {name: read_csv(folder / p["file"], f"party {name!r} ({p['file']})", p)
+              for name, p in spec["secondaries"].items()}
     entity_ids, true_match = entity_rows(spec, df, frames) if "entity_id" in prim else (None, {})
     if entity_ids is None:
         split = split_primary(len(df), opts.seed)
@@ -191,7 +213,7 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     return VFLDataset(name="csv", task=spec["task"], primary=primary, labels=labels, secondaries=secondaries,
                       split=split, n_classes=n_classes if spec["task"] != "regression" else 1,
                       label_name=spec["label"], true_match=true_match, entity_ids=entity_ids,
-                      metric=spec.get("metric", ""))
+                      metric=spec.get("metric", ""), source_rows=source_rows)
 
 
 def load_secondary_party(data_dir: Path, party: str) -> PartyTable:

@@ -3,7 +3,7 @@ is which entity, with no linkage, and the split that keeps evaluation on shared 
 
     read_entity_ids(df, column, where) -> (n,) object, the ids as text
     match_entities(primary_ids, party_ids) -> (n_primary,) int64, the party's row of each entity, -1 none
-    entity_split(held_by_all, seed, where) -> Split
+    entity_split(held_by_all, seed, where) -> Split   (validation / test first, sizes by eval_sizes)
 
 Ids are compared as text, exactly (whole-number floats as integers, surrounding spaces dropped):
 "17" in one file and 17 or 17.0 in another are the same entity, "A7" and "a7" are not.
@@ -44,13 +44,34 @@ def match_entities(primary_ids: np.ndarray, party_ids: np.ndarray) -> np.ndarray
 
 
 def entity_split(held_by_all: np.ndarray, seed: int, where: str) -> Split:
-    """The primary's rows split so that validation and test are entities every party holds:
-    10% and 20% of those (seeded, as :func:`split_primary`); every other row is training."""
+    """The primary's rows split so that validation and test are entities every party holds,
+    held out before anything trains, at the sizes the built-in sets use whatever the overlap:
+    10% and 20% of ALL the label holder's rows (seeded, as :func:`split_primary`), drawn from the
+    rows every party holds. Every other row trains: the aligned training entities are the rest
+    of those every party holds (the paper's overlap: a share of the training entities), so no
+    validation or test entity is ever a training entity. When the rows every party holds are
+    too few for that, 1% of the other 70% of the rows (at least one) stays aligned training and
+    validation / test shrink in the same 1:2 ratio (the run warns: EVAL_WARN_BELOW)."""
     aligned = np.flatnonzero(held_by_all)
     if len(aligned) < 3:
         raise DatasetError(f"{where}: only {len(aligned)} of the label holder's entities are held by every party; "
                            "validation and test entities must be, so at least 3 are needed")
-    s = split_primary(len(aligned), seed)
-    val, test = aligned[s.val], aligned[s.test]
+    n_val, n_test = eval_sizes(len(held_by_all), len(aligned))
+    perm = np.random.default_rng(seed).permutation(aligned)
+    val, test = np.sort(perm[:n_val]), np.sort(perm[n_val:n_val + n_test])
     train = np.setdiff1d(np.arange(len(held_by_all)), np.concatenate([val, test]))
     return Split(train=train, val=val, test=test)
+
+
+EVAL_WARN_BELOW = 200  # a validation or test set under this many records is warned about (app/entity_aug/server.py)
+
+
+def eval_sizes(n: int, n_aligned: int) -> tuple[int, int]:
+    """(validation, test) sizes: 10% and 20% of the ``n`` rows, from the ``n_aligned`` rows every
+    party holds less 1% of the other 70% of the rows (at least one) kept aligned to train;
+    validation at least one."""
+    want_val, want_test = max(1, int(round(0.1 * n))), max(1, int(round(0.2 * n)))
+    keep = max(1, int(np.ceil(0.01 * (n - want_val - want_test))))
+    room = max(2, min(n_aligned - keep, want_val + want_test))
+    n_val = max(1, int(round(room * want_val / (want_val + want_test))))
+    return n_val, room - n_val

@@ -58,6 +58,15 @@ class FeatureTransform:
         x = x[:, list(self.kept)]
         return ((x - np.asarray(self.mean)) / np.asarray(self.std)).astype(np.float32), report
 
+    def unseen(self, df: pd.DataFrame) -> list[tuple[str, np.ndarray, str]]:
+        """Per categorical column with a value not seen in training: (column, rows (n,) bool, what)."""
+        out = []
+        for col, cats in self.categorical:
+            rows = ~_as_text(df[col], cats).isin(cats).to_numpy()
+            if rows.any():
+                out.append((col, rows, "is a category not seen in training"))
+        return out
+
     def to_json(self) -> str:
         """Strict JSON: a fill of NaN (a column without any training value, dropped) is null."""
         d = asdict(self)

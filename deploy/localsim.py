@@ -40,13 +40,12 @@ def run_config_arg(values: dict[str, object]) -> str:
     return " ".join(f"{k}={toml_value(v)}" for k, v in values.items())
 
 
-def write_federation(home: Path, num_supernodes: int, cpus_per_client: int = 1) -> None:
+def write_federation(home: Path, num_supernodes: int, cpus_per_client: int = 1) -> str:
+    """FLWR_HOME's config.toml (the local SuperLink) and the `--federation-config` value that
+    sizes the simulation (Flower 1.41 deprecates `options.` entries in config.toml)."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(
-        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
-        f"options.num-supernodes = {num_supernodes}\n"
-        f"options.backend.client-resources.num-cpus = {cpus_per_client}\n"
-    )
+    (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
+    return f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
 
 
 def _processes() -> list[tuple[int, int, int, str]]:
@@ -114,13 +113,13 @@ def start_simulation(run_config: dict[str, object], home: Path, *, num_supernode
         from app.config import RunConfig
 
         RunConfig.from_flower(run_config)
-    write_federation(home, num_supernodes)
+    federation = write_federation(home, num_supernodes)
     port, control = free_port(), free_port()
     bin_dir = str(Path(sys.executable).parent)  # flwr starts `flower-superlink` from PATH
     env = {**os.environ, **QUIET_ENV, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "FLWR_HOME": str(home),
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control)}
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
-    cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config)]
+    cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config), "--federation-config", federation]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
     start_superlink(env)  # umask 077: the SuperLink, and the apps it runs, write private files
     return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True, umask=0o077), port

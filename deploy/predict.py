@@ -7,7 +7,8 @@ queries the linkage service for them with its own party secret (kept by `deploy 
 own folder; the service links them in the job's regime: app/vfl/predict_server.py), keeps the
 answer in its own folder, and runs `flwr run` in predict mode: each SuperNode embeds its tokens
 with the model it kept for the run in its own model folder. Exit 0 only with the output
-written; otherwise the reason on stderr and no output file.
+written; bad input is refused before the query (exit 2), a failure after it exits 1, and the
+output replaces --out only when whole: an older file there is left byte-identical on failure.
 """
 
 from __future__ import annotations
@@ -44,9 +45,8 @@ def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:
 
 def predict(dep: Deployment, run: str, new: Path, out: Path, *, id_column: str = "", explain: bool = False,
             timeout: float = 900.0) -> subprocess.CompletedProcess:
-    """Query, then `flwr run` in predict mode; the caller checks ``out`` (removed first)."""
+    """Query, then `flwr run` in predict mode; the caller checks ``out`` (a fresh name: command)."""
     new, out = Path(new).resolve(), Path(out).resolve()
-    out.unlink(missing_ok=True)
     answer = query(dep, run, new, id_column)
     values = {"run-name": "", "predict-run": run, "predict-input": str(new), "predict-output": str(out),
               "predict-linkage": str(answer), "predict-id-column": id_column, "predict-explain": explain}
@@ -61,18 +61,32 @@ def add_parser(sub) -> None:
     s.add_argument("--out", type=Path, required=True, help="the predictions CSV")
     s.add_argument("--id-column", default="", help="a column of the input naming each record ('' = row number)")
     s.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
+    s.add_argument("--skip-invalid", action="store_true",
+                   help="predict the records it can; list the others in <out stem>.skipped.csv")
 
 
 def command(args: argparse.Namespace) -> int:
+    """The input checked before the query and `flwr run` (exit 2); the output replaces --out only
+    when whole (app/predict_files.py)."""
+    from app.vfl.predict_csv import flower_predict
+
     try:
-        r = predict(Deployment.load(args.folder), args.run, args.input, args.out, id_column=args.id_column,
-                    explain=args.explain)
+        dep = Deployment.load(args.folder)
     except Exception as exc:  # the outcome is the exit status, with the reason
         print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if not Path(args.out).exists():
-        print(f"predict failed: no output was written; the run's log ends:\n{(r.stdout + r.stderr)[-4000:]}",
-              file=sys.stderr)
-        return 1
-    print(f"predictions -> {args.out}")
-    return 0
+
+    def start(new: Path, partial: Path, id_column: str) -> bool:
+        try:
+            r = predict(dep, args.run, new, partial, id_column=id_column, explain=args.explain)
+        except Exception as exc:  # the outcome is the exit status, with the reason
+            print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return False
+        if not partial.exists():
+            print(f"predict failed: the run wrote no output; its log ends:\n{(r.stdout + r.stderr)[-4000:]}",
+                  file=sys.stderr)
+        return partial.exists()
+
+    return flower_predict(dep.root / "runs" / args.run, args.input, args.out, id_column=args.id_column,
+                          unknown="ignore", skip=getattr(args, "skip_invalid", False), start=start,
+                          who="predict refused")

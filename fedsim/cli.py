@@ -23,7 +23,7 @@ from linkage.private import private_umask
 SERVICE = {  # fedsim <name> -> python -m linkage_server <name>
     "serve": "serve", "create-job": "create-job", "make-key": "make-key", "encode": "encode", "link": "link",
     "upload": "link", "start": "start", "status": "status", "fetch": "fetch", "query": "query", "cancel": "cancel",
-    "estimate": "delta",
+    "estimate": "estimate",
 }
 DELEGATED = {**{k: f"the linkage service's `{v}`" for k, v in SERVICE.items()},
              "sweep": "a sweep of runs (experiments.sweep)", "deploy": "a local deployment (deploy.commands)"}
@@ -67,9 +67,25 @@ def _delegate(name: str, rest: list[str]) -> int:
     return _exit_code(lambda: deploy_main(rest))
 
 
+REPORT_HELP = """usage: fedsim report RUN
+       fedsim report [--quick] [--sweeps SWEEPS] [--out OUT] [--existing] [--jobs JOBS]
+
+RUN: a finished run's folder (e.g. runs/housing): prints its summary (best epoch, validation and
+test metrics, hyperparameters, warnings, privacy) and writes learning_curve.png and
+weight_gate.png into it.
+
+Without RUN: the sweeps' report (experiments.report), with these options:
+"""
+
+
 def _report(rest: list[str]) -> int:
     from fedsim import report
 
+    if rest and rest[0] in ("-h", "--help"):
+        print(REPORT_HELP)
+    elif rest and not rest[0].startswith("-") and not report.is_run(rest[0]):
+        print(f"fedsim report: {rest[0]} is not a run folder (no config.json); `fedsim report --help`", file=sys.stderr)
+        return 2
     if rest and report.is_run(rest[0]):
         from pathlib import Path
 
@@ -85,7 +101,8 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train.add_parser(sub)
     predict.add_parser(sub)
-    sub.add_parser("report", help="one run's summary and plots (RUN), or the sweeps' report", add_help=False)
+    sub.add_parser("report", help="`report RUN`: one run's summary and plots; `report` alone: the sweeps' report",
+                   add_help=False)
     for name, what in DELEGATED.items():
         sub.add_parser(name, help=what, add_help=False)
     return ap

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from linkage.store import atomic_path
+
 
 def is_run(path: str) -> bool:
     return Path(path).is_dir() and (Path(path) / "config.json").exists()
@@ -25,16 +27,18 @@ def one_run(run_dir: Path) -> int:
     for line in headline(summary):
         print(line)
     rows = read_metrics(run_dir)
-    print(f"plots: {learning_curve(rows, summary, run_dir / 'learning_curve.png')}")
-    gate = weight_gate(run_dir, run_dir / "weight_gate.png")
+    title = f"run {run_dir.name}: {summary.get('method')} on {summary.get('dataset')}"
+    print(f"plots: {learning_curve(rows, summary, run_dir / 'learning_curve.png', title)}")
+    best = next((r for r in rows if r["epoch"] == summary["best_epoch"]), {})
+    gate = weight_gate(run_dir, run_dir / "weight_gate.png", best.get("attention"))
     print(f"plots: {gate}" if gate else "plots: no weight gate in this run (method or gate off)")
     return 0
 
 
 def headline(summary: dict) -> list[str]:
     fmt = lambda m: " ".join(f"{k}={v:.4f}" for k, v in m.items())  # noqa: E731
-    lines = [f"{summary.get('dataset')} {summary.get('method')}: best epoch {summary['best_epoch']} of "
-             f"{summary.get('epochs_run', '?')} | val {fmt(summary['val'])} | test {fmt(summary['test'])}"]
+    lines = [f"{summary.get('dataset')} {summary.get('method')}: best epoch {summary['best_epoch']}/"
+             f"{summary.get('epochs_run', '?')} (numbered from 0) | val {fmt(summary['val'])} | test {fmt(summary['test'])}"]
     from app.run_record import hyperparameter_lines
 
     if summary.get("stopping"):
@@ -59,53 +63,95 @@ def _plt():
     return plt
 
 
-def learning_curve(rows: list[dict], summary: dict, out: Path) -> Path:
-    """Training loss and the validation key metric per epoch, the best epoch marked."""
+def learning_curve(rows: list[dict], summary: dict, out: Path, title: str = "") -> Path:
+    """Training loss (left axis) and the key metric on validation (chooses the best epoch) and on
+    test (reported only) per epoch (right axis), the best epoch marked; the legend below the axes."""
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     key = next(iter(summary["val"]))
     epochs = [r["epoch"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(epochs, [r["train_loss"] for r in rows], label="training loss", color="tab:blue")
-    ax.set_xlabel("epoch")
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(epochs, [r["train_loss"] for r in rows], "o-", ms=3, label="training loss (left axis)", color="tab:blue")
+    ax.set_xlabel("epoch (numbered as in summary.json)")
     ax.set_ylabel("training loss")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2 = ax.twinx()
-    ax2.plot(epochs, [r["val"][key] for r in rows], label=f"validation {key}", color="tab:orange")
-    ax2.set_ylabel(f"validation {key}")
-    ax2.axvline(summary["best_epoch"], color="grey", linestyle=":", label="best epoch")
-    fig.legend(loc="upper right")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    ax2.plot(epochs, [r["val"][key] for r in rows], "o-", ms=3, color="tab:orange",
+             label=f"validation {key} (chooses the best epoch)")
+    if all(key in r.get("test", {}) for r in rows):
+        ax2.plot(epochs, [r["test"][key] for r in rows], "s--", ms=3, color="tab:grey", alpha=0.8,
+                 label=f"test {key} (reported, never used to choose)")
+    ax2.set_ylabel(key)
+    ax2.axvline(summary["best_epoch"], color="tab:green", linestyle=":", label=f"best epoch ({summary['best_epoch']})")
+    ax.set_title(title or f"{summary.get('dataset')} {summary.get('method')}", fontsize=10)
+    handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    with atomic_path(out) as tmp:  # 0600, renamed when whole: a failed report keeps the older plot
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return out
 
 
-def weight_gate(run_dir: Path, out: Path) -> Path | None:
-    """Each secondary's weight gate at the best epoch: the weight a neighbour gets against its
-    (standardised, noisy) similarity."""
-    import torch
-
+def _gate_curves(state: dict) -> dict[str, object]:
+    """Each path's weight gate (strategies/vfl/gates.py) from the kept primary state, by label."""
     from strategies.vfl.gates import WeightGate
 
-    path = run_dir / "kept" / "primary.pt"
-    if not path.exists():
-        return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
     prefixes = sorted({k.split("weight_gate.")[0] for k in state if ".weight_gate." in k})
-    if not prefixes:
-        return None
-    plt = _plt()
-    sims = torch.linspace(-4, 4, 200)
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    gates = {}
     for prefix in prefixes:
         gate = WeightGate()
         gate.load_state_dict({k[len(prefix) + len("weight_gate."):]: v for k, v in state.items()
                               if k.startswith(prefix + "weight_gate.")})
+        name = prefix.split(".")[1] if "." in prefix else prefix
+        gates[name if name != "all" else "all secondaries (one gate on their shared similarities)"] = gate
+    return gates
+
+
+def weight_gate(run_dir: Path, out: Path, attention: dict[str, list[float]] | None = None) -> Path | None:
+    """The weight gate at the best epoch: the weight a linked record gets against its
+    (standardised, noisy) similarity, per secondary; for fedsim_attn a second panel with the
+    attention's mean weight by similarity rank and on the null slot (validation records)."""
+    import torch
+
+    path = run_dir / "kept" / "primary.pt"
+    if not path.exists():
+        return None
+    gates = _gate_curves(torch.load(path, map_location="cpu", weights_only=True))
+    if not gates and not attention:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2 if attention else 1, figsize=(10 if attention else 5.5, 4.2), squeeze=False)
+    ax = axes[0][0]
+    sims = torch.linspace(-4, 4, 200)
+    for label, gate in gates.items():
         with torch.no_grad():
-            ax.plot(sims, gate(sims[None, :])[0], label=prefix.split(".")[1] if "." in prefix else prefix)
-    ax.set_xlabel("similarity (standardised)")
-    ax.set_ylabel("weight")
-    ax.legend()
+            ax.plot(sims, gate(sims[None, :])[0], label=label)
+    ax.set_xlabel("similarity of a linked record (standardised: 0 = the mean pair)")
+    ax.set_ylabel("weight the gate gives it")
+    ax.set_title("weight gate (FedSim's path), best epoch", fontsize=10)
+    if gates:
+        ax.legend(fontsize=8, loc="upper left")
+    if attention:
+        _attention_panel(axes[0][1], attention)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with atomic_path(out) as tmp:  # 0600, renamed when whole: a failed report keeps the older plot
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return out
+
+
+def _attention_panel(ax, attention: dict[str, list[float]]) -> None:
+    """Bars: the mean attention weight of each similarity rank (1 = most similar) and the null slot."""
+    from matplotlib.ticker import MaxNLocator
+
+    width = 0.8 / len(attention)
+    for i, (party, w) in enumerate(sorted(attention.items())):
+        ranks = list(range(1, len(w)))
+        ax.bar([r + i * width for r in ranks], w[:-1], width=width, label=f"{party}: null slot {w[-1]:.2f}")
+    ax.set_xlabel("neighbour's similarity rank (1 = most similar)")
+    ax.set_ylabel("mean attention weight")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title("fedsim_attn: attention by rank, best epoch (validation)", fontsize=10)
+    ax.legend(fontsize=8, title="secondary (weight left to no neighbour)", title_fontsize=8)

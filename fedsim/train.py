@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from fedsim.helpfmt import HelpFormatter
 from fedsim.watch import run_thread, tail, watch
 from linkage.private import private_dir
 
@@ -24,7 +25,7 @@ FLAGS = ("dataset", "data_dir", "out_dir", "run_name", "mode", "method", "epochs
 
 def add_parser(sub) -> None:
     s = sub.add_parser("train", help="train a federation (Flower simulation, deployment, or in process)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     s.add_argument("--dataset", default=None, help="a built-in dataset, or csv (your parties.toml in --data-dir); "
                                                    "unset = hdb, or the deployment's")
     s.add_argument("--data-dir", default="", help="folder of the data ('' = the loaders' default)")
@@ -63,6 +64,7 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
     from app.config import parse_pairs  # lazy: `fedsim --help` stays fast
 
     values.update(parse_pairs(args.config))
+    _own_parties(values, bool(args.dataset) or any(p.partition("=")[0].strip() == "dataset" for p in args.config))
     if args.deployment:  # the deployment's dataset, data, linkage job and runs folder, unless said here
         from deploy.commands import Deployment, run_values as deployment_values
 
@@ -76,6 +78,21 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
     return values
 
 
+def _own_parties(values: dict[str, object], dataset_given: bool) -> None:
+    """A data-dir holding parties.toml is the user's own parties (dataset csv): said and used when
+    no dataset was given, refused with the hint when another one was."""
+    from datasets.csv_parties import SPEC
+
+    folder = Path(str(values.get("data-dir") or ".")).expanduser()
+    if not values.get("data-dir") or values.get("dataset") == "csv" or not (folder / SPEC).is_file():
+        return
+    if dataset_given:
+        raise ValueError(f"--data-dir {folder} holds {SPEC} (your own parties): add --dataset csv "
+                         f"(not {values.get('dataset')!r})")
+    values["dataset"] = "csv"
+    print(f"--data-dir {folder} holds {SPEC}: training on your own parties (--dataset csv)")
+
+
 def check(values: dict[str, object]):
     """The typed config and the number of SuperNodes (secondaries, or Entity Augmentation's
     guests), loading the data: a bad key, value or file is named before Flower starts."""
@@ -83,17 +100,23 @@ def check(values: dict[str, object]):
 
     cfg = RunConfig.from_flower(values)
     if cfg.mode == "entity-aug":
-        from app.entity_aug.parties import ea_data
+        from app.entity_aug.parties import ea_check  # also what the ServerApp would refuse about the data
 
-        return cfg, len(ea_data(cfg).guests)
+        return cfg, len(ea_check(cfg).guests)
     from app.data import load_data
+    from app.vfl.parties import require_linkable  # what the ServerApp's linkage would refuse
 
-    return cfg, len(load_data(cfg).secondaries)
+    ds = load_data(cfg)
+    require_linkable(ds, cfg)
+    return cfg, len(ds.secondaries)
 
 
 def command(args: argparse.Namespace) -> int:
     try:
         values = run_values(args)
+        from linkage.source_tree import refuse_source
+
+        refuse_source(Path(str(values.get("out-dir") or "runs")), "--out-dir")  # runs never land in the source
         cfg, nodes = check(values)
     except Exception as e:  # noqa: BLE001 - a configuration or data error, named
         print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
@@ -102,18 +125,39 @@ def command(args: argparse.Namespace) -> int:
     since = time.time()
     print(f"run {cfg.run_name}: {cfg.mode} {cfg.method if cfg.mode == 'vfl' else cfg.ea_variant} on {cfg.dataset} "
           f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}")
-    if args.engine == "inprocess" and not args.deployment:
+    in_process = args.engine == "inprocess" and not args.deployment
+    print("\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True)  # in process: the run's log lists them
+    if in_process:
         outcome = _in_process(cfg, run_dir)
     else:
         outcome = _flower(values, run_dir, nodes, args)
     return report_outcome(run_dir, since, outcome)
 
 
+def hyperparameter_text(cfg, listed: bool = True) -> list[str]:
+    """The hyperparameters the run will use and where each came from (as its log and summary.json
+    say; ``listed`` False: only where they are), and how epochs are numbered."""
+    from app.run_record import hyperparameter_lines
+
+    numbering = "epochs are numbered from 0 (as best_epoch in summary.json and metrics.jsonl)"
+    if not listed:  # an in-process run logs them to this terminal itself, as it starts
+        return [numbering]
+
+    if cfg.mode == "entity-aug":
+        from app.entity_aug.server import ea_hyperparameters
+
+        hyper = ea_hyperparameters(cfg)[2]
+    else:
+        hyper = cfg.hyperparameters()
+    return ["hyperparameters (value, source):", *hyperparameter_lines(hyper), numbering]
+
+
 def _in_process(cfg, run_dir: Path) -> str:
     from app.modes import run_experiment
 
     thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
-    watch(lambda: not thread.is_alive(), run_dir, label=cfg.run_name)
+    watch(lambda: not thread.is_alive(), run_dir, label=cfg.run_name,
+          starting="loading the data and linking, in this process")
     thread.join()
     return f"{type(box['error']).__name__}: {box['error']}" if "error" in box else ""
 
@@ -135,7 +179,10 @@ def _flower(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -
             stop = lambda: stop_superlink(port)  # noqa: E731 - flwr leaves its local SuperLink running
         try:
             deadline = time.monotonic() + args.timeout
-            watch(lambda: proc.poll() is not None or time.monotonic() > deadline, run_dir, label=str(values["run-name"]))
+            starting = ("submitting the run to the deployment" if args.deployment
+                        else f"starting Flower (a local SuperLink, {nodes} simulated SuperNode(s))")
+            watch(lambda: proc.poll() is not None or time.monotonic() > deadline, run_dir, label=str(values["run-name"]),
+                  starting=starting)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -157,7 +204,8 @@ def report_outcome(run_dir: Path, since: float, output: str) -> int:
             print(f"--- the run's output (last lines) ---\n{output}", file=sys.stderr)
         return 1
     summary = json.loads((run_dir / "summary.json").read_text())
-    print(f"finished: best epoch {summary['best_epoch']} | val {_fmt(summary['val'])} | test {_fmt(summary['test'])}")
+    print(f"finished: best epoch {summary['best_epoch']}/{summary.get('epochs_run', '?')} | val {_fmt(summary['val'])} "
+          f"| test {_fmt(summary['test'])}")
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"run folder: {run_dir}")

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 PROGRESS = "progress.json"
 
@@ -27,31 +28,52 @@ def read_progress(run_dir: Path) -> dict | None:
 
 
 def _describe(p: dict) -> str:
+    """The progress line: epochs numbered from 0 as in summary.json (best_epoch) and metrics.jsonl."""
     val = p.get("val") or {}
     shown = " ".join(f"{k}={v:.4g}" for k, v in list(val.items())[:2])
     loss = f" loss={p['loss']:.4g}" if p.get("loss") is not None else ""
-    epoch = f"epoch {p.get('epoch', 0) + 1}/{p.get('max_epochs', '?')}"
+    if p.get("phase") == "linkage":
+        return "linking (each record's K most similar records)"
+    epoch = f"epoch {p.get('epoch', 0)}/{p.get('max_epochs', '?')}"
     return f"{p.get('phase', '')} {epoch}{loss}{(' | val ' + shown) if shown else ''}"
 
 
-def watch(done: Callable[[], bool], run_dir: Path | None, *, label: str, interval: float = 0.5) -> None:
-    """Until ``done()``: a progress bar of the run's steps on a terminal (``run_dir`` None: a
-    spinner); nothing otherwise."""
-    if not sys.stderr.isatty():
-        while not done():
-            time.sleep(interval)
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def clock_text(seconds: float) -> str:
+    """Elapsed time as H:MM:SS."""
+    s = max(0, int(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, transient=True) as bar:
-        task = bar.add_task(f"{label}: starting Flower", total=None)
+
+def watch(done: Callable[[], bool], run_dir: Path | None, *, label: str, starting: str = "starting",
+          interval: float = 0.5, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
+          sleep: Callable[[float], None] = time.sleep) -> None:
+    """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
+    steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
+    whether or not the run's progress changed; ``starting``: what happens before the run writes
+    its progress. Nothing is drawn elsewhere. (Rich's own elapsed column stops for good once a
+    bar is full, i.e. at the end of the first epoch: hence a clock of our own.)"""
+    stream = sys.stderr if stream is None else stream
+    if not stream.isatty():
+        while not done():
+            sleep(interval)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
+               TextColumn("{task.fields[clock]}"))
+    t0 = clock()
+    with Progress(*columns, console=Console(file=stream, force_terminal=True), transient=True,
+                  auto_refresh=False) as bar:
+        task = bar.add_task(f"{label}: {starting}", total=None, clock=clock_text(0), count="")
         while not done():
             p = read_progress(run_dir) if run_dir is not None else None
-            if p:
-                bar.update(task, description=f"{label}: {_describe(p)}", completed=p.get("step", 0),
-                           total=p.get("steps_per_epoch") or None)
-            time.sleep(interval)
+            total = (p or {}).get("steps_per_epoch") or None  # steps of this epoch; unknown: no count shown
+            news = {"description": f"{label}: {_describe(p)}", "completed": p.get("step", 0), "total": total,
+                    "count": f"step {p.get('step', 0)}/{total}" if total else ""} if p else {}
+            bar.update(task, clock=clock_text(clock() - t0), **news)
+            bar.refresh()
+            sleep(interval)
 
 
 def run_thread(target: Callable[[], object]) -> tuple[threading.Thread, dict]:

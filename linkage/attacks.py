@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, identifier_bytes
+from linkage.pairwise import Pairwise
 
 # The mean Earth radius (IUGG): haversine on this sphere is within 0.5 % of the ellipsoid's distance
 EARTH_RADIUS_M = 6_371_008.8
@@ -89,7 +90,7 @@ def _flat_release(link: PartyLink, primary_ids, only=None) -> tuple[np.ndarray, 
 def identifier_groups(ids: np.ndarray) -> np.ndarray:
     """(n,) int64: equal codes for rows with equal identifiers (numbers, strings or bit rows)."""
     ids = np.asarray(ids)
-    if ids.dtype.kind in "UO":
+    if ids.dtype.kind == "O":  # Python objects: by their canonical bytes (fixed-width strings below compare alike)
         import pandas as pd
 
         keys = [identifier_bytes(ids[i:i + 1]) for i in range(len(ids))]
@@ -270,14 +271,12 @@ def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, 
     seed_pairs = [sel[starts[t]:starts[t + 1]][:seeds] for t in range(len(uniq))]  # each (<= seeds,)
     near = search(ids[rows[np.concatenate(seed_pairs)]], base, metric=metric, k=k, party="dictionary")[1]  # one index
     first_seed = np.cumsum([0] + [len(x) for x in seed_pairs])  # token t's seeds: near[first_seed[t]:..[t + 1]]
+    scored = [sel[starts[t]:starts[t + 1]][:max_links] for t in range(len(uniq))]  # (L_t,) distinct draws each
+    pairwise = Pairwise(metric, ids, base, rows[np.concatenate(scored)], near.ravel())  # only the rows scored
     guess = np.empty(len(uniq), np.int64)
-    for t in range(len(uniq)):
-        pairs = sel[starts[t]:starts[t + 1]][:max_links]  # (L_t,) distinct draws of token t
-        q = ids[rows[pairs]]
+    for t, pairs in enumerate(scored):
         cand = np.unique(near[first_seed[t]:first_seed[t + 1]])  # (C,) the seeds' top-K in the dictionary
-        dist, col = search(q, base[cand], metric=metric, k=len(cand), party="dictionary")  # (L_t, C) each
-        pred = np.empty_like(dist)
-        np.put_along_axis(pred, col, -(np.asarray(dist, np.float64) + link.sim_mean) / link.sim_std, axis=1)
+        pred = -(pairwise(rows[pairs], cand) + link.sim_mean) / link.sim_std  # (L_t, C) every distance
         guess[t] = cand[np.argmin(((pred - sims[pairs, None]) ** 2).sum(0))]
     return guess
 

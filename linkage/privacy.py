@@ -52,23 +52,43 @@ def token_counts(link: PartyLink) -> np.ndarray:
     return np.bincount(np.asarray(link.tokens, np.int64).ravel())
 
 
-def sample_tokens(counts: np.ndarray, party: str, max_tokens: int) -> np.ndarray:
-    """(T',) up to max_tokens of the released tokens (those with counts > 0), ascending; a draw
-    fixed by the release itself (the same release, from the service or the in-process linker, is
-    measured alike; the draw picks what to measure, it protects nothing)."""
+def sample_tokens(counts: np.ndarray, party: str, max_tokens: int, secret: bytes = b"") -> np.ndarray:
+    """(T',) up to max_tokens of the released tokens (those with counts > 0), ascending. The draw
+    is keyed by the job's secret (linkage.job_secret), which only the service holds: a sample the
+    primary could compute from its release would tell it which records the report speaks for.
+    Without a secret (a bare release, e.g. in a test), by the release itself."""
     tokens = np.flatnonzero(counts).astype(np.int64)
     if len(tokens) <= max_tokens:
         return tokens
-    digest = hashlib.sha256(b"privacy-report|" + party.encode() + b"|" + tokens.tobytes()).digest()
-    return np.sort(np.random.default_rng(int.from_bytes(digest[:8], "little")).choice(tokens, max_tokens, replace=False))
+    if secret:
+        digest = hashlib.sha256(b"fedsim-privacy-sample|" + party.encode() + b"|" + bytes(secret)).digest()
+        rng = np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
+    else:
+        digest = hashlib.sha256(b"privacy-report|" + party.encode() + b"|" + tokens.tobytes()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    return np.sort(rng.choice(tokens, max_tokens, replace=False))
 
 
 def attacked_tokens(counts: np.ndarray, party: str, row_of_token: np.ndarray, n_records: int,
-                    max_tokens: int) -> np.ndarray:
+                    max_tokens: int, secret: bytes = b"") -> np.ndarray:
     """(T',) the sampled tokens that stand for one of the party's n_records records (the Exact
     baseline's virtual "no match" row is no record)."""
-    only = sample_tokens(counts, party, max_tokens)
+    only = sample_tokens(counts, party, max_tokens, secret)
     return only[row_of_token[only] < n_records]
+
+
+def rate_interval(rate: float, n: int, population: int, z: float = 1.96) -> list[float]:
+    """A 95 % interval for a success rate measured on n tokens drawn without replacement from the
+    population of attackable tokens: Wilson's score interval with the finite-population correction
+    (the rate itself when every token was attacked)."""
+    if n >= population:
+        return [rate, rate]
+    if n == 0:
+        return [0.0, 1.0]
+    ne = n * (population - 1) / (population - n)  # the effective size of a draw without replacement
+    centre, half = rate + z * z / (2 * ne), z * math.sqrt(rate * (1 - rate) / ne + z * z / (4 * ne * ne))
+    lo, hi = (centre - half) / (1 + z * z / ne), (centre + half) / (1 + z * z / ne)
+    return [max(0.0, min(lo, rate)), min(1.0, max(hi, rate))]  # it holds the rate (not lost to rounding)
 
 
 def link_counts(counts: np.ndarray) -> dict:
@@ -91,17 +111,18 @@ def coordinate_attacks(link: PartyLink, primary_ids, truth_of_token: np.ndarray,
 
 
 def party_report(result: LinkageResult, party: str, primary_ids, base, metric: str, max_tokens: int,
-                 counts: np.ndarray | None = None) -> dict:
+                 counts: np.ndarray | None = None, secret: bytes = b"") -> dict:
     """One secondary's entry of the report. ``counts``: the links of each token in the whole
     release, when ``result`` holds only some of its records (:func:`privacy_report`)."""
     link = result.primary.links[party]
     row_of_token = result.secondaries[party].row_of_token  # (n,) token -> that party's row
     base = np.asarray(base)
     counts = token_counts(link) if counts is None else counts
-    only = attacked_tokens(counts, party, row_of_token, len(base), max_tokens)
+    only = attacked_tokens(counts, party, row_of_token, len(base), max_tokens, secret)
+    population = int((row_of_token[np.flatnonzero(counts)] < len(base)).sum())  # every token a record stands behind
     entry = {"sigma": link.sigma, "noise_per_distance": link.sigma * link.sim_std,
              "theorem1_epsilon": theorem1_epsilon(link), "links_per_record": link_counts(counts),
-             "tokens_attacked": int(len(only))}
+             "tokens_attacked": int(len(only)), "tokens_attackable": population}
     if len(only) == 0:
         return entry | {"attacks": {}, "strongest": {"attack": "none", "rate": 0.0}}
     guess = dictionary_attack(link, primary_ids, base, metric, only=only)  # (T',) dictionary rows
@@ -109,6 +130,8 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
     attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
     if metric == "euclidean" and base.shape[1] <= 3:  # locations; the virtual row's truth (never attacked) clamped
         attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only)
+    for v in attacks.values():  # the rate first (strongest, report_lines read it), then its sampling error
+        v["ci95"] = rate_interval(next(iter(v.values())), len(only), population)
     entry["attacks"] = attacks
     entry["strongest"] = strongest(attacks)
     return entry
@@ -122,20 +145,23 @@ def strongest(attacks: dict) -> dict:
 
 
 def privacy_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric: str, *,
-                   max_tokens: int = MAX_TOKENS, parties=None, counts: dict | None = None) -> dict:
+                   max_tokens: int = MAX_TOKENS, parties=None, counts: dict | None = None,
+                   secret: bytes = b"") -> dict:
     """The job's report (module docstring). primary_ids and secondary_ids as the job linked them
     (encoded, in private mode); metric: the job's. parties: those whose similarities are their
     own (a chain's: its anchor; default: all). ``counts`` {party: links per token}: given when
     ``result`` and ``primary_ids`` hold only the records linked to the attacked tokens (a release
-    too big to hold: linkage_server.release_files); the report is the same as on the whole."""
+    too big to hold: linkage_server.release_files); the report is the same as on the whole.
+    ``secret``: the job's, which keys the sample of attacked tokens (:func:`sample_tokens`)."""
     counts = counts or {}
-    parties = {p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens, counts.get(p))
+    parties = {p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens, counts.get(p), secret)
                for p in sorted(parties or result.primary.links)}
     first = result.primary.links[min(result.primary.links)]
     return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
             "defences": {"radius": first.radius, "compose": first.composed},
             "success": ("dictionary: the record named exactly; greedy / aggregation / centroid: located "
-                        f"within the radius {first.radius:g} (identifier units; Theorem 2's event)"),
+                        f"within the radius {first.radius:g} (identifier units; Theorem 2's event); ci95: "
+                        "the rate's 95 % interval over the attackable tokens, of which a sample was attacked"),
             "parties": parties}
 
 
@@ -166,6 +192,12 @@ def secondary_view(report: dict | None, party: str) -> dict | None:
         "parties": {party: entry}}
 
 
+def _interval(attack: dict) -> str:
+    """" (95 % CI lo-hi %)" for a sampled rate; "" for an exact one or an older report."""
+    lo, hi = attack.get("ci95", (None, None))
+    return "" if lo is None or lo == hi else f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f} %)"
+
+
 def report_lines(report: dict) -> list[str]:
     """The report as text lines (fedsim report, the run log)."""
     if report.get("error"):
@@ -175,9 +207,10 @@ def report_lines(report: dict) -> list[str]:
     for party, e in report["parties"].items():
         eps = e["theorem1_epsilon"]
         lc = e["links_per_record"]
-        rates = ", ".join(f"{name} {100 * next(iter(v.values())):.1f} %" for name, v in e["attacks"].items())
+        rates = ", ".join(f"{name} {100 * next(iter(v.values())):.1f} %{_interval(v)}"
+                          for name, v in e["attacks"].items())
         lines.append(f"  {party}: sigma={e['sigma']:.4g} (noise per distance {e['noise_per_distance']:.4g}), "
                      f"Theorem 1 epsilon={'none (no noise)' if eps is None else f'{eps:.3g}'}; links per record "
                      f"median {lc['median']:g} / p90 {lc['p90']:g} / max {lc['max']}; attacks on "
-                     f"{e['tokens_attacked']} records: {rates}")
+                     f"{e['tokens_attacked']} of {e.get('tokens_attackable', e['tokens_attacked'])} records: {rates}")
     return lines

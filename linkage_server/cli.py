@@ -12,7 +12,8 @@ starts it (`start`, or `link --start` when the others uploaded first), each part
   fetch       (party) download this party's result into a folder training reads
   query       (primary) new records' tokens and similarities from a finished job (predict)
   cancel      (primary or admin) cancel a queued or running job
-  delta       the training-free improvement estimate of Definition 1 from a primary result
+  estimate    the training-free improvement estimate of Definition 1 from a primary result, with
+              what it means (alias: delta)
 
 Exit status 0 only when the command did what it says; otherwise the reason is on stderr.
 """
@@ -65,6 +66,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def cmd_serve(args) -> None:
     import uvicorn
 
+    from linkage_server import requestlog
     from linkage_server.service import create_app
 
     from linkage.private import create_secret, private_dir, warn_if_exposed
@@ -72,9 +74,9 @@ def cmd_serve(args) -> None:
     data_dir = private_dir(Path(args.data_dir))
     os.chmod(data_dir, 0o700)  # the service's own folder: uploads, searches, results, secrets
     token_file = Path(args.admin_token_file) if args.admin_token_file else data_dir / "admin-token"
-    if not token_file.exists():
+    created = not token_file.exists()
+    if created:
         create_secret(token_file, secrets.token_urlsafe(32), "admin token")
-        print(f"admin token written to {token_file}", flush=True)
     else:
         warn_if_exposed(token_file, "admin token file")
     from linkage.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
@@ -94,8 +96,14 @@ def cmd_serve(args) -> None:
                                                           max_cells=args.query_max_cells),
                      ray=args.ray, limits=limits)
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
-                ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
+                            ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
+    sock = config.bind_socket()  # bound here: the URL printed is the real one (also for --port 0)
+    requestlog.enable()
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    requestlog.banner(f"{'https' if args.certfile else 'http'}://{host}:{sock.getsockname()[1]}", data_dir,
+                      token_file, created)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def cmd_create_job(args) -> None:
@@ -123,21 +131,22 @@ def cmd_cancel(args) -> None:
 
 
 def cmd_delta(args) -> None:
-    from linkage.quality import improvement_delta
+    from linkage.quality import delta_verdict, improvement_delta
     from linkage.store import load_primary
 
     p = load_primary(Path(args.linkage_dir))
     for party, link in p.links.items():
         k_avg = args.k_avg or p.k
-        print(f"{party}: K={p.k} Delta(Top1Sim)={improvement_delta(link.sims, 1):.3f} "
-              f"Delta(AvgSim, K={k_avg})={improvement_delta(link.sims, k_avg):.3f}")
+        top1, avg = improvement_delta(link.sims, 1), improvement_delta(link.sims, k_avg)
+        print(f"{party}: K={p.k} Delta(Top1Sim)={top1:.3f} Delta(AvgSim, K={k_avg})={avg:.3f}")
+        print("\n".join(f"  {line}" for line in delta_verdict(top1, avg, p.k, k_avg)))
 
 
 # ----------------------------------------------------------------------------- parsers
 
 
-def _command(sub, name: str, func, text: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=text, description=text, formatter_class=HelpFormatter)
+def _command(sub, name: str, func, text: str, **extra) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=text, description=text, formatter_class=HelpFormatter, **extra)
     p.set_defaults(func=func, parser=p)
     return p
 
@@ -164,6 +173,12 @@ def _ids(p) -> None:
                    help="numbers (Euclidean) or strings (names, titles, addresses)")
     p.add_argument("--key-file", help="private mode: JSON key shared by the parties, never the service; "
                                       "identifiers are encoded with it before upload (default: none, raw)")
+    p.add_argument("--missing", choices=["refuse", "skip", "empty"], default="refuse",
+                   help="a --csv row with a missing (empty) identifier: refuse the file, skip the row (the linkage "
+                        "indexes the rows that remain, as if it were deleted), or (strings) read it as empty "
+                        "(a row with every identifier missing is skipped); docs/own-data.md")
+    p.add_argument("--skipped-out", help="where skipped rows are written, with their line numbers "
+                                         "(default: <csv stem>.skipped.csv in the working folder)")
 
 
 def _job(p) -> None:
@@ -220,8 +235,8 @@ def _add_serve(sub) -> None:
     s.add_argument("--operator-seed", type=int, default=None,
                    help="operator only, for reproducible experiments: derive every job's randomness from this "
                         "seed and the job's content instead of a fresh secret per job (no party can set or read "
-                        "it; a guessable seed lets the primary undo the noise). Default: $FEDSIM_LINKAGE_OPERATOR_SEED "
-                        "if set, else none")
+                        "it; a guessable seed lets the primary undo the noise) (default: $FEDSIM_LINKAGE_OPERATOR_SEED "
+                        "if set, else none)")
     s.add_argument("--query-budget", type=int, default=1_000_000,
                    help="cells (records x K) each job answers queries for, over all its queries (0 = no queries)")
     s.add_argument("--query-max-records", type=int, default=100_000, help="records per query")
@@ -314,7 +329,8 @@ def _add_result_commands(sub) -> None:
                                               "(default: none)")
     s.add_argument("--party", help="the primary's name (optional: its secret says who cancels) (default: none)")
 
-    s = _command(sub, "delta", cmd_delta, "Definition 1's improvement estimate from a primary result")
+    s = _command(sub, "estimate", cmd_delta, "Definition 1's improvement estimate from a primary result, and what "
+                 "it means for choosing FedSim over Top1Sim / AvgSim", aliases=["delta"])
     s.add_argument("--linkage-dir", required=True, help="the folder holding primary.npz")
     s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (0 = all K)")
 
@@ -336,6 +352,19 @@ def _missing(args) -> str | None:
     return None
 
 
+def _into_source(args) -> str | None:
+    """A result, secret or the service's data aimed into the project's source tree, named."""
+    from linkage.source_tree import inside_source
+
+    for name in ("out", "fetch", "data_dir", "secrets_dir", "record"):
+        target = getattr(args, name, None)
+        why = inside_source(Path(target)) if target else None
+        if why:
+            return (f"--{name.replace('_', '-')} {target}: {why}; use a work folder outside the source "
+                    "(git ignores work/ and runs/)")
+    return None
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") -> None:
     """Run one command. A bad command line exits 2 with the usage; a refused or failed operation
     raises SystemExit with "error: <reason>" (exit 1, the reason on stderr); success returns."""
@@ -347,7 +376,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") 
 
     private_umask()  # uploads, searches, results, secrets, fetched linkage: 0600 files in 0700 folders
     args = parser(prog).parse_args(argv)
-    problem = _missing(args)
+    problem = _missing(args) or _into_source(args)
     if problem:
         args.parser.error(problem)
     try:

@@ -32,30 +32,13 @@ def verify(args) -> bool | str:
     return args.ca_cert or True
 
 
-def read_identifiers(csv: str, columns: list[str], kind: str) -> np.ndarray:
+def read_identifiers(csv: str, columns: list[str], kind: str, missing: str = "refuse") -> np.ndarray:
     """One party's identifier columns from its CSV, checked: numbers (n, d) float64, or strings
-    normalised (linkage.strings.normalize_strings): (n,) for one column, (n, c) for several."""
-    import pandas as pd
+    read as text and normalised (linkage.strings.normalize_strings): (n,) for one column, (n, c)
+    for several. ``missing``: the rule for rows with a missing identifier (linkage_server.csv_ids)."""
+    from linkage_server.csv_ids import read_csv_identifiers
 
-    df = pd.read_csv(csv)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise LinkageError(f"{csv}: no column(s) {missing}; columns are {list(df.columns)}")
-    sub = df[columns]
-    bad = sub.isna().any(axis=1).to_numpy()
-    if bad.any():
-        raise LinkageError(f"{csv}: {int(bad.sum())} row(s) have a missing identifier in {columns} "
-                           f"(first rows: {np.flatnonzero(bad)[:5].tolist()})")
-    if kind == "strings":
-        from linkage.strings import normalize_strings
-
-        cols = [normalize_strings(sub[c].astype(str).tolist()) for c in columns]
-        return np.array(cols[0], dtype=str) if len(cols) == 1 else np.array(cols, dtype=str).T
-    text = [c for c in columns if not pd.api.types.is_numeric_dtype(sub[c])]
-    if text:
-        raise LinkageError(f"{csv}: identifier column(s) {text} hold text, not numbers: for text identifiers "
-                           f"(names, titles, addresses) use --kind strings")
-    return sub.to_numpy(dtype=np.float64)
+    return read_csv_identifiers(csv, columns, kind, missing).ids
 
 
 def client(args):
@@ -74,12 +57,28 @@ def identifiers(args) -> tuple[np.ndarray, str]:
     key = _key(args)
     if args.npy:
         return _npy_identifiers(args.npy, key)
-    ids = read_identifiers(args.csv, args.columns.split(","), args.kind)
+    ids, skipped = _csv_identifiers(args)
+    args.skipped = skipped
     if key is not None:  # private mode: the party encodes with the parties' shared key before uploading
         from linkage.encode import encode_with_key
 
         return encode_with_key(ids, key), identifier_digest(ids)
     return ids, ""
+
+
+def _csv_identifiers(args) -> tuple[np.ndarray, dict]:
+    """--csv's identifiers under --missing; what the rule did is said on stderr, the skipped rows
+    written to --skipped-out. Returns (identifiers, {"csv_rows", "skipped", "skipped_rows_file"})."""
+    from linkage_server.csv_ids import read_csv_identifiers, report, skipped_path, write_skipped
+
+    rule, columns = getattr(args, "missing", "refuse"), args.columns.split(",")
+    got = read_csv_identifiers(args.csv, columns, args.kind, rule)
+    out = write_skipped(args.csv, got.skipped, skipped_path(args.csv, getattr(args, "skipped_out", None))) \
+        if len(got.skipped) else None
+    said = report(got, args.csv, columns, rule, out)
+    if said:
+        print(said, file=sys.stderr)
+    return got.ids, {"csv_rows": got.rows, "skipped": len(got.skipped), "skipped_rows_file": str(out or "")}
 
 
 def _key(args) -> dict | None:
@@ -151,7 +150,8 @@ def cmd_encode(args) -> None:
     ids, raw = identifiers(args)
     out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
     write_atomic(Path(out), to_npy(ids))  # 0600: encoded or not, identifiers are the party's alone
-    record = {"raw_sha256": raw or identifier_digest(ids), "rows": len(ids), "key_fingerprint": fingerprint(args)}
+    record = {"raw_sha256": raw or identifier_digest(ids), "rows": len(ids), "key_fingerprint": fingerprint(args),
+              **getattr(args, "skipped", {})}  # --csv: its rows, and those --missing skip left out
     write_atomic(Path(out + SOURCE), json.dumps(record).encode())
     print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
 

@@ -313,6 +313,7 @@ class JobStore:
             searched = [anchor] if params.layout == "chain" else meta["secondaries"]
             total = len(chunks) * len(searched)
             steps = iter(range(1, total + 1))
+            self._update(job, progress={"done": 0, "total": total})  # the total known before the first chunk ends
 
             def tick() -> None:
                 self._tick(job, next(steps), total, carried + time.perf_counter() - t0)

@@ -48,5 +48,9 @@ class Bar:
         """A job status (GET /jobs/{job}) as the bar: its state, and its chunks done of total."""
         p = status.get("progress") or {}
         state = status["state"]
-        what = "waiting for the primary to start the job" if state == "created" else f"job {state}"
-        self.update(p.get("done", 0), p.get("total") or None, what)
+        what = {"created": "waiting for the primary to start the job",
+                "queued": "job queued: waiting for the service's worker"}.get(state, f"job {state}")
+        done, total = p.get("done", 0), p.get("total") or None
+        if state == "done" and not total:  # a secondary sees no counts (linkage_server.views): done is all
+            done, total = 1, 1
+        self.update(done, total, what)

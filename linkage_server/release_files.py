@@ -111,7 +111,7 @@ def privacy_report(skeleton: LinkageResult, files: dict[str, tuple[Path, Path]],
         counts[p] = np.zeros(len(row_of_token), np.int64)
         for _, tokens in npy_chunks(files[p][0], job.step):
             counts[p] += np.bincount(tokens.ravel(), minlength=len(row_of_token))
-        only = attacked_tokens(counts[p], p, row_of_token, len(ids[p]), MAX_TOKENS)
+        only = attacked_tokens(counts[p], p, row_of_token, len(ids[p]), MAX_TOKENS, job.secret)
         for lo, tokens in npy_chunks(files[p][0], job.step):
             keep[lo:lo + len(tokens)] |= np.isin(tokens, only).any(axis=1)
     rows = np.flatnonzero(keep)  # the records linked to an attacked token: every link the attacks read
@@ -119,7 +119,7 @@ def privacy_report(skeleton: LinkageResult, files: dict[str, tuple[Path, Path]],
                                     sims=_rows_of(files[p][1], rows, job.step)) if p in own else lk
              for p, lk in skeleton.primary.links.items()}
     restricted = dataclasses.replace(skeleton, primary=dataclasses.replace(skeleton.primary, links=links))
-    return report(restricted, query[rows], ids, job.metric, parties=parties, counts=counts)
+    return report(restricted, query[rows], ids, job.metric, parties=parties, counts=counts, secret=job.secret)
 
 
 def safe_privacy_report(skeleton: LinkageResult, files, query, ids: dict, job: Job, parties) -> dict:

@@ -59,6 +59,17 @@ class Worker:
                 self._active.add(job)
             try:
                 self.store.run(job)
+                _finished(self.store, job)
             finally:
                 with self._lock:
                     self._active.discard(job)
+
+
+def _finished(store, job: str) -> None:
+    """The service log's line for a job that ended (linkage_server.requestlog)."""
+    from linkage_server.requestlog import event
+
+    meta = store.meta(job)
+    if meta["state"] in ("done", "failed"):
+        error = f": {meta.get('error')}" if meta["state"] == "failed" else ""
+        event(f"job {job} finished: {meta['state']}{error} ({meta.get('searched_seconds', 0):.1f} s of search)")

@@ -42,6 +42,7 @@ from linkage_server.limits import BodySlots, Limits
 from linkage_server.params import FINGERPRINT_HEADER
 from linkage_server.queries import Queries, QueryLimits, fingerprint_of
 from linkage_server.ratelimit import AuthLimiter, RateLimited
+from linkage_server.requestlog import event, refused
 from linkage_server.uploads import UploadError
 
 
@@ -175,15 +176,18 @@ async def _received(store: JobStore, slots: BodySlots, cap: int, job: str, party
 def _error_handlers(app: FastAPI) -> None:
     """Refusals as JSON {detail}: a JobError's status, 422 for a bad upload, 429 + Retry-After."""
     @app.exception_handler(JobError)
-    async def job_error(_: Request, e: JobError):
+    async def job_error(request: Request, e: JobError):
+        refused(request.method, request.url.path, e.status, e.message)
         return JSONResponse({"detail": e.message}, status_code=e.status)
 
     @app.exception_handler(UploadError)
-    async def upload_error(_: Request, e: UploadError):
+    async def upload_error(request: Request, e: UploadError):
+        refused(request.method, request.url.path, 422, str(e))
         return JSONResponse({"detail": str(e)}, status_code=422)
 
     @app.exception_handler(RateLimited)
-    async def rate_limited(_: Request, e: RateLimited):
+    async def rate_limited(request: Request, e: RateLimited):
+        refused(request.method, request.url.path, 429, str(e))
         return JSONResponse({"detail": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
 
 
@@ -202,6 +206,7 @@ def _job_routes(app: FastAPI, store: JobStore, gate: Gate) -> None:
         except (ValueError, KeyError, TypeError) as e:
             raise JobError(422, f"expected JSON {{primary, secondaries: [...]}}: {e}") from None
         job, keys = store.create(primary, secondaries, body.get("duplicates", "allow"))
+        event(f"job {job} created: primary {primary!r}, secondaries {secondaries}")
         return {"job": job, "secrets": keys}
 
     @app.get("/jobs/{job}")
@@ -216,8 +221,11 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bod
         fingerprint = fingerprint_of(request.headers.get(FINGERPRINT_HEADER))  # optional: encoded uploads
         async with bodies(job, party, request) as body:
             # parsing, validation and the rename take seconds for a large upload: off the event loop
-            return await run_in_threadpool(lambda: store.upload(job, party, body, train_rows=train_rows,
-                                                                fingerprint=fingerprint))
+            got = await run_in_threadpool(lambda: store.upload(job, party, body, train_rows=train_rows,
+                                                               fingerprint=fingerprint))
+        event(f"job {job}: party {party!r} uploaded " + ("training rows" if train_rows else
+                                                          f"{got['rows']} {got['kind']} identifier row(s)"))
+        return got
 
     @app.put("/jobs/{job}/parties/{party}/identifiers")
     async def upload(job: str, party: str, request: Request) -> dict:
@@ -238,6 +246,7 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bod
             raise JobError(422, "expected a JSON object {metric, k, tau, pool, layout, anchor}")
         meta = store.start(job, JobParams.parse(body))
         worker.submit(job)
+        event(f"job {job} started by the primary (metric {meta['params'].get('metric')}, k {meta['params'].get('k')})")
         return store.public(meta, "primary", meta["primary"])
 
     @app.post("/jobs/{job}/cancel")
@@ -246,12 +255,15 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bod
         if seen["role"] == "secondary":
             raise JobError(403, "only the job's primary party or the service's admin may cancel it")
         meta = store.cancel(job, "the admin" if seen["role"] == "admin" else "the primary")
+        event(f"job {job} cancelled by {'the admin' if seen['role'] == 'admin' else 'the primary'}")
         return store.public(meta, seen["role"], seen["party"])
 
     @app.get("/jobs/{job}/parties/{party}/result")
     def result(job: str, party: str, request: Request):
         gate.party(request, job, party)
-        return FileResponse(store.result_path(job, party), media_type="application/octet-stream")
+        path = store.result_path(job, party)
+        event(f"job {job}: party {party!r} fetched its result")
+        return FileResponse(path, media_type="application/octet-stream")
 
 
 def _query_route(app: FastAPI, queries: Queries, gate: Gate, bodies) -> None:
@@ -263,6 +275,7 @@ def _query_route(app: FastAPI, queries: Queries, gate: Gate, bodies) -> None:
         async with bodies(job, meta["primary"], request) as body:
             # parsing, the search and the release take seconds for a large query: off the event loop
             data, budget = await run_in_threadpool(lambda: queries.answer(job, body, fingerprint))
+        event(f"job {job}: query answered ({budget['left']} of {budget['budget']} cells left)")
         return Response(data, media_type="application/octet-stream",
                         headers={"X-Query-Budget": str(budget["budget"]), "X-Query-Cells-Left": str(budget["left"])})
 

@@ -14,5 +14,5 @@ run_dir="$(python -m app.run_status folder "$base" "$*")"
 since="$(python -c 'import time; print(time.time())')"
 trap 'python -m deploy.localsim stop' EXIT   # flwr run leaves its local SuperLink running
 python -m deploy.localsim start               # started here: Flower gives it only 15 s (too few under load)
-flwr run . --stream --run-config "$base" --run-config "$*"
+flwr run . --stream --federation-config "$FEDERATION" --run-config "$base" --run-config "$*"
 python -m app.run_status check "$run_dir" --since "$since"

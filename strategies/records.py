@@ -29,6 +29,9 @@ class EpochRecord:
     eval_seconds: float = 0.0
     val: dict[str, float] = field(default_factory=dict)
     test: dict[str, float] = field(default_factory=dict)
+    # fedsim_attn: per secondary the mean attention weight by similarity rank and on the null slot
+    # (last), over (at most the first 2,000) validation records; {} otherwise (fedsim report plots it)
+    attention: dict[str, list[float]] = field(default_factory=dict)
 
 
 def best_epoch(records: list[EpochRecord], head: TaskHead) -> EpochRecord:

@@ -24,6 +24,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # in one chunk, and two long tests on one worker's tail set the suite's wall time.
 LONGEST_FIRST = (
     "tests/test_deploy.py::test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service",  # 258
+    "tests/test_predict_ea_flower.py::test_a_run_trained_through_flower_predicts_through_flower_as_it_evaluated",
+    # ^ 257 under load
     "tests/test_cli.py::test_train_predict_and_report_through_flower",  # 165
     "tests/test_deploy.py::test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one",  # 120
     "tests/test_entity_aug.py::test_flower_guest_timeout_falls_back_to_the_last_activation",  # 90

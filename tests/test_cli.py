@@ -41,10 +41,22 @@ def test_a_broken_config_exits_non_zero_naming_the_key_before_flower_starts(user
     assert not (user / "runs").exists() or not any((user / "runs").iterdir())
 
 
-def test_a_failed_run_exits_non_zero_with_its_error(user):
+def test_a_failed_run_exits_non_zero_with_its_error(user, monkeypatch, capsys):
     r = fedsim("train", *TINY, "--engine", "inprocess", "--run-name", "bad", "-c", "parties=shops",
-               "-c", "method=combine", cwd=user, timeout=300)  # combine needs true rows: the run fails
-    assert r.returncode == 1 and "run " in r.stderr and "failed" in r.stderr, (r.stdout, r.stderr)
+               "-c", "method=combine", cwd=user, timeout=300)  # combine needs true rows: refused before the run
+    assert r.returncode == 2 and "method 'combine' needs the true alignment" in r.stderr, (r.stdout, r.stderr)
+    assert not (user / "runs" / "bad" / "status.json").exists()
+    import app.vfl.inprocess
+    from fedsim.cli import main
+
+    def broken(*a, **k):
+        raise RuntimeError("a planted failure inside the run")
+
+    monkeypatch.chdir(user)
+    monkeypatch.setattr(app.vfl.inprocess, "build_strategy", broken)  # the run itself fails
+    assert main(["train", *TINY, "--engine", "inprocess", "--run-name", "bad", "-c", "parties=shops"]) == 1
+    err = capsys.readouterr().err
+    assert "run " in err and "failed" in err and "a planted failure inside the run" in err, err
     assert json.loads((user / "runs" / "bad" / "status.json").read_text())["state"] == "failed"
 
 
@@ -65,6 +77,8 @@ def test_train_predict_and_report_through_flower(user):
 
     ds = load_data(RunConfig(dataset="csv", data_dir=str(user / "data")))
     test = ds.split.test
+    split = pd.read_csv(run / "split.csv")  # issue 29: the split, recorded by the ServerApp too
+    assert np.array_equal(split.loc[split["part"] == "test", "row"], test) and summary["split"]["sizes"]["test"] == len(test)
     sales = pd.read_csv(user / "data" / "sales.csv").iloc[test].drop(columns=["price"])
     sales.assign(flat=[f"f{i}" for i in test]).to_csv(user / "new.csv", index=False)
     r = fedsim("predict", "runs/mine", "new.csv", "--out", "predictions.csv", "--id-column", "flat", "--explain",
@@ -90,7 +104,8 @@ def test_predict_refuses_a_run_that_did_not_finish_and_writes_nothing(user):
     (user / "predictions.csv").write_text("old\n")
     r = fedsim("predict", "runs/half", "new.csv", "--out", "predictions.csv", cwd=user, timeout=120)
     assert r.returncode == 1 and "did not start" in r.stderr, r.stderr
-    assert not (user / "predictions.csv").exists()  # an older output cannot pass for this one
+    # issue 29: an older output is kept byte for byte, and the failure says it is not this run's
+    assert (user / "predictions.csv").read_text() == "old\n" and "was left untouched" in r.stderr
 
 
 def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):

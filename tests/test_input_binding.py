@@ -23,13 +23,13 @@ def test_an_inf_feature_is_refused_naming_party_column_and_rows(tmp_path):
     shops = pd.read_csv(tmp_path / "shops.csv")
     shops.loc[[7, 30], "rent"] = [np.inf, -np.inf]
     shops.to_csv(tmp_path / "shops.csv", index=False)
-    with pytest.raises(DatasetError, match=r"party 'shops'.*feature column 'rent'.*non-finite.*first rows: \[7, 30\]"):
+    with pytest.raises(DatasetError, match=r"party 'shops'.*line 9, column 'rent': inf is not a finite number.*lines \[9, 32\]"):
         load_dataset("csv", tmp_path)
     from app.vfl.parties import (
         secondary_features,  # a deployed party reading its own CSV refuses it too
     )
 
-    with pytest.raises(DatasetError, match=r"party 'shops'.*'rent'.*non-finite"):
+    with pytest.raises(DatasetError, match=r"party 'shops'.*'rent'.*not a finite number"):
         secondary_features(RunConfig(dataset="csv", data_dir=str(tmp_path)), "shops")
 
 
@@ -38,7 +38,7 @@ def test_a_non_number_in_a_numeric_feature_is_refused_not_imputed(tmp_path):
     shops = pd.read_csv(tmp_path / "shops.csv").astype({"rent": object})
     shops.loc[4, "rent"] = "about 50"
     shops.to_csv(tmp_path / "shops.csv", index=False)
-    with pytest.raises(DatasetError, match=r"party 'shops'.*column 'rent' holds non-numbers.*'about 50'.*first rows: \[4\]"):
+    with pytest.raises(DatasetError, match=r"party 'shops'.*line 6, column 'rent': 'about 50' is not a number.*lines \[6\]"):
         load_dataset("csv", tmp_path)
 
 

@@ -15,6 +15,7 @@ import pytest
 from app.config import RunConfig
 from app.modes import run_experiment
 from datasets import DatasetError, load_dataset
+from datasets.options import DatasetOptions
 from datasets.overlap import HOST, entity_data, entity_overlap
 from linkage.contracts import DEFAULT_STRING_METRIC
 
@@ -258,3 +259,51 @@ def test_make_data_reproduces_the_shipped_example(name, tmp_path, monkeypatch):
     for f in shipped:
         assert (tmp_path / f).read_bytes() == (folder / f).read_bytes(), f
     assert sum(p.stat().st_size for p in EXAMPLES.rglob("*") if p.is_file()) < 500_000
+
+
+def test_the_run_folder_records_the_split_by_the_files_lines(tmp_path):
+    """split.csv names every primary row's part by its line in the user's file, so a user can
+    rebuild the run's train / validation / test sets for their own baseline (docs/own-data.md)."""
+    import hashlib
+    import json
+
+    cfg = RunConfig(dataset="csv", data_dir=str(EXAMPLES / "housing"), k=3, epochs=1, batch_size=64, n_rows=150,
+                    seed=3, out_dir=str(tmp_path / "runs"))
+    run_experiment(cfg, tmp_path / "run")
+    split = pd.read_csv(tmp_path / "run" / "split.csv")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (tmp_path / "run" / "split.csv").stat().st_mode & 0o777 == 0o600
+    assert summary["split"]["sha256"] == hashlib.sha256((tmp_path / "run" / "split.csv").read_bytes()).hexdigest()
+    assert "seed 3" in summary["split"]["rule"]
+    assert len(split) == 150 and set(split["part"]) == {"train", "val", "test"}
+    assert summary["split"]["sizes"] == {**split["part"].value_counts().to_dict(), "unused": 0}
+    assert split["source_line"].is_unique and split["source_line"].min() >= 2
+    ds = load_dataset("csv", EXAMPLES / "housing", DatasetOptions(seed=3, n_rows=150))
+    sales = pd.read_csv(EXAMPLES / "housing" / "sales.csv")  # the file's line L is data row L - 2
+    np.testing.assert_allclose(sales["price"].to_numpy()[split["source_line"] - 2], ds.labels, rtol=1e-6)
+    for part in ("train", "val", "test"):
+        assert np.array_equal(split.loc[split["part"] == part, "row"], getattr(ds.split, part))
+
+
+def test_fedsim_attn_records_its_attention_by_rank_and_report_plots_it(tmp_path):
+    """Issue 29: metrics.jsonl carries fedsim_attn's mean attention weight per similarity rank
+    (K + 1 numbers summing to 1, the null slot last); the paper's fedsim records none; `fedsim
+    report` draws it beside the weight gate."""
+    import json
+
+    from fedsim.report import one_run
+
+    base = dict(dataset="csv", data_dir=str(EXAMPLES / "housing"), k=4, epochs=2, batch_size=64, n_rows=200,
+                out_dir=str(tmp_path / "runs"))
+    run_experiment(RunConfig(**base, method="fedsim_attn"), tmp_path / "attn")
+    run_experiment(RunConfig(**base, method="fedsim"), tmp_path / "paper")
+    rows = [json.loads(line) for line in (tmp_path / "attn" / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        (weights,) = row["attention"].values()
+        assert len(weights) == 4 + 1 and abs(sum(weights) - 1) < 1e-4  # six-digit rounding of 5 numbers
+    assert all(json.loads(line)["attention"] == {}
+               for line in (tmp_path / "paper" / "metrics.jsonl").read_text().splitlines())
+    assert one_run(tmp_path / "attn") == 0 and one_run(tmp_path / "paper") == 0
+    for run in ("attn", "paper"):
+        assert (tmp_path / run / "learning_curve.png").stat().st_size > 0
+        assert (tmp_path / run / "weight_gate.png").stat().st_size > 0

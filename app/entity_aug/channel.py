@@ -74,6 +74,16 @@ class FlowerLink:
         got = self._ask_all("query.ea_embed", wire.ids_content(ids))
         return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
 
+    def keep(self, folder: str, epoch: int) -> None:
+        """Every guest keeps its state of ``epoch`` (just evaluated, the best so far) in its own folder."""
+        self._ask_all("query.ea_keep", named_content("ea_keep", run=run_name(Path(folder)), epoch=int(epoch)))
+
+    def embed_kept(self, run: str, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Predict: every guest's activations (q, c_p) of ``ids`` from the state it kept for ``run``
+        (plus the host's own block, in process, from the host's kept state)."""
+        got = self._ask_all("query.ea_embed_kept", wire.kept_request_content(run, ids))
+        return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
+
     def finish(self, folder: str) -> None:
         """Every guest saves its model into its own folder for the run (``folder`` = the host's
         run dir; only its name travels)."""

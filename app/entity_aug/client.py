@@ -2,7 +2,9 @@
 
 The guest's model, optimiser state and the ids of its last activation live in
 ``context.state`` between messages; registered in app/client_app.py as
-``query.ea_hello``, ``train.ea_step``, ``query.ea_embed`` and ``query.ea_finish``.
+``query.ea_hello``, ``train.ea_step``, ``query.ea_embed``, ``query.ea_keep`` (the state of a best
+epoch into the guest's own model folder) and ``query.ea_finish``; predict over Flower:
+``query.ea_predict_hello`` and ``query.ea_embed_kept`` (embeddings from the kept state).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 
 from app import messages, node
 from app.config import RunConfig
+from app.entity_aug.kept import load_guest_state, save_guest_state
 from app.entity_aug.parties import (
     PartyInputs,
     act_content,
     build_party,
     read_ids,
+    read_kept_request,
     read_request,
     reply_content,
     simulation_guest,
@@ -116,3 +120,37 @@ def finish(msg: Message, context: Context) -> Message:
     private_dir(folder)
     torch.save(party.model.state_dict(), folder / "model.pt")
     return Message(RecordDict(), reply_to=msg)
+
+
+def keep(msg: Message, context: Context) -> Message:
+    """The host's evaluation of ``epoch`` was the best so far: this guest's state as that
+    evaluation used it into its own model folder for the run (app/entity_aug/kept.py)."""
+    cfg = node_run_config(context)
+    got = messages.read_named(msg.content, "ea_keep", "query.ea_keep", names=("run",), ints=("epoch",))
+    party = restore(cfg, context)
+    save_guest_state(node.model_dir(cfg, context, got["run"], party.name), got["epoch"], party.model.state_dict(),
+                     party.x.cpu().numpy())
+    return Message(RecordDict(), reply_to=msg)
+
+
+def predict_hello(msg: Message, context: Context) -> Message:
+    """Predict's handshake: which guest this node plays (its kept state is read per request)."""
+    cfg = node_run_config(context)
+    messages.expect_fields(msg.content.config_records["ea_predict_hello"], set(), "query.ea_predict_hello")
+    return Message(RecordDict({"ea_predict_hello": ConfigRecord({"party": guest_name(cfg, context)})}), reply_to=msg)
+
+
+def embed_kept(msg: Message, context: Context) -> Message:
+    """Predict: the entities' activations from the state this guest kept for the run, over the
+    features it was trained on (refused by name when they changed), as training evaluated."""
+    cfg = node_run_config(context)
+    run, ids = read_kept_request(msg.content)
+    with torch_threads(1):
+        party = build_party(cfg, guest_name(cfg, context))
+        _, state = load_guest_state(node.model_dir(cfg, context, run, party.name), party.name, party.x.cpu().numpy())
+        party.model.load_state_dict(state)
+        n = party.x.shape[0]
+        if len(ids) and (ids.min() < 0 or ids.max() >= n):
+            raise ValueError(f"guest {party.name!r}: entity ids outside its 0..{n - 1}")
+        act = party.embed(ids)
+    return Message(act_content(act), reply_to=msg)

@@ -12,15 +12,19 @@ whose test metric the run reports) and what predict needs to rebuild the parties
     <run>/kept/<guest>.pt        each guest's local model (in process)
 
 The Keeper and the manifest's reading are both modes' (app/kept.py). Over Flower the
-host keeps its model and its own block; each guest would keep its own in its own folder, told
-by the host when an epoch is the best so far (not implemented yet: such a run's manifest says
-``"guest_states": "guests"`` and in-process predict refuses it by name).
+host keeps its model and its own block; each guest keeps its own in its own model folder
+(app/node.py model_dir; simulation: <out-dir>/<run>/<guest>/kept.pt), told by the host right
+after the evaluation of an epoch that is the best so far (``query.ea_keep``): the epoch, the
+state and a digest of the guest's features (:func:`save_guest_state`). Such a run's manifest
+says ``"guest_states": "guests"``; it predicts over Flower (app/entity_aug/predict_server.py:
+each guest embeds with its own kept state, ``query.ea_embed_kept``), not in process.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +32,8 @@ import torch
 
 from app import kept
 from app.kept import KEPT, KeptError
+from linkage.private import private_dir
+from linkage.store import write_atomic
 from datasets.overlap import HOST, EntityData
 from strategies.heads import TaskHead
 
@@ -79,6 +85,32 @@ def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
     folder, meta = Path(run_dir) / KEPT, read_manifest(run_dir)
     if meta["guest_states"] != "run":
         raise KeptError(f"run {Path(run_dir)} trained over Flower: each guest keeps its own state, so predicting "
-                        f"in process (which needs the guests {meta['guests']} here) cannot; predicting over Flower "
-                        "is to come")
+                        f"in process (which needs the guests {meta['guests']} here) cannot; predict it over Flower "
+                        "(`fedsim predict RUN ids.csv --out p.csv`, or `flwr run` with predict-run)")
     return meta, kept.load_states(folder, [HOST_MODEL, *map(state_name, meta["parties"])])
+
+
+GUEST_KEPT = "kept.pt"  # a guest's own kept state, in its model folder of the run
+
+
+def save_guest_state(folder: Path, epoch: int, state: dict[str, torch.Tensor], features: np.ndarray) -> None:
+    """A guest's state at the best epoch so far (replacing an earlier one), with the epoch and
+    the digest of the features it was trained on; 0600 in a 0700 folder, written atomically."""
+    private_dir(folder)
+    buf = io.BytesIO()
+    torch.save({"epoch": int(epoch), "features_sha256": features_digest(features),
+                "state": {k: v.detach().cpu().clone() for k, v in state.items()}}, buf)
+    write_atomic(Path(folder) / GUEST_KEPT, buf.getvalue())
+
+
+def load_guest_state(folder: Path, party: str, features: np.ndarray) -> tuple[int, dict[str, torch.Tensor]]:
+    """(epoch, state) a guest kept; refused by name when it kept none or its features changed."""
+    path = Path(folder) / GUEST_KEPT
+    if not path.exists():
+        raise KeptError(f"guest {party!r} keeps no model for this run ({path} is missing): it was trained in "
+                        "another place, or before guests kept their best epoch")
+    kept = torch.load(path, map_location="cpu", weights_only=True)
+    if kept["features_sha256"] != features_digest(features):
+        raise KeptError(f"guest {party!r}: its data changed since training (features digest differs); predict "
+                        "with the data the federation was trained on, or train again")
+    return int(kept["epoch"]), kept["state"]

@@ -23,6 +23,7 @@ from strategies.entity_aug.model import (
     EAHost,
     EAParty,
     EAPlan,
+    EntityAugError,
     Layer,
     PartyPlan,
     layers,
@@ -82,6 +83,45 @@ def ea_data(cfg: RunConfig) -> EntityData:
     ds = load_data(cfg)
     require_classification(ds.task, ds.name)
     return entity_data(ds)
+
+
+def ea_check(cfg: RunConfig) -> EntityData:
+    """The run's data with everything the ServerApp would refuse about it refused here, before
+    Flower starts (fedsim train's check()): a regression target, a dataset without entity ids,
+    ea-variant 'full' when the parties' ids leave training entities out, a party with no
+    training entity to iterate."""
+    data = ea_data(cfg)
+    aligned, shares = overlap_parts(cfg, data)
+    records = party_records(cfg.ea_variant, data.parties, data.split.train, aligned, shares)
+    empty = [p for p, r in records.items() if len(r) == 0]
+    if empty:
+        raise EntityAugError(f"dataset {data.name!r}: party {empty[0]!r} has no training entity to iterate in "
+                             f"ea-variant {cfg.ea_variant!r} (aligned training entities: {len(aligned)})")
+    return data
+
+
+def aligned_share(cfg: RunConfig, data: EntityData) -> tuple[float, str]:
+    """(the share of training entities every party holds, where it comes from): run-config
+    ``overlap`` for the built-in sets; the parties' entity ids (``overlap`` unused) otherwise."""
+    aligned, _ = overlap_parts(cfg, data)
+    source = "the parties' entity ids" if data.held is not None else "run-config overlap"
+    return len(aligned) / max(1, len(data.split.train)), source
+
+
+def evaluation_warnings(data: EntityData) -> list[str]:
+    """A validation or test set too small to rank epochs or variants (datasets/entity_ids.py eval_sizes)."""
+    from datasets.entity_ids import EVAL_WARN_BELOW
+
+    sizes = {"validation": len(data.split.val), "test": len(data.split.test)}
+    small = {k: v for k, v in sizes.items() if v < EVAL_WARN_BELOW}
+    if not small:
+        return []
+    n, n_eval = len(data.labels), len(data.split.val) + len(data.split.test)
+    why = (f" (the {n} entities' parties hold too few in common for 10% and 20% of them: evaluation needs "
+           "entities every party holds)" if data.held is not None and n_eval < 0.3 * n - 2
+           else f" (the dataset has {n} entities)")
+    return [f"{' and '.join(f'{k} has {v}' for k, v in small.items())} records, under {EVAL_WARN_BELOW}{why}: "
+            "metrics move in coarse steps, so early stopping and comparisons of variants are unreliable"]
 
 
 def steps_per_epoch(data: EntityData, settings: EASettings) -> int:
@@ -193,6 +233,20 @@ def ids_content(ids: np.ndarray) -> RecordDict:
 
 def read_ids(content: RecordDict) -> np.ndarray:
     return content.array_records["ea"]["ids"].numpy()
+
+
+def kept_request_content(run: str, ids: np.ndarray) -> RecordDict:
+    """query.ea_embed_kept: the run whose kept state embeds, and the entity ids (q,)."""
+    content = ids_content(ids)
+    content.config_records["ea_kept"] = ConfigRecord({"run": run})
+    return content
+
+
+def read_kept_request(content: RecordDict) -> tuple[str, np.ndarray]:
+    from app.messages import read_named
+
+    run = read_named(content, "ea_kept", "query.ea_embed_kept", names=("run",))["run"]
+    return run, read_ids(content)
 
 
 def act_content(act: np.ndarray) -> RecordDict:

@@ -11,6 +11,9 @@ from the run's config as training built them (app/entity_aug/parties.py), loaded
 kept states, and evaluated as training's evaluation does: each party embeds the ids with its
 local model (EAParty.embed over a LocalLink), the host runs its model in eval mode (EAHost.outputs).
 
+Over Flower (a run whose guests kept their own states) the host's side is
+app/entity_aug/predict_server.py, with the same checks and :func:`predicted`.
+
 Refused by name, before any output: a run that did not finish, no kept federation (or one whose
 guests kept their own states, over Flower), a party whose features changed since training, and
 entity ids that are not whole numbers, NaN, outside the run's entities or not held by every
@@ -108,7 +111,7 @@ def held_by_every_party(cfg: RunConfig, data: EntityData) -> dict[str, np.ndarra
     return held
 
 
-def _check_ids(ids: np.ndarray, cfg: RunConfig, data: EntityData) -> None:
+def check_ids(ids: np.ndarray, cfg: RunConfig, data: EntityData) -> None:
     n = len(data.labels)
     outside = (ids < 0) | (ids >= n)
     if outside.any():
@@ -123,24 +126,26 @@ def _check_ids(ids: np.ndarray, cfg: RunConfig, data: EntityData) -> None:
                         "aligned training entities")
 
 
-def _check_parties(meta: dict, data: EntityData) -> None:
-    """Every party's features must be the ones the federation was trained on."""
+def check_parties(meta: dict, data: EntityData, names: list[str] | None = None) -> None:
+    """Every party's (or those ``names``': the others check their own) features must be the ones
+    the federation was trained on."""
     if data.parties != meta["parties"]:
         raise KeptError(f"the run's parties are now {data.parties}; the federation was trained with {meta['parties']}")
-    for p, block in data.blocks.items():
-        if features_digest(block) != meta["features_sha256"][p]:
+    for p in data.parties if names is None else names:
+        if features_digest(data.blocks[p]) != meta["features_sha256"][p]:
             raise KeptError(f"party {p!r}: its data changed since training (features digest differs); predict "
                             "with the data the federation was trained on, or train again")
 
 
-def _rebuild(cfg: RunConfig, data: EntityData, meta: dict, states: dict):
-    """(host, LocalLink of every party) with the kept states, built as training built them."""
+def rebuild(cfg: RunConfig, data: EntityData, meta: dict, states: dict, local: list[str] | None = None):
+    """(host, LocalLink of every party, or of those ``local``) with the kept states, built as
+    training built them."""
     host = build_host(cfg, data)
     if host.head != TaskHead(**meta["head"]):
         raise KeptError(f"the run's labels now give the task head {host.head}; the federation was trained with "
                         f"{meta['head']}")
     host.model.load_state_dict(states[HOST_MODEL])  # built in the run's dtype first: no float32 round trip
-    parties = {p: build_party(cfg, p, data) for p in data.parties}
+    parties = {p: build_party(cfg, p, data) for p in (data.parties if local is None else local)}
     for p, party in parties.items():
         party.model.load_state_dict(states[state_name(p)])
     return host, LocalLink(parties)
@@ -153,17 +158,25 @@ def predict_ea_in_process(run_dir: Path, ids) -> EAPrediction:
     cfg = RunConfig(**meta["run"])
     data = ea_data(cfg)
     ids = user_entities(ids, data)
-    _check_parties(meta, data)
-    _check_ids(ids, cfg, data)
-    host, link = _rebuild(cfg, data, meta, states)
-    batch = ea_plan(cfg, data, ea_settings(cfg)).eval_batch  # evaluation's chunks (strategies.entity_aug.model.evaluate)
+    check_parties(meta, data)
+    check_ids(ids, cfg, data)
+    host, link = rebuild(cfg, data, meta, states)
     seconds = {"prepare": time.perf_counter() - t0, "embed": 0.0, "forward": 0.0}
+    return predicted(host, link.embed, ids, ea_plan(cfg, data, ea_settings(cfg)).eval_batch, meta, seconds)
+
+
+def predicted(host, embed, ids: np.ndarray, batch: int, meta: dict, seconds: dict[str, float]) -> EAPrediction:
+    """The host's outputs over ``embed(chunk)`` (party -> (b, c_p)) in evaluation's chunks of
+    ``batch`` (strategies.entity_aug.model.evaluate); ``seconds`` gains embed and forward."""
     outs = []
     with torch_threads(1):  # as training evaluated
         for i in range(0, len(ids), batch):
             t1 = time.perf_counter()
-            acts = link.embed(ids[i:i + batch])  # party -> (b, c_p)
+            acts = embed(ids[i:i + batch])  # party -> (b, c_p)
             t2 = time.perf_counter()
+            for p, a in acts.items():
+                if a.shape[0] != len(ids[i:i + batch]):
+                    raise KeptError(f"party {p!r} answered {a.shape[0]} activations for {len(ids[i:i + batch])} ids")
             outs.append(host.outputs(acts))  # (b, d_out)
             seconds["embed"] += t2 - t1
             seconds["forward"] += time.perf_counter() - t2

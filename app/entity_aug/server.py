@@ -24,11 +24,13 @@ from app.entity_aug.kept import HOST_MODEL, Keeper, state_name
 from app.entity_aug.parties import (
     EA_DEFAULTS,
     EASettings,
+    aligned_share,
     build_host,
     build_party,
     ea_data,
     ea_plan,
     ea_settings,
+    evaluation_warnings,
     overlap_parts,
     torch_threads,
 )
@@ -50,19 +52,25 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
     host = build_host(cfg, data)
     with RunRecord(out, engine) as record:
         record.write_config(cfg, settings, hyper)
+        record.write_split(data.split, len(data.labels), "seed %d: validation and test entities held out first among "
+                           "those every party holds, then the overlap applied to training (datasets/entity_ids.py, "
+                           "datasets/overlap.py)" % cfg.seed, entity_ids=data.entity_ids)
         record.start_progress(plan.epochs, phase="training")
         log(INFO, "[host] hyperparameters (value, source):\n%s", "\n".join(hyperparameter_lines(hyper)))
-        say("[host] entity-aug %s on %s: overlap %g (%d aligned of %d training entities), parties %s, batch %d, "
-            "%d epochs (patience %d) x %d steps, lr %g", cfg.ea_variant, data.name, cfg.overlap, len(aligned),
-            len(data.split.train), data.parties, settings.batch_size, plan.epochs, patience, plan.steps_per_epoch,
-            settings.lr)
+        share, source = aligned_share(cfg, data)
+        say("[host] entity-aug %s on %s: aligned share %.4g (%d of %d training entities, from %s), validation %d "
+            "and test %d entities (held by every party, none trained on), parties %s, batch %d, %d epochs "
+            "(patience %d) x %d steps, lr %g", cfg.ea_variant, data.name, share, len(aligned), len(data.split.train),
+            source, len(data.split.val), len(data.split.test), data.parties, settings.batch_size, plan.epochs,
+            patience, plan.steps_per_epoch, settings.lr)
         exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
         record.open_metrics(host.head)
         keeper, models = Keeper(host.head), kept_models(host, link)
 
         def on_epoch(rec: EpochRecord) -> None:
             record.epoch(rec, stale=dict(exchanger.queue.stale))
-            keeper.offer(rec, models)  # the states the evaluation just used
+            if keeper.offer(rec, models) and isinstance(link, FlowerLink):  # the states the evaluation just used
+                link.keep(str(out), rec.epoch)  # each guest keeps its own
             say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
                 rec.val, rec.test, exchanger.queue.stale, rec.seconds)
 
@@ -77,7 +85,7 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
             device=host.device, seconds=seconds, exchange=_exchange(link, exchanger),
             preprocessing=load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
             stopping=stopping(records, host.head, patience, plan.epochs, len(losses), plan.max_steps),
-            hyperparameters=hyper, constant_predictor=constant_predictor(
+            hyperparameters=hyper, extra_warnings=evaluation_warnings(data), constant_predictor=constant_predictor(
                 host.head, data.labels[data.split.train], data.labels[data.split.val]),
             **_ea_fields(cfg, data, aligned, shares, exchanger, len(losses)))
     say("[host] best epoch %d: val %s | test %s | stale %s; %s", summary["best_epoch"], summary["val"],
@@ -89,8 +97,11 @@ def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: 
 
 def _ea_fields(cfg: RunConfig, data: EntityData, aligned, shares, exchanger: Exchanger, n_steps: int) -> dict:
     """The mode's own summary fields: variant, overlap, entities per party, stale counts."""
-    return dict(ea_variant=cfg.ea_variant, overlap=cfg.overlap, guest_timeout=cfg.guest_timeout,
-                entities={"train": len(data.split.train), "aligned": len(aligned),
+    share, source = aligned_share(cfg, data)
+    return dict(ea_variant=cfg.ea_variant, overlap=cfg.overlap, aligned_share=share, aligned_share_from=source,
+                guest_timeout=cfg.guest_timeout,
+                entities={"train": len(data.split.train), "aligned": len(aligned), "val": len(data.split.val),
+                          "test": len(data.split.test),
                           "records_per_party": {p: len(r) for p, r in party_records(
                               cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
                 stale=dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
@@ -117,8 +128,8 @@ def ea_hyperparameters(cfg: RunConfig) -> tuple[EASettings, int, dict]:
 
 def kept_models(host: EAHost, link: FlowerLink | LocalLink) -> dict:
     """What this process keeps at the best epoch (state name -> module): the host's model and
-    its own block's always; the guests' only in process. Over Flower each guest would keep its
-    own (the hook: the host would tell them from on_epoch when keeper.offer returns True)."""
+    its own block's always; the guests' only in process. Over Flower each guest keeps its own
+    (told from on_epoch when keeper.offer returns True: FlowerLink.keep, ``query.ea_keep``)."""
     local = link.members if isinstance(link, LocalLink) else link.local.members
     return {HOST_MODEL: host.model, **{state_name(p): party.model for p, party in local.items()}}
 

@@ -123,6 +123,7 @@ def _experiment(cfg: RunConfig, out: Path) -> dict:
         log_hyperparameters("[inprocess]", hyper)
         seconds = Seconds()
         cfg, settings, ds, linkage, job, plan = _setup(cfg, None, seconds)
+        record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.seed), ds.source_rows, ds.entity_ids)
         strategy = build_strategy(ds, linkage, cfg, settings)
         parties = _local_parties(cfg, ds, job, linkage)
         record.open_metrics(strategy.head)

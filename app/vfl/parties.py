@@ -44,6 +44,14 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
     return link_and_report(ds, cfg, settings, report=False)[0]
 
 
+def require_linkable(ds: VFLDataset, cfg: RunConfig) -> None:
+    """What the linkage would refuse about the data for this run's method (also checked by
+    fedsim train before Flower starts): method 'combine' needs every record's true alignment."""
+    if cfg.method == "combine" and (not ds.true_match or any((r < 0).any() for r in ds.true_match.values())):
+        raise ValueError(f"method 'combine' needs the true alignment of every record, which dataset "
+                         f"{ds.name!r} does not have (synthetic sets only)")
+
+
 def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, report: bool = True,
                     max_tokens: int = 0) -> tuple[LinkageResult, dict | None]:
     """:func:`run_linkage`, and the job's privacy report (linkage.privacy) scored with both
@@ -54,9 +62,7 @@ def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, repor
 
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.method == "combine":
-            if not ds.true_match or any((r < 0).any() for r in ds.true_match.values()):
-                raise ValueError(f"method 'combine' needs the true alignment of every record, which dataset "
-                                 f"{ds.name!r} does not have (synthetic sets only)")
+            require_linkable(ds, cfg)
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             job = f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}"
             return link_known(ds.true_match, sizes, secret=service_secret(cfg, job), job_id=job), None
@@ -83,7 +89,8 @@ def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, repor
         from linkage.privacy import MAX_TOKENS, safe_report
 
         own = [min(ids)] if cfg.layout == "chain" and cfg.method != "exact" else None  # chain: the anchor's sims
-        return result, safe_report(result, primary, ids, metric, parties=own, max_tokens=max_tokens or MAX_TOKENS)
+        return result, safe_report(result, primary, ids, metric, parties=own, max_tokens=max_tokens or MAX_TOKENS,
+                                   secret=service_secret(cfg, result.primary.job_id))  # keys the attacked sample
 
 
 def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:

@@ -10,43 +10,66 @@ label's units; classification: the class) and, for classification, `p_<class>` p
 with --explain, per secondary and neighbour k = 1..K the opaque `token`, the noisy standardised
 `similarity` and the `weight` the paper's weight gate gave it; with method fedsim_attn also the
 `attention` weight of the improved model's branch on it, and `attention_null` on the null slot
-(a learned stand-in for "no good match"; per record the attention weights sum to 1). Exit 0 only with the output written; on any
-error, the reason on stderr, exit 1, and no output file at --out (an older one is removed, so
-it cannot pass for this run's).
+(a learned stand-in for "no good match"; per record the attention weights sum to 1). Exit 0 only
+with the output written; bad input is refused before anything runs (exit 2), a failure after
+that exits 1; the output replaces --out only when whole, so a failed predict leaves an older
+file there byte-identical and says so (app/predict_files.py). --skip-invalid: the records that
+cannot be predicted are left out and listed in <out stem>.skipped.csv.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from app.kept import KeptError, predict_command, read_manifest, write_csv
-from app.vfl.predict import Prediction, predict_in_process
+from app.predict_files import closing, kept_rows_input, left_note, run_to_output
+from app.run_status import require_finished
+from app.vfl.predict import Prediction, check_new, predict_in_process
+from datasets.base import DatasetError
+from datasets.cells import bad_rows, cell_problems, read_table, refuse_problems, row_reasons
 from datasets.csv_parties import normalized_strings
 from datasets.tables import read_identifiers, require_columns
 from datasets.transform import FeatureTransform
 
 
-def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore"):
-    """(keys (q,), features (q, d_P), identifiers, report) of the new records in ``path``."""
+def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore", skip: bool = False):
+    """(keys (q,), features (q, d_P), identifiers, report) of the new records in ``path``. A bad
+    cell (datasets/cells.py: a non-number in a numeric column, a missing identifier) is refused
+    by its line and the record's id; with ``skip`` its record is left out instead and listed in
+    ``report["skipped"]`` as (line, id, reason), as is (under ``unknown="refuse"``) one with an
+    unseen category."""
     meta = read_manifest(run_dir)
     primary = meta["primary"]
     if primary["features"] is None:
         raise KeptError(f"run {run_dir} (dataset {meta['dataset']!r}) recorded no feature preparation for its "
                         "primary; predict from a CSV needs a run of the `csv` dataset")
     transform = FeatureTransform.from_json(primary["features"])
-    df = pd.read_csv(path)
     where = f"new records {path}"
-    require_columns(df, [*primary["id_names"], *([id_column] if id_column else [])], where)
+    df = read_table(path, where, transform.numeric)
     names, kind = primary["id_names"], primary["id_kind"]
+    require_columns(df, [*names, *([id_column] if id_column else [])], where)
+    keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
+    problems = cell_problems(df, numeric=transform.numeric, identifiers=names, id_kind=kind)
+    skipped = []
+    if skip:
+        problems += transform.unseen(df) if unknown == "refuse" else []
+        bad, reasons = bad_rows(problems, len(df)), row_reasons(problems, df)
+        skipped = [(int(r) + 2, keys[r], reasons[int(r)]) for r in np.flatnonzero(bad)]
+        if bad.all():
+            first = f"; the first: line {skipped[0][0]}, {skipped[0][2]}" if skipped else ""
+            raise DatasetError(f"{where}: none of its {len(df)} record(s) can be predicted{first}")
+        df, keys = df[~bad].reset_index(drop=True), keys[~bad]
+    else:
+        refuse_problems(problems, df, path, "new records", keys if id_column else None)
     ids = read_identifiers(normalized_strings(df, names, where) if kind == "string" else df, names, kind, where)
     features, report = transform.apply(df, where, unknown)
-    keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
-    return keys, features, ids, report
+    return keys, features, ids, report | {"skipped": skipped}
 
 
 def read_arrays(path: Path, id_column: str = ""):
@@ -63,13 +86,13 @@ def read_arrays(path: Path, id_column: str = ""):
         return keys, z["features"], z["identifiers"], {}
 
 
-def read_input(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore"):
+def read_input(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore", skip: bool = False):
     """New records from a CSV of raw columns (:func:`read_new`) or an .npz of prepared arrays."""
     if not Path(path).exists():
         raise KeptError(f"new records: no file at {Path(path).resolve()}")
     if Path(path).suffix == ".npz":
         return read_arrays(path, id_column)
-    return read_new(run_dir, path, id_column, unknown)
+    return read_new(run_dir, path, id_column, unknown, skip)
 
 
 def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> pd.DataFrame:
@@ -92,6 +115,35 @@ def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> 
     return pd.DataFrame(cols)
 
 
+def flower_predict(run_dir: Path, new: Path, out: Path, *, id_column: str, unknown: str, skip: bool,
+                   start: Callable[[Path, Path, str], bool], who: str) -> int:
+    """A predict whose run reads its input itself (``start(input, partial output, id column)``,
+    through `flwr run`): the input is read and checked here first, as that run will read it (exit
+    2, nothing started), without the skipped records when ``skip``; then :func:`run_to_output`."""
+    made = None
+    try:
+        if Path(out).resolve() == Path(new).resolve():
+            raise ValueError(f"--out names the input {new}")
+        meta = read_manifest(run_dir)
+        keys, features, ids, report = read_input(run_dir, new, id_column, unknown, skip)
+        check_new(features, ids, meta)
+        run_input, run_id_column = Path(new).resolve(), id_column
+        if report.get("skipped"):
+            made, run_id_column = kept_rows_input(new, report["skipped"], id_column, Path(out).resolve())
+            run_input = made
+    except Exception as exc:  # bad input: named, and nothing started
+        print(f"{who}: {type(exc).__name__}: {exc}{left_note(out)}", file=sys.stderr)
+        return 2
+    try:
+        code = run_to_output(out, lambda partial: start(run_input, partial, run_id_column))
+    finally:
+        if made is not None:
+            made.unlink(missing_ok=True)
+    if code == 0:
+        print(closing(out, len(keys), meta["best_epoch"], report, skip, id_column))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
@@ -101,18 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
     ap.add_argument("--unknown", choices=("ignore", "refuse"), default="ignore",
                     help="a category not seen in training: no one-hot feature set (ignore), or an error")
+    ap.add_argument("--skip-invalid", action="store_true",
+                    help="leave out the records that cannot be predicted and list them in <out stem>.skipped.csv")
     args = ap.parse_args(argv)
 
-    def predict() -> str:
-        keys, features, ids, report = read_input(args.run_dir, args.new, args.id_column, args.unknown)
+    def check() -> None:
+        require_finished(args.run_dir)
+        read_manifest(args.run_dir)
+
+    def read():
+        return read_input(args.run_dir, args.new, args.id_column, args.unknown, args.skip_invalid)
+
+    def predict(data) -> str:
+        keys, features, ids, report = data
         pred = predict_in_process(args.run_dir, features, ids, explain=args.explain)
         write_csv(table(keys, args.id_column, pred, args.explain), args.out)
-        for what, counts in report.items():
-            if counts:
-                print(f"note: {what.replace('_', ' ')}: {counts}", file=sys.stderr)
-        return f"{len(keys)} predictions (best epoch {pred.best_epoch}) -> {args.out}"
+        return closing(args.out, len(keys), pred.best_epoch, report, args.skip_invalid, args.id_column)
 
-    return predict_command(args.out, args.new, "NEW.csv", predict)
+    return predict_command(args.out, args.new, "NEW.csv", predict, read, check)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ records, links them, asks each secondary for the embeddings of its tokens from t
 party kept for the run (``query.embed_kept``, answered from the party's own folders), and
 forwards them through its own kept model, gates and head: the evaluation's code
 (app/vfl/predict.py). The output is a CSV written whole or not at all; an older file at the
-output path is removed first, so a failed predict never leaves one that looks current.
+output path is removed first, so a failed predict never leaves one that looks current (`flwr
+run` exits 0 even when the ServerApp fails). `fedsim predict` and `python -m deploy predict`
+check the input before they start Flower and give it a fresh output name, renamed over --out
+only when whole, so there a failed predict keeps the older file (app/predict_files.py).
 
 Linkage: ``predict-linkage`` names the linkage service's answer to the primary's query
 (``python -m linkage_server query``; deployment); without it the run's in-process service links

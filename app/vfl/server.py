@@ -64,6 +64,7 @@ def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunSt
         log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
         log_hyperparameters("[primary]", hyper)
         ds, seconds = _load(cfg)
+        record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.seed), ds.source_rows, ds.entity_ids)
         linkage, channel, seconds.linkage, privacy = _connect(grid, ds, cfg, settings)
         if channel is not None:
             links.callback(channel.close)  # a direct transport's links close with the run, however it ends

@@ -84,6 +84,20 @@ class FedSimStrategy:
         weights = self.model.attention_weights(self.x[rows], *self._looked_up(rows, lookup))
         return {p: w.cpu().numpy() for p, w in weights.items()}
 
+    def attention_by_rank(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]
+                          ) -> dict[str, list[float]]:
+        """fedsim_attn, per secondary: the mean weight over ``rows`` of the neighbour of each
+        similarity rank (1 .. K, most similar first) and of the null slot (last), K + 1 numbers
+        summing to 1; {} for the other methods (no attention)."""
+        if not self.model.cfg.attention or not len(rows):
+            return {}
+        out = {}
+        for p, w in self.attention(rows, lookup).items():  # (B, K + 1), the linkage's order
+            order = np.argsort(-self.sims["all" if "all" in self.sims else p][rows], axis=1, kind="stable")  # (B, K)
+            ranked = np.concatenate([np.take_along_axis(w[:, :-1], order, 1), w[:, -1:]], axis=1)  # (B, K + 1)
+            out[p] = [round(float(v), 6) for v in ranked.mean(axis=0)]
+        return out
+
     def _looked_up(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]):
         """(emb, index, sims) of ``rows`` with each party's embeddings taken from ``lookup``."""
         tokens = self.needs(rows)

@@ -27,6 +27,8 @@ from strategies.schedule import epoch_batches, windows
 from strategies.vfl.channel import SecondaryChannel
 from strategies.vfl.fedsim import FedSimStrategy, GradBlock
 
+ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank record averages over (one forward)
+
 
 @dataclass
 class TrainPlan:
@@ -163,6 +165,7 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         rec.exchanges += n_eval
         rec.val = evaluate(strategy, lookup, val_rows, plan)
         rec.test = evaluate(strategy, lookup, test_rows, plan)
+        rec.attention = strategy.attention_by_rank(val_rows[:ATTENTION_ROWS], lookup)
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)

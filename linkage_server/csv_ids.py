@@ -1,0 +1,125 @@
+"""A party's identifier columns read from its CSV under the missing-identifier rule (``--missing``).
+
+A cell is missing when it is empty: NaN for numbers; for strings, empty or only whitespace (read
+as text from the start, ``dtype=str`` with no NA words, so "02134" stays "02134" and a surname
+"Na" or "null" stays a name). The rule for a row with a missing identifier:
+
+- ``refuse`` (the default): nothing is uploaded; the error counts the rows, names their lines
+  and the two other choices. The parties' own training (datasets/tables.py) refuses the same
+  rows, and a default that dropped or blanked rows would change what is linked unseen.
+- ``skip``: the row is left out. The linkage then indexes the rows that remain, in the file's
+  order: exactly the linkage of the CSV with those rows deleted (its rows are the rows a run
+  trains on). The skipped rows are written, with their line numbers, to a CSV of their own.
+- ``empty`` (strings only): a missing cell is an empty string, so a record still links by its
+  other columns; a row whose every identifier is missing has nothing to link by and is skipped
+  as under ``skip``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from linkage.contracts import LinkageError
+
+MISSING_RULES = ("refuse", "skip", "empty")
+
+
+@dataclass(frozen=True)
+class CsvIdentifiers:
+    """The identifiers of the rows kept, and which data rows (0-based, header excluded) were left out."""
+
+    ids: np.ndarray
+    skipped: np.ndarray  # (s,) int64 data rows left out
+    empty_cells: int  # missing cells linked as empty strings (rule "empty")
+    rows: int  # data rows in the CSV
+
+
+def lines(rows: np.ndarray) -> list[int]:
+    """1-based line numbers of data rows (the header is line 1; one line per record)."""
+    return (np.asarray(rows, dtype=np.int64) + 2).tolist()
+
+
+def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(identifiers (n, c): normalised strings or float64 numbers, missing cells (n, c) bool)."""
+    import pandas as pd
+
+    header = list(pd.read_csv(csv, nrows=0).columns)
+    absent = [c for c in columns if c not in header]
+    if absent:
+        raise LinkageError(f"{csv}: no column(s) {absent}; columns are {header}")
+    if kind == "strings":
+        from linkage.strings import normalize_strings
+
+        df = pd.read_csv(csv, usecols=columns, dtype=str, keep_default_na=False)
+        table = np.array([normalize_strings(df[c].tolist()) if len(df) else [] for c in columns], dtype=str)
+        table = table.reshape(len(columns), len(df)).T
+        return table, table == ""
+    df = pd.read_csv(csv, usecols=columns)
+    text = [c for c in columns if not pd.api.types.is_numeric_dtype(df[c])]
+    if text:
+        raise LinkageError(f"{csv}: identifier column(s) {text} hold text, not numbers: for text identifiers "
+                           f"(names, titles, addresses) use --kind strings")
+    values = df[columns].to_numpy(dtype=np.float64)
+    return values, np.isnan(values)
+
+
+def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str = "refuse") -> CsvIdentifiers:
+    """One party's identifier columns from its CSV under the rule ``missing``: numbers (n, d)
+    float64, or normalised strings, (n,) for one column and (n, c) for several."""
+    if missing not in MISSING_RULES:
+        raise LinkageError(f"--missing must be one of {MISSING_RULES}, got {missing!r}")
+    if missing == "empty" and kind != "strings":
+        raise LinkageError("--missing empty is for --kind strings (a number cannot be empty): use --missing skip "
+                           "to leave out the rows with a missing number, or fill them")
+    table, cells = _table(csv, columns, kind)
+    if len(table) == 0:
+        raise LinkageError(f"{csv}: no rows below its header: nothing to link")
+    bad = cells.all(axis=1) if missing == "empty" else cells.any(axis=1)
+    skipped = np.flatnonzero(bad)
+    if missing == "refuse" and len(skipped):
+        shown = ", ".join(map(str, lines(skipped[:10]))) + (", ..." if len(skipped) > 10 else "")
+        raise LinkageError(
+            f"{csv}: {len(skipped)} row(s) have a missing identifier in {columns} (lines {shown}); nothing was "
+            f"uploaded or written. Choose what to do with them: --missing skip (leave them out; the linkage then "
+            f"indexes the rows that remain, as if they were deleted from the file) or, for --kind strings, --missing "
+            f"empty (a missing cell is an empty string; a row with every identifier missing is left out)")
+    if len(skipped) == len(table):
+        raise LinkageError(f"{csv}: every one of its {len(table)} row(s) has a missing identifier in {columns}: "
+                           "nothing to link")
+    kept = table[~bad]
+    ids = kept[:, 0] if kind == "strings" and len(columns) == 1 else kept
+    return CsvIdentifiers(ids, skipped.astype(np.int64), int(cells[~bad].sum()), len(table))
+
+
+def write_skipped(csv: str, skipped: np.ndarray, out: Path) -> Path:
+    """The skipped rows of ``csv`` as they are in it (every column, as text), after their line number."""
+    import pandas as pd
+
+    from linkage.store import write_atomic
+
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False).iloc[skipped]
+    df.insert(0, "csv_line", lines(skipped))
+    write_atomic(Path(out), df.to_csv(index=False).encode())  # 0600: the party's own records
+    return Path(out)
+
+
+def skipped_path(csv: str, given: str | None) -> Path:
+    """Where the skipped rows go: ``--skipped-out``, else ``<csv stem>.skipped.csv`` in the working folder."""
+    return Path(given) if given else Path(f"{Path(csv).stem}.skipped.csv")
+
+
+def report(got: CsvIdentifiers, csv: str, columns: list[str], rule: str, out: Path | None) -> str:
+    """What the rule did, in one line for stderr ("" when every row was read as it is)."""
+    parts = []
+    if got.empty_cells:
+        parts.append(f"{got.empty_cells} missing identifier(s) in {columns} treated as empty")
+    if len(got.skipped):
+        shown = ", ".join(map(str, lines(got.skipped[:10]))) + (", ..." if len(got.skipped) > 10 else "")
+        why = "every identifier missing" if rule == "empty" else "a missing identifier"
+        parts.append(f"skipped {len(got.skipped)} row(s) with {why}: lines {shown} (written to {out}); the linkage "
+                     f"indexes the {len(got.ids)} rows that remain, in the file's order: train on {Path(csv).name} "
+                     "without them")
+    return f"{csv}: " + "; ".join(parts) if parts else ""
