@@ -34,13 +34,16 @@ def header(path: Path, where: str) -> list[str]:
     return list(pd.read_csv(path, nrows=0).columns)
 
 
-def read_table(path: Path, where: str, numeric: Sequence[str] = ()) -> pd.DataFrame:
+def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequence[str] = ()) -> pd.DataFrame:
     """The CSV at ``path``; in the ``numeric`` columns only a blank cell is missing (NaN), so a
-    word such as 'n/a' stays text for :func:`cell_problems` to refuse."""
+    word such as 'n/a' stays text for :func:`cell_problems` to refuse; the ``text`` columns (string
+    identifiers) are read as text from the start ("02134" stays "02134"), only a blank cell
+    missing (a surname 'NA' is a name), as the linkage service's parties read them
+    (linkage_server/csv_ids.py)."""
     path = Path(path).absolute()
-    columns, numeric = header(path, where), set(numeric)
-    na = {c: [""] if c in numeric else list(STR_NA_VALUES) for c in columns}
-    return pd.read_csv(path, keep_default_na=False, na_values=na)
+    columns, blank_only = header(path, where), set(numeric) | set(text)
+    na = {c: [""] if c in blank_only else list(STR_NA_VALUES) for c in columns}
+    return pd.read_csv(path, keep_default_na=False, na_values=na, dtype={c: str for c in text if c in columns})
 
 
 def cell_problems(df: pd.DataFrame, *, numeric: Sequence[str] = (), identifiers: Sequence[str] = (),

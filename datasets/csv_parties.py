@@ -125,7 +125,10 @@ def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataF
     from linkage.strings import normalize_strings
 
     for col in ids:
-        if pd.api.types.is_numeric_dtype(df[col]):
+        text = df[col].dropna().astype(str)
+        decimals = len(text) and pd.to_numeric(text, errors="coerce").notna().all() and text.str.contains(
+            r"[.eE]").any()  # read as text: codes such as "02134" are strings, decimal numbers are not
+        if pd.api.types.is_numeric_dtype(df[col]) or decimals:
             raise DatasetError(f"{where}: kind 'string' but identifier column {col!r} holds numbers; "
                                "use kind = 'numeric'")
     return df.assign(**{col: [normalize_strings([s])[0] if isinstance(s, str) else None for s in df[col]]
@@ -139,9 +142,13 @@ def read_csv(path: Path, where: str, party: dict | None = None, label: str | Non
         return read_table(path, where)
     columns = header(path, where)
     numeric = _roles(columns, party, label, where)[1] if set(_roles_ids(party)) <= set(columns) else []
-    df = read_table(path, where, numeric)
+    text = _roles_ids(party) if party.get("kind") == "string" else []  # declared: read as text
+    df = read_table(path, where, numeric, text)
     refuse_text(df, numeric, where)
-    refuse_problems(cell_problems(df, numeric=numeric), df, path, where.split(" (")[0])
+    ids = [c for c in _roles_ids(party) if c]  # a missing identifier named by its file line too (issue 29)
+    kind = party.get("kind") or ("string" if "identifiers" not in party and not all(  # as read_party infers it
+        pd.api.types.is_numeric_dtype(df[c]) for c in ids if c in df) else "numeric")
+    refuse_problems(cell_problems(df, numeric=numeric, identifiers=ids, id_kind=kind), df, path, where.split(" (")[0])
     return df
 
 

@@ -82,7 +82,8 @@ def command(args: argparse.Namespace) -> int:
         from app.entity_aug.predict import main as ea_main
 
         return ea_main([str(args.run_dir), "--ids", str(args.new), "--out", str(args.out),
-                        *(["--ids-column", args.id_column] if args.id_column else [])])
+                        *(["--ids-column", args.id_column] if args.id_column else []),
+                        *(["--skip-invalid"] if args.skip_invalid else [])])
     if meta.get("secondary_states", "run") != "parties":
         from app.vfl.predict_csv import main as in_process
 

@@ -16,12 +16,31 @@ from fedsim.watch import tail, watch
 
 def fedsim_predict(meta: dict, args) -> int:
     """`fedsim predict RUN IDS --out P` of a run trained through `flwr run` (its options ``args``):
-    :func:`simulate`; a deployment is refused by name (`fedsim deploy` runs FedSim's parties)."""
+    the ids screened here first (exit 2 naming them, or with --skip-invalid left out and listed),
+    then :func:`simulate`; a deployment is refused by name (`fedsim deploy` runs FedSim's parties)."""
+    from app.entity_aug.predict_ids import read_screened
+    from app.predict_files import kept_rows_input, left_note, write_skipped
+
     if args.deployment:
         print("fedsim predict: Entity Augmentation on a deployment is not supported (`fedsim deploy` runs "
               "FedSim's parties); predict a run trained in simulation, without --deployment", file=sys.stderr)
-        return 1
-    return simulate(args.run_dir, args.new, args.out, args.id_column, meta, args.timeout)
+        return 2
+    column = args.id_column or "entity"
+    try:
+        _, skipped = read_screened(args.run_dir, args.new, column, args.skip_invalid)
+    except Exception as e:  # noqa: BLE001 - bad ids, named before Flower starts
+        print(f"fedsim predict: refused: {type(e).__name__}: {e}{left_note(args.out)}", file=sys.stderr)
+        return 2
+    copy = kept_rows_input(args.new, skipped, column, args.out)[0] if skipped else None
+    try:
+        code = simulate(args.run_dir, copy or args.new, args.out, args.id_column, meta, args.timeout)
+    finally:
+        if copy is not None:
+            copy.unlink(missing_ok=True)
+    told = write_skipped(args.out, skipped, column) if code == 0 and args.skip_invalid else ""
+    if told:
+        print(told, file=sys.stderr)
+    return code
 
 
 def simulate(run_dir: Path, new: Path, out: Path, id_column: str, meta: dict, timeout: float) -> int:

@@ -356,7 +356,9 @@ def _into_source(args) -> str | None:
     """A result, secret or the service's data aimed into the project's source tree, named."""
     from linkage.source_tree import inside_source
 
-    for name in ("out", "fetch", "data_dir", "secrets_dir", "record"):
+    if getattr(args, "missing", "refuse") != "refuse" and getattr(args, "csv", None) and not args.skipped_out:
+        args.skipped_out = f"{Path(args.csv).stem}.skipped.csv"  # the default, checked like the others
+    for name in ("out", "fetch", "data_dir", "secrets_dir", "record", "skipped_out"):
         target = getattr(args, name, None)
         why = inside_source(Path(target)) if target else None
         if why:

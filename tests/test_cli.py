@@ -129,10 +129,21 @@ def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = pd.read_csv(tmp_path / "p.csv")
     assert list(out["image_id"]) == list(ids) and [f"p_{c}" for c in range(10)] == list(out.columns[2:])
-    only_one = np.flatnonzero(~ea.held["left"])[:1]  # an entity the left guest lacks
-    pd.DataFrame({"image_id": ea.entity_ids[only_one]}).to_csv(tmp_path / "ids.csv", index=False)
+    lacking = str(ea.entity_ids[np.flatnonzero(~ea.held["left"])[0]])  # an entity the left guest lacks
+    pd.DataFrame({"image_id": [ids[0], lacking]}).to_csv(tmp_path / "ids.csv", index=False)
+    before = (tmp_path / "p.csv").read_bytes()
     r = fedsim("predict", "runs/ea", "ids.csv", "--out", "p.csv", "--id-column", "image_id", cwd=tmp_path, timeout=300)
-    assert r.returncode == 1 and "not held by every party" in r.stderr and not (tmp_path / "p.csv").exists()
+    # issue 29: refused as bad input (exit 2) by the user's own id and line, the older output kept
+    assert r.returncode == 2, r.stderr
+    assert f"{lacking!r} (line 3): not held by every party (missing at left)" in r.stderr, r.stderr
+    assert (tmp_path / "p.csv").read_bytes() == before and "left untouched" in r.stderr
+    r = fedsim("predict", "runs/ea", "ids.csv", "--out", "p.csv", "--id-column", "image_id", "--skip-invalid",
+               cwd=tmp_path, timeout=300)
+    assert r.returncode == 0 and "skipped 1 record(s)" in r.stderr, r.stdout + r.stderr
+    assert pd.read_csv(tmp_path / "p.csv", dtype=str)["image_id"].tolist() == [str(ids[0])]
+    skipped = pd.read_csv(tmp_path / "p.skipped.csv", dtype=str)
+    assert skipped.to_dict("records") == [{"line": "3", "image_id": lacking,
+                                           "reason": "not held by every party (missing at left)"}]
 
 
 def test_link_two_string_columns_with_a_normalised_scorer_through_a_real_service(tmp_path):

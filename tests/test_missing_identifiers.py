@@ -135,9 +135,10 @@ def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_p
                   str(tmp_path / f"{tag}-p-skipped.csv"), "--start", "--k", "3", "--fetch", str(tmp_path / tag))
             party("s", "fetch", "--out", str(tmp_path / tag))
         party = _job(url, tmp_path, "empty")
-        party("s", "link", "--csv", str(tmp_path / "s.csv"), *ids, "--missing", "empty")  # row 44: both empty
-        got = party("p", "link", "--csv", str(tmp_path / "p.csv"), *ids, "--missing", "empty", "--start", "--k", "3",
-                    "--fetch", str(tmp_path / "empty"))
+        party("s", "link", "--csv", str(tmp_path / "s.csv"), *ids, "--missing", "empty", "--skipped-out",
+              str(tmp_path / "empty-s-skipped.csv"))  # row 44: both names empty
+        got = party("p", "link", "--csv", str(tmp_path / "p.csv"), *ids, "--missing", "empty", "--skipped-out",
+                    str(tmp_path / "empty-p-skipped.csv"), "--start", "--k", "3", "--fetch", str(tmp_path / "empty"))
         assert "2 missing identifier(s) in ['first', 'last'] treated as empty; skipped 1 row(s) with every " \
                "identifier missing: lines 19" in got.stderr
         party("s", "fetch", "--out", str(tmp_path / "empty"))

@@ -206,7 +206,27 @@ def test_several_string_identifier_columns_load_as_n_by_c(tmp_path):
     p = pd.read_csv(tmp_path / "p.csv")
     p.loc[3, "city"] = None
     p.to_csv(tmp_path / "p.csv", index=False)
-    with pytest.raises(DatasetError, match=r"1 row\(s\) with NaN/empty identifiers \['name', 'city'\] \(column 'city'"):
+    with pytest.raises(DatasetError, match=r"p.csv, line 5, column 'city': an empty cell is no identifier"):
+        load_dataset("csv", tmp_path)
+
+
+def test_string_identifiers_are_read_as_text_in_training_as_in_linkage(tmp_path):
+    """Issue 29: with kind "string" a zip code "02134" stays "02134" (not 2134, which training
+    refused as "holds numbers") and a surname "NA" is a name, as `fedsim link --kind strings`
+    reads them (linkage_server/csv_ids.py); only a blank cell is a missing identifier."""
+    write_strings(tmp_path)
+    p = pd.read_csv(tmp_path / "p.csv")
+    p["name"], p["city"] = ["NA", "Null"] * 20, ["02134", "00501"] * 20
+    p.to_csv(tmp_path / "p.csv", index=False)
+    s = pd.read_csv(tmp_path / "s.csv")
+    s["title"], s["town"] = "na", ["02134", "00501"] * 4
+    s.to_csv(tmp_path / "s.csv", index=False)
+    ds = load_dataset("csv", tmp_path)
+    assert ds.primary.identifiers[:2].tolist() == [["na", "02134"], ["null", "00501"]]
+    assert ds.secondaries["s"].identifiers[0].tolist() == ["na", "02134"]
+    p.loc[6, "city"] = None  # a blank cell: a missing identifier, named by its file line (header = 1)
+    p.to_csv(tmp_path / "p.csv", index=False)
+    with pytest.raises(DatasetError, match=r"p.csv, line 8, column 'city': an empty cell is no identifier"):
         load_dataset("csv", tmp_path)
 
 

@@ -185,8 +185,9 @@ def test_the_command_writes_the_csv_or_nothing(trained_run, run, tmp_path, capsy
     np.testing.assert_array_equal(got[[f"p_{c}" for c in range(10)]].to_numpy(want.proba.dtype), want.proba)
     pd.DataFrame({"id": [*test, 300]}).to_csv(ids, index=False)
     before = out.read_bytes()
-    assert main([str(run), "--ids", str(ids), "--ids-column", "id", "--out", str(out)]) != 0
+    assert main([str(run), "--ids", str(ids), "--ids-column", "id", "--out", str(out)]) == 2
     err = capsys.readouterr().err  # issue 29: the older output stays byte for byte, and the message says so
-    assert "not entities of the run" in err and "was left untouched" in err and out.read_bytes() == before
+    assert "'300' (line 6): not an entity of the run (0..299)" in err, err
+    assert "was left untouched" in err and out.read_bytes() == before
     assert main([str(run), "--ids", str(ids), "--out", str(ids)]) == 2
     assert "--out names the input file" in capsys.readouterr().err and ids.exists()

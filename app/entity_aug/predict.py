@@ -17,11 +17,13 @@ app/entity_aug/predict_server.py, with the same checks and :func:`predicted`.
 Refused by name, before any output: a run that did not finish, no kept federation (or one whose
 guests kept their own states, over Flower), a party whose features changed since training, and
 entity ids that are not whole numbers, NaN, outside the run's entities or not held by every
-party. Repeated ids are fine: each row is predicted on its own (no batch statistics in eval mode).
+party (named by the user's ids and lines: app/entity_aug/predict_ids.py; exit 2, or with
+--skip-invalid left out and listed). Repeated ids are fine: each row is predicted on its own (no
+batch statistics in eval mode).
 
 The CSV has the id column, ``prediction`` (the class) and ``p_<class>`` per class. Exit 0 only
-with the output written; on any error the reason on stderr, exit 1, and no output file at --out
-(an older one is removed, so it cannot pass for this run's).
+with the output written; bad input exits 2, a failure 1, and an older file at --out is left
+byte-identical (app/predict_files.py states the rule).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from app.config import RunConfig
 from app.entity_aug.kept import HOST_MODEL, features_digest, load_kept, state_name
 from app.kept import KeptError, predict_command, write_csv
 from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, overlap_parts, torch_threads
+from app.entity_aug.predict_ids import read_screened
+from app.predict_files import write_skipped
 from app.run_status import require_finished
 from datasets.base import require_columns
 from datasets.overlap import EntityData
@@ -216,16 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ids", type=Path, required=True, help="CSV with a column of entity ids")
     ap.add_argument("--ids-column", default="entity", help="the column of --ids holding the entity ids")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--skip-invalid", action="store_true", help="predict the ids the run can; list the others in "
+                    "<out stem>.skipped.csv (line, id, reason)")
     args = ap.parse_args(argv)
 
-    def predict() -> str:
-        declared = ea_data(RunConfig(**load_kept(args.run_dir)[0]["run"])).entity_ids is not None
-        ids = read_ids(args.ids, args.ids_column, declared)
+    def predict(screened) -> str:
+        ids, skipped = screened
         pred = predict_ea_in_process(args.run_dir, ids)
         write_csv(table(ids, args.ids_column, pred), args.out)
+        told = write_skipped(args.out, skipped, args.ids_column) if args.skip_invalid else ""
+        if told:
+            print(told, file=sys.stderr)
         return f"{len(ids)} predictions (best epoch {pred.best_epoch}) -> {args.out}"
 
-    return predict_command(args.out, args.ids, "--ids", predict)
+    return predict_command(args.out, args.ids, "--ids", predict, check=lambda: load_kept(args.run_dir),
+                           read=lambda: read_screened(args.run_dir, args.ids, args.ids_column, args.skip_invalid))
 
 
 if __name__ == "__main__":
