@@ -15,7 +15,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 
 from app import messages, node
 from app.config import RunConfig
-from app.entity_aug.kept import load_guest_state, save_guest_state
 from app.entity_aug.parties import (
     PartyInputs,
     act_content,
@@ -128,6 +127,8 @@ def keep(msg: Message, context: Context) -> Message:
     cfg = node_run_config(context)
     got = messages.read_named(msg.content, "ea_keep", "query.ea_keep", names=("run",), ints=("epoch",))
     party = restore(cfg, context)
+    from app.entity_aug.kept import save_guest_state  # lazy: the kept state module loads the data stack
+
     save_guest_state(node.model_dir(cfg, context, got["run"], party.name), got["epoch"], party.model.state_dict(),
                      party.x.cpu().numpy())
     return Message(RecordDict(), reply_to=msg)
@@ -147,6 +148,8 @@ def embed_kept(msg: Message, context: Context) -> Message:
     run, ids = read_kept_request(msg.content)
     with torch_threads(1):
         party = build_party(cfg, guest_name(cfg, context))
+        from app.entity_aug.kept import load_guest_state  # lazy: the kept state module loads the data stack
+
         _, state = load_guest_state(node.model_dir(cfg, context, run, party.name), party.name, party.x.cpu().numpy())
         party.model.load_state_dict(state)
         n = party.x.shape[0]
