@@ -98,6 +98,30 @@ def identifier_groups(ids: np.ndarray) -> np.ndarray:
     return np.unique(ids.reshape(len(ids), -1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
 
 
+@dataclass(frozen=True)
+class Released:
+    """The release as pairs and its per-token counts, computed once for every attack of a report
+    (:func:`released`): rows, tokens, sims (L,), ids (m, ..); uniq (T,), tok_idx (L,), links (T,),
+    first (L,), distinct (T,) as :func:`_counts` returns them."""
+
+    rows: np.ndarray
+    tokens: np.ndarray
+    sims: np.ndarray
+    ids: np.ndarray
+    uniq: np.ndarray
+    tok_idx: np.ndarray
+    links: np.ndarray
+    first: np.ndarray
+    distinct: np.ndarray
+
+
+def released(link: PartyLink, primary_ids, only=None) -> Released:
+    """:func:`_flat_release` and :func:`_counts` in one bundle; pass it as ``pre`` to the attacks
+    that read the same release (the sorts over every pair are most of their cost)."""
+    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
+    return Released(rows, tokens, sims, ids, *_counts(rows, tokens, ids))
+
+
 def _counts(rows: np.ndarray, tokens: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, ...]:
     """(T,) tokens, (L,) token index of each pair, (T,) pairs per token, (L,) first-of-a-draw mask,
     (T,) distinct identifiers per token. A draw = one (identifier value, token): repeats of it
@@ -117,7 +141,8 @@ def _on_sphere(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Generator, *, only=None) -> TokenGuess:
+def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Generator, *, only=None,
+                  pre: Released | None = None) -> TokenGuess:
     """The paper's greedy attacker (Sec. 5.2, App. A) with |Q| = 1, its optimum (eq. 14).
 
     Per token it uses one (record, token) pair: the one with the largest released similarity,
@@ -127,18 +152,25 @@ def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Gener
     Step 1-2: the MAP distance u (``distances(shrink=True)``, clipped at 0); step 3: a point
     drawn uniformly among those at distance u from the record, a circle for 2-D coordinates, in
     the identifiers' own units (the metric the job linked by). ``rng``: the attacker's own."""
-    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
-    uniq, tok_idx, links, _, distinct = _counts(rows, tokens, ids)
-    order = np.lexsort((-sims.astype(np.float64), tok_idx))  # (L,) by token, then most similar first
-    head = np.r_[True, tok_idx[order][1:] != tok_idx[order][:-1]]  # (L,) first pair of each token
-    best = order[head]  # (T,) flat index of each token's most similar pair, in token order
+    r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
+    rows, sims, ids, uniq, tok_idx, links, distinct = r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.links, r.distinct
+    best = most_similar_pair(tok_idx, sims)  # (T,) flat index of each token's most similar pair, in token order
     radius = np.maximum(distances(sims[best], link, shrink=True), 0.0)  # (T,)
     location = ids[rows[best]] + radius[:, None] * _on_sphere(len(uniq), ids.shape[1], rng)
     return TokenGuess(uniq, location, links, distinct, rows[best], np.zeros(len(uniq), bool))
 
 
+def most_similar_pair(tok_idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """(T,) per token index 0..T-1 (each present in ``tok_idx`` (L,)) the flat index of its pair of
+    largest similarity, the first on ties: a hash group-by, O(L) (a lexsort of every pair was most
+    of the greedy attack's cost)."""
+    import pandas as pd
+
+    return pd.Series(np.asarray(sims, np.float64)).groupby(tok_idx, sort=True).idxmax().to_numpy(np.int64)
+
+
 def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: int = MIN_LINKS,
-                       only=None) -> TokenGuess:
+                       only=None, pre: Released | None = None) -> TokenGuess:
     """Locate every token from all the similarities that share it: trilateration.
 
     Each distinct draw (identifier value, token) gives an *unbiased* distance (``distances(
@@ -155,8 +187,9 @@ def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: i
     token whose linked records lie on one side of it (3 or 4 near-collinear links) often ends in
     the mirror-image local minimum. Tokens with fewer than ``min_links`` distinct links keep the
     centroid (their own record for one link) and are flagged ``fallback``."""
-    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
-    uniq, tok_idx, links, first, distinct = _counts(rows, tokens, ids)
+    r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
+    rows, sims, ids, uniq, tok_idx, links, first, distinct = (r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.links,
+                                                              r.first, r.distinct)
     tok, pts = tok_idx[first], ids[rows[first]]  # (L',) (L', d) one pair per draw
     dist = distances(sims[first], link, shrink=False)  # (L',)
     start = centroids(tok, pts, len(uniq))  # (T, d)
@@ -248,7 +281,7 @@ def trilaterate(tok: np.ndarray, pts: np.ndarray, dist: np.ndarray, start: np.nd
 
 
 def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, only=None,
-                      max_links: int = DICT_LINKS, seeds: int = DICT_SEEDS) -> np.ndarray:
+                      max_links: int = DICT_LINKS, seeds: int = DICT_SEEDS, pre: Released | None = None) -> np.ndarray:
     """(T,) per released token the dictionary row the attacker names as its record (any metric).
 
     The attacker holds a dictionary of candidate identifiers (a public register; with the key the
@@ -261,8 +294,8 @@ def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, 
     in ascending order, as :class:`TokenGuess`'s."""
     from linkage.pipeline import check_identifiers, search  # scipy/numba: only when attacked
 
-    rows, tokens, sims, ids = _flat_release(link, primary_ids, only)
-    uniq, tok_idx, _, first, _ = _counts(rows, tokens, ids)
+    r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
+    rows, sims, ids, uniq, tok_idx, first = r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.first
     k = min(link.tokens.shape[1], len(dictionary))
     ids, base = check_identifiers(ids, dictionary, k, "dictionary", metric)  # once: the loop trusts them
     sel = np.flatnonzero(first)

@@ -29,10 +29,12 @@ import math
 import numpy as np
 
 from linkage.attacks import (
+    Released,
     aggregation_attack,
     dictionary_attack,
     greedy_attack,
     identifier_groups,
+    released,
 )
 from linkage.contracts import LinkageResult, PartyLink
 
@@ -98,11 +100,14 @@ def link_counts(counts: np.ndarray) -> dict:
             "p90": float(np.percentile(counts, 90)), "max": int(counts.max())}
 
 
-def coordinate_attacks(link: PartyLink, primary_ids, truth_of_token: np.ndarray, only: np.ndarray) -> dict:
-    """The three location attacks on the sampled tokens: within the radius, median error."""
-    guesses = {"greedy": greedy_attack(link, primary_ids, np.random.default_rng(19), only=only),
-               "aggregation": aggregation_attack(link, primary_ids, only=only),
-               "centroid": aggregation_attack(link, primary_ids, min_links=2 ** 62, only=only)}
+def coordinate_attacks(link: PartyLink, primary_ids, truth_of_token: np.ndarray, only: np.ndarray,
+                       pre: Released | None = None) -> dict:
+    """The three location attacks on the sampled tokens: within the radius, median error. ``pre``:
+    the release of those tokens, prepared once (linkage.attacks.released)."""
+    pre = pre or released(link, primary_ids, only)
+    guesses = {"greedy": greedy_attack(link, primary_ids, np.random.default_rng(19), only=only, pre=pre),
+               "aggregation": aggregation_attack(link, primary_ids, only=only, pre=pre),
+               "centroid": aggregation_attack(link, primary_ids, min_links=2 ** 62, only=only, pre=pre)}
     out = {}
     for name, g in guesses.items():
         err = np.linalg.norm(g.location - truth_of_token[g.tokens], axis=1)  # (T',) identifier units
@@ -125,11 +130,12 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
              "tokens_attacked": int(len(only)), "tokens_attackable": population}
     if len(only) == 0:
         return entry | {"attacks": {}, "strongest": {"attack": "none", "rate": 0.0}}
-    guess = dictionary_attack(link, primary_ids, base, metric, only=only)  # (T',) dictionary rows
+    pre = released(link, primary_ids, only)  # the attacked tokens' pairs and counts, shared by every attack
+    guess = dictionary_attack(link, primary_ids, base, metric, only=only, pre=pre)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
     attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
     if metric == "euclidean" and base.shape[1] <= 3:  # locations; the virtual row's truth (never attacked) clamped
-        attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only)
+        attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only, pre)
     for v in attacks.values():  # the rate first (strongest, report_lines read it), then its sampling error
         v["ci95"] = rate_interval(next(iter(v.values())), len(only), population)
     entry["attacks"] = attacks

@@ -11,6 +11,7 @@ import inspect
 import numpy as np
 import pytest
 
+from linkage import attacks
 from linkage.attacks import (
     TokenGuess,
     aggregation_attack,
@@ -134,11 +135,14 @@ def test_aggregation_error_grows_as_tau_falls():
 def test_the_attacker_is_given_only_the_release_and_its_identifiers():
     assert [f.name for f in dataclasses.fields(PartyLink)] == ["tokens", "sims", "sigma", "sim_mean", "sim_std",
                                                                "dp_sigma", "radius", "composed", "recall"]  # no row map
-    assert list(inspect.signature(greedy_attack).parameters) == ["link", "primary_ids", "rng", "only"]
-    assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links", "only"]
+    # ``pre``: linkage.attacks.released(link, primary_ids, only), the same release prepared once
+    assert list(inspect.signature(greedy_attack).parameters) == ["link", "primary_ids", "rng", "only", "pre"]
+    assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links", "only",
+                                                                      "pre"]
+    assert list(inspect.signature(attacks.released).parameters) == ["link", "primary_ids", "only"]
     # the dictionary attack adds the attacker's own prior: a register of candidate identifiers
     assert list(inspect.signature(dictionary_attack).parameters) == ["link", "primary_ids", "dictionary", "metric",
-                                                                     "only", "max_links", "seeds"]
+                                                                     "only", "max_links", "seeds", "pre"]
     # tokens are opaque: renaming them (another permutation of the secondary's rows) renames the guesses
     primary, secondary = planted(4, 200, 30, 1.0)
     party_link, _ = released(primary, secondary, k=6, tau=1.0)
@@ -163,3 +167,19 @@ def test_scoring_in_metres():
                                                  rel=1e-6)
     score = reidentification(np.array([10.0, 60.0, 200.0, 900.0]), (50, 100, 500))
     assert score == {"n": 4, "within": {50.0: 0.25, 100.0: 0.5, 500.0: 0.75}, "median_m": 130.0}
+
+
+def test_a_release_prepared_once_gives_every_attack_the_same_answer():
+    """The report prepares the release once for its four attacks (issue 29: the sorts over every
+    pair were most of the report's cost); each attack's answer is the one it computes alone."""
+    primary, secondary = planted(4, 300, 40, 1.0)
+    party_link, _ = released(primary, secondary, k=6, tau=1.0)
+    only = np.arange(0, 40, 3)
+    pre = attacks.released(party_link, primary, only)
+    for alone, shared in [(aggregation_attack(party_link, primary, only=only),
+                           aggregation_attack(party_link, primary, only=only, pre=pre)),
+                          (greedy_attack(party_link, primary, np.random.default_rng(1), only=only),
+                           greedy_attack(party_link, primary, np.random.default_rng(1), only=only, pre=pre))]:
+        assert np.array_equal(alone.tokens, shared.tokens) and np.array_equal(alone.location, shared.location)
+    assert np.array_equal(dictionary_attack(party_link, primary, secondary, "euclidean", only=only),
+                          dictionary_attack(party_link, primary, secondary, "euclidean", only=only, pre=pre))
