@@ -194,8 +194,10 @@ def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None
        timeout: float = 60.0) -> Deployment:
     from datasets import load_dataset
     from deploy.certs import make_credentials
+    from linkage.source_tree import exit_if_source
 
     folder = Path(folder).resolve()
+    exit_if_source(folder, "the deployment's folder")  # secrets, data and runs never land in the source tree
     if (folder / "deploy.json").exists() and any(running(p) for p in _procs(Deployment.load(folder))):
         raise SystemExit(f"a deployment is already running from {folder}; `python -m deploy down {folder}` first")
     os.chmod(private_dir(folder), 0o700)  # the deployment's folder: every party's files are under it

@@ -44,3 +44,14 @@ def refuse_source(path: Path, what: str) -> None:
     if why:
         raise ValueError(f"{what} {path}: {why}; write results into a work folder outside the source "
                          f"(e.g. {ROOT / 'work'} or a folder outside {ROOT}; git ignores work/ and runs/)")
+
+
+def exit_if_source(path: Path, what: str) -> None:
+    """:func:`refuse_source` for a command line: the reason on stderr and exit status 2."""
+    import sys
+
+    try:
+        refuse_source(path, what)
+    except ValueError as e:
+        print(f"refused: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -64,3 +64,16 @@ def test_the_readme_examples_write_outside_the_source_into_folders_git_ignores()
         ignored = subprocess.run(["git", "check-ignore", "--no-index", *relative], cwd=ROOT, capture_output=True,
                                  text=True).stdout.split()
         assert sorted(ignored) == relative, sorted(set(relative) - set(ignored))
+
+
+def test_predict_train_and_deploy_refuse_the_source_tree_before_anything_runs(tmp_path, capsys):
+    from fedsim.cli import main
+
+    assert main(["predict", str(tmp_path / "no-run"), str(tmp_path / "new.csv"), "--out",
+                 str(ROOT / "predictions.csv")]) == 2  # named before the run is even looked at
+    assert "project's root" in capsys.readouterr().err and not (ROOT / "predictions.csv").exists()
+    assert main(["train", "--dataset", "hdb", "--engine", "inprocess", "--out-dir", str(ROOT / "linkage")]) == 2
+    assert "inside the project's source folder" in capsys.readouterr().err
+    assert main(["deploy", "up", str(ROOT / "tests" / "deployment"), "--dataset", "house3"]) == 2
+    assert "inside the project's source folder" in capsys.readouterr().err
+    assert not (ROOT / "tests" / "deployment").exists()
