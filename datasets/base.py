@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-if TYPE_CHECKING:  # datasets/transform.py imports this module
-    import pandas as pd  # annotations only: a process that loads no table does not import pandas
+from datasets.errors import DatasetError, require_columns  # noqa: F401 - the datasets' names for them
+
+if TYPE_CHECKING:  # annotations only (datasets/transform.py does not import this module)
     from datasets.transform import FeatureTransform
 
 Task = Literal["regression", "binary", "multiclass"]
 IdKind = Literal["numeric", "string"]
 TASKS = ("regression", "binary", "multiclass")
-
-
-class DatasetError(ValueError):
-    """Bad dataset input: the message names the dataset, party and column."""
-
-
-def require_columns(df: pd.DataFrame, columns: Sequence[str], where: str) -> None:
-    """Refuse a frame without every named column, naming the missing ones."""
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise DatasetError(f"{where}: missing column(s) {missing}; available: {list(df.columns)}")
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,13 @@ from datasets.entity_ids import entity_split, match_entities, read_entity_ids
 from datasets.options import DatasetOptions
 from datasets.tables import party_table, require_columns
 from linkage.contracts import STRING_METRICS
+from linkage.metrics import REGISTRY
 
 SPEC = "parties.toml"
 REQUIRED_KEYS = ("task", "label", "primary", "secondaries")
 TOP_KEYS = {*REQUIRED_KEYS, "metric"}
 PARTY_KEYS = {"file", "identifiers", "kind", "numeric", "categorical", "name", "entity_id"}
-NUMERIC_METRICS = ("euclidean",)
+NUMERIC_METRICS = tuple(m.name for m in REGISTRY.values() if m.kind == "numbers")  # linkage.metrics
 
 
 def data_folder(data_dir: Path | str | None) -> Path:

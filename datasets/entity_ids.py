@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from datasets.base import DatasetError, Split, require_columns, split_primary
+from datasets.base import DatasetError, Split, require_columns
 
 
 def read_entity_ids(df: pd.DataFrame, column: str, where: str) -> np.ndarray:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from datasets.base import DatasetError, require_columns
+from datasets.errors import DatasetError, require_columns
 
 
 @dataclass(frozen=True)

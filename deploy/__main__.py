@@ -1,3 +1,3 @@
-from deploy.commands import main
+from deploy.cli import main
 
 main()

@@ -17,22 +17,18 @@ up for separate hosts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app import run_status
 from deploy.localsim import QUIET_ENV, REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
-from linkage.private import private_dir, private_umask
+from linkage.private import private_dir
 from linkage.store import write_atomic
 
 CONNECTION = "fedsim-deploy"
@@ -257,6 +253,14 @@ def stop_all(dep: Deployment) -> int:
     return len(alive)
 
 
+SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
+
+
+def save_primary_secret(dep: Deployment, secret: str) -> None:
+    """The primary's job secret, for its later queries (predict): 0600 from its first byte."""
+    write_atomic(dep.party_dir(PRIMARY) / SECRET, secret.encode())
+
+
 def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: str = "independent",
          n_rows: int = 0, timeout: float = 600.0, radius: float = 0.5, compose: bool = False) -> str:
     """Every party uploads its identifiers to the linkage service (over TLS), the primary starts
@@ -264,7 +268,6 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
     them), and each party fetches only its own result into its own folder."""
     from app.vfl.parties import metric_of
     from datasets import load_dataset
-    from deploy.predict import save_primary_secret
     from datasets.registry import DatasetOptions
     from linkage_server.client import LinkageClient, create_job
 
@@ -335,66 +338,3 @@ def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 36
                            timeout=60)
         err = (err or "") + f"\n[deploy.commands] run stopped after its {timeout} s timeout"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def main(argv: list[str] | None = None) -> None:
-    from deploy.predict import add_parser as add_predict_parser, command as predict_command
-
-    private_umask()  # the parties' folders, credentials, logs: 0600 files in 0700 folders
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("up", help="start SuperLink, one SuperNode per secondary, and the linkage service")
-    s.add_argument("folder", type=Path)
-    s.add_argument("--dataset", required=True)
-    s.add_argument("--data-dir", default="", help="where the parties' data lives ('' = the loaders' default)")
-    s.add_argument("--parties", default="", help="comma-separated secondaries ('' = all of the dataset's)")
-    s.add_argument("--insecure", action="store_true", help="plain HTTP and no node auth (local experiments only)")
-    s = sub.add_parser("link", help="link every party through the linkage service; each fetches its own result")
-    s.add_argument("folder", type=Path)
-    s.add_argument("--k", type=int, required=True)
-    s.add_argument("--tau", type=float, default=1.0)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--n-rows", type=int, default=0, help="as the run's n-rows")
-    s.add_argument("--layout", choices=["independent", "chain"], default="independent")
-    s.add_argument("--radius", type=float, default=0.5, help="what tau bounds, identifier units (docs/privacy.md)")
-    s.add_argument("--compose", action="store_true", help="noise composed over each secondary record's links")
-    s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
-    s.add_argument("folder", type=Path)
-    s.add_argument("--run-config", default="", help="extra run-config values, 'key=value key2=value2'")
-    add_predict_parser(sub)
-    s = sub.add_parser("down", help="stop everything `up` started")
-    s.add_argument("folder", type=Path)
-    s = sub.add_parser("status", help="which processes of the deployment are running")
-    s.add_argument("folder", type=Path)
-    args = ap.parse_args(argv)
-
-    if args.command == "up":
-        parties = [p for p in args.parties.split(",") if p] or None
-        dep = up(args.folder, args.dataset, args.data_dir, parties, secure=not args.insecure)
-        print(f"SuperLink 127.0.0.1:{dep.superlink.port} ({'TLS + node auth' if dep.secure else 'INSECURE'}), "
-              f"SuperNodes {sorted(dep.nodes)}, linkage service {dep.service_url}")
-        print(f"next: python -m deploy link {args.folder} --k K ; python -m deploy run {args.folder}")
-    elif args.command == "link":
-        dep = Deployment.load(args.folder)
-        print("linkage job", link(dep, k=args.k, tau=args.tau, seed=args.seed, layout=args.layout, n_rows=args.n_rows,
-                                  radius=args.radius, compose=args.compose))
-    elif args.command == "run":
-        extra = tomllib.loads(args.run_config.replace(" ", "\n")) if args.run_config else {}
-        extra.setdefault("run-name", time.strftime("run-%Y%m%d-%H%M%S"))  # its folder holds its status.json
-        dep, since = Deployment.load(args.folder), time.time()
-        r = flwr_run(dep, extra)
-        print(r.stdout[-20000:], r.stderr[-5000:])
-        # `flwr run` exits 0 when the ServerApp fails: the run's status decides (exit 1, the reason on stderr)
-        sys.exit(run_status.problem(Path(run_values(dep, extra)["out-dir"]) / str(extra["run-name"]), since))
-    elif args.command == "predict":
-        sys.exit(predict_command(args))
-    elif args.command == "down":
-        print(f"stopped {down(args.folder)} running process(es) of {args.folder}")
-    else:
-        dep = Deployment.load(args.folder)
-        for p in _procs(dep):
-            print(f"{'running' if running(p) else 'stopped'}  pid {p.pid}  port {p.port}  {p.log}")
-
-
-if __name__ == "__main__":
-    main()

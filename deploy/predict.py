@@ -18,14 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.commands import PRIMARY, Deployment, flwr_run
-from linkage.store import write_atomic
-
-SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
-
-
-def save_primary_secret(dep: Deployment, secret: str) -> None:
-    write_atomic(dep.party_dir(PRIMARY) / SECRET, secret.encode())  # 0600 from its first byte (linkage.store)
+from deploy.commands import PRIMARY, SECRET, Deployment, flwr_run
 
 
 def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:

@@ -26,7 +26,7 @@ SERVICE = {  # fedsim <name> -> python -m linkage_server <name>
     "estimate": "estimate",
 }
 DELEGATED = {**{k: f"the linkage service's `{v}`" for k, v in SERVICE.items()},
-             "sweep": "a sweep of runs (experiments.sweep)", "deploy": "a local deployment (deploy.commands)"}
+             "sweep": "a sweep of runs (experiments.sweep)", "deploy": "a local deployment (deploy.cli)"}
 
 
 def _service(name: str, rest: list[str]) -> int:
@@ -62,7 +62,7 @@ def _delegate(name: str, rest: list[str]) -> int:
         from experiments.sweep import main as sweep_main
 
         return _with_argv("fedsim sweep", sweep_main, rest)
-    from deploy.commands import main as deploy_main
+    from deploy.cli import main as deploy_main
 
     return _exit_code(lambda: deploy_main(rest))
 

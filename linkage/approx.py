@@ -65,9 +65,9 @@ class Approx:
         Hamming): an index where the exact search is slow (AUTO_PAIRS), else "exact"."""
         if self.method != "auto":
             return self
-        if m * n <= AUTO_PAIRS or metric == "qgram_cosine" or (metric == "euclidean" and d <= 8):
-            return Approx(**{**self.__dict__, "method": "exact"})
-        method = {"hamming": "ivf", "euclidean": "hnsw"}.get(metric, "qgram")
+        from linkage.metrics import metric as metric_named
+
+        method = "exact" if m * n <= AUTO_PAIRS else metric_named(metric).auto(d)  # each metric's index at scale
         return Approx(**{**self.__dict__, "method": method})
 
     def tag(self) -> str:
@@ -299,7 +299,7 @@ def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: n
     at most the exact K-th distance of their record: the exact search on those records only,
     its K neighbours' distances recomputed as the approximate path computes them (float64 norms;
     the string scorers' own precision), so two arithmetics never tell equal neighbours apart."""
-    from linkage.pipeline import topk
+    from linkage.exact import topk
 
     rows = np.asarray(rows, np.int64)
     q = np.asarray(query)[rows]

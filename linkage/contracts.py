@@ -8,17 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from linkage.errors import LinkageError  # noqa: F401 - re-exported: every package imports it from here
 
-class LinkageError(ValueError):
-    """Bad linkage input or parameters; the message names the problem."""
-
-
-# String metrics (linkage.scorers): raw Levenshtein and four normalised distances in [0, 1]
-STRING_METRICS = ("edit", "levenshtein_norm", "jaro_winkler", "token_sort", "qgram_cosine")
-# The default: the best mean recall@1 and @10 over game titles and FEBRL4 names (+ address), and
-# with trigrams 2.8x faster than raw Levenshtein at the game shape (docs/benchmarks.md, "String scorers")
-DEFAULT_STRING_METRIC = "qgram_cosine"
-METRICS = ("euclidean", *STRING_METRICS, "hamming")
+# the metrics' names, from their registry (linkage.metrics: one object per metric), re-exported
+from linkage.metrics import DEFAULT_STRING_METRIC, METRICS, STRING_METRICS  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -32,15 +32,23 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from linkage.approx import Approx, approx_topk, sample_rows, tie_aware_recall
+from linkage.exact import (  # noqa: F401 - re-exported: the exact searches, in one place
+    BLOCK_BYTES,
+    Progress,
+    _tree_topk,
+    topk,
+    topk_bruteforce,
+    topk_euclidean,
+    topk_kdtree,
+)
 from linkage.contracts import (
-    METRICS,
-    STRING_METRICS,
     Defences,
     LinkageError,
     LinkageResult,
     SecondaryLinkage,
     identifier_bytes,
 )
+from linkage.metrics import metric as metric_named
 from linkage.noise import dp_sigma, record_noise, sigma_from_tau  # noqa: F401 - re-exported
 from linkage.release import (  # noqa: F401 - re-exported: the pipeline's stages, in one place
     composition,
@@ -54,7 +62,6 @@ from linkage.release import (  # noqa: F401 - re-exported: the pipeline's stages
     similarity,
 )
 
-Progress = Callable[[int, int], None]
 
 
 # ----------------------------------------------------------------------------- validation
@@ -62,33 +69,7 @@ Progress = Callable[[int, int], None]
 
 def _as_identifiers(ids, metric: str, who: str) -> np.ndarray:
     """Coerce one party's identifiers to the metric's array type, refusing what does not fit."""
-    arr = np.asarray(ids)
-    if metric == "euclidean":
-        if arr.dtype.kind not in "fiu" or arr.ndim != 2:
-            raise LinkageError(f"{who}: euclidean identifiers must be a 2-D numeric array (rows, dims); "
-                               f"got dtype {arr.dtype} with shape {arr.shape}")
-        arr = arr.astype(np.float64, copy=False)
-        bad = ~np.isfinite(arr).all(axis=1)
-        if bad.any():
-            raise LinkageError(f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf "
-                               f"(first: {np.flatnonzero(bad)[:5].tolist()})")
-    elif metric in STRING_METRICS:
-        if arr.ndim not in (1, 2) or arr.dtype.kind not in "UO" or (arr.ndim == 2 and arr.shape[1] == 0):
-            label = "edit-distance" if metric == "edit" else metric
-            raise LinkageError(f"{who}: {label} identifiers must be a 1-D array of strings (rows,) or a 2-D one "
-                               f"(rows, columns); got dtype {arr.dtype} with shape {arr.shape}")
-        bad = np.array([not isinstance(s, str) for s in arr.ravel()], dtype=bool) if arr.dtype.kind == "O" else None
-        if bad is not None and bad.any():
-            rows = np.unique(np.flatnonzero(bad) // (arr.shape[1] if arr.ndim == 2 else 1))
-            raise LinkageError(f"{who}: {int(bad.sum())} identifier(s) are not strings (missing/NaN?) "
-                               f"(first rows: {rows[:5].tolist()})")
-    elif metric == "hamming":
-        if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] == 0:
-            raise LinkageError(f"{who}: hamming identifiers must be packed bits, a 2-D uint8 array "
-                               f"(rows, bytes); got dtype {arr.dtype} with shape {arr.shape}")
-    else:
-        raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
-    return arr
+    return metric_named(metric).identifiers(ids, who)
 
 
 def _columns(arr: np.ndarray) -> int:
@@ -106,10 +87,11 @@ def _pair(query: np.ndarray, base: np.ndarray, k: int, party: str, metric: str) 
         raise LinkageError("the primary party has zero rows to link")
     if len(base) == 0:
         raise LinkageError(f"secondary party {party!r} has zero rows to link against")
-    if metric in STRING_METRICS and _columns(query) != _columns(base):
+    kind = metric_named(metric).kind
+    if kind == "strings" and _columns(query) != _columns(base):
         raise LinkageError(f"string columns differ: primary has {_columns(query)}, party {party!r} has {_columns(base)}")
-    if metric not in STRING_METRICS and query.shape[1] != base.shape[1]:
-        what = "bytes per filter" if metric == "hamming" else "identifier dimensions"
+    if kind != "strings" and query.shape[1] != base.shape[1]:
+        what = "bytes per filter" if kind == "bits" else "identifier dimensions"
         raise LinkageError(f"{what} differ: primary has {query.shape[1]}, party {party!r} has {base.shape[1]}")
     if not 1 <= k <= len(base):
         raise LinkageError(f"K={k} must be between 1 and the size of party {party!r} ({len(base)} rows)")
@@ -117,69 +99,6 @@ def _pair(query: np.ndarray, base: np.ndarray, k: int, party: str, metric: str) 
 
 
 # ----------------------------------------------------------------------------- top-K
-
-
-BLOCK_BYTES = 1 << 26  # the matrix-product search's (rows, n) float64 distance block: 64 MB
-
-
-def topk_bruteforce(query: np.ndarray, base: np.ndarray, k: int, chunk: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-K by distance matrices in blocks of ``chunk`` query rows (0: as many as fit
-    BLOCK_BYTES against the whole base, at most 4096); the oracle, and the fast path at high d."""
-    shift = np.asarray(base, np.float64).mean(0)  # centre: |q|^2 - 2 q.b + |b|^2 cancels badly far from 0
-    q, b = np.asarray(query, np.float64) - shift, np.asarray(base, np.float64) - shift
-    b_sq = (b * b).sum(1)
-    chunk = chunk or max(1, min(4096, BLOCK_BYTES // (8 * max(len(b), 1))))
-    dist_out = np.empty((len(q), k))
-    idx_out = np.empty((len(q), k), dtype=np.int64)
-    for lo in range(0, len(q), chunk):
-        qc = q[lo : lo + chunk]
-        d2 = qc @ b.T  # (c, n), then in place: |q|^2 - 2 q.b + |b|^2, the same arithmetic in the same order
-        d2 *= -2.0
-        d2 += (qc * qc).sum(1)[:, None]
-        d2 += b_sq[None, :]
-        np.maximum(d2, 0.0, out=d2)
-        part = np.argpartition(d2, k - 1, axis=1)[:, :k] if k < len(b) else np.tile(np.arange(len(b)), (len(qc), 1))
-        pd2 = np.take_along_axis(d2, part, axis=1)
-        order = np.argsort(pd2, axis=1, kind="stable")
-        idx_out[lo : lo + chunk] = np.take_along_axis(part, order, axis=1)
-        dist_out[lo : lo + chunk] = np.sqrt(np.take_along_axis(pd2, order, axis=1))
-    return dist_out, idx_out
-
-
-def topk_kdtree(query: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-K with scipy's cKDTree on all cores: the fastest exact method measured at d <= 4."""
-    return _tree_topk(cKDTree(base), query, k)
-
-
-def _tree_topk(tree: cKDTree, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    dist, idx = tree.query(query, k=k, workers=-1)
-    if k == 1:
-        dist, idx = dist[:, None], idx[:, None]
-    return dist.astype(np.float64), idx.astype(np.int64)
-
-
-def topk_euclidean(query: np.ndarray, base: np.ndarray, k: int, progress: Progress | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact Euclidean top-K: k-d tree at low dimension, chunked matrix products above."""
-    out = topk_kdtree(query, base, k) if query.shape[1] <= 8 else topk_bruteforce(query, base, k)
-    if progress is not None:
-        progress(len(query), len(query))
-    return out
-
-
-def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Dispatch to the metric's exact top-K (edit: exact up to ties, certified by length windows)."""
-    if metric == "euclidean":
-        return topk_euclidean(query, base, k, progress)
-    if metric in STRING_METRICS:
-        from linkage.scorers import topk_strings
-
-        return topk_strings(metric, query, base, k, progress=progress)
-    if metric == "hamming":
-        from linkage.hamming import topk_hamming
-
-        return topk_hamming(query, base, k, progress=progress)
-    raise LinkageError(f"unknown metric {metric!r}; known: {list(METRICS)}")
 
 
 # ----------------------------------------------------------------------------- the job
@@ -209,7 +128,7 @@ def searcher(base, *, metric: str, k: int, party: str) -> Callable[[object], tup
     """query -> :func:`search` (query, base): for many chunks of queries against one base, which is
     validated, and its k-d tree (Euclidean at d <= 8) built, once rather than per chunk."""
     base = _as_identifiers(base, metric, party)
-    tree = cKDTree(base) if metric == "euclidean" and base.shape[1] <= 8 else None
+    tree = cKDTree(base) if metric_named(metric).kind == "numbers" and base.shape[1] <= 8 else None
 
     def find(query) -> tuple[np.ndarray, np.ndarray]:
         query, _ = _pair(_as_identifiers(query, metric, "primary"), base, k, party, metric)

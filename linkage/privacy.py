@@ -37,6 +37,7 @@ from linkage.attacks import (
     released,
 )
 from linkage.contracts import LinkageResult, PartyLink
+from linkage.metrics import metric as metric_named
 
 MAX_TOKENS = 300  # tokens attacked per party: a seeded sample, so a report costs seconds
 
@@ -134,7 +135,7 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
     guess = dictionary_attack(link, primary_ids, base, metric, only=only, pre=pre)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
     attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
-    if metric == "euclidean" and base.shape[1] <= 3:  # locations; the virtual row's truth (never attacked) clamped
+    if metric_named(metric).coordinate_attacks(base):  # locations; the virtual row's truth (never attacked) clamped
         attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only, pre)
     for v in attacks.values():  # the rate first (strongest, report_lines read it), then its sampling error
         v["ci95"] = rate_interval(next(iter(v.values())), len(only), population)

@@ -40,15 +40,22 @@ from linkage.job_secret import (
     read_secret,
     write_secret,
 )
-from linkage.pipeline import chain_tag, check_identifiers, job_id_of, under_floor
+from linkage.pipeline import check_identifiers, under_floor
 from linkage.private import private_dir
 from linkage.store import write_atomic
-from linkage_server.chunk_search import ChunkFiles, cache_key, chunked_search, fresh_cache
+from linkage_server.chunk_search import (
+    ChunkFiles,
+    cache_key,
+    chunked_search,
+    fresh_cache,
+)
 from linkage_server.limits import Limits, job_cells
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
     JobError,
     JobParams,
 )
+from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
+from linkage_server.scheduler import Worker  # noqa: F401 - re-exported: the service imports it here
 from linkage_server.uploads import (
     KIND_OF_METRIC,
     UploadError,
@@ -57,8 +64,6 @@ from linkage_server.uploads import (
     to_npy,
     validate,
 )
-from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
-from linkage_server.scheduler import Worker  # noqa: F401 - re-exported: the service imports it here
 from linkage_server.views import HIDDEN_FAILURE, status_view
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
@@ -307,10 +312,11 @@ class JobStore:
             train_rows = self._train_rows_of(folder, meta, len(query))
             step = self.limits.chunk_rows(self.chunk_rows, max(params.k, params.pool))  # rows x pool bounded
             chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
-            anchor = params.anchor or min(meta["secondaries"])
-            if params.layout == "chain" and anchor not in meta["secondaries"]:
+            spec = params.spec()  # the job as the in-process linker names it (linkage.job)
+            anchor = spec.anchor_of(meta["secondaries"])
+            if spec.chain and anchor not in meta["secondaries"]:
                 raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {meta['secondaries']}")
-            searched = [anchor] if params.layout == "chain" else meta["secondaries"]
+            searched = spec.searched(meta["secondaries"])
             total = len(chunks) * len(searched)
             steps = iter(range(1, total + 1))
             self._update(job, progress={"done": 0, "total": total})  # the total known before the first chunk ends
@@ -326,13 +332,13 @@ class JobStore:
                                                                   party, tick, secret)
                 sizes[party] = len(ids[party])
             t1 = time.perf_counter()
-            spec = Job(job, params.k, params.tau, params.metric, secret, train_rows, params.defences(), recalls,
-                       (anchor, ids) if params.layout == "chain" else None, step)
-            skeleton, files = write_release(folder / "results", scratch, found, sizes, query, spec)
+            done = Job(job, params.k, params.tau, params.metric, secret, train_rows, params.defences(), recalls,
+                       (anchor, ids) if spec.chain else None, step)
+            skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
             stats = {p: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma_eps1": l.dp_sigma}
                      for p, l in skeleton.primary.links.items()}
             t2 = time.perf_counter()
-            privacy = safe_privacy_report(skeleton, files, query, ids, spec, [anchor] if spec.chain else None)
+            privacy = safe_privacy_report(skeleton, files, query, ids, done, spec.attacked(meta["secondaries"]))
             self._update(job, state="done", stats=stats, privacy=privacy,
                          seconds={"search": carried + t1 - t0, "release": t2 - t1, "privacy": time.perf_counter() - t2})
         except (LinkageError, UploadError, JobError, SecretError) as e:
@@ -362,11 +368,7 @@ class JobStore:
         secondaries' identifiers ``ids`` as uploaded."""
         if self.operator_seed is None:
             return read_secret(self._dir(meta["job"]) / SECRET)
-        metric = params.metric
-        if params.layout == "chain":
-            metric = chain_tag(metric, params.anchor or min(meta["secondaries"]))
-        return operator_secret(self.operator_seed, job_id_of(query, ids, params.k, params.tau, metric, params.pool,
-                                                             train_rows, params.defences(), params.approx()))
+        return operator_secret(self.operator_seed, params.spec().content_id(query, ids, train_rows))
 
     def _party_search(self, meta: dict, folder: Path, query, base, params: JobParams, chunks: list[tuple[int, int]],
                       party: str, tick, secret: bytes) -> tuple[ChunkFiles, float]:

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from linkage.approx import METHODS as METHODS_SEARCH
 from linkage.approx import Approx
-from linkage.contracts import METRICS, STRING_METRICS, Defences
+from linkage.contracts import METRICS, Defences
+from linkage.job import JobSpec
+from linkage.metrics import metric as metric_named
 from linkage.release import default_pool
-
 
 FINGERPRINT_HEADER = "X-Encoding-Fingerprint"  # an encoded upload's key fingerprint (linkage_server.queries)
 
@@ -45,6 +46,12 @@ class JobParams:
     def defences(self) -> Defences:
         return Defences(radius=self.radius, compose=self.compose)
 
+    def spec(self) -> JobSpec:
+        """The job as the linkage library names it (linkage.job): what decides its content id,
+        shared with the in-process linker; always a top-K job (the service runs no baseline)."""
+        return JobSpec(self.metric, self.k, self.tau, layout=self.layout, anchor=self.anchor, pool=self.pool,
+                       defences=self.defences(), approx=self.approx())
+
     def approx(self) -> Approx:
         widths = {"nprobe": self.width, "ef_search": self.width, "candidates": self.width} if self.width else {}
         return Approx(method=self.search, recall_floor=self.recall_floor, **widths)  # each method reads its own
@@ -74,8 +81,7 @@ class JobParams:
             raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
         if p.radius <= 0:
             raise JobError(422, f"radius must be > 0, got {p.radius}")
-        if p.search not in METHODS_SEARCH or (p.search in ("hnsw", "ivf") and p.metric not in ("euclidean", "hamming")) \
-                or (p.search == "qgram" and p.metric not in STRING_METRICS):
+        if p.search not in METHODS_SEARCH or p.search not in ("exact", "auto", *metric_named(p.metric).approx):
             raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
                                 "(hnsw, ivf: euclidean and hamming; qgram: string metrics)")
         if p.search != "exact" and p.layout == "chain":  # "auto" too: it could pick an index at scale

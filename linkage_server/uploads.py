@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage.contracts import DEFAULT_STRING_METRIC, STRING_METRICS
+from linkage.metrics import DEFAULT_OF_KIND, REGISTRY
 
-KIND_OF_METRIC = {"euclidean": "numbers", "hamming": "bits", **{m: "strings" for m in STRING_METRICS}}
-METRIC_OF_KIND = {"numbers": "euclidean", "bits": "hamming", "strings": DEFAULT_STRING_METRIC}  # when none is given
+KIND_OF_METRIC = {m.name: m.kind for m in REGISTRY.values()}  # linkage.metrics: each metric's identifiers
+METRIC_OF_KIND = DEFAULT_OF_KIND  # when none is given
 
 
 MAX_ABS_NUMBER = 1e100  # numeric identifiers beyond this are refused: squared distances must stay finite

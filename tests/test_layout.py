@@ -98,6 +98,44 @@ def test_shared_modules_import_no_mode(package):
     assert not bad, f"{package}/'s shared modules import a mode's room: {bad}"
 
 
+def _module_graph() -> dict[str, set[str]]:
+    """Our modules (dotted) -> the ones of ours each imports anywhere (lazy and TYPE_CHECKING too)."""
+    names = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in _modules(CHECKED)}
+    return {m: {n for n in _imports(ast.parse(p.read_text())) if n in names and n != m} for m, p in names.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, out = {}, {}, [], []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    """Issue 30: no two modules of ours import each other, directly or around a loop, even through
+    an import inside a function (which hides a cycle from Python, not from a reader)."""
+    assert _cycles(_module_graph()) == []
+
+
 def test_the_checks_can_fail(tmp_path):
     """The scanners see a long function and a forbidden import when there is one."""
     body = "\n".join(f"    x{i} = {i}" for i in range(61))
@@ -107,3 +145,4 @@ def test_the_checks_can_fail(tmp_path):
     assert _hits(_imports(tree), FORBIDDEN["linkage"]) == ["app.config", "bench", "bench.sweep", "fastapi",
                                                           "fastapi.FastAPI"]
     assert _hits({"app.entity_aug.client", "app.vfl"}, FORBIDDEN["app/vfl"]) == ["app.entity_aug.client"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -16,7 +16,6 @@ from app import modes
 from app.config import ConfigError, RunConfig
 from app.entity_aug import inprocess as ea_inprocess
 from app.entity_aug import server as ea_host
-from app.vfl import inprocess
 from app.vfl import server as primary
 from app.vfl.checkpoint import CheckpointError
 from linkage.contracts import LinkageError
@@ -57,7 +56,7 @@ def _ea_host(cfg, out):
 ENGINES = {  # engine -> (run it, the loader that fails, base config)
     "primary": (_primary, (primary, "load_data"), dict(TINY, method="solo")),
     "ea_host": (_ea_host, (ea_host, "ea_data"), EA_TINY),
-    "inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (inprocess, "load_data"), TINY),
+    "inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (primary, "load_data"), TINY),  # one driver
     "ea_inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (ea_inprocess, "ea_data"), EA_TINY),
 }
 
@@ -182,9 +181,12 @@ def test_the_deployment_tools_exit_non_zero_on_a_failed_run(tmp_path, monkeypatc
 
     monkeypatch.setattr(deploy, "flwr_run", flwr_fails_and_exits_0)
     monkeypatch.setattr(deploy.Deployment, "load", classmethod(lambda cls, folder: dep))
-    monkeypatch.setattr(sys, "argv", ["deploy.commands", "run", str(tmp_path), "--run-config", "epochs=1"])
+    monkeypatch.setattr(sys, "argv", ["deploy.cli", "run", str(tmp_path), "--run-config", "epochs=1"])
+    from deploy import cli
+
+    monkeypatch.setattr(cli, "flwr_run", flwr_fails_and_exits_0)  # deploy.cli took its own name for it
     with pytest.raises(SystemExit) as exit_:
-        deploy.main()
+        cli.main()
     assert exit_.value.code not in (0, None) and "failed: PartyError: node gone" in str(exit_.value.code)
     with pytest.raises(RuntimeError, match="failed: PartyError: node gone"):
         deploy_cost.deployed_run(dep, {"epochs": 1}, "s1")

@@ -41,11 +41,10 @@ import torch
 from app.config import RunConfig
 from app.entity_aug.kept import HOST_MODEL, features_digest, load_kept, state_name
 from app.kept import KeptError, predict_command, write_csv
-from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, overlap_parts, torch_threads
-from app.entity_aug.predict_ids import read_screened
+from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, torch_threads
+from app.entity_aug.predict_ids import entity_ids, held_by_every_party, read_ids, read_screened  # noqa: F401 - re-exported
 from app.predict_files import write_skipped
 from app.run_status import require_finished
-from datasets.base import require_columns
 from datasets.overlap import EntityData
 from strategies.entity_aug.exchange import LocalLink
 from strategies.heads import TaskHead
@@ -57,24 +56,6 @@ class EAPrediction:
     proba: np.ndarray | None  # (q, C) class probabilities (binary: C = 2)
     best_epoch: int
     seconds: dict[str, float]  # prepare (kept state, data, models), embed (the parties), forward (the host)
-
-
-def entity_ids(ids) -> np.ndarray:
-    """(q,) int64 of whole-number ids; refused by name otherwise."""
-    arr = np.asarray(ids)
-    if arr.ndim != 1 or len(arr) == 0:
-        raise KeptError(f"entity ids must be a non-empty list (q,), got shape {arr.shape}")
-    if arr.dtype.kind not in "iuf":
-        raise KeptError(f"entity ids must be numbers, got {arr.dtype} values such as {arr[:3].tolist()}")
-    if arr.dtype.kind == "f":
-        nan = ~np.isfinite(arr)
-        if nan.any():
-            raise KeptError(f"{int(nan.sum())} entity id(s) are NaN or infinite (at positions "
-                            f"{np.flatnonzero(nan)[:5].tolist()})")
-        frac = arr != np.round(arr)
-        if frac.any():
-            raise KeptError(f"{int(frac.sum())} entity id(s) are not whole numbers: {arr[frac][:5].tolist()}")
-    return arr.astype(np.int64)
 
 
 def user_entities(ids, data: EntityData) -> np.ndarray:
@@ -93,26 +74,6 @@ def user_entities(ids, data: EntityData) -> np.ndarray:
         raise KeptError(f"{len(unknown)} entity id(s) are not entities of the run (the label holder's ids): "
                         f"{unknown[:5]}")
     return np.array([lookup[k] for k in keys], dtype=np.int64)
-
-
-def held_by_every_party(cfg: RunConfig, data: EntityData) -> dict[str, np.ndarray]:
-    """Per party (n,) bool: the entities it holds (declared ids: its own rows; else the overlap
-    experiment's: every entity but the other parties' own shares of the training entities; in
-    ``full``, every entity)."""
-    if data.held is not None:
-        return data.held
-    n = len(data.labels)
-    if cfg.ea_variant == "full" or len(data.parties) == 1:
-        return {p: np.ones(n, dtype=bool) for p in data.parties}
-    _, shares = overlap_parts(cfg, data)  # one per party, in data.parties' order
-    held = {}
-    for p in data.parties:
-        mask = np.ones(n, dtype=bool)
-        for q, share in zip(data.parties, shares, strict=True):
-            if q != p:
-                mask[share] = False
-        held[p] = mask
-    return held
 
 
 def check_ids(ids: np.ndarray, cfg: RunConfig, data: EntityData) -> None:
@@ -189,23 +150,6 @@ def predicted(host, embed, ids: np.ndarray, batch: int, meta: dict, seconds: dic
 
 
 # ---------------------------------------------------------------------------- CSV in, CSV out
-
-
-def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
-    """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict); with
-    ``declared`` (the run's parties declared their ids) read as text, as the parties' ids."""
-    df = pd.read_csv(path, dtype={column: str}) if declared else pd.read_csv(path)
-    require_columns(df, [column], f"entity ids {path}")
-    if declared:
-        if df[column].isna().any():
-            raise KeptError(f"entity ids {path}: column {column!r} has {int(df[column].isna().sum())} empty value(s)")
-        return df[column].to_numpy()
-    values = pd.to_numeric(df[column], errors="coerce")
-    bad = values.isna() & df[column].notna()
-    if bad.any():
-        raise KeptError(f"entity ids {path}: column {column!r} holds {int(bad.sum())} non-number(s) such as "
-                        f"{df[column][bad].head(3).tolist()}")
-    return values.to_numpy()
 
 
 def table(ids: np.ndarray, column: str, pred: EAPrediction) -> pd.DataFrame:

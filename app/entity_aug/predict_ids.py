@@ -3,6 +3,8 @@ ids and the lines of their file (issue 29), before anything runs.
 
     screen_ids(raw (q,), cfg, data) -> (keep (q,) bool, [(line, id, reason)] of the others)
     read_screened(run_dir, ids_csv, column, skip) -> (the ids to predict, the skipped)
+    read_ids(csv, column) / entity_ids(ids) / held_by_every_party(cfg, data): the pieces, also
+    used by app/entity_aug/predict.py and predict_server.py
 
 Without ``skip`` any id the run cannot predict refuses the whole input (KeptError, exit 2 in the
 commands); with it those ids are left out and listed (app/predict_files.py write_skipped).
@@ -13,12 +15,70 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from app.config import RunConfig
+from app.entity_aug.parties import overlap_parts
 from app.kept import KeptError
+from datasets.base import require_columns
 from datasets.overlap import EntityData
 
 SHOWN = 5  # ids named in a refusal
+
+
+def entity_ids(ids) -> np.ndarray:
+    """(q,) int64 of whole-number ids; refused by name otherwise."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or len(arr) == 0:
+        raise KeptError(f"entity ids must be a non-empty list (q,), got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        raise KeptError(f"entity ids must be numbers, got {arr.dtype} values such as {arr[:3].tolist()}")
+    if arr.dtype.kind == "f":
+        nan = ~np.isfinite(arr)
+        if nan.any():
+            raise KeptError(f"{int(nan.sum())} entity id(s) are NaN or infinite (at positions "
+                            f"{np.flatnonzero(nan)[:5].tolist()})")
+        frac = arr != np.round(arr)
+        if frac.any():
+            raise KeptError(f"{int(frac.sum())} entity id(s) are not whole numbers: {arr[frac][:5].tolist()}")
+    return arr.astype(np.int64)
+
+
+def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
+    """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict); with
+    ``declared`` (the run's parties declared their ids) read as text, as the parties' ids."""
+    df = pd.read_csv(path, dtype={column: str}) if declared else pd.read_csv(path)
+    require_columns(df, [column], f"entity ids {path}")
+    if declared:
+        if df[column].isna().any():
+            raise KeptError(f"entity ids {path}: column {column!r} has {int(df[column].isna().sum())} empty value(s)")
+        return df[column].to_numpy()
+    values = pd.to_numeric(df[column], errors="coerce")
+    bad = values.isna() & df[column].notna()
+    if bad.any():
+        raise KeptError(f"entity ids {path}: column {column!r} holds {int(bad.sum())} non-number(s) such as "
+                        f"{df[column][bad].head(3).tolist()}")
+    return values.to_numpy()
+
+
+def held_by_every_party(cfg: RunConfig, data: EntityData) -> dict[str, np.ndarray]:
+    """Per party (n,) bool: the entities it holds (declared ids: its own rows; else the overlap
+    experiment's: every entity but the other parties' own shares of the training entities; in
+    ``full``, every entity)."""
+    if data.held is not None:
+        return data.held
+    n = len(data.labels)
+    if cfg.ea_variant == "full" or len(data.parties) == 1:
+        return {p: np.ones(n, dtype=bool) for p in data.parties}
+    _, shares = overlap_parts(cfg, data)  # one per party, in data.parties' order
+    held = {}
+    for p in data.parties:
+        mask = np.ones(n, dtype=bool)
+        for q, share in zip(data.parties, shares, strict=True):
+            if q != p:
+                mask[share] = False
+        held[p] = mask
+    return held
 
 
 def _indices(raw: np.ndarray, data: EntityData) -> np.ndarray:
@@ -27,17 +87,13 @@ def _indices(raw: np.ndarray, data: EntityData) -> np.ndarray:
     if data.entity_ids is not None:  # the parties' own ids, compared as text
         lookup = {str(v): i for i, v in enumerate(data.entity_ids)}
         return np.array([lookup.get(str(v), -1) for v in raw], dtype=np.int64)
-    from app.entity_aug.predict import entity_ids  # whole numbers, or the input is refused as a whole
-
-    index = entity_ids(raw)
+    index = entity_ids(raw)  # whole numbers, or the input is refused as a whole
     return np.where((index >= 0) & (index < n), index, -1)
 
 
 def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[tuple]]:
     """(keep (q,) bool, [(file line, id, reason)] of the ids the run cannot predict): ids that are
     not entities of the run, and entities some party does not hold. Lines: header = line 1."""
-    from app.entity_aug.predict import held_by_every_party
-
     index = _indices(np.asarray(raw), data)
     held = held_by_every_party(cfg, data)
     unknown = ("not an entity of the run (the label holder's ids)" if data.entity_ids is not None
@@ -64,7 +120,6 @@ def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tupl
     without ``skip`` a single unpredictable id raises KeptError naming the first ones."""
     from app.entity_aug.parties import ea_data
     from app.kept import read_manifest
-    from app.entity_aug.predict import read_ids
 
     cfg = RunConfig(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
     data = ea_data(cfg)

@@ -24,6 +24,8 @@ from app.data import load_data
 from linkage.binding import bind_result, check_binding, upload_record, write_record
 from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
 from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
+from linkage.metrics import DEFAULT_OF_KIND
+from linkage.metrics import metric as metric_named
 from linkage.store import load_primary, save_job, save_privacy, write_atomic
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
@@ -58,39 +60,38 @@ def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, repor
     parties' identifiers as the service holds them (None: not asked for, or method 'combine',
     which links by the planted truth and releases no similarity). max_tokens: tokens attacked
     per party (0 = the report's default)."""
-    from linkage.pipeline import chain_tag, job_id_of, link, link_chain, link_exact, link_known  # scipy: not per message
+    from linkage.job import JobSpec  # scipy (linkage.pipeline) on first run: not per message
 
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.method == "combine":
             require_linkable(ds, cfg)
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             job = f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}"
-            return link_known(ds.true_match, sizes, secret=service_secret(cfg, job), job_id=job), None
+            spec = JobSpec("", 1, kind=job_kind(cfg.method))
+            return spec.run(None, ds.true_match, secret=service_secret(cfg, job), job_id=job, sizes=sizes), None
         metric = metric_of(ds)
         primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
         if cfg.encoding == "bloom":
             primary, ids = encode_parties(primary, ids, metric, cfg.seed, settings.k)
-            metric = "hamming"
+            metric = DEFAULT_OF_KIND["bits"]
         train = ds.split.train
-        if cfg.method == "exact":
-            job = job_id_of(primary, ids, 1, 1.0, f"{metric}-exact", 0, train)
-            result = link_exact(primary, ids, secret=service_secret(cfg, job), train_rows=train, metric=metric,
-                                job_id=job)
-        elif cfg.layout == "chain":
-            job = job_id_of(primary, ids, settings.k, cfg.tau, chain_tag(metric, min(ids)), 0, train, cfg.defences())
-            result = link_chain(primary, ids, anchor=min(ids), k=settings.k, tau=cfg.tau, defences=cfg.defences(),
-                                secret=service_secret(cfg, job), train_rows=train, metric=metric, job_id=job)
-        else:
-            job = job_id_of(primary, ids, settings.k, cfg.tau, metric, 0, train, cfg.defences())
-            result = link(primary, ids, k=settings.k, tau=cfg.tau, secret=service_secret(cfg, job), train_rows=train,
-                          metric=metric, job_id=job, defences=cfg.defences())
+        spec = JobSpec(metric, settings.k, cfg.tau, kind=job_kind(cfg.method), layout=cfg.layout,
+                       defences=cfg.defences())
+        job = spec.content_id(primary, ids, train)
+        result = spec.run(primary, ids, secret=service_secret(cfg, job), train_rows=train, job_id=job)
         if not report:
             return result, None
         from linkage.privacy import MAX_TOKENS, safe_report
 
-        own = [min(ids)] if cfg.layout == "chain" and cfg.method != "exact" else None  # chain: the anchor's sims
+        own = spec.attacked(ids)  # chain: the anchor's sims
         return result, safe_report(result, primary, ids, metric, parties=own, max_tokens=max_tokens or MAX_TOKENS,
                                    secret=service_secret(cfg, result.primary.job_id))  # keys the attacked sample
+
+
+def job_kind(method: str) -> str:
+    """The linkage job a run's method asks for (linkage.job.KINDS): 'exact' links each record to
+    its neighbour at distance 0, 'combine' to its true row, every other method top-K."""
+    return {"exact": "exact", "combine": "known"}.get(method, "topk")
 
 
 def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:
@@ -120,7 +121,7 @@ def encode_parties(primary: np.ndarray, secondaries: dict[str, np.ndarray], metr
     from linkage.encode import encode_with_key, federal_key
 
     key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
-    if metric == "euclidean":  # numbers (strings: any of linkage.contracts.STRING_METRICS)
+    if metric_named(metric).kind == "numbers":  # (strings: any of linkage.contracts.STRING_METRICS)
         values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]  # each (n_p, d)
         if len(values[1]) <= k:
             raise LinkageError(f"encoding='bloom': secondary {next(iter(secondaries))!r} has {len(values[1])} "
@@ -136,7 +137,7 @@ def metric_of(ds: VFLDataset) -> str:
     distance and strings by the linkage library's default string metric."""
     if ds.metric:
         return ds.metric
-    return DEFAULT_STRING_METRIC if ds.primary.id_kind == "string" else "euclidean"
+    return DEFAULT_STRING_METRIC if ds.primary.id_kind == "string" else DEFAULT_OF_KIND["numbers"]
 
 
 def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
