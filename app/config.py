@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from strategies.vfl.gates import concrete_device
+from strategies.vfl.methods import REGISTRY, Method, UnknownMethod, method
 from strategies.vfl.model import ModelConfig
 
 
@@ -54,47 +55,8 @@ DATASET_DEFAULTS: dict[str, Settings] = {
 }
 # A dataset without tuned defaults trains with early stopping (the built-in ones: fixed epochs).
 UNTUNED_EPOCHS, UNTUNED_PATIENCE = 200, 10
-METHODS = ("fedsim", "fedsim_attn", "solo", "top1sim", "avgsim", "featuresim", "exact", "combine")
-# Baselines are switches of the one model (paper Sec. 6 / App. E): what each method changes.
-#   top1sim: the most similar neighbour only; avgsim: the mean of the K pair outputs;
-#   featuresim: avgsim with the similarity as a feature of every pair; exact: neighbours at
-#   distance 0 only, unmatched records get the secondary's mean features; combine: the true
-#   row (synthetic sets only). The gates' ablations are weight-gate / sort-gate / merge.
-BASELINE_MODEL = dict(merge="avg", uniform_weights=True, sort_gate=False, weight_gate=False)
-METHOD_MODEL: dict[str, dict] = {
-    "fedsim": {}, "solo": {}, "fedsim_attn": {"attention": True},
-    "top1sim": BASELINE_MODEL, "avgsim": BASELINE_MODEL, "exact": BASELINE_MODEL, "combine": BASELINE_MODEL,
-    "featuresim": BASELINE_MODEL | {"sim_feature": True},
-}
-ONE_NEIGHBOUR = ("top1sim", "exact", "combine")
-# The reference's per-method baseline scripts (../shared/docs/fedsim-reference.md, "Baselines:
-# layers, lr, weight decay, batch, epochs"; the paper's App. E), used with run-config
-# hparams = "paper". Local model and cut sizes there equal the dataset's FedSim ones; epochs
-# stay a run-config choice. Explicit lr / batch-size / weight-decay values still win.
-_TOP1 = dict(batch_size=4096)
-PAPER_METHOD_HPARAMS: dict[tuple[str, str], dict] = {
-    ("house", "avgsim"): dict(lr=3e-3, weight_decay=1e-5, batch_size=128),
-    ("hdb", "avgsim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128, agg_hidden=(400,)),
-    ("game", "avgsim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128, agg_hidden=(400,)),
-    ("synthetic", "avgsim"): dict(lr=1e-3, weight_decay=1e-4, batch_size=32),
-    ("frog", "avgsim"): dict(lr=3e-3, weight_decay=1e-3, batch_size=32),
-    ("house", "featuresim"): dict(lr=3e-3, weight_decay=1e-5, batch_size=128),
-    ("hdb", "featuresim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128),
-    ("game", "featuresim"): dict(lr=1e-3, weight_decay=1e-5, batch_size=128),
-    ("synthetic", "featuresim"): dict(lr=1e-3, weight_decay=1e-4, batch_size=32),
-    ("frog", "featuresim"): dict(lr=3e-3, weight_decay=1e-3, batch_size=32),
-    ("house", "top1sim"): _TOP1 | dict(lr=3e-3, weight_decay=1e-5),
-    ("hdb", "top1sim"): _TOP1 | dict(lr=1e-2, weight_decay=1e-5),
-    ("game", "top1sim"): _TOP1 | dict(lr=1e-3, weight_decay=1e-5, agg_hidden=(400,)),
-    ("synthetic", "top1sim"): _TOP1 | dict(lr=3e-3, weight_decay=1e-4),
-    ("frog", "top1sim"): _TOP1 | dict(lr=3e-2, weight_decay=1e-3),
-    ("house", "solo"): _TOP1 | dict(lr=3e-3, weight_decay=1e-5),
-    ("hdb", "solo"): _TOP1 | dict(lr=1e-2, weight_decay=1e-5),
-    ("game", "solo"): _TOP1 | dict(lr=3e-3, weight_decay=1e-5),
-    ("synthetic", "solo"): _TOP1 | dict(lr=1e-3, weight_decay=1e-5),
-    ("frog", "solo"): _TOP1 | dict(lr=3e-2, weight_decay=1e-3),
-    ("game", "exact"): _TOP1 | dict(lr=1e-3, agg_hidden=(400,)),
-}
+# The training methods of mode "vfl" (what each links, its model switches, its per-dataset
+# hyperparameters with hparams = "paper") are registered in strategies/vfl/methods.py.
 HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
@@ -183,11 +145,14 @@ class RunConfig:
             if not cond:
                 raise ConfigError(msg)
 
-        need(self.method in METHODS, f"run-config 'method' must be one of {METHODS}, got {self.method!r}")
+        try:
+            method(self.method)  # refused by name, the registered methods listed
+        except UnknownMethod as e:
+            raise ConfigError(str(e)) from None
         need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
         need(self.layout in LAYOUTS, f"run-config 'layout' must be one of {LAYOUTS}, got {self.layout!r}")
         need(self.encoding in ENCODINGS, f"run-config 'encoding' must be one of {ENCODINGS}, got {self.encoding!r}")
-        need(not (self.encoding == "bloom" and self.method == "combine"),
+        need(not (self.encoding == "bloom" and self.training_method.links == "known"),
              "run-config encoding='bloom' does not apply to method 'combine' (it uses the true rows, no linkage)")
         need(not (self.encoding == "bloom" and self.linkage_dir),
              "run-config encoding='bloom' encodes before linking here; with 'linkage-dir' the linkage service "
@@ -215,7 +180,7 @@ class RunConfig:
              "run-config 'resume' needs 'run-name': the run whose checkpoint to go on from")
         need(not (self.resume and self.mode == "entity-aug"),
              "run-config 'resume' is not supported with mode='entity-aug' (it does not checkpoint)")
-        need(not (self.layout == "chain" and self.method in ("exact", "combine")),
+        need(not (self.layout == "chain" and self.training_method.per_party_linkage),
              f"run-config layout='chain' does not apply to method {self.method!r} (its linkage is per party)")
         need(self.transport in TRANSPORTS, f"run-config 'transport' must be one of {TRANSPORTS}, got {self.transport!r}")
         need(self.transport == "flower" or self.mode == "vfl",
@@ -248,6 +213,11 @@ class RunConfig:
 
     # ------------------------------------------------------------------ resolved values
 
+    @property
+    def training_method(self) -> Method:
+        """The run's registered method (strategies/vfl/methods.py): what it links, its model switches."""
+        return REGISTRY[self.method]
+
     def tuned(self) -> bool:
         """Has the dataset tuned defaults (in :data:`DATASET_DEFAULTS`)?"""
         return self.dataset in DATASET_DEFAULTS
@@ -264,7 +234,7 @@ class RunConfig:
         return self.epochs or (UNTUNED_EPOCHS if fallback else tuned_epochs), patience
 
     def _paper(self) -> dict:
-        return PAPER_METHOD_HPARAMS.get((self.dataset, self.method), {}) if self.hparams == "paper" else {}
+        return self.training_method.paper.get(self.dataset, {}) if self.hparams == "paper" else {}
 
     def resolve(self) -> "Settings":
         d = self.defaults()
@@ -274,13 +244,13 @@ class RunConfig:
         if self.dropout >= 0:
             model = dataclasses.replace(model, dropout=self.dropout)
         model = dataclasses.replace(model, weight_gate=self.weight_gate, sort_gate=self.sort_gate)
-        model = dataclasses.replace(model, **METHOD_MODEL[self.method])
+        model = dataclasses.replace(model, **self.training_method.model)
         paper = self._paper()
         if "agg_hidden" in paper:
             model = dataclasses.replace(model, agg_hidden=paper["agg_hidden"])
         epochs, patience = self.stopping(d.epochs if self.tuned() else None)
         return Settings(
-            k=1 if self.method in ONE_NEIGHBOUR else self.k or d.k,
+            k=1 if self.training_method.one_neighbour else self.k or d.k,
             batch_size=self.batch_size or paper.get("batch_size", d.batch_size),
             epochs=epochs,
             lr=self.lr or paper.get("lr", d.lr),
@@ -293,7 +263,7 @@ class RunConfig:
         """Each resolved training hyperparameter and where it came from: {name: {"value", "source"}},
         the source one of "run config", "dataset default (<dataset>, paper App. E)", "fallback: ...",
         "paper per-method (...)" or "method <method>" (a baseline's switch)."""
-        s, paper, chosen = self.resolve(), self._paper(), METHOD_MODEL[self.method]
+        s, paper, chosen = self.resolve(), self._paper(), self.training_method.model
         base = (f"dataset default ({self.dataset}, paper App. E)" if self.tuned()
                 else "fallback: hdb's defaults — dataset has no tuned defaults")
         stop = base if self.tuned() else "fallback: early stopping — dataset has no tuned defaults"
@@ -306,7 +276,7 @@ class RunConfig:
             return f"paper per-method ({self.dataset} {self.method}, App. E)" if key in paper else base
 
         m = s.model
-        rows = {"k": (s.k, f"method {self.method}: one neighbour" if self.method in ONE_NEIGHBOUR
+        rows = {"k": (s.k, f"method {self.method}: one neighbour" if self.training_method.one_neighbour
                       else source(self.k > 0, "k")),
                 "batch_size": (s.batch_size, source(self.batch_size > 0, "batch_size")),
                 "epochs": (s.epochs, "run config" if self.epochs else stop),

@@ -193,6 +193,7 @@ class RunRecord:
 def write_split_csv(path: Path, split, n: int, rule: str, source_rows=None, entity_ids=None) -> dict:
     """Write split.csv (0600, atomically); returns summary.json's ``split`` entry."""
     import hashlib
+
     import pandas as pd
 
     part = np.full(n, "unused", dtype=object)  # a row in none of the three (said, if ever)

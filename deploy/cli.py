@@ -18,7 +18,8 @@ from pathlib import Path
 
 from app import run_status
 from deploy.commands import Deployment, _procs, down, flwr_run, link, run_values, up
-from deploy.predict import add_parser as add_predict_parser, command as predict_command
+from deploy.predict import add_parser as add_predict_parser
+from deploy.predict import command as predict_command
 from deploy.processes import running
 from linkage.private import private_umask
 

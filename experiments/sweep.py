@@ -164,7 +164,8 @@ def run_on_ray(pending: list[tuple[str, dict, Path]], engine: str, address: str,
 def progress_bar(console=None):
     """Runs done / total, elapsed, ETA on stderr (``console``: another rich Console); quiet when it
     is not a terminal (a log file, CI)."""
-    from rich import console as rc, progress as rp
+    from rich import console as rc
+    from rich import progress as rp
 
     console = console or rc.Console(stderr=True)
     return rp.Progress(rp.TextColumn("sweep"), rp.BarColumn(), rp.MofNCompleteColumn(), rp.TextColumn("runs"),

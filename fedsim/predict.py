@@ -50,8 +50,8 @@ def add_parser(sub) -> None:
 
 
 def _manifest(run_dir: Path) -> dict:
-    from app.run_status import require_finished
     from app.kept import read_manifest
+    from app.run_status import require_finished
 
     require_finished(run_dir)
     return read_manifest(run_dir)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from linkage.store import atomic_path
+from strategies.vfl.methods import REGISTRY
 
 
 def is_run(path: str) -> bool:
@@ -49,7 +50,7 @@ def headline(summary: dict) -> list[str]:
         from linkage.privacy import report_lines
 
         lines += report_lines(summary["privacy"])
-    elif summary.get("method") != "solo":
+    elif summary.get("method") not in REGISTRY or REGISTRY[summary["method"]].federated:  # Solo links nothing
         lines.append("privacy: no report (run-config privacy-report = false, or the linkage service sent none)")
     return lines
 

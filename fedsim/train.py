@@ -19,6 +19,7 @@ from pathlib import Path
 from fedsim.helpfmt import HelpFormatter
 from fedsim.watch import run_thread, tail, watch
 from linkage.private import private_dir
+from strategies.vfl.methods import REGISTRY
 
 FLAGS = ("dataset", "data_dir", "out_dir", "run_name", "mode", "method", "epochs", "seed")
 
@@ -33,9 +34,8 @@ def add_parser(sub) -> None:
     s.add_argument("--run-name", default="", help="the run's folder name ('' = <dataset>-<method>-<time>)")
     s.add_argument("--mode", default="vfl", choices=("vfl", "entity-aug"),
                    help="vfl: FedSim and its baselines; entity-aug: Entity Augmentation")
-    s.add_argument("--method", default="fedsim_attn", help="fedsim_attn (the default: FedSim plus attention over "
-                   "the neighbours, docs/fedsim-attn.md), fedsim (the paper's) or a baseline: solo top1sim avgsim "
-                   "featuresim exact")
+    s.add_argument("--method", default="fedsim_attn", help="mode vfl's method (strategies/vfl/methods.py): "
+                   + "; ".join(f"{m.name}: {m.summary}" for m in REGISTRY.values()) + " (default: fedsim_attn)")
     s.add_argument("--epochs", type=int, default=None, help="epochs (the maximum with early stopping); "
                                                             "unset = the run config's default")
     s.add_argument("--seed", type=int, default=0, help="the run's seed (data split, initial weights, batches)")
@@ -66,7 +66,8 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
     values.update(parse_pairs(args.config))
     _own_parties(values, bool(args.dataset) or any(p.partition("=")[0].strip() == "dataset" for p in args.config))
     if args.deployment:  # the deployment's dataset, data, linkage job and runs folder, unless said here
-        from deploy.commands import Deployment, run_values as deployment_values
+        from deploy.commands import Deployment
+        from deploy.commands import run_values as deployment_values
 
         values = deployment_values(Deployment.load(args.deployment), values)
     for key in ("data-dir", "out-dir", "linkage-dir"):

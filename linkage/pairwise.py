@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from linkage.contracts import LinkageError, STRING_METRICS
+from linkage.contracts import STRING_METRICS, LinkageError
 
 
 def _words(bits) -> np.ndarray:

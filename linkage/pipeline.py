@@ -32,6 +32,13 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from linkage.approx import Approx, approx_topk, sample_rows, tie_aware_recall
+from linkage.contracts import (
+    Defences,
+    LinkageError,
+    LinkageResult,
+    SecondaryLinkage,
+    identifier_bytes,
+)
 from linkage.exact import (  # noqa: F401 - re-exported: the exact searches, in one place
     BLOCK_BYTES,
     Progress,
@@ -40,13 +47,6 @@ from linkage.exact import (  # noqa: F401 - re-exported: the exact searches, in 
     topk_bruteforce,
     topk_euclidean,
     topk_kdtree,
-)
-from linkage.contracts import (
-    Defences,
-    LinkageError,
-    LinkageResult,
-    SecondaryLinkage,
-    identifier_bytes,
 )
 from linkage.metrics import metric as metric_named
 from linkage.noise import dp_sigma, record_noise, sigma_from_tau  # noqa: F401 - re-exported
@@ -61,8 +61,6 @@ from linkage.release import (  # noqa: F401 - re-exported: the pipeline's stages
     select_top,
     similarity,
 )
-
-
 
 # ----------------------------------------------------------------------------- validation
 

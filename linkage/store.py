@@ -61,13 +61,13 @@ def primary_meta(p: PrimaryLinkage) -> str:
     """primary.npz's ``meta`` member: the job, its parameters and every party's figures."""
     return json.dumps({"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "layout": p.layout,
                        "ids_sha256": p.ids_sha256, "parties": sorted(p.links),
-                       "stats": {q: link_stats(l) for q, l in p.links.items()}})
+                       "stats": {q: link_stats(lk) for q, lk in p.links.items()}})
 
 
 def primary_bytes(p: PrimaryLinkage) -> bytes:
     arrays = {}
-    for q, l in p.links.items():
-        arrays[f"tokens__{q}"], arrays[f"sims__{q}"] = l.tokens, l.sims
+    for q, lk in p.links.items():
+        arrays[f"tokens__{q}"], arrays[f"sims__{q}"] = lk.tokens, lk.sims
     return npz_bytes(meta=primary_meta(p), **arrays)
 
 

@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 from linkage.contracts import DEFAULT_STRING_METRIC, METRICS
-from linkage_server.limits import QUERY_MAX_CELLS, Limits
 from linkage.private import private_umask
 from linkage_server.cli_party import (
     cmd_encode,
@@ -42,6 +41,7 @@ from linkage_server.cli_party import (
     read_secret,
     verify,
 )
+from linkage_server.limits import QUERY_MAX_CELLS, Limits
 
 DEFAULT_URL = "http://127.0.0.1:8471"
 __all__ = ["main", "parser", "read_identifiers"]
@@ -66,10 +66,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def cmd_serve(args) -> None:
     import uvicorn
 
+    from linkage.private import create_secret, private_dir, warn_if_exposed
     from linkage_server import requestlog
     from linkage_server.service import create_app
-
-    from linkage.private import create_secret, private_dir, warn_if_exposed
 
     data_dir = private_dir(Path(args.data_dir))
     os.chmod(data_dir, 0o700)  # the service's own folder: uploads, searches, results, secrets

@@ -335,8 +335,8 @@ class JobStore:
             done = Job(job, params.k, params.tau, params.metric, secret, train_rows, params.defences(), recalls,
                        (anchor, ids) if spec.chain else None, step)
             skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
-            stats = {p: {"sigma": l.sigma, "sim_mean": l.sim_mean, "sim_std": l.sim_std, "dp_sigma_eps1": l.dp_sigma}
-                     for p, l in skeleton.primary.links.items()}
+            stats = {p: {"sigma": lk.sigma, "sim_mean": lk.sim_mean, "sim_std": lk.sim_std, "dp_sigma_eps1": lk.dp_sigma}
+                     for p, lk in skeleton.primary.links.items()}
             t2 = time.perf_counter()
             privacy = safe_privacy_report(skeleton, files, query, ids, done, spec.attacked(meta["secondaries"]))
             self._update(job, state="done", stats=stats, privacy=privacy,

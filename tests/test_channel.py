@@ -7,7 +7,6 @@ import pytest
 
 from app.transport import PartyError, handshake
 
-
 pytestmark = pytest.mark.usefixtures("run_identity")  # tests/conftest.py: a Message needs a run
 
 

@@ -46,14 +46,14 @@ def test_a_failed_run_exits_non_zero_with_its_error(user, monkeypatch, capsys):
                "-c", "method=combine", cwd=user, timeout=300)  # combine needs true rows: refused before the run
     assert r.returncode == 2 and "method 'combine' needs the true alignment" in r.stderr, (r.stdout, r.stderr)
     assert not (user / "runs" / "bad" / "status.json").exists()
-    import app.vfl.inprocess
+    import app.vfl.server
     from fedsim.cli import main
 
     def broken(*a, **k):
         raise RuntimeError("a planted failure inside the run")
 
     monkeypatch.chdir(user)
-    monkeypatch.setattr(app.vfl.inprocess, "build_strategy", broken)  # the run itself fails
+    monkeypatch.setattr(app.vfl.server, "build_strategy", broken)  # the run itself fails (the one VFL driver)
     assert main(["train", *TINY, "--engine", "inprocess", "--run-name", "bad", "-c", "parties=shops"]) == 1
     err = capsys.readouterr().err
     assert "run " in err and "failed" in err and "a planted failure inside the run" in err, err

@@ -8,10 +8,6 @@ Planted parties (own CSVs with entity ids): 2,000 entities, of which 30% every p
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -11,8 +11,8 @@ import pytest
 
 from app.config import RunConfig
 from app.vfl.inprocess import max_param_gap, run_in_process, run_twin
-from strategies.vfl.channel import LocalChannel
 from strategies.vfl import protocol
+from strategies.vfl.channel import LocalChannel
 from tests.test_equivalence import CASES
 
 S = 3

@@ -11,14 +11,14 @@ import json
 import shutil
 
 import numpy as np
-import torch
 import pytest
+import torch
 
 from app.config import RunConfig
 from app.data import load_data
+from app.kept import KeptError
 from app.modes import run_experiment
 from app.run_status import RunFailed
-from app.kept import KeptError
 from app.vfl.kept import load_kept
 from app.vfl.predict import predict_in_process
 from linkage.contracts import LinkageError

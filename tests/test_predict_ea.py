@@ -18,9 +18,9 @@ import torch
 import strategies.entity_aug.model as ea_model
 from app.config import RunConfig
 from app.entity_aug.kept import Keeper
-from app.kept import MANIFEST, KeptError
 from app.entity_aug.parties import ea_data, overlap_parts
 from app.entity_aug.predict import main, predict_ea_in_process
+from app.kept import MANIFEST, KeptError
 from app.modes import run_experiment
 from app.run_status import RunFailed
 from strategies.heads import TaskHead

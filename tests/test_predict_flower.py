@@ -17,8 +17,8 @@ from flwr.app import Context, Message, RecordDict
 from app import messages
 from app.config import RunConfig
 from app.data import _load, load_data
-from app.vfl import client as client_app
 from app.kept import KeptError
+from app.vfl import client as client_app
 from app.vfl.parties import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from linkage.contracts import LinkageError

@@ -62,7 +62,8 @@ def test_pairwise_distances_are_the_searchs(metric):
     elif metric == "euclidean":
         q, b = rng.normal(size=(40, 3)), rng.normal(size=(70, 3))
     else:
-        words = lambda n: np.array([["".join(rng.choice(list("abcde "), rng.integers(1, 9))) for _ in range(2)]
+        def words(n):
+            return np.array([["".join(rng.choice(list("abcde "), rng.integers(1, 9))) for _ in range(2)]
                                     for _ in range(n)])
         q, b = words(40), words(70)
     dist, col = search(q, b, metric=metric, k=len(b), party="t")

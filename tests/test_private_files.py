@@ -95,8 +95,9 @@ def _service(root: Path):
     proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
                              str(port), "--data-dir", str(root / "svc")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, umask=0o022)
-    import httpx
     import time
+
+    import httpx
 
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:

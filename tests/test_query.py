@@ -9,8 +9,8 @@ import pytest
 
 from linkage.contracts import LinkageError
 from linkage.job_secret import new_secret
-from linkage.pipeline import link, link_chain
 from linkage.noise import record_noise
+from linkage.pipeline import link, link_chain
 from linkage.query import query
 
 RNG = np.random.default_rng(0)

@@ -26,7 +26,6 @@ from linkage_server.uploads import to_npy
 from tests.test_service import ADMIN, planted, service
 from tests.test_service_cli import TITLES, cli
 
-
 KEYS: dict[str, dict[str, str]] = {}  # job -> its parties' secrets
 
 

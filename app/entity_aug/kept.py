@@ -32,9 +32,9 @@ import torch
 
 from app import kept
 from app.kept import KEPT, KeptError
+from datasets.overlap import HOST, EntityData
 from linkage.private import private_dir
 from linkage.store import write_atomic
-from datasets.overlap import HOST, EntityData
 from strategies.heads import TaskHead
 
 HOST_MODEL, HOST_BLOCK = "host", "host_block"  # state names of the host's model and of its own block's model

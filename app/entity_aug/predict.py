@@ -40,9 +40,9 @@ import torch
 
 from app.config import RunConfig
 from app.entity_aug.kept import HOST_MODEL, features_digest, load_kept, state_name
-from app.kept import KeptError, predict_command, write_csv
 from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, torch_threads
 from app.entity_aug.predict_ids import entity_ids, held_by_every_party, read_ids, read_screened  # noqa: F401 - re-exported
+from app.kept import KeptError, predict_command, write_csv
 from app.predict_files import write_skipped
 from app.run_status import require_finished
 from datasets.overlap import EntityData

@@ -18,8 +18,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages, node
 from app.config import RunConfig
 from app.node import node_run_config
-from app.vfl.parties import simulation_party
 from app.vfl import worker
+from app.vfl.parties import simulation_party
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 
 

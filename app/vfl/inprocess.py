@@ -15,19 +15,17 @@ import torch
 from app import run_status
 from app.config import RunConfig
 from app.data import load_data
-from app.run_record import RunRecord, Seconds
-from app.vfl.kept import Keeper
+from app.run_record import Seconds
 from app.vfl.parties import (
     build_primary_model,
     build_secondary_model,
     build_strategy,
     head_for,
-    job_privacy,
     linkage_job,
     train_plan,
 )
 from app.vfl.secondary import SecondaryParty, with_imputed_row
-from app.vfl.server import log_end, log_hyperparameters, outcome
+from app.vfl.server import Engine, drive, link
 from linkage.contracts import LinkageError
 from linkage.store import load_secondary
 from strategies.optim import party_seed
@@ -35,6 +33,8 @@ from strategies.vfl.channel import LocalChannel
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.protocol import fit
 from strategies.vfl.twin import train_twin
+
+TAG = "[inprocess]"
 
 
 @dataclass
@@ -55,7 +55,7 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None, seconds: Seconds | No
     t0 = time.perf_counter()
     ds = load_data(cfg)
     t1 = time.perf_counter()
-    linkage, job = linkage_job(ds, cfg, settings) if cfg.method != "solo" else (None, None)
+    linkage, job = linkage_job(ds, cfg, settings) if cfg.training_method.federated else (None, None)
     seconds.load, seconds.linkage = t1 - t0, time.perf_counter() - t1
     return cfg, settings, ds, linkage, job, dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
 
@@ -106,44 +106,18 @@ def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
 
 
 def run_experiment(cfg: RunConfig, out: Path) -> dict:
-    """A whole FedSim (or baseline) run in one process: secondaries behind a LocalChannel, the
-    protocol proven equal to `flwr run` by the twin oracles; every epoch evaluated, the
-    best-validation epoch reported. The same run record as the ServerApp (app/run_record.py),
-    tracked in <out>/status.json (app/run_status.py)."""
+    """A whole FedSim (or baseline) run in one process: the ServerApp's driver
+    (app/vfl/server.py:drive) with the secondaries behind a LocalChannel, the protocol proven
+    equal to `flwr run` by the twin oracles; every epoch evaluated, the best-validation epoch
+    reported. The same run record as the ServerApp (app/run_record.py), tracked in
+    <out>/status.json (app/run_status.py)."""
     with run_status.tracked(Path(out), "inprocess"):  # running, then finished or failed
-        return _experiment(cfg, Path(out))
+        return drive(cfg, Path(out), Engine("inprocess", TAG, _connect_local))
 
 
-def _experiment(cfg: RunConfig, out: Path) -> dict:
-    t_start = time.perf_counter()
-    settings, hyper = cfg.resolve(), cfg.hyperparameters()
-    with RunRecord(out, "inprocess") as record:
-        record.write_config(cfg, settings, hyper)
-        record.start_progress(settings.epochs)
-        log_hyperparameters("[inprocess]", hyper)
-        seconds = Seconds()
-        cfg, settings, ds, linkage, job, plan = _setup(cfg, None, seconds)
-        record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.seed), ds.source_rows, ds.entity_ids)
-        strategy = build_strategy(ds, linkage, cfg, settings)
-        parties = _local_parties(cfg, ds, job, linkage)
-        record.open_metrics(strategy.head)
-        keeper = Keeper(strategy.head)
-        models = {"primary": strategy.model, **{p: s.model for p, s in parties.items()}}
-
-        def on_epoch(rec) -> None:
-            record.epoch(rec)
-            keeper.offer(rec, models)  # the states the evaluation just used
-
-        t0 = time.perf_counter()
-        records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val,
-                              ds.split.test, plan, on_epoch, record.step)
-        seconds.train_and_eval = time.perf_counter() - t0
-        keeper.save(out, cfg, settings, ds, linkage.job_id if linkage else "")
-        seconds.total = time.perf_counter() - t_start
-        summary = record.finish(cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records,
-                                losses=losses, model=strategy.model, device=strategy.device, seconds=seconds,
-                                preprocessing=ds.preprocessing, k=settings.k, tau=cfg.tau,
-                                steps_per_exchange=cfg.steps_per_exchange, privacy=job_privacy(job, linkage, "[inprocess]"),
-                                **outcome(strategy.head, records, losses, plan, ds, hyper))
-    log_end("[inprocess]", summary, out)
-    return summary
+def _connect_local(ds, cfg: RunConfig, settings) -> tuple:
+    """The linkage job and the in-process secondaries holding it: (linkage, LocalChannel, seconds,
+    the job's privacy report); none of them for a method that links nothing."""
+    linkage, job, link_seconds, privacy = link(ds, cfg, settings, TAG)
+    parties = _local_parties(cfg, ds, job, linkage)
+    return linkage, LocalChannel(parties) if parties else None, link_seconds, privacy

@@ -45,7 +45,7 @@ class Keeper(kept.Keeper):
     def save(self, run_dir: Path, cfg, settings, ds: VFLDataset, job_id: str, *, parties_keep: bool = False) -> Path:
         """The manifest (and, in memory mode, the states). ``parties_keep``: the secondaries kept
         their own states (Flower); else they are in this folder."""
-        states = "none" if cfg.method == "solo" else "parties" if parties_keep else "run"
+        states = "none" if not cfg.training_method.federated else "parties" if parties_keep else "run"
         return self.write(run_dir, lambda best: {**manifest(cfg, settings, ds, self.head, job_id, best),
                                                  "secondary_states": states})
 

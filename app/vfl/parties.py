@@ -31,6 +31,7 @@ from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
 from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.gates import seed_dropout
+from strategies.vfl.methods import method as registered
 from strategies.vfl.model import SimilarityModel, local_model
 from strategies.vfl.protocol import TrainPlan
 
@@ -49,7 +50,7 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
 def require_linkable(ds: VFLDataset, cfg: RunConfig) -> None:
     """What the linkage would refuse about the data for this run's method (also checked by
     fedsim train before Flower starts): method 'combine' needs every record's true alignment."""
-    if cfg.method == "combine" and (not ds.true_match or any((r < 0).any() for r in ds.true_match.values())):
+    if cfg.training_method.links == "known" and (not ds.true_match or any((r < 0).any() for r in ds.true_match.values())):
         raise ValueError(f"method 'combine' needs the true alignment of every record, which dataset "
                          f"{ds.name!r} does not have (synthetic sets only)")
 
@@ -63,7 +64,7 @@ def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, repor
     from linkage.job import JobSpec  # scipy (linkage.pipeline) on first run: not per message
 
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
-        if cfg.method == "combine":
+        if cfg.training_method.links == "known":
             require_linkable(ds, cfg)
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             job = f"true-{ds.name}-{cfg.seed}-{cfg.n_rows}"
@@ -89,9 +90,10 @@ def link_and_report(ds: VFLDataset, cfg: RunConfig, settings: Settings, *, repor
 
 
 def job_kind(method: str) -> str:
-    """The linkage job a run's method asks for (linkage.job.KINDS): 'exact' links each record to
-    its neighbour at distance 0, 'combine' to its true row, every other method top-K."""
-    return {"exact": "exact", "combine": "known"}.get(method, "topk")
+    """The linkage job a run's method asks for (linkage.job.KINDS), from the method registry
+    (strategies/vfl/methods.py): 'exact' links each record to its neighbour at distance 0,
+    'known' to its true row, 'topk' to its K most similar records."""
+    return registered(method).links or "topk"
 
 
 def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:
@@ -226,7 +228,7 @@ def head_for(ds: VFLDataset) -> TaskHead:
 
 def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> SimilarityModel:
     head = head_for(ds)
-    parties = {} if cfg.method == "solo" else {p: settings.model.cut_dim for p in ds.secondaries}
+    parties = {} if not cfg.training_method.federated else {p: settings.model.cut_dim for p in ds.secondaries}
     shared = cfg.layout == "chain"
     return build_seeded(party_seed(cfg.seed, "primary"), lambda: SimilarityModel(
         ds.primary.n_features, parties, settings.k, head.d_out, settings.model, head.squash_pairs, shared))

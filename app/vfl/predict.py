@@ -22,9 +22,9 @@ import torch
 
 from app.config import RunConfig
 from app.data import load_data
+from app.kept import KeptError
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
-from app.kept import KeptError
 from app.vfl.kept import features_digest, load_kept
 from app.vfl.parties import build_primary_model, service_secret, unsorted
 from app.vfl.secondary import SecondaryParty
@@ -33,8 +33,9 @@ from linkage.query import query
 from linkage.store import load_primary, load_secondary
 from strategies.heads import TaskHead
 from strategies.vfl.fedsim import FedSimStrategy
+from strategies.vfl.methods import REGISTRY
 
-UNSUPPORTED = {"exact": "links by exact identifiers", "combine": "uses the true rows of synthetic data"}
+UNSUPPORTED = {name: m.no_predict for name, m in REGISTRY.items() if m.no_predict}  # method -> why not
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndar
     check_new(features, identifiers, kept.meta)
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "embed": 0.0}
     linkage, lookup = None, {}
-    if kept.cfg.method != "solo":
+    if kept.cfg.training_method.federated:
         linkage = link_here(kept, identifiers, seconds)
         lookup = _embed_here(kept, linkage, seconds)
     t1 = time.perf_counter()

@@ -24,9 +24,9 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app.config import RunConfig
+from app.kept import KeptError, write_csv
 from app.transport import handshake
 from app.vfl.channel import FlowerChannel
-from app.kept import KeptError, write_csv
 from app.vfl.parties import unsorted
 from app.vfl.predict import KeptRun, Prediction, check_new, forward, link_here, open_kept
 from app.vfl.predict_csv import read_input, table
@@ -49,7 +49,7 @@ def run_predict(grid: Grid, cfg: RunConfig) -> dict:
     check_new(features, ids, kept.meta)
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "connect": 0.0, "embed": 0.0}
     linkage, lookup = None, {}
-    if kept.cfg.method != "solo":
+    if kept.cfg.training_method.federated:
         linkage = _linkage(cfg, kept, ids, seconds)
         lookup = _embed_remote(grid, cfg, kept, linkage, seconds)
     t1 = time.perf_counter()

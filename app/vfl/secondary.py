@@ -16,10 +16,10 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from app.config import RunConfig
+from app.kept import KeptError
 from app.messages import StepMeta, require_finite, step_digest
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
-from app.kept import KeptError
 from app.vfl.kept import PARTY_KEPT, features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.private import private_dir

@@ -1,11 +1,15 @@
-"""The primary party's run: data, linkage, handshake, training, metrics on disk."""
+"""The primary party's run, one driver for every engine (:func:`drive`): data, linkage, the parties
+(over Flower, or in process: app/vfl/inprocess.py), training, metrics on disk."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -15,12 +19,12 @@ from flwr.serverapp import Grid
 from app import run_status
 from app.config import RunConfig
 from app.data import load_data
+from app.kept import KEPT
 from app.run_record import RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
-from app.kept import KEPT
 from app.vfl.kept import Keeper
 from app.vfl.parties import build_strategy, job_privacy, linkage_job, train_plan
 from strategies.records import EpochRecord, best_epoch, stopping
@@ -43,6 +47,24 @@ def fmt(metrics: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
 
 
+@dataclass(frozen=True)
+class Engine:
+    """How a VFL run reaches its secondaries. ``name``: the run record's engine ("flower" |
+    "inprocess"); ``tag``: its log lines' prefix; ``connect(ds, cfg, settings)`` -> (linkage, channel,
+    linkage seconds, privacy report), all None / 0 for a method that links nothing. Over Flower
+    (``remote``) each party keeps and checkpoints its own state and the channel counts traffic; in
+    process the primary keeps every party's state and nothing is checkpointed (a sweep resumes
+    whole runs)."""
+
+    name: str
+    tag: str
+    connect: Callable
+
+    @property
+    def remote(self) -> bool:
+        return self.name == "flower"
+
+
 def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     """The ServerApp's run, recorded in <run>/status.json (app/run_status.py): a fresh run from
     its start, a resumed one once its checkpoint is accepted (a refused resume touches no file)."""
@@ -51,56 +73,79 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     with status.recording():
         if not cfg.resume:
             status.start()
-        return _run_primary(grid, cfg, out, status)
+        return drive(cfg, out, Engine("flower", "[primary]", functools.partial(_connect, grid)), status)
 
 
-def _run_primary(grid: Grid, cfg: RunConfig, out: Path, status: run_status.RunStatus) -> dict:
-    t_start = time.perf_counter()
+def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatus | None = None) -> dict:
+    """The VFL run, for every engine: data, linkage, parties, training (checkpointed and
+    resumable over Flower), the best epoch kept, the run record (app/run_record.py)."""
+    t_start, tag = time.perf_counter(), engine.tag
     settings, hyper = cfg.resolve(), cfg.hyperparameters()
-    with RunRecord(out, "flower") as record, contextlib.ExitStack() as links:
+    with RunRecord(out, engine.name) as record, contextlib.ExitStack() as links:
         if not cfg.resume:  # a resumed run writes nothing before its checkpoint is accepted
             record.write_config(cfg, settings, hyper)
             record.start_progress(settings.epochs)
-        log(INFO, "[primary] run dir %s (working directory %s)", out, Path.cwd())
-        log_hyperparameters("[primary]", hyper)
-        ds, seconds = _load(cfg)
+        log(INFO, "%s run dir %s (working directory %s)", tag, out, Path.cwd())
+        log_hyperparameters(tag, hyper)
+        ds, seconds = _load(cfg, tag)
         record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.seed), ds.source_rows, ds.entity_ids)
-        linkage, channel, seconds.linkage, privacy = _connect(grid, ds, cfg, settings)
-        if channel is not None:
-            links.callback(channel.close)  # a direct transport's links close with the run, however it ends
-        floor = [channel.ping() for _ in range(cfg.bench_floor)] if channel and cfg.bench_floor else []
-        if floor:
-            log(INFO, "[primary] empty-exchange floor: median %.4f s over %d", statistics.median(floor), len(floor))
+        linkage, channel, seconds.linkage, privacy = engine.connect(ds, cfg, settings)
+        remote = channel if engine.remote else None  # parties that keep their own state and count traffic
+        if remote is not None:
+            links.callback(remote.close)  # a direct transport's links close with the run, however it ends
+        floor = _floor(remote, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
         plan = dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
-        log(INFO, "[primary] training %s: K=%d, batch %d, %s, lr %g, S=%d steps per exchange, device %s",
+        log(INFO, "%s training %s: K=%d, batch %d, %s, lr %g, S=%d steps per exchange, device %s", tag,
             cfg.method, settings.k, settings.batch_size, epochs_note(plan.epochs, plan.patience), settings.lr,
             cfg.steps_per_exchange, strategy.device)
         ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
-        done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
-        after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) if cfg.checkpoint else None
+        done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings) if engine.remote \
+            else None
+        after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) \
+            if cfg.checkpoint and engine.remote else None
         record.open_metrics(strategy.head, done[0] if done else [])
-        keeper = Keeper(strategy.head, out / KEPT)  # the best epoch: the primary's here, each party's in its folder
-        keeper.resume(done[0] if done else [])
-        if done and channel is not None and best_epoch(done[0], strategy.head).epoch == done[0][-1].epoch:
-            channel.keep(out, done[0][-1].epoch)  # its keep rode on a step the interruption may have lost
-        on_epoch, progress = _epoch_log(record, channel, lambda rec: _keep(keeper, rec, strategy, channel, out))
+        keeper, keep = _keeper(out, strategy, channel, engine, done)
+        on_epoch, progress = _epoch_log(record, remote, keep, tag)
         t0 = time.perf_counter()
         records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch,
-                                   progress, after_epoch, done, str(ckpt) if cfg.checkpoint else "")
+                                   progress, after_epoch, done, str(ckpt) if after_epoch else "")
         seconds.train_and_eval = time.perf_counter() - t0
-        if channel:
-            channel.finish(str(out))
-        keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None)
+        if remote:
+            remote.finish(str(out))
+        keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)
         seconds.total = time.perf_counter() - t_start
         summary = record.finish(
             cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=step_losses,
             model=strategy.model, device=strategy.device, seconds=seconds, preprocessing=ds.preprocessing,
-            exchange=_exchange(channel, floor), k=settings.k, tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange,
-            privacy=privacy,
-            **outcome(strategy.head, records, step_losses, plan, ds, hyper))
-    log_end("[primary]", summary, out)
+            exchange=_exchange(remote, floor), k=settings.k, tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange,
+            privacy=privacy, **outcome(strategy.head, records, step_losses, plan, ds, hyper))
+    log_end(tag, summary, out)
     return summary
+
+
+def _floor(remote, cfg: RunConfig, tag: str) -> list[float]:
+    """Flower's empty-exchange floor, measured ``cfg.bench_floor`` times (none in process)."""
+    floor = [remote.ping() for _ in range(cfg.bench_floor)] if remote and cfg.bench_floor else []
+    if floor:
+        log(INFO, "%s empty-exchange floor: median %.4f s over %d", tag, statistics.median(floor), len(floor))
+    return floor
+
+
+def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper, Callable]:
+    """The best epoch's keeper and the per-epoch ``keep(rec)``. Over Flower the primary's state is
+    written at each improvement and every party keeps its own (told over the channel); in process
+    the keeper holds every party's state until the run saves it."""
+    if not engine.remote:
+        local = getattr(channel, "parties", {})  # a LocalChannel's party objects
+        models = {"primary": strategy.model, **{p: s.model for p, s in local.items()}}
+        keeper = Keeper(strategy.head)
+        return keeper, lambda rec: keeper.offer(rec, models)  # the states the evaluation just used
+    keeper = Keeper(strategy.head, out / KEPT)
+    keeper.resume(done[0] if done else [])
+    if done and channel is not None and best_epoch(done[0], strategy.head).epoch == done[0][-1].epoch:
+        channel.keep(out, done[0][-1].epoch)  # its keep rode on a step the interruption may have lost
+    return keeper, lambda rec: _keep(keeper, rec, strategy, channel, out)
 
 
 def epochs_note(max_epochs: int, patience: int) -> str:
@@ -131,14 +176,14 @@ def log_end(tag: str, summary: dict, out: Path) -> None:
     log(INFO, "%s results in %s", tag, out)
 
 
-def _load(cfg: RunConfig) -> tuple:
+def _load(cfg: RunConfig, tag: str) -> tuple:
     """The parties' data, and the run's Seconds with the load time filled in."""
     t0 = time.perf_counter()
     ds = load_data(cfg)
-    log(INFO, "[primary] dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
-        ds.name, ds.primary.n_rows, len(ds.split.train), len(ds.split.val), len(ds.split.test),
+    log(INFO, "%s dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
+        tag, ds.name, ds.primary.n_rows, len(ds.split.train), len(ds.split.val), len(ds.split.test),
         {p: t.n_rows for p, t in ds.secondaries.items()})
-    log(INFO, "[primary] feature preparation: %s", ds.preprocessing_note())
+    log(INFO, "%s feature preparation: %s", tag, ds.preprocessing_note())
     return ds, Seconds(load=time.perf_counter() - t0)
 
 
@@ -158,17 +203,25 @@ def _start_or_resume(ckpt: Path, strategy, channel, cfg: RunConfig, job_id: str,
     return done
 
 
-def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
-    """The linkage job and the channel to the parties who hold it: (linkage, channel, seconds,
-    the job's privacy report); Solo has none of them."""
-    if cfg.method == "solo":
+def link(ds, cfg: RunConfig, settings, tag: str) -> tuple:
+    """The run's linkage job, every engine's: (linkage, its folder, seconds, the job's privacy
+    report); all None (0 s) for a method that links nothing."""
+    if not cfg.training_method.federated:
         return None, None, 0.0, None
     t0 = time.perf_counter()
     linkage, folder = linkage_job(ds, cfg, settings)  # each party reads its own copy of the job
     link_seconds = time.perf_counter() - t0
-    log(INFO, "[primary] linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s", linkage.job_id, linkage.layout,
-        linkage.k, linkage.tau, {p: round(l.sigma, 4) for p, l in linkage.links.items()}, link_seconds)
-    privacy = job_privacy(folder, linkage, "[primary]")
+    log(INFO, "%s linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s", tag, linkage.job_id, linkage.layout,
+        linkage.k, linkage.tau, {p: round(pl.sigma, 4) for p, pl in linkage.links.items()}, link_seconds)
+    return linkage, folder, link_seconds, job_privacy(folder, linkage, tag)
+
+
+def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
+    """The linkage job and the channel to the parties who hold it over Flower: (linkage, channel,
+    seconds, the job's privacy report); a method that links nothing has none of them."""
+    linkage, _, link_seconds, privacy = link(ds, cfg, settings, "[primary]")
+    if linkage is None:
+        return None, None, 0.0, None
     if cfg.transport == "direct":  # the last step: nothing between opening the links and closing them with the run
         channel = DirectChannel.connect(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout)
         log(INFO, "[primary] parties: %s", channel.nodes)
@@ -198,7 +251,7 @@ def _keep(keeper: Keeper, rec: EpochRecord, strategy, channel, out: Path) -> Non
         channel.keep(out, rec.epoch)
 
 
-def _epoch_log(record: RunRecord, channel, keep):
+def _epoch_log(record: RunRecord, channel, keep, tag: str):
     """The per-epoch record (metrics.jsonl line, progress.json + log, then ``keep``), and the
     training loop's progress: progress.json, and a step log at most every 10 s."""
     last = {"t": time.perf_counter()}
@@ -207,13 +260,13 @@ def _epoch_log(record: RunRecord, channel, keep):
         traffic = channel.traffic if channel else None
         record.epoch(rec, **({"bytes_down": traffic.bytes_down, "bytes_up": traffic.bytes_up} if traffic else {}))
         keep(rec)
-        log(INFO, "[primary] epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s",
+        log(INFO, "%s epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s", tag,
             rec.epoch, rec.train_loss, fmt(rec.val), fmt(rec.test), rec.steps, rec.exchanges, rec.seconds)
 
     def progress(phase: str, epoch: int, step: int, n_steps: int, loss: float) -> None:
         record.step(phase, epoch, step, n_steps, loss)
         if time.perf_counter() - last["t"] > 10.0:
             last["t"] = time.perf_counter()
-            log(INFO, "[primary]   epoch %d: %s step %d of %d, loss=%.5f", epoch, phase, step, n_steps, loss)
+            log(INFO, "%s   epoch %d: %s step %d of %d, loss=%.5f", tag, epoch, phase, step, n_steps, loss)
 
     return on_epoch, progress
