@@ -30,6 +30,7 @@ from deploy.localsim import QUIET_ENV, REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
 from linkage.private import private_dir
 from linkage.store import write_atomic
+from strategies.vfl.methods import REGISTRY
 
 CONNECTION = "fedsim-deploy"
 PRIMARY = "primary"
@@ -298,7 +299,8 @@ def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: st
 def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, object]:
     """The run config against this deployment: its dataset and data, its linkage job, and the
     values that job was linked with (another seed would sample other rows of the same count)."""
-    links = run_config.get("method", "fedsim") != "solo" and run_config.get("mode", "vfl") == "vfl"
+    known = REGISTRY.get(str(run_config.get("method", "fedsim_attn")))  # an unknown one is refused by the config check
+    links = (known is None or known.federated) and run_config.get("mode", "vfl") == "vfl"
     if links and not dep.job:
         raise SystemExit(f"the deployment at {dep.folder} has no linkage job: each party reads its own copy of the "
                          f"result, so run `python -m deploy link {dep.folder} --k K` first")
