@@ -108,6 +108,18 @@ def load_states(folder: Path, names: list[str]) -> dict[str, dict[str, torch.Ten
 # ---------------------------------------------------------------------------- predictions out
 
 
+def predict_mode_files(cfg) -> tuple[Path, Path]:
+    """The predict mode's (input, output) from its run config (the ServerApp of either training
+    mode): resolved, refused when they are one file, and any older output removed, so that
+    whatever happens it cannot pass for this run's (`fedsim predict` writes a fresh name and
+    renames it only when whole: app/predict_files.py)."""
+    src, out = Path(cfg.predict_input).expanduser().resolve(), Path(cfg.predict_output).expanduser().resolve()
+    if src == out:
+        raise KeptError(f"run-config 'predict-output' names the input {src}")
+    out.unlink(missing_ok=True)
+    return src, out
+
+
 def write_csv(frame: "pd.DataFrame", out: Path) -> None:
     """All of it or nothing at ``out`` (atomic rename), with the usual permissions."""
     buf = io.StringIO()

@@ -18,14 +18,10 @@ failed predict leaves an older --out byte-identical and says so (app/predict_fil
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import shutil
 import sys
-import time
 from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
-from fedsim.watch import tail, watch
 
 
 def add_parser(sub) -> None:
@@ -106,29 +102,8 @@ def command(args: argparse.Namespace) -> int:
 def _simulation(meta: dict, args: argparse.Namespace, new: Path, out: Path, id_column: str) -> bool:
     """`flwr run` in predict mode with the training's run config, reading ``new`` and writing
     ``out``; True when it wrote ``out``."""
-    from app.config import RunConfig
-    from deploy.localsim import start_simulation, stop_superlink
+    from fedsim.predict_flower import predict_through_flower
 
-    run_dir = args.run_dir.resolve()
-    trained = RunConfig(**meta["run"])
-    values = {k.replace("_", "-"): v for k, v in dataclasses.asdict(trained).items()}
-    values.update({"out-dir": str(run_dir.parent), "run-name": "", "resume": False, "predict-run": run_dir.name,
-                   "predict-input": str(new), "predict-output": str(out), "predict-id-column": id_column,
-                   "predict-explain": args.explain, "predict-unknown": args.unknown})
-    log = run_dir / "predict-flower.log"
-    home = run_dir.parent / ".flower" / f"predict-{run_dir.name}"
-    with open(log, "w") as sink:
-        proc, port = start_simulation(values, home, num_supernodes=len(meta["secondaries"]), output=sink)
-        try:
-            deadline = time.monotonic() + args.timeout
-            watch(lambda: proc.poll() is not None or time.monotonic() > deadline, None, label="predict")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            stop_superlink(port)
-            shutil.rmtree(home, ignore_errors=True)
-    if not out.exists():
-        print(f"fedsim predict: the run wrote no output; its log ({log}) ends:\n{tail(log)}", file=sys.stderr)
-        return False
-    return True
+    keys = {"predict-input": str(new), "predict-output": str(out), "predict-id-column": id_column,
+            "predict-explain": args.explain, "predict-unknown": args.unknown}
+    return predict_through_flower(args.run_dir, meta, keys, len(meta["secondaries"]), args.timeout, out)

@@ -4,14 +4,8 @@ with the training's run config plus the predict-* keys, one SuperNode per guest.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shutil
 import sys
-import time
 from pathlib import Path
-
-from fedsim.watch import tail, watch
 
 
 def fedsim_predict(meta: dict, args) -> int:
@@ -44,36 +38,19 @@ def fedsim_predict(meta: dict, args) -> int:
 
 
 def simulate(run_dir: Path, new: Path, out: Path, id_column: str, meta: dict, timeout: float) -> int:
-    """Predict mode on a local simulation (deploy.localsim) with the training's run config, its
-    log in <run>/predict-flower.log; exit 0 only with ``out`` written. The run writes beside
-    ``out`` and the file replaces ``out`` only when whole: a failed predict leaves an older one
-    as it was (and says so)."""
-    from app.config import RunConfig
-    from deploy.localsim import start_simulation, stop_superlink
+    """Predict mode on a local simulation (fedsim/predict_flower.py) with the training's run
+    config, one SuperNode per guest; exit 0 only with ``out`` written. The run writes beside
+    ``out`` and the file replaces ``out`` only when whole (app/predict_files.py run_to_output):
+    a failed predict leaves an older one as it was (and says so)."""
+    from app.predict_files import run_to_output
+    from fedsim.predict_flower import predict_through_flower
 
-    run_dir, out, new = Path(run_dir).resolve(), Path(out).resolve(), Path(new).resolve()
-    partial = out.with_name(f".{out.name}.partial")
-    values = {k.replace("_", "-"): v for k, v in dataclasses.asdict(RunConfig(**meta["run"])).items()}
-    values.update({"out-dir": str(run_dir.parent), "run-name": "", "resume": False, "predict-run": run_dir.name,
-                   "predict-input": str(new), "predict-output": str(partial), "predict-id-column": id_column})
-    log_file = run_dir / "predict-flower.log"
-    home = run_dir.parent / ".flower" / f"predict-{run_dir.name}"
-    with open(log_file, "w") as sink:
-        proc, port = start_simulation(values, home, num_supernodes=len(meta["guests"]), output=sink)
-        try:
-            deadline = time.monotonic() + timeout
-            watch(lambda: proc.poll() is not None or time.monotonic() > deadline, None, label="predict")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            stop_superlink(port)
-            shutil.rmtree(home, ignore_errors=True)
-    if not partial.exists():
-        left = f"; {out} is left as it was" if out.exists() else ""
-        print(f"fedsim predict: the run wrote no output{left}; its log ({log_file}) ends:\n{tail(log_file)}",
-              file=sys.stderr)
-        return 1
-    os.replace(partial, out)
-    print(f"predictions (best epoch {meta['best_epoch']}) -> {out}")
-    return 0
+    def start(partial: Path) -> bool:
+        keys = {"predict-input": str(Path(new).resolve()), "predict-output": str(partial),
+                "predict-id-column": id_column}
+        return predict_through_flower(run_dir, meta, keys, len(meta["guests"]), timeout, partial)
+
+    code = run_to_output(out, start)
+    if code == 0:
+        print(f"predictions (best epoch {meta['best_epoch']}) -> {out}")
+    return code

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from logging import INFO
-from pathlib import Path
 
 from flwr.common.logger import log
 from flwr.serverapp import Grid
@@ -28,7 +27,7 @@ from app.entity_aug.channel import FlowerLink
 from app.entity_aug.kept import HOST_MODEL, read_manifest, state_name
 from app.entity_aug.parties import ea_data, ea_plan, ea_settings
 from app.entity_aug.predict import check_ids, check_parties, predicted, read_ids, rebuild, table, user_entities
-from app.kept import KEPT, KeptError, load_states, write_csv
+from app.kept import KEPT, KeptError, load_states, predict_mode_files, write_csv
 from app.run_status import require_finished
 from app.transport import handshake
 from datasets.overlap import HOST
@@ -40,10 +39,7 @@ SAME = ("dataset", "data_dir", "n_rows", "seed", "mode", "ea_variant", "overlap"
 def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
     """Predictions for the ids in ``predict-input`` into ``predict-output``; returns what was
     done and the seconds of each phase (prepare, connect, embed, forward)."""
-    src, out = Path(cfg.predict_input).expanduser().resolve(), Path(cfg.predict_output).expanduser().resolve()
-    if src == out:
-        raise KeptError(f"run-config 'predict-output' names the input {src}")
-    out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
+    src, out = predict_mode_files(cfg)
     t0 = time.perf_counter()
     run_dir = cfg.out_path() / cfg.predict_run
     require_finished(run_dir)

@@ -24,7 +24,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app.config import RunConfig
-from app.kept import KeptError, write_csv
+from app.kept import KeptError, predict_mode_files, write_csv
 from app.transport import handshake
 from app.vfl.channel import FlowerChannel
 from app.vfl.parties import unsorted
@@ -37,10 +37,7 @@ from linkage.store import read_primary
 def run_predict(grid: Grid, cfg: RunConfig) -> dict:
     """Predictions for ``predict-input`` into ``predict-output``; returns what was done and the
     seconds of each phase (prepare, query, embed, forward)."""
-    src, out = Path(cfg.predict_input).expanduser().resolve(), Path(cfg.predict_output).expanduser().resolve()
-    if src == out:
-        raise KeptError(f"run-config 'predict-output' names the input {src}")
-    out.unlink(missing_ok=True)  # whatever happens, an older output cannot pass for this one
+    src, out = predict_mode_files(cfg)
     t0 = time.perf_counter()
     run_dir = cfg.out_path() / cfg.predict_run
     kept = open_kept(run_dir, check=("primary",))  # each secondary checks its own data
