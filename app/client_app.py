@@ -6,7 +6,7 @@ from __future__ import annotations
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from app.entity_aug import client as ea_guest
+from app.entity_aug import client as ea_secondary
 from app.vfl import client as vfl
 from linkage.private import private_umask
 
@@ -32,10 +32,10 @@ app.query("predict_hello")(vfl.predict_hello)
 app.query("embed_kept")(vfl.embed_kept)
 
 # Entity Augmentation (run-config mode = "entity-aug")
-app.query("ea_hello")(ea_guest.hello)
-app.train("ea_step")(ea_guest.step)
-app.query("ea_embed")(ea_guest.embed)
-app.query("ea_finish")(ea_guest.finish)
-app.query("ea_keep")(ea_guest.keep)
-app.query("ea_predict_hello")(ea_guest.predict_hello)
-app.query("ea_embed_kept")(ea_guest.embed_kept)
+app.query("ea_hello")(ea_secondary.hello)
+app.train("ea_step")(ea_secondary.step)
+app.query("ea_embed")(ea_secondary.embed)
+app.query("ea_finish")(ea_secondary.finish)
+app.query("ea_keep")(ea_secondary.keep)
+app.query("ea_predict_hello")(ea_secondary.predict_hello)
+app.query("ea_embed_kept")(ea_secondary.embed_kept)

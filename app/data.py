@@ -29,7 +29,11 @@ def _load(name: str, data_dir: str, options: DatasetOptions) -> VFLDataset:
 
 
 def load_data(cfg: RunConfig) -> VFLDataset:
-    ds = _load(cfg.dataset, cfg.data_dir, DatasetOptions(seed=cfg.seed, n_rows=cfg.n_rows, sigma_cf=cfg.sigma_cf))
+    ds = _load(
+        cfg.data.dataset,
+        cfg.data.data_dir,
+        DatasetOptions(seed=cfg.train.seed, n_rows=cfg.data.n_rows, sigma_cf=cfg.data.sigma_cf),
+    )
     return with_parties(ds, cfg.party_subset())
 
 
@@ -39,10 +43,15 @@ def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
         return ds
     unknown = sorted(set(subset) - set(ds.secondaries))
     if unknown:
-        raise ValueError(f"run-config 'parties' names {unknown}, which dataset {ds.name!r} does not have; "
-                         f"its secondaries: {sorted(ds.secondaries)}")
+        raise ValueError(
+            f"run-config 'parties' names {unknown}, which dataset {ds.name!r} does not have; "
+            f"its secondaries: {sorted(ds.secondaries)}"
+        )
     if len(set(subset)) != len(subset):
         raise ValueError(f"run-config 'parties' names a party twice: {subset}")
     keep = sorted(subset)
-    return dataclasses.replace(ds, secondaries={p: ds.secondaries[p] for p in keep},
-                               true_match={p: r for p, r in ds.true_match.items() if p in keep})
+    return dataclasses.replace(
+        ds,
+        secondaries={p: ds.secondaries[p] for p in keep},
+        true_match={p: r for p, r in ds.true_match.items() if p in keep},
+    )

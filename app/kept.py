@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from app.predict_files import left_note
 from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.heads import TaskHead
@@ -92,8 +93,10 @@ def read_manifest(run_dir: Path) -> dict:
     """federation.json; refused by name when the run kept none."""
     folder = Path(run_dir) / KEPT
     if not (folder / MANIFEST).exists():
-        raise KeptError(f"run {Path(run_dir)} has no kept federation ({folder / MANIFEST} is missing): it did not "
-                        "finish, or it was trained before runs kept their best epoch; train it again")
+        raise KeptError(
+            f"run {Path(run_dir)} has no kept federation ({folder / MANIFEST} is missing): it did not "
+            "finish, or it was trained before runs kept their best epoch; train it again"
+        )
     return json.loads((folder / MANIFEST).read_text())
 
 
@@ -113,7 +116,7 @@ def predict_mode_files(cfg) -> tuple[Path, Path]:
     mode): resolved, refused when they are one file, and any older output removed, so that
     whatever happens it cannot pass for this run's (`fedsim predict` writes a fresh name and
     renames it only when whole: app/predict_files.py)."""
-    src, out = Path(cfg.predict_input).expanduser().resolve(), Path(cfg.predict_output).expanduser().resolve()
+    src, out = Path(cfg.predict.input).expanduser().resolve(), Path(cfg.predict.output).expanduser().resolve()
     if src == out:
         raise KeptError(f"run-config 'predict-output' names the input {src}")
     out.unlink(missing_ok=True)
@@ -127,16 +130,20 @@ def write_csv(frame: "pd.DataFrame", out: Path) -> None:
     write_atomic(Path(out), buf.getvalue().encode())
 
 
-def predict_command(out: Path, source: Path, what: str, body: Callable, read: Callable | None = None,
-                    check: Callable[[], object] | None = None) -> int:
+def predict_command(
+    out: Path,
+    source: Path,
+    what: str,
+    body: Callable,
+    read: Callable | None = None,
+    check: Callable[[], object] | None = None,
+) -> int:
     """A predict command's outcome as its exit status (app/predict_files.py states the rule):
     ``out`` may not be the input ``source`` (exit 2); ``check()``, the run (exit 1 on an error);
     ``read()``, the input, read and checked before anything runs (exit 2 on an error);
     ``body(read())`` (or ``body()`` without ``read``) predicts, writes ``out`` atomically and
     returns the closing line (stdout); an error: exit 1. A failed predict leaves an older file at
     ``out`` byte-identical, and its message says so."""
-    from app.predict_files import left_note
-
     if Path(out).resolve() == Path(source).resolve():
         print(f"predict refused: --out names the input file {what}", file=sys.stderr)
         return 2

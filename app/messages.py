@@ -32,8 +32,10 @@ def plain_name(value: object, what: str, message: str) -> str:
     """``value`` if it is one plain folder name (no separator, not '.' or '..', no leading dot or dash)."""
     name = str(value)
     if not PLAIN_NAME.fullmatch(name) or ".." in name:
-        raise ProtocolError(f"{message}: refusing {what} {name!r}: it must be one plain folder name "
-                            "(letters, digits, _ . + = , @ -; no path)")
+        raise ProtocolError(
+            f"{message}: refusing {what} {name!r}: it must be one plain folder name "
+            "(letters, digits, _ . + = , @ -; no path)"
+        )
     return name
 
 
@@ -41,8 +43,10 @@ def expect_fields(record, allowed: set[str], message: str) -> None:
     """Refuse fields the protocol does not define (a primary must not steer a party's paths)."""
     unknown = sorted(set(record) - allowed)
     if unknown:
-        raise ProtocolError(f"{message} carries field(s) {unknown} that the protocol does not have (expected "
-                            f"{sorted(allowed)}); a party reads and writes only under its own configured folders")
+        raise ProtocolError(
+            f"{message} carries field(s) {unknown} that the protocol does not have (expected "
+            f"{sorted(allowed)}); a party reads and writes only under its own configured folders"
+        )
 
 
 def require_finite(values, party: str, what: str, message: str) -> None:
@@ -54,8 +58,10 @@ def require_finite(values, party: str, what: str, message: str) -> None:
         bad = int((~np.isfinite(values)).sum()) if values.dtype.kind in "fc" else 0
         total = values.size
     if bad:
-        raise NonFiniteValues(f"party {party!r}: {what} in {message} has {bad} of {total} values non-finite "
-                              "(NaN or inf); refused, nothing applied")
+        raise NonFiniteValues(
+            f"party {party!r}: {what} in {message} has {bad} of {total} values non-finite "
+            "(NaN or inf); refused, nothing applied"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,8 +87,14 @@ def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.nda
     return h.hexdigest()[:32]
 
 
-def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", cursor: int = 0,
-                 save: tuple[str, int] | None = None, keep: tuple[str, int] | None = None) -> RecordDict:
+def step_content(
+    apply: list[GradBlock],
+    tokens: np.ndarray,
+    job_id: str = "",
+    cursor: int = 0,
+    save: tuple[str, int] | None = None,
+    keep: tuple[str, int] | None = None,
+) -> RecordDict:
     """A step: gradient blocks to apply, then tokens to embed; ``save`` = (run name, epoch)
     asks the party to checkpoint between the two (into its own folder for that run); ``keep`` =
     (run name, epoch) asks it first to keep its current state (the one the epoch's evaluation
@@ -91,8 +103,12 @@ def step_content(apply: list[GradBlock], tokens: np.ndarray, job_id: str = "", c
     for j, block in enumerate(apply):
         arrays[f"apply_tokens_{j}"] = Array(np.ascontiguousarray(block.tokens, dtype=np.int64))
         arrays[f"apply_grad_{j}"] = Array(np.ascontiguousarray(block.grad))
-    meta = {"n_apply": len(apply), "job_id": job_id, "cursor": cursor,
-            "digest": step_digest(job_id, cursor, apply, tokens)}
+    meta = {
+        "n_apply": len(apply),
+        "job_id": job_id,
+        "cursor": cursor,
+        "digest": step_digest(job_id, cursor, apply, tokens),
+    }
     if save is not None:
         meta.update(save_run=save[0], save_epoch=save[1])
     if keep is not None:
@@ -135,8 +151,9 @@ def named_content(record: str, **fields) -> RecordDict:
     return RecordDict({record: ConfigRecord(fields)})
 
 
-def read_named(content: RecordDict, record: str, message: str, names: tuple[str, ...] = (),
-               ints: tuple[str, ...] = ()) -> dict:
+def read_named(
+    content: RecordDict, record: str, message: str, names: tuple[str, ...] = (), ints: tuple[str, ...] = ()
+) -> dict:
     """The fields of a query: ``names`` are plain folder names, ``ints`` integers; nothing else."""
     rec = content.config_records[record]
     expect_fields(rec, set(names) | set(ints), message)
@@ -155,8 +172,11 @@ def embeddings_content(emb: np.ndarray, state: dict | None = None) -> RecordDict
 
 def read_state(content: RecordDict) -> dict | None:
     rec = content.config_records.get("state")
-    return None if rec is None else {"digest": str(rec["digest"]), "applied": int(rec["applied"]),
-                                     "epoch": int(rec["epoch"])}
+    return (
+        None
+        if rec is None
+        else {"digest": str(rec["digest"]), "applied": int(rec["applied"]), "epoch": int(rec["epoch"])}
+    )
 
 
 def read_embeddings(content: RecordDict, party: str = "", message: str = "train.step") -> np.ndarray:
@@ -167,8 +187,12 @@ def read_embeddings(content: RecordDict, party: str = "", message: str = "train.
 
 def kept_embed_content(run: str, job_id: str, tokens: np.ndarray) -> RecordDict:
     """Predict: embed ``tokens`` (T,) with the party's kept model of ``run`` (query.embed_kept)."""
-    return RecordDict({"tokens": ArrayRecord({"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}),
-                       "kept": ConfigRecord({"run": run, "job_id": job_id})})
+    return RecordDict(
+        {
+            "tokens": ArrayRecord({"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}),
+            "kept": ConfigRecord({"run": run, "job_id": job_id}),
+        }
+    )
 
 
 def read_kept_embed(content: RecordDict) -> tuple[str, str, np.ndarray]:
@@ -178,6 +202,7 @@ def read_kept_embed(content: RecordDict) -> tuple[str, str, np.ndarray]:
     expect_fields(arrays, {"tokens"}, "query.embed_kept")
     tokens = arrays["tokens"].numpy()
     if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
-        raise ProtocolError(f"query.embed_kept: tokens must be one vector of integers, got {tokens.dtype} "
-                            f"{tokens.shape}")
+        raise ProtocolError(
+            f"query.embed_kept: tokens must be one vector of integers, got {tokens.dtype} {tokens.shape}"
+        )
     return names["run"], names["job_id"], tokens

@@ -9,7 +9,6 @@ or a linkage job (plain names checked by app/messages.py), never a folder."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from flwr.app import Context
@@ -33,8 +32,8 @@ def with_node_paths(cfg: RunConfig, context: Context) -> RunConfig:
     """``cfg`` with this node's own paths (see :func:`node_run_config`)."""
     data_dir = str(context.node_config.get("data-dir", ""))
     if deployed(context):
-        return dataclasses.replace(cfg, data_dir=data_dir, linkage_dir="", out_dir="")
-    return dataclasses.replace(cfg, data_dir=data_dir) if data_dir else cfg
+        return cfg.replace(data_dir=data_dir, linkage_dir="", out_dir="")
+    return cfg.replace(data_dir=data_dir) if data_dir else cfg
 
 
 def own_dir(context: Context, key: str) -> Path:
@@ -52,7 +51,7 @@ def linkage_dir(cfg: RunConfig, context: Context, job_id: str) -> Path:
     """The folder holding this party's secondary-<party>.npz of linkage job ``job_id``."""
     if deployed(context):
         return own_dir(context, "linkage-dir")
-    return Path(cfg.linkage_dir).resolve() if cfg.linkage_dir else simulated_linkage_dir(cfg, job_id)
+    return Path(cfg.link.linkage_dir).resolve() if cfg.link.linkage_dir else simulated_linkage_dir(cfg, job_id)
 
 
 def checkpoint_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Path:

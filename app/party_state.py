@@ -1,5 +1,5 @@
 """A party's optimiser state as Flower records, kept in ``context.state`` between messages
-(both modes: a FedSim secondary, an Entity Augmentation guest)."""
+(both modes: a FedSim secondary, an Entity Augmentation secondary)."""
 
 from __future__ import annotations
 

@@ -59,8 +59,10 @@ import os
 import platform
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +87,31 @@ class Seconds:
     epochs: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FinishedRun:
+    """What a finished run hands :meth:`RunRecord.finish`: what it trained and how it is judged.
+    ``head``: the TaskHead that picks the best epoch; ``records``, ``losses``: every epoch's and
+    every step's; ``model``: the primary's torch module, on ``device``; ``stopping``: as
+    strategies.records.stopping returns it; ``constant_predictor``: {"prediction", "val"};
+    ``extra_warnings``: the mode's own, before the common ones (summary.json ``warnings``). The
+    others are summary.json's fields of the same names."""
+
+    dataset: str
+    method: str
+    head: Any
+    records: list[EpochRecord]
+    losses: list[float]
+    model: Any
+    device: Any
+    seconds: Seconds
+    preprocessing: dict
+    stopping: dict
+    hyperparameters: dict
+    constant_predictor: dict
+    exchange: dict | None = None
+    extra_warnings: Sequence[str] = ()
+
+
 def machine() -> str:
     """Where a run ran: host, cores, CPU model, GPU, Python and torch versions."""
     import torch  # here, not at the top: app/run_status.py's command line reads FILES without torch
@@ -96,8 +123,10 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {gpu}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    return (
+        f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {gpu}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}"
+    )
 
 
 class RunRecord:
@@ -130,8 +159,7 @@ class RunRecord:
 
     def write_config(self, cfg, settings, hyperparameters: dict) -> None:
         private_dir(self.folder)
-        body = {"run": dataclasses.asdict(cfg), "resolved": dataclasses.asdict(settings),
-                "hyperparameters": hyperparameters}
+        body = {"run": cfg.flat(), "resolved": dataclasses.asdict(settings), "hyperparameters": hyperparameters}
         (self.folder / CONFIG).write_text(json.dumps(body, indent=2))
 
     def write_split(self, split, n_rows: int, rule: str, source_rows=None, entity_ids=None) -> None:
@@ -158,36 +186,54 @@ class RunRecord:
             self._metrics.close()
             self._metrics = None
 
-    def finish(self, cfg, *, dataset: str, method: str, head, records: list[EpochRecord], losses: list[float],
-               model, device, seconds: Seconds, preprocessing: dict, stopping: dict, hyperparameters: dict,
-               constant_predictor: dict, exchange: dict | None = None, extra_warnings: list[str] = (),
-               **mode_fields) -> dict:
-        """The end of a finished run: losses, model (a torch module), then summary.json; returns
-        the summary. ``head``: the TaskHead that picks the best epoch; ``stopping``: as
-        strategies.records.stopping returns it; ``constant_predictor``: {"prediction", "val"};
-        ``extra_warnings``: the mode's own, before the common ones (summary.json ``warnings``)."""
+    def finish(self, cfg, run: FinishedRun, **mode_fields) -> dict:
+        """The end of a finished run: losses, model, then summary.json (with the mode's own
+        ``mode_fields``); returns the summary."""
         import torch
 
-        from datasets.cells import imputed_warnings  # lazy: no pandas for the status files' readers
-
         self.close_metrics()
-        np.save(self.folder / LOSSES, np.asarray(losses, dtype=np.float64))
-        torch.save(model.state_dict(), self.folder / MODEL)
-        best = best_epoch(records, head)
-        seconds.epochs = seconds.epochs or [r.seconds for r in records]
-        summary = {"dataset": dataset, "mode": cfg.mode, "method": method,
-                   "seed": cfg.seed, "engine": self.engine, "device": str(device), "machine": machine(),
-                   "best_epoch": best.epoch, "val": best.val, "test": best.test, "epochs_run": len(records),
-                   "steps": len(losses), "seconds": dataclasses.asdict(seconds), "exchange": exchange,
-                   "stopping": stopping, "hyperparameters": hyperparameters, "constant_predictor": constant_predictor,
-                   "warnings": [*extra_warnings, *run_warnings(records, head, constant_predictor["val"]),
-                                *imputed_warnings(preprocessing)],
-                   "preprocessing": preprocessing, "split": self._split, **mode_fields}
+        np.save(self.folder / LOSSES, np.asarray(run.losses, dtype=np.float64))
+        torch.save(run.model.state_dict(), self.folder / MODEL)
+        best = best_epoch(run.records, run.head)
+        run.seconds.epochs = run.seconds.epochs or [r.seconds for r in run.records]
+        summary = {**self._summary(cfg, run, best), **mode_fields}
         (self.folder / SUMMARY).write_text(json.dumps(summary, indent=2))
         if self.progress is not None:
-            self.progress.update(epoch=records[-1].epoch, best_epoch=best.epoch)
+            self.progress.update(epoch=run.records[-1].epoch, best_epoch=best.epoch)
             self.progress.close(done=True)
         return summary
+
+    def _summary(self, cfg, run: FinishedRun, best: EpochRecord) -> dict:
+        """summary.json's common fields (the module's docstring), in their order."""
+        from datasets.cells import imputed_warnings  # lazy: no pandas for the status files' readers
+
+        warnings = [
+            *run.extra_warnings,
+            *run_warnings(run.records, run.head, run.constant_predictor["val"]),
+            *imputed_warnings(run.preprocessing),
+        ]
+        return {
+            "dataset": run.dataset,
+            "mode": cfg.train.mode,
+            "method": run.method,
+            "seed": cfg.train.seed,
+            "engine": self.engine,
+            "device": str(run.device),
+            "machine": machine(),
+            "best_epoch": best.epoch,
+            "val": best.val,
+            "test": best.test,
+            "epochs_run": len(run.records),
+            "steps": len(run.losses),
+            "seconds": dataclasses.asdict(run.seconds),
+            "exchange": run.exchange,
+            "stopping": run.stopping,
+            "hyperparameters": run.hyperparameters,
+            "constant_predictor": run.constant_predictor,
+            "warnings": warnings,
+            "preprocessing": run.preprocessing,
+            "split": self._split,
+        }
 
 
 def write_split_csv(path: Path, split, n: int, rule: str, source_rows=None, entity_ids=None) -> dict:
@@ -229,12 +275,16 @@ def run_warnings(records: list[EpochRecord], head, constant_val: dict[str, float
     epochs may still help), or the best validation metric is no better than the constant's."""
     best, key, out = best_epoch(records, head), head.key_metric, []
     if best is records[-1]:
-        out.append(f"the best validation epoch is the last one run ({best.epoch}): the model may still improve; "
-                   f"raise 'epochs' (or 'patience')")
+        out.append(
+            f"the best validation epoch is the last one run ({best.epoch}): the model may still improve; "
+            f"raise 'epochs' (or 'patience')"
+        )
     if not head.better(best.val[key], constant_val[key]):
-        out.append(f"the best validation {key} {best.val[key]:.4g} is no better than a constant predictor's "
-                   f"({constant_val[key]:.4g}, fitted on the training labels): the model learned nothing usable; "
-                   f"check the features, the linkage and the hyperparameters")
+        out.append(
+            f"the best validation {key} {best.val[key]:.4g} is no better than a constant predictor's "
+            f"({constant_val[key]:.4g}, fitted on the training labels): the model learned nothing usable; "
+            f"check the features, the linkage and the hyperparameters"
+        )
     return out
 
 
@@ -263,8 +313,17 @@ class ProgressFile:
 
     def __init__(self, folder: Path, max_epochs: int, phase: str = "linkage", interval: float = 1.0) -> None:
         self.path, self.interval, self.writes = Path(folder) / PROGRESS, interval, 0
-        self.state = {"phase": phase, "epoch": 0, "max_epochs": max_epochs, "step": 0, "steps_per_epoch": 0,
-                      "loss": None, "val": None, "best_epoch": None, "time": time.time()}
+        self.state = {
+            "phase": phase,
+            "epoch": 0,
+            "max_epochs": max_epochs,
+            "step": 0,
+            "steps_per_epoch": 0,
+            "loss": None,
+            "val": None,
+            "best_epoch": None,
+            "time": time.time(),
+        }
         self._lock, self._stop, self._dirty = threading.Lock(), threading.Event(), True
         self._write()
         self._thread = threading.Thread(target=self._loop, name="progress.json", daemon=True)

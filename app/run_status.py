@@ -63,8 +63,17 @@ class RunStatus:
             (self.folder / name).unlink(missing_ok=True)
         for name in () if resume else FOLDERS:
             shutil.rmtree(self.folder / name, ignore_errors=True)
-        self.record = {"state": "running", "error": None, "traceback": None, "engine": self.engine, "resumed": resume,
-                       "started": time.time(), "ended": None, "pid": os.getpid(), "host": socket.gethostname()}
+        self.record = {
+            "state": "running",
+            "error": None,
+            "traceback": None,
+            "engine": self.engine,
+            "resumed": resume,
+            "started": time.time(),
+            "ended": None,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
         self._write()
 
     def _write(self) -> None:
@@ -75,8 +84,12 @@ class RunStatus:
             self.record.update(state="finished", ended=time.time())
         else:
             (self.folder / SUMMARY).unlink(missing_ok=True)  # no summary for a failed run
-            self.record.update(state="failed", ended=time.time(), error=f"{type(error).__name__}: {error}",
-                               traceback="".join(traceback.format_exception(error))[-8000:])
+            self.record.update(
+                state="failed",
+                ended=time.time(),
+                error=f"{type(error).__name__}: {error}",
+                traceback="".join(traceback.format_exception(error))[-8000:],
+            )
         self._write()
 
     @contextmanager
@@ -117,13 +130,17 @@ def problem(folder: Path, since: float | None = None) -> str | None:
     if st is None:
         return f"run {folder} did not start: no {STATUS}"
     if since is not None and st["started"] < since:
-        return (f"run {folder} did not start: its {STATUS} is from an earlier run (started {_when(st['started'])}, "
-                f"{st['state']})")
+        return (
+            f"run {folder} did not start: its {STATUS} is from an earlier run (started {_when(st['started'])}, "
+            f"{st['state']})"
+        )
     if st["state"] == "failed":
         return f"run {folder} failed: {st['error']}"
     if st["state"] != "finished":
-        return (f"run {folder} did not finish: its status is {st['state']!r} (started {_when(st['started'])} by pid "
-                f"{st.get('pid')} on {st.get('host')}; a run killed then says so too)")
+        return (
+            f"run {folder} did not finish: its status is {st['state']!r} (started {_when(st['started'])} by pid "
+            f"{st.get('pid')} on {st.get('host')}; a run killed then says so too)"
+        )
     if not (folder / SUMMARY).exists():
         return f"run {folder} finished but its {SUMMARY} is gone"
     return None
@@ -152,12 +169,12 @@ def run_folder(run_config: list[str]) -> Path:
     where Flower 1.41 would refuse an unknown key unnamed ("Invalid run configuration")."""
     from flwr.common.config import parse_config_args
 
-    from app.config import ConfigError, RunConfig
+    from app.config import ConfigError, RunConfig  # lazy: torch and flwr; status readers stay light
 
     cfg = RunConfig.from_flower(parse_config_args(run_config))
-    if not cfg.run_name:
+    if not cfg.runtime.run_name:
         raise ConfigError("run-config 'run-name' is needed to know the run's folder")
-    return cfg.out_path() / cfg.run_name
+    return cfg.out_path() / cfg.runtime.run_name
 
 
 def main(argv: list[str] | None = None) -> int:

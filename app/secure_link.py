@@ -93,7 +93,9 @@ def _read_exact(sock: socket.socket, n: int, between: bool = False, deadline: fl
             sock.settimeout(left)
         r = sock.recv_into(view[got:], n - got)
         if r == 0:
-            raise (LinkClosed if between and got == 0 else LinkError)(f"the peer closed the link ({got} of {n} bytes read)")
+            raise (LinkClosed if between and got == 0 else LinkError)(
+                f"the peer closed the link ({got} of {n} bytes read)"
+            )
         got += r
     return bytes(buf)
 
@@ -148,7 +150,7 @@ class SecureLink:
         data = memoryview(_HEAD.pack(kind, seq, len(name)) + name + body)
         start = 0
         while True:
-            piece, start = data[start:start + CHUNK], start + CHUNK
+            piece, start = data[start : start + CHUNK], start + CHUNK
             last = start >= len(data)
             frame = self._send.encrypt(self._sent.to_bytes(12, "big"), bytes(piece), bytes([last]))
             self._sent += 1
@@ -164,21 +166,29 @@ class SecureLink:
             length, last = _FRAME.unpack(_read_exact(self.sock, _FRAME.size, not parts, deadline))
             size += length
             if length > CHUNK + TAG or size > MAX_MESSAGE:
-                raise LinkError(f"the peer announced a frame of {length} bytes (at most {CHUNK + TAG}) or a message "
-                                f"over {MAX_MESSAGE} bytes: refusing it")
+                raise LinkError(
+                    f"the peer announced a frame of {length} bytes (at most {CHUNK + TAG}) or a message "
+                    f"over {MAX_MESSAGE} bytes: refusing it"
+                )
             try:
-                parts.append(self._recv.decrypt(self._received.to_bytes(12, "big"),
-                                                _read_exact(self.sock, length, False, deadline), bytes([last])))
+                parts.append(
+                    self._recv.decrypt(
+                        self._received.to_bytes(12, "big"),
+                        _read_exact(self.sock, length, False, deadline),
+                        bytes([last]),
+                    )
+                )
             except Exception as e:  # cryptography's InvalidTag: altered, replayed or out of order
-                raise LinkError(f"frame {self._received} does not decrypt (altered, replayed or out of order): "
-                                "closing the link") from e
+                raise LinkError(
+                    f"frame {self._received} does not decrypt (altered, replayed or out of order): closing the link"
+                ) from e
             self._received += 1
             if last:
                 break
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
             kind, seq, n = _HEAD.unpack_from(data)
-            return kind, seq, data[_HEAD.size:_HEAD.size + n].decode(), data[_HEAD.size + n:]
+            return kind, seq, data[_HEAD.size : _HEAD.size + n].decode(), data[_HEAD.size + n :]
         except (struct.error, UnicodeDecodeError) as e:
             raise LinkError(f"a malformed message header: {e}") from e
 

@@ -42,7 +42,7 @@ def pull_replies(grid: Grid, ids: Iterable[str], deadline: float, on_reply: Call
     handing each to ``on_reply`` as it comes, until all are in or ``deadline`` (time.monotonic())
     passes; returns the ids still unanswered (never raises for them: the caller decides, and
     Entity Augmentation's collect with a deadline takes what arrived). An exception from
-    ``on_reply`` (a guest's error) ends the wait at once.
+    ``on_reply`` (a party's error) ends the wait at once.
 
     Pull at once, then pause POLL, POLL*1.5, ... up to POLL_MAX between pulls; no pause ends past
     the deadline, and a last pull is made at the deadline. Grid.send_and_receive instead sleeps
@@ -79,13 +79,15 @@ def run_name(run_dir: Path) -> str:
 class Introductions:
     """The nodes' answers to an introduction (``query.<action>``): each answering node's record
     of that name, the nodes that failed it (node -> reason) and how many did not answer in time."""
+
     records: dict[int, ConfigRecord]
     failed: dict[int, str]
     silent: int
 
 
-def introduce(grid: Grid, parties: list[str], timeout: float, action: str,
-              content_for: Callable[[int], RecordDict]) -> Introductions:
+def introduce(
+    grid: Grid, parties: list[str], timeout: float, action: str, content_for: Callable[[int], RecordDict]
+) -> Introductions:
     """Ask every connected node ``query.<action>`` (the content ``content_for(node id)``), once
     as many nodes as parties are connected or ``timeout`` passes, and wait for the answers under
     the channels' poll policy (Grid.send_and_receive sleeps 3 s between pulls in deployment)."""
@@ -111,7 +113,9 @@ def party_nodes(met: Introductions, parties: list[str], action: str, timeout: fl
     """party -> node id from the parties' own answers (their node config names them), refusing a
     failed node and a missing or duplicated party. Node ids are never assumed to follow any order."""
     if met.failed:
-        raise PartyError("; ".join(f"node {node_id} failed the handshake: {why}" for node_id, why in met.failed.items()))
+        raise PartyError(
+            "; ".join(f"node {node_id} failed the handshake: {why}" for node_id, why in met.failed.items())
+        )
     nodes: dict[str, int] = {}
     for node_id, record in met.records.items():
         party = str(record["party"])
@@ -129,7 +133,12 @@ def party_nodes(met: Introductions, parties: list[str], action: str, timeout: fl
 def handshake(grid: Grid, parties: list[str], job_id: str, timeout: float, *, action: str = "hello") -> dict[str, int]:
     """Ask every connected node which party it is (``query.<action>``, answered in a record of
     that name); map party -> node id. ``job_id`` names the linkage job (each party reads its own
-    copy); Entity Augmentation's guests answer ``query.ea_hello``, which names none ("")."""
-    met = introduce(grid, parties, timeout, action,
-                    lambda _: messages.named_content(action, **({"job_id": job_id} if job_id else {})))
+    copy); Entity Augmentation's secondaries answer ``query.ea_hello``, which names none ("")."""
+    met = introduce(
+        grid,
+        parties,
+        timeout,
+        action,
+        lambda _: messages.named_content(action, **({"job_id": job_id} if job_id else {})),
+    )
     return party_nodes(met, parties, action, timeout)

@@ -51,19 +51,30 @@ def simulated(base: dict, args, work: Path) -> tuple[tuple, list[float], dict]:
     sim, sim_dir, sim_wall = run_flower({**base, "epochs": args.epochs, "steps-per-exchange": args.sim_s}, work, "sim")
     epochs = epoch_seconds(sim_dir)
     print("simulation done", epochs, flush=True)
-    return (("simulation", f"{args.sim_s}{' pipelined' if args.pipeline else ''}", "flower", "",
-             sim["exchange"]["median_seconds"], sim["exchange"]["count"] / args.epochs, statistics.fmean(epochs),
-             sim_wall), epochs, sim)
+    return (
+        (
+            "simulation",
+            f"{args.sim_s}{' pipelined' if args.pipeline else ''}",
+            "flower",
+            "",
+            sim["exchange"]["median_seconds"],
+            sim["exchange"]["count"] / args.epochs,
+            statistics.fmean(epochs),
+            sim_wall,
+        ),
+        epochs,
+        sim,
+    )
 
 
 def in_process(base: dict, args, work: Path) -> tuple[tuple, list[float], dict]:
     """C: exact split learning (S = 1) in one process, the engine the twin oracles prove equal to
     `flwr run`: the fastest an exact epoch can be here."""
-    from app.config import RunConfig
-    from app.modes import run_experiment
+    from app.config import RunConfig  # lazy: torch and flwr, for the in-process engine only
+    from app.modes import run_experiment  # lazy: torch and flwr, for the in-process engine only
 
     values = {**base, "epochs": args.epochs, "steps-per-exchange": 1, "pipeline": False}
-    summary = run_experiment(RunConfig(**{k.replace("-", "_"): v for k, v in values.items()}), work / "in-process")
+    summary = run_experiment(RunConfig.of(**{k.replace("-", "_"): v for k, v in values.items()}), work / "in-process")
     epochs = epoch_seconds(work / "in-process")
     print("in process done", epochs, flush=True)
     return ("in process", 1, "none", "", "", "", statistics.fmean(epochs), ""), epochs, summary
@@ -72,16 +83,26 @@ def in_process(base: dict, args, work: Path) -> tuple[tuple, list[float], dict]:
 def deployed(dep: deploy.Deployment, base: dict, args) -> tuple[list[tuple], list[float], dict]:
     """B1: S = 1 for --steps steps; B2: --epochs epochs at S = --s; both over --transport."""
     base = {**base, "transport": args.transport}
-    one, one_dir, one_wall = deployed_run(dep, {**base, "pipeline": False, "epochs": 1, "steps-per-exchange": 1,
-                                                "max-steps": args.steps}, "s1")
+    one, one_dir, one_wall = deployed_run(
+        dep, {**base, "pipeline": False, "epochs": 1, "steps-per-exchange": 1, "max-steps": args.steps}, "s1"
+    )
     step_s = read_metrics(one_dir)[0]["seconds"] / args.steps
     rows = [("deployment", 1, args.transport, step_s, one["exchange"]["median_seconds"], "", "", one_wall)]
     print("deployment S=1 done", step_s, flush=True)
     run, run_dir, wall = deployed_run(dep, {**base, "epochs": args.epochs, "steps-per-exchange": args.s}, "sdef")
     epochs = epoch_seconds(run_dir)
-    rows.append(("deployment", f"{args.s}{' pipelined' if args.pipeline else ''}", args.transport, "",
-                 run["exchange"]["median_seconds"], run["exchange"]["count"] / args.epochs, statistics.fmean(epochs),
-                 wall))
+    rows.append(
+        (
+            "deployment",
+            f"{args.s}{' pipelined' if args.pipeline else ''}",
+            args.transport,
+            "",
+            run["exchange"]["median_seconds"],
+            run["exchange"]["count"] / args.epochs,
+            statistics.fmean(epochs),
+            wall,
+        )
+    )
     return rows, epochs, run
 
 
@@ -93,8 +114,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="S = 1 steps timed in deployment")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--s", type=int, default=100000, help="steps per exchange for the epoch runs (>= an epoch: one)")
-    ap.add_argument("--sim-s", type=int, default=100000, help="the simulation's steps per exchange (default: one "
-                    "exchange per epoch, its fastest)")
+    ap.add_argument(
+        "--sim-s",
+        type=int,
+        default=100000,
+        help="the simulation's steps per exchange (default: one exchange per epoch, its fastest)",
+    )
     ap.add_argument("--transport", choices=["flower", "direct"], default="flower", help="the deployed runs' transport")
     ap.add_argument("--pipeline", action="store_true", help="the epoch runs pipelined (run-config pipeline = true)")
     ap.add_argument("--insecure", action="store_true")
@@ -116,20 +141,30 @@ def main() -> None:
         finally:
             deploy.down(dep.root)
     security = "insecure" if args.insecure else "TLS + SuperNode auth"
-    print(f"\ndataset {args.dataset} (n-rows {args.n_rows or 'all'}, K={args.k}), {security}; "
-          f"deployment up {up_s:.1f} s, linkage through the service {link_s:.1f} s\n")
-    print("| runtime | S | transport | per step s (S=1) | median exchange s | exchanges / epoch | epoch s (train+eval) "
-          "| wall s |")
+    print(
+        f"\ndataset {args.dataset} (n-rows {args.n_rows or 'all'}, K={args.k}), {security}; "
+        f"deployment up {up_s:.1f} s, linkage through the service {link_s:.1f} s\n"
+    )
+    print(
+        "| runtime | S | transport | per step s (S=1) | median exchange s | exchanges / epoch | epoch s (train+eval) "
+        "| wall s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in [sim_row, own_row, *dep_rows]:
         print("| " + " | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in r) + " |")
-    print(f"\ndeployment epoch (S={args.s}, {args.transport}) / simulation epoch (S={args.sim_s}): "
-          f"{statistics.fmean(dep_epochs) / statistics.fmean(sim_epochs):.2f}x (epochs: simulation "
-          f"{[round(x, 1) for x in sim_epochs]}, deployment {[round(x, 1) for x in dep_epochs]})")
-    print(f"deployment epoch / in-process S=1 epoch: {statistics.fmean(dep_epochs) / statistics.fmean(own_epochs):.2f}x "
-          f"(in process {[round(x, 1) for x in own_epochs]})")
-    print(f"test after {args.epochs} epochs: simulation {sim['test']}, in process S=1 {own['test']}, "
-          f"deployment {dep_run['test']}")
+    print(
+        f"\ndeployment epoch (S={args.s}, {args.transport}) / simulation epoch (S={args.sim_s}): "
+        f"{statistics.fmean(dep_epochs) / statistics.fmean(sim_epochs):.2f}x (epochs: simulation "
+        f"{[round(x, 1) for x in sim_epochs]}, deployment {[round(x, 1) for x in dep_epochs]})"
+    )
+    print(
+        f"deployment epoch / in-process S=1 epoch: {statistics.fmean(dep_epochs) / statistics.fmean(own_epochs):.2f}x "
+        f"(in process {[round(x, 1) for x in own_epochs]})"
+    )
+    print(
+        f"test after {args.epochs} epochs: simulation {sim['test']}, in process S=1 {own['test']}, "
+        f"deployment {dep_run['test']}"
+    )
 
 
 if __name__ == "__main__":

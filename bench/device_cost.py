@@ -28,9 +28,15 @@ def measure(values: dict, device: str) -> dict:
         summary = run_experiment(cfg, Path(tmp) / "run")
         recs = read_metrics(Path(tmp) / "run")
     metric = "accuracy" if "accuracy" in summary["test"] else "rmse"
-    return {"device": summary["device"], "train_s": [r["seconds"] for r in recs],
-            "eval_s": [r["eval_seconds"] for r in recs], "steps": summary["steps"],
-            "test": summary["test"][metric], "metric": metric, "total_s": summary["seconds"]["total"]}
+    return {
+        "device": summary["device"],
+        "train_s": [r["seconds"] for r in recs],
+        "eval_s": [r["eval_seconds"] for r in recs],
+        "steps": summary["steps"],
+        "test": summary["test"][metric],
+        "metric": metric,
+        "total_s": summary["seconds"]["total"],
+    }
 
 
 def main() -> None:
@@ -47,8 +53,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for device in args.devices.split(","):
         r = measure(values, device)
-        print(f"| {r['device']} | {statistics.median(r['train_s']):.2f} | {statistics.median(r['eval_s']):.2f} | "
-              f"{r['steps'] // args.epochs} | {r['metric']} {r['test']:.4f} | {r['total_s']:.1f} |", flush=True)
+        print(
+            f"| {r['device']} | {statistics.median(r['train_s']):.2f} | {statistics.median(r['eval_s']):.2f} | "
+            f"{r['steps'] // args.epochs} | {r['metric']} {r['test']:.4f} | {r['total_s']:.1f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

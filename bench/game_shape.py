@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from linkage.strings import normalize_strings, tie_aware_recall, topk_edit, topk_edit_exact
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "game"
 N_QUERY, N_BASE = 26_987, 439_999
 ALPHABET = string.ascii_letters + string.digits + " :-'"
@@ -60,13 +62,6 @@ def main() -> None:
     import resource
     import time
 
-    from linkage.strings import (
-        normalize_strings,
-        tie_aware_recall,
-        topk_edit,
-        topk_edit_exact,
-    )
-
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--queries", type=int, default=0, help="random query subset (0 = all 26,987)")
     p.add_argument("--exact", type=int, default=500, help="queries checked against the exact top-K")
@@ -88,9 +83,11 @@ def main() -> None:
     de, ie = topk_edit_exact([q[i] for i in sub], b, a.k)
     t4 = time.perf_counter()
     setrec = np.mean([len(set(x) & set(y)) / a.k for x, y in zip(idx[sub], ie)])
-    print(f"exact on {len(sub)} queries {t4 - t3:.1f} s (x{len(q) / len(sub):.0f} = {(t4 - t3) * len(q) / len(sub):.0f} s); "
-          f"tie-aware recall {tie_aware_recall(dist[sub], de):.4f}, set recall {setrec:.4f}, "
-          f"distance columns equal {bool((dist[sub] == de).all())}")
+    print(
+        f"exact on {len(sub)} queries {t4 - t3:.1f} s (x{len(q) / len(sub):.0f} = {(t4 - t3) * len(q) / len(sub):.0f} s); "
+        f"tie-aware recall {tie_aware_recall(dist[sub], de):.4f}, set recall {setrec:.4f}, "
+        f"distance columns equal {bool((dist[sub] == de).all())}"
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import numpy as np
 
 from app.run_record import machine
 from experiments.runner import git_rev
+from linkage.encode import federal_numbers
+from linkage.strings import normalize_strings, topk_edit, topk_edit_exact
 
 K = 100
 PAPER_MIN = {"hdb": 0.98, "house": 3.48, "game": 3.62, "company": 13.20, "hamming": 145.2}
@@ -50,7 +52,7 @@ def house_shape(scale: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def hdb_shape(scale: float) -> tuple[np.ndarray, np.ndarray]:
-    from datasets import load_dataset
+    from datasets import load_dataset  # lazy: pandas, for the hdb case only
 
     ds = load_dataset("hdb")
     m = int(ds.primary.n_rows * scale)
@@ -58,8 +60,7 @@ def hdb_shape(scale: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def string_shape(case: str, scale: float) -> tuple[list[str], list[str]]:
-    from bench.game_shape import game_shape, perturb
-    from linkage.strings import normalize_strings
+    from bench.game_shape import game_shape, perturb  # lazy: pandas, for the string cases only
 
     query, base = game_shape(seed=0)
     if case == "company":  # a stand-in of the paper's company shape, from the same titles
@@ -72,8 +73,6 @@ def string_shape(case: str, scale: float) -> tuple[list[str], list[str]]:
 
 
 def hamming_shape(scale: float) -> tuple[np.ndarray, np.ndarray]:
-    from linkage.encode import federal_numbers
-
     q, b = house_shape(scale)
     both = np.concatenate([q, b])
     lo, hi = both.min(0), both.max(0)
@@ -98,7 +97,7 @@ def inputs(case: str, scale: float):
 
 def method_fn(case: str, method: str):
     """(callable(query, base, k) -> (dist, idx), exact callable for the recall subset)."""
-    from linkage.pipeline import topk_bruteforce, topk_euclidean
+    from linkage.pipeline import topk_bruteforce, topk_euclidean  # lazy: scipy, for the Euclidean methods only
 
     if case in ("house", "hdb"):
         if method == "ours":  # scipy cKDTree, both cores
@@ -111,14 +110,12 @@ def method_fn(case: str, method: str):
 
             return naive, topk_bruteforce
     if case in ("game", "company"):
-        from linkage.strings import topk_edit, topk_edit_exact
-
         if method == "ours":
             return topk_edit, topk_edit_exact
         if method == "naive":  # the reference's prefix blocking, then exact distances inside blocks
             return prefix_blocking, topk_edit_exact
     if case == "hamming":
-        from linkage.hamming import topk_hamming
+        from linkage.hamming import topk_hamming  # lazy: numba, for the hamming case only
 
         if method == "ours":
             return topk_hamming, hamming_exact
@@ -172,7 +169,7 @@ def one(case: str, method: str, scale: float, n_check: int) -> dict:
     fn, exact = method_fn(case, method)
     floor = None
     if case == "hamming" and method == "ours":
-        from linkage.hamming import popcount_floor_seconds
+        from linkage.hamming import popcount_floor_seconds  # lazy: numba, for the hamming case only
 
         floor = popcount_floor_seconds(query, base)
     k = min(K, len(base))
@@ -188,8 +185,19 @@ def one(case: str, method: str, scale: float, n_check: int) -> dict:
     tie = float((got_d <= ed[:, -1:] + tol).mean())
     overlap = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(got_i, ei)]))
     top1 = float((got_d[:, 0] <= ed[:, 0] + tol[:, 0]).mean())
-    return {"case": case, "method": method, "m": len(query), "n": len(base), "k": k, "seconds": seconds,
-            "peak_mb": peak_mb, "tie_recall": tie, "set_recall": overlap, "top1": top1, "floor_s": floor}
+    return {
+        "case": case,
+        "method": method,
+        "m": len(query),
+        "n": len(base),
+        "k": k,
+        "seconds": seconds,
+        "peak_mb": peak_mb,
+        "tie_recall": tie,
+        "set_recall": overlap,
+        "top1": top1,
+        "floor_s": floor,
+    }
 
 
 def run_isolated(case: str, method: str, scale: float, n_check: int) -> dict:
@@ -197,8 +205,13 @@ def run_isolated(case: str, method: str, scale: float, n_check: int) -> dict:
         return ex.submit(one, case, method, scale, n_check).result()
 
 
-METHODS = {"house": ("ours", "naive"), "hdb": ("ours", "naive"), "game": ("ours", "naive"),
-           "company": ("ours",), "hamming": ("ours", "naive")}
+METHODS = {
+    "house": ("ours", "naive"),
+    "hdb": ("ours", "naive"),
+    "game": ("ours", "naive"),
+    "company": ("ours",),
+    "hamming": ("ours", "naive"),
+}
 
 
 def main() -> None:
@@ -209,8 +222,11 @@ def main() -> None:
     ap.add_argument("--check", type=int, default=300, help="primary records whose exact top-K checks recall")
     args = ap.parse_args()
     print(f"# bench.linkage  {machine()}  git {git_rev()}  scale {args.scale}  K={K}", flush=True)
-    print("| case | m x n | method | seconds | tie-aware recall | set recall | top-1 exact | peak MB | "
-          "floor s | paper min |", flush=True)
+    print(
+        "| case | m x n | method | seconds | tie-aware recall | set recall | top-1 exact | peak MB | "
+        "floor s | paper min |",
+        flush=True,
+    )
     print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for case in args.cases.split(","):
         for method in METHODS[case]:
@@ -218,9 +234,12 @@ def main() -> None:
                 continue
             r = run_isolated(case, method, args.scale, args.check)
             floor = f"{r['floor_s']:.2f}" if r["floor_s"] else ""
-            print(f"| {case} | {r['m']:,} x {r['n']:,} | {method} | {r['seconds']:.2f} | {r['tie_recall']:.4f} | "
-                  f"{r['set_recall']:.4f} | {r['top1']:.4f} | {r['peak_mb']:.0f} | {floor} | "
-                  f"{PAPER_MIN[case]} |", flush=True)
+            print(
+                f"| {case} | {r['m']:,} x {r['n']:,} | {method} | {r['seconds']:.2f} | {r['tie_recall']:.4f} | "
+                f"{r['set_recall']:.4f} | {r['top1']:.4f} | {r['peak_mb']:.0f} | {floor} | "
+                f"{PAPER_MIN[case]} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ import pandas as pd
 
 from app.run_record import machine
 from experiments.runner import git_rev
+from linkage.encode import bloom_strings, federal_numbers
 from linkage.job_secret import new_secret
 from linkage.pipeline import release, search
 from linkage.quality import improvement_delta, recall_at
+from linkage.strings import normalize_strings
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SECRET = b"parties-shared-secret"  # known to the parties, never to the service
@@ -70,33 +72,34 @@ def evaluate(name: str, mode: str, metric: str, query, base, true_row: np.ndarra
     sims = release({"s": (dist, idx)}, {"s": len(base)}, k=k, tau=1.0, secret=new_secret(), job_id="q").primary.sims
     r = [recall_at(true_row, idx, j) for j in (1, 10, k)]
     known = int((true_row >= 0).sum())
-    return (f"| {name} | {mode} ({metric}) | {len(query):,} x {len(base):,} | {known:,} | {r[0]:.4f} | {r[1]:.4f} | "
-            f"{r[2]:.4f} | {improvement_delta(sims, 1):.2f} | {improvement_delta(sims, 10):.2f} | {seconds:.1f} |")
+    return (
+        f"| {name} | {mode} ({metric}) | {len(query):,} x {len(base):,} | {known:,} | {r[0]:.4f} | {r[1]:.4f} | "
+        f"{r[2]:.4f} | {improvement_delta(sims, 1):.2f} | {improvement_delta(sims, 10):.2f} | {seconds:.1f} |"
+    )
 
 
 def strings_case(name: str, query: list[str], base: list[str], true_row: np.ndarray) -> list[str]:
-    from linkage.encode import bloom_strings
-    from linkage.strings import normalize_strings
-
     q, b = normalize_strings(query), normalize_strings(base)
     t0 = time.perf_counter()
     bq, bb = bloom_strings(q, SECRET), bloom_strings(b, SECRET)
     enc = time.perf_counter() - t0
-    return [evaluate(name, "plaintext", "edit", np.array(q), np.array(b), true_row),
-            evaluate(name, f"private, encoded in {enc:.1f} s", "hamming", bq, bb, true_row)]
+    return [
+        evaluate(name, "plaintext", "edit", np.array(q), np.array(b), true_row),
+        evaluate(name, f"private, encoded in {enc:.1f} s", "hamming", bq, bb, true_row),
+    ]
 
 
 def numbers_case(query: np.ndarray, base: np.ndarray, true_row: np.ndarray) -> list[str]:
-    from linkage.encode import federal_numbers
-
     both = np.concatenate([query, base])
     lo, hi = both.min(0), both.max(0)
     t0 = time.perf_counter()
     kw = dict(bits_per_dim=512, t=0.02 * (hi - lo), lo=lo, hi=hi)
     fq, fb = federal_numbers(query, SECRET, **kw), federal_numbers(base, SECRET, **kw)
     enc = time.perf_counter() - t0
-    return [evaluate("planted", "plaintext", "euclidean", query, base, true_row),
-            evaluate("planted", f"private FEDERAL, encoded in {enc:.1f} s", "hamming", fq, fb, true_row)]
+    return [
+        evaluate("planted", "plaintext", "euclidean", query, base, true_row),
+        evaluate("planted", f"private FEDERAL, encoded in {enc:.1f} s", "hamming", fq, fb, true_row),
+    ]
 
 
 def main() -> None:
@@ -104,12 +107,20 @@ def main() -> None:
     ap.add_argument("--cases", default="game,febrl4,planted")
     args = ap.parse_args()
     print(f"# bench.linkage_quality  {machine()}  git {git_rev()}  K={K}", flush=True)
-    print("| data | mode | m x n | true links | recall@1 | recall@10 | recall@K | Delta Top1Sim | "
-          "Delta AvgSim(10) | search s |", flush=True)
+    print(
+        "| data | mode | m x n | true links | recall@1 | recall@10 | recall@K | Delta Top1Sim | "
+        "Delta AvgSim(10) | search s |",
+        flush=True,
+    )
     print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for case in args.cases.split(","):
-        lines = (strings_case("game", *game()) if case == "game" else
-                 strings_case("febrl4", *febrl4()) if case == "febrl4" else numbers_case(*planted_numbers()))
+        lines = (
+            strings_case("game", *game())
+            if case == "game"
+            else strings_case("febrl4", *febrl4())
+            if case == "febrl4"
+            else numbers_case(*planted_numbers())
+        )
         for line in lines:
             print(line, flush=True)
 

@@ -40,6 +40,9 @@ import numpy as np
 from app.run_record import machine
 from bench.linkage import DATA, SECRET
 from experiments.runner import git_rev
+from linkage.approx import Approx, approx_chunks, tie_aware_recall
+from linkage.encode import federal_numbers
+from linkage.strings import normalize_strings
 
 
 def _resample(points: np.ndarray, size: int, rng: np.random.Generator, jitter: float) -> np.ndarray:
@@ -58,8 +61,6 @@ def euclid_case(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def hamming_case(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The euclid case's points as (m, 128) and (n, 128) uint8: 1024-bit FEDERAL filters."""
-    from linkage.encode import federal_numbers
-
     q, b = euclid_case(m, n, seed)
     both = np.concatenate([q[:100_000], b[:100_000]])
     lo, hi = both.min(0) - 0.01, both.max(0) + 0.01
@@ -68,8 +69,7 @@ def hamming_case(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
 
 
 def strings_case(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    from bench.game_shape import game_shape, perturb
-    from linkage.strings import normalize_strings
+    from bench.game_shape import game_shape, perturb  # lazy: pandas, for the strings case only
 
     rng = np.random.default_rng(seed)
     query, base = game_shape(seed=0)
@@ -92,11 +92,15 @@ def gauss_case(m: int, n: int, d: int, clusters: int = 1000, seed: int = 0) -> t
 
 
 KNOBS = ("hnsw_m", "ef_search", "ef_construction", "nlist", "nprobe", "candidates")  # Approx's, settable here
-CASES = {"euclid": (euclid_case, "euclidean"), "hamming": (hamming_case, "hamming"),
-         "strings": (strings_case, "qgram_cosine"), "gauss16": (partial(gauss_case, d=16), "euclidean"),
-         "gauss64": (partial(gauss_case, d=64), "euclidean"),
-         "gauss16u": (partial(gauss_case, d=16, clusters=0), "euclidean"),
-         "gauss64u": (partial(gauss_case, d=64, clusters=0), "euclidean")}
+CASES = {
+    "euclid": (euclid_case, "euclidean"),
+    "hamming": (hamming_case, "hamming"),
+    "strings": (strings_case, "qgram_cosine"),
+    "gauss16": (partial(gauss_case, d=16), "euclidean"),
+    "gauss64": (partial(gauss_case, d=64), "euclidean"),
+    "gauss16u": (partial(gauss_case, d=16, clusters=0), "euclidean"),
+    "gauss64u": (partial(gauss_case, d=64, clusters=0), "euclidean"),
+}
 
 
 def _kept(chunks, sample: np.ndarray, k: int) -> np.ndarray:
@@ -111,10 +115,10 @@ def _kept(chunks, sample: np.ndarray, k: int) -> np.ndarray:
 
 def _exact_chunks(metric: str, query, base, k: int, rows: int):
     """The exact search (linkage.pipeline.topk) chunk by chunk, as the service's chunked search does."""
-    from linkage.pipeline import topk
+    from linkage.pipeline import topk  # lazy: scipy, for the exact method only
 
     for lo in range(0, len(query), rows):
-        yield lo, *topk(metric, query[lo:lo + rows], base, k)
+        yield lo, *topk(metric, query[lo : lo + rows], base, k)
 
 
 def settings(method: str, approx) -> str:
@@ -131,8 +135,7 @@ def one(spec: dict) -> dict:
     (each chunk's output discarded but for the recall sample's rows), time, peak memory, recall."""
     import faiss
 
-    from linkage.approx import Approx, approx_chunks, tie_aware_recall
-    from linkage.hamming import num_threads
+    from linkage.hamming import num_threads  # lazy: numba, loaded with the case's search, not at import
 
     make, metric = CASES[spec["case"]]
     metric, m, n, k, method = spec["metric"] or metric, spec["m"], spec["n"], spec["k"], spec["method"]
@@ -151,8 +154,14 @@ def one(spec: dict) -> dict:
         recall = tie_aware_recall(metric, query[sample], base, k, kept, np.arange(len(sample)))
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     threads = f"faiss {faiss.omp_get_max_threads()}, numba {num_threads()} threads"
-    return {**spec, "metric": metric, "seconds": seconds, "peak_gb": peak_gb, "recall": recall,
-            "note": "; ".join(x for x in (note, threads) if x)}
+    return {
+        **spec,
+        "metric": metric,
+        "seconds": seconds,
+        "peak_gb": peak_gb,
+        "recall": recall,
+        "note": "; ".join(x for x in (note, threads) if x),
+    }
 
 
 def run_isolated(spec: dict) -> dict:
@@ -161,8 +170,9 @@ def run_isolated(spec: dict) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.linkage_scale", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.linkage_scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--case", choices=sorted(CASES), required=True)
     ap.add_argument("--metric", default="", help="strings case: the scorer (default qgram_cosine)")
     ap.add_argument("--m", type=int, required=True, help="primary records")
@@ -173,7 +183,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--check", type=int, default=1000, help="records the recall is measured on")
     ap.add_argument("--chunk", type=int, default=1_000_000, help="primary rows searched (and discarded) at once")
     for knob in KNOBS:
-        ap.add_argument(f"--{knob.replace('_', '-')}", type=int, default=None, help="linkage.approx.Approx's knob (default: its own)")
+        ap.add_argument(
+            f"--{knob.replace('_', '-')}",
+            type=int,
+            default=None,
+            help="linkage.approx.Approx's knob (default: its own)",
+        )
     return ap.parse_args(argv)
 
 
@@ -182,17 +197,33 @@ def main(argv: list[str] | None = None) -> int:
     knobs = {key: getattr(args, key) for key in KNOBS if getattr(args, key) is not None}
     import torch
 
-    print(f"# {machine()} ({torch.get_num_threads()} torch threads), git {git_rev()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}, loadavg {os.getloadavg()[0]:.2f}")
+    print(
+        f"# {machine()} ({torch.get_num_threads()} torch threads), git {git_rev()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, loadavg {os.getloadavg()[0]:.2f}"
+    )
     print("| case | m | n | K | method | seconds | peak GB | tie-aware recall | note |")
     print("|---|---|---|---|---|---|---|---|---|")
     for method in args.methods:
-        r = run_isolated({"case": args.case, "metric": args.metric, "method": method, "m": args.m, "n": args.n,
-                          "k": args.k, "exact_rows": args.exact_rows, "check": args.check, "chunk": args.chunk,
-                          "knobs": knobs})
+        r = run_isolated(
+            {
+                "case": args.case,
+                "metric": args.metric,
+                "method": method,
+                "m": args.m,
+                "n": args.n,
+                "k": args.k,
+                "exact_rows": args.exact_rows,
+                "check": args.check,
+                "chunk": args.chunk,
+                "knobs": knobs,
+            }
+        )
         load = os.getloadavg()[0]
-        print(f"| {r['case']} | {r['m']:,} | {r['n']:,} | {r['k']} | {r['method']} | {r['seconds']:.1f} | "
-              f"{r['peak_gb']:.2f} | {r['recall']:.4f} | {r['note']} |", flush=True)
+        print(
+            f"| {r['case']} | {r['m']:,} | {r['n']:,} | {r['k']} | {r['method']} | {r['seconds']:.1f} | "
+            f"{r['peak_gb']:.2f} | {r['recall']:.4f} | {r['note']} |",
+            flush=True,
+        )
         print(f"# loadavg after: {load:.2f}", flush=True)
     return 0
 

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from app.run_record import machine
+from bench.linkage import inputs as paper_shape
+from bench.linkage_scale import CASES
 from bench.memory import TreePeak, process_tree
 from experiments.runner import git_rev
 from linkage_server.client import LinkageClient, create_job
@@ -34,10 +36,18 @@ METRICS = {"house": "euclidean", "game": "edit", "hamming": "hamming", "euclid":
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.linkage_service", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.linkage_service",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--case", default="house", choices=list(METRICS))
-    ap.add_argument("--scale", type=float, default=1.0, help="house / game / hamming: the paper's shapes, scaled (not with --m / --n)")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="house / game / hamming: the paper's shapes, scaled (not with --m / --n)",
+    )
     ap.add_argument("--m", type=int, default=0, help="euclid / hamming at scale: primary records")
     ap.add_argument("--n", type=int, default=0, help="euclid / hamming at scale: secondary records")
     ap.add_argument("--k", type=int, default=100)
@@ -47,8 +57,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if min(args.m, args.n) < 0:
         ap.error(f"--m and --n count records: got {args.m} and {args.n}")
     at_scale = bool(args.m or args.n)
-    if (at_scale and (args.case not in ("euclid", "hamming") or not (args.m and args.n))) or \
-            (args.case == "euclid" and not at_scale):
+    if (at_scale and (args.case not in ("euclid", "hamming") or not (args.m and args.n))) or (
+        args.case == "euclid" and not at_scale
+    ):
         ap.error("--case euclid needs --m and --n; --m and --n go together, with euclid or hamming")
     if at_scale and args.scale != 1.0:
         ap.error("--scale sizes the paper's shapes; at scale, --m and --n do")
@@ -57,11 +68,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def inputs(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     if args.m:
-        from bench.linkage_scale import CASES
-
         return CASES[args.case][0](args.m, args.n)
-    from bench.linkage import inputs as paper_shape
-
     query, base = paper_shape(args.case, args.scale)
     return np.asarray(query), np.asarray(base)
 
@@ -111,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     query, base = inputs(args)
     port = free_port()
-    print(f"# bench.linkage_service  {machine()}  git {git_rev()}  {time.strftime('%Y-%m-%d %H:%M')}  "
-          f"{args.case} {len(query):,} x {len(base):,} K={args.k} tau={args.tau}")
+    print(
+        f"# bench.linkage_service  {machine()}  git {git_rev()}  {time.strftime('%Y-%m-%d %H:%M')}  "
+        f"{args.case} {len(query):,} x {len(base):,} K={args.k} tau={args.tau}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp, tree = Path(tmp), TreePeak()
         with local_service(tmp / "svc", port, ADMIN) as url:
@@ -128,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         peak = tree.stop()
     for k, v in t.items():
         print(f"| {k} | {v:.2f} s |")
-    print(f"primary result {size:.0f} MiB; identical after restart: {same}; service peak (VmHWM) {hwm:.2f} GB; "
-          f"peak summed PSS of the bench and the service {peak:.2f} GB")
+    print(
+        f"primary result {size:.0f} MiB; identical after restart: {same}; service peak (VmHWM) {hwm:.2f} GB; "
+        f"peak summed PSS of the bench and the service {peak:.2f} GB"
+    )
     return 0 if same else 1
 
 

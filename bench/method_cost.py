@@ -26,13 +26,14 @@ from app.vfl.inprocess import run_in_process
 def per_step(cfg: RunConfig, steps: int) -> float:
     """Seconds per training step (the training loop's own clock: linkage and set-up excluded)."""
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_in_process(RunConfig(**{**cfg.__dict__, "max_steps": steps, "epochs": 1, "out_dir": tmp}))
+        run = run_in_process(RunConfig.of(**{**cfg.__dict__, "max_steps": steps, "epochs": 1, "out_dir": tmp}))
         return run.train_seconds / steps
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.method_cost", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.method_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("dataset")
     ap.add_argument("--methods", nargs="+", default=["fedsim", "fedsim_attn"])
     ap.add_argument("--steps", type=int, default=200)
@@ -45,14 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {m: [] for m in args.methods}
     for _ in range(args.repeats):
         for m in args.methods:  # interleaved
-            times[m].append(per_step(RunConfig(**{**base.__dict__, "method": m}), args.steps))
+            times[m].append(per_step(RunConfig.of(**{**base.__dict__, "method": m}), args.steps))
     first = statistics.median(times[args.methods[0]])
     for m in args.methods:
-        cfg = RunConfig(**{**base.__dict__, "method": m})
+        cfg = RunConfig.of(**{**base.__dict__, "method": m})
         epoch_steps = math.ceil(len(ds.split.train) / cfg.resolve().batch_size)
         t = statistics.median(times[m])
-        print(f"{m}: {t * 1000:.1f} ms/step, {t * epoch_steps:.1f} s per epoch of {epoch_steps} steps "
-              f"(x{t / first:.2f} of {args.methods[0]}; runs {', '.join(f'{x * 1000:.1f}' for x in times[m])} ms)")
+        print(
+            f"{m}: {t * 1000:.1f} ms/step, {t * epoch_steps:.1f} s per epoch of {epoch_steps} steps "
+            f"(x{t / first:.2f} of {args.methods[0]}; runs {', '.join(f'{x * 1000:.1f}' for x in times[m])} ms)"
+        )
     return 0
 
 

@@ -27,6 +27,7 @@ from app.data import load_data
 from app.modes import run_experiment
 from app.run_record import machine
 from app.vfl.predict import predict_in_process
+from deploy.localsim import simulate
 from experiments.runner import git_rev
 
 
@@ -42,15 +43,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new", type=int, default=100_000)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--max-steps", type=int, default=200, help="training steps (the cost of predict does not "
-                                                                "depend on how long it trained)")
+    ap.add_argument(
+        "--max-steps",
+        type=int,
+        default=200,
+        help="training steps (the cost of predict does not depend on how long it trained)",
+    )
     ap.add_argument("--flower", action="store_true", help="train and predict through `flwr run` (simulation)")
     args = ap.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} | {machine()} | commit {git_rev()}")
     if args.flower:
         return flower(args)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = RunConfig(dataset="hdb", epochs=args.epochs, max_steps=args.max_steps, out_dir=str(Path(tmp) / "out"))
+        cfg = RunConfig.of(dataset="hdb", epochs=args.epochs, max_steps=args.max_steps, out_dir=str(Path(tmp) / "out"))
         t0 = time.perf_counter()
         run_experiment(cfg, Path(tmp) / "run")
         print(f"training (not part of predict): {time.perf_counter() - t0:.1f} s")
@@ -62,16 +67,15 @@ def main() -> None:
         t0 = time.perf_counter()
         many = predict_in_process(Path(tmp) / "run", x, ids)
         wall = time.perf_counter() - t0
-        print(f"{args.new} records: {wall:.2f} s wall; phases {fmt(many.seconds)}; "
-              f"{args.new / wall:,.0f} records/s")
-        print(f"peak memory (max RSS of this process): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        print(f"{args.new} records: {wall:.2f} s wall; phases {fmt(many.seconds)}; {args.new / wall:,.0f} records/s")
+        print(
+            f"peak memory (max RSS of this process): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+        )
 
 
 def flower(args) -> None:
     """Train, then predict one record and N records, each a `flwr run` of its own."""
     import re
-
-    from deploy.localsim import simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -81,11 +85,15 @@ def flower(args) -> None:
         if not (tmp / "out" / "trained" / "kept" / "federation.json").exists():
             raise SystemExit(f"training failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         print(f"training through flwr run (not part of predict): {time.perf_counter() - t0:.1f} s")
-        x, ids = new_flats(load_data(RunConfig(dataset="hdb")), args.new)
+        x, ids = new_flats(load_data(RunConfig.of(dataset="hdb")), args.new)
         for n in (1, args.new):
             np.savez(tmp / "new.npz", features=x[:n], identifiers=ids[:n])
-            keys = {**base, "predict-run": "trained", "predict-input": str(tmp / "new.npz"),
-                    "predict-output": str(tmp / "pred.csv")}
+            keys = {
+                **base,
+                "predict-run": "trained",
+                "predict-input": str(tmp / "new.npz"),
+                "predict-output": str(tmp / "pred.csv"),
+            }
             t0 = time.perf_counter()
             r = simulate(keys, tmp / f"home-{n}", timeout=3000)
             wall = time.perf_counter() - t0
@@ -93,8 +101,10 @@ def flower(args) -> None:
             if line is None or not (tmp / "pred.csv").exists():
                 raise SystemExit(f"predict failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
             inside = float(line.group(1))
-            print(f"{n} record(s) through flwr run: {wall:.1f} s command wall; ServerApp predict {inside:.2f} s "
-                  f"({line.group(2)}); Flower start-up and teardown {wall - inside:.1f} s")
+            print(
+                f"{n} record(s) through flwr run: {wall:.1f} s command wall; ServerApp predict {inside:.2f} s "
+                f"({line.group(2)}); Flower start-up and teardown {wall - inside:.1f} s"
+            )
 
 
 def fmt(seconds: dict[str, float]) -> str:

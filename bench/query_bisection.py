@@ -49,8 +49,9 @@ class Job:
     asked: int = 0
 
     def ask(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        got = query(np.atleast_2d(points), {"s": self.base}, self.released, self.maps, secret=self.secret,
-                    pool=self.pool).links["s"]
+        got = query(
+            np.atleast_2d(points), {"s": self.base}, self.released, self.maps, secret=self.secret, pool=self.pool
+        ).links["s"]
         self.asked += len(np.atleast_2d(points))
         return got.tokens, got.sims
 
@@ -116,18 +117,19 @@ def solve_sites(lines: dict) -> dict:
         along = np.array([-normal[1], normal[0]])
         for coef_u, coef_v, vec, value in ((0.5, 0.5, normal, offset), (1.0, -1.0, along, 0.0)):
             row = np.zeros(2 * len(sites))
-            row[2 * col[u]:2 * col[u] + 2] += coef_u * vec
-            row[2 * col[v]:2 * col[v] + 2] += coef_v * vec
+            row[2 * col[u] : 2 * col[u] + 2] += coef_u * vec
+            row[2 * col[v] : 2 * col[v] + 2] += coef_v * vec
             rows.append(row)
             rhs.append(value)
     if not rows:
         return {}
     x = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]
-    return {t: x[2 * col[t]:2 * col[t] + 2] for t in sites}
+    return {t: x[2 * col[t] : 2 * col[t] + 2] for t in sites}
 
 
-def bisection_attack(job: Job, *, budget: int, rays: int = 48, reach: float = 1.5, eps: float = 1e-12,
-                     seed: int = 0) -> tuple[int, float]:
+def bisection_attack(
+    job: Job, *, budget: int, rays: int = 48, reach: float = 1.5, eps: float = 1e-12, seed: int = 0
+) -> tuple[int, float]:
     """(query records used, error of the target's position) of the bisection attack."""
     token, start = target_of(job)
     rng, points = np.random.default_rng(seed), {}
@@ -185,10 +187,14 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=6000, help="query records the bisection may use")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"secondary n={args.n}, primary m={args.m} on a 10 x 10 square, K={args.k}, radius {args.radius}, "
-          f"bisection budget {args.budget} records ({args.budget * args.k} records x K)")
-    print("| regime | compose | tau | sigma on a distance | bisection: records used | bisection: error | "
-          "trilateration: error @ 100 | @ 1000 | records to within the radius |")
+    print(
+        f"secondary n={args.n}, primary m={args.m} on a 10 x 10 square, K={args.k}, radius {args.radius}, "
+        f"bisection budget {args.budget} records ({args.budget * args.k} records x K)"
+    )
+    print(
+        "| regime | compose | tau | sigma on a distance | bisection: records used | bisection: error | "
+        "trilateration: error @ 100 | @ 1000 | records to within the radius |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for regime, pool in (("before (pool = K)", args.k), ("after (default pool)", 0)):
         for compose in (False, True):
@@ -198,8 +204,10 @@ def main() -> None:
 
 def row(args, regime: str, pool: int, compose: bool, tau: float) -> None:
     def make() -> Job:
-        return make_job(n=args.n, m=args.m, k=args.k, tau=tau, radius=args.radius, compose=compose, pool=pool,
-                        seed=args.seed)
+        return make_job(
+            n=args.n, m=args.m, k=args.k, tau=tau, radius=args.radius, compose=compose, pool=pool, seed=args.seed
+        )
+
     try:
         job = make()
     except LinkageError as e:
@@ -209,9 +217,12 @@ def row(args, regime: str, pool: int, compose: bool, tau: float) -> None:
     t0 = time.perf_counter()
     used, error = bisection_attack(job, budget=args.budget, rays=args.rays, seed=args.seed)
     tri = [trilateration_attack(make(), r) for r in (100, 1000)]
-    print(f"| {regime} | {'yes' if compose else 'no'} | {tau} | {link_s.sigma * link_s.sim_std:.3g} | {used} | "
-          f"{error:.2g} | {tri[0]:.2g} | {tri[1]:.2g} | {records_to_locate(make, args.radius)} |"
-          f" <!-- {time.perf_counter() - t0:.1f} s -->", flush=True)
+    print(
+        f"| {regime} | {'yes' if compose else 'no'} | {tau} | {link_s.sigma * link_s.sim_std:.3g} | {used} | "
+        f"{error:.2g} | {tri[0]:.2g} | {tri[1]:.2g} | {records_to_locate(make, args.radius)} |"
+        f" <!-- {time.perf_counter() - t0:.1f} s -->",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

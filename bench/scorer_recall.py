@@ -26,12 +26,15 @@ import time
 import numpy as np
 
 from app.run_record import machine
+from bench.game_shape import game_shape
 from bench.linkage_quality import SECRET, game
 from experiments.runner import git_rev
 from linkage import scorers
 from linkage.contracts import DEFAULT_STRING_METRIC, STRING_METRICS
 from linkage.encode import bloom_strings
 from linkage.hamming import topk_hamming
+from linkage.metrics import metric as metric_named
+from linkage.qgram import cosines
 from linkage.quality import recall_at
 from linkage.scorers import topk_strings
 from linkage.strings import normalize_strings
@@ -64,25 +67,25 @@ def row(data: str, mode: str, scorer: str, query, base, true_row, run) -> str:
     seconds = time.perf_counter() - t0
     known = int((true_row >= 0).sum())
     r1, r10 = recall_at(true_row, idx, 1), recall_at(true_row, idx, K)
-    return (f"| {data} | {mode} | {scorer} | {len(query):,} x {len(base):,} | {known:,} | {r1:.4f} | {r10:.4f} | "
-            f"{seconds:.1f} |")
+    return (
+        f"| {data} | {mode} | {scorer} | {len(query):,} x {len(base):,} | {known:,} | {r1:.4f} | {r10:.4f} | "
+        f"{seconds:.1f} |"
+    )
 
 
 def column_mean(metric: str, query: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The alternative to joining: the mean of per-column distances (full matrices: FEBRL4 sizes only)."""
     from rapidfuzz import process
 
-    from linkage.qgram import cosines
-
     total = np.zeros((len(query), len(base)))
     for j in range(query.shape[1]):
         qc, bc = query[:, j].tolist(), base[:, j].tolist()
-        if metric == "qgram_cosine":
+        if metric_named(metric).exact == "qgram":
             total += np.clip(1.0 - cosines(qc, bc, scorers.QGRAM, scorers.PAD), 0.0, 1.0)
         else:
-            if metric == "token_sort":
+            if metric_named(metric).sort_words:
                 qc, bc = [scorers.sort_tokens(x) for x in qc], [scorers.sort_tokens(x) for x in bc]
-            total += process.cdist(qc, bc, scorer=scorers._RAPIDFUZZ[metric], dtype=np.float64, workers=-1)
+            total += process.cdist(qc, bc, scorer=scorers.scorer(metric), dtype=np.float64, workers=-1)
     return scorers.smallest(total / query.shape[1], K)
 
 
@@ -90,7 +93,7 @@ def plaintext_rows(data: str, query, base, true_row) -> list[str]:
     """Every scorer on the joined columns (linkage.scorers); on several columns also the per-column mean."""
     out = []
     for metric in STRING_METRICS:
-        for q in ((2, 3) if metric == "qgram_cosine" else (scorers.QGRAM,)):
+        for q in (2, 3) if metric == "qgram_cosine" else (scorers.QGRAM,):
             scorers.QGRAM, saved = q, scorers.QGRAM
             label = f"{metric} (q={q})" if metric == "qgram_cosine" else metric
             how = "plaintext" if query.shape[1] == 1 else "plaintext, joined"
@@ -98,8 +101,17 @@ def plaintext_rows(data: str, query, base, true_row) -> list[str]:
                 out.append(row(data, how, label, query, base, true_row, lambda: topk_strings(metric, query, base, K)))
                 print(out[-1], flush=True)
                 if query.shape[1] > 1 and metric != "edit":
-                    out.append(row(data, "plaintext, mean of per-column distances", label, query, base, true_row,
-                                   lambda: column_mean(metric, query, base)))
+                    out.append(
+                        row(
+                            data,
+                            "plaintext, mean of per-column distances",
+                            label,
+                            query,
+                            base,
+                            true_row,
+                            lambda: column_mean(metric, query, base),
+                        )
+                    )
                     print(out[-1], flush=True)
             finally:
                 scorers.QGRAM = saved
@@ -112,7 +124,8 @@ def private_rows(data: str, query, base, true_row) -> list[str]:
     ways = {"Bloom of the joined string": lambda x: bloom_strings(scorers.joined(x), SECRET)}
     if query.shape[1] > 1:
         ways["Bloom per column, concatenated"] = lambda x: np.concatenate(
-            [bloom_strings(x[:, j].tolist(), SECRET) for j in range(x.shape[1])], axis=1)
+            [bloom_strings(x[:, j].tolist(), SECRET) for j in range(x.shape[1])], axis=1
+        )
     for how, encode in ways.items():
         bq, bb = encode(query), encode(base)
         out.append(row(data, f"private: {how}", "hamming", query, base, true_row, lambda: topk_hamming(bq, bb, K)))
@@ -122,14 +135,14 @@ def private_rows(data: str, query, base, true_row) -> list[str]:
 
 def game_shape_seconds(metric: str) -> str:
     """The default scorer's top-100 at the paper's game shape, timed (normalising included, as a run does)."""
-    from bench.game_shape import game_shape
-
     query, base = game_shape()
     t0 = time.perf_counter()
     q, b = np.array(normalize_strings(query)), np.array(normalize_strings(base))
     topk_strings(metric, q, b, 100)
-    return (f"game shape {len(query):,} x {len(base):,}, K = 100, {metric}"
-            f"{f' (q={scorers.QGRAM})' if metric == 'qgram_cosine' else ''}: {time.perf_counter() - t0:.1f} s")
+    return (
+        f"game shape {len(query):,} x {len(base):,}, K = 100, {metric}"
+        f"{f' (q={scorers.QGRAM})' if metric == 'qgram_cosine' else ''}: {time.perf_counter() - t0:.1f} s"
+    )
 
 
 def main() -> None:

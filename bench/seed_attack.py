@@ -69,8 +69,9 @@ def denoise(released: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(explained[:, None], best, released), explained
 
 
-def attack(sims: np.ndarray, tokens: np.ndarray, n: int, sigma: float, guesses) -> tuple[int, float, np.ndarray,
-                                                                                          np.ndarray]:
+def attack(
+    sims: np.ndarray, tokens: np.ndarray, n: int, sigma: float, guesses
+) -> tuple[int, float, np.ndarray, np.ndarray]:
     """The attacker's best guess, from what the primary holds: (seed, score, row_of_token, denoised)."""
     best = None
     for seed in guesses:
@@ -85,8 +86,15 @@ def judge(guess, tokens, sims, true_row_of_token, query, base, mean, std, sigma)
     seed, score, row_of_token, denoised = guess
     rows = true_row_of_token[tokens]  # (m, K) the true secondary row of each released neighbour
     clean = (-np.linalg.norm(query[:, None, :] - base[rows], axis=2) - mean) / std  # (m, K)
-    return AttackResult(seed, score, float((row_of_token[tokens] == rows).mean()), 1.0 / len(base),
-                        float(np.abs(sims - clean).mean()), float(np.abs(denoised - clean).mean()), sigma)
+    return AttackResult(
+        seed,
+        score,
+        float((row_of_token[tokens] == rows).mean()),
+        1.0 / len(base),
+        float(np.abs(sims - clean).mean()),
+        float(np.abs(denoised - clean).mean()),
+        sigma,
+    )
 
 
 def planted(m: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -101,14 +109,22 @@ def start(url: str, job: str, secret: str, body: dict) -> dict:
     headers = {"Authorization": f"Bearer {secret}"}
     r = httpx.post(f"{url}/jobs/{job}/start", json=body, headers=headers, timeout=30)
     if r.status_code == 422 and "seed" in r.text:
-        r = httpx.post(f"{url}/jobs/{job}/start", json={k: v for k, v in body.items() if k != "seed"},
-                       headers=headers, timeout=30)
+        r = httpx.post(
+            f"{url}/jobs/{job}/start", json={k: v for k, v in body.items() if k != "seed"}, headers=headers, timeout=30
+        )
     r.raise_for_status()
     return r.json()
 
 
-def run(m: int = 400, n: int = 150, k: int = 3, tau: float = 0.5, seed: int = 3, guesses: int = 64,
-        workdir: Path | None = None) -> AttackResult:
+def run(
+    m: int = 400,
+    n: int = 150,
+    k: int = 3,
+    tau: float = 0.5,
+    seed: int = 3,
+    guesses: int = 64,
+    workdir: Path | None = None,
+) -> AttackResult:
     """One job on a fresh local service, attacked by its primary; judged by this script."""
     query, base = planted(m, n)
     admin = secrets.token_urlsafe(24)
@@ -129,8 +145,9 @@ def run(m: int = 400, n: int = 150, k: int = 3, tau: float = 0.5, seed: int = 3,
     rows_of_s = status["uploads"]["s"]["rows"] if "s" in status.get("uploads", {}) else n
     seeds = [seed, *(g for g in range(guesses) if g != seed)]  # the seed it offered first, then small seeds
     guess = attack(link.sims, link.tokens, rows_of_s, link.sigma, seeds)
-    return judge(guess, link.tokens, link.sims.astype(np.float64), true_map, query, base, link.sim_mean,
-                 link.sim_std, link.sigma)
+    return judge(
+        guess, link.tokens, link.sims.astype(np.float64), true_map, query, base, link.sim_mean, link.sim_std, link.sigma
+    )
 
 
 def main() -> None:

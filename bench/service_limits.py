@@ -96,8 +96,10 @@ def case_uploads(url: str, args) -> str:
     seconds = time.perf_counter() - t0
     done.set()
     watcher.join()
-    return (f"uploads: 3 x {args.upload_mib} MiB at once in {seconds:.1f} s: service peak +{peak.stop():.2f} GB "
-            f"above its level before, worst /health {worst:.2f} s")
+    return (
+        f"uploads: 3 x {args.upload_mib} MiB at once in {seconds:.1f} s: service peak +{peak.stop():.2f} GB "
+        f"above its level before, worst /health {worst:.2f} s"
+    )
 
 
 def case_queries(url: str, args) -> str:
@@ -112,10 +114,15 @@ def case_queries(url: str, args) -> str:
     peak = RssPeak(service_pid())
     t0 = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: LinkageClient(url, job, "p", c["p"]._http.headers["authorization"][7:]).query(one),
-                      range(8)))
-    return (f"queries: composed job {args.qm:,} x 20,000 K=50; 8 concurrent one-record queries in "
-            f"{time.perf_counter() - t0:.2f} s: service peak +{peak.stop():.2f} GB")
+        list(
+            pool.map(
+                lambda _: LinkageClient(url, job, "p", c["p"]._http.headers["authorization"][7:]).query(one), range(8)
+            )
+        )
+    return (
+        f"queries: composed job {args.qm:,} x 20,000 K=50; 8 concurrent one-record queries in "
+        f"{time.perf_counter() - t0:.2f} s: service peak +{peak.stop():.2f} GB"
+    )
 
 
 def case_queue(url: str, args) -> str:
@@ -134,8 +141,10 @@ def case_queue(url: str, args) -> str:
     cs["p"].wait(timeout=3600, poll=0.05)
     small_s, big_state = time.perf_counter() - t0, cb["p"].status()["state"]
     cb["p"].wait(timeout=3600, poll=0.2)
-    return (f"queue: a {args.big_m:,} x 200,000 K=50 job started first ({time.perf_counter() - t0:.1f} s); "
-            f"the 10 x 10 job done after {small_s:.1f} s, the large one then {big_state}")
+    return (
+        f"queue: a {args.big_m:,} x 200,000 K=50 job started first ({time.perf_counter() - t0:.1f} s); "
+        f"the 10 x 10 job done after {small_s:.1f} s, the large one then {big_state}"
+    )
 
 
 def case_bigk(url: str, args) -> str:
@@ -147,16 +156,19 @@ def case_bigk(url: str, args) -> str:
     t0 = time.perf_counter()
     c["p"].start("euclidean", args.bk_k)
     c["p"].wait(timeout=3600, poll=0.2)
-    return (f"bigk: {args.bk_m:,} x {args.bk_n:,} K={args.bk_k} in {time.perf_counter() - t0:.1f} s: "
-            f"service peak +{peak.stop():.2f} GB")
+    return (
+        f"bigk: {args.bk_m:,} x {args.bk_n:,} K={args.bk_k} in {time.perf_counter() - t0:.1f} s: "
+        f"service peak +{peak.stop():.2f} GB"
+    )
 
 
 CASES = {"uploads": case_uploads, "queries": case_queries, "queue": case_queue, "bigk": case_bigk}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.service_limits", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.service_limits", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--case", default="all", choices=[*CASES, "all"])
     ap.add_argument("--upload-mib", type=int, default=400)
     ap.add_argument("--qm", type=int, default=1_000_000, help="queries: the composed job's primary records")

@@ -25,6 +25,8 @@ from app.run_record import machine
 from bench.linkage_scale import CASES
 from bench.memory import TreePeak
 from experiments.runner import git_rev
+from linkage_server.jobs import JobParams, JobStore
+from linkage_server.uploads import to_npy
 
 
 def _peak_gb() -> float:
@@ -36,9 +38,6 @@ def _size_gb(path: Path) -> float:
 
 
 def run(args: argparse.Namespace, root: Path) -> dict:
-    from linkage_server.jobs import JobParams, JobStore
-    from linkage_server.uploads import to_npy
-
     t0 = time.perf_counter()
     make, metric = CASES[args.case]
     query, base = make(args.m, args.n)
@@ -48,20 +47,35 @@ def run(args: argparse.Namespace, root: Path) -> dict:
     store.upload(job, "secondary", to_npy(base))
     del query, base
     inputs_s, inputs_gb = time.perf_counter() - t0, _peak_gb()
-    params = JobParams(metric=metric, k=args.k, tau=args.tau,
-                       radius=args.radius, search=args.search, recall_floor=args.recall_floor, width=args.width)
+    params = JobParams(
+        metric=metric,
+        k=args.k,
+        tau=args.tau,
+        radius=args.radius,
+        search=args.search,
+        recall_floor=args.recall_floor,
+        width=args.width,
+    )
     store.start(job, params)
     t1, tree = time.perf_counter(), TreePeak()
     store.run(job)
     tree_gb = tree.stop()
     meta = store.meta(job)
     folder = root / "jobs" / job
-    return {"state": meta["state"], "error": meta["error"], "inputs_s": inputs_s, "inputs_peak_gb": inputs_gb,
-            "job_s": time.perf_counter() - t1, "seconds": meta["seconds"], "peak_gb": _peak_gb(),
-            "tree_peak_pss_gb": tree_gb,
-            "primary_npz_gb": (folder / "results" / "primary.npz").stat().st_size / 1e9 if meta["state"] == "done" else 0,
-            "work_gb": _size_gb(folder / "work"), "recall": _recalls(folder / "results" / "primary.npz"),
-            "strongest": {p: e.get("strongest") for p, e in (meta.get("privacy") or {}).get("parties", {}).items()}}
+    return {
+        "state": meta["state"],
+        "error": meta["error"],
+        "inputs_s": inputs_s,
+        "inputs_peak_gb": inputs_gb,
+        "job_s": time.perf_counter() - t1,
+        "seconds": meta["seconds"],
+        "peak_gb": _peak_gb(),
+        "tree_peak_pss_gb": tree_gb,
+        "primary_npz_gb": (folder / "results" / "primary.npz").stat().st_size / 1e9 if meta["state"] == "done" else 0,
+        "work_gb": _size_gb(folder / "work"),
+        "recall": _recalls(folder / "results" / "primary.npz"),
+        "strongest": {p: e.get("strongest") for p, e in (meta.get("privacy") or {}).get("parties", {}).items()},
+    }
 
 
 def _recalls(path: Path) -> dict:
@@ -77,8 +91,9 @@ def _recalls(path: Path) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.service_scale", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.service_scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--case", choices=["euclid", "hamming"], required=True)
     ap.add_argument("--m", type=int, required=True, help="primary records")
     ap.add_argument("--n", type=int, required=True, help="secondary records")
@@ -103,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
     print(f"# {machine()} git {git_rev()} {time.strftime('%Y-%m-%d %H:%M')}")
-    print(f"case={args.case} m={args.m} n={args.n} K={args.k} tau={args.tau} search={args.search} "
-          f"chunk-rows={args.chunk_rows} ray={args.ray or 'no'}")
+    print(
+        f"case={args.case} m={args.m} n={args.n} K={args.k} tau={args.tau} search={args.search} "
+        f"chunk-rows={args.chunk_rows} ray={args.ray or 'no'}"
+    )
     for key, value in out.items():
         print(f"  {key}: {value}")
     return 0 if out["state"] == "done" else 1

@@ -49,14 +49,14 @@ class PartyTable:
                 f"{len(self.feature_names)} feature names"
             )
         if len(self.identifiers) != n:
-            raise DatasetError(
-                f"party {self.name!r}: {n} feature rows but {len(self.identifiers)} identifier rows"
-            )
+            raise DatasetError(f"party {self.name!r}: {n} feature rows but {len(self.identifiers)} identifier rows")
         bad = ~np.isfinite(self.features)
         if bad.any():
             col = int(np.flatnonzero(bad.any(axis=0))[0])
-            raise DatasetError(f"party {self.name!r}: NaN/inf in feature column {self.feature_names[col]!r} "
-                               f"(first rows: {np.flatnonzero(bad[:, col])[:5].tolist()})")
+            raise DatasetError(
+                f"party {self.name!r}: NaN/inf in feature column {self.feature_names[col]!r} "
+                f"(first rows: {np.flatnonzero(bad[:, col])[:5].tolist()})"
+            )
 
     @property
     def n_rows(self) -> int:
@@ -152,15 +152,20 @@ class VFLDataset:
     @property
     def preprocessing(self) -> dict:
         """Per party, what feature preparation dropped and imputed (PartyTable.preprocessing)."""
-        return {"primary": self.primary.preprocessing,
-                "secondaries": {p: t.preprocessing for p, t in sorted(self.secondaries.items())}}
+        return {
+            "primary": self.primary.preprocessing,
+            "secondaries": {p: t.preprocessing for p, t in sorted(self.secondaries.items())},
+        }
 
     def preprocessing_note(self) -> str:
         """One line for the run's log: per party, the columns dropped and the NaN imputed."""
+
         def one(r: dict) -> str:
-            parts = [f"dropped constant {r['dropped_constant']}" if r.get("dropped_constant") else "",
-                     f"dropped empty {r['dropped_empty']}" if r.get("dropped_empty") else "",
-                     f"imputed {r['nan_imputed_total']} NaN {r['nan_imputed']}" if r.get("nan_imputed_total") else ""]
+            parts = [
+                f"dropped constant {r['dropped_constant']}" if r.get("dropped_constant") else "",
+                f"dropped empty {r['dropped_empty']}" if r.get("dropped_empty") else "",
+                f"imputed {r['nan_imputed_total']} NaN {r['nan_imputed']}" if r.get("nan_imputed_total") else "",
+            ]
             return ", ".join(p for p in parts if p) or "nothing dropped or imputed"
 
         tables = [("primary", self.primary), *sorted(self.secondaries.items())]
@@ -169,10 +174,14 @@ class VFLDataset:
     def split_rule(self, seed: int) -> str:
         """How :attr:`split` was drawn, in one sentence (the run folder's split.csv says which rows)."""
         if self.entity_ids is not None:
-            return (f"seed {seed}: validation 10% and test 20% of all the entities, held out first from those "
-                    "every party holds (datasets/entity_ids.py entity_split); every other row is training")
-        return f"seed {seed}: a permutation of the primary's rows, 70% train / 10% validation / 20% test " \
-               "(datasets/base.py split_primary)"
+            return (
+                f"seed {seed}: validation 10% and test 20% of all the entities, held out first from those "
+                "every party holds (datasets/entity_ids.py entity_split); every other row is training"
+            )
+        return (
+            f"seed {seed}: a permutation of the primary's rows, 70% train / 10% validation / 20% test "
+            "(datasets/base.py split_primary)"
+        )
 
     @property
     def output_dim(self) -> int:

@@ -46,8 +46,9 @@ def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequen
     return pd.read_csv(path, keep_default_na=False, na_values=na, dtype={c: str for c in text if c in columns})
 
 
-def cell_problems(df: pd.DataFrame, *, numeric: Sequence[str] = (), identifiers: Sequence[str] = (),
-                  id_kind: str = "numeric") -> list[tuple[str, np.ndarray, str]]:
+def cell_problems(
+    df: pd.DataFrame, *, numeric: Sequence[str] = (), identifiers: Sequence[str] = (), id_kind: str = "numeric"
+) -> list[tuple[str, np.ndarray, str]]:
     """Every bad cell of ``df``, per column: (column, rows (n,) bool, what is wrong). Numeric
     feature columns: text that is not a number, inf / -inf; identifiers: NaN or empty, and for
     numeric identifiers text that is not a number."""
@@ -86,8 +87,9 @@ def row_reasons(problems: list[tuple[str, np.ndarray, str]], df: pd.DataFrame) -
     return out
 
 
-def refuse_problems(problems: list[tuple[str, np.ndarray, str]], df: pd.DataFrame, path: Path, who: str,
-                    names: Sequence | None = None) -> None:
+def refuse_problems(
+    problems: list[tuple[str, np.ndarray, str]], df: pd.DataFrame, path: Path, who: str, names: Sequence | None = None
+) -> None:
     """Refuse the first problem, naming the file, its line, the column and the value, how many
     cells of the column are bad and their first lines (and the records' ids, ``names``)."""
     if not problems:
@@ -100,9 +102,11 @@ def refuse_problems(problems: list[tuple[str, np.ndarray, str]], df: pd.DataFram
     rule = f"; {NUMERIC_RULE}" if feature else ""
     others = sorted({c for c, _, _ in problems[1:] if c != col})
     also = f"; also bad cells in column(s) {others}" if others else ""
-    raise DatasetError(f"{who}: {Path(path).absolute()}, line {idx[0] + 2}, column {col!r}: "
-                       f"{_shown(df[col].iloc[idx[0]])} {what} ({len(idx)} such cell(s) in the column, lines "
-                       f"{lines}{ids}){rule}{also}; {'fix or blank them' if feature else 'fix or drop those rows'}")
+    raise DatasetError(
+        f"{who}: {Path(path).absolute()}, line {idx[0] + 2}, column {col!r}: "
+        f"{_shown(df[col].iloc[idx[0]])} {what} ({len(idx)} such cell(s) in the column, lines "
+        f"{lines}{ids}){rule}{also}; {'fix or blank them' if feature else 'fix or drop those rows'}"
+    )
 
 
 def _shown(value) -> str:
@@ -118,5 +122,7 @@ def imputed_warnings(preprocessing: dict) -> list[str]:
     if not filled:
         return []
     total = sum(n for cols in filled.values() for n in cols.values())
-    return [f"{total} blank numeric cell(s) were filled with the training mean (party: column: count): {filled}; "
-            "blank cells are missing values, other text is refused (docs/own-data.md)"]
+    return [
+        f"{total} blank numeric cell(s) were filled with the training mean (party: column: count): {filled}; "
+        "blank cells are missing values, other text is refused (docs/own-data.md)"
+    ]

@@ -33,11 +33,12 @@ def as_items(value, key: str, where: str) -> list[str]:
         return [value]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return list(value)
-    raise DatasetError(f"{where}: {key} must be a column name, a pattern, \"rest\" or a list of them; got {value!r}")
+    raise DatasetError(f'{where}: {key} must be a column name, a pattern, "rest" or a list of them; got {value!r}')
 
 
-def feature_columns(columns: list[str], numeric, categorical, reserved: dict[str, str],
-                    where: str) -> tuple[list[str], list[str]]:
+def feature_columns(
+    columns: list[str], numeric, categorical, reserved: dict[str, str], where: str
+) -> tuple[list[str], list[str]]:
     """(numeric, categorical) column names of a file with ``columns``, in file order for the
     columns a pattern or "rest" picks. ``reserved``: column -> its role ("identifier",
     "entity id", "label")."""
@@ -55,23 +56,27 @@ def feature_columns(columns: list[str], numeric, categorical, reserved: dict[str
     return out["numeric"], out["categorical"]
 
 
-def expand(items: list[str], key: str, columns: list[str], reserved: dict[str, str], taken: set[str],
-           where: str) -> list[str]:
+def expand(
+    items: list[str], key: str, columns: list[str], reserved: dict[str, str], taken: set[str], where: str
+) -> list[str]:
     """One feature list's names, its patterns and "rest" replaced by the free columns they pick."""
     out: list[str] = []
     for item in items:
         if item != REST and not is_pattern(item):
             role = reserved.get(item, "")
             if role in NEVER_FEATURES:
-                raise DatasetError(f"{where}: the {role} {item!r} is listed as a feature ({key}): "
-                                   f"{NEVER_FEATURES[role]}; remove it")
+                raise DatasetError(
+                    f"{where}: the {role} {item!r} is listed as a feature ({key}): {NEVER_FEATURES[role]}; remove it"
+                )
             out.append(item)
             continue
         free = [c for c in columns if c not in reserved and c not in taken]
         picked = free if item == REST else [c for c in free if fnmatchcase(c, item)]
         if not picked and item != REST:
-            raise DatasetError(f"{where}: {key} pattern {item!r} matches no column (besides identifiers, entity id, "
-                               f"label and the other list); columns: {columns}")
+            raise DatasetError(
+                f"{where}: {key} pattern {item!r} matches no column (besides identifiers, entity id, "
+                f"label and the other list); columns: {columns}"
+            )
         out += picked
     return list(dict.fromkeys(out))
 
@@ -86,5 +91,7 @@ def refuse_text(df: pd.DataFrame, numeric: list[str], where: str) -> None:
             continue
         given = values.dropna()
         if pd.to_numeric(given, errors="coerce").isna().all():
-            raise DatasetError(f"{where}: column {col!r} is listed as numeric but holds text, e.g. {given.iloc[0]!r}; "
-                               "list it under categorical (one-hot) or leave it out")
+            raise DatasetError(
+                f"{where}: column {col!r} is listed as numeric but holds text, e.g. {given.iloc[0]!r}; "
+                "list it under categorical (one-hot) or leave it out"
+            )

@@ -38,6 +38,7 @@ from datasets.options import DatasetOptions
 from datasets.tables import party_table, require_columns
 from linkage.contracts import STRING_METRICS
 from linkage.metrics import REGISTRY
+from linkage.strings import normalize_strings
 
 SPEC = "parties.toml"
 REQUIRED_KEYS = ("task", "label", "primary", "secondaries")
@@ -74,16 +75,20 @@ def read_spec(folder: Path) -> dict:
         check_party(path, who, party)
     declared = sorted(who for who, party in parties if "entity_id" in party)
     if declared and len(declared) != len(parties):
-        raise DatasetError(f"{path}: entity_id is declared for {declared} but not for "
-                           f"{sorted(who for who, _ in parties if who not in declared)}: every party needs one, or none")
+        raise DatasetError(
+            f"{path}: entity_id is declared for {declared} but not for "
+            f"{sorted(who for who, _ in parties if who not in declared)}: every party needs one, or none"
+        )
     return spec
 
 
 def check_party(path: Path, who: str, party: dict) -> None:
     bad = sorted(set(party) - PARTY_KEYS)
     if bad or "file" not in party or not ({"identifiers", "entity_id"} & set(party)):
-        raise DatasetError(f"{path}: party {who!r} has unknown key(s) {bad} or lacks 'file' or 'identifiers' "
-                           f"(which 'entity_id' may stand for); keys: {sorted(PARTY_KEYS)}")
+        raise DatasetError(
+            f"{path}: party {who!r} has unknown key(s) {bad} or lacks 'file' or 'identifiers' "
+            f"(which 'entity_id' may stand for); keys: {sorted(PARTY_KEYS)}"
+        )
     if party.get("kind", "numeric") not in ("numeric", "string"):
         raise DatasetError(f"{path}: party {who!r} kind must be 'numeric' or 'string', got {party['kind']!r}")
     if not isinstance(party.get("entity_id", ""), str):
@@ -97,13 +102,15 @@ def check_metric(metric, kind: str, path: Path) -> None:
         return
     if metric in (*STRING_METRICS, *NUMERIC_METRICS):
         other = "numeric" if kind == "string" else "string"
-        raise DatasetError(f"{path}: metric {metric!r} is for {other} identifiers; {kind} identifiers take "
-                           f"{list(allowed)}")
+        raise DatasetError(
+            f"{path}: metric {metric!r} is for {other} identifiers; {kind} identifiers take {list(allowed)}"
+        )
     raise DatasetError(f"{path}: metric {metric!r} is not a linkage metric; {kind} identifiers take {list(allowed)}")
 
 
-def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataFrame | None = None,
-               label: str | None = None) -> PartyTable:
+def read_party(
+    folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataFrame | None = None, label: str | None = None
+) -> PartyTable:
     """One party's table; ``label``: the primary's label column (never a feature)."""
     where = f"party {name!r} ({party['file']})"
     if df is None:
@@ -111,29 +118,41 @@ def read_party(folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataF
     require_columns(df, _roles_ids(party), where)
     ids, numeric, categorical = _roles(list(df.columns), party, label, where)
     require_columns(df, [*numeric, *categorical], where)  # a missing feature column, named with its file
-    kind = party.get("kind") or ("string" if "identifiers" not in party and not all(
-        pd.api.types.is_numeric_dtype(df[c]) for c in ids) else "numeric")
+    kind = party.get("kind") or (
+        "string"
+        if "identifiers" not in party and not all(pd.api.types.is_numeric_dtype(df[c]) for c in ids)
+        else "numeric"
+    )
     refuse_text(df, numeric, where)
     if kind == "string":
         df = normalized_strings(df, ids, where)
-    return party_table(name, df, id_cols=ids, id_kind=kind, numeric_cols=numeric, categorical_cols=categorical,
-                       fit_rows=fit_rows, labels_only=label is not None)
+    return party_table(
+        name,
+        df,
+        id_cols=ids,
+        id_kind=kind,
+        numeric_cols=numeric,
+        categorical_cols=categorical,
+        fit_rows=fit_rows,
+        labels_only=label is not None,
+    )
 
 
 def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataFrame:
     """``df`` with its string identifier columns normalised for linkage (missing values kept
     missing, for check_identifiers to refuse by name); numbers in them are refused."""
-    from linkage.strings import normalize_strings
-
     for col in ids:
         text = df[col].dropna().astype(str)
-        decimals = len(text) and pd.to_numeric(text, errors="coerce").notna().all() and text.str.contains(
-            r"[.eE]").any()  # read as text: codes such as "02134" are strings, decimal numbers are not
+        decimals = (
+            len(text) and pd.to_numeric(text, errors="coerce").notna().all() and text.str.contains(r"[.eE]").any()
+        )  # read as text: codes such as "02134" are strings, decimal numbers are not
         if pd.api.types.is_numeric_dtype(df[col]) or decimals:
-            raise DatasetError(f"{where}: kind 'string' but identifier column {col!r} holds numbers; "
-                               "use kind = 'numeric'")
-    return df.assign(**{col: [normalize_strings([s])[0] if isinstance(s, str) else None for s in df[col]]
-                        for col in ids})
+            raise DatasetError(
+                f"{where}: kind 'string' but identifier column {col!r} holds numbers; use kind = 'numeric'"
+            )
+    return df.assign(
+        **{col: [normalize_strings([s])[0] if isinstance(s, str) else None for s in df[col]] for col in ids}
+    )
 
 
 def read_csv(path: Path, where: str, party: dict | None = None, label: str | None = None) -> pd.DataFrame:
@@ -147,8 +166,14 @@ def read_csv(path: Path, where: str, party: dict | None = None, label: str | Non
     df = read_table(path, where, numeric, text)
     refuse_text(df, numeric, where)
     ids = [c for c in _roles_ids(party) if c]  # a missing identifier named by its file line too (issue 29)
-    kind = party.get("kind") or ("string" if "identifiers" not in party and not all(  # as read_party infers it
-        pd.api.types.is_numeric_dtype(df[c]) for c in ids if c in df) else "numeric")
+    kind = party.get("kind") or (
+        "string"
+        if "identifiers" not in party
+        and not all(  # as read_party infers it
+            pd.api.types.is_numeric_dtype(df[c]) for c in ids if c in df
+        )
+        else "numeric"
+    )
     refuse_problems(cell_problems(df, numeric=numeric, identifiers=ids, id_kind=kind), df, path, where.split(" (")[0])
     return df
 
@@ -161,8 +186,9 @@ def _roles(columns: list[str], party: dict, label: str | None, where: str) -> tu
     """(identifier, numeric, categorical) columns of a party's file with ``columns``."""
     entity = party.get("entity_id", "")
     ids = _roles_ids(party)
-    reserved = {c: "identifier" for c in ids} | ({entity: "entity id"} if entity else {}) | (
-        {label: "label"} if label else {})
+    reserved = (
+        {c: "identifier" for c in ids} | ({entity: "entity id"} if entity else {}) | ({label: "label"} if label else {})
+    )
     return ids, *feature_columns(columns, party.get("numeric"), party.get("categorical"), reserved, where)
 
 
@@ -172,13 +198,15 @@ def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tup
     bad = values.isna().to_numpy()
     if bad.any():
         rows = np.arange(len(values)) if source_rows is None else np.asarray(source_rows)
-        raise DatasetError(f"{where}: {int(bad.sum())} missing label(s) (first lines of the file: "
-                           f"{(rows[bad][:5] + 2).tolist()})")
+        raise DatasetError(
+            f"{where}: {int(bad.sum())} missing label(s) (first lines of the file: {(rows[bad][:5] + 2).tolist()})"
+        )
     if task == "regression":
         y = pd.to_numeric(values, errors="coerce")
         if y.isna().any():
-            raise DatasetError(f"{where}: task 'regression' but the label holds non-numbers, e.g. "
-                               f"{values[y.isna()].iloc[0]!r}")
+            raise DatasetError(
+                f"{where}: task 'regression' but the label holds non-numbers, e.g. {values[y.isna()].iloc[0]!r}"
+            )
         return y.to_numpy(dtype=np.float32), 1
     classes = sorted(values.unique().tolist(), key=str)
     if task == "binary" and len(classes) != 2:
@@ -191,8 +219,10 @@ def entity_rows(spec: dict, df: pd.DataFrame, frames: dict[str, pd.DataFrame]) -
     """(the primary's entity ids (n,), per secondary its row of each primary entity (n,), -1 none)."""
     prim = spec["primary"]
     ids = read_entity_ids(df, prim["entity_id"], f"party {prim.get('name', 'primary')!r} ({prim['file']})")
-    return ids, {name: match_entities(ids, read_entity_ids(frames[name], p["entity_id"], f"party {name!r} ({p['file']})"))
-                 for name, p in spec["secondaries"].items()}
+    return ids, {
+        name: match_entities(ids, read_entity_ids(frames[name], p["entity_id"], f"party {name!r} ({p['file']})"))
+        for name, p in spec["secondaries"].items()
+    }
 
 
 def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
@@ -201,14 +231,17 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     prim = spec["primary"]
     df = read_csv(folder / prim["file"], f"party {prim.get('name', 'primary')!r} ({prim['file']})", prim, spec["label"])
     if spec["label"] not in df.columns:
-        raise DatasetError(f"label column {spec['label']!r} is not in the primary's file {prim['file']}; "
-                           f"columns: {list(df.columns)}")
+        raise DatasetError(
+            f"label column {spec['label']!r} is not in the primary's file {prim['file']}; columns: {list(df.columns)}"
+        )
     if opts.n_rows:
         df = df.sample(n=min(opts.n_rows, len(df)), random_state=opts.seed)
     source_rows, df = df.index.to_numpy(), df.reset_index(drop=True)
     labels, n_classes = labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_rows)
-    frames = {name: read_csv(folder / p["file"], f"party {name!r} ({p['file']})", p)
-              for name, p in spec["secondaries"].items()}
+    frames = {
+        name: read_csv(folder / p["file"], f"party {name!r} ({p['file']})", p)
+        for name, p in spec["secondaries"].items()
+    }
     entity_ids, true_match = entity_rows(spec, df, frames) if "entity_id" in prim else (None, {})
     if entity_ids is None:
         split = split_primary(len(df), opts.seed)
@@ -218,10 +251,20 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df, label=spec["label"])
     secondaries = {name: read_party(folder, name, p, df=frames[name]) for name, p in spec["secondaries"].items()}
     check_metric(spec.get("metric", ""), primary.id_kind, folder / SPEC)
-    return VFLDataset(name="csv", task=spec["task"], primary=primary, labels=labels, secondaries=secondaries,
-                      split=split, n_classes=n_classes if spec["task"] != "regression" else 1,
-                      label_name=spec["label"], true_match=true_match, entity_ids=entity_ids,
-                      metric=spec.get("metric", ""), source_rows=source_rows)
+    return VFLDataset(
+        name="csv",
+        task=spec["task"],
+        primary=primary,
+        labels=labels,
+        secondaries=secondaries,
+        split=split,
+        n_classes=n_classes if spec["task"] != "regression" else 1,
+        label_name=spec["label"],
+        true_match=true_match,
+        entity_ids=entity_ids,
+        metric=spec.get("metric", ""),
+        source_rows=source_rows,
+    )
 
 
 def load_secondary_party(data_dir: Path, party: str) -> PartyTable:
@@ -230,6 +273,7 @@ def load_secondary_party(data_dir: Path, party: str) -> PartyTable:
     folder = data_folder(data_dir)
     spec = read_spec(folder)
     if party not in spec["secondaries"]:
-        raise DatasetError(f"party {party!r} is not a secondary of {folder / SPEC}; "
-                           f"secondaries: {sorted(spec['secondaries'])}")
+        raise DatasetError(
+            f"party {party!r} is not a secondary of {folder / SPEC}; secondaries: {sorted(spec['secondaries'])}"
+        )
     return read_party(folder, party, spec["secondaries"][party])

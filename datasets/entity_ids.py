@@ -26,15 +26,19 @@ def read_entity_ids(df: pd.DataFrame, column: str, where: str) -> np.ndarray:
     text = values.astype(str).str.strip()
     bad = (values.isna() | (text == "")).to_numpy()
     if bad.any():
-        raise DatasetError(f"{where}: {int(bad.sum())} row(s) without an entity id in column {column!r} "
-                           f"(first rows: {np.flatnonzero(bad)[:5].tolist()}); drop or fix them")
+        raise DatasetError(
+            f"{where}: {int(bad.sum())} row(s) without an entity id in column {column!r} "
+            f"(first rows: {np.flatnonzero(bad)[:5].tolist()}); drop or fix them"
+        )
     counts = text.value_counts()
     if counts.iloc[0] > 1:
         first = counts.index[0]
         rows = np.flatnonzero((text == first).to_numpy())
-        raise DatasetError(f"{where}: entity id {first!r} appears {int(counts.iloc[0])} times (rows "
-                           f"{rows[:5].tolist()}; {int((counts > 1).sum())} id(s) repeat): an entity id names "
-                           "one record per party")
+        raise DatasetError(
+            f"{where}: entity id {first!r} appears {int(counts.iloc[0])} times (rows "
+            f"{rows[:5].tolist()}; {int((counts > 1).sum())} id(s) repeat): an entity id names "
+            "one record per party"
+        )
     return text.to_numpy(dtype=object)
 
 
@@ -54,11 +58,13 @@ def entity_split(held_by_all: np.ndarray, seed: int, where: str) -> Split:
     validation / test shrink in the same 1:2 ratio (the run warns: EVAL_WARN_BELOW)."""
     aligned = np.flatnonzero(held_by_all)
     if len(aligned) < 3:
-        raise DatasetError(f"{where}: only {len(aligned)} of the label holder's entities are held by every party; "
-                           "validation and test entities must be, so at least 3 are needed")
+        raise DatasetError(
+            f"{where}: only {len(aligned)} of the label holder's entities are held by every party; "
+            "validation and test entities must be, so at least 3 are needed"
+        )
     n_val, n_test = eval_sizes(len(held_by_all), len(aligned))
     perm = np.random.default_rng(seed).permutation(aligned)
-    val, test = np.sort(perm[:n_val]), np.sort(perm[n_val:n_val + n_test])
+    val, test = np.sort(perm[:n_val]), np.sort(perm[n_val : n_val + n_test])
     train = np.setdiff1d(np.arange(len(held_by_all)), np.concatenate([val, test]))
     return Split(train=train, val=val, test=test)
 

@@ -18,8 +18,18 @@ from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import party_table, require_columns
 
 RESALE_FILES = ("resale-2012-03_2014-12.csv.gz", "resale-2015-01_2016-12.csv.gz")
-RESALE_COLS = ["month", "town", "flat_type", "block", "street_name", "storey_range",
-               "floor_area_sqm", "flat_model", "lease_commence_date", "resale_price"]
+RESALE_COLS = [
+    "month",
+    "town",
+    "flat_type",
+    "block",
+    "street_name",
+    "storey_range",
+    "floor_area_sqm",
+    "flat_model",
+    "lease_commence_date",
+    "resale_price",
+]
 
 
 def load_flats(folder: Path) -> pd.DataFrame:
@@ -49,13 +59,20 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         flats = flats.sample(n=min(opts.n_rows, len(flats)), random_state=opts.seed).reset_index(drop=True)
     split = split_primary(len(flats), opts.seed)
     primary = party_table(
-        "primary", flats, id_cols=["latitude", "longitude"], id_kind="numeric",
+        "primary",
+        flats,
+        id_cols=["latitude", "longitude"],
+        id_kind="numeric",
         numeric_cols=["floor_area_sqm", "lease_commence_date", "storey", "sale_time"],
-        categorical_cols=["town", "flat_type", "flat_model"], fit_rows=split.train,
+        categorical_cols=["town", "flat_type", "flat_model"],
+        fit_rows=split.train,
     )
     schools = pd.read_csv(folder / "schools.csv")
     school = party_table(
-        "school", schools, id_cols=["lat", "lon"], id_kind="numeric",
+        "school",
+        schools,
+        id_cols=["lat", "lon"],
+        id_kind="numeric",
         numeric_cols=[f"vacancy_rate_{i}" for i in range(4)],
     )
     return VFLDataset(

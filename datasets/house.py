@@ -22,8 +22,17 @@ from datasets.tables import party_table, require_columns
 
 SALES_NUM = ["Rooms", "Bedroom2", "Bathroom", "Car", "Landsize", "BuildingArea", "YearBuilt", "sale_time"]
 SALES_CAT = ["Type", "Method", "Regionname"]
-BNB_NUM = ["price", "minimum_nights", "number_of_reviews", "reviews_per_month", "availability_365", "rating",
-           "number_of_bedrooms", "number_of_beds", "number_of_baths"]
+BNB_NUM = [
+    "price",
+    "minimum_nights",
+    "number_of_reviews",
+    "reviews_per_month",
+    "availability_365",
+    "rating",
+    "number_of_bedrooms",
+    "number_of_beds",
+    "number_of_baths",
+]
 
 
 def load_house(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
@@ -39,26 +48,44 @@ def load_house3(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     return _load(data_dir, opts, HOUSE3_PARTIES, name="house3")
 
 
-def _load(data_dir: Path | None, opts: DatasetOptions, parties: dict[str, list[str]], name: str = "house") -> VFLDataset:
+def _load(
+    data_dir: Path | None, opts: DatasetOptions, parties: dict[str, list[str]], name: str = "house"
+) -> VFLDataset:
     folder = find_data_dir("house_melbourne", data_dir)
     sales = pd.read_csv(folder / "sales.csv.gz")
-    require_columns(sales, ["Price", "Date", "Lattitude", "Longtitude", *SALES_NUM[:-1], *SALES_CAT],
-                    "house sales.csv.gz")
+    require_columns(
+        sales, ["Price", "Date", "Lattitude", "Longtitude", *SALES_NUM[:-1], *SALES_CAT], "house sales.csv.gz"
+    )
     sales = sales.dropna(subset=["Lattitude", "Longtitude", "Price"]).reset_index(drop=True)
     if opts.n_rows:
         sales = sales.sample(n=min(opts.n_rows, len(sales)), random_state=opts.seed).reset_index(drop=True)
     date = pd.to_datetime(sales["Date"], dayfirst=True, errors="coerce")
     sales["sale_time"] = date.dt.year + (date.dt.month - 1) / 12.0
     split = split_primary(len(sales), opts.seed)
-    primary = party_table("sales", sales, id_cols=["Lattitude", "Longtitude"], id_kind="numeric",
-                          numeric_cols=SALES_NUM, categorical_cols=SALES_CAT, fit_rows=split.train)
+    primary = party_table(
+        "sales",
+        sales,
+        id_cols=["Lattitude", "Longtitude"],
+        id_kind="numeric",
+        numeric_cols=SALES_NUM,
+        categorical_cols=SALES_CAT,
+        fit_rows=split.train,
+    )
     bnb = pd.read_csv(folder / "airbnb_listings.csv.gz")
     require_columns(bnb, ["latitude", "longitude", *BNB_NUM], "house airbnb_listings.csv.gz")
     bnb = bnb.dropna(subset=["latitude", "longitude"]).reset_index(drop=True)
     for col in BNB_NUM:
         bnb[col] = pd.to_numeric(bnb[col].astype(str).str.replace(r"[^0-9.\-]", "", regex=True), errors="coerce")
-    secondaries = {party: party_table(party, bnb, id_cols=["latitude", "longitude"], id_kind="numeric",
-                                      numeric_cols=cols) for party, cols in parties.items()}
-    return VFLDataset(name=name, task="regression", primary=primary,
-                      labels=(sales["Price"].to_numpy(dtype=np.float64) / 1000.0).astype(np.float32),
-                      secondaries=secondaries, split=split, label_name="price (k AUD)")
+    secondaries = {
+        party: party_table(party, bnb, id_cols=["latitude", "longitude"], id_kind="numeric", numeric_cols=cols)
+        for party, cols in parties.items()
+    }
+    return VFLDataset(
+        name=name,
+        task="regression",
+        primary=primary,
+        labels=(sales["Price"].to_numpy(dtype=np.float64) / 1000.0).astype(np.float32),
+        secondaries=secondaries,
+        split=split,
+        label_name="price (k AUD)",
+    )

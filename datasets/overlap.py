@@ -1,19 +1,19 @@
-"""The Entity Augmentation paper's classification sets as guests' feature blocks of the same
-entities, and its overlap experiment's split of the training entities.
+"""The Entity Augmentation paper's classification sets as secondaries' (the paper's guests')
+feature blocks of the same entities, and its overlap experiment's split of the training entities.
 
 Every set here is named in datasets/registry.py like the other loaders (``dataset = "credit"``), as a
 :class:`VFLDataset` whose primary (the host) holds the labels and no features, and whose
-secondaries are the guests; guest rows are in entity order (``true_match`` is the identity):
+secondaries are the guests; secondary rows are in entity order (``true_match`` is the identity):
 the entity id is the row index, which every party knows (the paper's serialised entities).
 
 - ``credit``: UCI default of credit card clients, X1..X23 in 4 contiguous shares (binary).
 - ``parkinsons``: UCI Parkinsons, its 22 voice features in 4 contiguous shares (binary).
-- ``handwritten``: UCI Multiple Features, its 6 views = 6 guests (10 digits).
-- ``digits``: scikit-learn's bundled 8x8 digits, left / right image halves = 2 guests.
+- ``handwritten``: UCI Multiple Features, its 6 views = 6 secondaries (10 digits).
+- ``digits``: scikit-learn's bundled 8x8 digits, left / right image halves = 2 secondaries.
 
 Features are standardised with the training entities' mean and std only. The split is the
 project's seeded 7:1:2 (:func:`split_primary`); validation and test entities are held by
-every guest (aligned) and never trained on.
+every secondary (aligned) and never trained on.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from datasets.base import DatasetError, PartyTable, Split, VFLDataset, split_pri
 from datasets.options import DatasetOptions, find_data_dir
 from datasets.tables import require_columns, standardize
 
-TABULAR_GUESTS = 4  # the paper: "tabular and multiview datasets are divided evenly across four guests"
+TABULAR_SECONDARIES = 4  # the paper: "tabular and multiview datasets are divided evenly across four guests"
 HANDWRITTEN_VIEWS = ("pix", "fou", "fac", "zer", "kar", "mor")  # the .mat's order: 240/76/216/47/64/6 features
-HOST = "host"  # the party name of the host's own feature block, if it has features
+# the party name of the primary's (the paper's host's) own feature block, if it has features; the
+# value stays "host": run records and kept models name the party so
+PRIMARY_BLOCK = "host"
 
 
 # ---------------------------------------------------------------------------- the entities' view
@@ -40,8 +42,8 @@ HOST = "host"  # the party name of the host's own feature block, if it has featu
 class EntityData:
     """Every party's features indexed by entity id, the labels, and the split of entities.
 
-    blocks: party -> (n, d_p) float32, row j = that party's features of entity j. The guests,
-    plus ``"host"`` when the label holder has features of its own.
+    blocks: party -> (n, d_p) float32, row j = that party's features of entity j. The secondaries,
+    plus ``"host"`` (PRIMARY_BLOCK) when the label holder has features of its own.
     """
 
     name: str
@@ -57,22 +59,24 @@ class EntityData:
     entity_ids: np.ndarray | None = None  # (n,) the parties' id of each entity, with ``held``
 
     @property
-    def guests(self) -> list[str]:
-        return sorted(p for p in self.blocks if p != HOST)
+    def secondaries(self) -> list[str]:
+        return sorted(p for p in self.blocks if p != PRIMARY_BLOCK)
 
     @property
     def parties(self) -> list[str]:
-        """Guests (sorted), then the host's own block if any: the order of the host's input."""
-        return self.guests + ([HOST] if HOST in self.blocks else [])
+        """Secondaries (sorted), then the primary's own block if any: the order of the primary's input."""
+        return self.secondaries + ([PRIMARY_BLOCK] if PRIMARY_BLOCK in self.blocks else [])
 
 
 def entity_data(ds: VFLDataset) -> EntityData:
     """Any dataset whose every secondary row of every entity is known (``true_match``) as
-    entity-indexed blocks; the primary's features, if any, become the host's block. With the
+    entity-indexed blocks; the primary's features, if any, become the primary's own block. With the
     parties' own entity ids (``ds.entity_ids``) a party may hold only some entities: see
     :func:`entity_data_from_ids`."""
-    if HOST in ds.secondaries:
-        raise DatasetError(f"dataset {ds.name!r}: a guest may not be called {HOST!r} (the host's own block)")
+    if PRIMARY_BLOCK in ds.secondaries:
+        raise DatasetError(
+            f"dataset {ds.name!r}: a secondary may not be called {PRIMARY_BLOCK!r} (the primary's own block)"
+        )
     if ds.entity_ids is not None:
         return entity_data_from_ids(ds)
     n = ds.primary.n_rows
@@ -82,14 +86,14 @@ def entity_data(ds: VFLDataset) -> EntityData:
             f"dataset {ds.name!r}: party {missing[0]!r} does not hold every entity under a known id "
             "(no complete true_match), so its records cannot be sent by entity id; "
             "entity-aug runs on credit, parkinsons, handwritten, digits, or on your own CSVs: declare each "
-            "party's entity id column in parties.toml (entity_id = \"<column>\"; docs/own-data.md)"
+            'party\'s entity id column in parties.toml (entity_id = "<column>"; docs/own-data.md)'
         )
     blocks = {p: t.features[ds.true_match[p]] for p, t in ds.secondaries.items()}  # (n, d_p) each
     if ds.primary.n_features:
-        blocks[HOST] = ds.primary.features
+        blocks[PRIMARY_BLOCK] = ds.primary.features
     for p, b in blocks.items():
         if len(b) != n:
-            raise DatasetError(f"dataset {ds.name!r}: party {p!r} has {len(b)} entity rows, the host {n}")
+            raise DatasetError(f"dataset {ds.name!r}: party {p!r} has {len(b)} entity rows, the primary {n}")
     return EntityData(ds.name, ds.task, ds.n_classes, blocks, ds.labels, ds.split)
 
 
@@ -100,7 +104,7 @@ def entity_data_from_ids(ds: VFLDataset) -> EntityData:
     rows = dict(ds.true_match)  # party -> (n_primary,) its row of each entity, -1 none
     tables = dict(ds.secondaries)
     if ds.primary.n_features:
-        rows[HOST], tables[HOST] = np.arange(ds.primary.n_rows), ds.primary
+        rows[PRIMARY_BLOCK], tables[PRIMARY_BLOCK] = np.arange(ds.primary.n_rows), ds.primary
     keep = np.flatnonzero(np.logical_or.reduce([r >= 0 for r in rows.values()]))  # (n,) primary rows
     pos = np.full(ds.primary.n_rows, -1)
     pos[keep] = np.arange(len(keep))
@@ -112,12 +116,14 @@ def entity_data_from_ids(ds: VFLDataset) -> EntityData:
         blocks[p][held[p]] = tables[p].features[r[held[p]]]
     train = pos[ds.split.train]
     split = Split(train=train[train >= 0], val=pos[ds.split.val], test=pos[ds.split.test])  # val, test: held by all
-    return EntityData(ds.name, ds.task, ds.n_classes, blocks, ds.labels[keep], split, held=held,
-                      entity_ids=ds.entity_ids[keep])
+    return EntityData(
+        ds.name, ds.task, ds.n_classes, blocks, ds.labels[keep], split, held=held, entity_ids=ds.entity_ids[keep]
+    )
 
 
-def entity_overlap(data: EntityData, x: float, rng: np.random.Generator,
-                   variant: str = "augment") -> tuple[np.ndarray, list[np.ndarray]]:
+def entity_overlap(
+    data: EntityData, x: float, rng: np.random.Generator, variant: str = "augment"
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """The aligned training entities and each party's share of the others (in ``data.parties``'
     order). Without entity ids: the paper's overlap experiment, :func:`overlap_split` with the
     fraction ``x``. With the parties' own ids the ids decide (``x`` and ``rng`` unused): aligned
@@ -129,14 +135,17 @@ def entity_overlap(data: EntityData, x: float, rng: np.random.Generator,
     every = np.logical_and.reduce([data.held[p][train] for p in data.parties])  # (n_train,)
     if variant == "full" and not every.all():
         lacking = {p: int((~data.held[p][train]).sum()) for p in data.parties if not data.held[p][train].all()}
-        raise DatasetError(f"dataset {data.name!r}: ea-variant 'full' trains every party on every training entity, "
-                           f"but the parties' entity ids leave some out (missing per party: {lacking}); use "
-                           "ea-variant 'augment' or 'aligned'")
+        raise DatasetError(
+            f"dataset {data.name!r}: ea-variant 'full' trains every party on every training entity, "
+            f"but the parties' entity ids leave some out (missing per party: {lacking}); use "
+            "ea-variant 'augment' or 'aligned'"
+        )
     return train[every], [train[data.held[p][train] & ~every] for p in data.parties]
 
 
-def overlap_split(train_ids: np.ndarray, n_parties: int, x: float,
-                  rng: np.random.Generator) -> tuple[np.ndarray, list[np.ndarray]]:
+def overlap_split(
+    train_ids: np.ndarray, n_parties: int, x: float, rng: np.random.Generator
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """The paper's overlap experiment: a fraction ``x`` of the training entities is held by
     every party (aligned); the rest is shuffled and cut into ``n_parties`` disjoint shares of
     (almost) equal size, one per party. Returns (aligned ids (m,), [share ids per party])."""
@@ -152,9 +161,9 @@ def overlap_split(train_ids: np.ndarray, n_parties: int, x: float,
 # ---------------------------------------------------------------------------- loaders
 
 
-def contiguous_shares(columns: list[str], n_guests: int) -> list[list[str]]:
-    """Columns cut into ``n_guests`` contiguous shares of (almost) equal size."""
-    return [list(c) for c in np.array_split(np.asarray(columns, dtype=object), n_guests)]
+def contiguous_shares(columns: list[str], n_shares: int) -> list[list[str]]:
+    """Columns cut into ``n_shares`` contiguous shares of (almost) equal size."""
+    return [list(c) for c in np.array_split(np.asarray(columns, dtype=object), n_shares)]
 
 
 def _subsample(n: int, opts: DatasetOptions) -> np.ndarray:
@@ -163,27 +172,48 @@ def _subsample(n: int, opts: DatasetOptions) -> np.ndarray:
     return np.sort(np.random.default_rng([opts.seed, 31]).choice(n, opts.n_rows, replace=False))
 
 
-def _as_dataset(name: str, raw: dict[str, tuple[np.ndarray, list[str]]], y: np.ndarray, task: str,
-                label_name: str, opts: DatasetOptions) -> VFLDataset:
-    """Guests' raw blocks (features, names) of the same entities -> a host with labels only."""
+def _as_dataset(
+    name: str,
+    raw: dict[str, tuple[np.ndarray, list[str]]],
+    y: np.ndarray,
+    task: str,
+    label_name: str,
+    opts: DatasetOptions,
+) -> VFLDataset:
+    """Secondaries' raw blocks (features, names) of the same entities -> a primary with labels only."""
     rows = _subsample(len(y), opts)
     y = y[rows]
     n = len(y)
     split = split_primary(n, opts.seed)
     entity = np.arange(n, dtype=np.float64)[:, None]  # (n, 1) the shared entity id
-    host = PartyTable(HOST, np.zeros((n, 0), dtype=np.float32), (), entity, ("entity",))
-    guests = {g: PartyTable(g, standardize(np.asarray(x, dtype=np.float64)[rows], split.train), tuple(cols),
-                            entity, ("entity",)) for g, (x, cols) in raw.items()}
+    primary = PartyTable(PRIMARY_BLOCK, np.zeros((n, 0), dtype=np.float32), (), entity, ("entity",))
+    secondaries = {
+        g: PartyTable(
+            g, standardize(np.asarray(x, dtype=np.float64)[rows], split.train), tuple(cols), entity, ("entity",)
+        )
+        for g, (x, cols) in raw.items()
+    }
     classes = np.unique(y)
-    return VFLDataset(name=name, task=task, primary=host, labels=np.searchsorted(classes, y).astype(np.int64),
-                      secondaries=guests, split=split, n_classes=len(classes), label_name=label_name,
-                      true_match={g: np.arange(n) for g in guests})
+    return VFLDataset(
+        name=name,
+        task=task,
+        primary=primary,
+        labels=np.searchsorted(classes, y).astype(np.int64),
+        secondaries=secondaries,
+        split=split,
+        n_classes=len(classes),
+        label_name=label_name,
+        true_match={g: np.arange(n) for g in secondaries},
+    )
 
 
 def _tabular(name: str, df: pd.DataFrame, feature_cols: list[str], label: str, opts: DatasetOptions) -> VFLDataset:
     require_columns(df, [*feature_cols, label], name)
-    raw = {f"guest_{i}": (df[cols].to_numpy(dtype=np.float64), cols)
-           for i, cols in enumerate(contiguous_shares(feature_cols, TABULAR_GUESTS))}
+    # the party names "guest_<i>" are kept as runs and kept models name them
+    raw = {
+        f"guest_{i}": (df[cols].to_numpy(dtype=np.float64), cols)
+        for i, cols in enumerate(contiguous_shares(feature_cols, TABULAR_SECONDARIES))
+    }
     return _as_dataset(name, raw, df[label].to_numpy(), "binary", label, opts)
 
 
@@ -205,8 +235,10 @@ def load_handwritten(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     views = mat["X"].ravel()
     if len(views) != len(HANDWRITTEN_VIEWS):
         raise DatasetError(f"handwritten.mat: expected {len(HANDWRITTEN_VIEWS)} views, got {len(views)}")
-    raw = {v: (np.asarray(x, dtype=np.float64), [f"{v}{i}" for i in range(x.shape[1])])
-           for v, x in zip(HANDWRITTEN_VIEWS, views)}
+    raw = {
+        v: (np.asarray(x, dtype=np.float64), [f"{v}{i}" for i in range(x.shape[1])])
+        for v, x in zip(HANDWRITTEN_VIEWS, views)
+    }
     return _as_dataset("handwritten", raw, mat["Y"].ravel(), "multiclass", "digit", opts)
 
 
@@ -215,6 +247,8 @@ def load_digits_halves(data_dir: Path | None, opts: DatasetOptions) -> VFLDatase
 
     d = load_digits()
     images = d.images  # (n, 8, 8)
-    raw = {half: (images[:, :, cols].reshape(len(images), -1), [f"{half}{i}" for i in range(32)])
-           for half, cols in (("left", slice(0, 4)), ("right", slice(4, 8)))}
+    raw = {
+        half: (images[:, :, cols].reshape(len(images), -1), [f"{half}{i}" for i in range(32)])
+        for half, cols in (("left", slice(0, 4)), ("right", slice(4, 8)))
+    }
     return _as_dataset("digits", raw, d.target, "multiclass", "digit", opts)

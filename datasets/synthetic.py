@@ -51,10 +51,16 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     p_df = pd.DataFrame(np.c_[x[:, p_cols], ids], columns=[f"p{c}" for c in p_cols] + id_names)
     s_df = pd.DataFrame(np.c_[x[order][:, s_cols], ids_s[order]], columns=[f"s{c}" for c in s_cols] + id_names)
     primary = party_table(
-        "primary", p_df, id_cols=id_names, id_kind="numeric", numeric_cols=[f"p{c}" for c in p_cols],
+        "primary",
+        p_df,
+        id_cols=id_names,
+        id_kind="numeric",
+        numeric_cols=[f"p{c}" for c in p_cols],
         fit_rows=split.train,
     )
-    secondary = party_table("secondary", s_df, id_cols=id_names, id_kind="numeric", numeric_cols=[f"s{c}" for c in s_cols])
+    secondary = party_table(
+        "secondary", s_df, id_cols=id_names, id_kind="numeric", numeric_cols=[f"s{c}" for c in s_cols]
+    )
     return VFLDataset(
         name="synthetic",
         task="binary",

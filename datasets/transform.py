@@ -49,8 +49,10 @@ class FeatureTransform:
         for col, cats in self.categorical:
             onehot, unseen = one_hot(df[col], cats)
             if unseen and unknown == "refuse":
-                raise DatasetError(f"{where}: column {col!r} holds {unseen} value(s) not seen in training, "
-                                   f"e.g. {_first_unseen(df[col], cats)!r}; known: {list(cats)[:10]}")
+                raise DatasetError(
+                    f"{where}: column {col!r} holds {unseen} value(s) not seen in training, "
+                    f"e.g. {_first_unseen(df[col], cats)!r}; known: {list(cats)[:10]}"
+                )
             if unseen:
                 report["unseen_categories"][col] = unseen
             blocks.append(onehot)
@@ -108,8 +110,9 @@ def _first_unseen(values: pd.Series, cats: tuple[str, ...]) -> str:
     return next(v for v in _as_text(values, cats) if v not in known)
 
 
-def fit_transform(df: pd.DataFrame, numeric: list[str], categorical: list[str], fit_rows: np.ndarray | None,
-                  where: str) -> tuple[FeatureTransform, dict]:
+def fit_transform(
+    df: pd.DataFrame, numeric: list[str], categorical: list[str], fit_rows: np.ndarray | None, where: str
+) -> tuple[FeatureTransform, dict]:
     """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
     was); returns the transform and what fitting dropped and imputed."""
     blocks, names, imputed, fill = [], [], {}, ()
@@ -126,9 +129,15 @@ def fit_transform(df: pd.DataFrame, numeric: list[str], categorical: list[str], 
     ref = x[:, keep] if fit_rows is None else x[fit_rows][:, keep]
     mean, std = ref.mean(axis=0), ref.std(axis=0)
     std[std == 0] = 1.0
-    transform = FeatureTransform(tuple(numeric), fill, cats, tuple(int(i) for i in np.flatnonzero(keep)),
-                                 tuple(map(float, mean)), tuple(map(float, std)),
-                                 tuple(n for n, k in zip(names, keep) if k))
+    transform = FeatureTransform(
+        tuple(numeric),
+        fill,
+        cats,
+        tuple(int(i) for i in np.flatnonzero(keep)),
+        tuple(map(float, mean)),
+        tuple(map(float, std)),
+        tuple(n for n, k in zip(names, keep) if k),
+    )
     return transform, report | {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
 
 
@@ -142,12 +151,15 @@ def refuse_cells(bad: np.ndarray, cols: list[str], where: str, what: str, values
     rows = np.flatnonzero(bad[:, j])
     example = f", e.g. {values.iloc[rows[0], j]!r}," if values is not None else ""
     also = f"; also in column(s) {[cols[i] for i in flagged[1:]]}" if len(flagged) > 1 else ""
-    raise DatasetError(f"{where}: feature column {cols[j]!r} {what}{example} in {len(rows)} row(s) "
-                       f"(first rows: {rows[:5].tolist()}){also}; fix or remove them")
+    raise DatasetError(
+        f"{where}: feature column {cols[j]!r} {what}{example} in {len(rows)} row(s) "
+        f"(first rows: {rows[:5].tolist()}){also}; fix or remove them"
+    )
 
 
-def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None, where: str, *,
-                     fill: tuple[float, ...] | None = None) -> tuple[np.ndarray, dict[str, int], tuple[float, ...]]:
+def numeric_features(
+    df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | None, where: str, *, fill: tuple[float, ...] | None = None
+) -> tuple[np.ndarray, dict[str, int], tuple[float, ...]]:
     """Numeric feature columns -> (n, len(cols)) float64, NaN replaced by ``fill`` (a fitted
     transform's) or else by the column's mean over ``fit_rows``; non-numbers and inf / -inf are
     refused, never coerced. Also returns the count of imputed NaN per column (columns without
@@ -165,8 +177,9 @@ def numeric_features(df: pd.DataFrame, cols: list[str], fit_rows: np.ndarray | N
     return num.fillna(mean).to_numpy(dtype=np.float64), imputed, tuple(map(float, mean))
 
 
-def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | None,
-                       where: str) -> tuple[np.ndarray, dict]:
+def drop_uninformative(
+    x: np.ndarray, names: list[str], fit_rows: np.ndarray | None, where: str
+) -> tuple[np.ndarray, dict]:
     """The columns of x (n, d) to keep: not those without any value on ``fit_rows`` (NaN there:
     nothing to impute from), nor those constant on them; refuse a party left with no column.
     Returns (keep (d,) bool, {"dropped_constant": [...], "dropped_empty": [...]})."""
@@ -176,14 +189,20 @@ def drop_uninformative(x: np.ndarray, names: list[str], fit_rows: np.ndarray | N
     if len(ref) > 1:
         constant[~empty] = ref[:, ~empty].std(axis=0) == 0
     keep = ~empty & ~constant
-    report = {"dropped_constant": [n for n, c in zip(names, constant) if c],
-              "dropped_empty": [n for n, e in zip(names, empty) if e]}
+    report = {
+        "dropped_constant": [n for n, c in zip(names, constant) if c],
+        "dropped_empty": [n for n, e in zip(names, empty) if e],
+    }
     if not names:
-        raise DatasetError(f"{where}: no feature column: a party needs at least one feature besides its "
-                           "identifiers (and the primary's label)")
+        raise DatasetError(
+            f"{where}: no feature column: a party needs at least one feature besides its "
+            "identifiers (and the primary's label)"
+        )
     if not keep.any():
         rows = "training rows" if fit_rows is not None else "rows"
-        raise DatasetError(f"{where}: no feature column left: {report['dropped_constant']} are constant and "
-                           f"{report['dropped_empty']} have no value on the {rows}; the party needs a feature "
-                           "that varies")
+        raise DatasetError(
+            f"{where}: no feature column left: {report['dropped_constant']} are constant and "
+            f"{report['dropped_empty']} have no value on the {rows}; the party needs a feature "
+            "that varies"
+        )
     return keep, report

@@ -28,8 +28,12 @@ LOCAL_NAMES = ("127.0.0.1", "::1", "localhost")
 
 
 def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "fedsim local deployment"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "fedsim local deployment"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common),
+        ]
+    )
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -40,8 +44,9 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
@@ -57,28 +62,46 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
 def make_ca(folder: Path, days: int = 365) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP384R1())
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name("fedsim local CA")).issuer_name(_name("fedsim local CA"))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-            .sign(key, hashes.SHA384()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("fedsim local CA"))
+        .issuer_name(_name("fedsim local CA"))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(key, hashes.SHA384())
+    )
     (folder / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     write_private(folder / "ca.key", _pem_key(key))
     return cert, key
 
 
-def make_server_cert(folder: Path, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, hosts: list[str],
-                     name: str = "server", days: int = 365) -> None:
+def make_server_cert(
+    folder: Path,
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    hosts: list[str],
+    name: str = "server",
+    days: int = 365,
+) -> None:
     key = ec.generate_private_key(ec.SECP384R1())
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(hosts[0])).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(_san(hosts), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA384()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(hosts[0]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(_san(hosts), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA384())
+    )
     (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     write_private(folder / f"{name}.key", _pem_key(key))
 
@@ -87,10 +110,15 @@ def make_node_key(folder: Path, party: str) -> Path:
     """An EC P-384 key pair in OpenSSH format, the form Flower's SuperNode auth reads."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP384R1())
-    write_private(folder / party, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                     serialization.NoEncryption()))
-    (folder / f"{party}.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                                         serialization.PublicFormat.OpenSSH))
+    write_private(
+        folder / party,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        ),
+    )
+    (folder / f"{party}.pub").write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
     return folder / party
 
 

@@ -46,7 +46,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("folder", type=Path)
     s.add_argument("--run-config", default="", help="extra run-config values, 'key=value key2=value2'")
     add_predict_parser(sub)
-    for name, what in (("down", "stop everything `up` started"), ("status", "which processes of the deployment are running")):
+    for name, what in (
+        ("down", "stop everything `up` started"),
+        ("status", "which processes of the deployment are running"),
+    ):
         sub.add_parser(name, help=what).add_argument("folder", type=Path)
     return ap
 
@@ -57,13 +60,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "up":
         parties = [p for p in args.parties.split(",") if p] or None
         dep = up(args.folder, args.dataset, args.data_dir, parties, secure=not args.insecure)
-        print(f"SuperLink 127.0.0.1:{dep.superlink.port} ({'TLS + node auth' if dep.secure else 'INSECURE'}), "
-              f"SuperNodes {sorted(dep.nodes)}, linkage service {dep.service_url}")
+        print(
+            f"SuperLink 127.0.0.1:{dep.superlink.port} ({'TLS + node auth' if dep.secure else 'INSECURE'}), "
+            f"SuperNodes {sorted(dep.nodes)}, linkage service {dep.service_url}"
+        )
         print(f"next: python -m deploy link {args.folder} --k K ; python -m deploy run {args.folder}")
     elif args.command == "link":
         dep = Deployment.load(args.folder)
-        print("linkage job", link(dep, k=args.k, tau=args.tau, seed=args.seed, layout=args.layout, n_rows=args.n_rows,
-                                  radius=args.radius, compose=args.compose))
+        print(
+            "linkage job",
+            link(
+                dep,
+                k=args.k,
+                tau=args.tau,
+                seed=args.seed,
+                layout=args.layout,
+                n_rows=args.n_rows,
+                radius=args.radius,
+                compose=args.compose,
+            ),
+        )
     elif args.command == "run":
         _run(args)
     elif args.command == "predict":

@@ -11,96 +11,31 @@ certificate, one OpenSSH EC key pair per SuperNode; see deploy/certs.py), regist
 public key with the SuperLink (``flwr supernode register``), and starts each SuperNode with its
 own ``--node-config 'party=... data-dir=... linkage-dir=...'``. ``--insecure`` (plain HTTP, no
 node auth) is an explicit opt-in for local experiments. DIR/deploy.json records the processes,
-ports and parties; DIR/logs holds every process's log. docs/deployment.md writes the same steps
-up for separate hosts.
+ports and parties (deploy/deployment.py); DIR/logs holds every process's log. docs/deployment.md
+writes the same steps up for separate hosts.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from deploy.localsim import QUIET_ENV, REPO, free_port, run_config_arg
+from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment
+from deploy.localsim import REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
 from linkage.private import private_dir
+from linkage.source_tree import exit_if_source
 from linkage.store import write_atomic
 from strategies.vfl.methods import REGISTRY
 
-CONNECTION = "fedsim-deploy"
-PRIMARY = "primary"
 # A deployed run unless its run config says otherwise: exact split learning (S = 1) over the
 # direct transport, each party worker's encrypted link (a Flower exchange costs 6-8 s, the link
 # milliseconds: docs/deployment.md "Direct transport", docs/benchmarks.md "Deployment").
 DEPLOY_S, DEPLOY_TRANSPORT = 1, "direct"
-
-
-@dataclass
-class Deployment:
-    folder: str
-    dataset: str
-    data_dir: str
-    secure: bool
-    parties: list[str]  # the secondaries, one SuperNode each
-    superlink: Proc | None = None
-    nodes: dict[str, Proc] = field(default_factory=dict)
-    service: Proc | None = None
-    job: str = ""  # the linkage job of `link`
-    link_params: dict = field(default_factory=dict)  # run-config values the job was linked with
-
-    # ------------------------------------------------------------------ paths
-
-    @property
-    def root(self) -> Path:
-        return Path(self.folder)
-
-    @property
-    def creds(self) -> Path:
-        return self.root / "credentials"
-
-    @property
-    def home(self) -> Path:
-        return self.root / "flwr-home"
-
-    def party_dir(self, party: str) -> Path:
-        """What a party keeps on its own host: its copy of the linkage result, its feature
-        cache, checkpoints and final models (node config; never a folder a message names)."""
-        return self.root / "parties" / party
-
-    def linkage_dir(self, party: str) -> Path:
-        return self.party_dir(party) / "linkage"
-
-    @property
-    def service_url(self) -> str:
-        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.service.port}"
-
-    @property
-    def verify(self) -> str | bool:
-        return str(self.creds / "ca.crt") if self.secure else False
-
-    def env(self) -> dict[str, str]:
-        bin_dir = str(Path(sys.executable).parent)
-        return {**os.environ, **QUIET_ENV, "FLWR_HOME": str(self.home),
-                "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-
-    def save(self) -> None:
-        write_atomic(self.root / "deploy.json", json.dumps(asdict(self), indent=2).encode())
-
-    @classmethod
-    def load(cls, folder: Path) -> "Deployment":
-        path = Path(folder) / "deploy.json"
-        if not path.exists():
-            raise SystemExit(f"no deployment at {folder} (no deploy.json); run `python -m deploy up {folder}`")
-        raw = json.loads(path.read_text())
-        raw["superlink"] = Proc(**raw["superlink"]) if raw["superlink"] else None
-        raw["service"] = Proc(**raw["service"]) if raw["service"] else None
-        raw["nodes"] = {p: Proc(**v) for p, v in raw["nodes"].items()}
-        return cls(**raw)
 
 
 # ---------------------------------------------------------------------- processes
@@ -115,8 +50,9 @@ def _spawn(dep: Deployment, name: str, cmd: list[str], port: int) -> Proc:
     log = private_dir(dep.root / "logs") / f"{name}.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # appended: an earlier up's lines stay
     with os.fdopen(fd, "ab") as out:  # umask: what the process writes is private whatever this one's umask
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dep.env(), start_new_session=True,
-                                cwd=dep.root, umask=0o077)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=dep.env(), start_new_session=True, cwd=dep.root, umask=0o077
+        )
     return Proc(proc.pid, port, str(log), start_time(proc.pid))
 
 
@@ -125,18 +61,36 @@ def _spawn(dep: Deployment, name: str, cmd: list[str], port: int) -> Proc:
 
 def write_connection(dep: Deployment) -> None:
     auth = f'root-certificates = "{dep.creds / "ca.crt"}"' if dep.secure else "insecure = true"
-    write_atomic(dep.home / "config.toml", (f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-                                            f'address = "127.0.0.1:{dep.superlink.port}"\n{auth}\n').encode())
+    write_atomic(
+        dep.home / "config.toml",
+        (
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "127.0.0.1:{dep.superlink.port}"\n{auth}\n'
+        ).encode(),
+    )
 
 
 def start_superlink(dep: Deployment, timeout: float) -> None:
     port = free_port()
-    cmd = [_tool("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
-           "--disable-runtime-dependency-installation"]
+    cmd = [
+        _tool("flower-superlink"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--disable-runtime-dependency-installation",
+    ]
     if dep.secure:
         c = dep.creds
-        cmd += ["--ssl-ca-certfile", str(c / "ca.crt"), "--ssl-certfile", str(c / "server.crt"),
-                "--ssl-keyfile", str(c / "server.key"), "--enable-supernode-auth"]
+        cmd += [
+            "--ssl-ca-certfile",
+            str(c / "ca.crt"),
+            "--ssl-certfile",
+            str(c / "server.crt"),
+            "--ssl-keyfile",
+            str(c / "server.key"),
+            "--enable-supernode-auth",
+        ]
     else:
         cmd += ["--insecure"]
     dep.superlink = _spawn(dep, "superlink", cmd, port)
@@ -148,8 +102,14 @@ def start_superlink(dep: Deployment, timeout: float) -> None:
 def register_node(dep: Deployment, party: str) -> None:
     """The SuperLink operator admits a party's SuperNode by its public key."""
     pub = dep.creds / "nodes" / f"{party}.pub"
-    r = subprocess.run([_tool("flwr"), "supernode", "register", str(pub), CONNECTION, "--name", party],
-                       env=dep.env(), capture_output=True, text=True, timeout=60, umask=0o077)
+    r = subprocess.run(
+        [_tool("flwr"), "supernode", "register", str(pub), CONNECTION, "--name", party],
+        env=dep.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        umask=0o077,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"registering SuperNode {party!r} failed:\n{r.stdout}\n{r.stderr}")
 
@@ -159,13 +119,32 @@ def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
     reads or writes (data, linkage result, feature cache, checkpoints, final models)."""
     port = free_port()
     own = dep.party_dir(party)
-    node_config = (f'party="{party}" data-dir="{dep.data_dir}" linkage-dir="{dep.linkage_dir(party)}" '
-                   f'cache-dir="{own / "cache"}" checkpoint-dir="{own / "checkpoints"}" model-dir="{own / "models"}"')
-    cmd = [_tool("flower-supernode"), "--superlink", f"127.0.0.1:{dep.superlink.port}", "--host", "127.0.0.1",
-           "--port", str(port), "--node-config", node_config, "--max-retries", "3", "--max-wait-time", "30"]
+    node_config = (
+        f'party="{party}" data-dir="{dep.data_dir}" linkage-dir="{dep.linkage_dir(party)}" '
+        f'cache-dir="{own / "cache"}" checkpoint-dir="{own / "checkpoints"}" model-dir="{own / "models"}"'
+    )
+    cmd = [
+        _tool("flower-supernode"),
+        "--superlink",
+        f"127.0.0.1:{dep.superlink.port}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--node-config",
+        node_config,
+        "--max-retries",
+        "3",
+        "--max-wait-time",
+        "30",
+    ]
     if dep.secure:
-        cmd += ["--root-certificates", str(dep.creds / "ca.crt"),
-                "--auth-supernode-private-key", str(key or dep.creds / "nodes" / party)]
+        cmd += [
+            "--root-certificates",
+            str(dep.creds / "ca.crt"),
+            "--auth-supernode-private-key",
+            str(key or dep.creds / "nodes" / party),
+        ]
     else:
         cmd += ["--insecure"]
     return _spawn(dep, f"supernode-{party}", cmd, port)
@@ -176,22 +155,40 @@ def start_service(dep: Deployment) -> None:
     port = free_port()
     token = dep.root / "admin.token"
     if not token.exists():
-        from deploy.certs import write_private
+        from deploy.certs import write_private  # lazy: cryptography, for `up` only
 
         write_private(token, os.urandom(24).hex().encode())
-    cmd = [sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--data-dir", str(dep.root / "linkage-service"), "--admin-token-file", str(token)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "linkage_server",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(dep.root / "linkage-service"),
+        "--admin-token-file",
+        str(token),
+    ]
     if dep.secure:
         cmd += ["--certfile", str(dep.creds / "server.crt"), "--keyfile", str(dep.creds / "server.key")]
     dep.service = _spawn(dep, "linkage-service", cmd, port)
     dep.save()
 
 
-def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None = None, *, secure: bool = True,
-       timeout: float = 60.0) -> Deployment:
-    from datasets import load_dataset
-    from deploy.certs import make_credentials
-    from linkage.source_tree import exit_if_source
+def up(
+    folder: Path,
+    dataset: str,
+    data_dir: str = "",
+    parties: list[str] | None = None,
+    *,
+    secure: bool = True,
+    timeout: float = 60.0,
+) -> Deployment:
+    from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
+    from deploy.certs import make_credentials  # lazy: cryptography, for `up` only
 
     folder = Path(folder).resolve()
     exit_if_source(folder, "the deployment's folder")  # secrets, data and runs never land in the source tree
@@ -225,8 +222,8 @@ def up(folder: Path, dataset: str, data_dir: str = "", parties: list[str] | None
 def data_root(dataset: str) -> str:
     """The data folder the dataset loads from here, made explicit for the parties' processes
     (Flower runs the apps from their own install folder, where relative defaults do not resolve)."""
-    from datasets import load_dataset
-    from datasets.base import DatasetError
+    from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
+    from datasets.base import DatasetError  # lazy: with load_dataset, not for status / down
 
     roots = [os.environ.get("FEDSIM_DATA_DIR", ""), REPO / "data", REPO.parent / "shared" / "data"]
     for root in [Path(r) for r in roots if r]:
@@ -254,23 +251,30 @@ def stop_all(dep: Deployment) -> int:
     return len(alive)
 
 
-SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
-
-
 def save_primary_secret(dep: Deployment, secret: str) -> None:
     """The primary's job secret, for its later queries (predict): 0600 from its first byte."""
     write_atomic(dep.party_dir(PRIMARY) / SECRET, secret.encode())
 
 
-def link(dep: Deployment, *, k: int, tau: float = 1.0, seed: int = 0, layout: str = "independent",
-         n_rows: int = 0, timeout: float = 600.0, radius: float = 0.5, compose: bool = False) -> str:
+def link(
+    dep: Deployment,
+    *,
+    k: int,
+    tau: float = 1.0,
+    seed: int = 0,
+    layout: str = "independent",
+    n_rows: int = 0,
+    timeout: float = 600.0,
+    radius: float = 0.5,
+    compose: bool = False,
+) -> str:
     """Every party uploads its identifiers to the linkage service (over TLS), the primary starts
     the job (radius, compose: the noise's calibration, docs/privacy.md; the job's files carry
     them), and each party fetches only its own result into its own folder."""
-    from app.vfl.parties import metric_of
-    from datasets import load_dataset
-    from datasets.registry import DatasetOptions
-    from linkage_server.client import LinkageClient, create_job
+    from app.vfl.linking import metric_of  # lazy: torch and flwr, for `link` only
+    from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
+    from datasets.registry import DatasetOptions  # lazy: pandas, for `link` only
+    from linkage_server.client import LinkageClient, create_job  # lazy: httpx and scipy, for `link` only
 
     ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=seed, n_rows=n_rows))
     token = (dep.root / "admin.token").read_text().strip()
@@ -302,21 +306,32 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
     known = REGISTRY.get(str(run_config.get("method", "fedsim_attn")))  # an unknown one is refused by the config check
     links = (known is None or known.federated) and run_config.get("mode", "vfl") == "vfl"
     if links and not dep.job:
-        raise SystemExit(f"the deployment at {dep.folder} has no linkage job: each party reads its own copy of the "
-                         f"result, so run `python -m deploy link {dep.folder} --k K` first")
+        raise SystemExit(
+            f"the deployment at {dep.folder} has no linkage job: each party reads its own copy of the "
+            f"result, so run `python -m deploy link {dep.folder} --k K` first"
+        )
     clash = {k: (v, run_config[k]) for k, v in dep.link_params.items() if k in run_config and run_config[k] != v}
     if clash:
-        raise SystemExit(f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
-                         f"re-link with `python -m deploy link` for other values")
-    return {"dataset": dep.dataset, "data-dir": dep.data_dir, "out-dir": str(dep.root / "runs"),
-            "steps-per-exchange": DEPLOY_S, "transport": DEPLOY_TRANSPORT,
-            **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}), **dep.link_params, **run_config}
+        raise SystemExit(
+            f"the deployment's linkage job {dep.job} was linked with {clash} (linked, asked); "
+            f"re-link with `python -m deploy link` for other values"
+        )
+    return {
+        "dataset": dep.dataset,
+        "data-dir": dep.data_dir,
+        "out-dir": str(dep.root / "runs"),
+        "steps-per-exchange": DEPLOY_S,
+        "transport": DEPLOY_TRANSPORT,
+        **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}),
+        **dep.link_params,
+        **run_config,
+    }
 
 
 def start_run(dep: Deployment, run_config: dict[str, object], output=None) -> subprocess.Popen:
     """`flwr run <repo> fedsim-deploy --stream` with the deployment's dataset and linkage
     (``output``: an open file for its stdout and stderr together; default: pipes)."""
-    from app.config import RunConfig
+    from app.config import RunConfig  # lazy: torch and flwr, for `run` only (fedsim train imports this module)
 
     values = run_values(dep, run_config)
     RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
@@ -336,7 +351,8 @@ def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 36
         out, err = proc.communicate()
         run_id = re.search(r"Successfully started run (\d+)", out or "")
         if run_id:
-            subprocess.run([_tool("flwr"), "stop", run_id.group(1), CONNECTION], env=dep.env(), capture_output=True,
-                           timeout=60)
+            subprocess.run(
+                [_tool("flwr"), "stop", run_id.group(1), CONNECTION], env=dep.env(), capture_output=True, timeout=60
+            )
         err = (err or "") + f"\n[deploy.commands] run stopped after its {timeout} s timeout"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -87,8 +87,10 @@ def stop_superlink(port: int, timeout: float = 10.0) -> int:
 
 
 STARTUP_S = 300.0  # Flower waits 15 s for the local SuperLink it starts: a loaded 2-core machine took longer
-PRESTART = ("import sys, flwr.cli.local_superlink as s; s.LOCAL_SUPERLINK_STARTUP_TIMEOUT = float(sys.argv[1]); "
-            "s._is_local_superlink_started() or s._start_local_superlink(False)")
+PRESTART = (
+    "import sys, flwr.cli.local_superlink as s; s.LOCAL_SUPERLINK_STARTUP_TIMEOUT = float(sys.argv[1]); "
+    "s._is_local_superlink_started() or s._start_local_superlink(False)"
+)
 
 
 def start_superlink(env: dict[str, str], timeout: float = STARTUP_S) -> None:
@@ -96,37 +98,60 @@ def start_superlink(env: dict[str, str], timeout: float = STARTUP_S) -> None:
     and files), started now and waited for up to ``timeout`` s instead of Flower's fixed 15 s
     (issue 28: under load `flwr run` failed "Failed to start local SuperLink within 15s");
     `flwr run` then finds it running. Nothing is done when one is running on the env's port."""
-    r = subprocess.run([sys.executable, "-c", PRESTART, str(timeout)], env=env, capture_output=True, text=True,
-                       timeout=timeout + 60, umask=0o077)
+    r = subprocess.run(
+        [sys.executable, "-c", PRESTART, str(timeout)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+        umask=0o077,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"the local Flower SuperLink did not start: {(r.stdout + r.stderr)[-2000:]}")
 
 
-def start_simulation(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1,
-                     app_dir: Path = REPO, output=None) -> tuple[subprocess.Popen, int]:
+def start_simulation(
+    run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, app_dir: Path = REPO, output=None
+) -> tuple[subprocess.Popen, int]:
     """``flwr run <app> --stream`` in the background with its own FLWR_HOME and ports; returns
     the process and the port of the SuperLink it starts (pass it to :func:`stop_superlink`).
     ``output``: an open file for its stdout and stderr together (default: pipes).
     This app's run config is checked first (ConfigError naming the key): Flower 1.41 refuses an
     unknown key as "Invalid run configuration" without naming it."""
     if Path(app_dir).resolve() == REPO:
-        from app.config import RunConfig
+        from app.config import RunConfig  # lazy: torch and flwr; `python -m deploy.localsim stop` stays light
 
         RunConfig.from_flower(run_config)
     federation = write_federation(home, num_supernodes)
     port, control = free_port(), free_port()
     bin_dir = str(Path(sys.executable).parent)  # flwr starts `flower-superlink` from PATH
-    env = {**os.environ, **QUIET_ENV, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "FLWR_HOME": str(home),
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control)}
+    env = {
+        **os.environ,
+        **QUIET_ENV,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "FLWR_HOME": str(home),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(control),
+    }
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
-    cmd = [flwr, "run", str(app_dir), "--stream", "--run-config", run_config_arg(run_config), "--federation-config", federation]
+    cmd = [
+        flwr,
+        "run",
+        str(app_dir),
+        "--stream",
+        "--run-config",
+        run_config_arg(run_config),
+        "--federation-config",
+        federation,
+    ]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
     start_superlink(env)  # umask 077: the SuperLink, and the apps it runs, write private files
     return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True, umask=0o077), port
 
 
-def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0,
-             app_dir: Path = REPO) -> subprocess.CompletedProcess:
+def simulate(
+    run_config: dict[str, object], home: Path, *, num_supernodes: int = 1, timeout: float = 600.0, app_dir: Path = REPO
+) -> subprocess.CompletedProcess:
     """``flwr run <app> --stream`` with its own FLWR_HOME and ports; stops its SuperLink after."""
     proc, port = start_simulation(run_config, home, num_supernodes=num_supernodes, app_dir=app_dir)
     try:
@@ -143,8 +168,10 @@ def simulate(run_config: dict[str, object], home: Path, *, num_supernodes: int =
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(description="Start the local SuperLink `flwr run` uses (waiting up to "
-                                             f"{STARTUP_S:.0f} s, not Flower's 15), or stop the one it left running.")
+    ap = argparse.ArgumentParser(
+        description="Start the local SuperLink `flwr run` uses (waiting up to "
+        f"{STARTUP_S:.0f} s, not Flower's 15), or stop the one it left running."
+    )
     ap.add_argument("command", choices=["start", "stop"])
     ap.add_argument("--port", type=int, default=int(os.environ.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39091")))
     args = ap.parse_args()

@@ -23,8 +23,8 @@ from deploy.commands import PRIMARY, SECRET, Deployment, flwr_run
 
 def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:
     """The service's answer for the new records, in the primary's folder (queries/<run>.npz)."""
-    from app.vfl.predict_csv import read_input
-    from linkage_server.client import LinkageClient
+    from app.vfl.predict_csv import read_input  # lazy: torch, flwr and pandas, when a deployment predicts
+    from linkage_server.client import LinkageClient  # lazy: httpx and scipy, when a deployment predicts
 
     _, _, ids, _ = read_input(dep.root / "runs" / run, new, id_column)
     secret_file = dep.party_dir(PRIMARY) / SECRET
@@ -36,13 +36,28 @@ def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:
     return answer
 
 
-def predict(dep: Deployment, run: str, new: Path, out: Path, *, id_column: str = "", explain: bool = False,
-            timeout: float = 900.0) -> subprocess.CompletedProcess:
+def predict(
+    dep: Deployment,
+    run: str,
+    new: Path,
+    out: Path,
+    *,
+    id_column: str = "",
+    explain: bool = False,
+    timeout: float = 900.0,
+) -> subprocess.CompletedProcess:
     """Query, then `flwr run` in predict mode; the caller checks ``out`` (a fresh name: command)."""
     new, out = Path(new).resolve(), Path(out).resolve()
     answer = query(dep, run, new, id_column)
-    values = {"run-name": "", "predict-run": run, "predict-input": str(new), "predict-output": str(out),
-              "predict-linkage": str(answer), "predict-id-column": id_column, "predict-explain": explain}
+    values = {
+        "run-name": "",
+        "predict-run": run,
+        "predict-input": str(new),
+        "predict-output": str(out),
+        "predict-linkage": str(answer),
+        "predict-id-column": id_column,
+        "predict-explain": explain,
+    }
     return flwr_run(dep, values, timeout)
 
 
@@ -54,14 +69,17 @@ def add_parser(sub) -> None:
     s.add_argument("--out", type=Path, required=True, help="the predictions CSV")
     s.add_argument("--id-column", default="", help="a column of the input naming each record ('' = row number)")
     s.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
-    s.add_argument("--skip-invalid", action="store_true",
-                   help="predict the records it can; list the others in <out stem>.skipped.csv")
+    s.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="predict the records it can; list the others in <out stem>.skipped.csv",
+    )
 
 
 def command(args: argparse.Namespace) -> int:
     """The input checked before the query and `flwr run` (exit 2); the output replaces --out only
     when whole (app/predict_files.py)."""
-    from app.vfl.predict_csv import flower_predict
+    from app.vfl.predict_csv import flower_predict  # lazy: torch, flwr and pandas, when a deployment predicts
 
     try:
         dep = Deployment.load(args.folder)
@@ -76,10 +94,19 @@ def command(args: argparse.Namespace) -> int:
             print(f"predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return False
         if not partial.exists():
-            print(f"predict failed: the run wrote no output; its log ends:\n{(r.stdout + r.stderr)[-4000:]}",
-                  file=sys.stderr)
+            print(
+                f"predict failed: the run wrote no output; its log ends:\n{(r.stdout + r.stderr)[-4000:]}",
+                file=sys.stderr,
+            )
         return partial.exists()
 
-    return flower_predict(dep.root / "runs" / args.run, args.input, args.out, id_column=args.id_column,
-                          unknown="ignore", skip=getattr(args, "skip_invalid", False), start=start,
-                          who="predict refused")
+    return flower_predict(
+        dep.root / "runs" / args.run,
+        args.input,
+        args.out,
+        id_column=args.id_column,
+        unknown="ignore",
+        skip=getattr(args, "skip_invalid", False),
+        start=start,
+        who="predict refused",
+    )

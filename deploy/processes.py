@@ -27,7 +27,7 @@ def start_time(pid: int) -> int:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0
-    return int(stat[stat.rindex(")") + 2:].split()[19])  # field 22; the name (field 2) may hold spaces
+    return int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22; the name (field 2) may hold spaces
 
 
 def ours(proc: Proc) -> bool:
@@ -45,7 +45,9 @@ def _wait_port(port: int, proc: Proc, what: str, timeout: float) -> None:
         if not _alive(proc.pid):
             raise RuntimeError(f"{what} exited during start-up; its log {proc.log}:\n{_tail(proc.log)}")
         time.sleep(0.2)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s; log {proc.log}:\n{_tail(proc.log)}")
+    raise RuntimeError(
+        f"{what} did not listen on 127.0.0.1:{port} within {timeout} s; log {proc.log}:\n{_tail(proc.log)}"
+    )
 
 
 def _alive(pid: int) -> bool:

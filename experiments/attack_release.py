@@ -5,7 +5,7 @@ aggregation attack (linkage/attacks.py), and score both against the secondary's 
     python -m experiments.attack_release hdb --tau 1 0.999 0.99 0.9 0.5 [--n-rows N] [--seed 0]
         [--k K] [--project none|m|km] [--radii 50 100 500]
 
-The data is loaded and linked as a run does it (app.data.load_data, app.vfl.parties.run_linkage:
+The data is loaded and linked as a run does it (app.data.load_data, app.vfl.linking.run_linkage:
 the run config's tau sets the noise; the in-process service's job secrets live in a temporary
 folder). A tau that Theorem 2 cannot reach (linkage.noise.sigma_from_tau) is reported as such.
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from app.config import RunConfig
 from app.data import load_data
-from app.vfl.parties import run_linkage
+from app.vfl.linking import run_linkage
 from linkage.attacks import EARTH_RADIUS_M, aggregation_attack, greedy_attack, haversine_m, reidentification
 from linkage.contracts import LinkageError
 
@@ -50,12 +50,14 @@ def projected(ds, unit_m: float):
     per_degree = math.pi * EARTH_RADIUS_M / 180.0 / unit_m
 
     def project(ids: np.ndarray) -> np.ndarray:
-        return np.stack([(ids[:, 0] - lat0) * per_degree,
-                         (ids[:, 1] - lon0) * per_degree * math.cos(math.radians(lat0))], axis=1)
+        return np.stack(
+            [(ids[:, 0] - lat0) * per_degree, (ids[:, 1] - lon0) * per_degree * math.cos(math.radians(lat0))], axis=1
+        )
 
     tables = {p: dataclasses.replace(t, identifiers=project(t.identifiers)) for p, t in ds.secondaries.items()}
-    return dataclasses.replace(ds, primary=dataclasses.replace(ds.primary, identifiers=project(ds.primary.identifiers)),
-                               secondaries=tables)
+    return dataclasses.replace(
+        ds, primary=dataclasses.replace(ds.primary, identifiers=project(ds.primary.identifiers)), secondaries=tables
+    )
 
 
 def error_m(est: np.ndarray, truth: np.ndarray, project: str) -> np.ndarray:
@@ -66,7 +68,7 @@ def error_m(est: np.ndarray, truth: np.ndarray, project: str) -> np.ndarray:
 
 
 def attack_release(ds, cfg: RunConfig, project: str, radii) -> dict:
-    """Link at cfg.tau, attack every secondary's release, score; one dict per party."""
+    """Link at cfg.link.tau, attack every secondary's release, score; one dict per party."""
     t0 = time.monotonic()
     result = run_linkage(ds, cfg, cfg.resolve())
     t_link = time.monotonic() - t0
@@ -74,16 +76,24 @@ def attack_release(ds, cfg: RunConfig, project: str, radii) -> dict:
     out = {}
     for party, link in sorted(result.primary.links.items()):
         t1 = time.monotonic()
-        guesses = {"greedy (paper, one pair)": greedy_attack(link, ids, np.random.default_rng([cfg.seed, 19])),
-                   "aggregation": aggregation_attack(link, ids),
-                   "links only (centroid)": aggregation_attack(link, ids, min_links=2 ** 62)}
+        guesses = {
+            "greedy (paper, one pair)": greedy_attack(link, ids, np.random.default_rng([cfg.train.seed, 19])),
+            "aggregation": aggregation_attack(link, ids),
+            "links only (centroid)": aggregation_attack(link, ids, min_links=2**62),
+        }
         t_attack = time.monotonic() - t1
         truth = ds.secondaries[party].identifiers[result.secondaries[party].row_of_token]  # (n, 2) scoring only
         errs = {name: error_m(g.location, truth[g.tokens], project) for name, g in guesses.items()}  # each (T,)
         agg = guesses["aggregation"]
-        out[party] = {"sigma": link.sigma, "noise_m": link.sigma * link.sim_std * UNITS_M[project],
-                      "links": agg.links, "distinct": agg.distinct, "link_s": t_link, "attack_s": t_attack,
-                      "scores": scores(errs, agg.fallback, radii)}
+        out[party] = {
+            "sigma": link.sigma,
+            "noise_m": link.sigma * link.sim_std * UNITS_M[project],
+            "links": agg.links,
+            "distinct": agg.distinct,
+            "link_s": t_link,
+            "attack_s": t_attack,
+            "scores": scores(errs, agg.fallback, radii),
+        }
     return out
 
 
@@ -106,8 +116,9 @@ def rows_md(tau: float, party_out: dict, radii) -> list[str]:
     distinct = f"{np.median(r['distinct']):.0f}"
     lines = []
     for i, (name, score) in enumerate(r["scores"].items()):
-        head = (f"| {tau:g} | {r['sigma']:.4g} | {r['noise_m']:.3g} | {links} | {distinct} | " if i == 0
-                else "| | | | | | ")
+        head = (
+            f"| {tau:g} | {r['sigma']:.4g} | {r['noise_m']:.3g} | {links} | {distinct} | " if i == 0 else "| | | | | | "
+        )
         cells = " | ".join(f"{100 * score['within'][float(x)]:.1f} %" for x in radii)
         secs = f"{r['link_s']:.1f} + {r['attack_s']:.1f}" if i == 0 else ""
         lines.append(f"{head}{name} | {cells} | {score['median_m']:.3g} | {secs} |")
@@ -116,36 +127,47 @@ def rows_md(tau: float, party_out: dict, radii) -> list[str]:
 
 def header_md(radii) -> list[str]:
     within = " | ".join(f"within {x:g} m" for x in radii)
-    return [f"| tau | sigma | noise on a distance (m) | links per token (median / max) | distinct ids per token "
-            f"(median) | attack | {within} | median error (m) | s (link + attacks) |",
-            "|" + "---|" * (8 + len(radii))]
+    return [
+        f"| tau | sigma | noise on a distance (m) | links per token (median / max) | distinct ids per token "
+        f"(median) | attack | {within} | median error (m) | s (link + attacks) |",
+        "|" + "---|" * (8 + len(radii)),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.attack_release", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.attack_release",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("dataset", choices=DATASETS)
     ap.add_argument("--tau", type=float, nargs="+", default=[1.0, 0.999, 0.99, 0.9, 0.5])
     ap.add_argument("--n-rows", type=int, default=0, help="a sample of the primary's records (0 = all)")
     ap.add_argument("--seed", type=int, default=0, help="the data sample/split and the greedy attacker's draws")
     ap.add_argument("--k", type=int, default=0, help="neighbours per record (0 = the dataset's default)")
-    ap.add_argument("--project", choices=sorted(UNITS_M), default="none",
-                    help="identifiers as they are (degrees) or projected to metres / km before linking")
+    ap.add_argument(
+        "--project",
+        choices=sorted(UNITS_M),
+        default="none",
+        help="identifiers as they are (degrees) or projected to metres / km before linking",
+    )
     ap.add_argument("--radii", type=float, nargs="+", default=list(RADII_M), help="re-identification radii in metres")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="attack-release-") as tmp:
-        cfg = RunConfig(dataset=args.dataset, n_rows=args.n_rows, seed=args.seed, k=args.k, out_dir=tmp)
+        cfg = RunConfig.of(dataset=args.dataset, n_rows=args.n_rows, seed=args.seed, k=args.k, out_dir=tmp)
         ds = load_data(cfg)
         if args.project != "none":
             ds = projected(ds, UNITS_M[args.project])
         unit = "degrees" if args.project == "none" else args.project
-        print(f"{args.dataset}: {ds.primary.n_rows} primary records, "
-              + ", ".join(f"{p} {t.n_rows} records" for p, t in ds.secondaries.items())
-              + f"; K = {cfg.resolve().k}; identifiers in {unit}")
+        print(
+            f"{args.dataset}: {ds.primary.n_rows} primary records, "
+            + ", ".join(f"{p} {t.n_rows} records" for p, t in ds.secondaries.items())
+            + f"; K = {cfg.resolve().k}; identifiers in {unit}"
+        )
         lines, skipped = header_md(args.radii), []
         for tau in args.tau:
             try:
-                out = attack_release(ds, dataclasses.replace(cfg, tau=tau), args.project, args.radii)
+                out = attack_release(ds, cfg.replace(tau=tau), args.project, args.radii)
             except LinkageError as e:
                 skipped.append(f"- tau = {tau:g}: {e}")
                 continue

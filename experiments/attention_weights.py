@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.node import simulated_linkage_dir
 from app.vfl.predict import _embed_here, link_here, open_kept
+from linkage.store import load_secondary
 from strategies.vfl.fedsim import FedSimStrategy
 
 RANK_BINS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, 1000))
@@ -29,8 +31,17 @@ def weights_of(run_dir: Path) -> tuple[np.ndarray, np.ndarray, object]:
     seconds: dict[str, float] = {}
     linkage = link_here(kept, ds.primary.identifiers[rows], seconds)
     lookup = _embed_here(kept, linkage, seconds)
-    strategy = FedSimStrategy(kept.model, kept.head, linkage, ds.primary.features[rows], np.zeros(len(rows)), 1e-3,
-                              0.0, kept.cfg.torch_device(), kept.cfg.torch_dtype())
+    strategy = FedSimStrategy(
+        kept.model,
+        kept.head,
+        linkage,
+        ds.primary.features[rows],
+        np.zeros(len(rows)),
+        1e-3,
+        0.0,
+        kept.cfg.torch_device(),
+        kept.cfg.torch_dtype(),
+    )
     unsorted = strategy.attention(np.arange(len(rows)), lookup)[party]  # (q, K + 1), the linkage's order
     order = np.argsort(-linkage.links[party].sims, axis=1, kind="stable")  # (q, K) most similar first
     w = np.concatenate([np.take_along_axis(unsorted, order, 1), unsorted[:, -1:]], axis=1)  # (q, K + 1)
@@ -40,9 +51,6 @@ def weights_of(run_dir: Path) -> tuple[np.ndarray, np.ndarray, object]:
 
 
 def _row_maps(kept) -> dict[str, np.ndarray]:
-    from app.node import simulated_linkage_dir
-    from linkage.store import load_secondary
-
     folder = simulated_linkage_dir(kept.cfg, kept.meta["job_id"])
     return {p: load_secondary(folder, p).row_of_token for p in kept.ds.secondaries}
 
@@ -64,11 +72,17 @@ def _same(a, b) -> bool:
 
 def table(w: np.ndarray, ranks: np.ndarray, what: str) -> str:
     k = w.shape[1] - 1
-    lines = ["| | " + " | ".join(f"rank {a}" if a == b else f"ranks {a}-{min(b, k)}" for a, b in RANK_BINS if a <= k)
-             + " | null slot |", "|---" * (1 + sum(a <= k for a, _ in RANK_BINS) + 1) + "|"]
+    lines = [
+        "| | "
+        + " | ".join(f"rank {a}" if a == b else f"ranks {a}-{min(b, k)}" for a, b in RANK_BINS if a <= k)
+        + " | null slot |",
+        "|---" * (1 + sum(a <= k for a, _ in RANK_BINS) + 1) + "|",
+    ]
+
     def row(name, ww):
-        cells = [ww[:, a - 1:min(b, k)].sum(axis=1).mean() for a, b in RANK_BINS if a <= k]
+        cells = [ww[:, a - 1 : min(b, k)].sum(axis=1).mean() for a, b in RANK_BINS if a <= k]
         return f"| {name} ({len(ww)}) | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {ww[:, -1].mean():.3f} |"
+
     lines.append(row("all records", w))
     for r in range(3):
         if (ranks == r).any():
@@ -82,8 +96,11 @@ def table(w: np.ndarray, ranks: np.ndarray, what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.attention_weights", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.attention_weights",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("run", type=Path)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)

@@ -39,15 +39,19 @@ def cell(values: list[float]) -> str:
 
 def table(acc: dict[tuple[str, str], list[float]]) -> str:
     datasets = list(dict.fromkeys(d for d, _ in acc))
-    lines = ["| dataset | x | (a) aligned only | (b) aligned + EA | (c) fully aligned | (b) − (a) | seeds |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | x | (a) aligned only | (b) aligned + EA | (c) fully aligned | (b) − (a) | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for d in datasets:
         full = acc.get((d, "full"), [])
         for x in OVERLAPS:
             a = full if x == 100 else acc.get((d, f"aligned-{x}"), [])
             b = acc.get((d, f"augment-{x}"), [])
             gap = f"{statistics.fmean(b) - statistics.fmean(a):+.4f}" if a and b else "–"
-            lines.append(f"| {d} | {x}% | {cell(a)} | {cell(b)} | {cell(full)} | {gap} | {min(len(a), len(b)) or '–'} |")
+            lines.append(
+                f"| {d} | {x}% | {cell(a)} | {cell(b)} | {cell(full)} | {gap} | {min(len(a), len(b)) or '–'} |"
+            )
     return "\n".join(lines)
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 LOWER_IS_BETTER = ("rmse",)
 
 
-def read(path: Path, variant: str | None = None, dataset: str | None = None, config: str | None = None
-         ) -> dict[str, dict[int, dict]]:
+def read(
+    path: Path, variant: str | None = None, dataset: str | None = None, config: str | None = None
+) -> dict[str, dict[int, dict]]:
     """{variant: {seed: row}} of ``dataset``'s rows (None: all, for a one-dataset file); a
     reference csv's rows become variant ``variant``, only those whose run config is ``config``
     (None: any; a reference csv holds every configuration it ran, e.g. both sigma_cf levels)."""
@@ -38,8 +39,10 @@ def render(table: dict[str, dict[int, dict]], ours: str) -> str:
     metric = next(iter(table[ours].values()))["metric"]
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
     seeds = sorted(table[ours])
-    lines = [f"| variant | test {metric} | val {metric} | {ours} minus it, per seed {seeds} | {ours} better in |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"| variant | test {metric} | val {metric} | {ours} minus it, per seed {seeds} | {ours} better in |",
+        "|---|---|---|---|---|",
+    ]
     for variant, runs in table.items():
         test = [float(r["test"]) for r in runs.values()]
         val = [float(r["val"]) for r in runs.values()]
@@ -48,19 +51,25 @@ def render(table: dict[str, dict[int, dict]], ours: str) -> str:
         spread = statistics.stdev(test) if len(test) > 1 else 0.0
         cells = ", ".join(f"{d:+.4f}" for d in diff) if variant != ours else "-"
         wins = f"{sum(d > 0 for d in diff)} of {len(diff)}" if variant != ours else "-"
-        lines.append(f"| {variant} | {statistics.mean(test):.4f} ± {spread:.4f} ({len(test)}) | "
-                     f"{statistics.mean(val):.4f} | {cells} | {wins} |")
+        lines.append(
+            f"| {variant} | {statistics.mean(test):.4f} ± {spread:.4f} ({len(test)}) | "
+            f"{statistics.mean(val):.4f} | {cells} | {wins} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.paired", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.paired", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--ours", default="fedsim_attn")
     ap.add_argument("--reference", type=Path, help="experiments/reference.py's csv for the same dataset")
-    ap.add_argument("--reference-config", default=None,
-                    help="only the reference rows of this run config, as its csv writes it (e.g. 'n-rows=60000 sigma-cf=0.4')")
+    ap.add_argument(
+        "--reference-config",
+        default=None,
+        help="only the reference rows of this run config, as its csv writes it (e.g. 'n-rows=60000 sigma-cf=0.4')",
+    )
     ap.add_argument("--dataset", help="only this dataset's rows of the sweeps' results.csv")
     args = ap.parse_args(argv)
     table: dict[str, dict[int, dict]] = defaultdict(dict)
@@ -70,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference:
         reference = read(args.reference, "gradient boosting (not federated)", config=args.reference_config)
         if not reference:
-            raise SystemExit(f"--reference {args.reference}: no rows"
-                             + (f" with config {args.reference_config!r}" if args.reference_config is not None else ""))
+            raise SystemExit(
+                f"--reference {args.reference}: no rows"
+                + (f" with config {args.reference_config!r}" if args.reference_config is not None else "")
+            )
         table.update(reference)
     if args.ours not in table:
         raise SystemExit(f"no runs of variant {args.ours!r} in {[str(p) for p in args.results]}")

@@ -23,7 +23,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 
 from app.config import RunConfig, parse_pairs
 from app.data import load_data
-from app.vfl.parties import run_linkage
+from app.vfl.linking import run_linkage
 from experiments.runner import REPO
 from strategies.heads import TaskHead
 
@@ -50,8 +50,9 @@ def boost(task: str, seed: int, max_iter: int = MAX_ITER, learning_rate: float =
     return kind(max_iter=max_iter, learning_rate=learning_rate, early_stopping=False, random_state=seed)
 
 
-def fit_one(ds, head: TaskHead, x: np.ndarray, seed: int, max_iter: int, learning_rate: float
-            ) -> tuple[float, float, int]:
+def fit_one(
+    ds, head: TaskHead, x: np.ndarray, seed: int, max_iter: int, learning_rate: float
+) -> tuple[float, float, int]:
     """(val, test) metric at the boosting iteration that is best on validation, and that iteration."""
     sp, y = ds.split, ds.labels
     model = boost(ds.task, seed, max_iter, learning_rate).fit(x[sp.train], y[sp.train])
@@ -80,35 +81,56 @@ def reference(cfg: RunConfig, max_iter: int = MAX_ITER, learning_rate: float = L
     head = TaskHead.fit(ds.task, ds.labels[ds.split.train], ds.n_classes)
     best = None
     for k, means in neighbour_means(ds, cfg).items():
-        val, test, iters = fit_one(ds, head, np.hstack([ds.primary.features, means]), cfg.seed, max_iter,
-                                   learning_rate)
+        val, test, iters = fit_one(
+            ds, head, np.hstack([ds.primary.features, means]), cfg.train.seed, max_iter, learning_rate
+        )
         if best is None or head.better(val, best["val"]):
             best = {"k": k, "val": val, "test": test, "iterations": iters}
-    return {"dataset": ds.name, "seed": cfg.seed, "metric": head.key_metric, **best,
-            "seconds": round(time.monotonic() - t0, 1)}
+    return {
+        "dataset": ds.name,
+        "seed": cfg.train.seed,
+        "metric": head.key_metric,
+        **best,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.reference", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.reference",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("dataset")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--max-iter", type=int, default=MAX_ITER, help=f"boosting iterations at most ({MAX_ITER})")
     ap.add_argument("--learning-rate", type=float, default=LEARNING_RATE, help=f"boosting rate ({LEARNING_RATE})")
-    ap.add_argument("-c", dest="values", action="append", default=[], metavar="KEY=VALUE",
-                    help="a run-config value (n-rows, sigma-cf, ...), as in the sweep files")
+    ap.add_argument(
+        "-c",
+        dest="values",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run-config value (n-rows, sigma-cf, ...), as in the sweep files",
+    )
     args = ap.parse_args(argv)
     values = RunConfig.from_flower({"dataset": args.dataset, **parse_pairs(args.values)}).__dict__
     rows = []
     for seed in args.seeds:
-        row = reference(RunConfig(**{**values, "seed": seed}), args.max_iter, args.learning_rate)
-        print(f"{row['dataset']} seed {seed}: K={row['k']} iterations={row['iterations']} "
-              f"val {row['metric']} {row['val']:.4f} test {row['test']:.4f} ({row['seconds']} s)", flush=True)
-        rows.append({**row, "config": " ".join(args.values), "max_iter": args.max_iter,
-                     "learning_rate": args.learning_rate})
+        row = reference(RunConfig.of(**{**values, "seed": seed}), args.max_iter, args.learning_rate)
+        print(
+            f"{row['dataset']} seed {seed}: K={row['k']} iterations={row['iterations']} "
+            f"val {row['metric']} {row['val']:.4f} test {row['test']:.4f} ({row['seconds']} s)",
+            flush=True,
+        )
+        rows.append(
+            {**row, "config": " ".join(args.values), "max_iter": args.max_iter, "learning_rate": args.learning_rate}
+        )
     tests = [r["test"] for r in rows]
-    print(f"{args.dataset} gradient boosting reference: test {rows[0]['metric']} {statistics.mean(tests):.4f}"
-          f" ± {statistics.stdev(tests) if len(tests) > 1 else 0.0:.4f} over {len(tests)} seeds")
+    print(
+        f"{args.dataset} gradient boosting reference: test {rows[0]['metric']} {statistics.mean(tests):.4f}"
+        f" ± {statistics.stdev(tests) if len(tests) > 1 else 0.0:.4f} over {len(tests)} seeds"
+    )
     out = REPO / "runs" / "reference" / f"{args.dataset}.csv"
     _append(out, rows)
     return 0

@@ -36,15 +36,25 @@ def main() -> None:
             for seed in (int(s) for s in args.seeds.split(",")):
                 values = {**load_conf(conf), **overrides, "seed": seed}
                 summary, run_dir, wall = run_flower(values, Path(tmp), f"{conf}-s{seed}")
-                row = {"conf": conf, "seed": seed, "best_epoch": summary["best_epoch"], "epochs": summary["epochs_run"],
-                       "val": summary["val"], "test": summary["test"], "wall_s": round(wall, 1),
-                       "train_s_per_epoch": round(sum(summary["seconds"]["epochs"]) / summary["epochs_run"], 2),
-                       "epochs_metrics": read_metrics(run_dir)}
+                row = {
+                    "conf": conf,
+                    "seed": seed,
+                    "best_epoch": summary["best_epoch"],
+                    "epochs": summary["epochs_run"],
+                    "val": summary["val"],
+                    "test": summary["test"],
+                    "wall_s": round(wall, 1),
+                    "train_s_per_epoch": round(sum(summary["seconds"]["epochs"]) / summary["epochs_run"], 2),
+                    "epochs_metrics": read_metrics(run_dir),
+                }
                 rows.append(row)
                 metrics = " ".join(f"test_{k}={v:.4f}" for k, v in row["test"].items())
                 vals = " ".join(f"val_{k}={v:.4f}" for k, v in row["val"].items())
-                print(f"{conf:22s} seed {seed}: best epoch {row['best_epoch']}/{row['epochs']} {vals} {metrics} "
-                      f"({row['train_s_per_epoch']} s/epoch train, {row['wall_s']} s wall)", flush=True)
+                print(
+                    f"{conf:22s} seed {seed}: best epoch {row['best_epoch']}/{row['epochs']} {vals} {metrics} "
+                    f"({row['train_s_per_epoch']} s/epoch train, {row['wall_s']} s wall)",
+                    flush=True,
+                )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

@@ -14,7 +14,9 @@ from deploy.localsim import REPO, simulate
 
 
 def git_rev() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def run_flower(values: dict, work: Path, name: str, timeout: float = 3600) -> tuple[dict, Path, float]:

@@ -81,8 +81,8 @@ def _flower_run(values: dict, out: Path) -> dict:
 
 
 def _inprocess_run(values: dict, out: Path) -> dict:
-    from app.config import RunConfig
-    from app.modes import run_experiment
+    from app.config import RunConfig  # lazy: torch and flwr, in the worker only
+    from app.modes import run_experiment  # lazy: in the worker; tests patch it
 
     return run_experiment(RunConfig.from_flower({**values, "out-dir": str(out.parent / ".linkage")}), out)
 
@@ -141,7 +141,7 @@ def run_on_ray(pending: list[tuple[str, dict, Path]], engine: str, address: str,
     cluster has room; results as they finish; a task that fails or whose worker dies fails its run
     only. Run folders are written by the node that runs them: on a cluster, the sweep's root must
     be a folder every node sees (a shared filesystem)."""
-    from linkage_server.chunk_search import connect
+    from linkage_server.chunk_search import connect  # lazy: Ray, for --ray only
 
     connect(address)  # before this module imports Ray: connect chooses its authentication mode
     import ray
@@ -168,13 +168,29 @@ def progress_bar(console=None):
     from rich import progress as rp
 
     console = console or rc.Console(stderr=True)
-    return rp.Progress(rp.TextColumn("sweep"), rp.BarColumn(), rp.MofNCompleteColumn(), rp.TextColumn("runs"),
-                       rp.TimeElapsedColumn(), rp.TextColumn("ETA"), rp.TimeRemainingColumn(), console=console,
-                       disable=not console.is_terminal)
+    return rp.Progress(
+        rp.TextColumn("sweep"),
+        rp.BarColumn(),
+        rp.MofNCompleteColumn(),
+        rp.TextColumn("runs"),
+        rp.TimeElapsedColumn(),
+        rp.TextColumn("ETA"),
+        rp.TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
 
 
-def run_all(pending: list[tuple[str, dict, Path]], engine: str, jobs: int, log, already: int = 0,
-            console=None, ray: str = "", threads: int = 1) -> list[str]:
+def run_all(
+    pending: list[tuple[str, dict, Path]],
+    engine: str,
+    jobs: int,
+    log,
+    already: int = 0,
+    console=None,
+    ray: str = "",
+    threads: int = 1,
+) -> list[str]:
     """The pending runs under a progress bar (``already``: the sweep's runs finished before); returns
     the failures ("<run>: <error>"), each logged: one bad run does not stop the sweep, nor is it tabulated."""
     failures: list[str] = []
@@ -187,8 +203,10 @@ def run_all(pending: list[tuple[str, dict, Path]], engine: str, jobs: int, log, 
                 log(f"FAILED {failures[-1]}")
                 continue
             metric, _ = key_metric(result)
-            log(f"{name}: test {metric} {result['test'][metric]:.4f} (best epoch {result['best_epoch']}, "
-                f"{result['epochs_run']} epochs run)")
+            log(
+                f"{name}: test {metric} {result['test'][metric]:.4f} (best epoch {result['best_epoch']}, "
+                f"{result['epochs_run']} epochs run)"
+            )
     return failures
 
 
@@ -200,9 +218,17 @@ class SweepFailed(RuntimeError):
         self.md, self.pngs, self.failures = md, pngs, failures
 
 
-def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: Path | None = None,
-              log=print, existing_only: bool = False, jobs: int = 1, ray: str = "",
-              threads: int = 1) -> tuple[str, list[Path]]:
+def run_sweep(
+    path: Path,
+    quick: bool = False,
+    engine: str | None = None,
+    root: Path | None = None,
+    log=print,
+    existing_only: bool = False,
+    jobs: int = 1,
+    ray: str = "",
+    threads: int = 1,
+) -> tuple[str, list[Path]]:
     """Run (or resume) a sweep; returns its markdown table and plot files (SweepFailed, which
     carries them, when a run failed). With
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
@@ -229,14 +255,20 @@ def run_sweep(path: Path, quick: bool = False, engine: str | None = None, root: 
     failures = run_all(pending, engine, jobs, log, already=finished, ray=ray, threads=threads)
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
-    command = f"python -m experiments.sweep {shown}" + (" --quick" if quick else "") + (
-        f" --engine {engine}" if engine != sweep.get("engine", "inprocess") else "")  # as the user must type it
+    command = (
+        f"python -m experiments.sweep {shown}"
+        + (" --quick" if quick else "")
+        + (f" --engine {engine}" if engine != sweep.get("engine", "inprocess") else "")
+    )  # as the user must type it
     md = markdown(rows, sweep, command, engine, time.perf_counter() - t0)
     if failures:
         md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
     if missing:
-        md += f"\n**Not run yet** ({len(missing)} of the preset's runs; the table shows the finished ones): " + \
-            ", ".join(missing) + "\n"
+        md += (
+            f"\n**Not run yet** ({len(missing)} of the preset's runs; the table shows the finished ones): "
+            + ", ".join(missing)
+            + "\n"
+        )
     (root / "results.md").write_text(md)
     pngs = plots(root, sweep) + param_plot(root, sweep, rows)
     if failures:
@@ -249,19 +281,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweep", type=Path)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--engine", choices=ENGINES, default=None, help="default: the sweep file's `engine`, else inprocess")
+    ap.add_argument(
+        "--engine", choices=ENGINES, default=None, help="default: the sweep file's `engine`, else inprocess"
+    )
     ap.add_argument("--root", type=Path, default=REPO / "runs" / "sweeps")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
-    ap.add_argument("--ray", default="", metavar="ADDRESS",
-                    help="run every run as a Ray task: 'local' or a cluster's address (its nodes must see --root)")
+    ap.add_argument(
+        "--ray",
+        default="",
+        metavar="ADDRESS",
+        help="run every run as a Ray task: 'local' or a cluster's address (its nodes must see --root)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="with --ray: CPUs (and torch threads) per run")
     args = ap.parse_args()
     if args.jobs < 1 or args.threads < 1:
         ap.error("--jobs and --threads must be at least 1")
     failed = None
     try:
-        md, pngs = run_sweep(args.sweep.resolve(), args.quick, args.engine, args.root,
-                             log=lambda m: print(m, flush=True), jobs=args.jobs, ray=args.ray, threads=args.threads)
+        md, pngs = run_sweep(
+            args.sweep.resolve(),
+            args.quick,
+            args.engine,
+            args.root,
+            log=lambda m: print(m, flush=True),
+            jobs=args.jobs,
+            ray=args.ray,
+            threads=args.threads,
+        )
     except SweepFailed as e:
         md, pngs, failed = e.md, e.pngs, e
     print(md + "".join(f"\n![{p.stem}]({p})\n" for p in pngs))

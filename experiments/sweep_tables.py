@@ -14,6 +14,7 @@ from pathlib import Path
 from app.run_record import machine, read_metrics, read_summary
 from app.run_status import is_finished
 from experiments.runner import git_rev
+from strategies.vfl.gates import WeightGate
 
 
 def key_metric(summary: dict) -> tuple[str, bool]:
@@ -30,11 +31,22 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
                 if is_finished(run):
                     s = read_summary(run)
                     metric, _ = key_metric(s)
-                    rows.append({"dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
-                                 "test": s["test"][metric], "val": s["val"][metric], "best_epoch": s["best_epoch"],
-                                 "epochs": s["epochs_run"], "seconds": round(s["seconds"]["total"], 1),
-                                 "machine": s.get("machine", ""), "device": s.get("device", ""),
-                                 "attack": strongest_attack(s)})
+                    rows.append(
+                        {
+                            "dataset": dataset,
+                            "variant": variant,
+                            "seed": seed,
+                            "metric": metric,
+                            "test": s["test"][metric],
+                            "val": s["val"][metric],
+                            "best_epoch": s["best_epoch"],
+                            "epochs": s["epochs_run"],
+                            "seconds": round(s["seconds"]["total"], 1),
+                            "machine": s.get("machine", ""),
+                            "device": s.get("device", ""),
+                            "attack": strongest_attack(s),
+                        }
+                    )
     root.mkdir(parents=True, exist_ok=True)
     with (root / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["dataset"])
@@ -52,16 +64,25 @@ def strongest_attack(summary: dict) -> float | None:
 
 
 def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: float) -> str:
-    lines = [f"### Sweep `{sweep['name']}`", "",
-             f"`{command}` — engine {engine}; tabulated on {machine()}, git {git_rev()}, "
-             f"{time.strftime('%Y-%m-%d')}; this invocation ran for {seconds / 60:.1f} min. "
-             f"Test metric at the best-validation epoch, mean ± std over seeds "
-             f"{sweep['seeds']}.", ""]
-    ran_on = collections.Counter((r["machine"] or "not recorded") + (f" [{r['device']}]" if r["device"] else "")
-                                 for r in rows)
+    lines = [
+        f"### Sweep `{sweep['name']}`",
+        "",
+        f"`{command}` — engine {engine}; tabulated on {machine()}, git {git_rev()}, "
+        f"{time.strftime('%Y-%m-%d')}; this invocation ran for {seconds / 60:.1f} min. "
+        f"Test metric at the best-validation epoch, mean ± std over seeds "
+        f"{sweep['seeds']}.",
+        "",
+    ]
+    ran_on = collections.Counter(
+        (r["machine"] or "not recorded") + (f" [{r['device']}]" if r["device"] else "") for r in rows
+    )
     if ran_on:
-        note = " (\"not recorded\": runs from before summaries named their machine; docs/results-notes.md " \
-               "says where they ran)" if any(m.startswith("not recorded") for m in ran_on) else ""
+        note = (
+            ' ("not recorded": runs from before summaries named their machine; docs/results-notes.md '
+            "says where they ran)"
+            if any(m.startswith("not recorded") for m in ran_on)
+            else ""
+        )
         lines += ["Runs ran on: " + "; ".join(f"{m} ({n} runs)" for m, n in ran_on.most_common()) + note + ".", ""]
     for dataset in sweep["datasets"]:
         sub = [r for r in rows if r["dataset"] == dataset]
@@ -69,7 +90,9 @@ def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: 
             continue
         metric = sub[0]["metric"]
         attacked = any(r.get("attack") is not None for r in sub)
-        head = f"| variant | test {metric} | val {metric} | runs | s/run |" + (" strongest attack |" if attacked else "")
+        head = f"| variant | test {metric} | val {metric} | runs | s/run |" + (
+            " strongest attack |" if attacked else ""
+        )
         lines += [f"**{dataset}** (test {metric})", "", head, "|---|---|---|---|---|" + ("---|" if attacked else "")]
         for variant in sweep["variants"]:
             v = [r for r in sub if r["variant"] == variant]
@@ -77,8 +100,10 @@ def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: 
                 continue
             t, va = [r["test"] for r in v], [r["val"] for r in v]
             sd = statistics.stdev(t) if len(t) > 1 else 0.0
-            lines.append(f"| {variant} | {statistics.fmean(t):.4f} ± {sd:.4f} | {statistics.fmean(va):.4f} | "
-                         f"{len(v)} | {statistics.fmean(r['seconds'] for r in v):.0f} |" + attack_cell(v, attacked))
+            lines.append(
+                f"| {variant} | {statistics.fmean(t):.4f} ± {sd:.4f} | {statistics.fmean(va):.4f} | "
+                f"{len(v)} | {statistics.fmean(r['seconds'] for r in v):.0f} |" + attack_cell(v, attacked)
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -185,8 +210,6 @@ def gate_prefix(state: dict) -> str:
 
 def weight_curve(state: dict) -> tuple[list[float], list[float]]:
     import torch
-
-    from strategies.vfl.gates import WeightGate
 
     gate, prefix = WeightGate(), gate_prefix(state)
     gate.load_state_dict({k.removeprefix(prefix): v.float() for k, v in state.items() if k.startswith(prefix)})

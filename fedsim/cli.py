@@ -21,16 +21,28 @@ from fedsim import predict, train
 from linkage.private import private_umask
 
 SERVICE = {  # fedsim <name> -> python -m linkage_server <name>
-    "serve": "serve", "create-job": "create-job", "make-key": "make-key", "encode": "encode", "link": "link",
-    "upload": "link", "start": "start", "status": "status", "fetch": "fetch", "query": "query", "cancel": "cancel",
+    "serve": "serve",
+    "create-job": "create-job",
+    "make-key": "make-key",
+    "encode": "encode",
+    "link": "link",
+    "upload": "link",
+    "start": "start",
+    "status": "status",
+    "fetch": "fetch",
+    "query": "query",
+    "cancel": "cancel",
     "estimate": "estimate",
 }
-DELEGATED = {**{k: f"the linkage service's `{v}`" for k, v in SERVICE.items()},
-             "sweep": "a sweep of runs (experiments.sweep)", "deploy": "a local deployment (deploy.cli)"}
+DELEGATED = {
+    **{k: f"the linkage service's `{v}`" for k, v in SERVICE.items()},
+    "sweep": "a sweep of runs (experiments.sweep)",
+    "deploy": "a local deployment (deploy.cli)",
+}
 
 
 def _service(name: str, rest: list[str]) -> int:
-    from linkage_server.cli import main as service_main
+    from linkage_server.cli import main as service_main  # lazy: numpy and scipy, off `fedsim --help`
 
     return _exit_code(lambda: service_main([SERVICE[name], *rest], prog="fedsim"))
 
@@ -59,10 +71,10 @@ def _delegate(name: str, rest: list[str]) -> int:
     if name in SERVICE:
         return _service(name, rest)
     if name == "sweep":
-        from experiments.sweep import main as sweep_main
+        from experiments.sweep import main as sweep_main  # lazy: torch, for `fedsim sweep` only
 
         return _with_argv("fedsim sweep", sweep_main, rest)
-    from deploy.cli import main as deploy_main
+    from deploy.cli import main as deploy_main  # lazy: torch, for `fedsim deploy` only
 
     return _exit_code(lambda: deploy_main(rest))
 
@@ -79,7 +91,7 @@ Without RUN: the sweeps' report (experiments.report), with these options:
 
 
 def _report(rest: list[str]) -> int:
-    from fedsim import report
+    from fedsim import report  # lazy: torch, for `fedsim report` only
 
     if rest and rest[0] in ("-h", "--help"):
         print(REPORT_HELP)
@@ -90,19 +102,21 @@ def _report(rest: list[str]) -> int:
         from pathlib import Path
 
         return report.one_run(Path(rest[0]))
-    from experiments.report import main as sweeps_report
+    from experiments.report import main as sweeps_report  # lazy: torch, for the sweeps' report only
 
     return _with_argv("fedsim report", sweeps_report, rest)
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fedsim", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="fedsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train.add_parser(sub)
     predict.add_parser(sub)
-    sub.add_parser("report", help="`report RUN`: one run's summary and plots; `report` alone: the sweeps' report",
-                   add_help=False)
+    sub.add_parser(
+        "report", help="`report RUN`: one run's summary and plots; `report` alone: the sweeps' report", add_help=False
+    )
     for name, what in DELEGATED.items():
         sub.add_parser(name, help=what, add_help=False)
     return ap

@@ -1,23 +1,27 @@
-"""`fedsim predict` of an Entity Augmentation run trained through `flwr run` (each guest kept its
-own state): the apps' predict mode (app/entity_aug/predict_server.py) on a local simulation,
-with the training's run config plus the predict-* keys, one SuperNode per guest."""
+"""`fedsim predict` of an Entity Augmentation run trained through `flwr run` (each secondary kept
+its own state): the apps' predict mode (app/entity_aug/predict_server.py) on a local simulation,
+with the training's run config plus the predict-* keys, one SuperNode per secondary."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from app.entity_aug.predict_ids import read_screened
+from app.predict_files import kept_rows_input, left_note, run_to_output, write_skipped
+from fedsim.predict_flower import predict_through_flower
+
 
 def fedsim_predict(meta: dict, args) -> int:
     """`fedsim predict RUN IDS --out P` of a run trained through `flwr run` (its options ``args``):
     the ids screened here first (exit 2 naming them, or with --skip-invalid left out and listed),
     then :func:`simulate`; a deployment is refused by name (`fedsim deploy` runs FedSim's parties)."""
-    from app.entity_aug.predict_ids import read_screened
-    from app.predict_files import kept_rows_input, left_note, write_skipped
-
     if args.deployment:
-        print("fedsim predict: Entity Augmentation on a deployment is not supported (`fedsim deploy` runs "
-              "FedSim's parties); predict a run trained in simulation, without --deployment", file=sys.stderr)
+        print(
+            "fedsim predict: Entity Augmentation on a deployment is not supported (`fedsim deploy` runs "
+            "FedSim's parties); predict a run trained in simulation, without --deployment",
+            file=sys.stderr,
+        )
         return 2
     column = args.id_column or "entity"
     try:
@@ -39,16 +43,17 @@ def fedsim_predict(meta: dict, args) -> int:
 
 def simulate(run_dir: Path, new: Path, out: Path, id_column: str, meta: dict, timeout: float) -> int:
     """Predict mode on a local simulation (fedsim/predict_flower.py) with the training's run
-    config, one SuperNode per guest; exit 0 only with ``out`` written. The run writes beside
+    config, one SuperNode per secondary; exit 0 only with ``out`` written. The run writes beside
     ``out`` and the file replaces ``out`` only when whole (app/predict_files.py run_to_output):
     a failed predict leaves an older one as it was (and says so)."""
-    from app.predict_files import run_to_output
-    from fedsim.predict_flower import predict_through_flower
 
     def start(partial: Path) -> bool:
-        keys = {"predict-input": str(Path(new).resolve()), "predict-output": str(partial),
-                "predict-id-column": id_column}
-        return predict_through_flower(run_dir, meta, keys, len(meta["guests"]), timeout, partial)
+        keys = {
+            "predict-input": str(Path(new).resolve()),
+            "predict-output": str(partial),
+            "predict-id-column": id_column,
+        }
+        return predict_through_flower(run_dir, meta, keys, len(meta["secondaries"]), timeout, partial)
 
     code = run_to_output(out, start)
     if code == 0:

@@ -3,27 +3,31 @@ trained through Flower (VFL: fedsim/predict.py; Entity Augmentation: fedsim/pred
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from app.config import RunConfig
 from fedsim.watch import tail, watch
 
 
-def predict_through_flower(run_dir: Path, meta: dict, predict: dict[str, object], nodes: int, timeout: float,
-                           out: Path) -> bool:
+def predict_through_flower(
+    run_dir: Path, meta: dict, predict: dict[str, object], nodes: int, timeout: float, out: Path
+) -> bool:
     """The training's run config plus the ``predict`` keys (predict-input, predict-output, ...)
     through `flwr run` with ``nodes`` SuperNodes, its log in <run>/predict-flower.log; stopped
     after ``timeout`` s. True when it wrote ``out``; otherwise the log's tail on stderr."""
-    from app.config import RunConfig
-    from deploy.localsim import start_simulation, stop_superlink
+    from deploy.localsim import (  # lazy: looked up per call, where tests stand in for Flower (deploy.localsim)
+        start_simulation,
+        stop_superlink,
+    )
 
     run_dir = Path(run_dir).resolve()
-    values = {k.replace("_", "-"): v for k, v in dataclasses.asdict(RunConfig(**meta["run"])).items()}
-    values.update({"out-dir": str(run_dir.parent), "run-name": "", "resume": False, "predict-run": run_dir.name,
-                   **predict})
+    values = {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
+    values.update(
+        {"out-dir": str(run_dir.parent), "run-name": "", "resume": False, "predict-run": run_dir.name, **predict}
+    )
     log = run_dir / "predict-flower.log"
     home = run_dir.parent / ".flower" / f"predict-{run_dir.name}"
     with open(log, "w") as sink:

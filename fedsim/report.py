@@ -8,7 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+from app.run_record import hyperparameter_lines, read_metrics
+from app.run_status import problem
+from linkage.privacy import report_lines
 from linkage.store import atomic_path
+from strategies.vfl.gates import WeightGate
 from strategies.vfl.methods import REGISTRY
 
 
@@ -17,9 +21,6 @@ def is_run(path: str) -> bool:
 
 
 def one_run(run_dir: Path) -> int:
-    from app.run_record import read_metrics
-    from app.run_status import problem
-
     why = problem(run_dir)
     if why:
         print(f"fedsim report: {why}", file=sys.stderr)
@@ -38,17 +39,15 @@ def one_run(run_dir: Path) -> int:
 
 def headline(summary: dict) -> list[str]:
     fmt = lambda m: " ".join(f"{k}={v:.4f}" for k, v in m.items())  # noqa: E731
-    lines = [f"{summary.get('dataset')} {summary.get('method')}: best epoch {summary['best_epoch']}/"
-             f"{summary.get('epochs_run', '?')} (numbered from 0) | val {fmt(summary['val'])} | test {fmt(summary['test'])}"]
-    from app.run_record import hyperparameter_lines
-
+    lines = [
+        f"{summary.get('dataset')} {summary.get('method')}: best epoch {summary['best_epoch']}/"
+        f"{summary.get('epochs_run', '?')} (numbered from 0) | val {fmt(summary['val'])} | test {fmt(summary['test'])}"
+    ]
     if summary.get("stopping"):
         lines.append(f"stopping: {summary['stopping']['reason']}")
     lines += ["hyperparameters (value, source):", *hyperparameter_lines(summary.get("hyperparameters") or {})]
     lines += [f"warning: {w}" for w in summary.get("warnings", [])]
     if summary.get("privacy"):
-        from linkage.privacy import report_lines
-
         lines += report_lines(summary["privacy"])
     elif summary.get("method") not in REGISTRY or REGISTRY[summary["method"]].federated:  # Solo links nothing
         lines.append("privacy: no report (run-config privacy-report = false, or the linkage service sent none)")
@@ -78,11 +77,24 @@ def learning_curve(rows: list[dict], summary: dict, out: Path, title: str = "") 
     ax.set_ylabel("training loss")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2 = ax.twinx()
-    ax2.plot(epochs, [r["val"][key] for r in rows], "o-", ms=3, color="tab:orange",
-             label=f"validation {key} (chooses the best epoch)")
+    ax2.plot(
+        epochs,
+        [r["val"][key] for r in rows],
+        "o-",
+        ms=3,
+        color="tab:orange",
+        label=f"validation {key} (chooses the best epoch)",
+    )
     if all(key in r.get("test", {}) for r in rows):
-        ax2.plot(epochs, [r["test"][key] for r in rows], "s--", ms=3, color="tab:grey", alpha=0.8,
-                 label=f"test {key} (reported, never used to choose)")
+        ax2.plot(
+            epochs,
+            [r["test"][key] for r in rows],
+            "s--",
+            ms=3,
+            color="tab:grey",
+            alpha=0.8,
+            label=f"test {key} (reported, never used to choose)",
+        )
     ax2.set_ylabel(key)
     ax2.axvline(summary["best_epoch"], color="tab:green", linestyle=":", label=f"best epoch ({summary['best_epoch']})")
     ax.set_title(title or f"{summary.get('dataset')} {summary.get('method')}", fontsize=10)
@@ -97,14 +109,17 @@ def learning_curve(rows: list[dict], summary: dict, out: Path, title: str = "") 
 
 def _gate_curves(state: dict) -> dict[str, object]:
     """Each path's weight gate (strategies/vfl/gates.py) from the kept primary state, by label."""
-    from strategies.vfl.gates import WeightGate
-
     prefixes = sorted({k.split("weight_gate.")[0] for k in state if ".weight_gate." in k})
     gates = {}
     for prefix in prefixes:
         gate = WeightGate()
-        gate.load_state_dict({k[len(prefix) + len("weight_gate."):]: v for k, v in state.items()
-                              if k.startswith(prefix + "weight_gate.")})
+        gate.load_state_dict(
+            {
+                k[len(prefix) + len("weight_gate.") :]: v
+                for k, v in state.items()
+                if k.startswith(prefix + "weight_gate.")
+            }
+        )
         name = prefix.split(".")[1] if "." in prefix else prefix
         gates[name if name != "all" else "all secondaries (one gate on their shared similarities)"] = gate
     return gates

@@ -19,30 +19,58 @@ from pathlib import Path
 from fedsim.helpfmt import HelpFormatter
 from fedsim.watch import run_thread, tail, watch
 from linkage.private import private_dir
+from linkage.source_tree import refuse_source
 from strategies.vfl.methods import REGISTRY
 
 FLAGS = ("dataset", "data_dir", "out_dir", "run_name", "mode", "method", "epochs", "seed")
 
 
 def add_parser(sub) -> None:
-    s = sub.add_parser("train", help="train a federation (Flower simulation, deployment, or in process)",
-                       formatter_class=HelpFormatter)
-    s.add_argument("--dataset", default=None, help="a built-in dataset, or csv (your parties.toml in --data-dir); "
-                                                   "unset = hdb, or the deployment's")
+    s = sub.add_parser(
+        "train", help="train a federation (Flower simulation, deployment, or in process)", formatter_class=HelpFormatter
+    )
+    s.add_argument(
+        "--dataset",
+        default=None,
+        help="a built-in dataset, or csv (your parties.toml in --data-dir); unset = hdb, or the deployment's",
+    )
     s.add_argument("--data-dir", default="", help="folder of the data ('' = the loaders' default)")
     s.add_argument("--out-dir", default=None, help="where run folders go; unset = ./runs, or the deployment's runs/")
     s.add_argument("--run-name", default="", help="the run's folder name ('' = <dataset>-<method>-<time>)")
-    s.add_argument("--mode", default="vfl", choices=("vfl", "entity-aug"),
-                   help="vfl: FedSim and its baselines; entity-aug: Entity Augmentation")
-    s.add_argument("--method", default="fedsim_attn", help="mode vfl's method (strategies/vfl/methods.py): "
-                   + "; ".join(f"{m.name}: {m.summary}" for m in REGISTRY.values()) + " (default: fedsim_attn)")
-    s.add_argument("--epochs", type=int, default=None, help="epochs (the maximum with early stopping); "
-                                                            "unset = the run config's default")
+    s.add_argument(
+        "--mode",
+        default="vfl",
+        choices=("vfl", "entity-aug"),
+        help="vfl: FedSim and its baselines; entity-aug: Entity Augmentation",
+    )
+    s.add_argument(
+        "--method",
+        default="fedsim_attn",
+        help="mode vfl's method (strategies/vfl/methods.py): "
+        + "; ".join(f"{m.name}: {m.summary}" for m in REGISTRY.values())
+        + " (default: fedsim_attn)",
+    )
+    s.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs (the maximum with early stopping); unset = the run config's default",
+    )
     s.add_argument("--seed", type=int, default=0, help="the run's seed (data split, initial weights, batches)")
-    s.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other run-config key (pyproject.toml [tool.flwr.app.config]), repeatable")
-    s.add_argument("--engine", choices=("simulation", "inprocess"), default="simulation",
-                   help="simulation: `flwr run` on a local simulation; inprocess: every party in this process")
+    s.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other run-config key (pyproject.toml [tool.flwr.app.config]), repeatable",
+    )
+    s.add_argument(
+        "--engine",
+        choices=("simulation", "inprocess"),
+        default="simulation",
+        help="simulation: `flwr run` on a local simulation; inprocess: every party in this process",
+    )
     s.add_argument("--deployment", type=Path, default=None, help="a `fedsim deploy up` folder to train on")
     s.add_argument("--resume", action="store_true", help="go on from the run's last checkpoint (needs --run-name)")
     s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
@@ -66,8 +94,8 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
     values.update(parse_pairs(args.config))
     _own_parties(values, bool(args.dataset) or any(p.partition("=")[0].strip() == "dataset" for p in args.config))
     if args.deployment:  # the deployment's dataset, data, linkage job and runs folder, unless said here
-        from deploy.commands import Deployment
-        from deploy.commands import run_values as deployment_values
+        from deploy.commands import Deployment  # lazy: httpx and numpy, for --deployment only
+        from deploy.commands import run_values as deployment_values  # lazy: httpx and numpy, for --deployment only
 
         values = deployment_values(Deployment.load(args.deployment), values)
     for key in ("data-dir", "out-dir", "linkage-dir"):
@@ -82,30 +110,33 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
 def _own_parties(values: dict[str, object], dataset_given: bool) -> None:
     """A data-dir holding parties.toml is the user's own parties (dataset csv): said and used when
     no dataset was given, refused with the hint when another one was."""
-    from datasets.csv_parties import SPEC
+    from datasets.csv_parties import SPEC  # lazy: pandas, off `fedsim --help`
 
     folder = Path(str(values.get("data-dir") or ".")).expanduser()
     if not values.get("data-dir") or values.get("dataset") == "csv" or not (folder / SPEC).is_file():
         return
     if dataset_given:
-        raise ValueError(f"--data-dir {folder} holds {SPEC} (your own parties): add --dataset csv "
-                         f"(not {values.get('dataset')!r})")
+        raise ValueError(
+            f"--data-dir {folder} holds {SPEC} (your own parties): add --dataset csv (not {values.get('dataset')!r})"
+        )
     values["dataset"] = "csv"
     print(f"--data-dir {folder} holds {SPEC}: training on your own parties (--dataset csv)")
 
 
 def check(values: dict[str, object]):
-    """The typed config and the number of SuperNodes (secondaries, or Entity Augmentation's
-    guests), loading the data: a bad key, value or file is named before Flower starts."""
-    from app.config import RunConfig
+    """The typed config and the number of SuperNodes (secondaries, in either mode), loading the
+    data: a bad key, value or file is named before Flower starts."""
+    from app.config import RunConfig  # lazy: torch and flwr, off `fedsim --help`
 
     cfg = RunConfig.from_flower(values)
-    if cfg.mode == "entity-aug":
-        from app.entity_aug.parties import ea_check  # also what the ServerApp would refuse about the data
+    if cfg.train.mode == "entity-aug":
+        # also what the ServerApp would refuse about the data
+        from app.entity_aug.parties import ea_check  # lazy: torch and flwr, off `fedsim --help`
 
-        return cfg, len(ea_check(cfg).guests)
-    from app.data import load_data
-    from app.vfl.parties import require_linkable  # what the ServerApp's linkage would refuse
+        return cfg, len(ea_check(cfg).secondaries)
+    # require_linkable: what the ServerApp's linkage would refuse
+    from app.data import load_data  # lazy: torch, off `fedsim --help`
+    from app.vfl.linking import require_linkable  # lazy: torch and flwr, off `fedsim --help`
 
     ds = load_data(cfg)
     require_linkable(ds, cfg)
@@ -115,19 +146,21 @@ def check(values: dict[str, object]):
 def command(args: argparse.Namespace) -> int:
     try:
         values = run_values(args)
-        from linkage.source_tree import refuse_source
-
         refuse_source(Path(str(values.get("out-dir") or "runs")), "--out-dir")  # runs never land in the source
         cfg, nodes = check(values)
     except Exception as e:  # noqa: BLE001 - a configuration or data error, named
         print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    run_dir = cfg.out_path() / cfg.run_name
+    run_dir = cfg.out_path() / cfg.runtime.run_name
     since = time.time()
-    print(f"run {cfg.run_name}: {cfg.mode} {cfg.method if cfg.mode == 'vfl' else cfg.ea_variant} on {cfg.dataset} "
-          f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}")
+    print(
+        f"run {cfg.runtime.run_name}: {cfg.train.mode} {cfg.train.method if cfg.train.mode == 'vfl' else cfg.ea.variant} on {cfg.data.dataset} "
+        f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}"
+    )
     in_process = args.engine == "inprocess" and not args.deployment
-    print("\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True)  # in process: the run's log lists them
+    print(
+        "\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True
+    )  # in process: the run's log lists them
     if in_process:
         outcome = _in_process(cfg, run_dir)
     else:
@@ -138,27 +171,31 @@ def command(args: argparse.Namespace) -> int:
 def hyperparameter_text(cfg, listed: bool = True) -> list[str]:
     """The hyperparameters the run will use and where each came from (as its log and summary.json
     say; ``listed`` False: only where they are), and how epochs are numbered."""
-    from app.run_record import hyperparameter_lines
+    from app.run_record import hyperparameter_lines  # lazy: numpy and torch, off `fedsim --help`
 
     numbering = "epochs are numbered from 0 (as best_epoch in summary.json and metrics.jsonl)"
     if not listed:  # an in-process run logs them to this terminal itself, as it starts
         return [numbering]
 
-    if cfg.mode == "entity-aug":
-        from app.entity_aug.server import ea_hyperparameters
+    if cfg.train.mode == "entity-aug":
+        from app.entity_aug.parties import hyperparameters  # lazy: the EA stack only for its mode
 
-        hyper = ea_hyperparameters(cfg)[2]
+        hyper = hyperparameters(cfg)[2]
     else:
         hyper = cfg.hyperparameters()
     return ["hyperparameters (value, source):", *hyperparameter_lines(hyper), numbering]
 
 
 def _in_process(cfg, run_dir: Path) -> str:
-    from app.modes import run_experiment
+    from app.modes import run_experiment  # lazy: the training stack (torch, flwr, pandas), off `fedsim --help`
 
     thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
-    watch(lambda: not thread.is_alive(), run_dir, label=cfg.run_name,
-          starting="loading the data and linking, in this process")
+    watch(
+        lambda: not thread.is_alive(),
+        run_dir,
+        label=cfg.runtime.run_name,
+        starting="loading the data and linking, in this process",
+    )
     thread.join()
     return f"{type(box['error']).__name__}: {box['error']}" if "error" in box else ""
 
@@ -169,21 +206,31 @@ def _flower(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -
     log = run_dir / "flower.log"
     with open(log, "w") as out:
         if args.deployment:
-            from deploy.commands import Deployment, start_run
+            from deploy.commands import Deployment, start_run  # lazy: httpx, for a run through Flower only
 
             proc, stop = start_run(Deployment.load(args.deployment), values, output=out), None
         else:
-            from deploy.localsim import start_simulation, stop_superlink
+            from deploy.localsim import (  # lazy: httpx; looked up per call, where tests stand in for Flower (deploy.localsim)
+                start_simulation,
+                stop_superlink,
+            )
 
             home = Path(str(values["out-dir"])) / ".flower" / str(values["run-name"])
             proc, port = start_simulation(values, home, num_supernodes=nodes, output=out)
             stop = lambda: stop_superlink(port)  # noqa: E731 - flwr leaves its local SuperLink running
         try:
             deadline = time.monotonic() + args.timeout
-            starting = ("submitting the run to the deployment" if args.deployment
-                        else f"starting Flower (a local SuperLink, {nodes} simulated SuperNode(s))")
-            watch(lambda: proc.poll() is not None or time.monotonic() > deadline, run_dir, label=str(values["run-name"]),
-                  starting=starting)
+            starting = (
+                "submitting the run to the deployment"
+                if args.deployment
+                else f"starting Flower (a local SuperLink, {nodes} simulated SuperNode(s))"
+            )
+            watch(
+                lambda: proc.poll() is not None or time.monotonic() > deadline,
+                run_dir,
+                label=str(values["run-name"]),
+                starting=starting,
+            )
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -196,7 +243,7 @@ def _flower(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -
 
 def report_outcome(run_dir: Path, since: float, output: str) -> int:
     """Exit status from the run's status file; the summary's headline on success."""
-    from app.run_status import problem
+    from app.run_status import problem  # lazy: numpy and torch, off `fedsim --help`
 
     why = problem(run_dir, since)
     if why:
@@ -205,8 +252,10 @@ def report_outcome(run_dir: Path, since: float, output: str) -> int:
             print(f"--- the run's output (last lines) ---\n{output}", file=sys.stderr)
         return 1
     summary = json.loads((run_dir / "summary.json").read_text())
-    print(f"finished: best epoch {summary['best_epoch']}/{summary.get('epochs_run', '?')} | val {_fmt(summary['val'])} "
-          f"| test {_fmt(summary['test'])}")
+    print(
+        f"finished: best epoch {summary['best_epoch']}/{summary.get('epochs_run', '?')} | val {_fmt(summary['val'])} "
+        f"| test {_fmt(summary['test'])}"
+    )
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"run folder: {run_dir}")

@@ -44,9 +44,17 @@ def clock_text(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def watch(done: Callable[[], bool], run_dir: Path | None, *, label: str, starting: str = "starting",
-          interval: float = 0.5, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> None:
+def watch(
+    done: Callable[[], bool],
+    run_dir: Path | None,
+    *,
+    label: str,
+    starting: str = "starting",
+    interval: float = 0.5,
+    stream: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
     steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
     whether or not the run's progress changed; ``starting``: what happens before the run writes
@@ -60,17 +68,30 @@ def watch(done: Callable[[], bool], run_dir: Path | None, *, label: str, startin
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
-               TextColumn("{task.fields[clock]}"))
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[count]}"),
+        TextColumn("{task.fields[clock]}"),
+    )
     t0 = clock()
-    with Progress(*columns, console=Console(file=stream, force_terminal=True), transient=True,
-                  auto_refresh=False) as bar:
+    with Progress(
+        *columns, console=Console(file=stream, force_terminal=True), transient=True, auto_refresh=False
+    ) as bar:
         task = bar.add_task(f"{label}: {starting}", total=None, clock=clock_text(0), count="")
         while not done():
             p = read_progress(run_dir) if run_dir is not None else None
             total = (p or {}).get("steps_per_epoch") or None  # steps of this epoch; unknown: no count shown
-            news = {"description": f"{label}: {_describe(p)}", "completed": p.get("step", 0), "total": total,
-                    "count": f"step {p.get('step', 0)}/{total}" if total else ""} if p else {}
+            news = (
+                {
+                    "description": f"{label}: {_describe(p)}",
+                    "completed": p.get("step", 0),
+                    "total": total,
+                    "count": f"step {p.get('step', 0)}/{total}" if total else "",
+                }
+                if p
+                else {}
+            )
             bar.update(task, clock=clock_text(clock() - t0), **news)
             bar.refresh()
             sleep(interval)

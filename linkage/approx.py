@@ -22,8 +22,11 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+from rapidfuzz import process
 
 from linkage.contracts import LinkageError
+from linkage.metrics import metric as metric_named
+from linkage.scorers import PAD, QGRAM, joined, scorer, sort_tokens
 
 METHODS = ("exact", "hnsw", "ivf", "qgram", "auto")
 # "auto" searches approximately only where the exact search is slow: beyond this many (record,
@@ -61,12 +64,10 @@ class Approx:
     candidates: int = 0
 
     def resolve(self, metric: str, m: int, n: int, d: int) -> "Approx":
-        """"auto" made concrete for a search of m records among n of d dimensions (bytes for
+        """ "auto" made concrete for a search of m records among n of d dimensions (bytes for
         Hamming): an index where the exact search is slow (AUTO_PAIRS), else "exact"."""
         if self.method != "auto":
             return self
-        from linkage.metrics import metric as metric_named
-
         method = "exact" if m * n <= AUTO_PAIRS else metric_named(metric).auto(d)  # each metric's index at scale
         return Approx(**{**self.__dict__, "method": method})
 
@@ -74,9 +75,18 @@ class Approx:
         """Its part of a job's content id: '' when exact (ids of earlier jobs unchanged)."""
         if self.method == "exact":
             return ""
-        knobs = {"hnsw": (self.hnsw_m, self.ef_search, self.ef_construction), "ivf": (self.nlist, self.nprobe),
-                 "qgram": (self.candidates,)}.get(self.method) or (self.hnsw_m, self.ef_search, self.ef_construction,
-                                                                    self.nlist, self.nprobe, self.candidates)
+        knobs = {
+            "hnsw": (self.hnsw_m, self.ef_search, self.ef_construction),
+            "ivf": (self.nlist, self.nprobe),
+            "qgram": (self.candidates,),
+        }.get(self.method) or (
+            self.hnsw_m,
+            self.ef_search,
+            self.ef_construction,
+            self.nlist,
+            self.nprobe,
+            self.candidates,
+        )
         return f"|{self.method}{knobs}"
 
     def __post_init__(self) -> None:
@@ -144,16 +154,17 @@ def _euclidean(q: np.ndarray, b: np.ndarray, cand: np.ndarray, budget: int = 1 <
     out = np.empty(cand.shape)
     chunk = max(1, budget // (8 * cand.shape[1] * q.shape[1]))
     for lo in range(0, len(q), chunk):
-        c = cand[lo:lo + chunk]
-        out[lo:lo + chunk] = np.linalg.norm(q[lo:lo + chunk, None, :] - b[np.maximum(c, 0)], axis=2)
+        c = cand[lo : lo + chunk]
+        out[lo : lo + chunk] = np.linalg.norm(q[lo : lo + chunk, None, :] - b[np.maximum(c, 0)], axis=2)
     return out
 
 
 def _empty_index(metric: str, base: np.ndarray, approx: Approx):
-    """The metric's faiss index for ``base``, not yet trained or filled."""
-    if metric == "euclidean":
+    """The metric's faiss index for ``base``, not yet trained or filled (linkage.metrics: Metric.faiss)."""
+    faiss = metric_named(metric).faiss
+    if faiss == "float":
         return _float_index(base.shape[1], len(base), approx)
-    if metric == "hamming":
+    if faiss == "binary":
         return _binary_index(base.shape[1] * 8, len(base), approx)
     raise LinkageError(f"no approximate search for metric {metric!r} (euclidean and hamming have one)")
 
@@ -180,26 +191,27 @@ class IndexSearch:
 
     def __init__(self, metric: str, base, k: int, approx: Approx, index) -> None:
         self.metric, self.base, self.k, self.approx, self.index = metric, base, k, approx, index
-        if metric == "euclidean":
+        self._float = metric_named(metric).faiss == "float"  # else binary
+        if self._float:
             self.base = np.asarray(base, np.float64)
             self._shift = self.base.mean(axis=0)
 
     def prepare(self, q) -> np.ndarray:
         """The queries as the index takes them."""
-        if self.metric == "euclidean":
+        if self._float:
             return np.ascontiguousarray(np.asarray(q, np.float64) - self._shift, np.float32)
         return np.ascontiguousarray(q, np.uint8)
 
     def __call__(self, q) -> tuple[np.ndarray, np.ndarray]:
         d, cand = _query(self.index, self.prepare(q), self.k, self.approx)  # (c, k) each
-        if self.metric == "euclidean":
+        if self._float:
             d = _euclidean(np.asarray(q, np.float64), self.base, cand)
         return _sorted(d.astype(np.float64, copy=False), cand, self.k, self.approx)
 
     def __reduce__(self):
         import faiss
 
-        binary = self.metric == "hamming"
+        binary = not self._float
         data = (faiss.serialize_index_binary if binary else faiss.serialize_index)(self.index)  # (bytes,) uint8
         base = None if binary else self.base  # a binary index holds the filters; Euclidean reranks on the base
         return _unpickled, (self.metric, base, self.k, self.approx, data)
@@ -208,7 +220,8 @@ class IndexSearch:
 def _unpickled(metric: str, base, k: int, approx: Approx, data: np.ndarray) -> IndexSearch:
     import faiss
 
-    index = (faiss.deserialize_index_binary if metric == "hamming" else faiss.deserialize_index)(data)
+    binary = metric_named(metric).faiss == "binary"
+    index = (faiss.deserialize_index_binary if binary else faiss.deserialize_index)(data)
     return IndexSearch(metric, base, k, approx, index)
 
 
@@ -219,15 +232,17 @@ def approx_chunks(metric: str, query, base, k: int, approx: Approx, rows: int = 
     step = rows or max(1, len(query))
     find = approx_searcher(metric, base, k, approx)
     for lo in range(0, len(query), step):
-        yield lo, *find(query[lo:lo + step])
+        yield lo, *find(query[lo : lo + step])
 
 
 def _sorted(dist: np.ndarray, cand: np.ndarray, k: int, approx: Approx) -> tuple[np.ndarray, np.ndarray]:
     """Refused when the index found fewer than K for a record; else by distance, ties by row."""
     ok = cand >= 0
     if not ok.all():
-        raise LinkageError(f"the {approx.method} index found fewer than K={k} neighbours for "
-                           f"{int((~ok.all(axis=1)).sum())} record(s); raise ef_search / nprobe or search exactly")
+        raise LinkageError(
+            f"the {approx.method} index found fewer than K={k} neighbours for "
+            f"{int((~ok.all(axis=1)).sum())} record(s); raise ef_search / nprobe or search exactly"
+        )
     order = np.lexsort((cand, dist), axis=1)  # by distance, ties by row: as the exact search orders them
     return np.take_along_axis(dist, order, 1), np.take_along_axis(cand, order, 1)
 
@@ -243,15 +258,14 @@ def _qgram_searcher(metric: str, base, k: int, c: int):
     """Strings: query -> the c nearest by q-gram cosine (linkage.qgram's inverted index: work
     along posting lists, not m x n) as candidates, each scored by the job's metric, the K best
     kept. The base's strings, scorer input and index are made once, for every chunk of queries."""
-    from linkage.contracts import STRING_METRICS
-    from linkage.qgram import base_index, topk_cosine
-    from linkage.scorers import PAD, QGRAM, joined
+    from linkage.qgram import base_index, topk_cosine  # lazy: numba and scipy, for string jobs only
 
-    if metric not in STRING_METRICS:
+    how = metric_named(metric)
+    if not how.strings:
         raise LinkageError(f"the qgram search is for strings, not metric {metric!r}")
     b = joined(base)
     index = base_index(b, QGRAM, PAD)
-    if metric == "qgram_cosine":  # its exact search is the inverted index itself
+    if how.exact == "qgram":  # its exact search is the inverted index itself
         return lambda query: topk_cosine(joined(query), b, k, q=QGRAM, pad=PAD, index=index)
     c, b_arr = min(max(c, k), len(b)), scorer_input(metric, b)
 
@@ -261,11 +275,13 @@ def _qgram_searcher(metric: str, base, k: int, c: int):
         q_arr = scorer_input(metric, q)
         dist, idx = np.empty((len(q), k)), np.empty((len(q), k), np.int64)
         for lo in range(0, len(q), 1 << 14):  # row chunks: O(chunk c) pairs at once
-            cc = cand[lo:lo + (1 << 14)]
-            d = candidate_distances(metric, q_arr[lo:lo + len(cc)], b_arr, cc)
+            cc = cand[lo : lo + (1 << 14)]
+            d = candidate_distances(metric, q_arr[lo : lo + len(cc)], b_arr, cc)
             order = np.lexsort((cc, d), axis=1)[:, :k]
-            dist[lo:lo + len(cc)], idx[lo:lo + len(cc)] = (np.take_along_axis(d, order, 1),
-                                                           np.take_along_axis(cc, order, 1))
+            dist[lo : lo + len(cc)], idx[lo : lo + len(cc)] = (
+                np.take_along_axis(d, order, 1),
+                np.take_along_axis(cc, order, 1),
+            )
         return dist, idx
 
     return find
@@ -274,23 +290,17 @@ def _qgram_searcher(metric: str, base, k: int, c: int):
 def scorer_input(metric: str, strings: list[str]) -> np.ndarray:
     """(n,) object array of joined strings as the metric's scorer compares them (token_sort:
     each string's words sorted, as linkage.scorers does)."""
-    from linkage.scorers import sort_tokens
-
-    return np.array([sort_tokens(x) for x in strings] if metric == "token_sort" else strings, dtype=object)
+    return np.array([sort_tokens(x) for x in strings] if metric_named(metric).sort_words else strings, dtype=object)
 
 
 def candidate_distances(metric: str, q: np.ndarray, b: np.ndarray, cand: np.ndarray) -> np.ndarray:
     """(r, c) the metric's distance of each query string q (r,) to its candidates b[cand] (cand
     (r, c)), both from :func:`scorer_input`, in the exact search's precision (float32 for the
     normalised scorers), as float64."""
-    from rapidfuzz import process
-    from rapidfuzz.distance import Levenshtein
-
-    from linkage.scorers import _RAPIDFUZZ
-
-    scorer = Levenshtein.distance if metric == "edit" else _RAPIDFUZZ[metric]
-    dtype = np.float64 if metric == "edit" else np.float32  # as linkage.scorers / linkage.strings return them
-    pairs = process.cpdist(np.repeat(q, cand.shape[1]), b[cand.ravel()], scorer=scorer, dtype=dtype, workers=-1)
+    dtype = (
+        np.float64 if metric_named(metric).integer else np.float32
+    )  # as linkage.scorers / linkage.strings return them
+    pairs = process.cpdist(np.repeat(q, cand.shape[1]), b[cand.ravel()], scorer=scorer(metric), dtype=dtype, workers=-1)
     return pairs.astype(np.float64).reshape(cand.shape)
 
 
@@ -299,18 +309,18 @@ def tie_aware_recall(metric: str, query, base, k: int, dist: np.ndarray, rows: n
     at most the exact K-th distance of their record: the exact search on those records only,
     its K neighbours' distances recomputed as the approximate path computes them (float64 norms;
     the string scorers' own precision), so two arithmetics never tell equal neighbours apart."""
-    from linkage.exact import topk
+    from linkage.exact import topk  # lazy: scipy, for the recall check only (linkage.job imports this module)
 
     rows = np.asarray(rows, np.int64)
     q = np.asarray(query)[rows]
     exact_d, exact_i = topk(metric, q, base, k)  # (s, K)
-    if metric == "euclidean":
+    how = metric_named(metric)
+    if how.faiss == "float":
         exact_d = _euclidean(np.asarray(q, np.float64), np.asarray(base, np.float64), exact_i)
-    elif metric not in ("hamming", "qgram_cosine", "edit"):
-        from linkage.scorers import joined
-
-        exact_d = candidate_distances(metric, scorer_input(metric, joined(q)), scorer_input(metric, joined(base)),
-                                      exact_i)
+    elif how.strings and not how.exact:  # the brute-force scorers (float32): popcounts, edit, q-gram cosine agree
+        exact_d = candidate_distances(
+            metric, scorer_input(metric, joined(q)), scorer_input(metric, joined(base)), exact_i
+        )
     kth = exact_d.max(axis=1, keepdims=True)  # (s, 1)
     tol = 1e-12 * np.maximum(np.abs(kth), 1.0)
     return float((dist[rows] <= kth + tol).mean())

@@ -67,7 +67,7 @@ def distances(sims: np.ndarray, link: PartyLink, *, shrink: bool) -> np.ndarray:
     unbiased rho = s. Then step 2, u = -sim_std * rho - sim_mean."""
     rho = np.asarray(sims, np.float64)
     if shrink:
-        rho = rho / (1.0 + link.sigma ** 2)
+        rho = rho / (1.0 + link.sigma**2)
     return -(link.sim_std * rho + link.sim_mean)
 
 
@@ -77,8 +77,10 @@ def _flat_release(link: PartyLink, primary_ids, only=None) -> tuple[np.ndarray, 
     ids = np.asarray(primary_ids)
     ids = ids.astype(np.float64) if ids.dtype.kind in "iuf" and ids.dtype != np.uint8 else ids
     if ids.ndim not in (1, 2) or len(ids) != len(link.tokens) or link.tokens.shape != link.sims.shape:
-        raise LinkageError(f"attack: identifiers {ids.shape} do not fit the release's tokens {link.tokens.shape} "
-                           f"and similarities {link.sims.shape} (one row per primary record)")
+        raise LinkageError(
+            f"attack: identifiers {ids.shape} do not fit the release's tokens {link.tokens.shape} "
+            f"and similarities {link.sims.shape} (one row per primary record)"
+        )
     m, k = link.tokens.shape
     rows, tokens, sims = np.repeat(np.arange(m), k), link.tokens.ravel().astype(np.int64), link.sims.ravel()
     if only is not None:
@@ -93,7 +95,7 @@ def identifier_groups(ids: np.ndarray) -> np.ndarray:
     if ids.dtype.kind == "O":  # Python objects: by their canonical bytes (fixed-width strings below compare alike)
         import pandas as pd
 
-        keys = [identifier_bytes(ids[i:i + 1]) for i in range(len(ids))]
+        keys = [identifier_bytes(ids[i : i + 1]) for i in range(len(ids))]
         return pd.factorize(pd.Series(keys, dtype=object))[0].astype(np.int64)
     return np.unique(ids.reshape(len(ids), -1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
 
@@ -141,8 +143,9 @@ def _on_sphere(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def greedy_attack(link: PartyLink, primary_ids: np.ndarray, rng: np.random.Generator, *, only=None,
-                  pre: Released | None = None) -> TokenGuess:
+def greedy_attack(
+    link: PartyLink, primary_ids: np.ndarray, rng: np.random.Generator, *, only=None, pre: Released | None = None
+) -> TokenGuess:
     """The paper's greedy attacker (Sec. 5.2, App. A) with |Q| = 1, its optimum (eq. 14).
 
     Per token it uses one (record, token) pair: the one with the largest released similarity,
@@ -169,8 +172,9 @@ def most_similar_pair(tok_idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
     return pd.Series(np.asarray(sims, np.float64)).groupby(tok_idx, sort=True).idxmax().to_numpy(np.int64)
 
 
-def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: int = MIN_LINKS,
-                       only=None, pre: Released | None = None) -> TokenGuess:
+def aggregation_attack(
+    link: PartyLink, primary_ids: np.ndarray, *, min_links: int = MIN_LINKS, only=None, pre: Released | None = None
+) -> TokenGuess:
     """Locate every token from all the similarities that share it: trilateration.
 
     Each distinct draw (identifier value, token) gives an *unbiased* distance (``distances(
@@ -188,8 +192,16 @@ def aggregation_attack(link: PartyLink, primary_ids: np.ndarray, *, min_links: i
     the mirror-image local minimum. Tokens with fewer than ``min_links`` distinct links keep the
     centroid (their own record for one link) and are flagged ``fallback``."""
     r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
-    rows, sims, ids, uniq, tok_idx, links, first, distinct = (r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.links,
-                                                              r.first, r.distinct)
+    rows, sims, ids, uniq, tok_idx, links, first, distinct = (
+        r.rows,
+        r.sims,
+        r.ids,
+        r.uniq,
+        r.tok_idx,
+        r.links,
+        r.first,
+        r.distinct,
+    )
     tok, pts = tok_idx[first], ids[rows[first]]  # (L',) (L', d) one pair per draw
     dist = distances(sims[first], link, shrink=False)  # (L',)
     start = centroids(tok, pts, len(uniq))  # (T, d)
@@ -245,8 +257,9 @@ def _cost(x: np.ndarray, tok: np.ndarray, pts: np.ndarray, dist: np.ndarray) -> 
     return res, unit, np.bincount(tok, res * res, len(x))
 
 
-def trilaterate(tok: np.ndarray, pts: np.ndarray, dist: np.ndarray, start: np.ndarray, *,
-                iters: int = 200, tol: float = 1e-13) -> np.ndarray:
+def trilaterate(
+    tok: np.ndarray, pts: np.ndarray, dist: np.ndarray, start: np.ndarray, *, iters: int = 200, tol: float = 1e-13
+) -> np.ndarray:
     """(T, d) per token the point x minimising sum over its pairs (|x - p| - dist)^2.
 
     tok (L,) token index in [0, T), pts (L, d) the linked points, dist (L,) their distances,
@@ -280,8 +293,17 @@ def trilaterate(tok: np.ndarray, pts: np.ndarray, dist: np.ndarray, start: np.nd
     return x * scale + shift
 
 
-def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, only=None,
-                      max_links: int = DICT_LINKS, seeds: int = DICT_SEEDS, pre: Released | None = None) -> np.ndarray:
+def dictionary_attack(
+    link: PartyLink,
+    primary_ids,
+    dictionary,
+    metric: str,
+    *,
+    only=None,
+    max_links: int = DICT_LINKS,
+    seeds: int = DICT_SEEDS,
+    pre: Released | None = None,
+) -> np.ndarray:
     """(T,) per released token the dictionary row the attacker names as its record (any metric).
 
     The attacker holds a dictionary of candidate identifiers (a public register; with the key the
@@ -292,7 +314,7 @@ def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, 
     (the most similar first) are nearest in squared error to the released ones is named. Without
     noise the true record has error 0; with noise this is the maximum-likelihood candidate. Tokens
     in ascending order, as :class:`TokenGuess`'s."""
-    from linkage.pipeline import check_identifiers, search  # scipy/numba: only when attacked
+    from linkage.pipeline import check_identifiers, search  # lazy: scipy/numba, only when attacked
 
     r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
     rows, sims, ids, uniq, tok_idx, first = r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.first
@@ -301,14 +323,14 @@ def dictionary_attack(link: PartyLink, primary_ids, dictionary, metric: str, *, 
     sel = np.flatnonzero(first)
     sel = sel[np.lexsort((-sims[sel].astype(np.float64), tok_idx[sel]))]  # by token, most similar first
     starts = np.searchsorted(tok_idx[sel], np.arange(len(uniq) + 1))
-    seed_pairs = [sel[starts[t]:starts[t + 1]][:seeds] for t in range(len(uniq))]  # each (<= seeds,)
+    seed_pairs = [sel[starts[t] : starts[t + 1]][:seeds] for t in range(len(uniq))]  # each (<= seeds,)
     near = search(ids[rows[np.concatenate(seed_pairs)]], base, metric=metric, k=k, party="dictionary")[1]  # one index
     first_seed = np.cumsum([0] + [len(x) for x in seed_pairs])  # token t's seeds: near[first_seed[t]:..[t + 1]]
-    scored = [sel[starts[t]:starts[t + 1]][:max_links] for t in range(len(uniq))]  # (L_t,) distinct draws each
+    scored = [sel[starts[t] : starts[t + 1]][:max_links] for t in range(len(uniq))]  # (L_t,) distinct draws each
     pairwise = Pairwise(metric, ids, base, rows[np.concatenate(scored)], near.ravel())  # only the rows scored
     guess = np.empty(len(uniq), np.int64)
     for t, pairs in enumerate(scored):
-        cand = np.unique(near[first_seed[t]:first_seed[t + 1]])  # (C,) the seeds' top-K in the dictionary
+        cand = np.unique(near[first_seed[t] : first_seed[t + 1]])  # (C,) the seeds' top-K in the dictionary
         pred = -(pairwise(rows[pairs], cand) + link.sim_mean) / link.sim_std  # (L_t, C) every distance
         guess[t] = cand[np.argmin(((pred - sims[pairs, None]) ** 2).sum(0))]
     return guess
@@ -332,5 +354,8 @@ def reidentification(err_m: np.ndarray, radii_m) -> dict:
     err = np.asarray(err_m, np.float64)
     if err.size == 0:
         return {"n": 0, "within": {float(r): float("nan") for r in radii_m}, "median_m": float("nan")}
-    return {"n": int(err.size), "within": {float(r): float((err <= r).mean()) for r in radii_m},
-            "median_m": float(np.median(err))}
+    return {
+        "n": int(err.size),
+        "within": {float(r): float((err <= r).mean()) for r in radii_m},
+        "median_m": float(np.median(err)),
+    }

@@ -73,7 +73,8 @@ def read_record(folder: Path) -> UploadRecord:
         raise LinkageError(
             f"{folder} has no {RECORD}: the primary's record of what it uploaded, written when its client fetches "
             "primary.npz (`python -m linkage_server link ... --fetch DIR` or `--record DIR`, `deploy.commands link`); "
-            "without it the linkage cannot be bound to this run's identifiers")
+            "without it the linkage cannot be bound to this run's identifiers"
+        )
     try:
         raw = json.loads(path.read_text())
         return UploadRecord(**{f.name: raw[f.name] for f in dataclasses.fields(UploadRecord)})
@@ -86,18 +87,26 @@ def check_binding(linkage: PrimaryLinkage, folder: Path, raw_ids) -> None:
     was linked from other identifiers than this run's primary identifiers ``raw_ids``."""
     rec = read_record(folder)
     if linkage.job_id != rec.job_id:
-        raise LinkageError(f"{folder}: primary.npz is from linkage job {linkage.job_id}, but the primary's upload "
-                           f"recorded there went to job {rec.job_id}; fetch job {rec.job_id}'s result again")
+        raise LinkageError(
+            f"{folder}: primary.npz is from linkage job {linkage.job_id}, but the primary's upload "
+            f"recorded there went to job {rec.job_id}; fetch job {rec.job_id}'s result again"
+        )
     if not linkage.ids_sha256:
-        raise LinkageError(f"{folder}: primary.npz of linkage job {linkage.job_id} carries no digest of the "
-                           "identifiers it linked (written before this check existed); link again")
+        raise LinkageError(
+            f"{folder}: primary.npz of linkage job {linkage.job_id} carries no digest of the "
+            "identifiers it linked (written before this check existed); link again"
+        )
     if linkage.ids_sha256 != rec.ids_sha256:
-        raise LinkageError(f"linkage job {linkage.job_id}: upload digest differs: the service linked primary "
-                           f"identifiers {linkage.ids_sha256[:16]}, the primary's record says it uploaded "
-                           f"{rec.ids_sha256[:16]} (another upload to the job?); link again")
+        raise LinkageError(
+            f"linkage job {linkage.job_id}: upload digest differs: the service linked primary "
+            f"identifiers {linkage.ids_sha256[:16]}, the primary's record says it uploaded "
+            f"{rec.ids_sha256[:16]} (another upload to the job?); link again"
+        )
     own = identifier_digest(raw_ids)
     if own != rec.raw_sha256:
-        raise LinkageError(f"linkage job {linkage.job_id} (in {folder}): raw identifier digest differs: it was "
-                           f"linked from {rec.rows} primary identifiers with digest {rec.raw_sha256[:16]}, this run "
-                           f"has {len(raw_ids)} with digest {own[:16]} (another dataset, data-dir, n-rows or seed?); "
-                           "run with the data it was linked from, or link again")
+        raise LinkageError(
+            f"linkage job {linkage.job_id} (in {folder}): raw identifier digest differs: it was "
+            f"linked from {rec.rows} primary identifiers with digest {rec.raw_sha256[:16]}, this run "
+            f"has {len(raw_ids)} with digest {own[:16]} (another dataset, data-dir, n-rows or seed?); "
+            "run with the data it was linked from, or link again"
+        )

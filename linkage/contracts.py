@@ -89,7 +89,8 @@ class PrimaryLinkage:
         if not self.shared_sims:
             raise LinkageError(
                 f"this linkage has {len(self.links)} independently linked secondaries {sorted(self.links)}; "
-                "ask for one party's similarities with .links[party]")
+                "ask for one party's similarities with .links[party]"
+            )
         return self.links[min(self.links)]
 
     @property

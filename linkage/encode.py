@@ -49,8 +49,16 @@ def _check_secret(secret: bytes) -> None:
 # ----------------------------------------------------------------------------- strings
 
 
-def bloom_strings(strings: Sequence[str], secret: bytes, *, bits: int = 1024, q: int = 2, hashes: int = 30,
-                  normalize: bool = True, chunk: int = 65536) -> np.ndarray:
+def bloom_strings(
+    strings: Sequence[str],
+    secret: bytes,
+    *,
+    bits: int = 1024,
+    q: int = 2,
+    hashes: int = 30,
+    normalize: bool = True,
+    chunk: int = 65536,
+) -> np.ndarray:
     """Keyed q-gram Bloom filters: (n,) strings -> (n, bits // 8) uint8, np.packbits order.
 
     Each string is (optionally) case-folded with runs of whitespace collapsed, padded with q - 1 '_' on
@@ -80,7 +88,7 @@ def bloom_strings(strings: Sequence[str], secret: bytes, *, bits: int = 1024, q:
         if not isinstance(s, str):
             raise LinkageError(f"string identifiers only: row {r} is {type(s).__name__} ({s!r})")
         s = pad + (" ".join(s.casefold().split()) if normalize else s) + pad
-        grams = {s[i:i + q] for i in range(len(s) - q + 1)}
+        grams = {s[i : i + q] for i in range(len(s) - q + 1)}
         ids.extend(vocab.setdefault(g, len(vocab)) for g in grams)
         counts[r] = len(grams)
 
@@ -115,8 +123,16 @@ def _per_dim(x, d: int, name: str) -> np.ndarray:
     return np.broadcast_to(arr, (d,)).copy()
 
 
-def federal_numbers(values: np.ndarray, secret: bytes, *, bits_per_dim: int, t: float | Sequence[float],
-                    lo: float | Sequence[float], hi: float | Sequence[float], chunk: int = 16384) -> np.ndarray:
+def federal_numbers(
+    values: np.ndarray,
+    secret: bytes,
+    *,
+    bits_per_dim: int,
+    t: float | Sequence[float],
+    lo: float | Sequence[float],
+    hi: float | Sequence[float],
+    chunk: int = 16384,
+) -> np.ndarray:
     """FEDERAL interval encoding (FedSim App. I): values (n, d) -> (n, d * bits_per_dim // 8) uint8.
 
     Per dimension, N = bits_per_dim pivots r_i ~ U[lo - t, hi + t] come from a generator seeded by the
@@ -131,31 +147,46 @@ def federal_numbers(values: np.ndarray, secret: bytes, *, bits_per_dim: int, t: 
     _check_secret(secret)
     values = np.asarray(values)
     if values.ndim != 2 or values.dtype.kind not in "fiu":
-        raise LinkageError(f"numeric identifiers must be a 2-D numeric array (rows, dims); "
-                           f"got dtype {values.dtype} with shape {values.shape}")
+        raise LinkageError(
+            f"numeric identifiers must be a 2-D numeric array (rows, dims); "
+            f"got dtype {values.dtype} with shape {values.shape}"
+        )
     bad = ~np.isfinite(values).all(axis=1)
     if bad.any():
-        raise LinkageError(f"{int(bad.sum())} identifier row(s) are NaN/inf (first: {np.flatnonzero(bad)[:5].tolist()})")
+        raise LinkageError(
+            f"{int(bad.sum())} identifier row(s) are NaN/inf (first: {np.flatnonzero(bad)[:5].tolist()})"
+        )
     if bits_per_dim <= 0 or bits_per_dim % 8:
         raise LinkageError(f"bits_per_dim must be a positive multiple of 8; got {bits_per_dim}")
     n, d = values.shape
     t, lo, hi = _per_dim(t, d, "t"), _per_dim(lo, d, "lo"), _per_dim(hi, d, "hi")
     if (t <= 0).any() or (hi <= lo).any():
-        raise LinkageError(f"need t > 0 and hi > lo per dimension; got t={t.tolist()}, lo={lo.tolist()}, hi={hi.tolist()}")
+        raise LinkageError(
+            f"need t > 0 and hi > lo per dimension; got t={t.tolist()}, lo={lo.tolist()}, hi={hi.tolist()}"
+        )
 
     seed = int.from_bytes(hmac.digest(secret, b"federal-pivots/%d/%d" % (d, bits_per_dim), hashlib.sha256), "big")
     rng = np.random.default_rng(seed)
     pivots = rng.uniform(lo - t, hi + t, size=(bits_per_dim, d)).T  # (d, N)
     out = np.empty((n, d * bits_per_dim // 8), np.uint8)
     for r0 in range(0, n, chunk):
-        x = values[r0:r0 + chunk, :, None].astype(np.float64)  # (c, d, 1)
+        x = values[r0 : r0 + chunk, :, None].astype(np.float64)  # (c, d, 1)
         hit = np.abs(x - pivots[None]) <= t[None, :, None]  # (c, d, N)
-        out[r0:r0 + chunk] = np.packbits(hit.reshape(len(x), -1), axis=1)
+        out[r0 : r0 + chunk] = np.packbits(hit.reshape(len(x), -1), axis=1)
     return out
 
 
-def federal_params(values: np.ndarray, *, k: int = 100, bits_per_dim: int = 1024, t_mult: float = 4.0,
-                   lo=None, hi=None, sample: int = 5000, seed: int = 0) -> dict:
+def federal_params(
+    values: np.ndarray,
+    *,
+    k: int = 100,
+    bits_per_dim: int = 1024,
+    t_mult: float = 4.0,
+    lo=None,
+    hi=None,
+    sample: int = 5000,
+    seed: int = 0,
+) -> dict:
     """Suggest FEDERAL parameters from one party's own values (n, d), e.g. the secondary party's.
 
     t = t_mult x the median per-dimension offset |x_j - y_j| of the k-th nearest neighbour (Euclidean,
@@ -179,8 +210,15 @@ def federal_params(values: np.ndarray, *, k: int = 100, bits_per_dim: int = 1024
     t = np.minimum(t_mult * np.median(off, axis=0), (hi - lo) / 4)
     t = np.maximum(t, 1e-12 * np.maximum(hi - lo, 1.0))
     bits_at_kth = float(np.sum(2 * bits_per_dim * np.median(off, axis=0) / (hi - lo + 2 * t)))
-    return dict(t=t, lo=lo, hi=hi, bits_per_dim=bits_per_dim, bits_at_kth=bits_at_kth,
-                fill=(2 * t / (hi - lo + 2 * t)).tolist(), bytes_per_record=math.ceil(values.shape[1] * bits_per_dim / 8))
+    return dict(
+        t=t,
+        lo=lo,
+        hi=hi,
+        bits_per_dim=bits_per_dim,
+        bits_at_kth=bits_at_kth,
+        fill=(2 * t / (hi - lo + 2 * t)).tolist(),
+        bytes_per_record=math.ceil(values.shape[1] * bits_per_dim / 8),
+    )
 
 
 # ----------------------------------------------------------------------------- the parties' key
@@ -190,8 +228,12 @@ def federal_key(values: np.ndarray, *, k: int = 100, bits_per_dim: int = 1024, l
     """The "federal" section of the parties' key (JSON-ready lists) from one party's numbers (n, d),
     plus ``bits_at_kth`` (see federal_params) for the caller to report."""
     p = federal_params(values, k=k, bits_per_dim=bits_per_dim, lo=lo, hi=hi)
-    section = {"bits_per_dim": p["bits_per_dim"], "t": np.asarray(p["t"]).tolist(),
-               "lo": np.asarray(p["lo"]).tolist(), "hi": np.asarray(p["hi"]).tolist()}
+    section = {
+        "bits_per_dim": p["bits_per_dim"],
+        "t": np.asarray(p["t"]).tolist(),
+        "lo": np.asarray(p["lo"]).tolist(),
+        "hi": np.asarray(p["hi"]).tolist(),
+    }
     return {**section, "bits_at_kth": p["bits_at_kth"], "bytes_per_record": p["bytes_per_record"]}
 
 
@@ -204,13 +246,15 @@ def encode_with_key(ids: np.ndarray, key: dict) -> np.ndarray:
     FEDERAL interval filters."""
     secret = key["secret"].encode() if isinstance(key["secret"], str) else key["secret"]
     if ids.dtype.kind in "UO":  # several columns (n, c): one filter of each row's columns joined with a space
-        from linkage.scorers import joined
+        from linkage.scorers import joined  # lazy: rapidfuzz, for strings only (app/ imports this module per message)
 
         return bloom_strings(joined(ids), secret, **key.get("bloom", {}))
     f = key.get("federal")
     if not f:
-        raise LinkageError("the parties' key has no 'federal' section, which numeric identifiers need "
-                           "(make one with federal_key / `python -m linkage_server.cli make-key --csv`)")
+        raise LinkageError(
+            "the parties' key has no 'federal' section, which numeric identifiers need "
+            "(make one with federal_key / `python -m linkage_server.cli make-key --csv`)"
+        )
     return federal_numbers(ids, secret, **{n: f[n] for n in ("bits_per_dim", "t", "lo", "hi")})
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from linkage.metrics import metric as metric_named
+from linkage.scorers import topk_strings
 
 Progress = Callable[[int, int], None]
 
@@ -57,8 +58,9 @@ def _tree_topk(tree: cKDTree, query: np.ndarray, k: int) -> tuple[np.ndarray, np
     return dist.astype(np.float64), idx.astype(np.int64)
 
 
-def topk_euclidean(query: np.ndarray, base: np.ndarray, k: int, progress: Progress | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def topk_euclidean(
+    query: np.ndarray, base: np.ndarray, k: int, progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact Euclidean top-K: k-d tree at low dimension, chunked matrix products above."""
     out = topk_kdtree(query, base, k) if query.shape[1] <= 8 else topk_bruteforce(query, base, k)
     if progress is not None:
@@ -73,9 +75,7 @@ def topk(metric: str, query, base, k: int, progress: Progress | None = None) -> 
     if kind == "numbers":
         return topk_euclidean(query, base, k, progress)
     if kind == "strings":
-        from linkage.scorers import topk_strings
-
         return topk_strings(metric, query, base, k, progress=progress)
-    from linkage.hamming import topk_hamming  # bits
+    from linkage.hamming import topk_hamming  # lazy: numba (and its compile cache set-up), for bits only
 
     return topk_hamming(query, base, k, progress=progress)

@@ -158,8 +158,10 @@ def _floor_store(q, b, thr):  # same count, via a stored row of distances then a
 def _as_words(x: np.ndarray, who: str, width: int | None = None) -> np.ndarray:
     """(rows, B) uint8 packed bits -> (rows, ceil(B / 8)) uint64, zero-padded (padding adds no distance)."""
     if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2:
-        raise LinkageError(f"{who}: packed bit vectors must be a 2-D uint8 array (rows, bytes); "
-                           f"got {type(x).__name__} {getattr(x, 'dtype', '')} {getattr(x, 'shape', '')}")
+        raise LinkageError(
+            f"{who}: packed bit vectors must be a 2-D uint8 array (rows, bytes); "
+            f"got {type(x).__name__} {getattr(x, 'dtype', '')} {getattr(x, 'shape', '')}"
+        )
     if len(x) == 0 or x.shape[1] == 0:
         raise LinkageError(f"{who}: empty bit vectors, shape {x.shape}")
     if width is not None and x.shape[1] != width:
@@ -170,8 +172,14 @@ def _as_words(x: np.ndarray, who: str, width: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(x).view(np.uint64)
 
 
-def topk_hamming(query: np.ndarray, base: np.ndarray, k: int, *, mem_cap_mb: float = 1024,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def topk_hamming(
+    query: np.ndarray,
+    base: np.ndarray,
+    k: int,
+    *,
+    mem_cap_mb: float = 1024,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k by Hamming distance: query (m, B), base (n, B) uint8 -> dist (m, k) float64, idx (m, k) int64.
 
     Queries run in blocks whose int32 distance scratch fits mem_cap_mb (and at most 8192 rows, so that

@@ -46,8 +46,9 @@ class JobSpec:
         if self.kind != "known" and self.metric not in METRICS:
             raise LinkageError(f"unknown metric {self.metric!r}; known: {list(METRICS)}")
         if self.chain and self.approx.method != "exact":  # "auto" too: it could pick an index at scale
-            raise LinkageError(f"search {self.approx.method!r} is for independently linked secondaries; "
-                               "a chain searches exactly")
+            raise LinkageError(
+                f"search {self.approx.method!r} is for independently linked secondaries; a chain searches exactly"
+            )
 
     @property
     def chain(self) -> bool:
@@ -69,22 +70,31 @@ class JobSpec:
 
     def content_id(self, primary, secondaries: dict, train_rows: np.ndarray | None = None) -> str:
         """The job's content hash (linkage.pipeline.job_id_of): the same inputs and spec, the same id."""
-        from linkage.pipeline import chain_tag, job_id_of
+        from linkage.pipeline import chain_tag, job_id_of  # lazy: scipy, only when a job is named or run
 
         if self.kind == "known":
             raise LinkageError("a known-alignment job links no identifiers: its caller names it")
         if self.kind == "exact":
             return job_id_of(primary, secondaries, 1, 1.0, f"{self.metric}-exact", 0, train_rows)
         metric = chain_tag(self.metric, self.anchor_of(secondaries)) if self.chain else self.metric
-        return job_id_of(primary, secondaries, self.k, self.tau, metric, self.pool, train_rows, self.defences,
-                         self.approx)
+        return job_id_of(
+            primary, secondaries, self.k, self.tau, metric, self.pool, train_rows, self.defences, self.approx
+        )
 
-    def run(self, primary, secondaries: dict, *, secret: bytes, train_rows: np.ndarray | None = None,
-            job_id: str | None = None, sizes: dict[str, int] | None = None) -> LinkageResult:
+    def run(
+        self,
+        primary,
+        secondaries: dict,
+        *,
+        secret: bytes,
+        train_rows: np.ndarray | None = None,
+        job_id: str | None = None,
+        sizes: dict[str, int] | None = None,
+    ) -> LinkageResult:
         """Link by the spec's kind and layout. job_id: None = :meth:`content_id`. A "known" job
         takes each secondary's true row per primary record as ``secondaries``, the parties' row
         counts as ``sizes`` and its caller's ``job_id`` (``primary`` unused)."""
-        from linkage.pipeline import link, link_chain, link_exact, link_known
+        from linkage.pipeline import link, link_chain, link_exact, link_known  # lazy: scipy, when a job runs
 
         if self.kind == "known":
             if job_id is None or sizes is None:
@@ -92,11 +102,33 @@ class JobSpec:
             return link_known(secondaries, sizes, secret=secret, job_id=job_id)
         job = job_id or self.content_id(primary, secondaries, train_rows)
         if self.kind == "exact":
-            return link_exact(primary, secondaries, secret=secret, train_rows=train_rows, metric=self.metric,
-                              job_id=job)
+            return link_exact(
+                primary, secondaries, secret=secret, train_rows=train_rows, metric=self.metric, job_id=job
+            )
         if self.chain:
-            return link_chain(primary, secondaries, anchor=self.anchor_of(secondaries), k=self.k, tau=self.tau,
-                              secret=secret, train_rows=train_rows, metric=self.metric, pool=self.pool, job_id=job,
-                              defences=self.defences)
-        return link(primary, secondaries, k=self.k, tau=self.tau, secret=secret, train_rows=train_rows,
-                    metric=self.metric, pool=self.pool, job_id=job, defences=self.defences, approx=self.approx)
+            return link_chain(
+                primary,
+                secondaries,
+                anchor=self.anchor_of(secondaries),
+                k=self.k,
+                tau=self.tau,
+                secret=secret,
+                train_rows=train_rows,
+                metric=self.metric,
+                pool=self.pool,
+                job_id=job,
+                defences=self.defences,
+            )
+        return link(
+            primary,
+            secondaries,
+            k=self.k,
+            tau=self.tau,
+            secret=secret,
+            train_rows=train_rows,
+            metric=self.metric,
+            pool=self.pool,
+            job_id=job,
+            defences=self.defences,
+            approx=self.approx,
+        )

@@ -4,14 +4,17 @@ are checked, its exact and approximate searches, and what the privacy report att
     metric(name) -> Metric                 the registered one; LinkageError naming the known ones
     Metric.kind                            "numbers" (m, d) float | "bits" (m, B) uint8 | "strings" (m,) / (m, c) str
     Metric.identifiers(arr, who) -> arr    the party's identifiers as the metric's array type, or LinkageError
-    its exact top-K                        its kind's (linkage.pipeline.topk): k-d tree / matrix
-                                           products, linkage.scorers by its name, linkage.hamming
+    its exact top-K                        its kind's (linkage.exact.topk): k-d tree / matrix
+                                           products, linkage.scorers by its ``exact``, linkage.hamming
     Metric.approx                          the approximate searches it has (linkage.approx.METHODS)
     Metric.auto(d) -> method               what search "auto" picks at scale (d: dimensions / bytes)
     Metric.coordinate_attacks(base) -> bool the privacy report's coordinate attacks apply (linkage.privacy)
+    Metric.faiss, .exact, .scorer,         how linkage.approx, linkage.scorers and linkage.pairwise
+      .sort_words, .integer                search and score it (no module there tests a metric's name)
 
-Adding a metric: one entry in :data:`REGISTRY` (a string metric: its scorer in linkage.scorers;
-a new kind of identifier: its search in linkage.pipeline.topk too), plus tests; the names below (METRICS, STRING_METRICS, DEFAULT_STRING_METRIC) follow from it. This
+Adding a metric: one entry in :data:`REGISTRY` (a string metric: its rapidfuzz ``scorer``, or a
+new exact search in linkage.scorers; a new kind of identifier: its search in linkage.exact.topk
+too), plus tests; the names below (METRICS, STRING_METRICS, DEFAULT_STRING_METRIC) follow from it. This
 module imports nothing heavy and nothing of the library but its error: linkage.contracts
 re-exports its names in every message.
 """
@@ -36,6 +39,13 @@ class Metric:
     exact_up_to_dims: int = 0  # "auto" stays exact at d <= this (an exact k-d tree is fast there)
     coordinate_dims: int = 0  # the privacy report's coordinate attacks at d <= this (locations)
     label: str = ""  # its name in an error about its identifiers ("" = the name)
+    faiss: str = ""  # its hnsw / ivf index (linkage.approx): "float" (L2 in float32, the candidates'
+    #                  distances recomputed in float64 on the base), "binary" (popcounts, exact)
+    exact: str = ""  # strings: its exact top-K (linkage.scorers): "edit" (length windows, linkage.strings),
+    #                  "qgram" (q-gram cosine's inverted index, linkage.qgram), "" (brute force by ``scorer``)
+    scorer: str = ""  # strings: its rapidfuzz distance, "Class.function" in rapidfuzz.distance ("": q-gram cosine)
+    sort_words: bool = False  # strings: compared with their whitespace-separated words sorted
+    integer: bool = False  # strings: its distances are integer counts (else float32, as rapidfuzz returns them)
 
     @property
     def strings(self) -> bool:
@@ -54,39 +64,62 @@ class Metric:
         arr = np.asarray(ids)
         if self.kind == "numbers":
             if arr.dtype.kind not in "fiu" or arr.ndim != 2:
-                raise LinkageError(f"{who}: {self.name} identifiers must be a 2-D numeric array (rows, dims); "
-                                   f"got dtype {arr.dtype} with shape {arr.shape}")
+                raise LinkageError(
+                    f"{who}: {self.name} identifiers must be a 2-D numeric array (rows, dims); "
+                    f"got dtype {arr.dtype} with shape {arr.shape}"
+                )
             arr = arr.astype(np.float64, copy=False)
             bad = ~np.isfinite(arr).all(axis=1)
             if bad.any():
-                raise LinkageError(f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf "
-                                   f"(first: {np.flatnonzero(bad)[:5].tolist()})")
+                raise LinkageError(
+                    f"{who}: {int(bad.sum())} identifier row(s) are NaN/inf (first: {np.flatnonzero(bad)[:5].tolist()})"
+                )
         elif self.kind == "strings":
             if arr.ndim not in (1, 2) or arr.dtype.kind not in "UO" or (arr.ndim == 2 and arr.shape[1] == 0):
-                raise LinkageError(f"{who}: {self.label or self.name} identifiers must be a 1-D array of strings "
-                                   f"(rows,) or a 2-D one (rows, columns); got dtype {arr.dtype} with shape {arr.shape}")
+                raise LinkageError(
+                    f"{who}: {self.label or self.name} identifiers must be a 1-D array of strings "
+                    f"(rows,) or a 2-D one (rows, columns); got dtype {arr.dtype} with shape {arr.shape}"
+                )
             bad = np.array([not isinstance(s, str) for s in arr.ravel()], dtype=bool) if arr.dtype.kind == "O" else None
             if bad is not None and bad.any():
                 rows = np.unique(np.flatnonzero(bad) // (arr.shape[1] if arr.ndim == 2 else 1))
-                raise LinkageError(f"{who}: {int(bad.sum())} identifier(s) are not strings (missing/NaN?) "
-                                   f"(first rows: {rows[:5].tolist()})")
+                raise LinkageError(
+                    f"{who}: {int(bad.sum())} identifier(s) are not strings (missing/NaN?) "
+                    f"(first rows: {rows[:5].tolist()})"
+                )
         elif arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] == 0:  # bits
-            raise LinkageError(f"{who}: {self.name} identifiers must be packed bits, a 2-D uint8 array "
-                               f"(rows, bytes); got dtype {arr.dtype} with shape {arr.shape}")
+            raise LinkageError(
+                f"{who}: {self.name} identifiers must be packed bits, a 2-D uint8 array "
+                f"(rows, bytes); got dtype {arr.dtype} with shape {arr.shape}"
+            )
         return arr
 
 
 _STRING = dict(kind="strings", approx=("qgram",), auto_index="qgram")
-REGISTRY: dict[str, Metric] = {m.name: m for m in (
-    Metric("euclidean", "numbers", approx=("hnsw", "ivf"), auto_index="hnsw", exact_up_to_dims=8, coordinate_dims=3),
-    # strings (linkage.scorers): raw Levenshtein and four normalised distances in [0, 1]
-    Metric("edit", **_STRING, label="edit-distance"),
-    Metric("levenshtein_norm", **_STRING),
-    Metric("jaro_winkler", **_STRING),
-    Metric("token_sort", **_STRING),
-    Metric("qgram_cosine", kind="strings", approx=("qgram",)),  # its exact search is already an inverted index
-    Metric("hamming", "bits", approx=("hnsw", "ivf"), auto_index="ivf"),  # packed Bloom / FEDERAL filters
-)}
+REGISTRY: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric(
+            "euclidean",
+            "numbers",
+            approx=("hnsw", "ivf"),
+            auto_index="hnsw",
+            exact_up_to_dims=8,
+            coordinate_dims=3,
+            faiss="float",
+        ),
+        # strings (linkage.scorers): raw Levenshtein and four normalised distances in [0, 1]
+        Metric("edit", **_STRING, label="edit-distance", exact="edit", scorer="Levenshtein.distance", integer=True),
+        Metric("levenshtein_norm", **_STRING, scorer="Levenshtein.normalized_distance"),
+        Metric("jaro_winkler", **_STRING, scorer="JaroWinkler.normalized_distance"),
+        Metric("token_sort", **_STRING, scorer="Indel.normalized_distance", sort_words=True),
+        # its exact search is already an inverted index
+        Metric("qgram_cosine", kind="strings", approx=("qgram",), exact="qgram"),
+        Metric(
+            "hamming", "bits", approx=("hnsw", "ivf"), auto_index="ivf", faiss="binary"
+        ),  # packed Bloom / FEDERAL filters
+    )
+}
 METRICS = tuple(REGISTRY)
 STRING_METRICS = tuple(m.name for m in REGISTRY.values() if m.strings)
 # The default: the best mean recall@1 and @10 over game titles and FEBRL4 names (+ address), and

@@ -74,8 +74,8 @@ def _gaussian(key: bytes, rows: Iterable[bytes], p: int, sigma: float) -> np.nda
     for row in rows:
         raw += hashlib.shake_256(key + row).digest(16 * p)
     bits = np.frombuffer(raw, dtype="<u8").reshape(-1, p, 2)
-    u1 = 1.0 - (bits[..., 0] >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # (0, 1], 53 bits: the log is finite
-    u2 = (bits[..., 1] >> np.uint64(11)).astype(np.float64) * 2.0 ** -53  # [0, 1)
+    u1 = 1.0 - (bits[..., 0] >> np.uint64(11)).astype(np.float64) * 2.0**-53  # (0, 1], 53 bits: the log is finite
+    u2 = (bits[..., 1] >> np.uint64(11)).astype(np.float64) * 2.0**-53  # [0, 1)
     return sigma * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller, (m, P)
 
 
@@ -88,7 +88,7 @@ def record_noise(secret: bytes, party: str, ids, shape: tuple[int, int], sigma: 
         return np.zeros(shape)
     key = hashlib.sha256(b"fedsim-linkage-noise|" + secret + b"|" + party.encode()).digest()
     ids = canonical_ids(ids)
-    return _gaussian(key, (identifier_bytes(ids[i:i + 1]) for i in range(m)), p, sigma)
+    return _gaussian(key, (identifier_bytes(ids[i : i + 1]) for i in range(m)), p, sigma)
 
 
 def selection_noise(secret: bytes, party: str, dist: np.ndarray, idx: np.ndarray, sigma: float) -> np.ndarray:

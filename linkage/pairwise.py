@@ -15,8 +15,10 @@ of linkage.scorers (float32 as there, edit as integer counts).
 from __future__ import annotations
 
 import numpy as np
+from rapidfuzz import process
 
-from linkage.contracts import STRING_METRICS, LinkageError
+from linkage.metrics import metric as metric_named
+from linkage.scorers import PAD, QGRAM, joined, scorer, sort_tokens
 
 
 def _words(bits) -> np.ndarray:
@@ -28,26 +30,21 @@ def _words(bits) -> np.ndarray:
 
 class Pairwise:
     def __init__(self, metric: str, query, base, query_rows, base_rows) -> None:
-        self.metric = metric
+        self.metric, self._how = metric, metric_named(metric)
         self._q_rows = np.unique(np.asarray(query_rows, np.int64))  # ascending: looked up by searchsorted
         self._b_rows = np.unique(np.asarray(base_rows, np.int64))
         q, b = np.asarray(query)[self._q_rows], np.asarray(base)[self._b_rows]
-        if metric == "hamming":
+        if self._how.kind == "bits":
             self._q, self._b = _words(q), _words(b)
-        elif metric == "euclidean":
+        elif self._how.kind == "numbers":
             self._q, self._b = np.asarray(q, np.float64), np.asarray(b, np.float64)
-        elif metric in STRING_METRICS:
-            self._strings(q, b)
         else:
-            raise LinkageError(f"unknown metric {metric!r}")
+            self._strings(q, b)
 
     def _strings(self, q, b) -> None:
-        from linkage.scorers import joined, sort_tokens
-
         qs, bs = joined(q) if len(q) else [], joined(b) if len(b) else []
-        if self.metric == "qgram_cosine":
-            from linkage.qgram import _counts, squares
-            from linkage.scorers import PAD, QGRAM
+        if self._how.exact == "qgram":
+            from linkage.qgram import _counts, squares  # lazy: numba and scipy, for q-gram cosine only
 
             vocab: dict[str, int] = {}
             bm = _counts(bs, vocab, QGRAM, PAD)  # the base's q-grams first, as linkage.qgram.base_index
@@ -55,30 +52,27 @@ class Pairwise:
             self._b, self._b_sq = bm.tocsr(), squares(bm)
             self._q, self._q_sq = qm[:, : bm.shape[1]].tocsr(), squares(qm)
             return
-        if self.metric == "token_sort":
+        if self._how.sort_words:
             qs, bs = [sort_tokens(s) for s in qs], [sort_tokens(s) for s in bs]
         self._q, self._b = qs, bs
 
     def __call__(self, q_rows, b_rows) -> np.ndarray:
         qi = np.searchsorted(self._q_rows, np.asarray(q_rows, np.int64))
         bi = np.searchsorted(self._b_rows, np.asarray(b_rows, np.int64))
-        if self.metric == "hamming":
-            return np.bitwise_count(self._q[qi][:, None, :] ^ self._b[bi][None, :, :]).sum(-1, dtype=np.int64) \
+        if self._how.kind == "bits":
+            return (
+                np.bitwise_count(self._q[qi][:, None, :] ^ self._b[bi][None, :, :])
+                .sum(-1, dtype=np.int64)
                 .astype(np.float64)
-        if self.metric == "euclidean":
+            )
+        if self._how.kind == "numbers":
             diff = self._q[qi][:, None, :] - self._b[bi][None, :, :]
             return np.sqrt((diff * diff).sum(-1))
-        if self.metric == "qgram_cosine":
+        if self._how.exact == "qgram":
             dot = (self._q[qi] @ self._b[bi].T).toarray()
             return np.clip(1.0 - dot / np.sqrt(np.outer(self._q_sq[qi], self._b_sq[bi])), 0.0, 1.0)
         return self._rapidfuzz([self._q[i] for i in qi], [self._b[i] for i in bi])
 
     def _rapidfuzz(self, qs: list[str], bs: list[str]) -> np.ndarray:
-        from rapidfuzz import process
-        from rapidfuzz.distance import Levenshtein
-
-        from linkage.scorers import _RAPIDFUZZ
-
-        if self.metric == "edit":
-            return process.cdist(qs, bs, scorer=Levenshtein.distance, dtype=np.int32, workers=1).astype(np.float64)
-        return process.cdist(qs, bs, scorer=_RAPIDFUZZ[self.metric], dtype=np.float32, workers=1).astype(np.float64)
+        dtype = np.int32 if self._how.integer else np.float32  # edit: integer counts, as its search returns them
+        return process.cdist(qs, bs, scorer=scorer(self.metric), dtype=dtype, workers=1).astype(np.float64)

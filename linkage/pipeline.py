@@ -87,7 +87,9 @@ def _pair(query: np.ndarray, base: np.ndarray, k: int, party: str, metric: str) 
         raise LinkageError(f"secondary party {party!r} has zero rows to link against")
     kind = metric_named(metric).kind
     if kind == "strings" and _columns(query) != _columns(base):
-        raise LinkageError(f"string columns differ: primary has {_columns(query)}, party {party!r} has {_columns(base)}")
+        raise LinkageError(
+            f"string columns differ: primary has {_columns(query)}, party {party!r} has {_columns(base)}"
+        )
     if kind != "strings" and query.shape[1] != base.shape[1]:
         what = "bytes per filter" if kind == "bits" else "identifier dimensions"
         raise LinkageError(f"{what} differ: primary has {query.shape[1]}, party {party!r} has {base.shape[1]}")
@@ -102,9 +104,17 @@ def _pair(query: np.ndarray, base: np.ndarray, k: int, party: str, metric: str) 
 # ----------------------------------------------------------------------------- the job
 
 
-def job_id_of(primary_ids, secondary_ids: dict, k: int, tau: float, metric: str = "euclidean",
-              pool: int = 0, train_rows: np.ndarray | None = None, defences: Defences = Defences(),
-              approx: Approx = Approx()) -> str:
+def job_id_of(
+    primary_ids,
+    secondary_ids: dict,
+    k: int,
+    tau: float,
+    metric: str = "euclidean",
+    pool: int = 0,
+    train_rows: np.ndarray | None = None,
+    defences: Defences = Defences(),
+    approx: Approx = Approx(),
+) -> str:
     """A content hash of the job: the same inputs and parameters give the same id."""
     h = hashlib.sha256()
     for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
@@ -135,16 +145,28 @@ def searcher(base, *, metric: str, k: int, party: str) -> Callable[[object], tup
     return find
 
 
-def search(query, base, *, metric: str, k: int, party: str, progress: Progress | None = None
-           ) -> tuple[np.ndarray, np.ndarray]:
+def search(
+    query, base, *, metric: str, k: int, party: str, progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Validate one (primary, secondary) pair and find each primary record's K nearest: (dist, idx)."""
     query, base = check_identifiers(query, base, k, party, metric)
     return topk(metric, query, base, k, progress)
 
 
-def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes, train_rows: np.ndarray | None = None,
-         metric: str = "euclidean", pool: int = 0, job_id: str | None = None,
-         defences: Defences = Defences(), approx: Approx = Approx()) -> LinkageResult:
+def link(
+    primary_ids,
+    secondary_ids: dict,
+    *,
+    k: int,
+    tau: float,
+    secret: bytes,
+    train_rows: np.ndarray | None = None,
+    metric: str = "euclidean",
+    pool: int = 0,
+    job_id: str | None = None,
+    defences: Defences = Defences(),
+    approx: Approx = Approx(),
+) -> LinkageResult:
     """Link every primary record to its K most similar records of each secondary party.
 
     pool > K takes the top-`pool` candidates first and keeps K of them chosen under noise
@@ -161,8 +183,18 @@ def link(primary_ids, secondary_ids: dict, *, k: int, tau: float, secret: bytes,
         neighbours[party], recalls[party] = approximate_search(query, base, metric, p, party, approx, secret)
         sizes[party] = len(base)
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences, approx)
-    result = release(neighbours, sizes, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job, metric=metric,
-                     primary_ids=primary_ids, defences=defences)
+    result = release(
+        neighbours,
+        sizes,
+        k=k,
+        tau=tau,
+        secret=secret,
+        train_rows=train_rows,
+        job_id=job,
+        metric=metric,
+        primary_ids=primary_ids,
+        defences=defences,
+    )
     return with_recalls(result, recalls)
 
 
@@ -172,8 +204,9 @@ def with_recalls(result: LinkageResult, recalls: dict[str, float]) -> LinkageRes
     return dataclasses.replace(result, primary=dataclasses.replace(result.primary, links=links))
 
 
-def approximate_search(query, base, metric: str, k: int, party: str, approx: Approx, secret: bytes
-                       ) -> tuple[tuple[np.ndarray, np.ndarray], float]:
+def approximate_search(
+    query, base, metric: str, k: int, party: str, approx: Approx, secret: bytes
+) -> tuple[tuple[np.ndarray, np.ndarray], float]:
     """(dist, idx) (m, k) by the job's search, and its tie-aware recall (1.0 when exact) on a
     sample drawn from the job's ``secret``, refused under the floor."""
     approx = approx.resolve(metric, len(query), len(base), np.asarray(base).shape[-1] if np.ndim(base) > 1 else 1)
@@ -187,15 +220,28 @@ def approximate_search(query, base, metric: str, k: int, party: str, approx: App
 def under_floor(recall: float, approx: Approx, party: str, k: int, m: int) -> float:
     """The recall measured on a sample of m records, refused by name under the job's floor."""
     if recall < approx.recall_floor:
-        raise LinkageError(f"party {party!r}: the {approx.method} search found {recall:.4f} of the true top-{k} "
-                           f"(tie-aware, on {min(m, approx.sample)} records), under the recall floor "
-                           f"{approx.recall_floor}; widen the search (width: ef_search / nprobe / candidates) or search exactly")
+        raise LinkageError(
+            f"party {party!r}: the {approx.method} search found {recall:.4f} of the true top-{k} "
+            f"(tie-aware, on {min(m, approx.sample)} records), under the recall floor "
+            f"{approx.recall_floor}; widen the search (width: ef_search / nprobe / candidates) or search exactly"
+        )
     return recall
 
 
-def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: float, secret: bytes,
-               train_rows: np.ndarray | None = None, metric: str = "euclidean", pool: int = 0,
-               job_id: str | None = None, defences: Defences = Defences()) -> LinkageResult:
+def link_chain(
+    primary_ids,
+    secondary_ids: dict,
+    *,
+    anchor: str,
+    k: int,
+    tau: float,
+    secret: bytes,
+    train_rows: np.ndarray | None = None,
+    metric: str = "euclidean",
+    pool: int = 0,
+    job_id: str | None = None,
+    defences: Defences = Defences(),
+) -> LinkageResult:
     """Paper App. C: link every other secondary one-to-one to the ``anchor`` secondary (each
     anchor row to its most similar row of that party), then the primary top-K to the anchor.
 
@@ -207,10 +253,19 @@ def link_chain(primary_ids, secondary_ids: dict, *, anchor: str, k: int, tau: fl
     check_identifiers(primary_ids, base, k, anchor, metric)
     p = min(max(default_pool(pool, k, tau), k), len(base))
     neighbours = {anchor: search(primary_ids, base, metric=metric, k=p, party=anchor)}
-    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows,
-                              defences)
-    result = release(neighbours, {anchor: len(base)}, k=k, tau=tau, secret=secret, train_rows=train_rows, job_id=job,
-                     metric=metric, primary_ids=primary_ids, defences=defences)
+    job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows, defences)
+    result = release(
+        neighbours,
+        {anchor: len(base)},
+        k=k,
+        tau=tau,
+        secret=secret,
+        train_rows=train_rows,
+        job_id=job,
+        metric=metric,
+        primary_ids=primary_ids,
+        defences=defences,
+    )
     return chain_to(result, anchor, base, {p: ids for p, ids in secondary_ids.items() if p != anchor}, metric)
 
 
@@ -227,8 +282,15 @@ def chain_to(anchored: LinkageResult, anchor: str, anchor_ids, others: dict, met
     return LinkageResult(dataclasses.replace(anchored.primary, links=links, layout="chain"), secondaries)
 
 
-def link_exact(primary_ids, secondary_ids: dict, *, secret: bytes, train_rows: np.ndarray | None = None,
-               metric: str = "euclidean", job_id: str | None = None) -> LinkageResult:
+def link_exact(
+    primary_ids,
+    secondary_ids: dict,
+    *,
+    secret: bytes,
+    train_rows: np.ndarray | None = None,
+    metric: str = "euclidean",
+    job_id: str | None = None,
+) -> LinkageResult:
     """The Exact baseline's linkage: each record's neighbour at distance 0, if any.
 
     A record without an exact match is linked to a virtual row n of the secondary (its token

@@ -72,8 +72,9 @@ def sample_tokens(counts: np.ndarray, party: str, max_tokens: int, secret: bytes
     return np.sort(rng.choice(tokens, max_tokens, replace=False))
 
 
-def attacked_tokens(counts: np.ndarray, party: str, row_of_token: np.ndarray, n_records: int,
-                    max_tokens: int, secret: bytes = b"") -> np.ndarray:
+def attacked_tokens(
+    counts: np.ndarray, party: str, row_of_token: np.ndarray, n_records: int, max_tokens: int, secret: bytes = b""
+) -> np.ndarray:
     """(T',) the sampled tokens that stand for one of the party's n_records records (the Exact
     baseline's virtual "no match" row is no record)."""
     only = sample_tokens(counts, party, max_tokens, secret)
@@ -97,18 +98,25 @@ def rate_interval(rate: float, n: int, population: int, z: float = 1.96) -> list
 def link_counts(counts: np.ndarray) -> dict:
     """Links per released token (the primary can count them itself): median, p90, max."""
     counts = counts[counts > 0]
-    return {"tokens": int(len(counts)), "median": float(np.median(counts)),
-            "p90": float(np.percentile(counts, 90)), "max": int(counts.max())}
+    return {
+        "tokens": int(len(counts)),
+        "median": float(np.median(counts)),
+        "p90": float(np.percentile(counts, 90)),
+        "max": int(counts.max()),
+    }
 
 
-def coordinate_attacks(link: PartyLink, primary_ids, truth_of_token: np.ndarray, only: np.ndarray,
-                       pre: Released | None = None) -> dict:
+def coordinate_attacks(
+    link: PartyLink, primary_ids, truth_of_token: np.ndarray, only: np.ndarray, pre: Released | None = None
+) -> dict:
     """The three location attacks on the sampled tokens: within the radius, median error. ``pre``:
     the release of those tokens, prepared once (linkage.attacks.released)."""
     pre = pre or released(link, primary_ids, only)
-    guesses = {"greedy": greedy_attack(link, primary_ids, np.random.default_rng(19), only=only, pre=pre),
-               "aggregation": aggregation_attack(link, primary_ids, only=only, pre=pre),
-               "centroid": aggregation_attack(link, primary_ids, min_links=2 ** 62, only=only, pre=pre)}
+    guesses = {
+        "greedy": greedy_attack(link, primary_ids, np.random.default_rng(19), only=only, pre=pre),
+        "aggregation": aggregation_attack(link, primary_ids, only=only, pre=pre),
+        "centroid": aggregation_attack(link, primary_ids, min_links=2**62, only=only, pre=pre),
+    }
     out = {}
     for name, g in guesses.items():
         err = np.linalg.norm(g.location - truth_of_token[g.tokens], axis=1)  # (T',) identifier units
@@ -116,8 +124,16 @@ def coordinate_attacks(link: PartyLink, primary_ids, truth_of_token: np.ndarray,
     return out
 
 
-def party_report(result: LinkageResult, party: str, primary_ids, base, metric: str, max_tokens: int,
-                 counts: np.ndarray | None = None, secret: bytes = b"") -> dict:
+def party_report(
+    result: LinkageResult,
+    party: str,
+    primary_ids,
+    base,
+    metric: str,
+    max_tokens: int,
+    counts: np.ndarray | None = None,
+    secret: bytes = b"",
+) -> dict:
     """One secondary's entry of the report. ``counts``: the links of each token in the whole
     release, when ``result`` holds only some of its records (:func:`privacy_report`)."""
     link = result.primary.links[party]
@@ -126,9 +142,14 @@ def party_report(result: LinkageResult, party: str, primary_ids, base, metric: s
     counts = token_counts(link) if counts is None else counts
     only = attacked_tokens(counts, party, row_of_token, len(base), max_tokens, secret)
     population = int((row_of_token[np.flatnonzero(counts)] < len(base)).sum())  # every token a record stands behind
-    entry = {"sigma": link.sigma, "noise_per_distance": link.sigma * link.sim_std,
-             "theorem1_epsilon": theorem1_epsilon(link), "links_per_record": link_counts(counts),
-             "tokens_attacked": int(len(only)), "tokens_attackable": population}
+    entry = {
+        "sigma": link.sigma,
+        "noise_per_distance": link.sigma * link.sim_std,
+        "theorem1_epsilon": theorem1_epsilon(link),
+        "links_per_record": link_counts(counts),
+        "tokens_attacked": int(len(only)),
+        "tokens_attackable": population,
+    }
     if len(only) == 0:
         return entry | {"attacks": {}, "strongest": {"attack": "none", "rate": 0.0}}
     pre = released(link, primary_ids, only)  # the attacked tokens' pairs and counts, shared by every attack
@@ -151,9 +172,17 @@ def strongest(attacks: dict) -> dict:
     return {"attack": name, "rate": rates[name]}
 
 
-def privacy_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric: str, *,
-                   max_tokens: int = MAX_TOKENS, parties=None, counts: dict | None = None,
-                   secret: bytes = b"") -> dict:
+def privacy_report(
+    result: LinkageResult,
+    primary_ids,
+    secondary_ids: dict,
+    metric: str,
+    *,
+    max_tokens: int = MAX_TOKENS,
+    parties=None,
+    counts: dict | None = None,
+    secret: bytes = b"",
+) -> dict:
     """The job's report (module docstring). primary_ids and secondary_ids as the job linked them
     (encoded, in private mode); metric: the job's. parties: those whose similarities are their
     own (a chain's: its anchor; default: all). ``counts`` {party: links per token}: given when
@@ -161,15 +190,24 @@ def privacy_report(result: LinkageResult, primary_ids, secondary_ids: dict, metr
     too big to hold: linkage_server.release_files); the report is the same as on the whole.
     ``secret``: the job's, which keys the sample of attacked tokens (:func:`sample_tokens`)."""
     counts = counts or {}
-    parties = {p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens, counts.get(p), secret)
-               for p in sorted(parties or result.primary.links)}
+    parties = {
+        p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens, counts.get(p), secret)
+        for p in sorted(parties or result.primary.links)
+    }
     first = result.primary.links[min(result.primary.links)]
-    return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
-            "defences": {"radius": first.radius, "compose": first.composed},
-            "success": ("dictionary: the record named exactly; greedy / aggregation / centroid: located "
-                        f"within the radius {first.radius:g} (identifier units; Theorem 2's event); ci95: "
-                        "the rate's 95 % interval over the attackable tokens, of which a sample was attacked"),
-            "parties": parties}
+    return {
+        "job_id": result.primary.job_id,
+        "tau": result.primary.tau,
+        "k": result.primary.k,
+        "metric": metric,
+        "defences": {"radius": first.radius, "compose": first.composed},
+        "success": (
+            "dictionary: the record named exactly; greedy / aggregation / centroid: located "
+            f"within the radius {first.radius:g} (identifier units; Theorem 2's event); ci95: "
+            "the rate's 95 % interval over the attackable tokens, of which a sample was attacked"
+        ),
+        "parties": parties,
+    }
 
 
 def safe_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric: str, **options) -> dict:
@@ -183,8 +221,14 @@ def safe_report(result: LinkageResult, primary_ids, secondary_ids: dict, metric:
 
 def failure_report(result: LinkageResult, metric: str, error: Exception) -> dict:
     """The report of a job whose attacks failed: the job's figures and why."""
-    return {"job_id": result.primary.job_id, "tau": result.primary.tau, "k": result.primary.k, "metric": metric,
-            "error": f"the attacks failed: {type(error).__name__}: {error}", "parties": {}}
+    return {
+        "job_id": result.primary.job_id,
+        "tau": result.primary.tau,
+        "k": result.primary.k,
+        "metric": metric,
+        "error": f"the attacks failed: {type(error).__name__}: {error}",
+        "parties": {},
+    }
 
 
 def secondary_view(report: dict | None, party: str) -> dict | None:
@@ -196,11 +240,12 @@ def secondary_view(report: dict | None, party: str) -> dict | None:
     own = report.get("parties", {}).get(party, {})
     entry = {"attacks": own.get("attacks", {}), "strongest": own.get("strongest")}
     return {k: report[k] for k in ("job_id", "tau", "metric", "defences", "success", "error") if k in report} | {
-        "parties": {party: entry}}
+        "parties": {party: entry}
+    }
 
 
 def _interval(attack: dict) -> str:
-    """" (95 % CI lo-hi %)" for a sampled rate; "" for an exact one or an older report."""
+    """ " (95 % CI lo-hi %)" for a sampled rate; "" for an exact one or an older report."""
     lo, hi = attack.get("ci95", (None, None))
     return "" if lo is None or lo == hi else f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f} %)"
 
@@ -209,15 +254,20 @@ def report_lines(report: dict) -> list[str]:
     """The report as text lines (fedsim report, the run log)."""
     if report.get("error"):
         return [f"privacy: tau={report['tau']:g} K={report['k']}: not measured, {report['error']}"]
-    lines = [f"privacy: tau={report['tau']:g} K={report['k']} metric={report['metric']} "
-             f"radius={report['defences']['radius']:g} compose={report['defences']['compose']}"]
+    lines = [
+        f"privacy: tau={report['tau']:g} K={report['k']} metric={report['metric']} "
+        f"radius={report['defences']['radius']:g} compose={report['defences']['compose']}"
+    ]
     for party, e in report["parties"].items():
         eps = e["theorem1_epsilon"]
         lc = e["links_per_record"]
-        rates = ", ".join(f"{name} {100 * next(iter(v.values())):.1f} %{_interval(v)}"
-                          for name, v in e["attacks"].items())
-        lines.append(f"  {party}: sigma={e['sigma']:.4g} (noise per distance {e['noise_per_distance']:.4g}), "
-                     f"Theorem 1 epsilon={'none (no noise)' if eps is None else f'{eps:.3g}'}; links per record "
-                     f"median {lc['median']:g} / p90 {lc['p90']:g} / max {lc['max']}; attacks on "
-                     f"{e['tokens_attacked']} of {e.get('tokens_attackable', e['tokens_attacked'])} records: {rates}")
+        rates = ", ".join(
+            f"{name} {100 * next(iter(v.values())):.1f} %{_interval(v)}" for name, v in e["attacks"].items()
+        )
+        lines.append(
+            f"  {party}: sigma={e['sigma']:.4g} (noise per distance {e['noise_per_distance']:.4g}), "
+            f"Theorem 1 epsilon={'none (no noise)' if eps is None else f'{eps:.3g}'}; links per record "
+            f"median {lc['median']:g} / p90 {lc['p90']:g} / max {lc['max']}; attacks on "
+            f"{e['tokens_attacked']} of {e.get('tokens_attackable', e['tokens_attacked'])} records: {rates}"
+        )
     return lines

@@ -74,8 +74,9 @@ def create_secret(path: Path, data: bytes | str, what: str = "secret") -> Path:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise SecretExists(f"{path} exists: refusing to overwrite a {what} (remove it first, or choose "
-                           "another path)") from None
+        raise SecretExists(
+            f"{path} exists: refusing to overwrite a {what} (remove it first, or choose another path)"
+        ) from None
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
         f.flush()

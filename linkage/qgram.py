@@ -49,8 +49,9 @@ def _counts(strings: list[str], vocab: dict[str, int], q: int, pad: str) -> spar
     for s in strings:
         ids.extend(vocab.setdefault(g, len(vocab)) for g in qgrams(s, q, pad))
         ptr.append(len(ids))
-    mat = sparse.csr_matrix((np.ones(len(ids)), np.asarray(ids, np.int64), np.asarray(ptr, np.int64)),
-                            shape=(len(strings), len(vocab)))
+    mat = sparse.csr_matrix(
+        (np.ones(len(ids)), np.asarray(ids, np.int64), np.asarray(ptr, np.int64)), shape=(len(strings), len(vocab))
+    )
     mat.sum_duplicates()  # repeated q-grams -> counts
     return mat
 
@@ -181,9 +182,16 @@ def _topk_rows(q_ptr, q_idx, q_val, q_sq, b_ptr, b_idx, b_val, b_sq, k, lo, hi, 
         _select(vals, rows, nt, k, hist, out_d, out_i, i)
 
 
-def topk_cosine(query: list[str], base: list[str], k: int, *, q: int, pad: str,
-                progress: Callable[[int, int], None] | None = None, index: tuple | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+def topk_cosine(
+    query: list[str],
+    base: list[str],
+    k: int,
+    *,
+    q: int,
+    pad: str,
+    progress: Callable[[int, int], None] | None = None,
+    index: tuple | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest base strings of each query string by q-gram cosine distance (module docstring).
     Slices of STEP queries go to linkage.hamming.num_threads() threads. ``index``: the base's
     :func:`base_index`, when the caller built it once for many calls."""

@@ -45,23 +45,36 @@ def delta_verdict(top1: float, avg: float, k: int, k_avg: int) -> list[str]:
     ``k_avg`` neighbours with equal weights (AvgSim). Each Delta is at most K (per record, the
     scaled similarity a baseline loses or over-counts over the K links); "small" is under
     SMALL_DELTA of that."""
+
     def one(name: str, delta: float, what: str, instead: str) -> str:
         share = delta / k if k else 0.0
         head = f"Delta vs {name} = {delta:.3f} ({share:.1%} of its maximum K={k})"
         if share < SMALL_DELTA:
             return f"{head}: small: {instead}"
-        return (f"{head} > 0: linking with K={k} neighbours is expected to help over {what}: per record, "
-                f"{name} would lose or over-weight about {delta:.2g} units of scaled similarity that FedSim's "
-                "gates can use; the larger, the larger the expected gain")
+        return (
+            f"{head} > 0: linking with K={k} neighbours is expected to help over {what}: per record, "
+            f"{name} would lose or over-weight about {delta:.2g} units of scaled similarity that FedSim's "
+            "gates can use; the larger, the larger the expected gain"
+        )
 
-    return [one("Top1Sim", top1, "keeping only the most similar match",
-                "the most similar record carries nearly all the similarity: keeping only it (method top1sim, "
-                "or exact) is likely about as good as FedSim; try it, or a small K, first"),
-            one(f"AvgSim (K={k_avg})", avg, f"averaging {k_avg} neighbours with equal weights",
-                f"the {k_avg} neighbours are about equally similar: averaging them (method avgsim) is likely "
-                "about as good as weighting them"),
-            "what this is: a training-free estimate from the similarities alone (paper Definition 1; the paper "
-            "found it correlated with the measured gain over the baseline, it predicts no metric value). It "
-            "assumes similar identifiers mean related records, counts pairs beyond the K links as 0 (a lower "
-            "bound), compares baselines within this linkage only (not across metrics or jobs), and does not say "
-            "whether the secondary's features help at all: for that, train method solo and compare"]
+    return [
+        one(
+            "Top1Sim",
+            top1,
+            "keeping only the most similar match",
+            "the most similar record carries nearly all the similarity: keeping only it (method top1sim, "
+            "or exact) is likely about as good as FedSim; try it, or a small K, first",
+        ),
+        one(
+            f"AvgSim (K={k_avg})",
+            avg,
+            f"averaging {k_avg} neighbours with equal weights",
+            f"the {k_avg} neighbours are about equally similar: averaging them (method avgsim) is likely "
+            "about as good as weighting them",
+        ),
+        "what this is: a training-free estimate from the similarities alone (paper Definition 1; the paper "
+        "found it correlated with the measured gain over the baseline, it predicts no metric value). It "
+        "assumes similar identifiers mean related records, counts pairs beyond the K links as 0 (a lower "
+        "bound), compares baselines within this linkage only (not across metrics or jobs), and does not say "
+        "whether the secondary's features help at all: for that, train method solo and compare",
+    ]

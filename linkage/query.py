@@ -33,8 +33,10 @@ def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndar
     permutation of that party's n rows (the job's own)."""
     row_of_token = np.asarray(row_of_token, dtype=np.int64)
     if len(row_of_token) != n_rows or not np.array_equal(np.sort(row_of_token), np.arange(n_rows)):
-        raise LinkageError(f"party {party!r}: its token map covers {len(row_of_token)} rows, not a permutation "
-                           f"of its {n_rows} identifiers; the map and the identifiers are from different jobs")
+        raise LinkageError(
+            f"party {party!r}: its token map covers {len(row_of_token)} rows, not a permutation "
+            f"of its {n_rows} identifiers; the map and the identifiers are from different jobs"
+        )
     return np.argsort(row_of_token)
 
 
@@ -44,32 +46,91 @@ def links_of_rows(tokens: np.ndarray, row_of_token: np.ndarray, n_rows: int) -> 
     return np.bincount(rows, minlength=n_rows)
 
 
-def query(new_ids, base: dict, trained: PrimaryLinkage, row_of_token: dict, *, secret: bytes,
-          pool: int = 0, links_per_row: dict | None = None) -> PrimaryLinkage:
+def query(
+    new_ids,
+    base: dict,
+    trained: PrimaryLinkage,
+    row_of_token: dict,
+    *,
+    secret: bytes,
+    pool: int = 0,
+    links_per_row: dict | None = None,
+) -> PrimaryLinkage:
     """Tokens and noisy similarities of the new records' K neighbours in each secondary, as the
     job ``trained`` released them for its own records (``pool``: the job's candidate pool).
     ``links_per_row[party]`` (n,): a composed job's links per secondary row, counted once
     (:func:`links_per_row`); without it they are counted from ``trained``'s tokens."""
-    if trained.layout != "independent":
-        raise LinkageError(f"linkage job {trained.job_id} is a {trained.layout!r} job; querying new records "
-                           "is supported for independently linked secondaries only")
-    if set(base) != set(trained.links) or set(row_of_token) != set(trained.links):
-        raise LinkageError(f"the query names parties {sorted(base)} with maps {sorted(row_of_token)}, but job "
-                           f"{trained.job_id} linked {sorted(trained.links)}")
-    links = {}
-    for party in sorted(trained.links):
-        link = trained.links[party]
-        n = len(np.asarray(base[party]))
-        token_of_row = tokens_of_rows(row_of_token[party], party, n)
-        p = min(max(trained.k, default_pool(pool, trained.k, trained.tau)), n)  # the job's pool, as link() clips it
-        dist, idx = search(new_ids, base[party], metric=trained.metric, k=p, party=party)
-        counts = None
-        if link.composed:  # the job's links per row: its release's tokens mapped back to rows
-            counts = links_per_row[party] if links_per_row is not None else \
-                links_of_rows(link.tokens, row_of_token[party], n)
-        sims, chosen = released_rows(dist, idx, k=trained.k, mean=link.sim_mean, std=link.sim_std, sigma=link.sigma,
-                                     secret=secret, party=party, primary_ids=new_ids, links_per_row=counts,
-                                     size=n)  # (q, K) descending, with the job's training statistics and sigma
-        links[party] = PartyLink(token_of_row[chosen], sims.astype(np.float32), link.sigma, link.sim_mean,
-                                 link.sim_std, link.dp_sigma, link.radius, link.composed)
+    _check_query(trained, base, row_of_token)
+    links = {
+        party: _query_party(
+            new_ids,
+            base[party],
+            trained,
+            party,
+            row_of_token[party],
+            secret=secret,
+            pool=pool,
+            links_per_row=links_per_row,
+        )
+        for party in sorted(trained.links)
+    }
     return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout)
+
+
+def _check_query(trained: PrimaryLinkage, base: dict, row_of_token: dict) -> None:
+    """A query can be answered: the job links independently, and it names exactly the job's parties."""
+    if trained.layout != "independent":
+        raise LinkageError(
+            f"linkage job {trained.job_id} is a {trained.layout!r} job; querying new records "
+            "is supported for independently linked secondaries only"
+        )
+    if set(base) != set(trained.links) or set(row_of_token) != set(trained.links):
+        raise LinkageError(
+            f"the query names parties {sorted(base)} with maps {sorted(row_of_token)}, but job "
+            f"{trained.job_id} linked {sorted(trained.links)}"
+        )
+
+
+def _query_party(
+    new_ids,
+    base_ids,
+    trained: PrimaryLinkage,
+    party: str,
+    row_of_token,
+    *,
+    secret: bytes,
+    pool: int,
+    links_per_row: dict | None,
+) -> PartyLink:
+    """One secondary's link of the new records, released as the job released its own."""
+    link = trained.links[party]
+    n = len(np.asarray(base_ids))
+    token_of_row = tokens_of_rows(row_of_token, party, n)
+    p = min(max(trained.k, default_pool(pool, trained.k, trained.tau)), n)  # the job's pool, as link() clips it
+    dist, idx = search(new_ids, base_ids, metric=trained.metric, k=p, party=party)
+    counts = None
+    if link.composed:  # the job's links per row: its release's tokens mapped back to rows
+        counts = links_per_row[party] if links_per_row is not None else links_of_rows(link.tokens, row_of_token, n)
+    sims, chosen = released_rows(
+        dist,
+        idx,
+        k=trained.k,
+        mean=link.sim_mean,
+        std=link.sim_std,
+        sigma=link.sigma,
+        secret=secret,
+        party=party,
+        primary_ids=new_ids,
+        links_per_row=counts,
+        size=n,
+    )  # (q, K) descending, with the job's training statistics and sigma
+    return PartyLink(
+        token_of_row[chosen],
+        sims.astype(np.float32),
+        link.sigma,
+        link.sim_mean,
+        link.sim_std,
+        link.dp_sigma,
+        link.radius,
+        link.composed,
+    )

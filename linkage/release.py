@@ -64,11 +64,11 @@ def standardise(sims: Callable[[], Iterable[tuple[int, np.ndarray]]], m: int, ro
     squared deviations), so the figures do not depend on how the rows were chunked."""
     rows, per_row, width = np.asarray(rows, np.int64), np.zeros(m), 0
     for lo, sim in sims():
-        per_row[lo:lo + len(sim)], width = np.ascontiguousarray(sim, np.float64).sum(1), sim.shape[1]
+        per_row[lo : lo + len(sim)], width = np.ascontiguousarray(sim, np.float64).sum(1), sim.shape[1]
     count = len(rows) * width
     mean = float(per_row[rows].sum() / count)
     for lo, sim in sims():
-        per_row[lo:lo + len(sim)] = np.square(np.ascontiguousarray(sim, np.float64) - mean).sum(1)
+        per_row[lo : lo + len(sim)] = np.square(np.ascontiguousarray(sim, np.float64) - mean).sum(1)
     std = math.sqrt(float(per_row[rows].sum() / count))
     return mean, (std if std > 0 else 1.0)
 
@@ -99,8 +99,9 @@ def edge_penalty(dist: np.ndarray, std: float, sigma: float) -> np.ndarray:
         return sigma * np.square(np.maximum(1.0 / gap - 1.0, 0.0))
 
 
-def noisy_choice(dist: np.ndarray, idx: np.ndarray, std: float, sigma: float, secret: bytes, party: str, k: int,
-                 edge: bool) -> np.ndarray:
+def noisy_choice(
+    dist: np.ndarray, idx: np.ndarray, std: float, sigma: float, secret: bytes, party: str, k: int, edge: bool
+) -> np.ndarray:
     """(c, K) the columns of the K candidates kept of each record's pool dist, idx (c, P > K):
     the K largest standardised similarities plus selection noise of sigma (noise.selection_noise:
     a report-noisy-max), less the :func:`edge_penalty` where the pool is not the whole secondary
@@ -125,15 +126,33 @@ def released_rows(dist: np.ndarray, idx: np.ndarray, *, k: int, primary_ids, **j
     if len(dist) <= step:
         return _released_block(dist, idx, k=k, primary_ids=primary_ids, **job)
     ids = None if primary_ids is None else np.asarray(primary_ids)
-    parts = [_released_block(dist[lo:lo + step], idx[lo:lo + step], k=k, **job,
-                             primary_ids=None if ids is None else ids[lo:lo + step])
-             for lo in range(0, len(dist), step)]
+    parts = [
+        _released_block(
+            dist[lo : lo + step],
+            idx[lo : lo + step],
+            k=k,
+            **job,
+            primary_ids=None if ids is None else ids[lo : lo + step],
+        )
+        for lo in range(0, len(dist), step)
+    ]
     return np.concatenate([s for s, _ in parts]), np.concatenate([i for _, i in parts])
 
 
-def _released_block(dist: np.ndarray, idx: np.ndarray, *, k: int, mean: float, std: float, sigma: float,
-                    secret: bytes, party: str, primary_ids, links_per_row: np.ndarray | None, size: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def _released_block(
+    dist: np.ndarray,
+    idx: np.ndarray,
+    *,
+    k: int,
+    mean: float,
+    std: float,
+    sigma: float,
+    secret: bytes,
+    party: str,
+    primary_ids,
+    links_per_row: np.ndarray | None,
+    size: int,
+) -> tuple[np.ndarray, np.ndarray]:
     scale = None if links_per_row is None else composition(idx, links_per_row)  # (c, P)
     noisy = noisy_similarities(similarity(dist), mean, std, sigma, secret, party, primary_ids, scale)
     if sigma > 0 and dist.shape[1] > k:
@@ -142,8 +161,16 @@ def _released_block(dist: np.ndarray, idx: np.ndarray, *, k: int, mean: float, s
     return select_top(noisy, idx, k)
 
 
-def noisy_similarities(raw: np.ndarray, mean: float, std: float, sigma: float, secret: bytes, party: str,
-                       primary_ids, scale: np.ndarray | None = None) -> np.ndarray:
+def noisy_similarities(
+    raw: np.ndarray,
+    mean: float,
+    std: float,
+    sigma: float,
+    secret: bytes,
+    party: str,
+    primary_ids,
+    scale: np.ndarray | None = None,
+) -> np.ndarray:
     """(m, P) raw similarities standardised with (mean, std), plus each record's noise of scale
     sigma (noise.record_noise, keyed by ``primary_ids``' rows), times ``scale`` (m, P) where the
     noise is composed (:func:`composition`): a job's release and every later query of its records
@@ -152,8 +179,9 @@ def noisy_similarities(raw: np.ndarray, mean: float, std: float, sigma: float, s
     if sigma == 0.0:
         return standardised
     if primary_ids is None:
-        raise LinkageError("a noisy release (tau < 1) needs the primary identifiers: each record's noise is "
-                           "keyed by them")
+        raise LinkageError(
+            "a noisy release (tau < 1) needs the primary identifiers: each record's noise is keyed by them"
+        )
     noise = record_noise(secret, party, primary_ids, standardised.shape, sigma)  # (m, P)
     return standardised + (noise if scale is None else noise * scale)
 
@@ -202,8 +230,9 @@ class PartyPlan:
         if secret not in self.counted:
             counts = np.zeros(len(self.token_of_row), np.int64)
             for _, dist, idx in self.chunks():
-                cols = noisy_choice(dist, idx, self.std, self.sigma, secret, self.party, self.k,
-                                    dist.shape[1] < len(self.token_of_row))
+                cols = noisy_choice(
+                    dist, idx, self.std, self.sigma, secret, self.party, self.k, dist.shape[1] < len(self.token_of_row)
+                )
                 counts += np.bincount(np.take_along_axis(idx, cols, 1).ravel(), minlength=len(counts))
             self.counted[secret] = counts
         return self.counted[secret]
@@ -211,15 +240,26 @@ class PartyPlan:
     def rows(self, dist: np.ndarray, idx: np.ndarray, secret: bytes, primary_ids) -> tuple[np.ndarray, np.ndarray]:
         """tokens (c, K) int64 and sims (c, K) float32 of c records' candidates dist, idx (c, P)
         (``primary_ids``: those records' identifiers, keying their noise)."""
-        sims, chosen = released_rows(dist, idx, k=self.k, mean=self.mean, std=self.std, sigma=self.sigma,
-                                     secret=secret, party=self.party, primary_ids=primary_ids,
-                                     links_per_row=self.links(secret), size=len(self.token_of_row))  # (c, K) each
+        sims, chosen = released_rows(
+            dist,
+            idx,
+            k=self.k,
+            mean=self.mean,
+            std=self.std,
+            sigma=self.sigma,
+            secret=secret,
+            party=self.party,
+            primary_ids=primary_ids,
+            links_per_row=self.links(secret),
+            size=len(self.token_of_row),
+        )  # (c, K) each
         return self.token_of_row[chosen], sims.astype(np.float32)
 
     def link(self, tokens: np.ndarray, sims: np.ndarray) -> PartyLink:
         """The primary's PartyLink holding the released rows."""
-        return PartyLink(tokens, sims, self.sigma, self.mean, self.std, self.dp_sigma, self.defences.radius,
-                         self.defences.compose)
+        return PartyLink(
+            tokens, sims, self.sigma, self.mean, self.std, self.dp_sigma, self.defences.radius, self.defences.compose
+        )
 
 
 def _width(chunks: Chunks) -> int:
@@ -228,9 +268,19 @@ def _width(chunks: Chunks) -> int:
     raise LinkageError("the primary party has zero rows to link")
 
 
-def plan_party(party: str, chunks: Chunks, m: int, size: int, *, k: int, tau: float, rng: np.random.Generator,
-               train_rows: np.ndarray | None = None, defences: Defences = Defences(), dp_eps: float = 1.0
-               ) -> PartyPlan:
+def plan_party(
+    party: str,
+    chunks: Chunks,
+    m: int,
+    size: int,
+    *,
+    k: int,
+    tau: float,
+    rng: np.random.Generator,
+    train_rows: np.ndarray | None = None,
+    defences: Defences = Defences(),
+    dp_eps: float = 1.0,
+) -> PartyPlan:
     """Pass over a party's candidates (``chunks`` of m records, module docstring) for its
     standardisation and composed-noise counts, then draw its tokens from ``rng``."""
     width = _width(chunks)
@@ -246,8 +296,18 @@ def plan_party(party: str, chunks: Chunks, m: int, size: int, *, k: int, tau: fl
         counts = np.zeros(size, np.int64)
         for _, _, idx in chunks():
             counts += np.bincount(idx[:, :k].ravel(), minlength=size)
-    return PartyPlan(party, k, sigma, mean, std, make_tokens(size, rng), counts, dp_sigma(size, mean, std, dp_eps),
-                     defences, chunks if chosen_later else None)
+    return PartyPlan(
+        party,
+        k,
+        sigma,
+        mean,
+        std,
+        make_tokens(size, rng),
+        counts,
+        dp_sigma(size, mean, std, dp_eps),
+        defences,
+        chunks if chosen_later else None,
+    )
 
 
 def in_memory(dist: np.ndarray, idx: np.ndarray) -> Chunks:
@@ -255,9 +315,20 @@ def in_memory(dist: np.ndarray, idx: np.ndarray) -> Chunks:
     return lambda: iter([(0, dist, idx)])
 
 
-def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], *, k: int, tau: float,
-            secret: bytes, train_rows: np.ndarray | None = None, job_id: str, metric: str = "euclidean",
-            dp_eps: float = 1.0, primary_ids=None, defences: Defences = Defences()) -> LinkageResult:
+def release(
+    neighbours: dict[str, tuple[np.ndarray, np.ndarray]],
+    sizes: dict[str, int],
+    *,
+    k: int,
+    tau: float,
+    secret: bytes,
+    train_rows: np.ndarray | None = None,
+    job_id: str,
+    metric: str = "euclidean",
+    dp_eps: float = 1.0,
+    primary_ids=None,
+    defences: Defences = Defences(),
+) -> LinkageResult:
     """Standardise, noise and select each party's neighbours, and issue opaque tokens.
 
     neighbours[party] = (dist, idx), each (m, P) with P >= K candidates. Similarities are
@@ -276,8 +347,18 @@ def release(neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[st
     links, secondaries = {}, {}
     for party in sorted(neighbours):  # the token draws in this order: a chunked release draws alike
         dist, idx = neighbours[party]
-        plan = plan_party(party, in_memory(dist, idx), len(dist), sizes[party], k=k, tau=tau, rng=rng,
-                          train_rows=train_rows, defences=defences, dp_eps=dp_eps)
+        plan = plan_party(
+            party,
+            in_memory(dist, idx),
+            len(dist),
+            sizes[party],
+            k=k,
+            tau=tau,
+            rng=rng,
+            train_rows=train_rows,
+            defences=defences,
+            dp_eps=dp_eps,
+        )
         links[party] = plan.link(*plan.rows(dist, idx, secret, primary_ids))
         secondaries[party] = SecondaryLinkage(job_id, party, np.argsort(plan.token_of_row))
     return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)

@@ -35,16 +35,22 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import rapidfuzz.distance
 from rapidfuzz import process
-from rapidfuzz.distance import Indel, JaroWinkler, Levenshtein
 
 from linkage.contracts import STRING_METRICS, LinkageError
+from linkage.metrics import metric as metric_named
+from linkage.strings import topk_edit
 
 QGRAM = 3  # q of qgram_cosine (trigrams: measured against bigrams in docs/benchmarks.md, "String scorers")
 PAD = "_"  # q-gram padding, as linkage.encode.bloom_strings pads
 SAMPLE = 16  # the selection's threshold comes from every SAMPLE-th column of a row
-_RAPIDFUZZ = {"levenshtein_norm": Levenshtein.normalized_distance, "jaro_winkler": JaroWinkler.normalized_distance,
-              "token_sort": Indel.normalized_distance}
+
+
+def scorer(metric: str) -> Callable:
+    """The metric's rapidfuzz distance (linkage.metrics: Metric.scorer, e.g. Levenshtein.distance)."""
+    cls, fn = metric_named(metric).scorer.split(".")
+    return getattr(getattr(rapidfuzz.distance, cls), fn)
 
 
 def joined(ids) -> list[str]:
@@ -53,8 +59,9 @@ def joined(ids) -> list[str]:
     if arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] == 0):
         raise LinkageError(f"string identifiers must be (rows,) or (rows, columns); got shape {arr.shape}")
     rows = arr.tolist()
-    bad = next((i for i, r in enumerate(rows) if not all(isinstance(s, str) for s in ([r] if arr.ndim == 1 else r))),
-               None)
+    bad = next(
+        (i for i, r in enumerate(rows) if not all(isinstance(s, str) for s in ([r] if arr.ndim == 1 else r))), None
+    )
     if bad is not None:
         raise LinkageError(f"string identifier row {bad} is {rows[bad]!r}: not all strings")
     return rows if arr.ndim == 1 else [" ".join(r) for r in rows]
@@ -92,8 +99,16 @@ def _check(metric: str, query: list[str], base: list[str], k) -> None:
         raise LinkageError(f"k={k!r} must be an integer in 1..len(base)={len(base)}")
 
 
-def topk_strings(metric: str, query, base, k: int, *, workers: int = -1, mem_cap_mb: int = 1024,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def topk_strings(
+    metric: str,
+    query,
+    base,
+    k: int,
+    *,
+    workers: int = -1,
+    mem_cap_mb: int = 1024,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest base rows of each query row by a string metric (module docstring).
 
     query (m,) or (m, c), base (n,) or (n, c) strings, the same c. Returns dist (m, k) float64,
@@ -105,22 +120,21 @@ def topk_strings(metric: str, query, base, k: int, *, workers: int = -1, mem_cap
         raise LinkageError(f"string columns differ: the query has {qcols}, the base {bcols}")
     query, base = joined(query), joined(base)
     _check(metric, query, base, k)
-    if metric == "edit":
-        from linkage.strings import topk_edit
-
+    how = metric_named(metric)
+    if how.exact == "edit":
         return topk_edit(query, base, k, workers=workers, mem_cap_mb=mem_cap_mb, progress=progress)
-    if metric == "qgram_cosine":
-        from linkage.qgram import topk_cosine
+    if how.exact == "qgram":
+        from linkage.qgram import topk_cosine  # lazy: numba and scipy, for this metric's search only
 
         return topk_cosine(query, base, k, q=QGRAM, pad=PAD, progress=progress)
-    if metric == "token_sort":
+    if how.sort_words:
         query, base = [sort_tokens(s) for s in query], [sort_tokens(s) for s in base]
     m, n = len(query), len(base)
     rows = max(1, min(1024, (mem_cap_mb << 20) // (4 * 3 * n)))  # a float32 block, its mask and scratch
     dist, idx = np.empty((m, k)), np.empty((m, k), np.int64)
     for lo in range(0, m, rows):
         hi = min(m, lo + rows)
-        d = process.cdist(query[lo:hi], base, scorer=_RAPIDFUZZ[metric], dtype=np.float32, workers=workers)
+        d = process.cdist(query[lo:hi], base, scorer=scorer(metric), dtype=np.float32, workers=workers)
         dist[lo:hi], idx[lo:hi] = smallest(d, k)
         if progress:
             progress(hi, m)

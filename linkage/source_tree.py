@@ -16,8 +16,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # top-level folders of ROOT that hold the project's own files (git tracks them)
-SOURCE = ("app", "bench", "conf", "data", "datasets", "deploy", "docs", "examples", "experiments", "fedsim",
-          "linkage", "linkage_server", "scripts", "strategies", "tests", ".ci", ".git", ".venv")
+SOURCE = (
+    "app",
+    "bench",
+    "conf",
+    "data",
+    "datasets",
+    "deploy",
+    "docs",
+    "examples",
+    "experiments",
+    "fedsim",
+    "linkage",
+    "linkage_server",
+    "scripts",
+    "strategies",
+    "tests",
+    ".ci",
+    ".git",
+    ".venv",
+)
 
 
 def _folder(path: Path) -> Path:
@@ -42,8 +60,10 @@ def inside_source(path: Path) -> str | None:
 def refuse_source(path: Path, what: str) -> None:
     why = inside_source(path)
     if why:
-        raise ValueError(f"{what} {path}: {why}; write results into a work folder outside the source "
-                         f"(e.g. {ROOT / 'work'} or a folder outside {ROOT}; git ignores work/ and runs/)")
+        raise ValueError(
+            f"{what} {path}: {why}; write results into a work folder outside the source "
+            f"(e.g. {ROOT / 'work'} or a folder outside {ROOT}; git ignores work/ and runs/)"
+        )
 
 
 def exit_if_source(path: Path, what: str) -> None:

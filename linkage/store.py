@@ -53,15 +53,31 @@ def zip_members(target, members: dict) -> None:
 
 def link_stats(link: PartyLink) -> dict:
     """A PartyLink's figures as primary.npz's meta records them (everything but its rows)."""
-    return {"sigma": link.sigma, "sim_mean": link.sim_mean, "sim_std": link.sim_std, "dp_sigma": link.dp_sigma,
-            "radius": link.radius, "composed": link.composed, "recall": link.recall}
+    return {
+        "sigma": link.sigma,
+        "sim_mean": link.sim_mean,
+        "sim_std": link.sim_std,
+        "dp_sigma": link.dp_sigma,
+        "radius": link.radius,
+        "composed": link.composed,
+        "recall": link.recall,
+    }
 
 
 def primary_meta(p: PrimaryLinkage) -> str:
     """primary.npz's ``meta`` member: the job, its parameters and every party's figures."""
-    return json.dumps({"job_id": p.job_id, "k": p.k, "tau": p.tau, "metric": p.metric, "layout": p.layout,
-                       "ids_sha256": p.ids_sha256, "parties": sorted(p.links),
-                       "stats": {q: link_stats(lk) for q, lk in p.links.items()}})
+    return json.dumps(
+        {
+            "job_id": p.job_id,
+            "k": p.k,
+            "tau": p.tau,
+            "metric": p.metric,
+            "layout": p.layout,
+            "ids_sha256": p.ids_sha256,
+            "parties": sorted(p.links),
+            "stats": {q: link_stats(lk) for q, lk in p.links.items()},
+        }
+    )
 
 
 def primary_bytes(p: PrimaryLinkage) -> bytes:
@@ -160,11 +176,23 @@ def read_primary(source, rows: bool = True) -> PrimaryLinkage:
     with np.load(source, allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
         empty = np.empty((0, meta["k"]))
-        links = {q: PartyLink(z[f"tokens__{q}"] if rows else empty.astype(np.int64),
-                              z[f"sims__{q}"] if rows else empty.astype(np.float32), **meta["stats"][q])
-                 for q in meta["parties"]}
-    return PrimaryLinkage(meta["job_id"], meta["k"], meta["tau"], links, meta.get("metric", "euclidean"),
-                          meta.get("layout", "independent"), meta.get("ids_sha256", ""))
+        links = {
+            q: PartyLink(
+                z[f"tokens__{q}"] if rows else empty.astype(np.int64),
+                z[f"sims__{q}"] if rows else empty.astype(np.float32),
+                **meta["stats"][q],
+            )
+            for q in meta["parties"]
+        }
+    return PrimaryLinkage(
+        meta["job_id"],
+        meta["k"],
+        meta["tau"],
+        links,
+        meta.get("metric", "euclidean"),
+        meta.get("layout", "independent"),
+        meta.get("ids_sha256", ""),
+    )
 
 
 def read_secondary(source, party: str) -> SecondaryLinkage:
@@ -195,8 +223,9 @@ def load_privacy(folder: Path, job_id: str) -> dict | None:
         return None
     report = json.loads(path.read_text())
     if report.get("job_id") != job_id:
-        raise LinkageError(f"{path} is the privacy report of job {report.get('job_id')!r}, not of this "
-                           f"linkage's job {job_id!r}")
+        raise LinkageError(
+            f"{path} is the privacy report of job {report.get('job_id')!r}, not of this linkage's job {job_id!r}"
+        )
     return report
 
 

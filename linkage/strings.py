@@ -154,8 +154,10 @@ def _guess(query, base, k, dtype, cap, workers) -> np.ndarray:
     sample = [base[i] for i in rng.choice(len(base), s, replace=False)]
     r = min(s, max(1, math.ceil(GUESS * k * s / len(base))))
     step = max(1, cap // s)
-    w = [np.partition(_cdist(query[i : i + step], sample, dtype, workers), r - 1, axis=1)[:, r - 1]
-         for i in range(0, len(query), step)]  # (step, s) distances each
+    w = [
+        np.partition(_cdist(query[i : i + step], sample, dtype, workers), r - 1, axis=1)[:, r - 1]
+        for i in range(0, len(query), step)
+    ]  # (step, s) distances each
     return np.concatenate(w).astype(np.int64) + 1
 
 

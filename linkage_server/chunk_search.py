@@ -82,8 +82,18 @@ def fresh_cache(root: Path, key: str) -> Path:
     return root / key
 
 
-def chunked_search(cache: Path, query, base, metric: str, k: int, party: str, chunks: list[tuple[int, int]],
-                   tick, ray: str = "", approx: Approx = Approx()) -> ChunkFiles:
+def chunked_search(
+    cache: Path,
+    query,
+    base,
+    metric: str,
+    k: int,
+    party: str,
+    chunks: list[tuple[int, int]],
+    tick,
+    ray: str = "",
+    approx: Approx = Approx(),
+) -> ChunkFiles:
     """Every chunk's top-k on disk; ``tick()`` once per chunk done (module docstring)."""
     todo = [(lo, hi) for lo, hi in chunks if not _chunk_file(cache, lo, hi).exists()]
     on_ray, build = bool(ray), partial(_searcher, base, metric, k, party, approx)
@@ -124,8 +134,13 @@ def connect(address: str) -> None:
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=None if address == "local" else address, include_dashboard=False,
-                 ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=None if address == "local" else address,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     private_ray_token()
 
 
@@ -169,7 +184,9 @@ def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str,
             for ref in running:
                 ray.cancel(ref)
             cause = getattr(e, "cause", None)
-            raise LinkageError(f"party {party!r}: search chunk {lo}-{hi} failed on Ray: "
-                               f"{type(cause or e).__name__}: {str(cause or e).splitlines()[0]}") from None
+            raise LinkageError(
+                f"party {party!r}: search chunk {lo}-{hi} failed on Ray: "
+                f"{type(cause or e).__name__}: {str(cause or e).splitlines()[0]}"
+            ) from None
         write_atomic(_chunk_file(cache, lo, hi), npz_bytes(dist=dist, idx=idx))
         tick()

@@ -27,8 +27,21 @@ import secrets
 import sys
 from pathlib import Path
 
-from linkage.contracts import DEFAULT_STRING_METRIC, METRICS
-from linkage.private import private_umask
+from linkage.contracts import LinkageError
+from linkage.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
+from linkage.private import create_secret, private_dir, private_umask, warn_if_exposed
+from linkage.quality import delta_verdict, improvement_delta
+from linkage.source_tree import inside_source
+from linkage_server import requestlog
+from linkage_server.cli_options import (
+    HelpFormatter,
+    command,
+    connection,
+    identifier_options,
+    job_options,
+    serve_options,
+    wait_options,
+)
 from linkage_server.cli_party import (
     cmd_encode,
     cmd_fetch,
@@ -41,23 +54,11 @@ from linkage_server.cli_party import (
     read_secret,
     verify,
 )
-from linkage_server.limits import QUERY_MAX_CELLS, Limits
+from linkage_server.limits import Limits
+from linkage_server.queries import QueryLimits
+from linkage_server.uploads import UploadError
 
-DEFAULT_URL = "http://127.0.0.1:8471"
 __all__ = ["main", "parser", "read_identifiers"]
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Every option's help ends with its default (or says it is required), unless it names one."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
-            return text
-        if action.required or "required" in text:
-            return text if "required" in text else f"{text} (required)"
-        shown = "none" if action.default is None else "off" if action.default is False else "%(default)s"
-        return f"{text} (default: {shown})"
 
 
 # ----------------------------------------------------------------------------- commands
@@ -66,9 +67,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def cmd_serve(args) -> None:
     import uvicorn
 
-    from linkage.private import create_secret, private_dir, warn_if_exposed
-    from linkage_server import requestlog
-    from linkage_server.service import create_app
+    from linkage_server.service import create_app  # lazy: fastapi and uvicorn, for `serve` only
 
     data_dir = private_dir(Path(args.data_dir))
     os.chmod(data_dir, 0o700)  # the service's own folder: uploads, searches, results, secrets
@@ -78,40 +77,52 @@ def cmd_serve(args) -> None:
         create_secret(token_file, secrets.token_urlsafe(32), "admin token")
     else:
         warn_if_exposed(token_file, "admin token file")
-    from linkage.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
-
     operator_seed = args.operator_seed if args.operator_seed is not None else operator_seed_from_env()
     if operator_seed is not None:
-        print(f"warning: an operator seed fixes every job's randomness (from the job's content): for "
-              f"experiments only; a party who guesses it can undo the noise and the token shuffle. Prefer "
-              f"${OPERATOR_SEED_ENV} to --operator-seed (a command line is visible to other users)",
-              file=sys.stderr, flush=True)
-    from linkage_server.queries import QueryLimits
-
+        print(
+            f"warning: an operator seed fixes every job's randomness (from the job's content): for "
+            f"experiments only; a party who guesses it can undo the noise and the token shuffle. Prefer "
+            f"${OPERATOR_SEED_ENV} to --operator-seed (a command line is visible to other users)",
+            file=sys.stderr,
+            flush=True,
+        )
     limits = Limits(args.max_k, args.max_cells, args.chunk_cells, args.max_uploads_per_party, args.small_job_cells)
-    app = create_app(data_dir, token_file.read_text().strip(), max_upload_bytes=int(args.max_upload_mb * 2**20),
-                     chunk_rows=args.chunk_rows, operator_seed=operator_seed, auth_failures=args.auth_failures,
-                     auth_window_s=args.auth_window, query_limits=QueryLimits(args.query_budget, args.query_max_records,
-                                                          max_cells=args.query_max_cells),
-                     ray=args.ray, limits=limits)
+    app = create_app(
+        data_dir,
+        token_file.read_text().strip(),
+        max_upload_bytes=int(args.max_upload_mb * 2**20),
+        chunk_rows=args.chunk_rows,
+        operator_seed=operator_seed,
+        auth_failures=args.auth_failures,
+        auth_window_s=args.auth_window,
+        query_limits=QueryLimits(args.query_budget, args.query_max_records, max_cells=args.query_max_cells),
+        ray=args.ray,
+        limits=limits,
+    )
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False,
-                            ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        proxy_headers=False,
+        ssl_certfile=args.certfile,
+        ssl_keyfile=args.keyfile,
+    )
     sock = config.bind_socket()  # bound here: the URL printed is the real one (also for --port 0)
     requestlog.enable()
     host = f"[{args.host}]" if ":" in args.host else args.host
-    requestlog.banner(f"{'https' if args.certfile else 'http'}://{host}:{sock.getsockname()[1]}", data_dir,
-                      token_file, created)
+    requestlog.banner(
+        f"{'https' if args.certfile else 'http'}://{host}:{sock.getsockname()[1]}", data_dir, token_file, created
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 
 def cmd_create_job(args) -> None:
-    from linkage_server.client import create_job
+    from linkage_server.client import create_job  # lazy: httpx, for the commands that call the service
 
     token = read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
     out = create_job(args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=verify(args))
-    from linkage.private import create_secret
-
     folder = Path(args.secrets_dir)
     for party, secret in out["secrets"].items():  # 0600 from the first byte; never over an existing file
         create_secret(folder / f"{out['job']}-{party}.secret", secret, "party secret")
@@ -119,7 +130,7 @@ def cmd_create_job(args) -> None:
 
 
 def cmd_cancel(args) -> None:
-    from linkage_server.client import cancel_job
+    from linkage_server.client import cancel_job  # lazy: httpx, for the commands that call the service
 
     if args.admin_token_file:
         token = read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
@@ -130,8 +141,7 @@ def cmd_cancel(args) -> None:
 
 
 def cmd_delta(args) -> None:
-    from linkage.quality import delta_verdict, improvement_delta
-    from linkage.store import load_primary
+    from linkage.store import load_primary  # lazy: looked up per call (tests stand in for the stored linkage)
 
     p = load_primary(Path(args.linkage_dir))
     for party, link in p.links.items():
@@ -141,195 +151,95 @@ def cmd_delta(args) -> None:
         print("\n".join(f"  {line}" for line in delta_verdict(top1, avg, p.k, k_avg)))
 
 
-# ----------------------------------------------------------------------------- parsers
-
-
-def _command(sub, name: str, func, text: str, **extra) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=text, description=text, formatter_class=HelpFormatter, **extra)
-    p.set_defaults(func=func, parser=p)
-    return p
-
-
-def _conn(p, party=True) -> None:
-    """The service address and, for a party, its job, name and secret."""
-    p.add_argument("--url", default=os.environ.get("FEDSIM_LINKAGE_URL", DEFAULT_URL),
-                   help="the linkage service (default: $FEDSIM_LINKAGE_URL, else %(default)s)")
-    p.add_argument("--ca-cert", help="CA certificate to verify an HTTPS service (default: the system's)")
-    if party:
-        p.add_argument("--job", required=True, help="the job id (from create-job)")
-        p.add_argument("--party", required=True, help="this party's name in the job")
-        p.add_argument("--secret-file", help="this party's secret (default: $FEDSIM_LINKAGE_SECRET)")
-
-
-def _ids(p) -> None:
-    """Where a party's identifiers come from (read by cli_party.identifiers)."""
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--csv", help="the party's CSV file (with --columns; one of --csv / --npy is required)")
-    g.add_argument("--npy", help="identifiers already as a .npy array, e.g. from `encode` (default: none)")
-    p.add_argument("--columns", help="identifier column(s) of --csv, comma-separated; several string columns "
-                                     "(name,address) are compared joined with a space (required with --csv)")
-    p.add_argument("--kind", choices=["numbers", "strings"], default="numbers",
-                   help="numbers (Euclidean) or strings (names, titles, addresses)")
-    p.add_argument("--key-file", help="private mode: JSON key shared by the parties, never the service; "
-                                      "identifiers are encoded with it before upload (default: none, raw)")
-    p.add_argument("--missing", choices=["refuse", "skip", "empty"], default="refuse",
-                   help="a --csv row with a missing (empty) identifier: refuse the file, skip the row (the linkage "
-                        "indexes the rows that remain, as if it were deleted), or (strings) read it as empty "
-                        "(a row with every identifier missing is skipped); docs/own-data.md")
-    p.add_argument("--skipped-out", help="where skipped rows are written, with their line numbers "
-                                         "(default: <csv stem>.skipped.csv in the working folder)")
-
-
-def _job(p) -> None:
-    """The job's parameters, as the primary starts it."""
-    p.add_argument("--metric", choices=METRICS, default=None, metavar="METRIC",
-                   help=f"one of {', '.join(METRICS)}; default: from the primary's upload: numbers -> euclidean, "
-                        f"Bloom/FEDERAL bits -> hamming, strings -> {DEFAULT_STRING_METRIC}. edit is raw Levenshtein; "
-                        "levenshtein_norm, jaro_winkler, token_sort, qgram_cosine are normalised to [0, 1]")
-    p.add_argument("--k", type=int, default=100, help="neighbours per record")
-    p.add_argument("--tau", type=float, default=1.0, help="attack-success bound of the noise (1 = no noise)")
-    p.add_argument("--pool", type=int, default=0,
-                   help="candidates per record before noise (0 = K at tau 1, 4 K under noise)")
-    p.add_argument("--radius", type=float, default=0.5,
-                   help="tau bounds guessing a distance within this radius, in identifier units (docs/privacy.md)")
-    p.add_argument("--compose", action="store_true",
-                   help="noise on each link scaled by sqrt(the links of its secondary record) (docs/privacy.md)")
-    p.add_argument("--search", choices=["exact", "hnsw", "ivf", "qgram", "auto"], default="exact",
-                   help="top-K search: exact; a faiss index (hnsw, ivf: euclidean, hamming); q-gram candidates "
-                        "reranked (qgram: strings); auto: approximate only where exact is slow")
-    p.add_argument("--recall-floor", type=float, default=0.0,
-                   help="an approximate search under this tie-aware recall (on 1000 records) fails the job")
-    p.add_argument("--width", type=int, default=0,
-                   help="how widely an approximate search looks: IVF cells probed (nprobe), the HNSW beam "
-                        "(ef_search) or q-gram candidates per record; 0 = linkage.approx's default")
-    p.add_argument("--layout", choices=["independent", "chain"], default="independent",
-                   help="several secondaries: each linked to the primary, or chained one-to-one (paper App. C)")
-    p.add_argument("--anchor", default="", help="the chain's anchor secondary (default: '' = the first by name)")
-    p.add_argument("--train-rows", help="(primary) .npy of training row numbers to standardise on "
-                                        "(default: none, all rows)")
-
-
-def _wait(p) -> None:
-    p.add_argument("--wait", action="store_true", help="wait until the job is done")
-    p.add_argument("--fetch", help="wait, then download this party's result into this folder (the primary: with "
-                                   "its upload record, which binds the result to its identifiers) (default: none)")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
+# ----------------------------------------------------------------------------- commands' parsers
 
 
 def _add_serve(sub) -> None:
-    s = _command(sub, "serve", cmd_serve, "run the linkage service")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    s.add_argument("--port", type=int, default=8471, help="port to listen on")
-    s.add_argument("--data-dir", required=True, help="jobs, uploads and results live here (survive restarts)")
-    s.add_argument("--admin-token-file", help="default: <data-dir>/admin-token, created if absent")
-    s.add_argument("--max-upload-mb", type=float, default=512, help="largest upload accepted, MiB")
-    s.add_argument("--chunk-rows", type=int, default=20_000, help="primary rows per resumable search chunk")
-    s.add_argument("--ray", default="", metavar="ADDRESS",
-                   help="search the chunks on Ray: 'local' (a Ray in this machine) or a cluster's address "
-                        "(default: in the service's process)")
-    s.add_argument("--auth-failures", type=int, default=10,
-                   help="failed authentications per client address (and per party) within --auth-window before "
-                        "429; clients behind one address share it")
-    s.add_argument("--auth-window", type=float, default=60.0, help="seconds")
-    s.add_argument("--operator-seed", type=int, default=None,
-                   help="operator only, for reproducible experiments: derive every job's randomness from this "
-                        "seed and the job's content instead of a fresh secret per job (no party can set or read "
-                        "it; a guessable seed lets the primary undo the noise) (default: $FEDSIM_LINKAGE_OPERATOR_SEED "
-                        "if set, else none)")
-    s.add_argument("--query-budget", type=int, default=1_000_000,
-                   help="cells (records x K) each job answers queries for, over all its queries (0 = no queries)")
-    s.add_argument("--query-max-records", type=int, default=100_000, help="records per query")
-    _add_limits(s)
-    s.add_argument("--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS "
-                                      "(default: none, plain HTTP)")
-    s.add_argument("--keyfile", help="TLS private key (PEM) (default: none)")
-    s.add_argument("--log-level", default="warning", help="uvicorn's log level")
-
-
-def _add_limits(s) -> None:
-    """The operator's limits on what one party can make the service hold (linkage_server.limits)."""
-    d = Limits()
-    s.add_argument("--query-max-cells", type=int, default=QUERY_MAX_CELLS,
-                   help="records x K x secondaries per query")
-    s.add_argument("--max-k", type=int, default=d.max_k, help="largest K (and candidate pool) a job may ask for")
-    s.add_argument("--max-cells", type=int, default=d.max_cells,
-                   help="largest job: primary records x K x secondaries (its disk is about 28 bytes a cell)")
-    s.add_argument("--chunk-cells", type=int, default=d.chunk_cells,
-                   help="primary rows x K of one search chunk (fewer rows at a large K): bounds a job's memory")
-    s.add_argument("--max-uploads-per-party", type=int, default=d.max_uploads_per_party,
-                   help="concurrent uploads and queries per party; more are refused 429")
-    s.add_argument("--small-job-cells", type=int, default=d.small_cells,
-                   help="jobs up to this many cells run in a lane of their own, never behind a large job")
+    serve_options(command(sub, "serve", cmd_serve, "run the linkage service"))
 
 
 def _add_setup_commands(sub) -> None:
     """create-job (admin), make-key and encode (parties, offline)."""
-    s = _command(sub, "create-job", cmd_create_job, "(admin) create a job and per-party secrets")
-    _conn(s, party=False)
+    s = command(sub, "create-job", cmd_create_job, "(admin) create a job and per-party secrets")
+    connection(s, party=False)
     s.add_argument("--admin-token-file", help="the admin token (default: $FEDSIM_LINKAGE_ADMIN_TOKEN)")
     s.add_argument("--primary", required=True, help="the primary party's name")
     s.add_argument("--secondary", action="append", required=True, help="a secondary party's name (repeat for more)")
-    s.add_argument("--duplicates", choices=["allow", "refuse"], default="allow",
-                   help="duplicate identifiers in an upload")
+    s.add_argument(
+        "--duplicates", choices=["allow", "refuse"], default="allow", help="duplicate identifiers in an upload"
+    )
     s.add_argument("--secrets-dir", default=".", help="where <job>-<party>.secret files are written")
 
-    s = _command(sub, "make-key", cmd_make_key, "(parties) a shared secret (+ FEDERAL parameters) for private mode")
+    s = command(sub, "make-key", cmd_make_key, "(parties) a shared secret (+ FEDERAL parameters) for private mode")
     s.add_argument("--out", required=True, help="the key file to write")
     s.add_argument("--csv", help="numeric identifiers to fit FEDERAL's t, lo, hi on (with --columns)")
     s.add_argument("--columns", help="numeric column(s) of --csv, comma-separated (required with --csv)")
     s.add_argument("--k", type=int, default=100, help="the job's K, which FEDERAL's t is fitted for")
     s.add_argument("--bits-per-dim", type=int, default=1024, help="FEDERAL filter bits per dimension")
 
-    s = _command(sub, "encode", cmd_encode, "(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
-    _ids(s)
+    s = command(sub, "encode", cmd_encode, "(party) CSV identifiers -> .npy (Bloom/FEDERAL with --key-file)")
+    identifier_options(s)
     s.add_argument("--out", required=True, help="the .npy to write")
 
 
 def _add_party_commands(sub) -> None:
     """link and start (the job), status and fetch (its result)."""
-    s = _command(sub, "link", cmd_link, "(party) upload identifiers; the primary may start the job too")
-    _conn(s)
-    _ids(s)
-    s.add_argument("--start", action="store_true", help="(primary) start the job after uploading (every other "
-                                                        "party must have uploaded; else use `start` later)")
-    _job(s)
-    _wait(s)
-    s.add_argument("--record", help="(primary) write the upload record (job id, digests) into this folder now, "
-                                    "to `fetch` the result into it later (default: none)")
+    s = command(sub, "link", cmd_link, "(party) upload identifiers; the primary may start the job too")
+    connection(s)
+    identifier_options(s)
+    s.add_argument(
+        "--start",
+        action="store_true",
+        help="(primary) start the job after uploading (every other party must have uploaded; else use `start` later)",
+    )
+    job_options(s)
+    wait_options(s)
+    s.add_argument(
+        "--record",
+        help="(primary) write the upload record (job id, digests) into this folder now, "
+        "to `fetch` the result into it later (default: none)",
+    )
 
-    s = _command(sub, "start", cmd_start, "(primary) start the job once every party has uploaded")
-    _conn(s)
-    _job(s)
-    _wait(s)
+    s = command(sub, "start", cmd_start, "(primary) start the job once every party has uploaded")
+    connection(s)
+    job_options(s)
+    wait_options(s)
 
-    s = _command(sub, "status", cmd_status, "(party) job state and progress")
-    _conn(s)
+    s = command(sub, "status", cmd_status, "(party) job state and progress")
+    connection(s)
     s.add_argument("--wait", action="store_true", help="wait until the job is done")
     s.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
 
-    s = _command(sub, "fetch", cmd_fetch, "(party) download this party's result")
-    _conn(s)
+    s = command(sub, "fetch", cmd_fetch, "(party) download this party's result")
+    connection(s)
     s.add_argument("--out", required=True, help="the folder to write the result into")
 
 
 def _add_result_commands(sub) -> None:
     """query (the primary, after the job) and delta (offline, on a fetched result)."""
-    s = _command(sub, "query", cmd_query, "(primary) new records' tokens and similarities from a finished job")
-    _conn(s)
-    _ids(s)
+    s = command(sub, "query", cmd_query, "(primary) new records' tokens and similarities from a finished job")
+    connection(s)
+    identifier_options(s)
     s.add_argument("--out", required=True, help="the result file (primary.npz format), written atomically")
 
-    s = _command(sub, "cancel", cmd_cancel, "(primary or admin) cancel a queued or running job")
-    _conn(s, party=False)
+    s = command(sub, "cancel", cmd_cancel, "(primary or admin) cancel a queued or running job")
+    connection(s, party=False)
     s.add_argument("--job", required=True, help="the job id (from create-job)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--secret-file", help="the primary's secret (default: $FEDSIM_LINKAGE_SECRET)")
-    g.add_argument("--admin-token-file", help="the service's admin token, instead of the primary's secret "
-                                              "(default: none)")
+    g.add_argument(
+        "--admin-token-file", help="the service's admin token, instead of the primary's secret (default: none)"
+    )
     s.add_argument("--party", help="the primary's name (optional: its secret says who cancels) (default: none)")
 
-    s = _command(sub, "estimate", cmd_delta, "Definition 1's improvement estimate from a primary result, and what "
-                 "it means for choosing FedSim over Top1Sim / AvgSim", aliases=["delta"])
+    s = command(
+        sub,
+        "estimate",
+        cmd_delta,
+        "Definition 1's improvement estimate from a primary result, and what "
+        "it means for choosing FedSim over Top1Sim / AvgSim",
+        aliases=["delta"],
+    )
     s.add_argument("--linkage-dir", required=True, help="the folder holding primary.npz")
     s.add_argument("--k-avg", type=int, default=0, help="neighbours AvgSim averages (0 = all K)")
 
@@ -353,16 +263,16 @@ def _missing(args) -> str | None:
 
 def _into_source(args) -> str | None:
     """A result, secret or the service's data aimed into the project's source tree, named."""
-    from linkage.source_tree import inside_source
-
     if getattr(args, "missing", "refuse") != "refuse" and getattr(args, "csv", None) and not args.skipped_out:
         args.skipped_out = f"{Path(args.csv).stem}.skipped.csv"  # the default, checked like the others
     for name in ("out", "fetch", "data_dir", "secrets_dir", "record", "skipped_out"):
         target = getattr(args, name, None)
         why = inside_source(Path(target)) if target else None
         if why:
-            return (f"--{name.replace('_', '-')} {target}: {why}; use a work folder outside the source "
-                    "(git ignores work/ and runs/)")
+            return (
+                f"--{name.replace('_', '-')} {target}: {why}; use a work folder outside the source "
+                "(git ignores work/ and runs/)"
+            )
     return None
 
 
@@ -371,9 +281,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") 
     raises SystemExit with "error: <reason>" (exit 1, the reason on stderr); success returns."""
     import httpx
 
-    from linkage.contracts import LinkageError
-    from linkage_server.client import ServiceError
-    from linkage_server.uploads import UploadError
+    from linkage_server.client import ServiceError  # lazy: httpx, for the commands that call the service
 
     private_umask()  # uploads, searches, results, secrets, fetched linkage: 0600 files in 0700 folders
     args = parser(prog).parse_args(argv)

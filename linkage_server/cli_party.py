@@ -1,4 +1,4 @@
-"""The parties' commands of ``python -m linkage_server`` (parsers in linkage_server.cli): read and
+"""The parties' commands of ``python -m linkage_server`` (registered in linkage_server.cli): read and
 encode identifiers, upload them, start the job, wait, fetch, query."""
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from linkage.binding import RECORD, identifier_digest
 from linkage.contracts import LinkageError
+from linkage.encode import encode_with_key, federal_key, key_fingerprint
 from linkage.private import create_secret, warn_if_exposed
 from linkage.store import write_atomic
+from linkage_server.csv_ids import read_csv_identifiers, report, skipped_path, write_skipped
 from linkage_server.progress import Bar
+from linkage_server.uploads import METRIC_OF_KIND, to_npy
 
 SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the raw identifiers it came from
 
@@ -36,13 +40,11 @@ def read_identifiers(csv: str, columns: list[str], kind: str, missing: str = "re
     """One party's identifier columns from its CSV, checked: numbers (n, d) float64, or strings
     read as text and normalised (linkage.strings.normalize_strings): (n,) for one column, (n, c)
     for several. ``missing``: the rule for rows with a missing identifier (linkage_server.csv_ids)."""
-    from linkage_server.csv_ids import read_csv_identifiers
-
     return read_csv_identifiers(csv, columns, kind, missing).ids
 
 
 def client(args):
-    from linkage_server.client import LinkageClient
+    from linkage_server.client import LinkageClient  # lazy: httpx and scipy, for the commands that call the service
 
     secret = read_secret(args.secret_file, "FEDSIM_LINKAGE_SECRET")
     return LinkageClient(args.url, args.job, args.party, secret, verify=verify(args))
@@ -52,16 +54,12 @@ def identifiers(args) -> tuple[np.ndarray, str]:
     """The identifiers to upload, and the digest of the raw identifiers they were encoded from
     ("" = they are raw): a run binds the linkage to its own raw identifiers by it. With
     --key-file every source is encoded (or refused): raw identifiers never leave in private mode."""
-    from linkage.binding import identifier_digest
-
     key = _key(args)
     if args.npy:
         return _npy_identifiers(args.npy, key)
     ids, skipped = _csv_identifiers(args)
     args.skipped = skipped
     if key is not None:  # private mode: the party encodes with the parties' shared key before uploading
-        from linkage.encode import encode_with_key
-
         return encode_with_key(ids, key), identifier_digest(ids)
     return ids, ""
 
@@ -69,12 +67,13 @@ def identifiers(args) -> tuple[np.ndarray, str]:
 def _csv_identifiers(args) -> tuple[np.ndarray, dict]:
     """--csv's identifiers under --missing; what the rule did is said on stderr, the skipped rows
     written to --skipped-out. Returns (identifiers, {"csv_rows", "skipped", "skipped_rows_file"})."""
-    from linkage_server.csv_ids import read_csv_identifiers, report, skipped_path, write_skipped
-
     rule, columns = getattr(args, "missing", "refuse"), args.columns.split(",")
     got = read_csv_identifiers(args.csv, columns, args.kind, rule)
-    out = write_skipped(args.csv, got.skipped, skipped_path(args.csv, getattr(args, "skipped_out", None))) \
-        if len(got.skipped) else None
+    out = (
+        write_skipped(args.csv, got.skipped, skipped_path(args.csv, getattr(args, "skipped_out", None)))
+        if len(got.skipped)
+        else None
+    )
     said = report(got, args.csv, columns, rule, out)
     if said:
         print(said, file=sys.stderr)
@@ -92,28 +91,27 @@ def _key(args) -> dict | None:
 def _npy_identifiers(npy: str, key: dict | None) -> tuple[np.ndarray, str]:
     """An .npy's identifiers: raw ones are encoded when a key is given; encoded ones (packed bits
     with the .source.json `encode` wrote) pass only if that record names this key."""
-    from linkage.binding import identifier_digest
-
     source = Path(npy + SOURCE)
     record = json.loads(source.read_text()) if source.exists() else {}
     ids = np.load(npy, allow_pickle=False)
     if ids.dtype != np.uint8:  # raw identifiers
         if key is None:
             return ids, ""
-        from linkage.encode import encode_with_key
-
         return encode_with_key(ids, key), identifier_digest(ids)
     if key is not None:
-        from linkage.encode import key_fingerprint
-
         if record.get("key_fingerprint") != key_fingerprint(key):
             why = "has no record of its encoding" if not record else "was encoded with another key or parameters"
-            raise LinkageError(f"{npy} holds packed bits but {why} ({source}): refusing to upload them as this "
-                               "key's encoding; encode the raw identifiers with `encode --key-file`")
+            raise LinkageError(
+                f"{npy} holds packed bits but {why} ({source}): refusing to upload them as this "
+                "key's encoding; encode the raw identifiers with `encode --key-file`"
+            )
     if not record.get("raw_sha256"):
-        print(f"note: {npy} holds encoded identifiers but {source} is missing: the upload is recorded "
-              "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
-              "`python -m linkage_server encode`, which writes that file", file=sys.stderr)
+        print(
+            f"note: {npy} holds encoded identifiers but {source} is missing: the upload is recorded "
+            "as raw, so a run on this linkage will refuse it (raw identifier digest differs); encode with "
+            "`python -m linkage_server encode`, which writes that file",
+            file=sys.stderr,
+        )
     return ids, record.get("raw_sha256", "")
 
 
@@ -121,8 +119,6 @@ def fingerprint(args) -> str:
     """The encoding key's fingerprint (linkage.encode.key_fingerprint): from --key-file, or from
     the .source.json `encode` wrote beside --npy; "" for raw identifiers."""
     if args.key_file:
-        from linkage.encode import key_fingerprint
-
         return key_fingerprint(_key(args))
     source = Path(f"{args.npy}{SOURCE}") if args.npy else None
     return json.loads(source.read_text()).get("key_fingerprint", "") if source and source.exists() else ""
@@ -132,52 +128,68 @@ def cmd_make_key(args) -> None:
     """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
     key: dict = {"secret": secrets.token_urlsafe(32)}
     if args.csv:
-        from linkage.encode import federal_key
-
         values = read_identifiers(args.csv, args.columns.split(","), "numbers")
         p = federal_key(values, k=args.k, bits_per_dim=args.bits_per_dim)
         key["federal"] = {n: p[n] for n in ("bits_per_dim", "t", "lo", "hi")}
-        print(f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
-              f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)", file=sys.stderr)
+        print(
+            f"FEDERAL: {p['bytes_per_record']} bytes per record, ~{p['bits_at_kth']:.1f} bits at the "
+            f"{args.k}-th neighbour (raise --bits-per-dim if below ~10)",
+            file=sys.stderr,
+        )
     out = create_secret(Path(args.out), json.dumps(key, indent=1), "key")  # 0600 from the first byte, never overwritten
     print(f"key written to {out}: share it with the other parties, never with the service")
 
 
 def cmd_encode(args) -> None:
-    from linkage.binding import identifier_digest
-    from linkage_server.uploads import to_npy
-
     ids, raw = identifiers(args)
     out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
     write_atomic(Path(out), to_npy(ids))  # 0600: encoded or not, identifiers are the party's alone
-    record = {"raw_sha256": raw or identifier_digest(ids), "rows": len(ids), "key_fingerprint": fingerprint(args),
-              **getattr(args, "skipped", {})}  # --csv: its rows, and those --missing skip left out
+    record = {
+        "raw_sha256": raw or identifier_digest(ids),
+        "rows": len(ids),
+        "key_fingerprint": fingerprint(args),
+        **getattr(args, "skipped", {}),
+    }  # --csv: its rows, and those --missing skip left out
     write_atomic(Path(out + SOURCE), json.dumps(record).encode())
     print(f"{out}: {ids.shape} {ids.dtype} (the raw identifiers' digest in {out + SOURCE}, read by `link --npy`)")
 
 
 def _start(c, args, kind: str | None = None) -> None:
     """Start the job with the command's parameters; the metric, unless given, from the primary's upload."""
-    from linkage_server.client import ServiceError
-    from linkage_server.uploads import METRIC_OF_KIND
+    from linkage_server.client import ServiceError  # lazy: httpx and scipy, for the commands that call the service
 
     metric = args.metric
     if metric is None:
         kind = kind or (c.status().get("uploads", {}).get(c.party) or {}).get("kind")
         if kind is None:
-            raise LinkageError(f"party {c.party!r} has not uploaded to job {c.job}: upload with `link` first, or "
-                               "give --metric")
+            raise LinkageError(
+                f"party {c.party!r} has not uploaded to job {c.job}: upload with `link` first, or give --metric"
+            )
         metric = METRIC_OF_KIND[kind]
         print(f"metric: {metric} (inferred from the uploaded {kind}; --metric to choose)", file=sys.stderr)
     if args.train_rows:
         print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
     try:
-        st = c.start(metric, args.k, args.tau, args.pool, args.layout, args.anchor, args.radius, args.compose,
-                     args.search, args.recall_floor, args.width)
+        st = c.start(
+            metric,
+            args.k,
+            args.tau,
+            args.pool,
+            args.layout,
+            args.anchor,
+            args.radius,
+            args.compose,
+            args.search,
+            args.recall_floor,
+            args.width,
+        )
     except ServiceError as e:
         if e.status == 409 and "waiting for uploads" in e.detail:
-            raise ServiceError(409, f"{e.detail}. Your upload is kept: once they have uploaded, start the job "
-                                    f"with the `start` command (no need to upload again)") from None
+            raise ServiceError(
+                409,
+                f"{e.detail}. Your upload is kept: once they have uploaded, start the job "
+                f"with the `start` command (no need to upload again)",
+            ) from None
         raise
     print(json.dumps({"state": st["state"], "metric": metric}))
 
@@ -192,12 +204,13 @@ def _wait_and_fetch(c, args) -> None:
 
 
 def _fetched(path: Path) -> None:
-    from linkage.binding import RECORD
-
     print(f"fetched {path}")
     if path.name == "primary.npz" and not (path.parent / RECORD).exists():
-        print(f"note: {path.parent} has no {RECORD}; a run refuses this linkage until the primary's upload is "
-              "recorded there (`link ... --record DIR` or `link ... --fetch DIR`)", file=sys.stderr)
+        print(
+            f"note: {path.parent} has no {RECORD}; a run refuses this linkage until the primary's upload is "
+            "recorded there (`link ... --record DIR` or `link ... --fetch DIR`)",
+            file=sys.stderr,
+        )
 
 
 def cmd_link(args) -> None:
@@ -240,5 +253,14 @@ def cmd_query(args) -> None:
     with client(args) as c:
         ids, _ = identifiers(args)
         got = c.query(ids, fingerprint=fingerprint(args), out=Path(args.out))
-        print(json.dumps({"out": args.out, "records": len(ids), "k": got.k, "parties": sorted(got.links),
-                          "query_budget": c.query_budget}))
+        print(
+            json.dumps(
+                {
+                    "out": args.out,
+                    "records": len(ids),
+                    "k": got.k,
+                    "parties": sorted(got.links),
+                    "query_budget": c.query_budget,
+                }
+            )
+        )

@@ -65,20 +65,36 @@ def send(request: Callable[[], httpx.Response], retries: int = RETRIES_429) -> h
     return request()
 
 
-def create_job(url: str, admin_token: str, primary: str, secondaries: list[str], *, duplicates: str = "allow",
-               verify: bool | str = True) -> dict:
+def create_job(
+    url: str,
+    admin_token: str,
+    primary: str,
+    secondaries: list[str],
+    *,
+    duplicates: str = "allow",
+    verify: bool | str = True,
+) -> dict:
     """Admin: a new job and one secret per party, to hand to each party out of band."""
-    r = send(lambda: httpx.post(f"{url}/jobs", json={"primary": primary, "secondaries": secondaries,
-                                                     "duplicates": duplicates},
-                                headers={"Authorization": f"Bearer {admin_token}"}, verify=verify, timeout=30))
+    r = send(
+        lambda: httpx.post(
+            f"{url}/jobs",
+            json={"primary": primary, "secondaries": secondaries, "duplicates": duplicates},
+            headers={"Authorization": f"Bearer {admin_token}"},
+            verify=verify,
+            timeout=30,
+        )
+    )
     return _check(r).json()
 
 
 def cancel_job(url: str, job: str, token: str, *, verify: bool | str = True) -> dict:
     """Cancel a queued or running job: ``token`` is its primary's secret or the admin token. A
     queued job ends now, a running one at its next chunk ("failed", "cancelled by ...")."""
-    r = send(lambda: httpx.post(f"{url}/jobs/{job}/cancel", headers={"Authorization": f"Bearer {token}"},
-                                verify=verify, timeout=30))
+    r = send(
+        lambda: httpx.post(
+            f"{url}/jobs/{job}/cancel", headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=30
+        )
+    )
     return _check(r).json()
 
 
@@ -93,13 +109,15 @@ def _pieces(body: bytes, on_sent: Callable[[int, int], None] | None, size: int =
 class LinkageClient:
     """One party of one job."""
 
-    def __init__(self, url: str, job: str, party: str, secret: str, *, verify: bool | str = True,
-                 timeout: float = 600.0) -> None:
+    def __init__(
+        self, url: str, job: str, party: str, secret: str, *, verify: bool | str = True, timeout: float = 600.0
+    ) -> None:
         self.job, self.party = job, party
         self.uploaded: UploadRecord | None = None  # what this client uploaded (job id, digests)
         self.query_budget: dict | None = None  # after a query: the job's {"budget", "left"} in cells (records x K)
-        self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, verify=verify,
-                                  timeout=timeout)
+        self._http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {secret}"}, verify=verify, timeout=timeout
+        )
 
     def __enter__(self) -> "LinkageClient":
         return self
@@ -111,8 +129,9 @@ class LinkageClient:
         """One request, sent again after a 429 with Retry-After (:func:`send`), checked. A
         ``content`` that is a callable makes a fresh body for each attempt."""
         body = kwargs.pop("content", None)
-        return _check(send(lambda: self._http.request(method, url, content=body() if callable(body) else body,
-                                                      **kwargs)))
+        return _check(
+            send(lambda: self._http.request(method, url, content=body() if callable(body) else body, **kwargs))
+        )
 
     def _encoding(self, fingerprint: str) -> dict:
         """The header carrying the encoding key's fingerprint (linkage.encode.key_fingerprint),
@@ -123,8 +142,14 @@ class LinkageClient:
         bound = hmac.new(fingerprint.encode(), f"fedsim-linkage-job|{self.job}".encode(), hashlib.sha256)
         return {FINGERPRINT_HEADER: bound.hexdigest()}
 
-    def upload(self, identifiers: np.ndarray, raw_sha256: str = "", *, fingerprint: str = "",
-               on_sent: Callable[[int, int], None] | None = None) -> dict:
+    def upload(
+        self,
+        identifiers: np.ndarray,
+        raw_sha256: str = "",
+        *,
+        fingerprint: str = "",
+        on_sent: Callable[[int, int], None] | None = None,
+    ) -> dict:
         """Upload this party's identifiers. ``raw_sha256``: in private mode, the digest
         (binding.identifier_digest) of the raw identifiers they were encoded from; "" = the
         identifiers are raw. Kept on this side only (:meth:`write_upload_record`).
@@ -134,8 +159,12 @@ class LinkageClient:
         arr = np.asarray(identifiers)
         body = to_npy(arr)
         headers = {**self._encoding(fingerprint), "Content-Length": str(len(body))}
-        out = self._request("PUT", f"/jobs/{self.job}/parties/{self.party}/identifiers",
-                            content=lambda: _pieces(body, on_sent), headers=headers).json()
+        out = self._request(
+            "PUT",
+            f"/jobs/{self.job}/parties/{self.party}/identifiers",
+            content=lambda: _pieces(body, on_sent),
+            headers=headers,
+        ).json()
         self.uploaded = upload_record(self.job, self.party, arr, raw_sha256)
         return out
 
@@ -150,16 +179,37 @@ class LinkageClient:
         data = to_npy(np.asarray(rows, dtype=np.int64))
         return self._request("PUT", f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data).json()
 
-    def start(self, metric: str, k: int, tau: float = 1.0, pool: int = 0,
-              layout: str = "independent", anchor: str = "", radius: float = 0.5, compose: bool = False,
-              search: str = "exact", recall_floor: float = 0.0, width: int = 0) -> dict:
+    def start(
+        self,
+        metric: str,
+        k: int,
+        tau: float = 1.0,
+        pool: int = 0,
+        layout: str = "independent",
+        anchor: str = "",
+        radius: float = 0.5,
+        compose: bool = False,
+        search: str = "exact",
+        recall_floor: float = 0.0,
+        width: int = 0,
+    ) -> dict:
         """Start the job (the primary). Its randomness is the service's own secret: no seed here.
         radius, compose: the noise's calibration (linkage.contracts.Defences); search,
         recall_floor, width: an approximate top-K, the recall it must reach and how widely it
         searches (IVF cells probed, HNSW beam, q-gram candidates; 0 = default; linkage.approx)."""
-        body = {"metric": metric, "k": k, "tau": tau, "pool": pool, "layout": layout, "anchor": anchor,
-                "radius": radius, "compose": compose, "search": search, "recall_floor": recall_floor,
-                "width": width}
+        body = {
+            "metric": metric,
+            "k": k,
+            "tau": tau,
+            "pool": pool,
+            "layout": layout,
+            "anchor": anchor,
+            "radius": radius,
+            "compose": compose,
+            "search": search,
+            "recall_floor": recall_floor,
+            "width": width,
+        }
         return self._request("POST", f"/jobs/{self.job}/start", json=body).json()
 
     def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:
@@ -167,8 +217,12 @@ class LinkageClient:
         release gave them for training records (linkage_server.queries); written atomically to
         ``out`` (a primary.npz-format file) when given. ``fingerprint``: as for :meth:`upload`,
         needed when the identifiers are encoded."""
-        r = self._request("POST", f"/jobs/{self.job}/query", content=to_npy(np.asarray(identifiers)),
-                          headers=self._encoding(fingerprint))
+        r = self._request(
+            "POST",
+            f"/jobs/{self.job}/query",
+            content=to_npy(np.asarray(identifiers)),
+            headers=self._encoding(fingerprint),
+        )
         self.query_budget = {"budget": int(r.headers["x-query-budget"]), "left": int(r.headers["x-query-cells-left"])}
         if out is not None:
             write_atomic(Path(out), r.content)
@@ -181,8 +235,14 @@ class LinkageClient:
         """(The primary) cancel the job (:func:`cancel_job`); returns its status."""
         return self._request("POST", f"/jobs/{self.job}/cancel").json()
 
-    def wait(self, timeout: float = 3600.0, poll: float = 0.2, on_progress: Callable[[dict], None] | None = None,
-             *, until_started: bool = False) -> dict:
+    def wait(
+        self,
+        timeout: float = 3600.0,
+        poll: float = 0.2,
+        on_progress: Callable[[dict], None] | None = None,
+        *,
+        until_started: bool = False,
+    ) -> dict:
         """Block until the job is done (returns its status) or failed (raises with its error).
 
         A job not started yet is an error, unless ``until_started`` (a secondary waiting for the
@@ -194,8 +254,11 @@ class LinkageClient:
                 st = self.status()
             except httpx.TransportError as e:
                 if time.monotonic() > deadline:
-                    raise ServiceError(503, f"linkage service at {self._http.base_url} unreachable while waiting "
-                                            f"for job {self.job} ({timeout} s): {e}") from None
+                    raise ServiceError(
+                        503,
+                        f"linkage service at {self._http.base_url} unreachable while waiting "
+                        f"for job {self.job} ({timeout} s): {e}",
+                    ) from None
                 time.sleep(max(poll, 0.5))
                 continue
             if on_progress is not None:

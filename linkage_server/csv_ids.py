@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from linkage.contracts import LinkageError
+from linkage.store import write_atomic
+from linkage.strings import normalize_strings
 
 MISSING_RULES = ("refuse", "skip", "empty")
 
@@ -51,8 +53,6 @@ def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndar
     if absent:
         raise LinkageError(f"{csv}: no column(s) {absent}; columns are {header}")
     if kind == "strings":
-        from linkage.strings import normalize_strings
-
         df = pd.read_csv(csv, usecols=columns, dtype=str, keep_default_na=False)
         table = np.array([normalize_strings(df[c].tolist()) if len(df) else [] for c in columns], dtype=str)
         table = table.reshape(len(columns), len(df)).T
@@ -60,8 +60,10 @@ def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndar
     df = pd.read_csv(csv, usecols=columns)
     text = [c for c in columns if not pd.api.types.is_numeric_dtype(df[c])]
     if text:
-        raise LinkageError(f"{csv}: identifier column(s) {text} hold text, not numbers: for text identifiers "
-                           f"(names, titles, addresses) use --kind strings")
+        raise LinkageError(
+            f"{csv}: identifier column(s) {text} hold text, not numbers: for text identifiers "
+            f"(names, titles, addresses) use --kind strings"
+        )
     values = df[columns].to_numpy(dtype=np.float64)
     return values, np.isnan(values)
 
@@ -72,8 +74,10 @@ def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str =
     if missing not in MISSING_RULES:
         raise LinkageError(f"--missing must be one of {MISSING_RULES}, got {missing!r}")
     if missing == "empty" and kind != "strings":
-        raise LinkageError("--missing empty is for --kind strings (a number cannot be empty): use --missing skip "
-                           "to leave out the rows with a missing number, or fill them")
+        raise LinkageError(
+            "--missing empty is for --kind strings (a number cannot be empty): use --missing skip "
+            "to leave out the rows with a missing number, or fill them"
+        )
     table, cells = _table(csv, columns, kind)
     if len(table) == 0:
         raise LinkageError(f"{csv}: no rows below its header: nothing to link")
@@ -85,10 +89,12 @@ def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str =
             f"{csv}: {len(skipped)} row(s) have a missing identifier in {columns} (lines {shown}); nothing was "
             f"uploaded or written. Choose what to do with them: --missing skip (leave them out; the linkage then "
             f"indexes the rows that remain, as if they were deleted from the file) or, for --kind strings, --missing "
-            f"empty (a missing cell is an empty string; a row with every identifier missing is left out)")
+            f"empty (a missing cell is an empty string; a row with every identifier missing is left out)"
+        )
     if len(skipped) == len(table):
-        raise LinkageError(f"{csv}: every one of its {len(table)} row(s) has a missing identifier in {columns}: "
-                           "nothing to link")
+        raise LinkageError(
+            f"{csv}: every one of its {len(table)} row(s) has a missing identifier in {columns}: nothing to link"
+        )
     kept = table[~bad]
     ids = kept[:, 0] if kind == "strings" and len(columns) == 1 else kept
     return CsvIdentifiers(ids, skipped.astype(np.int64), int(cells[~bad].sum()), len(table))
@@ -97,8 +103,6 @@ def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str =
 def write_skipped(csv: str, skipped: np.ndarray, out: Path) -> Path:
     """The skipped rows of ``csv`` as they are in it (every column, as text), after their line number."""
     import pandas as pd
-
-    from linkage.store import write_atomic
 
     df = pd.read_csv(csv, dtype=str, keep_default_na=False).iloc[skipped]
     df.insert(0, "csv_line", lines(skipped))
@@ -119,7 +123,9 @@ def report(got: CsvIdentifiers, csv: str, columns: list[str], rule: str, out: Pa
     if len(got.skipped):
         shown = ", ".join(map(str, lines(got.skipped[:10]))) + (", ..." if len(got.skipped) > 10 else "")
         why = "every identifier missing" if rule == "empty" else "a missing identifier"
-        parts.append(f"skipped {len(got.skipped)} row(s) with {why}: lines {shown} (written to {out}); the linkage "
-                     f"indexes the {len(got.ids)} rows that remain, in the file's order: train on {Path(csv).name} "
-                     "without them")
+        parts.append(
+            f"skipped {len(got.skipped)} row(s) with {why}: lines {shown} (written to {out}); the linkage "
+            f"indexes the {len(got.ids)} rows that remain, in the file's order: train on {Path(csv).name} "
+            "without them"
+        )
     return f"{csv}: " + "; ".join(parts) if parts else ""

@@ -1,4 +1,4 @@
-"""Linkage jobs on disk, their parties' secrets, and the worker that computes them.
+"""Linkage jobs on disk and their parties' secrets; computing a job is linkage_server.job_run's.
 
 Layout under ``<data-dir>/jobs/<job>/``::
 
@@ -26,35 +26,19 @@ import re
 import secrets
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
-from linkage.approx import sample_rows, tie_aware_recall
-from linkage.contracts import LinkageError
-from linkage.job_secret import (
-    SecretError,
-    new_secret,
-    operator_secret,
-    read_secret,
-    write_secret,
-)
-from linkage.pipeline import check_identifiers, under_floor
+from linkage.job_secret import new_secret, write_secret
 from linkage.private import private_dir
 from linkage.store import write_atomic
-from linkage_server.chunk_search import (
-    ChunkFiles,
-    cache_key,
-    chunked_search,
-    fresh_cache,
-)
+from linkage_server.job_run import SECRET, TRAIN_ROWS, JobRunner
 from linkage_server.limits import Limits, job_cells
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
     JobError,
     JobParams,
 )
-from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
 from linkage_server.scheduler import Worker  # noqa: F401 - re-exported: the service imports it here
 from linkage_server.uploads import (
     KIND_OF_METRIC,
@@ -68,32 +52,26 @@ from linkage_server.views import HIDDEN_FAILURE, status_view
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
 STATES = ("created", "queued", "running", "done", "failed")
-SECRET = "secret.key"  # the job's randomness (linkage.job_secret); the service's only
-TRAIN_ROWS = "train-rows.npy"  # beside job.json: no party name can collide with it
-
-
-def upload_digest(meta: dict, folder: Path, party: str) -> str:
-    """sha256 of a party's stored upload: recorded at upload time; read from the file only for a
-    job uploaded before digests were recorded."""
-    recorded = meta["uploads"][party].get("sha256")
-    if recorded:
-        return recorded
-    h = hashlib.sha256()
-    with open(folder / "uploads" / f"{party}.npy", "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class JobStore:
-    """Jobs under one data folder; thread-safe; the only code that touches the files."""
+class JobStore(JobRunner):
+    """Jobs under one data folder; thread-safe; the only code that touches the files. Computing
+    a job (:meth:`run`) is linkage_server.job_run's."""
 
-    def __init__(self, root: Path, *, max_rows: int = 50_000_000, chunk_rows: int = 20_000,
-                 operator_seed: int | None = None, ray: str = "", limits: Limits = Limits()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_rows: int = 50_000_000,
+        chunk_rows: int = 20_000,
+        operator_seed: int | None = None,
+        ray: str = "",
+        limits: Limits = Limits(),
+    ) -> None:
         self.root = Path(root) / "jobs"
         self.limits = limits  # the operator's (linkage_server.limits): K, cells per job and per chunk
         self.ray = ray  # "": search chunks in this process; "local" or an address: on Ray (chunk_search)
@@ -138,10 +116,20 @@ class JobStore:
             raise JobError(422, f"duplicates must be 'allow' or 'refuse', got {duplicates!r}")
         job = secrets.token_hex(8)
         keys = {p: secrets.token_urlsafe(32) for p in parties}
-        meta = {"job": job, "primary": primary, "secondaries": list(secondaries), "duplicates": duplicates,
-                "secret_sha256": {p: _hash(s) for p, s in keys.items()}, "state": "created", "params": None,
-                "uploads": {}, "progress": {"done": 0, "total": 0}, "error": None, "seconds": {},
-                "created": time.time()}
+        meta = {
+            "job": job,
+            "primary": primary,
+            "secondaries": list(secondaries),
+            "duplicates": duplicates,
+            "secret_sha256": {p: _hash(s) for p, s in keys.items()},
+            "state": "created",
+            "params": None,
+            "uploads": {},
+            "progress": {"done": 0, "total": 0},
+            "error": None,
+            "seconds": {},
+            "created": time.time(),
+        }
         with self._lock:
             self._dir(job).mkdir(mode=0o700)  # private_dir made its parent (the umask may add bits: not 0700)
             os.chmod(self._dir(job), 0o700)
@@ -184,8 +172,9 @@ class JobStore:
         an upload renames it into place, so it never passes through memory (BodyFile)."""
         return private_dir(self._dir(job) / "incoming") / f"{secrets.token_hex(8)}.npy"
 
-    def upload(self, job: str, party: str, data: bytes | Path, *, train_rows: bool = False,
-               fingerprint: str | None = None) -> dict:
+    def upload(
+        self, job: str, party: str, data: bytes | Path, *, train_rows: bool = False, fingerprint: str | None = None
+    ) -> dict:
         """Validate and stage the file with no lock held (other requests carry on), then commit it.
         ``data``: the .npy's bytes, or a file of them (:meth:`body_path`: validated memory-mapped,
         then renamed into place). ``fingerprint``: the encoding key's, if the party's client sent
@@ -229,7 +218,7 @@ class JobStore:
             raise UploadError(f"training rows must be a non-empty 1-D integer array; got {arr.dtype} {arr.shape}")
         return {"train_rows": int(len(arr))}
 
-    # ------------------------------------------------------------------ start / run
+    # ------------------------------------------------------------------ start / cancel
     def start(self, job: str, params: JobParams) -> dict:
         with self._lock:
             meta = self.meta(job)
@@ -249,8 +238,15 @@ class JobStore:
                 if params.k > rows:
                     raise JobError(422, f"K={params.k} must be between 1 and the size of party {p!r} ({rows} rows)")
             self.limits.check_job(meta, params)  # K and the job's cells, before it is queued
-            return self._update(job, state="queued", params=params.__dict__, error=None, cancel=None,
-                                progress={"done": 0, "total": 0}, searched_seconds=0.0)
+            return self._update(
+                job,
+                state="queued",
+                params=params.__dict__,
+                error=None,
+                cancel=None,
+                progress={"done": 0, "total": 0},
+                searched_seconds=0.0,
+            )
 
     def cells(self, job: str) -> int:
         """The job's size in cells (linkage_server.limits.job_cells): the scheduler's lane."""
@@ -297,96 +293,6 @@ class JobStore:
         """Jobs queued or interrupted while running, oldest first (resumed after a restart)."""
         metas = [json.loads(p.read_text()) for p in self.root.glob("*/job.json")]
         return [m["job"] for m in sorted(metas, key=lambda m: m["created"]) if m["state"] in ("queued", "running")]
-
-    def run(self, job: str) -> None:
-        """Compute a queued job: resumable chunked search per secondary, then the release, written
-        chunk by chunk (linkage_server.release_files), then its privacy report."""
-        meta = self._claim(job)
-        if meta is None:
-            return
-        params, folder = JobParams(**meta["params"]), self._dir(job)
-        scratch = folder / "work" / ".release"  # no party's name: a name starts with a letter or digit
-        try:
-            t0, carried = time.perf_counter(), meta.get("searched_seconds", 0.0)  # an earlier process's search
-            query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
-            train_rows = self._train_rows_of(folder, meta, len(query))
-            step = self.limits.chunk_rows(self.chunk_rows, max(params.k, params.pool))  # rows x pool bounded
-            chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
-            spec = params.spec()  # the job as the in-process linker names it (linkage.job)
-            anchor = spec.anchor_of(meta["secondaries"])
-            if spec.chain and anchor not in meta["secondaries"]:
-                raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {meta['secondaries']}")
-            searched = spec.searched(meta["secondaries"])
-            total = len(chunks) * len(searched)
-            steps = iter(range(1, total + 1))
-            self._update(job, progress={"done": 0, "total": total})  # the total known before the first chunk ends
-
-            def tick() -> None:
-                self._tick(job, next(steps), total, carried + time.perf_counter() - t0)
-
-            ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
-            secret = self._secret(meta, params, query, ids, train_rows)  # also draws the recall sample
-            found, recalls, sizes = {}, {}, {}
-            for party in searched:
-                found[party], recalls[party] = self._party_search(meta, folder, query, ids[party], params, chunks,
-                                                                  party, tick, secret)
-                sizes[party] = len(ids[party])
-            t1 = time.perf_counter()
-            done = Job(job, params.k, params.tau, params.metric, secret, train_rows, params.defences(), recalls,
-                       (anchor, ids) if spec.chain else None, step)
-            skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
-            stats = {p: {"sigma": lk.sigma, "sim_mean": lk.sim_mean, "sim_std": lk.sim_std, "dp_sigma_eps1": lk.dp_sigma}
-                     for p, lk in skeleton.primary.links.items()}
-            t2 = time.perf_counter()
-            privacy = safe_privacy_report(skeleton, files, query, ids, done, spec.attacked(meta["secondaries"]))
-            self._update(job, state="done", stats=stats, privacy=privacy,
-                         seconds={"search": carried + t1 - t0, "release": t2 - t1, "privacy": time.perf_counter() - t2})
-        except (LinkageError, UploadError, JobError, SecretError) as e:
-            self._update(job, state="failed", error=str(e))
-        except Exception as e:  # keep the service alive; report the failure to the parties
-            self._update(job, state="failed", error=f"internal error: {type(e).__name__}: {e}")
-            traceback.print_exc()
-        finally:
-            clear(scratch)
-
-    @staticmethod
-    def _train_rows_of(folder: Path, meta: dict, m: int) -> np.ndarray | None:
-        """The primary's training rows, if it sent them, checked against its m records."""
-        if not meta.get("train_rows"):
-            return None
-        if not (folder / TRAIN_ROWS).exists():
-            raise LinkageError(f"the primary's training rows are missing from {folder}: upload them again")
-        rows = np.load(folder / TRAIN_ROWS)
-        if rows.min() < 0 or rows.max() >= m:
-            raise LinkageError(f"training rows must lie in [0, {m}) for the primary's {m} rows")
-        return rows
-
-    def _secret(self, meta: dict, params: JobParams, query: np.ndarray, ids: dict,
-                train_rows: np.ndarray | None) -> bytes:
-        """The job's secret; under an operator seed, derived from the seed and the job's content
-        (the same content id as the in-process linker's, so both release alike): query and the
-        secondaries' identifiers ``ids`` as uploaded."""
-        if self.operator_seed is None:
-            return read_secret(self._dir(meta["job"]) / SECRET)
-        return operator_secret(self.operator_seed, params.spec().content_id(query, ids, train_rows))
-
-    def _party_search(self, meta: dict, folder: Path, query, base, params: JobParams, chunks: list[tuple[int, int]],
-                      party: str, tick, secret: bytes) -> tuple[ChunkFiles, float]:
-        """One secondary's noise-free top-pool search, by resumable chunks on disk, and its recall:
-        1 when exact; an approximate one's (linkage.approx) measured on a sample drawn from the
-        job's ``secret`` (no party can predict it), refused under the floor."""
-        query, base = check_identifiers(query, base, params.k, party, params.metric)
-        pool = min(max(params.pool, params.k), len(base))
-        approx = params.approx().resolve(params.metric, len(query), len(base), base.shape[-1] if base.ndim > 1 else 1)
-        key = cache_key(upload_digest(meta, folder, meta["primary"]), upload_digest(meta, folder, party),
-                        params.metric, pool, approx.tag())
-        found = chunked_search(fresh_cache(folder / "work" / party, key), query, base, params.metric, pool, party,
-                               chunks, tick, self.ray, approx)
-        if approx.method == "exact":
-            return found, 1.0
-        rows = sample_rows(len(query), approx, secret, party)
-        recall = tie_aware_recall(params.metric, query[rows], base, pool, found.distances(rows), np.arange(len(rows)))
-        return found, under_floor(recall, approx, party, pool, len(query))
 
     def result_path(self, job: str, party: str) -> Path:
         meta = self.meta(job)

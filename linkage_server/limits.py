@@ -45,16 +45,25 @@ class Limits:
     def check_job(self, meta: dict, params: JobParams) -> None:
         """Refuse a job over the operator's limits, naming the limit and the option that sets it."""
         if params.k > self.max_k:
-            raise JobError(422, f"k={params.k} exceeds the service's limit of {self.max_k} neighbours per record "
-                                "(the operator's serve --max-k)")
+            raise JobError(
+                422,
+                f"k={params.k} exceeds the service's limit of {self.max_k} neighbours per record "
+                "(the operator's serve --max-k)",
+            )
         if params.pool > POOL_PER_K * self.max_k:
-            raise JobError(422, f"pool={params.pool} exceeds the service's limit of {POOL_PER_K * self.max_k} "
-                                f"candidates per record ({POOL_PER_K} x the operator's serve --max-k)")
+            raise JobError(
+                422,
+                f"pool={params.pool} exceeds the service's limit of {POOL_PER_K * self.max_k} "
+                f"candidates per record ({POOL_PER_K} x the operator's serve --max-k)",
+            )
         cells = job_cells(meta, params)
         if cells > self.max_cells:
-            raise JobError(422, f"the job is {cells:,} cells (primary records x candidates x secondaries), more than the "
-                                f"service's limit of {self.max_cells:,} (the operator's serve --max-cells): "
-                                "use a smaller K or split the primary's records into several jobs")
+            raise JobError(
+                422,
+                f"the job is {cells:,} cells (primary records x candidates x secondaries), more than the "
+                f"service's limit of {self.max_cells:,} (the operator's serve --max-cells): "
+                "use a smaller K or split the primary's records into several jobs",
+            )
 
     def chunk_rows(self, rows: int, pool: int) -> int:
         """The search chunk's primary rows: at most ``rows``, and rows x pool <= chunk_cells."""
@@ -80,9 +89,12 @@ class BodySlots:
         key = (job, party)
         with self._lock:
             if self._held.get(key, 0) >= self.limit:
-                raise JobError(429, f"party {party!r} already has {self.limit} uploads or queries in progress, "
-                                    "the service's limit (the operator's serve --max-uploads-per-party): retry "
-                                    "when one has finished")
+                raise JobError(
+                    429,
+                    f"party {party!r} already has {self.limit} uploads or queries in progress, "
+                    "the service's limit (the operator's serve --max-uploads-per-party): retry "
+                    "when one has finished",
+                )
             self._held[key] = self._held.get(key, 0) + 1
         try:
             yield

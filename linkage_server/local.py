@@ -38,9 +38,26 @@ def local_service(data_dir: Path, port: int, admin_token: str, *extra: str, time
     """`python -m linkage_server serve` on 127.0.0.1:port; yields its URL; stops it on exit."""
     token = Path(data_dir).parent / "admin.token"
     write_atomic(token, admin_token.encode())  # 0600
-    proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
-                             str(port), "--data-dir", str(data_dir), "--admin-token-file", str(token), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "linkage_server",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--admin-token-file",
+            str(token),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout

@@ -3,7 +3,7 @@ error a job request is refused with, and the header an encoded upload's key fing
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
 from linkage.approx import METHODS as METHODS_SEARCH
 from linkage.approx import Approx
@@ -49,8 +49,16 @@ class JobParams:
     def spec(self) -> JobSpec:
         """The job as the linkage library names it (linkage.job): what decides its content id,
         shared with the in-process linker; always a top-K job (the service runs no baseline)."""
-        return JobSpec(self.metric, self.k, self.tau, layout=self.layout, anchor=self.anchor, pool=self.pool,
-                       defences=self.defences(), approx=self.approx())
+        return JobSpec(
+            self.metric,
+            self.k,
+            self.tau,
+            layout=self.layout,
+            anchor=self.anchor,
+            pool=self.pool,
+            defences=self.defences(),
+            approx=self.approx(),
+        )
 
     def approx(self) -> Approx:
         widths = {"nprobe": self.width, "ef_search": self.width, "candidates": self.width} if self.width else {}
@@ -58,40 +66,49 @@ class JobParams:
 
     @classmethod
     def parse(cls, body: dict) -> "JobParams":
-        known = {"metric", "k", "tau", "pool", "layout", "anchor", "radius", "compose", "search",
-                 "recall_floor", "width"}  # no seed: the service's secret draws
-        unknown = sorted(set(body) - known)
+        """The parameters a party sent, each of exactly its field's type (a missing one takes the
+        field's default; metric and k have none), then checked together (:func:`_check`)."""
+        kinds = {f.name: (_KIND[f.type], None if f.default is MISSING else f.default) for f in fields(cls)}
+        unknown = sorted(set(body) - set(kinds))  # no seed: the service's secret draws
         if unknown:
-            raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(known)}")
-        p = cls(metric=_field(body, "metric", str), k=_field(body, "k", int), tau=_field(body, "tau", float, 1.0),
-                pool=_field(body, "pool", int, 0),
-                layout=_field(body, "layout", str, "independent"), anchor=_field(body, "anchor", str, ""),
-                radius=_field(body, "radius", float, 0.5), compose=_field(body, "compose", bool, False),
-                search=_field(body, "search", str, "exact"), recall_floor=_field(body, "recall_floor", float, 0.0),
-                width=_field(body, "width", int, 0))
-        if p.metric not in METRICS:
-            raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
-        if p.k < 1:
-            raise JobError(422, f"k must be >= 1, got {p.k}")
-        if p.layout not in ("independent", "chain"):
-            raise JobError(422, f"layout must be 'independent' or 'chain', got {p.layout!r}")
-        if not 0.0 < p.tau <= 1.0:
-            raise JobError(422, f"tau must be in (0, 1], got {p.tau}")
-        if p.pool and p.pool < p.k:
-            raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
-        if p.radius <= 0:
-            raise JobError(422, f"radius must be > 0, got {p.radius}")
-        if p.search not in METHODS_SEARCH or p.search not in ("exact", "auto", *metric_named(p.metric).approx):
-            raise JobError(422, f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
-                                "(hnsw, ivf: euclidean and hamming; qgram: string metrics)")
-        if p.search != "exact" and p.layout == "chain":  # "auto" too: it could pick an index at scale
-            raise JobError(422, f"search {p.search!r} is for independently linked secondaries; a chain searches exactly")
-        if not 0 <= p.width <= WIDTH_MAX:
-            raise JobError(422, f"width must be 0 (the search's default) to {WIDTH_MAX}, got {p.width}: it sizes "
-                                "the search's working memory")
-        if not 0.0 <= p.recall_floor <= 1.0:
-            raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
-        return p
+            raise JobError(422, f"unknown job parameter(s) {unknown}; known: {sorted(kinds)}")
+        return _check(cls(**{name: _field(body, name, kind, default) for name, (kind, default) in kinds.items()}))
+
+
+_KIND = {"str": str, "int": int, "float": float, "bool": bool}  # JobParams' annotations (strings: __future__)
+
+
+def _check(p: JobParams) -> JobParams:
+    """``p`` if its values make a job together, else 422 naming the first that does not."""
+    if p.metric not in METRICS:
+        raise JobError(422, f"unknown metric {p.metric!r}; known: {list(METRICS)}")
+    if p.k < 1:
+        raise JobError(422, f"k must be >= 1, got {p.k}")
+    if p.layout not in ("independent", "chain"):
+        raise JobError(422, f"layout must be 'independent' or 'chain', got {p.layout!r}")
+    if not 0.0 < p.tau <= 1.0:
+        raise JobError(422, f"tau must be in (0, 1], got {p.tau}")
+    if p.pool and p.pool < p.k:
+        raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
+    if p.radius <= 0:
+        raise JobError(422, f"radius must be > 0, got {p.radius}")
+    if p.search not in METHODS_SEARCH or p.search not in ("exact", "auto", *metric_named(p.metric).approx):
+        raise JobError(
+            422,
+            f"search {p.search!r} is not one of {list(METHODS_SEARCH)} for metric {p.metric!r} "
+            "(hnsw, ivf: euclidean and hamming; qgram: string metrics)",
+        )
+    if p.search != "exact" and p.layout == "chain":  # "auto" too: it could pick an index at scale
+        raise JobError(422, f"search {p.search!r} is for independently linked secondaries; a chain searches exactly")
+    if not 0 <= p.width <= WIDTH_MAX:
+        raise JobError(
+            422,
+            f"width must be 0 (the search's default) to {WIDTH_MAX}, got {p.width}: it sizes "
+            "the search's working memory",
+        )
+    if not 0.0 <= p.recall_floor <= 1.0:
+        raise JobError(422, f"recall_floor must be in [0, 1], got {p.recall_floor}")
+    return p
 
 
 INT_MAX = 2**31 - 1  # the largest k or pool a job accepts
@@ -105,11 +122,17 @@ def _field(body: dict, name: str, kind: type, default=None):
             raise JobError(422, f"missing job parameter {name!r}")
         return default
     value = body[name]
-    ok = isinstance(value, bool) if kind is bool else (
-        isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool))
+    ok = (
+        isinstance(value, bool)
+        if kind is bool
+        else (isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool))
+    )
     if not ok:
-        raise JobError(422, f"job parameter {name!r} must be {'a number' if kind is float else kind.__name__}, "
-                            f"got {value!r} ({type(value).__name__})")
+        raise JobError(
+            422,
+            f"job parameter {name!r} must be {'a number' if kind is float else kind.__name__}, "
+            f"got {value!r} ({type(value).__name__})",
+        )
     if kind is int and not -INT_MAX <= value <= INT_MAX:
         raise JobError(422, f"job parameter {name!r} = {value} is out of range (at most {INT_MAX})")
     if kind is float:

@@ -28,9 +28,16 @@ class Bar:
 
     def __init__(self, description: str, total: float | None = None, *, bytes: bool = False) -> None:
         count = DownloadColumn() if bytes else MofNCompleteColumn()
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(),
-                                  TimeRemainingColumn(), console=Console(stderr=True), disable=not shown(),
-                                  transient=False)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            count,
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not shown(),
+            transient=False,
+        )
         self._task = self._progress.add_task(description, total=total)
 
     def __enter__(self) -> "Bar":
@@ -48,8 +55,10 @@ class Bar:
         """A job status (GET /jobs/{job}) as the bar: its state, and its chunks done of total."""
         p = status.get("progress") or {}
         state = status["state"]
-        what = {"created": "waiting for the primary to start the job",
-                "queued": "job queued: waiting for the service's worker"}.get(state, f"job {state}")
+        what = {
+            "created": "waiting for the primary to start the job",
+            "queued": "job queued: waiting for the service's worker",
+        }.get(state, f"job {state}")
         done, total = p.get("done", 0), p.get("total") or None
         if state == "done" and not total:  # a secondary sees no counts (linkage_server.views): done is all
             done, total = 1, 1

@@ -65,8 +65,9 @@ class QueryLimits:
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.max_records < 1:
-            raise ValueError(f"the query budget must be >= 0 and the records per query >= 1; got {self.budget}, "
-                             f"{self.max_records}")
+            raise ValueError(
+                f"the query budget must be >= 0 and the records per query >= 1; got {self.budget}, {self.max_records}"
+            )
 
 
 class Queries:
@@ -94,8 +95,9 @@ class Queries:
             raise JobError(409, f"job {job} is {meta['state']}: only a finished (done) job answers queries")
         layout = meta["params"]["layout"]
         if layout != "independent":
-            raise JobError(409, f"job {job} is a {layout!r} job: queries are answered for independently linked "
-                                "secondaries only")
+            raise JobError(
+                409, f"job {job} is a {layout!r} job: queries are answered for independently linked secondaries only"
+            )
         if self.limits.budget <= 0:
             raise JobError(429, "this service answers no queries (its query budget is 0: serve --query-budget)")
         return meta
@@ -105,21 +107,29 @@ class Queries:
         arr = parse_npy(data)
         cap = self.limits.max_records
         if arr.ndim and len(arr) > cap:  # a 0-d array is refused by validate below
-            raise JobError(429, f"a query of {len(arr)} records exceeds the service's cap of {cap} records per "
-                                f"query (serve --query-max-records); job {meta['job']} has {self._left(meta)} of "
-                                f"its query budget of {self.limits.budget} cells (records x K) left")
+            raise JobError(
+                429,
+                f"a query of {len(arr)} records exceeds the service's cap of {cap} records per "
+                f"query (serve --query-max-records); job {meta['job']} has {self._left(meta)} of "
+                f"its query budget of {self.limits.budget} cells (records x K) left",
+            )
         self._check_cells(meta, arr)
         validate(arr, max_rows=cap)  # dimensions, zero rows, NaN/inf, empty strings, by name
         trained, kind = meta["uploads"][meta["primary"]], kind_of(arr)
         if kind != trained["kind"]:
-            raise UploadError(f"the query holds {kind} identifiers ({arr.dtype}); the job's training upload holds "
-                              f"{trained['kind']} ({trained['dtype']})")
+            raise UploadError(
+                f"the query holds {kind} identifiers ({arr.dtype}); the job's training upload holds "
+                f"{trained['kind']} ({trained['dtype']})"
+            )
         width, trained_width = (arr.shape[1] if arr.ndim == 2 else 1), (trained["shape"] + [1])[1]
         if width != trained_width:
             unit, scale = {"bits": ("Bloom filter bits", 8), "strings": ("string columns", 1)}.get(
-                kind, ("identifier dimensions", 1))
-            raise UploadError(f"width differs: the query has {width * scale} {unit}, the job's training "
-                              f"upload has {trained_width * scale}")
+                kind, ("identifier dimensions", 1)
+            )
+            raise UploadError(
+                f"width differs: the query has {width * scale} {unit}, the job's training "
+                f"upload has {trained_width * scale}"
+            )
         return arr
 
     def _check_cells(self, meta: dict, arr: np.ndarray) -> None:
@@ -128,9 +138,12 @@ class Queries:
         params = meta["params"]
         cells = (len(arr) if arr.ndim else 1) * max(params["k"], params["pool"]) * len(meta["secondaries"])
         if cells > self.limits.max_cells:
-            raise JobError(413, f"a query of {len(arr)} records is {cells:,} cells (records x candidates x secondaries), more "
-                                f"than the service's cap of {self.limits.max_cells:,} per query (serve "
-                                "--query-max-cells): send fewer records per query")
+            raise JobError(
+                413,
+                f"a query of {len(arr)} records is {cells:,} cells (records x candidates x secondaries), more "
+                f"than the service's cap of {self.limits.max_cells:,} per query (serve "
+                "--query-max-cells): send fewer records per query",
+            )
 
     @staticmethod
     def _check_encoding(meta: dict, kind: str, fingerprint: str | None) -> None:
@@ -139,12 +152,18 @@ class Queries:
             return  # raw identifiers: nothing to compare
         trained = meta["uploads"][meta["primary"]].get("fingerprint")
         if not trained:
-            raise JobError(422, f"job {meta['job']}'s training upload carries no encoding fingerprint, so a query "
-                                "of encoded (Bloom) identifiers cannot be checked against it: upload the training "
-                                "identifiers with a client that sends the key's fingerprint, and link again")
+            raise JobError(
+                422,
+                f"job {meta['job']}'s training upload carries no encoding fingerprint, so a query "
+                "of encoded (Bloom) identifiers cannot be checked against it: upload the training "
+                "identifiers with a client that sends the key's fingerprint, and link again",
+            )
         if not fingerprint:
-            raise JobError(422, f"the query of encoded (Bloom) identifiers carries no encoding fingerprint "
-                                f"({FINGERPRINT_HEADER}), so it cannot be checked against the job's training upload")
+            raise JobError(
+                422,
+                f"the query of encoded (Bloom) identifiers carries no encoding fingerprint "
+                f"({FINGERPRINT_HEADER}), so it cannot be checked against the job's training upload",
+            )
         if not hmac.compare_digest(fingerprint, trained):
             raise JobError(422, f"the query's identifiers were {DIFFERENT_KEY}")
 
@@ -164,12 +183,18 @@ class Queries:
             meta = self.store.meta(job)
             used, left, cells = self._used(meta), self._left(meta), records * k
             if cells > left:
-                raise JobError(429, f"a query of {records} records ({cells} cells, records x K) exceeds job {job}'s "
-                                    f"query budget: {used['cells']} of {self.limits.budget} cells used, {left} left "
-                                    "(the operator's serve --query-budget)")
+                raise JobError(
+                    429,
+                    f"a query of {records} records ({cells} cells, records x K) exceeds job {job}'s "
+                    f"query budget: {used['cells']} of {self.limits.budget} cells used, {left} left "
+                    "(the operator's serve --query-budget)",
+                )
             step = 1 if records > 0 else -1
-            meta["queried"] = {"records": used["records"] + records, "queries": used["queries"] + step,
-                               "cells": used["cells"] + cells}
+            meta["queried"] = {
+                "records": used["records"] + records,
+                "queries": used["queries"] + step,
+                "cells": used["cells"] + cells,
+            }
             self.store._save(meta)
         return {"budget": self.limits.budget, "used": meta["queried"]["cells"], "left": left - cells}
 
@@ -179,13 +204,20 @@ class Queries:
         params = JobParams(**meta["params"])
         trained = read_primary(folder / "results" / "primary.npz", rows=False)  # figures only: bounded memory
         base = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
-        maps = {p: read_secondary(folder / "results" / f"secondary-{p}.npz", p).row_of_token
-                for p in meta["secondaries"]}
+        maps = {
+            p: read_secondary(folder / "results" / f"secondary-{p}.npz", p).row_of_token for p in meta["secondaries"]
+        }
         counts = {p: links_per_row(folder, p, maps[p]) for p, link in trained.links.items() if link.composed}
         try:  # composed noise counts the release's links per row: counted once per job (link_counts)
-            got = query(new, base, trained, maps, secret=self._secret(folder, meta, params, base),
-                        pool=meta["params"]["pool"] or params.k,  # a job stored with pool 0 searched K
-                        links_per_row=counts)
+            got = query(
+                new,
+                base,
+                trained,
+                maps,
+                secret=self._secret(folder, meta, params, base),
+                pool=meta["params"]["pool"] or params.k,  # a job stored with pool 0 searched K
+                links_per_row=counts,
+            )
         except LinkageError as e:
             raise UploadError(str(e)) from None
         return primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))

@@ -33,8 +33,9 @@ class RateLimited(Exception):
 class AuthLimiter:
     """Thread-safe failure counters over a sliding window; keys are strings."""
 
-    def __init__(self, max_failures: int = 10, window_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, max_failures: int = 10, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if max_failures < 1 or window_s <= 0:
             raise ValueError(f"need max_failures >= 1 and window_s > 0; got {max_failures}, {window_s}")
         self.max_failures, self.window_s, self._clock = max_failures, window_s, clock

@@ -26,6 +26,8 @@ import numpy as np
 from linkage.binding import bind_result
 from linkage.contracts import Defences, LinkageResult, PrimaryLinkage, SecondaryLinkage
 from linkage.pipeline import chain_to
+from linkage.privacy import MAX_TOKENS, attacked_tokens, failure_report
+from linkage.privacy import privacy_report as report
 from linkage.release import PartyPlan, plan_party, rng_from_secret
 from linkage.store import NpyWriter, npy_chunks, primary_meta, secondary_bytes, write_atomic, write_npz
 from linkage_server.chunk_search import ChunkFiles
@@ -53,7 +55,7 @@ def _release_party(plan: PartyPlan, files: ChunkFiles, query, secret: bytes, scr
     shape = (len(query), plan.k)
     with NpyWriter(paths[0], shape, np.int64) as tokens_out, NpyWriter(paths[1], shape, np.float32) as sims_out:
         for lo, dist, idx in files():
-            tokens, sims = plan.rows(dist, idx, secret, query[lo:lo + len(dist)])  # (c, K) each
+            tokens, sims = plan.rows(dist, idx, secret, query[lo : lo + len(dist)])  # (c, K) each
             tokens_out.write(tokens)
             sims_out.write(sims)
     return paths
@@ -62,8 +64,12 @@ def _release_party(plan: PartyPlan, files: ChunkFiles, query, secret: bytes, scr
 def _skeleton(plans: dict[str, PartyPlan], job: Job, query) -> LinkageResult:
     """The release without its (m, K) rows: every figure, token map and the chain's matching."""
     empty = np.empty((0, job.k))
-    links = {p: dataclasses.replace(plan.link(empty.astype(np.int64), empty.astype(np.float32)),
-                                    recall=job.recalls.get(p, 1.0)) for p, plan in plans.items()}
+    links = {
+        p: dataclasses.replace(
+            plan.link(empty.astype(np.int64), empty.astype(np.float32)), recall=job.recalls.get(p, 1.0)
+        )
+        for p, plan in plans.items()
+    }
     secondaries = {p: SecondaryLinkage(job.job_id, p, np.argsort(plan.token_of_row)) for p, plan in plans.items()}
     result = LinkageResult(PrimaryLinkage(job.job_id, job.k, job.tau, links, job.metric), secondaries)
     if job.chain:
@@ -72,14 +78,24 @@ def _skeleton(plans: dict[str, PartyPlan], job: Job, query) -> LinkageResult:
     return bind_result(result, query)  # primary.npz names the identifiers it linked
 
 
-def write_release(results: Path, scratch: Path, searched: dict[str, ChunkFiles], sizes: dict[str, int], query,
-                  job: Job) -> tuple[LinkageResult, dict[str, tuple[Path, Path]]]:
+def write_release(
+    results: Path, scratch: Path, searched: dict[str, ChunkFiles], sizes: dict[str, int], query, job: Job
+) -> tuple[LinkageResult, dict[str, tuple[Path, Path]]]:
     """Release every searched party into ``results`` (module docstring); returns the skeleton and,
     per party of the release, its (tokens, sims) files under ``scratch`` (removed by the caller)."""
     rng, plans, files = rng_from_secret(job.secret), {}, {}
     for party in sorted(searched):
-        plans[party] = plan_party(party, searched[party], len(query), sizes[party], k=job.k, tau=job.tau, rng=rng,
-                                  train_rows=job.train_rows, defences=job.defences)
+        plans[party] = plan_party(
+            party,
+            searched[party],
+            len(query),
+            sizes[party],
+            k=job.k,
+            tau=job.tau,
+            rng=rng,
+            train_rows=job.train_rows,
+            defences=job.defences,
+        )
         files[party] = _release_party(plans[party], searched[party], query, job.secret, scratch)
     skeleton = _skeleton(plans, job, query)
     source = {p: files[job.chain[0] if job.chain else p] for p in skeleton.primary.links}  # a chain shares its anchor's
@@ -98,12 +114,10 @@ def _rows_of(path: Path, rows: np.ndarray, step: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def privacy_report(skeleton: LinkageResult, files: dict[str, tuple[Path, Path]], query, ids: dict, job: Job,
-                   parties: list[str] | None) -> dict:
+def privacy_report(
+    skeleton: LinkageResult, files: dict[str, tuple[Path, Path]], query, ids: dict, job: Job, parties: list[str] | None
+) -> dict:
     """The job's privacy report (linkage.privacy) from the released files (module docstring)."""
-    from linkage.privacy import MAX_TOKENS, attacked_tokens
-    from linkage.privacy import privacy_report as report
-
     own = parties or sorted(skeleton.primary.links)
     counts, keep = {}, np.zeros(len(query), bool)
     for p in own:
@@ -113,19 +127,22 @@ def privacy_report(skeleton: LinkageResult, files: dict[str, tuple[Path, Path]],
             counts[p] += np.bincount(tokens.ravel(), minlength=len(row_of_token))
         only = attacked_tokens(counts[p], p, row_of_token, len(ids[p]), MAX_TOKENS, job.secret)
         for lo, tokens in npy_chunks(files[p][0], job.step):
-            keep[lo:lo + len(tokens)] |= np.isin(tokens, only).any(axis=1)
+            keep[lo : lo + len(tokens)] |= np.isin(tokens, only).any(axis=1)
     rows = np.flatnonzero(keep)  # the records linked to an attacked token: every link the attacks read
-    links = {p: dataclasses.replace(lk, tokens=_rows_of(files[p][0], rows, job.step),
-                                    sims=_rows_of(files[p][1], rows, job.step)) if p in own else lk
-             for p, lk in skeleton.primary.links.items()}
+    links = {
+        p: dataclasses.replace(
+            lk, tokens=_rows_of(files[p][0], rows, job.step), sims=_rows_of(files[p][1], rows, job.step)
+        )
+        if p in own
+        else lk
+        for p, lk in skeleton.primary.links.items()
+    }
     restricted = dataclasses.replace(skeleton, primary=dataclasses.replace(skeleton.primary, links=links))
     return report(restricted, query[rows], ids, job.metric, parties=parties, counts=counts, secret=job.secret)
 
 
 def safe_privacy_report(skeleton: LinkageResult, files, query, ids: dict, job: Job, parties) -> dict:
     """:func:`privacy_report`, or, when it fails, a report that says so (the release stands)."""
-    from linkage.privacy import failure_report
-
     try:
         return privacy_report(skeleton, files, query, ids, job, parties)
     except Exception as e:  # noqa: BLE001 - any failure of a measurement, named in the report

@@ -33,6 +33,8 @@ def refused(method: str, path: str, status: int, reason: str) -> None:
 def banner(url: str, data_dir, token_file, created: bool) -> None:
     """What `serve` prints once it is listening."""
     how = "created now" if created else "existing"
-    print(f"linkage service listening on {url}\n  data dir: {data_dir}\n  admin token: in {token_file} ({how}; "
-          f"give it to the admin only)\n  log: one line per request on stderr (no secret, token or identifier)",
-          flush=True)
+    print(
+        f"linkage service listening on {url}\n  data dir: {data_dir}\n  admin token: in {token_file} ({how}; "
+        f"give it to the admin only)\n  log: one line per request on stderr (no secret, token or identifier)",
+        flush=True,
+    )

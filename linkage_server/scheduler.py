@@ -16,6 +16,8 @@ from __future__ import annotations
 import queue
 import threading
 
+from linkage_server.requestlog import event
+
 
 class Worker:
     """Two background threads (lanes) computing queued jobs (the service's only compute)."""
@@ -24,8 +26,10 @@ class Worker:
         self.store = store
         self.small_cells = store.limits.small_cells if small_cells is None else small_cells
         self._lanes: dict[str, queue.Queue[str | None]] = {"small": queue.Queue(), "large": queue.Queue()}
-        self._threads = [threading.Thread(target=self._loop, args=(q,), name=f"linkage-worker-{name}", daemon=True)
-                         for name, q in self._lanes.items()]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(q,), name=f"linkage-worker-{name}", daemon=True)
+            for name, q in self._lanes.items()
+        ]
         self._active: set[str] = set()
         self._lock = threading.Lock()
 
@@ -38,7 +42,7 @@ class Worker:
             thread.start()
 
     def lane(self, job: str) -> str:
-        """"small" for a job of at most small_cells cells, else "large"."""
+        """ "small" for a job of at most small_cells cells, else "large"."""
         try:
             return "small" if self.store.cells(job) <= self.small_cells else "large"
         except Exception:  # noqa: BLE001 - a job whose size cannot be read runs (and fails) in the large lane
@@ -67,8 +71,6 @@ class Worker:
 
 def _finished(store, job: str) -> None:
     """The service log's line for a job that ended (linkage_server.requestlog)."""
-    from linkage_server.requestlog import event
-
     meta = store.meta(job)
     if meta["state"] in ("done", "failed"):
         error = f": {meta.get('error')}" if meta["state"] == "failed" else ""

@@ -99,6 +99,7 @@ class Gate:
 
     def party(self, request: Request, job: str, party: str | None = None) -> dict:
         """The job's metadata if the request holds `party`'s secret (None: the primary's)."""
+
         def attempt():
             who = self.store.meta(job)["primary"] if party is None else party
             return self.store.authenticate(job, who, _secret(request))
@@ -108,6 +109,7 @@ class Gate:
     def primary(self, request: Request, job: str, what: str) -> dict:
         """As :meth:`party` for the primary, with a secondary's secret or the admin token refused
         by name (`what`: the primary's right they asked for)."""
+
         def attempt():
             meta, secret = self.store.meta(job), _secret(request)
             if secret and self._is_admin(secret):
@@ -120,6 +122,7 @@ class Gate:
 
     def status(self, request: Request, job: str) -> dict:
         """The job's status as the requester's role may see it (admin, primary or a secondary)."""
+
         def attempt():
             meta, secret = self.store.meta(job), _secret(request)
             if secret is None:
@@ -175,6 +178,7 @@ async def _received(store: JobStore, slots: BodySlots, cap: int, job: str, party
 
 def _error_handlers(app: FastAPI) -> None:
     """Refusals as JSON {detail}: a JobError's status, 422 for a bad upload, 429 + Retry-After."""
+
     @app.exception_handler(JobError)
     async def job_error(request: Request, e: JobError):
         refused(request.method, request.url.path, e.status, e.message)
@@ -193,6 +197,7 @@ def _error_handlers(app: FastAPI) -> None:
 
 def _job_routes(app: FastAPI, store: JobStore, gate: Gate) -> None:
     """GET /health, POST /jobs (admin), GET /jobs/{job} (a party or the admin)."""
+
     @app.get("/health")
     async def health() -> dict:  # on the event loop itself: no thread needed
         return {"ok": True}
@@ -216,15 +221,19 @@ def _job_routes(app: FastAPI, store: JobStore, gate: Gate) -> None:
 
 def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bodies) -> None:
     """A party's uploads and result, and the primary's start."""
+
     async def _upload(job: str, party: str, request: Request, train_rows: bool) -> dict:
         gate.party(request, job, party)
         fingerprint = fingerprint_of(request.headers.get(FINGERPRINT_HEADER))  # optional: encoded uploads
         async with bodies(job, party, request) as body:
             # parsing, validation and the rename take seconds for a large upload: off the event loop
-            got = await run_in_threadpool(lambda: store.upload(job, party, body, train_rows=train_rows,
-                                                               fingerprint=fingerprint))
-        event(f"job {job}: party {party!r} uploaded " + ("training rows" if train_rows else
-                                                          f"{got['rows']} {got['kind']} identifier row(s)"))
+            got = await run_in_threadpool(
+                lambda: store.upload(job, party, body, train_rows=train_rows, fingerprint=fingerprint)
+            )
+        event(
+            f"job {job}: party {party!r} uploaded "
+            + ("training rows" if train_rows else f"{got['rows']} {got['kind']} identifier row(s)")
+        )
         return got
 
     @app.put("/jobs/{job}/parties/{party}/identifiers")
@@ -268,6 +277,7 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bod
 
 def _query_route(app: FastAPI, queries: Queries, gate: Gate, bodies) -> None:
     """POST /jobs/{job}/query: the primary's new records -> their tokens and noisy similarities."""
+
     @app.post("/jobs/{job}/query")
     async def query(job: str, request: Request) -> Response:
         meta = gate.primary(request, job, "query it")
@@ -276,19 +286,33 @@ def _query_route(app: FastAPI, queries: Queries, gate: Gate, bodies) -> None:
             # parsing, the search and the release take seconds for a large query: off the event loop
             data, budget = await run_in_threadpool(lambda: queries.answer(job, body, fingerprint))
         event(f"job {job}: query answered ({budget['left']} of {budget['budget']} cells left)")
-        return Response(data, media_type="application/octet-stream",
-                        headers={"X-Query-Budget": str(budget["budget"]), "X-Query-Cells-Left": str(budget["left"])})
+        return Response(
+            data,
+            media_type="application/octet-stream",
+            headers={"X-Query-Budget": str(budget["budget"]), "X-Query-Cells-Left": str(budget["left"])},
+        )
 
 
-def create_app(data_dir: Path, admin_token: str, *, max_upload_bytes: int = 512 << 20,
-               max_rows: int = 50_000_000, chunk_rows: int = 20_000, operator_seed: int | None = None,
-               auth_failures: int = 10, auth_window_s: float = 60.0,
-               query_limits: QueryLimits = QueryLimits(), ray: str = "", limits: Limits = Limits()) -> FastAPI:
+def create_app(
+    data_dir: Path,
+    admin_token: str,
+    *,
+    max_upload_bytes: int = 512 << 20,
+    max_rows: int = 50_000_000,
+    chunk_rows: int = 20_000,
+    operator_seed: int | None = None,
+    auth_failures: int = 10,
+    auth_window_s: float = 60.0,
+    query_limits: QueryLimits = QueryLimits(),
+    ray: str = "",
+    limits: Limits = Limits(),
+) -> FastAPI:
     """The service's app; ``limits``: the operator's (linkage_server.limits)."""
     if len(admin_token) < 16:
         raise ValueError("the admin token must be at least 16 characters")
-    store = JobStore(Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed, ray=ray,
-                     limits=limits)
+    store = JobStore(
+        Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed, ray=ray, limits=limits
+    )
     worker = Worker(store)
     bodies = partial(_received, store, BodySlots(limits.max_uploads_per_party), max_upload_bytes)
     gate = Gate(store, admin_token, AuthLimiter(auth_failures, auth_window_s))

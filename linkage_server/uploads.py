@@ -38,8 +38,13 @@ class UploadSummary:
     duplicates: int
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "rows": self.rows, "shape": list(self.shape), "dtype": self.dtype,
-                "duplicates": self.duplicates}
+        return {
+            "kind": self.kind,
+            "rows": self.rows,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "duplicates": self.duplicates,
+        }
 
 
 def to_npy(arr: np.ndarray) -> bytes:
@@ -51,8 +56,11 @@ def to_npy(arr: np.ndarray) -> bytes:
 def parse_npy(data: bytes | Path) -> np.ndarray:
     """One .npy array from its bytes, or from a file (memory-mapped: read as it is used)."""
     try:
-        arr = np.load(data, mmap_mode="r", allow_pickle=False) if isinstance(data, Path) else \
-            np.load(io.BytesIO(data), allow_pickle=False)
+        arr = (
+            np.load(data, mmap_mode="r", allow_pickle=False)
+            if isinstance(data, Path)
+            else np.load(io.BytesIO(data), allow_pickle=False)
+        )
     except Exception as e:  # numpy raises ValueError/OSError/EOFError/... on bad bytes
         raise UploadError(f"malformed upload: not a .npy array ({type(e).__name__}: {e})") from None
     if not isinstance(arr, np.ndarray):
@@ -75,8 +83,9 @@ def kind_of(arr: np.ndarray) -> str:
         return "numbers"
     if arr.dtype.kind == "U":
         return "strings"
-    raise UploadError(f"unsupported identifier dtype {arr.dtype}: send float numbers, unicode strings, "
-                      "or packed bits (uint8)")
+    raise UploadError(
+        f"unsupported identifier dtype {arr.dtype}: send float numbers, unicode strings, or packed bits (uint8)"
+    )
 
 
 def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
@@ -96,18 +105,26 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
         values = arr.astype(np.float64, copy=False)
         bad = ~np.isfinite(values).all(axis=1)
         if bad.any():
-            raise UploadError(f"{int(bad.sum())} identifier row(s) are NaN/inf (first rows: "
-                              f"{np.flatnonzero(bad)[:5].tolist()})")
+            raise UploadError(
+                f"{int(bad.sum())} identifier row(s) are NaN/inf (first rows: {np.flatnonzero(bad)[:5].tolist()})"
+            )
         huge = (values.max(axis=1) > MAX_ABS_NUMBER) | (values.min(axis=1) < -MAX_ABS_NUMBER)  # (n,): no copy
         if huge.any():  # finite, but their squared distances overflow to inf and the job could not run
-            raise UploadError(f"{int(huge.sum())} identifier row(s) hold a number beyond +/-{MAX_ABS_NUMBER:g} (first "
-                              f"rows: {np.flatnonzero(huge)[:5].tolist()}): rescale the identifiers")
+            raise UploadError(
+                f"{int(huge.sum())} identifier row(s) hold a number beyond +/-{MAX_ABS_NUMBER:g} (first "
+                f"rows: {np.flatnonzero(huge)[:5].tolist()}): rescale the identifiers"
+            )
     if kind == "strings":  # several columns: a row may have empty cells, not only empty ones
         empty = np.char.str_len(arr) == 0
         empty = empty if arr.ndim == 1 else empty.all(axis=1)
         if empty.any():
-            raise UploadError(f"{int(empty.sum())} identifier(s) are empty strings (first rows: "
-                              f"{np.flatnonzero(empty)[:5].tolist()})")
-    keys = arr if arr.ndim == 1 else np.ascontiguousarray(arr).view(np.dtype((np.void, arr.dtype.itemsize * arr.shape[1]))).ravel()
+            raise UploadError(
+                f"{int(empty.sum())} identifier(s) are empty strings (first rows: {np.flatnonzero(empty)[:5].tolist()})"
+            )
+    keys = (
+        arr
+        if arr.ndim == 1
+        else np.ascontiguousarray(arr).view(np.dtype((np.void, arr.dtype.itemsize * arr.shape[1]))).ravel()
+    )
     duplicates = int(len(arr) - len(np.unique(keys)))
     return UploadSummary(kind, int(len(arr)), tuple(int(s) for s in arr.shape), str(arr.dtype), duplicates)

@@ -30,9 +30,16 @@ def _safe(obj):
 
 
 def _common(meta: dict, role: str, party: str | None) -> dict:
-    return {"job": meta["job"], "role": role, "party": party, "state": meta["state"],
-            "progress": meta["progress"], "error": meta["error"], "params": meta["params"],
-            "uploads": {party: meta["uploads"][party]} if party in meta["uploads"] else {}}
+    return {
+        "job": meta["job"],
+        "role": role,
+        "party": party,
+        "state": meta["state"],
+        "progress": meta["progress"],
+        "error": meta["error"],
+        "params": meta["params"],
+        "uploads": {party: meta["uploads"][party]} if party in meta["uploads"] else {},
+    }
 
 
 def status_view(meta: dict, role: str, party: str | None = None) -> dict:
@@ -40,11 +47,20 @@ def status_view(meta: dict, role: str, party: str | None = None) -> dict:
     if role == "admin":
         return _safe(meta) | {"role": "admin", "party": None}
     if role == "primary":
-        return _safe(_common(meta, role, party) | {
-            "primary": meta["primary"], "secondaries": meta["secondaries"], "duplicates": meta["duplicates"],
-            "uploaded": sorted(meta["uploads"]), "train_rows": meta.get("train_rows"),
-            "seconds": meta["seconds"], "stats": meta.get("stats"), "queried": meta.get("queried"),
-            "privacy": meta.get("privacy")})
+        return _safe(
+            _common(meta, role, party)
+            | {
+                "primary": meta["primary"],
+                "secondaries": meta["secondaries"],
+                "duplicates": meta["duplicates"],
+                "uploaded": sorted(meta["uploads"]),
+                "train_rows": meta.get("train_rows"),
+                "seconds": meta["seconds"],
+                "stats": meta.get("stats"),
+                "queried": meta.get("queried"),
+                "privacy": meta.get("privacy"),
+            }
+        )
     if role == "secondary":  # a failure's text may name other parties or sizes: only that it failed
         view = _safe(_common(meta, role, party))
         view["privacy"] = secondary_view(meta.get("privacy"), party)

@@ -54,14 +54,17 @@ def early_stop(records: list[EpochRecord], head: TaskHead, patience: int) -> boo
     return patience > 0 and bool(records) and epochs_without_improvement(records, head) >= patience
 
 
-def stopping(records: list[EpochRecord], head: TaskHead, patience: int, max_epochs: int, steps: int = 0,
-             max_steps: int = 0) -> dict:
+def stopping(
+    records: list[EpochRecord], head: TaskHead, patience: int, max_epochs: int, steps: int = 0, max_steps: int = 0
+) -> dict:
     """summary.json's ``stopping``: {"patience", "max_epochs", "epochs_run", "stopped_early", "reason"}."""
     run = len(records)
     early = early_stop(records, head, patience) and run < max_epochs
     if early:
-        reason = (f"no better validation {head.key_metric} in the {patience} epochs after the best epoch "
-                  f"{best_epoch(records, head).epoch} (patience {patience})")
+        reason = (
+            f"no better validation {head.key_metric} in the {patience} epochs after the best epoch "
+            f"{best_epoch(records, head).epoch} (patience {patience})"
+        )
     elif max_steps and steps >= max_steps:
         reason = f"max-steps {max_steps} reached"
     elif patience > 0:

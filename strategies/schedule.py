@@ -15,4 +15,3 @@ def windows(batches: list[np.ndarray], steps_per_exchange: int) -> list[list[np.
     """Group consecutive batches into windows of S steps: one exchange serves one window."""
     s = steps_per_exchange
     return [batches[i : i + s] for i in range(0, len(batches), s)]
-

@@ -58,8 +58,11 @@ def test_the_job_releases_its_recall_and_names_its_search_in_its_id():
     job = link(QUERY, {"s": POINTS}, k=10, tau=1.0, secret=SECRET, approx=wide)
     assert 0.95 <= job.primary.links["s"].recall <= 1.0
     assert link(QUERY, {"s": POINTS}, k=10, tau=1.0, secret=SECRET).primary.links["s"].recall == 1.0
-    assert job.primary.job_id == job_id_of(QUERY, {"s": POINTS}, 10, 1.0, approx=wide) != \
-        job_id_of(QUERY, {"s": POINTS}, 10, 1.0)
+    assert (
+        job.primary.job_id
+        == job_id_of(QUERY, {"s": POINTS}, 10, 1.0, approx=wide)
+        != job_id_of(QUERY, {"s": POINTS}, 10, 1.0)
+    )
     with pytest.raises(LinkageError, match="no approximate search for metric 'edit'"):
         approx_topk("edit", np.array(["a"], dtype=object), np.array(["b"], dtype=object), 1, wide)
     with pytest.raises(LinkageError, match="the qgram search is for strings, not metric 'euclidean'"):
@@ -95,13 +98,16 @@ def test_the_service_runs_an_approximate_job_and_refuses_one_under_its_floor(tmp
     assert meta["state"] == "done", meta["error"]
     meta = run({"k": 10, "search": "auto"})  # small: auto searches exactly, by resumable chunks
     assert meta["state"] == "done" and list((tmp_path / "jobs" / meta["job"] / "work").glob("s/*/*.npz"))
-    for body, match in [({"search": "lsh"}, "search 'lsh' is not one of"), ({"recall_floor": 2}, "recall_floor must"),
-                        ({"metric": "edit", "search": "hnsw"}, "hnsw, ivf: euclidean and hamming"),
-                        ({"search": "qgram"}, "qgram: string metrics"),
-                        ({"search": "hnsw", "layout": "chain"}, "a chain searches exactly"),
-                        ({"search": "auto", "layout": "chain"}, "a chain searches exactly"),
-                        ({"search": "ivf", "width": -1}, "width must be 0"),
-                        ({"search": "hnsw", "width": 2**31 - 1}, "width must be 0 .* to 1024")]:
+    for body, match in [
+        ({"search": "lsh"}, "search 'lsh' is not one of"),
+        ({"recall_floor": 2}, "recall_floor must"),
+        ({"metric": "edit", "search": "hnsw"}, "hnsw, ivf: euclidean and hamming"),
+        ({"search": "qgram"}, "qgram: string metrics"),
+        ({"search": "hnsw", "layout": "chain"}, "a chain searches exactly"),
+        ({"search": "auto", "layout": "chain"}, "a chain searches exactly"),
+        ({"search": "ivf", "width": -1}, "width must be 0"),
+        ({"search": "hnsw", "width": 2**31 - 1}, "width must be 0 .* to 1024"),
+    ]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
 

@@ -115,7 +115,7 @@ def test_greedy_uses_the_map_distance_under_noise():
     assert party_link.sigma > 0
     greedy = greedy_attack(party_link, primary, np.random.default_rng(0))
     best = np.array([party_link.sims[party_link.tokens == t].max() for t in greedy.tokens], np.float64)  # (T,)
-    want = np.maximum(-(party_link.sim_std * best / (1 + party_link.sigma ** 2) + party_link.sim_mean), 0)
+    want = np.maximum(-(party_link.sim_std * best / (1 + party_link.sigma**2) + party_link.sim_mean), 0)
     got = np.linalg.norm(greedy.location - primary[greedy.anchor], axis=1)
     assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
     assert np.allclose(want, np.maximum(distances(best, party_link, shrink=True), 0))
@@ -133,16 +133,32 @@ def test_aggregation_error_grows_as_tau_falls():
 
 
 def test_the_attacker_is_given_only_the_release_and_its_identifiers():
-    assert [f.name for f in dataclasses.fields(PartyLink)] == ["tokens", "sims", "sigma", "sim_mean", "sim_std",
-                                                               "dp_sigma", "radius", "composed", "recall"]  # no row map
+    assert [f.name for f in dataclasses.fields(PartyLink)] == [
+        "tokens",
+        "sims",
+        "sigma",
+        "sim_mean",
+        "sim_std",
+        "dp_sigma",
+        "radius",
+        "composed",
+        "recall",
+    ]  # no row map
     # ``pre``: linkage.attacks.released(link, primary_ids, only), the same release prepared once
     assert list(inspect.signature(greedy_attack).parameters) == ["link", "primary_ids", "rng", "only", "pre"]
-    assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links", "only",
-                                                                      "pre"]
+    assert list(inspect.signature(aggregation_attack).parameters) == ["link", "primary_ids", "min_links", "only", "pre"]
     assert list(inspect.signature(attacks.released).parameters) == ["link", "primary_ids", "only"]
     # the dictionary attack adds the attacker's own prior: a register of candidate identifiers
-    assert list(inspect.signature(dictionary_attack).parameters) == ["link", "primary_ids", "dictionary", "metric",
-                                                                     "only", "max_links", "seeds", "pre"]
+    assert list(inspect.signature(dictionary_attack).parameters) == [
+        "link",
+        "primary_ids",
+        "dictionary",
+        "metric",
+        "only",
+        "max_links",
+        "seeds",
+        "pre",
+    ]
     # tokens are opaque: renaming them (another permutation of the secondary's rows) renames the guesses
     primary, secondary = planted(4, 200, 30, 1.0)
     party_link, _ = released(primary, secondary, k=6, tau=1.0)
@@ -163,8 +179,9 @@ def test_scoring_in_metres():
     north = a + [1.0, 0.0]  # one degree of latitude: pi R / 180
     assert haversine_m(a, north) == pytest.approx(np.full(2, np.pi * 6_371_008.8 / 180.0))
     east = a + [0.0, 0.001]  # equirectangular: R cos(lat) * 0.001 deg, within 1e-6 at this size
-    assert haversine_m(a, east) == pytest.approx(np.pi * 6_371_008.8 / 180 * 0.001 * np.cos(np.radians(a[:, 0])),
-                                                 rel=1e-6)
+    assert haversine_m(a, east) == pytest.approx(
+        np.pi * 6_371_008.8 / 180 * 0.001 * np.cos(np.radians(a[:, 0])), rel=1e-6
+    )
     score = reidentification(np.array([10.0, 60.0, 200.0, 900.0]), (50, 100, 500))
     assert score == {"n": 4, "within": {50.0: 0.25, 100.0: 0.5, 500.0: 0.75}, "median_m": 130.0}
 
@@ -176,10 +193,18 @@ def test_a_release_prepared_once_gives_every_attack_the_same_answer():
     party_link, _ = released(primary, secondary, k=6, tau=1.0)
     only = np.arange(0, 40, 3)
     pre = attacks.released(party_link, primary, only)
-    for alone, shared in [(aggregation_attack(party_link, primary, only=only),
-                           aggregation_attack(party_link, primary, only=only, pre=pre)),
-                          (greedy_attack(party_link, primary, np.random.default_rng(1), only=only),
-                           greedy_attack(party_link, primary, np.random.default_rng(1), only=only, pre=pre))]:
+    for alone, shared in [
+        (
+            aggregation_attack(party_link, primary, only=only),
+            aggregation_attack(party_link, primary, only=only, pre=pre),
+        ),
+        (
+            greedy_attack(party_link, primary, np.random.default_rng(1), only=only),
+            greedy_attack(party_link, primary, np.random.default_rng(1), only=only, pre=pre),
+        ),
+    ]:
         assert np.array_equal(alone.tokens, shared.tokens) and np.array_equal(alone.location, shared.location)
-    assert np.array_equal(dictionary_attack(party_link, primary, secondary, "euclidean", only=only),
-                          dictionary_attack(party_link, primary, secondary, "euclidean", only=only, pre=pre))
+    assert np.array_equal(
+        dictionary_attack(party_link, primary, secondary, "euclidean", only=only),
+        dictionary_attack(party_link, primary, secondary, "euclidean", only=only, pre=pre),
+    )

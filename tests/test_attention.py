@@ -9,13 +9,17 @@ from strategies.vfl.attention import RATE
 from strategies.vfl.model import ModelConfig, SimilarityModel
 
 B, K, D_P, C_S = 6, 5, 4, 7  # records, neighbours, primary features, secondary cut width
-CFG = ModelConfig(local_hidden=(8,), cut_dim=6, agg_hidden=(9,), r=3, merge="cnn", k_conv=3, channels=2,
-                  merge_hidden=12, dropout=0.0)
+CFG = ModelConfig(
+    local_hidden=(8,), cut_dim=6, agg_hidden=(9,), r=3, merge="cnn", k_conv=3, channels=2, merge_hidden=12, dropout=0.0
+)
 
 
 def _inputs(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    x, emb = torch.randn(B, D_P, generator=g, dtype=torch.float64), torch.randn(10, C_S, generator=g, dtype=torch.float64)
+    x, emb = (
+        torch.randn(B, D_P, generator=g, dtype=torch.float64),
+        torch.randn(10, C_S, generator=g, dtype=torch.float64),
+    )
     index = torch.randint(0, 10, (B, K), generator=g)
     sims = torch.randn(B, K, generator=g, dtype=torch.float64)
     return x, {"s": emb}, {"s": index}, sims
@@ -47,8 +51,9 @@ def test_a_silent_attention_branch_is_the_papers_fedsim():
     with torch.no_grad():
         attn.paths["all"].attention.pair[-1].weight.zero_()
         attn.paths["all"].attention.pair[-1].bias.zero_()
-    torch.testing.assert_close(attn(x, emb, index, {"all": sims}), paper(x, emb, index, {"all": sims}),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        attn(x, emb, index, {"all": sims}), paper(x, emb, index, {"all": sims}), rtol=0, atol=1e-12
+    )
 
 
 def test_all_weight_on_rank_one_is_top1sim():
@@ -57,8 +62,12 @@ def test_all_weight_on_rank_one_is_top1sim():
     _attention_only(attn)
     with torch.no_grad():
         attn.paths["all"].attention.score_rank[0] = 60.0 / RATE
-    top1 = _model(ModelConfig(**{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False,
-                                 "weight_gate": False}), k=1)
+    top1 = _model(
+        ModelConfig(
+            **{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False, "weight_gate": False}
+        ),
+        k=1,
+    )
     top1.local.load_state_dict(attn.local.state_dict())
     top1.paths["all"].agg.load_state_dict(attn.paths["all"].attention.pair.state_dict())
     best = sims.argmax(dim=1, keepdim=True)  # (B, 1): the service's top-1
@@ -84,8 +93,12 @@ def test_weight_on_exact_twins_else_the_null_slot_is_exact():
         a.score_sim[-1].weight[0, 0] = 120.0
         a.score_rank[-1] = 30.0 / RATE
         a.null["s"].copy_(imputed)
-    exact = _model(ModelConfig(**{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False,
-                                  "weight_gate": False}), k=1)
+    exact = _model(
+        ModelConfig(
+            **{**CFG.__dict__, "merge": "avg", "uniform_weights": True, "sort_gate": False, "weight_gate": False}
+        ),
+        k=1,
+    )
     exact.local.load_state_dict(attn.local.state_dict())
     exact.paths["all"].agg.load_state_dict(a.pair.state_dict())
     rows = torch.cat([emb["s"], imputed[None]])  # the secondary's rows, then its imputed row (link_exact)

@@ -1,6 +1,5 @@
 """Bring-your-own CSV parties: one parties.toml runs every method; bad specs are named."""
 
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -30,9 +29,14 @@ def write_parties(folder, spec=SPEC, n=400, seed=0):
     rng = np.random.default_rng(seed)
     shops = pd.DataFrame({"y": rng.uniform(0, 10, 80), "x": rng.uniform(0, 10, 80), "rent": rng.normal(50, 10, 80)})
     near = rng.integers(0, 80, n)  # each sale sits next to a shop whose rent drives its price
-    sales = pd.DataFrame({"lat": shops["y"].to_numpy()[near] + rng.normal(0, 0.05, n),
-                          "lon": shops["x"].to_numpy()[near] + rng.normal(0, 0.05, n),
-                          "rooms": rng.integers(1, 6, n), "type": rng.choice(["h", "u"], n)})
+    sales = pd.DataFrame(
+        {
+            "lat": shops["y"].to_numpy()[near] + rng.normal(0, 0.05, n),
+            "lon": shops["x"].to_numpy()[near] + rng.normal(0, 0.05, n),
+            "rooms": rng.integers(1, 6, n),
+            "type": rng.choice(["h", "u"], n),
+        }
+    )
     sales["price"] = 100 * sales["rooms"] + 5 * shops["rent"].to_numpy()[near] + rng.normal(0, 5, n)
     sales.to_csv(folder / "sales.csv", index=False)
     shops.to_csv(folder / "shops.csv", index=False)
@@ -42,26 +46,42 @@ def write_parties(folder, spec=SPEC, n=400, seed=0):
 @pytest.mark.parametrize("method", ["fedsim", "solo", "top1sim", "avgsim", "featuresim", "exact"])
 def test_every_method_runs_on_the_users_csvs(method, tmp_path):
     write_parties(tmp_path)
-    cfg = RunConfig(dataset="csv", data_dir=str(tmp_path), method=method, k=5, epochs=2, batch_size=32,
-                    out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        dataset="csv",
+        data_dir=str(tmp_path),
+        method=method,
+        k=5,
+        epochs=2,
+        batch_size=32,
+        out_dir=str(tmp_path / "runs"),
+    )
     s = run_experiment(cfg, tmp_path / "out" / method)
     assert np.isfinite(s["test"]["rmse"]) and s["epochs_run"] == 2
 
 
-@pytest.mark.parametrize("edit,match", [
-    (("identifiers = [\"y\", \"x\"]", "identifiers = [\"y\", \"z\"]"), r"party 'shops'.*missing column\(s\) \['z'\]"),
-    (("label = \"price\"", "label = \"value\""), "label column 'value' is not in the primary's file sales.csv"),
-    (("kind = \"numeric\"\nnumeric = [\"rooms\"]", "kind = \"string\"\nnumeric = [\"rooms\"]"),
-     "kind 'string' but identifier column 'lat' holds numbers"),
-    (("numeric = [\"rooms\"]\ncategorical = [\"type\"]", "numeric = [\"rooms\", \"type\"]"),
-     r"party 'primary' \(sales.csv\): column 'type' is listed as numeric but holds text, e.g. 'h'; list it under "
-     "categorical"),
-    (("numeric = [\"rooms\"]", "numeric = [\"rooms\", \"price\"]"),
-     r"party 'primary' \(sales.csv\): the label 'price' is listed as a feature \(numeric\)"),
-    (("categorical = [\"type\"]", "categorical = [\"type\", \"price\"]"), "the label 'price' is listed as a feature"),
-    (("task = \"regression\"", "task = \"ranking\""), "task must be one of"),
-    (("[secondaries.shops]", "[secondaries.shops]\ncolour = \"red\""), r"unknown key\(s\) \['colour'\]"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (('identifiers = ["y", "x"]', 'identifiers = ["y", "z"]'), r"party 'shops'.*missing column\(s\) \['z'\]"),
+        (('label = "price"', 'label = "value"'), "label column 'value' is not in the primary's file sales.csv"),
+        (
+            ('kind = "numeric"\nnumeric = ["rooms"]', 'kind = "string"\nnumeric = ["rooms"]'),
+            "kind 'string' but identifier column 'lat' holds numbers",
+        ),
+        (
+            ('numeric = ["rooms"]\ncategorical = ["type"]', 'numeric = ["rooms", "type"]'),
+            r"party 'primary' \(sales.csv\): column 'type' is listed as numeric but holds text, e.g. 'h'; list it under "
+            "categorical",
+        ),
+        (
+            ('numeric = ["rooms"]', 'numeric = ["rooms", "price"]'),
+            r"party 'primary' \(sales.csv\): the label 'price' is listed as a feature \(numeric\)",
+        ),
+        (('categorical = ["type"]', 'categorical = ["type", "price"]'), "the label 'price' is listed as a feature"),
+        (('task = "regression"', 'task = "ranking"'), "task must be one of"),
+        (("[secondaries.shops]", '[secondaries.shops]\ncolour = "red"'), r"unknown key\(s\) \['colour'\]"),
+    ],
+)
 def test_a_bad_spec_is_named(edit, match, tmp_path):
     write_parties(tmp_path, SPEC.replace(*edit))
     with pytest.raises(DatasetError, match=match):
@@ -70,8 +90,9 @@ def test_a_bad_spec_is_named(edit, match, tmp_path):
 
 def test_string_identifiers_and_classification_labels(tmp_path):
     titles = ["alpha one", "beta two", "gamma three", "delta four", "epsilon five", "zeta six"] * 10
-    pd.DataFrame({"title": [t.upper() for t in titles], "genre": ["a", "b", "c"] * 20,
-                  "score": np.arange(60.0)}).to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame(
+        {"title": [t.upper() for t in titles], "genre": ["a", "b", "c"] * 20, "score": np.arange(60.0)}
+    ).to_csv(tmp_path / "p.csv", index=False)
     pd.DataFrame({"name": titles[:6], "hours": np.arange(6.0)}).to_csv(tmp_path / "s.csv", index=False)
     (tmp_path / "parties.toml").write_text("""
 task = "multiclass"
@@ -89,8 +110,11 @@ numeric = ["hours"]
 """)
     ds = load_dataset("csv", tmp_path)
     assert ds.task == "multiclass" and ds.n_classes == 3 and ds.primary.identifiers[0] == "alpha one"
-    (tmp_path / "parties.toml").write_text((tmp_path / "parties.toml").read_text().replace(
-        'identifiers = ["name"]\nkind = "string"', 'identifiers = ["hours"]\nkind = "string"'))
+    (tmp_path / "parties.toml").write_text(
+        (tmp_path / "parties.toml")
+        .read_text()
+        .replace('identifiers = ["name"]\nkind = "string"', 'identifiers = ["hours"]\nkind = "string"')
+    )
     with pytest.raises(DatasetError, match="kind 'string' but identifier column 'hours' holds numbers"):
         load_dataset("csv", tmp_path)
 
@@ -114,10 +138,10 @@ def test_a_secondary_reads_only_its_own_csv(tmp_path):
     (alone / "parties.toml").write_text(SPEC)
     (alone / "shops.csv").write_bytes((full / "shops.csv").read_bytes())  # no sales.csv here
     want = load_dataset("csv", full).secondaries["shops"].features
-    got = secondary_features(RunConfig(dataset="csv", data_dir=str(alone)), "shops")
+    got = secondary_features(RunConfig.of(dataset="csv", data_dir=str(alone)), "shops")
     np.testing.assert_array_equal(got, want)
     with pytest.raises(DatasetError, match="party 'bank' is not a secondary"):
-        secondary_features(RunConfig(dataset="csv", data_dir=str(alone)), "bank")
+        secondary_features(RunConfig.of(dataset="csv", data_dir=str(alone)), "bank")
 
 
 def test_a_relative_data_dir_is_shown_absolute_in_every_path_error(tmp_path, monkeypatch):

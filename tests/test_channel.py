@@ -24,10 +24,15 @@ class FakeGrid:
         return [f"m{m.metadata.dst_node_id}" for m in msgs]
 
     def pull_messages(self, ids):
-        return [SimpleNamespace(has_error=lambda: False,  # party None: an answer without one
-                                content=SimpleNamespace(config_records={"hello": {} if p is None else {"party": p}}),
-                                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"))
-                for node, p in reversed(self.parties_by_node.items()) if f"m{node}" in ids and p != ""]  # "": silent
+        return [
+            SimpleNamespace(
+                has_error=lambda: False,  # party None: an answer without one
+                content=SimpleNamespace(config_records={"hello": {} if p is None else {"party": p}}),
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"),
+            )
+            for node, p in reversed(self.parties_by_node.items())
+            if f"m{node}" in ids and p != ""
+        ]  # "": silent
 
 
 def test_parties_map_to_their_nodes_whatever_the_node_order():
@@ -35,18 +40,23 @@ def test_parties_map_to_their_nodes_whatever_the_node_order():
     assert handshake(grid, ["a", "b", "c"], "/job", timeout=1) == {"a": 12, "b": 500, "c": 907}
 
 
-@pytest.mark.parametrize("nodes,match", [
-    ({1: "a", 2: "a", 3: "b"}, "party 'a' is played by two nodes"),
-    ({1: "a", 2: "b"}, r"missing \['c'\]"),
-    ({1: "a", 2: "b", 3: "c", 4: "d"}, r"unexpected \['d'\]"),
-])
+@pytest.mark.parametrize(
+    "nodes,match",
+    [
+        ({1: "a", 2: "a", 3: "b"}, "party 'a' is played by two nodes"),
+        ({1: "a", 2: "b"}, r"missing \['c'\]"),
+        ({1: "a", 2: "b", 3: "c", 4: "d"}, r"unexpected \['d'\]"),
+    ],
+)
 def test_a_twice_configured_missing_or_unknown_party_is_refused(nodes, match):
     with pytest.raises(PartyError, match=match):
         handshake(FakeGrid(nodes), ["a", "b", "c"], "/job", timeout=1)
 
 
 def test_an_answer_without_a_party_is_refused_naming_the_node():
-    with pytest.raises(PartyError, match="node 2 failed the handshake: it answered query.hello without naming its party"):
+    with pytest.raises(
+        PartyError, match="node 2 failed the handshake: it answered query.hello without naming its party"
+    ):
         handshake(FakeGrid({1: "a", 2: None, 3: "c"}), ["a", "b", "c"], "/job", timeout=1)
 
 
@@ -80,8 +90,11 @@ class LateGrid:
 
     def pull_messages(self, ids):
         self.pulls += 1
-        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
-                for i in ids if self.arrive_at[i] <= self.pulls]
+        return [
+            SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+            for i in ids
+            if self.arrive_at[i] <= self.pulls
+        ]
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 """Checkpoints, resume after a crash, and the per-step alignment check (issue 5)."""
 
-import dataclasses
 import shutil
 
 import numpy as np
@@ -23,8 +22,13 @@ class Crash(RuntimeError):
     pass
 
 
-def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = False,
-         crash_before_manifest: int | None = None):
+def _run(
+    cfg: RunConfig,
+    folder,
+    crash_after: int | None = None,
+    resume: bool = False,
+    crash_before_manifest: int | None = None,
+):
     """The federated protocol in one process, checkpointing into ``folder``; optionally crash
     right after epoch ``crash_after``'s checkpoint, or after the parties saved epoch
     ``crash_before_manifest`` but before the primary committed it, or start from the last
@@ -44,13 +48,24 @@ def _run(cfg: RunConfig, folder, crash_after: int | None = None, resume: bool = 
         if rec.epoch == crash_before_manifest:  # the parties saved in the evaluation's exchange
             raise Crash
 
-    records, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch,
-                          lambda *a: None, after_epoch, done, str(folder))
+    records, losses = fit(
+        strategy,
+        channel,
+        ds.split.train,
+        ds.split.val,
+        ds.split.test,
+        plan,
+        on_epoch,
+        lambda *a: None,
+        after_epoch,
+        done,
+        str(folder),
+    )
     return records, losses, strategy, channel
 
 
 def test_a_run_resumed_after_a_crash_ends_like_the_uninterrupted_run(tmp_path):
-    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    cfg = RunConfig.of(**CFG, out_dir=str(tmp_path))
     full, full_losses, _, _ = _run(cfg, tmp_path / "full")
     with pytest.raises(Crash):
         _run(cfg, tmp_path / "ckpt", crash_after=0)
@@ -66,7 +81,7 @@ def test_a_run_resumed_after_a_crash_ends_like_the_uninterrupted_run(tmp_path):
 
 def test_the_resume_oracle_can_fail(tmp_path):
     """Resuming a checkpoint without its dropout generators and optimiser state gives other losses."""
-    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    cfg = RunConfig.of(**CFG, out_dir=str(tmp_path))
     _, full_losses, _, _ = _run(cfg, tmp_path / "full")
     with pytest.raises(Crash):
         _run(cfg, tmp_path / "ckpt", crash_after=0)
@@ -77,17 +92,27 @@ def test_the_resume_oracle_can_fail(tmp_path):
     state = __import__("torch").load(tmp_path / "ckpt" / f"primary-{manifest.epoch}.pt", weights_only=True)
     strategy.model.load_state_dict(state["model"])  # weights only: a fresh optimiser and dropout stream
     channel.restore(str(tmp_path / "ckpt"), manifest.epoch)
-    _, losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None,
-                    lambda *a: None, None, ([None] * (manifest.epoch + 1), state["step_losses"]))
+    _, losses = fit(
+        strategy,
+        channel,
+        ds.split.train,
+        ds.split.val,
+        ds.split.test,
+        plan,
+        lambda r: None,
+        lambda *a: None,
+        None,
+        ([None] * (manifest.epoch + 1), state["step_losses"]),
+    )
     assert np.abs(np.asarray(losses) - np.asarray(full_losses)).max() > 1e-3
 
 
 def test_resume_refuses_another_run_or_a_tampered_party_checkpoint(tmp_path):
-    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    cfg = RunConfig.of(**CFG, out_dir=str(tmp_path))
     with pytest.raises(Crash):
         _run(cfg, tmp_path / "ckpt", crash_after=0)
     with pytest.raises(checkpoint.CheckpointError, match=r"differs from the checkpoint's in \{'lr'"):
-        _run(dataclasses.replace(cfg, lr=0.5), tmp_path / "ckpt", resume=True)
+        _run(cfg.replace(lr=0.5), tmp_path / "ckpt", resume=True)
     kept = tmp_path / "kept"
     shutil.copytree(tmp_path / "ckpt", kept)
     party_file = kept / "school" / "epoch-0.pt"
@@ -101,7 +126,7 @@ def test_resume_refuses_another_run_or_a_tampered_party_checkpoint(tmp_path):
 
 
 def test_a_party_refuses_a_misaligned_step(tmp_path):
-    cfg = RunConfig(dataset="hdb", n_rows=600, k=5, out_dir=str(tmp_path))
+    cfg = RunConfig.of(dataset="hdb", n_rows=600, k=5, out_dir=str(tmp_path))
     cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
     party = _local_parties(cfg, ds, job, linkage)["school"]
     tokens = linkage.tokens["school"][:4].ravel()
@@ -127,7 +152,7 @@ def test_a_party_refuses_a_misaligned_step(tmp_path):
 
 
 def test_a_crash_between_the_parties_save_and_the_manifest_resumes_from_the_epoch_before(tmp_path):
-    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    cfg = RunConfig.of(**CFG, out_dir=str(tmp_path))
     _, full_losses, _, _ = _run(cfg, tmp_path / "full")
     with pytest.raises(Crash):
         _run(cfg, tmp_path / "ckpt", crash_before_manifest=1)
@@ -138,7 +163,7 @@ def test_a_crash_between_the_parties_save_and_the_manifest_resumes_from_the_epoc
 
 
 def test_a_fresh_run_under_an_old_name_never_resumes_the_old_run(tmp_path):
-    cfg = RunConfig(**CFG, out_dir=str(tmp_path))
+    cfg = RunConfig.of(**CFG, out_dir=str(tmp_path))
     with pytest.raises(Crash):
         _run(cfg, tmp_path / "ckpt", crash_after=1)  # an earlier run left epochs 0-1
     checkpoint.fresh(tmp_path / "ckpt")  # what the ServerApp does for a run that does not resume

@@ -32,8 +32,14 @@ def local_ray():
     ray.shutdown()
 
 
-def job_bytes(root, ray: str, chunk_rows: int = 500, base: np.ndarray = BASE, query: np.ndarray = QUERY,
-              params: JobParams = JobParams("euclidean", 10)) -> tuple[JobStore, str, bytes]:
+def job_bytes(
+    root,
+    ray: str,
+    chunk_rows: int = 500,
+    base: np.ndarray = BASE,
+    query: np.ndarray = QUERY,
+    params: JobParams = JobParams("euclidean", 10),
+) -> tuple[JobStore, str, bytes]:
     store = JobStore(root, chunk_rows=chunk_rows, ray=ray)
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
@@ -78,11 +84,13 @@ def strings(rng, n: int) -> np.ndarray:
 def approximate_cases() -> list:
     rng = np.random.default_rng(1)
     bits = rng.integers(0, 256, size=(2500, 32), dtype=np.uint8)  # 256-bit filters
-    return [(QUERY, BASE, JobParams("euclidean", 10, search="hnsw")),
-            (QUERY, BASE, JobParams("euclidean", 10, search="ivf", width=2)),
-            (bits[:1500], bits[1500:], JobParams("hamming", 10, search="ivf", width=2)),
-            (bits[:1500], bits[1500:], JobParams("hamming", 10, search="hnsw")),
-            (strings(rng, 1200), strings(rng, 900), JobParams("jaro_winkler", 5, search="qgram"))]
+    return [
+        (QUERY, BASE, JobParams("euclidean", 10, search="hnsw")),
+        (QUERY, BASE, JobParams("euclidean", 10, search="ivf", width=2)),
+        (bits[:1500], bits[1500:], JobParams("hamming", 10, search="ivf", width=2)),
+        (bits[:1500], bits[1500:], JobParams("hamming", 10, search="hnsw")),
+        (strings(rng, 1200), strings(rng, 900), JobParams("jaro_winkler", 5, search="qgram")),
+    ]
 
 
 class OnlyOnRay:

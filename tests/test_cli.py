@@ -42,8 +42,20 @@ def test_a_broken_config_exits_non_zero_naming_the_key_before_flower_starts(user
 
 
 def test_a_failed_run_exits_non_zero_with_its_error(user, monkeypatch, capsys):
-    r = fedsim("train", *TINY, "--engine", "inprocess", "--run-name", "bad", "-c", "parties=shops",
-               "-c", "method=combine", cwd=user, timeout=300)  # combine needs true rows: refused before the run
+    r = fedsim(
+        "train",
+        *TINY,
+        "--engine",
+        "inprocess",
+        "--run-name",
+        "bad",
+        "-c",
+        "parties=shops",
+        "-c",
+        "method=combine",
+        cwd=user,
+        timeout=300,
+    )  # combine needs true rows: refused before the run
     assert r.returncode == 2 and "method 'combine' needs the true alignment" in r.stderr, (r.stdout, r.stderr)
     assert not (user / "runs" / "bad" / "status.json").exists()
     import app.vfl.server
@@ -75,14 +87,17 @@ def test_train_predict_and_report_through_flower(user):
     from app.config import RunConfig
     from app.data import load_data
 
-    ds = load_data(RunConfig(dataset="csv", data_dir=str(user / "data")))
+    ds = load_data(RunConfig.of(dataset="csv", data_dir=str(user / "data")))
     test = ds.split.test
     split = pd.read_csv(run / "split.csv")  # issue 29: the split, recorded by the ServerApp too
-    assert np.array_equal(split.loc[split["part"] == "test", "row"], test) and summary["split"]["sizes"]["test"] == len(test)
+    assert np.array_equal(split.loc[split["part"] == "test", "row"], test) and summary["split"]["sizes"]["test"] == len(
+        test
+    )
     sales = pd.read_csv(user / "data" / "sales.csv").iloc[test].drop(columns=["price"])
     sales.assign(flat=[f"f{i}" for i in test]).to_csv(user / "new.csv", index=False)
-    r = fedsim("predict", "runs/mine", "new.csv", "--out", "predictions.csv", "--id-column", "flat", "--explain",
-               cwd=user)
+    r = fedsim(
+        "predict", "runs/mine", "new.csv", "--out", "predictions.csv", "--id-column", "flat", "--explain", cwd=user
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     out = pd.read_csv(user / "predictions.csv")
     assert list(out["flat"]) == [f"f{i}" for i in test] and "shops_weight_1" in out.columns
@@ -96,7 +111,10 @@ def test_train_predict_and_report_through_flower(user):
     # alone, 0600 in 0700, though the commands ran under umask 022 and Flower's processes wrote them
     from tests.test_private_files import _readable_by_others
 
-    assert _readable_by_others(user / "runs") == [] and _readable_by_others(user, skip=(user / "data", user / "new.csv")) == []
+    assert (
+        _readable_by_others(user / "runs") == []
+        and _readable_by_others(user, skip=(user / "data", user / "new.csv")) == []
+    )
 
 
 def test_predict_refuses_a_run_that_did_not_finish_and_writes_nothing(user):
@@ -115,13 +133,28 @@ def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):
     from app.entity_aug.parties import ea_data
 
     data = REPO / "examples" / "digits"
-    r = fedsim("train", "--dataset", "csv", "--data-dir", str(data), "--mode", "entity-aug", "--engine", "inprocess",
-               "--epochs", "2", "--run-name", "ea", cwd=tmp_path, timeout=300)
+    r = fedsim(
+        "train",
+        "--dataset",
+        "csv",
+        "--data-dir",
+        str(data),
+        "--mode",
+        "entity-aug",
+        "--engine",
+        "inprocess",
+        "--epochs",
+        "2",
+        "--run-name",
+        "ea",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     from tests.test_private_files import _readable_by_others
 
     assert _readable_by_others(tmp_path / "runs") == []  # issue 28: the run is the user's alone
-    ea = ea_data(RunConfig(dataset="csv", data_dir=str(data), mode="entity-aug"))
+    ea = ea_data(RunConfig.of(dataset="csv", data_dir=str(data), mode="entity-aug"))
     assert ea.held is not None and not all(h.all() for h in ea.held.values())  # some entities held by one guest only
     ids = ea.entity_ids[ea.split.test[:12]]
     pd.DataFrame({"image_id": ids}).to_csv(tmp_path / "ids.csv", index=False)
@@ -137,13 +170,24 @@ def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):
     assert r.returncode == 2, r.stderr
     assert f"{lacking!r} (line 3): not held by every party (missing at left)" in r.stderr, r.stderr
     assert (tmp_path / "p.csv").read_bytes() == before and "left untouched" in r.stderr
-    r = fedsim("predict", "runs/ea", "ids.csv", "--out", "p.csv", "--id-column", "image_id", "--skip-invalid",
-               cwd=tmp_path, timeout=300)
+    r = fedsim(
+        "predict",
+        "runs/ea",
+        "ids.csv",
+        "--out",
+        "p.csv",
+        "--id-column",
+        "image_id",
+        "--skip-invalid",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0 and "skipped 1 record(s)" in r.stderr, r.stdout + r.stderr
     assert pd.read_csv(tmp_path / "p.csv", dtype=str)["image_id"].tolist() == [str(ids[0])]
     skipped = pd.read_csv(tmp_path / "p.skipped.csv", dtype=str)
-    assert skipped.to_dict("records") == [{"line": "3", "image_id": lacking,
-                                           "reason": "not held by every party (missing at left)"}]
+    assert skipped.to_dict("records") == [
+        {"line": "3", "image_id": lacking, "reason": "not held by every party (missing at left)"}
+    ]
 
 
 def test_link_two_string_columns_with_a_normalised_scorer_through_a_real_service(tmp_path):
@@ -156,14 +200,38 @@ def test_link_two_string_columns_with_a_normalised_scorer_through_a_real_service
     people, perm = write_people(tmp_path)
     (tmp_path / "admin.token").write_text(ADMIN)
     with service(tmp_path / "svc", free_port()) as url:
-        made = fedsim("create-job", "--url", url, "--admin-token-file", "admin.token", "--primary", "p",
-                      "--secondary", "s", "--secrets-dir", ".", cwd=tmp_path, timeout=120)
+        made = fedsim(
+            "create-job",
+            "--url",
+            url,
+            "--admin-token-file",
+            "admin.token",
+            "--primary",
+            "p",
+            "--secondary",
+            "s",
+            "--secrets-dir",
+            ".",
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert made.returncode == 0, made.stderr
         job = json.loads(made.stdout)["job"]
 
         def party(name: str, *args: str) -> subprocess.CompletedProcess:
-            r = fedsim(*args, "--url", url, "--job", job, "--party", name, "--secret-file", f"{job}-{name}.secret",
-                       cwd=tmp_path, timeout=120)
+            r = fedsim(
+                *args,
+                "--url",
+                url,
+                "--job",
+                job,
+                "--party",
+                name,
+                "--secret-file",
+                f"{job}-{name}.secret",
+                cwd=tmp_path,
+                timeout=120,
+            )
             assert r.returncode == 0, (args, r.stdout, r.stderr)
             return r
 

@@ -65,8 +65,11 @@ def test_frog_is_split_like_the_paper():
 
 
 def test_unknown_dataset_is_named():
-    with pytest.raises(DatasetError, match=r"unknown dataset 'nope'; known datasets: \['credit', 'csv', 'digits', 'frog', "
-                                           r"'game', 'handwritten', 'hdb', 'house', 'house3', 'parkinsons', 'synthetic'\]"):
+    with pytest.raises(
+        DatasetError,
+        match=r"unknown dataset 'nope'; known datasets: \['credit', 'csv', 'digits', 'frog', "
+        r"'game', 'handwritten', 'hdb', 'house', 'house3', 'parkinsons', 'synthetic'\]",
+    ):
         load_dataset("nope")
 
 
@@ -98,14 +101,28 @@ def test_no_module_registers_itself_with_a_decorator():
 
 def test_registry_is_a_plain_dict_of_every_loader_full_on_import_alone():
     # a fresh interpreter that imports datasets.registry and calls nothing
-    code = ("import json, datasets.registry as r; print(json.dumps([type(r.DATASETS).__name__, "
-            "[[k, f.__module__, f.__name__] for k, f in r.DATASETS.items()]]))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=DATASETS_DIR.parent, capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    code = (
+        "import json, datasets.registry as r; print(json.dumps([type(r.DATASETS).__name__, "
+        "[[k, f.__module__, f.__name__] for k, f in r.DATASETS.items()]]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=DATASETS_DIR.parent, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     kind, entries = json.loads(out.splitlines()[-1])
     assert kind == "dict"
-    assert [k for k, _, _ in entries] == ["csv", "frog", "game", "hdb", "house", "house3", "credit", "parkinsons",
-                                          "handwritten", "digits", "synthetic"]
+    assert [k for k, _, _ in entries] == [
+        "csv",
+        "frog",
+        "game",
+        "hdb",
+        "house",
+        "house3",
+        "credit",
+        "parkinsons",
+        "handwritten",
+        "digits",
+        "synthetic",
+    ]
     assert {(m, f) for _, m, f in entries} == _loader_functions()  # every loader module's dataset, each once
     assert len({(m, f) for _, m, f in entries}) == len(entries)
 
@@ -124,7 +141,10 @@ def test_party_table_refuses_missing_columns_and_nan_identifiers():
     df = pd.DataFrame({"lat": [1.0, np.nan, 2.0], "lon": [1.0, 2.0, 3.0], "f": [1.0, 2.0, 3.0]})
     with pytest.raises(DatasetError, match=r"party 'p': missing column\(s\) \['price'\]"):
         party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["price"])
-    with pytest.raises(DatasetError, match=r"party 'p': 1 row\(s\) with NaN/empty identifiers \['lat', 'lon'\] \(column 'lat', first rows: \[1\]\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"party 'p': 1 row\(s\) with NaN/empty identifiers \['lat', 'lon'\] \(column 'lat', first rows: \[1\]\)",
+    ):
         party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["f"])
     with pytest.raises(DatasetError, match="party 'p': zero rows"):
         party_table("p", df.iloc[:0], id_cols=["lon"], id_kind="numeric", numeric_cols=["f"])
@@ -135,7 +155,14 @@ def test_party_table_refuses_missing_columns_and_nan_identifiers():
 
 def test_party_table_one_hot_and_standardises_on_fit_rows():
     df = pd.DataFrame({"k": [0.0, 1, 2, 3], "f": [1.0, 2, 3, 10], "c": ["a", "b", "a", "a"], "z": [5.0] * 4})
-    t = party_table("p", df, id_cols=["k"], id_kind="numeric", numeric_cols=["f", "z"], categorical_cols=["c"],
-                    fit_rows=np.array([0, 1, 2]))
+    t = party_table(
+        "p",
+        df,
+        id_cols=["k"],
+        id_kind="numeric",
+        numeric_cols=["f", "z"],
+        categorical_cols=["c"],
+        fit_rows=np.array([0, 1, 2]),
+    )
     assert t.feature_names == ("f", "c_a", "c_b")  # constant z dropped
     np.testing.assert_allclose(t.features[:3, 0].mean(), 0.0, atol=1e-6)

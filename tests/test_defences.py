@@ -30,7 +30,9 @@ def test_the_radius_is_theorem_2_in_other_units():
     a, b = small.primary.links["s"], scaled.primary.links["s"]
     assert a.radius == r and b.radius == 0.5 and a.sigma > 0
     assert a.sigma == pytest.approx(b.sigma, rel=1e-9)  # the same noise relative to the similarities' spread
-    assert job_id_of(PRIMARY, {"s": BASE}, 5, 0.5, defences=Defences(radius=r)) != job_id_of(PRIMARY, {"s": BASE}, 5, 0.5)
+    assert job_id_of(PRIMARY, {"s": BASE}, 5, 0.5, defences=Defences(radius=r)) != job_id_of(
+        PRIMARY, {"s": BASE}, 5, 0.5
+    )
     with pytest.raises(LinkageError, match="radius must be a positive number"):
         Defences(radius=0.0)
 
@@ -46,8 +48,9 @@ def test_composed_noise_is_the_plain_noise_times_sqrt_links():
     d = Defences(radius=0.005)
     clean = pairs(link(PRIMARY, {"s": BASE}, k=5, tau=1.0, secret=SECRET))
     plain_job = link(PRIMARY, {"s": BASE}, k=5, tau=0.5, secret=SECRET, defences=d, pool=5)
-    composed_job = link(PRIMARY, {"s": BASE}, k=5, tau=0.5, secret=SECRET, defences=Defences(0.005, compose=True),
-                        pool=5)
+    composed_job = link(
+        PRIMARY, {"s": BASE}, k=5, tau=0.5, secret=SECRET, defences=Defences(0.005, compose=True), pool=5
+    )
     plain, composed = pairs(plain_job), pairs(composed_job)
     assert plain.keys() == composed.keys() == clean.keys()  # one secret: the same tokens; pool = K: the same links
     rows = composed_job.secondaries["s"].row_of_token
@@ -89,8 +92,8 @@ def test_the_service_and_the_run_config_take_the_defences_and_refuse_bad_ones():
     for body, match in [({"compose": 1}, "'compose' must be bool"), ({"radius": 0}, "radius must be > 0")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
-    assert RunConfig(privacy_radius=0.001, privacy_compose=True).defences() == Defences(0.001, True)
+    assert RunConfig.of(privacy_radius=0.001, privacy_compose=True).defences() == Defences(0.001, True)
     with pytest.raises(ConfigError, match="'privacy-radius' must be a positive number"):
-        RunConfig(privacy_radius=-1.0).validate()
+        RunConfig.of(privacy_radius=-1.0).validate()
     with pytest.raises(ConfigError, match="with 'linkage-dir' the linkage service already linked"):
-        RunConfig(privacy_compose=True, linkage_dir="/somewhere").validate()
+        RunConfig.of(privacy_compose=True, linkage_dir="/somewhere").validate()

@@ -37,7 +37,7 @@ def _predict_on_the_deployment(dep, summary: dict, tmp_path) -> None:
     from deploy.predict import predict
     from strategies.heads import TaskHead
 
-    ds = load_data(RunConfig(dataset="house3", data_dir=dep.data_dir, n_rows=RUN["n-rows"]))
+    ds = load_data(RunConfig.of(dataset="house3", data_dir=dep.data_dir, n_rows=RUN["n-rows"]))
     test = ds.split.test
     np.savez(tmp_path / "new.npz", features=ds.primary.features[test], identifiers=ds.primary.identifiers[test])
     r = predict(dep, "ok", tmp_path / "new.npz", tmp_path / "pred.csv", explain=True, timeout=600)
@@ -145,8 +145,9 @@ def test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one(tmp_pa
             proc.kill()
             pytest.fail("the run hung after a SuperNode was killed")
         # the default direct transport: its worker exits with its SuperNode and the link breaks
-        assert "party 'airbnb_b'" in out + err and ("did not answer" in out + err or "direct link failed" in out + err), \
-            (out + err)[-4000:]
+        assert "party 'airbnb_b'" in out + err and (
+            "did not answer" in out + err or "direct link failed" in out + err
+        ), (out + err)[-4000:]
         assert time.monotonic() - killed_at < timeout + 60  # node-timeout + the run's own teardown
     finally:
         _down(root)

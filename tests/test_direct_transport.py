@@ -161,6 +161,7 @@ def test_the_worker_listens_where_its_own_node_config_says():
     assert spawn(_context(**{"direct-address": "bank.example.org:9301"}), new_key(), 2) == "bank.example.org:9301"
     assert _ended()  # nobody authenticated within its timeout: it exited
 
+
 def test_content_survives_the_wire_format():
     content = RecordDict({"hello": ConfigRecord({"job_id": "abc", "n": 3})})
     assert decode(encode(content)).config_records["hello"]["job_id"] == "abc"
@@ -187,8 +188,13 @@ def test_the_worker_ends_with_the_supernode_that_started_it(tmp_path):
     import sys
 
     key = new_key()
-    node = subprocess.Popen([sys.executable, "-c", NODE, key], stdout=subprocess.PIPE, text=True,
-                            cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": os.getcwd()})
+    node = subprocess.Popen(
+        [sys.executable, "-c", NODE, key],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     try:
         link = SecureLink.connect(node.stdout.readline().strip(), key, 30)
         worker = int(node.stdout.readline())  # this test's worker (others may run beside it)
@@ -211,10 +217,12 @@ def test_the_workers_folders_are_its_clientapps(tmp_path, monkeypatch):
     app's: the worker reads the linkage the ClientApp would."""
     monkeypatch.chdir(tmp_path)
     key = new_key()
-    context = Context(run_id=1, node_id=1, node_config={"party": "bank"}, state=RecordDict(),
-                      run_config={"dataset": "hdb"})
-    channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 30.0, "job"),
-                            {"bank": SecureLink.connect(spawn(context, key, 30), key, 10)})
+    context = Context(
+        run_id=1, node_id=1, node_config={"party": "bank"}, state=RecordDict(), run_config={"dataset": "hdb"}
+    )
+    channel = DirectChannel(
+        FlowerChannel(None, {"bank": 1}, 30.0, "job"), {"bank": SecureLink.connect(spawn(context, key, 30), key, 10)}
+    )
     with pytest.raises(PartyError, match=f"no linkage for party 'bank' at {tmp_path / 'linkage'}"):
         channel._exchange("query.hello", {"bank": RecordDict({"hello": ConfigRecord({"job_id": "j"})})})
     channel.close()
@@ -247,7 +255,7 @@ def test_a_frame_too_large_a_cut_message_and_a_reflected_proof_are_refused(monke
     monkeypatch.setattr(secure_link, "CHUNK", 100)
     primary, worker = _pair(key, key)
     frames = _raw_frame(primary, b"x" * 1000)
-    primary.sock.sendall(frames[:len(frames) // 2])  # the message's last frames never come
+    primary.sock.sendall(frames[: len(frames) // 2])  # the message's last frames never come
     primary.close()
     with pytest.raises(LinkError) as cut:
         worker.recv()
@@ -287,8 +295,10 @@ class OpeningGrid:
             key = m.content.config_records["direct_open"]["key"]
             record = {"party": self.parties_by_node[node], "address": spawn(_context(), key, timeout=60)}
             self.replies[f"m{node}"] = SimpleNamespace(
-                has_error=lambda: False, content=SimpleNamespace(config_records={"direct_open": record}),
-                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"))
+                has_error=lambda: False,
+                content=SimpleNamespace(config_records={"direct_open": record}),
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=f"m{node}"),
+            )
         return list(self.replies)
 
     def pull_messages(self, ids):

@@ -29,23 +29,27 @@ def planted(folder: Path, both: float, seed: int = 3) -> Path:
     y = rng.integers(0, 3, N)
     x = rng.normal(size=(N, 8)) + y[:, None]  # (N, 8) a learnable signal
     draw = rng.random(N)
-    held = {"left": (draw < both) | ((draw >= both) & (draw < (1 + both) / 2)),
-            "right": (draw < both) | (draw >= (1 + both) / 2)}
+    held = {
+        "left": (draw < both) | ((draw >= both) & (draw < (1 + both) / 2)),
+        "right": (draw < both) | (draw >= (1 + both) / 2),
+    }
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"id": ids, "y": y}).to_csv(folder / "labels.csv", index=False)
     for guest, cols in (("left", range(0, 4)), ("right", range(4, 8))):
         rows = rng.permutation(np.flatnonzero(held[guest]))
-        pd.DataFrame({"id": ids[rows], **{f"f{c}": x[rows, c] for c in cols}}).to_csv(folder / f"{guest}.csv",
-                                                                                       index=False)
+        pd.DataFrame({"id": ids[rows], **{f"f{c}": x[rows, c] for c in cols}}).to_csv(
+            folder / f"{guest}.csv", index=False
+        )
     (folder / "parties.toml").write_text(
         'task = "multiclass"\nlabel = "y"\n[primary]\nfile = "labels.csv"\nentity_id = "id"\n'
         '[secondaries.left]\nfile = "left.csv"\nentity_id = "id"\nnumeric = "rest"\n'
-        '[secondaries.right]\nfile = "right.csv"\nentity_id = "id"\nnumeric = "rest"\n')
+        '[secondaries.right]\nfile = "right.csv"\nentity_id = "id"\nnumeric = "rest"\n'
+    )
     return folder
 
 
 def cfg_for(folder: Path, **kw) -> RunConfig:
-    return RunConfig(dataset="csv", data_dir=str(folder), mode="entity-aug", **kw)
+    return RunConfig.of(dataset="csv", data_dir=str(folder), mode="entity-aug", **kw)
 
 
 def test_validation_and_test_do_not_shrink_with_the_overlap_and_never_train(tmp_path):
@@ -93,8 +97,21 @@ def test_an_impossible_variant_is_refused_in_one_line_before_flower_starts(tmp_p
         raise AssertionError("a simulation was started")
 
     monkeypatch.setattr(deploy.localsim, "start_simulation", no_flower)
-    rc = main(["train", "--mode", "entity-aug", "--dataset", "csv", "--data-dir", str(REPO / "examples" / "digits"),
-               "--out-dir", str(tmp_path / "runs"), "-c", "ea-variant=full"])
+    rc = main(
+        [
+            "train",
+            "--mode",
+            "entity-aug",
+            "--dataset",
+            "csv",
+            "--data-dir",
+            str(REPO / "examples" / "digits"),
+            "--out-dir",
+            str(tmp_path / "runs"),
+            "-c",
+            "ea-variant=full",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "ea-variant 'full'" in err, err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("status.json"))

@@ -66,7 +66,9 @@ def test_stopping_is_a_function_of_the_records():
     s = stopping(r, REGRESSION, 3, 200)
     assert (s["patience"], s["max_epochs"], s["epochs_run"], s["stopped_early"]) == (3, 200, 5, True)
     assert "best epoch 1" in s["reason"]
-    assert not stopping(r, REGRESSION, 0, 5)["stopped_early"] and "fixed epochs" in stopping(r, REGRESSION, 0, 5)["reason"]
+    assert (
+        not stopping(r, REGRESSION, 0, 5)["stopped_early"] and "fixed epochs" in stopping(r, REGRESSION, 0, 5)["reason"]
+    )
     assert not stopping(r, REGRESSION, 3, 5)["stopped_early"]  # it stopped at the maximum all the same
     assert early_stop(recs([0.5, 0.6, 0.6], "accuracy"), TaskHead("binary"), 1)  # a tie is no improvement
 
@@ -87,25 +89,32 @@ def test_own_data_trains_until_validation_stops_improving_in_every_engine(csv_da
     """Before: the csv path trained the demo's 2 epochs with hdb's hyperparameters, without a word."""
     script = Script("rmse", DOWN_THEN_FLAT)
     monkeypatch.setattr(protocol, "evaluate", script)
-    inproc = modes.run_experiment(RunConfig(**csv_data, method="solo"), tmp_path / "inprocess")
+    inproc = modes.run_experiment(RunConfig.of(**csv_data, method="solo"), tmp_path / "inprocess")
     script.at(0)
-    flower = primary.run_primary(None, RunConfig(**csv_data, method="solo", run_name="flower"))  # Solo: no Grid
+    flower = primary.run_primary(None, RunConfig.of(**csv_data, method="solo", run_name="flower"))  # Solo: no Grid
     for s in (inproc, flower):
-        assert s["stopping"] == {"patience": 10, "max_epochs": 200, "epochs_run": 12, "stopped_early": True,
-                                 "reason": s["stopping"]["reason"]}
+        assert s["stopping"] == {
+            "patience": 10,
+            "max_epochs": 200,
+            "epochs_run": 12,
+            "stopped_early": True,
+            "reason": s["stopping"]["reason"],
+        }
         assert s["best_epoch"] == 1 and s["warnings"] == []
-        assert s["hyperparameters"]["epochs"] == {"value": 200, "source": "fallback: early stopping — dataset has "
-                                                                            "no tuned defaults"}
+        assert s["hyperparameters"]["epochs"] == {
+            "value": 200,
+            "source": "fallback: early stopping — dataset has no tuned defaults",
+        }
         assert s["hyperparameters"]["lr"]["source"] == "fallback: hdb's defaults — dataset has no tuned defaults"
     config = json.loads((tmp_path / "inprocess" / "config.json").read_text())
     assert config["hyperparameters"]["patience"]["value"] == 10 and config["resolved"]["patience"] == 10
     # a resume of the stopped run trains no further epoch (its checkpoint holds the records)
-    resumed = primary.run_primary(None, RunConfig(**csv_data, method="solo", run_name="flower", resume=True))
+    resumed = primary.run_primary(None, RunConfig.of(**csv_data, method="solo", run_name="flower", resume=True))
     assert resumed["epochs_run"] == 12 and resumed["steps"] == flower["steps"]
 
 
 def test_a_resumed_run_stops_at_the_epoch_the_uninterrupted_run_stopped(csv_data, tmp_path, monkeypatch):
-    cfg = RunConfig(**csv_data, patience=2, epochs=9, steps_per_exchange=1)
+    cfg = RunConfig.of(**csv_data, patience=2, epochs=9, steps_per_exchange=1)
     script = Script("rmse", DOWN_THEN_FLAT)
     monkeypatch.setattr(protocol, "evaluate", script)
     full, full_losses, _, _ = run_checkpointed(cfg, tmp_path / "full")
@@ -121,7 +130,7 @@ def test_a_resumed_run_stops_at_the_epoch_the_uninterrupted_run_stopped(csv_data
 
 def test_entity_augmentation_stops_early_too(tmp_path, monkeypatch):
     monkeypatch.setattr(ea_model, "evaluate", Script("accuracy", [0.5, 0.7, 0.6, 0.6, 0.65, 0.7, 0.8]))
-    cfg = RunConfig(dataset="digits", n_rows=300, mode="entity-aug", epochs=7, patience=3, out_dir=str(tmp_path))
+    cfg = RunConfig.of(dataset="digits", n_rows=300, mode="entity-aug", epochs=7, patience=3, out_dir=str(tmp_path))
     s = modes.run_experiment(cfg, tmp_path / "run")
     assert (s["best_epoch"], s["epochs_run"], s["stopping"]["stopped_early"]) == (1, 5, True)
     assert s["hyperparameters"]["patience"] == {"value": 3, "source": "run config"}
@@ -135,7 +144,7 @@ def test_entity_augmentation_stops_early_too(tmp_path, monkeypatch):
 
 def test_a_run_says_when_its_best_epoch_is_the_last_or_no_better_than_a_constant(csv_data, tmp_path, monkeypatch):
     monkeypatch.setattr(protocol, "evaluate", Script("rmse", [3e9, 2e9, 1e9]))
-    s = modes.run_experiment(RunConfig(**csv_data, method="solo", epochs=3, patience=0), tmp_path / "run")
+    s = modes.run_experiment(RunConfig.of(**csv_data, method="solo", epochs=3, patience=0), tmp_path / "run")
     assert s["stopping"]["reason"] == "fixed epochs: all 3 ran (patience 0)"
     assert s["constant_predictor"]["prediction"] == "the training labels' mean"
     assert 100 < s["constant_predictor"]["val"]["rmse"] < 1000  # the prices' spread, not the scripted value
@@ -159,8 +168,16 @@ def test_progress_json_is_rewritten_at_most_once_an_interval_and_ends_done(tmp_p
     assert p.writes <= 1 + 0.5 / 0.2 + 2  # the first, one per interval, the last
     body = json.loads((tmp_path / PROGRESS).read_text())
     assert set(body) == {"phase", "epoch", "max_epochs", "step", "steps_per_epoch", "loss", "val", "best_epoch", "time"}
-    assert (body["phase"], body["epoch"], body["step"], body["steps_per_epoch"], body["loss"], body["val"],
-            body["best_epoch"], body["max_epochs"]) == ("done", 1, 10, 10, None, {"rmse": 1.5}, 0, 5)
+    assert (
+        body["phase"],
+        body["epoch"],
+        body["step"],
+        body["steps_per_epoch"],
+        body["loss"],
+        body["val"],
+        body["best_epoch"],
+        body["max_epochs"],
+    ) == ("done", 1, 10, 10, None, {"rmse": 1.5}, 0, 5)
     assert not any(t.name == "progress.json" for t in threading.enumerate())
 
 
@@ -173,7 +190,7 @@ def test_a_running_run_shows_its_phase_epoch_and_step(csv_data, tmp_path, monkey
         seen.append(dict(self.state))
 
     monkeypatch.setattr(ProgressFile, "update", watch)
-    s = modes.run_experiment(RunConfig(**csv_data, epochs=2, patience=0), tmp_path / "run")
+    s = modes.run_experiment(RunConfig.of(**csv_data, epochs=2, patience=0), tmp_path / "run")
     assert [v["phase"] for v in seen][-1] == "done"
     per_epoch = s["steps"] // 2
     for epoch in (0, 1):

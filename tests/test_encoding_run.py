@@ -1,15 +1,13 @@
 """Run config encoding="bloom": the parties link on Bloom / FEDERAL filters by Hamming distance,
 and the filters find the neighbours the raw identifiers find (planted truth: exact copies)."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 from app.config import ConfigError, RunConfig
 from app.data import load_data
 from app.vfl.inprocess import run_in_process
-from app.vfl.parties import run_linkage
+from app.vfl.linking import run_linkage
 from linkage.store import load_primary
 
 
@@ -19,10 +17,10 @@ def top_rows(result, party: str) -> np.ndarray:
 
 @pytest.mark.parametrize("dataset", ["synthetic", "game"])
 def test_bloom_links_find_what_raw_links_find(dataset, tmp_path):
-    cfg = RunConfig(dataset=dataset, n_rows=600, k=5, sigma_cf=0.0, out_dir=str(tmp_path))
+    cfg = RunConfig.of(dataset=dataset, n_rows=600, k=5, sigma_cf=0.0, out_dir=str(tmp_path))
     ds, settings = load_data(cfg), cfg.resolve()
     raw = run_linkage(ds, cfg, settings)
-    bloom = run_linkage(ds, dataclasses.replace(cfg, encoding="bloom"), settings)
+    bloom = run_linkage(ds, cfg.replace(encoding="bloom"), settings)
     assert raw.primary.metric in ("euclidean", "edit") and bloom.primary.metric == "hamming"
     party = next(iter(ds.secondaries))
     r, b = top_rows(raw, party), top_rows(bloom, party)
@@ -38,7 +36,7 @@ def test_bloom_links_find_what_raw_links_find(dataset, tmp_path):
 
 
 def test_a_bloom_run_trains(tmp_path):
-    cfg = RunConfig(dataset="house", n_rows=800, k=5, encoding="bloom", epochs=1, max_steps=4, out_dir=str(tmp_path))
+    cfg = RunConfig.of(dataset="house", n_rows=800, k=5, encoding="bloom", epochs=1, max_steps=4, out_dir=str(tmp_path))
     run = run_in_process(cfg)
     assert len(run.losses) == 4 and np.isfinite(run.losses).all()
     (job,) = (tmp_path / "linkage").iterdir()  # the job the run trained on was linked on the filters
@@ -47,8 +45,8 @@ def test_a_bloom_run_trains(tmp_path):
 
 def test_unknown_encoding_is_refused():
     with pytest.raises(ConfigError, match="encoding"):
-        RunConfig(encoding="md5").validate()
+        RunConfig.of(encoding="md5").validate()
     with pytest.raises(ConfigError, match="combine"):
-        RunConfig(dataset="synthetic", method="combine", encoding="bloom").validate()
+        RunConfig.of(dataset="synthetic", method="combine", encoding="bloom").validate()
     with pytest.raises(ConfigError, match="linkage-dir"):
-        RunConfig(encoding="bloom", linkage_dir="/tmp/some-job").validate()
+        RunConfig.of(encoding="bloom", linkage_dir="/tmp/some-job").validate()

@@ -1,4 +1,4 @@
-"""Entity Augmentation mode: interpolated labels, the per-guest queue's timeout fallback, the
+"""Entity Augmentation mode: interpolated labels, the per-secondary queue's timeout fallback, the
 refusal of regression, the overlap split, and whole runs (in process and through Flower)."""
 
 from __future__ import annotations
@@ -13,21 +13,16 @@ from flwr.app import Context, RecordDict
 
 from app.config import ConfigError, RunConfig
 from app.entity_aug.parties import (
-    build_host,
     build_party,
+    build_primary,
     ea_data,
     read_request,
     request_content,
 )
 from app.modes import run_experiment
 from datasets.overlap import overlap_split
-from strategies.entity_aug.exchange import (
-    Exchanger,
-    GuestTimeout,
-    LocalLink,
-    StepReply,
-    StepRequest,
-)
+from strategies.entity_aug.channel import LocalChannel, StepReply, StepRequest
+from strategies.entity_aug.exchange import Exchanger, SecondaryTimeout
 from strategies.entity_aug.model import (
     EntityAugError,
     interpolated_labels,
@@ -39,7 +34,7 @@ TINY = dict(dataset="digits", n_rows=300, mode="entity-aug")
 
 
 def ea_cfg(**kw) -> RunConfig:
-    return RunConfig(**{**TINY, **kw})
+    return RunConfig.of(**{**TINY, **kw})
 
 
 # ---------------------------------------------------------------------------- labels
@@ -47,19 +42,23 @@ def ea_cfg(**kw) -> RunConfig:
 
 def test_interpolated_label_equals_hand_computed_example():
     labels = np.array([0, 2, 1, 1])  # entity -> class
-    ids = np.array([[0, 1],  # party a (width 2) sent entities 0, 1
-                    [2, 1],  # party b (width 2) sent entities 2, 1
-                    [3, 1]])  # party c (width 4) sent entities 3, 1
+    ids = np.array(
+        [
+            [0, 1],  # party a (width 2) sent entities 0, 1
+            [2, 1],  # party b (width 2) sent entities 2, 1
+            [3, 1],
+        ]
+    )  # party c (width 4) sent entities 3, 1
     soft = interpolated_labels(ids, [2, 2, 4], labels, n_classes=3)
     # row 0: a's entity 0 is class 0 (weight 2/8), b's entity 2 is class 1 (2/8), c's entity 3 is class 1 (4/8)
     # row 1: every party sent entity 1 (class 2): the hard label
     np.testing.assert_allclose(soft, [[0.25, 0.75, 0.0], [0.0, 0.0, 1.0]])
 
 
-def test_host_trains_on_the_interpolated_label_with_widths_from_the_activations():
+def test_primary_trains_on_the_interpolated_label_with_widths_from_the_activations():
     cfg = ea_cfg()
     data = ea_data(cfg)
-    host = build_host(cfg, data)
+    primary = build_primary(cfg, data)
     rng = np.random.default_rng(0)
     ids = {"left": np.array([0, 5]), "right": np.array([7, 5])}
     acts = {p: rng.normal(size=(2, 70)).astype(np.float32) for p in ids}  # equal widths: weights 1/2, 1/2
@@ -68,9 +67,11 @@ def test_host_trains_on_the_interpolated_label_with_widths_from_the_activations(
     for p in ids:
         expected_soft[np.arange(2), y[ids[p]]] += 0.5
     with torch.no_grad():
-        logits = host.model(torch.cat([torch.as_tensor(acts[p]) for p in host.parties], 1))
-        want = float(-(torch.as_tensor(expected_soft, dtype=torch.float32) * torch.log_softmax(logits, 1)).sum(1).mean())
-    loss, grads = host.train_step(acts, ids)
+        logits = primary.model(torch.cat([torch.as_tensor(acts[p]) for p in primary.parties], 1))
+        want = float(
+            -(torch.as_tensor(expected_soft, dtype=torch.float32) * torch.log_softmax(logits, 1)).sum(1).mean()
+        )
+    loss, grads = primary.train_step(acts, ids)
     assert loss == pytest.approx(want, rel=1e-5)
     assert {p: g.shape for p, g in grads.items()} == {"left": (2, 70), "right": (2, 70)}
 
@@ -103,10 +104,10 @@ class FakeParty:
         return np.zeros((len(ids), 1), dtype=np.float32)
 
 
-def test_a_guest_that_misses_the_timeout_is_replaced_by_its_last_activation():
+def test_a_secondary_that_misses_the_timeout_is_replaced_by_its_last_activation():
     fast, slow = FakeParty(0), FakeParty(1, slow_steps=(1,), sleep=0.6)
-    link = LocalLink({"fast": fast, "slow": slow}, threaded=True)
-    ex = Exchanger(link, timeout=0.1, patience=10.0)
+    channel = LocalChannel({"fast": fast, "slow": slow}, threaded=True)
+    ex = Exchanger(channel, timeout=0.1, patience=10.0)
     try:
         replies, fresh = ex.step(0, 0, {})
         assert fresh == {"fast", "slow"} and ex.queue.stale == {"fast": 0, "slow": 0}
@@ -114,16 +115,16 @@ def test_a_guest_that_misses_the_timeout_is_replaced_by_its_last_activation():
 
         t0 = time.monotonic()
         replies, fresh = ex.step(0, 1, grads)
-        assert time.monotonic() - t0 < 0.5  # did not wait for the slow guest
+        assert time.monotonic() - t0 < 0.5  # did not wait for the slow secondary
         assert fresh == {"fast"}
         assert replies["slow"].ids.tolist() == [100] and replies["slow"].act.tolist() == [[0.0]]  # its step-0 answer
         assert replies["fast"].ids.tolist() == [1]
         assert ex.queue.stale == {"fast": 0, "slow": 1}
 
-        time.sleep(0.7)  # the slow guest's late answer arrives: the freshest activation it has
+        time.sleep(0.7)  # the slow secondary's late answer arrives: the freshest activation it has
         replies, fresh = ex.step(0, 2, {"fast": np.ones((1, 1), dtype=np.float32)})
         assert fresh == {"fast", "slow"} and replies["slow"].ids.tolist() == [101]
-        assert [r.step for r in slow.requests] == [0, 1]  # busy guests get no second request
+        assert [r.step for r in slow.requests] == [0, 1]  # busy secondaries get no second request
         assert ex.queue.stale == {"fast": 0, "slow": 1}
 
         ex.step(0, 3, {"slow": np.ones((1, 1), dtype=np.float32)})
@@ -131,34 +132,35 @@ def test_a_guest_that_misses_the_timeout_is_replaced_by_its_last_activation():
         assert slow.requests[2].grad is not None  # the gradient of its late (fresh) activation
         assert fast.requests[3].grad is None  # none was handed in for fast
     finally:
-        link.close()
+        channel.close()
 
 
-def test_without_a_last_activation_a_silent_guest_is_an_error():
-    link = LocalLink({"ok": FakeParty(0), "dead": FakeParty(1, slow_steps=(0,), sleep=1.0)}, threaded=True)
+def test_without_a_last_activation_a_silent_secondary_is_an_error():
+    channel = LocalChannel({"ok": FakeParty(0), "dead": FakeParty(1, slow_steps=(0,), sleep=1.0)}, threaded=True)
     try:
-        with pytest.raises(GuestTimeout, match="party 'dead' did not answer its first step"):
-            Exchanger(link, timeout=0.05, patience=0.2).step(0, 0, {})
+        with pytest.raises(SecondaryTimeout, match="party 'dead' did not answer its first step"):
+            Exchanger(channel, timeout=0.05, patience=0.2).step(0, 0, {})
     finally:
-        link.close()
+        channel.close()
 
 
-def test_with_timeout_zero_a_late_guest_fails_the_run_instead_of_falling_back():
-    link = LocalLink({"ok": FakeParty(0), "late": FakeParty(1, slow_steps=(1,), sleep=1.0)}, threaded=True)
-    ex = Exchanger(link, timeout=0.0, patience=0.2)
+def test_with_timeout_zero_a_late_secondary_fails_the_run_instead_of_falling_back():
+    channel = LocalChannel({"ok": FakeParty(0), "late": FakeParty(1, slow_steps=(1,), sleep=1.0)}, threaded=True)
+    ex = Exchanger(channel, timeout=0.0, patience=0.2)
     try:
         ex.step(0, 0, {})
-        with pytest.raises(GuestTimeout, match=r"party 'late' did not answer step 1 \(no timeout fallback\)"):
+        with pytest.raises(SecondaryTimeout, match=r"party 'late' did not answer step 1 \(no timeout fallback\)"):
             ex.step(0, 1, {})
     finally:
-        link.close()
+        channel.close()
 
 
-def test_run_reports_how_often_a_slow_guest_was_replaced(tmp_path):
-    cfg = ea_cfg(epochs=2, max_steps=6, guest_timeout=0.5, guest_delay=2.0, ea_variant="augment")
+def test_run_reports_how_often_a_slow_secondary_was_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDSIM_PROBE_SECONDARY_DELAY", "2.0")
+    cfg = ea_cfg(epochs=2, max_steps=6, secondary_timeout=0.5, ea_variant="augment")
     summary = run_experiment(cfg, tmp_path / "run")
     # margins for a busy CI machine: a normal step takes milliseconds, well inside 0.5 s
-    # the first guest ("left") sleeps 2 s on odd steps: it misses those (and the next while
+    # the first secondary ("left") sleeps 2 s on odd steps: it misses those (and the next while
     # busy); "right" never does. Steps 0 (nothing to fall back on) and 4 (after the epoch's flush) are fresh.
     assert summary["steps"] == 6 and summary["stale"]["right"] == 0
     assert 2 <= summary["stale"]["left"] <= 4
@@ -170,16 +172,23 @@ def test_run_reports_how_often_a_slow_guest_was_replaced(tmp_path):
 
 
 def test_regression_is_refused_with_a_clear_message(tmp_path):
-    with pytest.raises(EntityAugError, match="entity augmentation is for classification.*'hdb' has a regression target"):
-        run_experiment(RunConfig(dataset="hdb", n_rows=300, mode="entity-aug"), tmp_path / "run")
+    with pytest.raises(
+        EntityAugError, match="entity augmentation is for classification.*'hdb' has a regression target"
+    ):
+        run_experiment(RunConfig.of(dataset="hdb", n_rows=300, mode="entity-aug"), tmp_path / "run")
 
 
-@pytest.mark.parametrize("values,match", [
-    ({"mode": "ea"}, "run-config 'mode' must be one of"),
-    ({"overlap": 0.0}, r"run-config 'overlap' must be in \(0, 1\]"),
-    ({"ea-variant": "mixed"}, "run-config 'ea-variant' must be one of"),
-    ({"guest-timeout": -1.0}, "run-config 'guest-timeout' must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "values,match",
+    [
+        ({"mode": "ea"}, "run-config 'mode' must be one of"),
+        ({"overlap": 0.0}, r"run-config 'overlap' must be in \(0, 1\]"),
+        ({"ea-variant": "mixed"}, "run-config 'ea-variant' must be one of"),
+        ({"secondary-timeout": -1.0}, "run-config 'secondary-timeout' must be >= 0"),
+        ({"guest-timeout": 1.0}, "run-config 'guest-timeout' was renamed 'secondary-timeout'"),
+        ({"guest-delay": 1.0}, "run-config 'guest-delay' is no longer a run-config key: it is the test probe"),
+    ],
+)
 def test_bad_entity_aug_keys_are_named(values, match):
     with pytest.raises(ConfigError, match=match):
         RunConfig.from_flower(values)
@@ -220,7 +229,7 @@ def test_variants_records_and_orders():
         sent = {p: party.step(StepRequest(0, 0, None)).ids for p, party in parties.items()}
         assert np.array_equal(sent["left"], sent["right"]) == same, variant
         for p, party in parties.items():
-            assert np.isin(sent[p], party.plan.records).all()
+            assert np.isin(sent[p], party.schedule.records).all()
             assert np.isin(sent[p], data.split.train).all()  # never a validation / test entity
 
 
@@ -243,34 +252,40 @@ def test_in_process_run_trains_and_writes_its_summary(tmp_path):
 def test_sweep_runner_runs_the_mode(tmp_path):
     from experiments.sweep import run_one
 
-    values = {"dataset": "parkinsons", "mode": "entity-aug", "ea-variant": "aligned", "overlap": 0.1, "epochs": 2,
-              "seed": 0}
+    values = {
+        "dataset": "parkinsons",
+        "mode": "entity-aug",
+        "ea-variant": "aligned",
+        "overlap": 0.1,
+        "epochs": 2,
+        "seed": 0,
+    }
     summary = run_one(values, tmp_path / "s0", "inprocess")
     assert summary["ea_variant"] == "aligned" and summary["entities"]["aligned"] == 14
     assert set(summary["entities"]["records_per_party"].values()) == {14}
 
 
-def test_guest_state_survives_messages_like_an_uninterrupted_guest():
-    """The ClientApp's guest (rebuilt from context.state for every message: model, Adam state,
-    ids of its last activation) takes exactly the steps of one guest object kept alive."""
-    from app.entity_aug import client as ea_guest
+def test_secondary_state_survives_messages_like_an_uninterrupted_secondary():
+    """The ClientApp's secondary (rebuilt from context.state for every message: model, Adam state,
+    ids of its last activation) takes exactly the steps of one secondary object kept alive."""
+    from app.entity_aug import client as ea_secondary
 
     cfg = ea_cfg(ea_variant="augment")
     context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    ea_guest.persist(build_party(cfg, "right"), context)
+    ea_secondary.persist(build_party(cfg, "right"), context)
     alive = build_party(cfg, "right")
     rng = np.random.default_rng(0)
     grad = None
     for step in [*range(5), -1]:
         req = read_request(request_content(StepRequest(0, step, grad)))  # through the wire format
-        guest = ea_guest.restore(cfg, context)
-        got = guest.step(req)
-        ea_guest.persist(guest, context)
+        secondary = ea_secondary.restore(cfg, context)
+        got = secondary.step(req)
+        ea_secondary.persist(secondary, context)
         want = alive.step(req)
         np.testing.assert_array_equal(got.ids, want.ids)
         np.testing.assert_array_equal(got.act, want.act)
         grad = rng.normal(size=want.act.shape).astype(np.float32) if step >= 0 else None
-    final = ea_guest.restore(cfg, context)
+    final = ea_secondary.restore(cfg, context)
     for key, value in alive.model.state_dict().items():
         torch.testing.assert_close(final.model.state_dict()[key], value, rtol=0, atol=0)
     assert final.pending is None and str(context.state.config_records["ea_party"]["party"]) == "right"
@@ -278,23 +293,23 @@ def test_guest_state_survives_messages_like_an_uninterrupted_guest():
     assert any(not torch.equal(untrained[k], v) for k, v in alive.model.state_dict().items())
 
 
-def test_a_guest_reads_its_data_once_per_run_not_per_message(monkeypatch):
-    """Deployed, every message is a fresh ClientApp process: the guest's feature block and record
-    plan travel in context.state from its hello, so a step loads no dataset (it did before)."""
-    from app.entity_aug import client as ea_guest
+def test_a_secondary_reads_its_data_once_per_run_not_per_message(monkeypatch):
+    """Deployed, every message is a fresh ClientApp process: the secondary's feature block and batch
+    schedule travel in context.state from its hello, so a step loads no dataset (it did before)."""
+    from app.entity_aug import client as ea_secondary
     from app.entity_aug import parties
 
     cfg = ea_cfg(ea_variant="augment")
     context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    ea_guest.persist(build_party(cfg, "right"), context)
+    ea_secondary.persist(build_party(cfg, "right"), context)
     want = build_party(cfg, "right").step(StepRequest(0, 0, None))
 
     def no_loading(*_):
-        raise AssertionError("the guest loaded its dataset for a message")
+        raise AssertionError("the secondary loaded its dataset for a message")
 
     monkeypatch.setattr(parties, "ea_data", no_loading)
     monkeypatch.setattr(parties, "load_data", no_loading)
-    got = ea_guest.restore(cfg, context).step(StepRequest(0, 0, None))
+    got = ea_secondary.restore(cfg, context).step(StepRequest(0, 0, None))
     np.testing.assert_array_equal(got.ids, want.ids)
     np.testing.assert_array_equal(got.act, want.act)
 
@@ -303,8 +318,15 @@ def test_a_guest_reads_its_data_once_per_run_not_per_message(monkeypatch):
 def test_flower_run_equals_the_in_process_run(tmp_path):
     from deploy.localsim import processes_mentioning, simulate
 
-    values = {**{k.replace("_", "-"): v for k, v in TINY.items()}, "epochs": 2, "max-steps": 6,
-              "ea-variant": "augment", "overlap": 0.1, "out-dir": str(tmp_path / "out"), "run-name": "ea"}
+    values = {
+        **{k.replace("_", "-"): v for k, v in TINY.items()},
+        "epochs": 2,
+        "max-steps": 6,
+        "ea-variant": "augment",
+        "overlap": 0.1,
+        "out-dir": str(tmp_path / "out"),
+        "run-name": "ea",
+    }
     proc = simulate(values, tmp_path / "flwr-home", num_supernodes=2, timeout=300)
     run = tmp_path / "out" / "ea"
     assert processes_mentioning(str(tmp_path / "flwr-home")) == []
@@ -314,22 +336,31 @@ def test_flower_run_equals_the_in_process_run(tmp_path):
     assert (run / "left" / "model.pt").exists() and (run / "right" / "model.pt").exists()
 
     local = run_experiment(RunConfig.from_flower({**values, "out-dir": str(tmp_path / "local")}), tmp_path / "local")
-    np.testing.assert_allclose(np.load(run / "step_losses.npy"), np.load(tmp_path / "local" / "step_losses.npy"),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.load(run / "step_losses.npy"), np.load(tmp_path / "local" / "step_losses.npy"), rtol=1e-5, atol=1e-6
+    )
     assert summary["test"] == pytest.approx(local["test"])
 
 
 @pytest.mark.slow
-def test_flower_guest_timeout_falls_back_to_the_last_activation(tmp_path):
-    """Through Flower: the first guest sleeps 2.5 s on odd steps, the host waits 1 s for it,
-    trains on its last activation instead, and reports how often."""
+def test_flower_secondary_timeout_falls_back_to_the_last_activation(tmp_path, monkeypatch):
+    """Through Flower: the first secondary sleeps 2.5 s on odd steps, the primary waits 1 s for it,
+    trains on its last activation instead, and reports how often. The delay is a probe in the
+    environment, which the simulation passes on to its ClientApps."""
     from deploy.localsim import simulate
 
-    values = {**{k.replace("_", "-"): v for k, v in TINY.items()}, "epochs": 1, "max-steps": 4,
-              "guest-timeout": 1.0, "guest-delay": 2.5, "out-dir": str(tmp_path / "out"), "run-name": "ea-slow"}
+    monkeypatch.setenv("FEDSIM_PROBE_SECONDARY_DELAY", "2.5")
+    values = {
+        **{k.replace("_", "-"): v for k, v in TINY.items()},
+        "epochs": 1,
+        "max-steps": 4,
+        "secondary-timeout": 1.0,
+        "out-dir": str(tmp_path / "out"),
+        "run-name": "ea-slow",
+    }
     proc = simulate(values, tmp_path / "flwr-home", num_supernodes=2, timeout=300)
     run = tmp_path / "out" / "ea-slow"
     assert (run / "summary.json").exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["stale"]["left"] >= 1
-    assert "stale" in proc.stdout  # the host logs the counts
+    assert "stale" in proc.stdout  # the primary logs the counts

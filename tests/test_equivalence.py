@@ -16,8 +16,9 @@ CASES = {
     "synthetic-binary-avg": dict(dataset="synthetic", n_rows=600, k=10, batch_size=32, sigma_cf=0.1),
     "hdb-regression-cnn-dropout": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64),
     "frog-multiclass": dict(dataset="frog", n_rows=1500, k=15, batch_size=32),
-    "hdb-mlp-merge-no-gates": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, merge="mlp",
-                                   weight_gate=False, sort_gate=False),
+    "hdb-mlp-merge-no-gates": dict(
+        dataset="hdb", n_rows=1000, k=8, batch_size=32, merge="mlp", weight_gate=False, sort_gate=False
+    ),
     # three secondaries: each linked on its own (a weight/sort/merge path per party), and the
     # paper's App. C chain (one-to-one among the secondaries, top-K to the chain)
     "house3-independent-paths": dict(dataset="house3", n_rows=800, k=6, batch_size=32),
@@ -32,8 +33,14 @@ CASES = {
 def test_protocol_equals_one_process_twin(case, steps_per_exchange, tmp_path):
     """In float64: the two sides sum in different orders, and in float32 Adam can turn that
     rounding (1e-8 here) into 2e-5 on another CPU's kernels; in float64 it stays below 1e-12."""
-    cfg = RunConfig(**CASES[case], epochs=2, max_steps=14, steps_per_exchange=steps_per_exchange,
-                    dtype="float64", out_dir=str(tmp_path))
+    cfg = RunConfig.of(
+        **CASES[case],
+        epochs=2,
+        max_steps=14,
+        steps_per_exchange=steps_per_exchange,
+        dtype="float64",
+        out_dir=str(tmp_path),
+    )
     fed, twin = run_in_process(cfg), run_twin(cfg)
     assert len(fed.losses) == len(twin.losses) == 14
     np.testing.assert_allclose(fed.losses, twin.losses, rtol=1e-9, atol=1e-10)
@@ -45,16 +52,18 @@ def test_protocol_equals_one_process_twin(case, steps_per_exchange, tmp_path):
 
 def test_the_oracle_tells_schedules_apart(tmp_path):
     """The comparison can fail: a twin on another S-step schedule gives other losses."""
-    cfg = RunConfig(**CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=14, steps_per_exchange=4,
-                    out_dir=str(tmp_path))
+    cfg = RunConfig.of(
+        **CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=14, steps_per_exchange=4, out_dir=str(tmp_path)
+    )
     fed, twin = run_in_process(cfg), run_twin(cfg, steps_per_exchange=1)
     assert np.abs(fed.losses - twin.losses).max() > 1e-6  # float noise between equal runs is < 1e-7
     assert max_param_gap(fed.secondaries["school"], twin.secondaries["school"]) > 1e-4
 
 
 def test_solo_trains_the_primary_alone(tmp_path):
-    cfg = RunConfig(dataset="hdb", n_rows=800, method="solo", batch_size=64, epochs=1, max_steps=5,
-                    out_dir=str(tmp_path))
+    cfg = RunConfig.of(
+        dataset="hdb", n_rows=800, method="solo", batch_size=64, epochs=1, max_steps=5, out_dir=str(tmp_path)
+    )
     run = run_in_process(cfg)
     assert len(run.losses) == 5 and np.isfinite(run.losses).all()
     assert {k.split(".")[0] for k in run.primary} == {"local", "agg"}  # no gates, no secondary path
@@ -67,8 +76,15 @@ def test_cuda_run_equals_cpu_run(case, tmp_path):
     (no TF32) and without dropout (the CPU and CUDA generators draw different masks)."""
     runs = {}
     for device in ("cpu", "cuda"):
-        cfg = RunConfig(**{**CASES[case], "dropout": 0.0}, epochs=2, max_steps=10, steps_per_exchange=3,
-                        dtype="float64", device=device, out_dir=str(tmp_path / device))
+        cfg = RunConfig.of(
+            **{**CASES[case], "dropout": 0.0},
+            epochs=2,
+            max_steps=10,
+            steps_per_exchange=3,
+            dtype="float64",
+            device=device,
+            out_dir=str(tmp_path / device),
+        )
         runs[device] = run_in_process(cfg)
     cpu, gpu = runs["cpu"], runs["cuda"]
     np.testing.assert_allclose(gpu.losses, cpu.losses, rtol=1e-9, atol=1e-10)

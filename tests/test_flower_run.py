@@ -24,8 +24,9 @@ RUNS = {
     # the direct transport (each party worker's own encrypted link, the deployment's default).
     # One Flower start-up for both: the suite is near its 10-minute budget. Flower messages
     # through `flwr run` are the kill-and-resume test's (S = 1) and test_cli's.
-    "hdb-S3-pipelined-direct": dict(dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=3,
-                                    pipeline=True, transport="direct"),
+    "hdb-S3-pipelined-direct": dict(
+        dataset="hdb", n_rows=1500, k=20, batch_size=64, steps_per_exchange=3, pipeline=True, transport="direct"
+    ),
 }
 
 
@@ -49,8 +50,9 @@ def flower_keys(values: dict) -> dict:
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_flower_run_equals_one_process_twin(name, tmp_path):
-    values = dict(RUNS[name], epochs=2, max_steps=12, dtype="float64", out_dir=str(tmp_path / "out"),
-                  run_name=name)  # float64: rounding cannot grow past the tolerance (test_equivalence)
+    values = dict(
+        RUNS[name], epochs=2, max_steps=12, dtype="float64", out_dir=str(tmp_path / "out"), run_name=name
+    )  # float64: rounding cannot grow past the tolerance (test_equivalence)
     proc = simulate(flower_keys(values), tmp_path / "flwr-home", timeout=400)
     run_dir = tmp_path / "out" / name
     assert processes_mentioning(str(tmp_path / "flwr-home")) == []  # the SuperLink it started is gone
@@ -64,7 +66,7 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
     assert "[primary] best epoch" in proc.stdout
     assert ("direct links to the party workers" in proc.stdout) == (values.get("transport") == "direct")
 
-    cfg = RunConfig(**values)
+    cfg = RunConfig.of(**values)
     twin = run_twin(cfg)
     np.testing.assert_allclose(np.load(run_dir / "step_losses.npy"), twin.losses, rtol=1e-9, atol=1e-10)
     assert max_param_gap(torch.load(run_dir / "primary_model.pt", weights_only=True), twin.primary) < 1e-9
@@ -86,10 +88,11 @@ def test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics(t
     from app.modes import run_experiment
     from deploy.localsim import start_simulation, stop_superlink
 
-    base = dict(dataset="hdb", n_rows=1200, k=10, batch_size=128, epochs=3, steps_per_exchange=1,
-                out_dir=str(tmp_path / "out"))
+    base = dict(
+        dataset="hdb", n_rows=1200, k=10, batch_size=128, epochs=3, steps_per_exchange=1, out_dir=str(tmp_path / "out")
+    )
     # the uninterrupted run: in one process, which the twin oracles prove equal to `flwr run`
-    run_experiment(RunConfig(**base, run_name="whole"), tmp_path / "whole")
+    run_experiment(RunConfig.of(**base, run_name="whole"), tmp_path / "whole")
     want = [json.loads(x) for x in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     assert len(want) == 3
 

@@ -23,14 +23,16 @@ def test_an_inf_feature_is_refused_naming_party_column_and_rows(tmp_path):
     shops = pd.read_csv(tmp_path / "shops.csv")
     shops.loc[[7, 30], "rent"] = [np.inf, -np.inf]
     shops.to_csv(tmp_path / "shops.csv", index=False)
-    with pytest.raises(DatasetError, match=r"party 'shops'.*line 9, column 'rent': inf is not a finite number.*lines \[9, 32\]"):
+    with pytest.raises(
+        DatasetError, match=r"party 'shops'.*line 9, column 'rent': inf is not a finite number.*lines \[9, 32\]"
+    ):
         load_dataset("csv", tmp_path)
     from app.vfl.parties import (
         secondary_features,  # a deployed party reading its own CSV refuses it too
     )
 
     with pytest.raises(DatasetError, match=r"party 'shops'.*'rent'.*not a finite number"):
-        secondary_features(RunConfig(dataset="csv", data_dir=str(tmp_path)), "shops")
+        secondary_features(RunConfig.of(dataset="csv", data_dir=str(tmp_path)), "shops")
 
 
 def test_a_non_number_in_a_numeric_feature_is_refused_not_imputed(tmp_path):
@@ -38,7 +40,9 @@ def test_a_non_number_in_a_numeric_feature_is_refused_not_imputed(tmp_path):
     shops = pd.read_csv(tmp_path / "shops.csv").astype({"rent": object})
     shops.loc[4, "rent"] = "about 50"
     shops.to_csv(tmp_path / "shops.csv", index=False)
-    with pytest.raises(DatasetError, match=r"party 'shops'.*line 6, column 'rent': 'about 50' is not a number.*lines \[6\]"):
+    with pytest.raises(
+        DatasetError, match=r"party 'shops'.*line 6, column 'rent': 'about 50' is not a number.*lines \[6\]"
+    ):
         load_dataset("csv", tmp_path)
 
 
@@ -72,14 +76,29 @@ def test_dropped_columns_and_imputed_nans_are_reported_in_the_summary(tmp_path):
     sales.to_csv(tmp_path / "sales.csv", index=False)
 
     ds = load_dataset("csv", tmp_path)
-    want = {"primary": {"dropped_constant": [], "dropped_empty": [], "nan_imputed": {"rooms": 3},
-                        "nan_imputed_total": 3},
-            "secondaries": {"shops": {"dropped_constant": ["floor"], "dropped_empty": ["vacant"],
-                                      "nan_imputed": {"rent": 5}, "nan_imputed_total": 5}}}
+    want = {
+        "primary": {"dropped_constant": [], "dropped_empty": [], "nan_imputed": {"rooms": 3}, "nan_imputed_total": 3},
+        "secondaries": {
+            "shops": {
+                "dropped_constant": ["floor"],
+                "dropped_empty": ["vacant"],
+                "nan_imputed": {"rent": 5},
+                "nan_imputed_total": 5,
+            }
+        },
+    }
     assert ds.preprocessing == want
     assert ds.secondaries["shops"].feature_names == ("rent",)
-    cfg = RunConfig(dataset="csv", data_dir=str(tmp_path), method="fedsim", k=3, epochs=1, max_steps=2,
-                    batch_size=32, out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        dataset="csv",
+        data_dir=str(tmp_path),
+        method="fedsim",
+        k=3,
+        epochs=1,
+        max_steps=2,
+        batch_size=32,
+        out_dir=str(tmp_path / "runs"),
+    )
     run_experiment(cfg, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["preprocessing"] == want
 
@@ -127,8 +146,9 @@ def test_a_linkage_from_another_job_with_the_same_sizes_is_refused(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     write_parties(data)
-    cfg = RunConfig(dataset="csv", data_dir=str(data), k=3, epochs=1, max_steps=2, batch_size=32,
-                    out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        dataset="csv", data_dir=str(data), k=3, epochs=1, max_steps=2, batch_size=32, out_dir=str(tmp_path / "runs")
+    )
     ds = load_dataset("csv", data)
     shops = ds.secondaries["shops"].identifiers
     with service(tmp_path / "svc", free_port()) as url:
@@ -136,9 +156,8 @@ def test_a_linkage_from_another_job_with_the_same_sizes_is_refused(tmp_path):
         job_b = _link_through_service(url, tmp_path / "b", ds.primary.identifiers + 0.5, shops)  # same sizes
 
     def run(folder):
-        import dataclasses
 
-        return run_in_process(dataclasses.replace(cfg, linkage_dir=str(folder)))
+        return run_in_process(cfg.replace(linkage_dir=str(folder)))
 
     # job B's whole folder: linked from other primary identifiers than this run's
     with pytest.raises(LinkageError, match=rf"linkage job {job_b} .*raw identifier digest differs"):
@@ -163,10 +182,9 @@ def test_a_private_upload_is_bound_to_the_raw_identifiers_it_was_encoded_from(tm
     """Private mode through the CLI: the primary encodes (`encode`), uploads the filters, starts
     and fetches; its record holds the digest of the raw identifiers, which a run on the same
     CSV matches and a run on other rows (n-rows) does not."""
-    import dataclasses
 
     from app.data import load_data
-    from app.vfl.parties import linkage_job
+    from app.vfl.linking import linkage_job
     from linkage.contracts import LinkageError
     from linkage_server.cli import (
         main as cli,  # in this process: the service is the only other one
@@ -178,28 +196,78 @@ def test_a_private_upload_is_bound_to_the_raw_identifiers_it_was_encoded_from(tm
     data.mkdir()
     write_parties(data)
     cli(["make-key", "--out", str(key), "--csv", str(data / "shops.csv"), "--columns", "y,x", "--k", "3"])
-    cli(["encode", "--csv", str(data / "sales.csv"), "--columns", "lat,lon", "--key-file", str(key),
-         "--out", str(tmp_path / "sales-filters.npy")])
+    cli(
+        [
+            "encode",
+            "--csv",
+            str(data / "sales.csv"),
+            "--columns",
+            "lat,lon",
+            "--key-file",
+            str(key),
+            "--out",
+            str(tmp_path / "sales-filters.npy"),
+        ]
+    )
     with service(tmp_path / "svc", free_port()) as url:
         (tmp_path / "admin.token").write_text(ADMIN)
-        cli(["create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"),
-             "--primary", "primary", "--secondary", "shops", "--secrets-dir", str(tmp_path)])
+        cli(
+            [
+                "create-job",
+                "--url",
+                url,
+                "--admin-token-file",
+                str(tmp_path / "admin.token"),
+                "--primary",
+                "primary",
+                "--secondary",
+                "shops",
+                "--secrets-dir",
+                str(tmp_path),
+            ]
+        )
         job = next(tmp_path.glob("*-primary.secret")).name.removesuffix("-primary.secret")
 
         def party(name: str, *args: str):
-            cli([*args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                 str(tmp_path / f"{job}-{name}.secret")])
+            cli(
+                [
+                    *args,
+                    "--url",
+                    url,
+                    "--job",
+                    job,
+                    "--party",
+                    name,
+                    "--secret-file",
+                    str(tmp_path / f"{job}-{name}.secret"),
+                ]
+            )
 
         party("shops", "link", "--csv", str(data / "shops.csv"), "--columns", "y,x", "--key-file", str(key))
-        party("primary", "link", "--npy", str(tmp_path / "sales-filters.npy"), "--start", "--metric", "hamming",
-              "--k", "3", "--fetch", str(out))
+        party(
+            "primary",
+            "link",
+            "--npy",
+            str(tmp_path / "sales-filters.npy"),
+            "--start",
+            "--metric",
+            "hamming",
+            "--k",
+            "3",
+            "--fetch",
+            str(out),
+        )
         party("shops", "fetch", "--out", str(out))
-    assert sorted(f.name for f in out.iterdir()) == ["primary.npz", "privacy.json", "secondary-shops.npz",
-                                                     "upload-record.json"]
-    cfg = RunConfig(dataset="csv", data_dir=str(data), k=3, linkage_dir=str(out), out_dir=str(tmp_path / "runs"))
+    assert sorted(f.name for f in out.iterdir()) == [
+        "primary.npz",
+        "privacy.json",
+        "secondary-shops.npz",
+        "upload-record.json",
+    ]
+    cfg = RunConfig.of(dataset="csv", data_dir=str(data), k=3, linkage_dir=str(out), out_dir=str(tmp_path / "runs"))
     linkage, _ = linkage_job(load_data(cfg), cfg, cfg.resolve())
     assert linkage.job_id == job and linkage.metric == "hamming"
-    fewer = dataclasses.replace(cfg, n_rows=300)
+    fewer = cfg.replace(n_rows=300)
     with pytest.raises(LinkageError, match=rf"linkage job {job} .*raw identifier digest differs"):
         linkage_job(load_data(fewer), fewer, fewer.resolve())
 

@@ -15,7 +15,7 @@ import pytest
 
 from app.config import RunConfig
 from app.data import load_data
-from app.vfl.parties import job_kind, link_and_report
+from app.vfl.linking import job_kind, link_and_report
 from linkage.approx import Approx
 from linkage.contracts import Defences, LinkageError
 from linkage.job import JobSpec
@@ -45,7 +45,7 @@ def _service(tmp_path, ds, params: JobParams) -> tuple[str, JobStore]:
 @pytest.mark.parametrize("dataset, layout, tau", [("synthetic", "independent", 0.7), ("house3", "chain", 1.0)])
 def test_the_simulation_and_the_service_name_and_release_a_job_alike(tmp_path, monkeypatch, dataset, layout, tau):
     monkeypatch.setenv(OPERATOR_SEED_ENV, str(SEED))
-    cfg = RunConfig(dataset=dataset, n_rows=300, k=3, tau=tau, layout=layout, seed=1, out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(dataset=dataset, n_rows=300, k=3, tau=tau, layout=layout, seed=1, out_dir=str(tmp_path / "runs"))
     ds, settings = load_data(cfg), cfg.resolve()
     simulated, _ = link_and_report(ds, cfg, settings, report=False)
     params = JobParams("euclidean", settings.k, tau=tau, layout=layout)
@@ -55,16 +55,18 @@ def test_the_simulation_and_the_service_name_and_release_a_job_alike(tmp_path, m
     content = params.spec().content_id(ds.primary.identifiers, ids, ds.split.train)
     assert simulated.primary.job_id == content  # the same job id, so the same secret under the operator seed
     if layout == "chain":  # the id today's jobs were named by, unchanged
-        assert content == job_id_of(ds.primary.identifiers, ids, 3, tau, chain_tag("euclidean", min(ids)), 0,
-                                    ds.split.train)
+        assert content == job_id_of(
+            ds.primary.identifiers, ids, 3, tau, chain_tag("euclidean", min(ids)), 0, ds.split.train
+        )
     results = store.root / job / "results"
     served = load_primary(results)
     assert served.layout == simulated.primary.layout
     for party in ids:
         np.testing.assert_array_equal(served.links[party].tokens, simulated.primary.links[party].tokens)
         np.testing.assert_array_equal(served.links[party].sims, simulated.primary.links[party].sims)
-        np.testing.assert_array_equal(load_secondary(results, party).row_of_token,
-                                      simulated.secondaries[party].row_of_token)
+        np.testing.assert_array_equal(
+            load_secondary(results, party).row_of_token, simulated.secondaries[party].row_of_token
+        )
 
 
 def test_a_spec_runs_each_kind_under_its_own_content_id():
@@ -80,7 +82,9 @@ def test_a_spec_runs_each_kind_under_its_own_content_id():
     # the defences and the approximate search are part of a top-K job's id, as the service names it
     plain = JobSpec("euclidean", 3, 0.5)
     assert plain.content_id(query, ids) == job_id_of(query, ids, 3, 0.5)
-    assert dataclasses.replace(plain, defences=Defences(radius=0.1)).content_id(query, ids) != plain.content_id(query, ids)
+    assert dataclasses.replace(plain, defences=Defences(radius=0.1)).content_id(query, ids) != plain.content_id(
+        query, ids
+    )
     assert dataclasses.replace(plain, approx=Approx("hnsw")).content_id(query, ids) != plain.content_id(query, ids)
     known = JobSpec("", 1, kind=job_kind("combine"))
     res = known.run(None, {"s": np.arange(30) % 40}, secret=secret, job_id="true-x", sizes={"s": 40})

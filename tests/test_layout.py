@@ -62,8 +62,9 @@ def _hits(names: set[str], forbidden) -> list[str]:
 
 
 def test_no_module_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules(CHECKED)
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE}
+    long = {
+        str(p.relative_to(ROOT)): n for p in _modules(CHECKED) if (n := len(p.read_text().splitlines())) > MAX_MODULE
+    }
     assert not long, f"modules over {MAX_MODULE} lines: {long}"
 
 
@@ -100,8 +101,9 @@ def test_shared_modules_import_no_mode(package):
 
 def _module_graph() -> dict[str, set[str]]:
     """Our modules (dotted) -> the ones of ours each imports anywhere (lazy and TYPE_CHECKING too)."""
-    names = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in _modules(CHECKED)}
+    names = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in _modules(CHECKED)
+    }
     return {m: {n for n in _imports(ast.parse(p.read_text())) if n in names and n != m} for m, p in names.items()}
 
 
@@ -119,8 +121,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            comp = stack[stack.index(v):]
-            del stack[stack.index(v):]
+            comp = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
             if len(comp) > 1:
                 out.append(sorted(comp))
 
@@ -136,13 +138,70 @@ def test_no_import_cycle():
     assert _cycles(_module_graph()) == []
 
 
+# What a linkage job is, is decided in one place: linkage/job.py (JobSpec). The run (app/) and the
+# service build a JobSpec and let it run; neither calls the pipeline's job entry points itself.
+JOB_ENTRY_POINTS = tuple(
+    f"linkage.pipeline.{f}" for f in ("link", "link_chain", "link_exact", "link_known", "job_id_of")
+)
+
+
+@pytest.mark.parametrize("package", ["app", "linkage_server"])
+def test_the_linkage_library_owns_the_job(package):
+    bad = {
+        str(p.relative_to(ROOT)): hits
+        for p in _modules([package])
+        if (hits := _hits(_imports(ast.parse(p.read_text())), JOB_ENTRY_POINTS))
+    }
+    assert not bad, f"{package}/ must run linkage jobs through linkage.job.JobSpec, not {JOB_ENTRY_POINTS}: {bad}"
+
+
+def _bare_lazy_imports(source: str) -> list[int]:
+    """Lines of the imports of our own packages (CHECKED, or relative) made inside a function with
+    no comment on the import's first line to say why they are not at the module's top."""
+    lines, bare = source.splitlines(), set()
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                ours = any(a.name.split(".")[0] in CHECKED for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                ours = node.level > 0 or (node.module or "").split(".")[0] in CHECKED
+            else:
+                continue
+            if ours and "#" not in lines[node.lineno - 1]:
+                bare.add(node.lineno)
+    return sorted(bare)
+
+
+def test_every_import_of_ours_inside_a_function_says_why():
+    """Issue 30: an import of our own modules inside a function is moved to the module's top, or
+    says on its line why it is lazy (a heavy import kept off a start-up path, a cycle broken...).
+    tests/ is not checked: a test may import what it tests lazily."""
+    bare = [f"{p.relative_to(ROOT)}:{n}" for p in _modules(CHECKED) for n in _bare_lazy_imports(p.read_text())]
+    assert not bare, f"imports of ours inside a function without a comment saying why: {bare}"
+
+
 def test_the_checks_can_fail(tmp_path):
     """The scanners see a long function and a forbidden import when there is one."""
     body = "\n".join(f"    x{i} = {i}" for i in range(61))
     tree = ast.parse(f"import app.config\nfrom bench import sweep\nfrom fastapi import FastAPI\n\ndef f():\n{body}\n")
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
     assert fn.end_lineno - fn.lineno + 1 == 62
-    assert _hits(_imports(tree), FORBIDDEN["linkage"]) == ["app.config", "bench", "bench.sweep", "fastapi",
-                                                          "fastapi.FastAPI"]
+    assert _hits(_imports(tree), FORBIDDEN["linkage"]) == [
+        "app.config",
+        "bench",
+        "bench.sweep",
+        "fastapi",
+        "fastapi.FastAPI",
+    ]
     assert _hits({"app.entity_aug.client", "app.vfl"}, FORBIDDEN["app/vfl"]) == ["app.entity_aug.client"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    lazy = (
+        "import os\n\n\ndef f():\n    from app import config\n    from linkage.store import x  # lazy: why\n"
+        "    import numpy\n    from . import sibling\n    import bench.linkage, json\n"
+    )
+    assert _bare_lazy_imports(lazy) == [5, 8, 9]
+    assert _hits(_imports(ast.parse("from linkage.pipeline import link, searcher\n")), JOB_ENTRY_POINTS) == [
+        "linkage.pipeline.link"
+    ]

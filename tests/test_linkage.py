@@ -140,7 +140,9 @@ def test_selection_under_noise_picks_the_k_released_from_the_pool_and_carries_th
     from linkage.pipeline import search
 
     query, base, _ = planted()
-    pooled = link(query, {"s": base}, k=4, tau=0.9, secret=operator_secret(3, "test"), pool=12, train_rows=np.arange(200))
+    pooled = link(
+        query, {"s": base}, k=4, tau=0.9, secret=operator_secret(3, "test"), pool=12, train_rows=np.arange(200)
+    )
     sims = pooled.primary.sims
     assert sims.shape == (200, 4) and (np.diff(sims, axis=1) <= 0).all()  # released in noisy order
     _, idx = search(query, base, metric="euclidean", k=12, party="s")
@@ -208,8 +210,15 @@ def test_chain_links_the_secondaries_one_to_one_then_the_primary_top_k(tmp_path)
     base = rng.normal(size=(50, 2))
     perm_b = rng.permutation(50)  # b's row r holds entity perm_b[r]
     query = base[:20] + rng.normal(scale=1e-3, size=(20, 2))
-    res = link_chain(query, {"a": base, "b": base[perm_b] + 1e-9}, anchor="a", k=3, tau=1.0, secret=operator_secret(0, "test"),
-                     train_rows=np.arange(20))
+    res = link_chain(
+        query,
+        {"a": base, "b": base[perm_b] + 1e-9},
+        anchor="a",
+        k=3,
+        tau=1.0,
+        secret=operator_secret(0, "test"),
+        train_rows=np.arange(20),
+    )
     pa, pb = res.primary.links["a"], res.primary.links["b"]
     assert res.primary.layout == "chain" and res.primary.shared_sims
     assert np.array_equal(pa.tokens, pb.tokens) and np.array_equal(pa.sims, pb.sims)

@@ -13,7 +13,7 @@ from strategies.vfl.model import SimilarityModel
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_registered_method_builds_a_model_that_runs(name):
-    cfg = RunConfig(dataset="synthetic", method=name)
+    cfg = RunConfig.of(dataset="synthetic", method=name)
     cfg.validate()
     settings, m = cfg.resolve(), REGISTRY[name]
     assert all(getattr(settings.model, key) == value for key, value in m.model.items())  # its switches win
@@ -44,12 +44,12 @@ def test_what_each_method_links():
 
 def test_the_config_accepts_exactly_the_registered_methods():
     for name in NAMES:
-        RunConfig(method=name).validate()
+        RunConfig.of(method=name).validate()
     with pytest.raises(ConfigError, match=r"run-config 'method' must be one of \('fedsim', 'fedsim_attn'.*'magic'"):
-        RunConfig(method="magic").validate()
+        RunConfig.of(method="magic").validate()
     with pytest.raises(UnknownMethod, match="must be one of"):
         method("magic")
-    paper = RunConfig(dataset="hdb", method="avgsim", hparams="paper").resolve()
+    paper = RunConfig.of(dataset="hdb", method="avgsim", hparams="paper").resolve()
     assert (paper.lr, paper.batch_size, paper.model.agg_hidden) == (1e-3, 128, (400,))  # App. E, from the registry
 
 

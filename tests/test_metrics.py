@@ -74,5 +74,28 @@ def test_each_metric_names_the_searches_it_has():
             else:
                 with pytest.raises(JobError, match=f"search '{search}' is not one of"):
                     JobParams.parse(body)
-    assert metric("euclidean").coordinate_attacks(planted("numbers")) and not metric("hamming").coordinate_attacks(
-        planted("bits")) and not metric("edit").coordinate_attacks(planted("strings"))
+    assert (
+        metric("euclidean").coordinate_attacks(planted("numbers"))
+        and not metric("hamming").coordinate_attacks(planted("bits"))
+        and not metric("edit").coordinate_attacks(planted("strings"))
+    )
+
+
+def test_searches_and_scores_read_the_registry_not_a_metrics_name():
+    """Issue 30: how linkage.approx, linkage.scorers and linkage.pairwise search and score a metric
+    comes from its entry (faiss, exact, scorer, sort_words, integer); none of them compares a
+    metric with a registered name, so a new metric is one entry in linkage/metrics.py."""
+    import re
+    from pathlib import Path
+
+    from linkage.scorers import scorer
+
+    for m in REGISTRY.values():
+        assert bool(m.faiss) == bool({"hnsw", "ivf"} & set(m.approx)) and m.faiss in ("", "float", "binary")
+        if m.strings and m.exact != "qgram":
+            assert callable(scorer(m.name))  # a rapidfuzz distance
+    root = Path(__file__).resolve().parents[1] / "linkage"
+    names = "|".join(map(re.escape, METRICS))
+    for module in ("approx.py", "scorers.py", "pairwise.py", "exact.py"):
+        text = (root / module).read_text()
+        assert not re.search(rf"""metric\s*(==|!=|in|not in)\s*\(?["']({names})["']""", text), module

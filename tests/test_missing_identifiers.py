@@ -77,8 +77,20 @@ def test_encode_skips_as_if_the_rows_were_deleted(tmp_path, capsys):
     gappy.drop(index=[2, 9, 20]).to_csv(tmp_path / "clean.csv", index=False)
     (tmp_path / "k.key").write_text(json.dumps({"secret": "shared by the parties"}))
     common = ["--columns", "first,last", "--kind", "strings", "--key-file", str(tmp_path / "k.key")]
-    main(["encode", "--csv", str(tmp_path / "gappy.csv"), *common, "--missing", "skip", "--skipped-out",
-          str(tmp_path / "skipped.csv"), "--out", str(tmp_path / "gappy.npy")])
+    main(
+        [
+            "encode",
+            "--csv",
+            str(tmp_path / "gappy.csv"),
+            *common,
+            "--missing",
+            "skip",
+            "--skipped-out",
+            str(tmp_path / "skipped.csv"),
+            "--out",
+            str(tmp_path / "gappy.npy"),
+        ]
+    )
     said = capsys.readouterr().err
     assert "skipped 3 row(s) with a missing identifier: lines 4, 11, 22" in said
     main(["encode", "--csv", str(tmp_path / "clean.csv"), *common, "--out", str(tmp_path / "clean.npy")])
@@ -93,12 +105,36 @@ def test_encode_skips_as_if_the_rows_were_deleted(tmp_path, capsys):
 
 def _job(url, tmp_path, tag):
     (tmp_path / "admin.token").write_text(ADMIN)
-    job = json.loads(cli("create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"), "--primary",
-                         "p", "--secondary", "s", "--secrets-dir", str(tmp_path / tag)).stdout)["job"]
+    job = json.loads(
+        cli(
+            "create-job",
+            "--url",
+            url,
+            "--admin-token-file",
+            str(tmp_path / "admin.token"),
+            "--primary",
+            "p",
+            "--secondary",
+            "s",
+            "--secrets-dir",
+            str(tmp_path / tag),
+        ).stdout
+    )["job"]
 
     def party(name, *args, check=True):
-        return cli(*args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                   str(tmp_path / tag / f"{job}-{name}.secret"), check=check)
+        return cli(
+            *args,
+            "--url",
+            url,
+            "--job",
+            job,
+            "--party",
+            name,
+            "--secret-file",
+            str(tmp_path / tag / f"{job}-{name}.secret"),
+            check=check,
+        )
+
     return party
 
 
@@ -128,19 +164,67 @@ def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_p
             party = _job(url, tmp_path, tag)
             refused = party("s", "link", "--csv", str(tmp_path / "s.csv"), *ids, check=False)
             assert refused.returncode == 1 and "--missing skip" in refused.stderr
-            sent = party("s", "link", "--csv", str(tmp_path / f"s{suffix}.csv"), *ids, "--missing", rule,
-                         "--skipped-out", str(tmp_path / f"{tag}-s-skipped.csv"))
+            sent = party(
+                "s",
+                "link",
+                "--csv",
+                str(tmp_path / f"s{suffix}.csv"),
+                *ids,
+                "--missing",
+                rule,
+                "--skipped-out",
+                str(tmp_path / f"{tag}-s-skipped.csv"),
+            )
             assert ("skipped 3 row(s) with a missing identifier: lines 2, 7, 46" in sent.stderr) == (tag == "skip")
-            party("p", "link", "--csv", str(tmp_path / f"p{suffix}.csv"), *ids, "--missing", rule, "--skipped-out",
-                  str(tmp_path / f"{tag}-p-skipped.csv"), "--start", "--k", "3", "--fetch", str(tmp_path / tag))
+            party(
+                "p",
+                "link",
+                "--csv",
+                str(tmp_path / f"p{suffix}.csv"),
+                *ids,
+                "--missing",
+                rule,
+                "--skipped-out",
+                str(tmp_path / f"{tag}-p-skipped.csv"),
+                "--start",
+                "--k",
+                "3",
+                "--fetch",
+                str(tmp_path / tag),
+            )
             party("s", "fetch", "--out", str(tmp_path / tag))
         party = _job(url, tmp_path, "empty")
-        party("s", "link", "--csv", str(tmp_path / "s.csv"), *ids, "--missing", "empty", "--skipped-out",
-              str(tmp_path / "empty-s-skipped.csv"))  # row 44: both names empty
-        got = party("p", "link", "--csv", str(tmp_path / "p.csv"), *ids, "--missing", "empty", "--skipped-out",
-                    str(tmp_path / "empty-p-skipped.csv"), "--start", "--k", "3", "--fetch", str(tmp_path / "empty"))
-        assert "2 missing identifier(s) in ['first', 'last'] treated as empty; skipped 1 row(s) with every " \
-               "identifier missing: lines 19" in got.stderr
+        party(
+            "s",
+            "link",
+            "--csv",
+            str(tmp_path / "s.csv"),
+            *ids,
+            "--missing",
+            "empty",
+            "--skipped-out",
+            str(tmp_path / "empty-s-skipped.csv"),
+        )  # row 44: both names empty
+        got = party(
+            "p",
+            "link",
+            "--csv",
+            str(tmp_path / "p.csv"),
+            *ids,
+            "--missing",
+            "empty",
+            "--skipped-out",
+            str(tmp_path / "empty-p-skipped.csv"),
+            "--start",
+            "--k",
+            "3",
+            "--fetch",
+            str(tmp_path / "empty"),
+        )
+        assert (
+            "2 missing identifier(s) in ['first', 'last'] treated as empty; skipped 1 row(s) with every "
+            "identifier missing: lines 19" in got.stderr
+        )
         party("s", "fetch", "--out", str(tmp_path / "empty"))
     skipped, clean = _pairs(tmp_path / "skip", kept_p, kept_s), _pairs(tmp_path / "clean", kept_p, kept_s)
     for a, b in zip(skipped, clean):

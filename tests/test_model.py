@@ -55,7 +55,12 @@ def test_seeded_model_and_dropout_repeat_without_global_rng():
     for m in (a, b):
         seed_dropout(m, 9, torch.device("cpu"))
     torch.manual_seed(123)
-    x, emb, idx, sims = torch.randn(3, 4), {"s": torch.randn(5, 100)}, {"s": torch.randint(0, 5, (3, 6))}, torch.randn(3, 6)
+    x, emb, idx, sims = (
+        torch.randn(3, 4),
+        {"s": torch.randn(5, 100)},
+        {"s": torch.randint(0, 5, (3, 6))},
+        torch.randn(3, 6),
+    )
     torch.manual_seed(456)  # global RNG state must not matter
     out_a = a(x, emb, idx, {"all": sims})
     out_b = b(x, emb, idx, {"all": sims})
@@ -76,15 +81,28 @@ def test_regression_head_reports_original_units():
 def test_binary_output_is_a_logit_that_can_predict_both_classes(merge):
     """Regression test: the average merge once averaged sigmoid outputs and the head applied
     a sigmoid again, so every prediction was > 0.5."""
-    cfg = ModelConfig(local_hidden=(8,), cut_dim=4, agg_hidden=(8,), r=1, merge=merge, k_conv=3, channels=2,
-                      merge_hidden=8, dropout=0.0)
+    cfg = ModelConfig(
+        local_hidden=(8,),
+        cut_dim=4,
+        agg_hidden=(8,),
+        r=1,
+        merge=merge,
+        k_conv=3,
+        channels=2,
+        merge_hidden=8,
+        dropout=0.0,
+    )
     model = build_seeded(0, lambda: SimilarityModel(2, {"s": 4}, 5, 1, cfg, squash_pairs=True))
     head = TaskHead("binary", 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.005)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 2, generator=g)
     y = (x[:, 0] > 0).float()  # planted: the label is the sign of a primary feature
-    emb, idx, sims = {"s": torch.randn(10, 4, generator=g)}, {"s": torch.randint(0, 10, (64, 5), generator=g)}, torch.randn(64, 5, generator=g)
+    emb, idx, sims = (
+        {"s": torch.randn(10, 4, generator=g)},
+        {"s": torch.randint(0, 10, (64, 5), generator=g)},
+        torch.randn(64, 5, generator=g),
+    )
     for _ in range(150):
         opt.zero_grad()
         head.loss(model(x, emb, idx, {"all": sims}), y).backward()

@@ -16,7 +16,7 @@ from app.config import RunConfig
 from app.modes import run_experiment
 from datasets import DatasetError, load_dataset
 from datasets.options import DatasetOptions
-from datasets.overlap import HOST, entity_data, entity_overlap
+from datasets.overlap import PRIMARY_BLOCK, entity_data, entity_overlap
 from linkage.contracts import DEFAULT_STRING_METRIC
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +93,14 @@ def test_entity_ids_give_each_party_the_entities_it_holds(tmp_path):
 
 def test_entity_aug_trains_in_process_on_the_users_csvs(tmp_path):
     write_entities(tmp_path)
-    cfg = RunConfig(dataset="csv", data_dir=str(tmp_path), mode="entity-aug", epochs=4, batch_size=32,
-                    out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        dataset="csv",
+        data_dir=str(tmp_path),
+        mode="entity-aug",
+        epochs=4,
+        batch_size=32,
+        out_dir=str(tmp_path / "runs"),
+    )
     summary = run_experiment(cfg, tmp_path / "run")
     data = entity_data(load_dataset("csv", tmp_path))
     train = data.split.train
@@ -104,13 +110,15 @@ def test_entity_aug_trains_in_process_on_the_users_csvs(tmp_path):
     assert summary["test"]["accuracy"] > 0.6  # 3 classes: chance is 1/3
 
 
-def test_the_host_block_holds_every_labelled_entity(tmp_path):
-    write_entities(tmp_path, EA_SPEC.replace('entity_id = "id"\n[secondaries.a]',
-                                             'entity_id = "id"\nnumeric = ["h"]\n[secondaries.a]'))
+def test_the_primary_block_holds_every_labelled_entity(tmp_path):
+    write_entities(
+        tmp_path,
+        EA_SPEC.replace('entity_id = "id"\n[secondaries.a]', 'entity_id = "id"\nnumeric = ["h"]\n[secondaries.a]'),
+    )
     df = pd.read_csv(tmp_path / "labels.csv")
     df.assign(h=df["y"] + np.random.default_rng(1).normal(0, 1, len(df))).to_csv(tmp_path / "labels.csv", index=False)
     data = entity_data(load_dataset("csv", tmp_path))
-    assert data.parties == ["a", "b", HOST] and len(data.labels) == 300 and data.held[HOST].all()
+    assert data.parties == ["a", "b", PRIMARY_BLOCK] and len(data.labels) == 300 and data.held[PRIMARY_BLOCK].all()
 
 
 def test_full_variant_and_csv_without_entity_ids_are_refused(tmp_path):
@@ -123,15 +131,29 @@ def test_full_variant_and_csv_without_entity_ids_are_refused(tmp_path):
         entity_data(load_dataset("csv", tmp_path))
 
 
-@pytest.mark.parametrize("edit,match", [
-    (('[secondaries.b]\nfile = "b.csv"\nentity_id = "id"', '[secondaries.b]\nfile = "b.csv"\nidentifiers = ["id"]'),
-     r"entity_id is declared for \['a', 'primary'\] but not for \['b'\]"),
-    (('file = "b.csv"\nentity_id = "id"', 'file = "b.csv"\nentity_id = "key"'), r"party 'b'.*missing column\(s\) \['key'\]"),
-    (('numeric = ["a_*"]', 'numeric = ["a_*", "id"]'), "the entity id 'id' is listed as a feature"),
-    (('numeric = ["a_*"]', 'numeric = ["z_*"]'), r"numeric pattern 'z_\*' matches no column"),
-    (('numeric = ["a_*"]', 'numeric = "rest"\ncategorical = "rest"'), "'rest' in both numeric and categorical"),
-    (('numeric = ["a_*"]', 'numeric = ["a_0", "a_1"]\ncategorical = ["a_1"]'), r"\['a_1'\] listed as both numeric and"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (
+            (
+                '[secondaries.b]\nfile = "b.csv"\nentity_id = "id"',
+                '[secondaries.b]\nfile = "b.csv"\nidentifiers = ["id"]',
+            ),
+            r"entity_id is declared for \['a', 'primary'\] but not for \['b'\]",
+        ),
+        (
+            ('file = "b.csv"\nentity_id = "id"', 'file = "b.csv"\nentity_id = "key"'),
+            r"party 'b'.*missing column\(s\) \['key'\]",
+        ),
+        (('numeric = ["a_*"]', 'numeric = ["a_*", "id"]'), "the entity id 'id' is listed as a feature"),
+        (('numeric = ["a_*"]', 'numeric = ["z_*"]'), r"numeric pattern 'z_\*' matches no column"),
+        (('numeric = ["a_*"]', 'numeric = "rest"\ncategorical = "rest"'), "'rest' in both numeric and categorical"),
+        (
+            ('numeric = ["a_*"]', 'numeric = ["a_0", "a_1"]\ncategorical = ["a_1"]'),
+            r"\['a_1'\] listed as both numeric and",
+        ),
+    ],
+)
 def test_bad_entity_specs_are_named(edit, match, tmp_path):
     write_entities(tmp_path, EA_SPEC.replace(*edit))
     with pytest.raises(DatasetError, match=match):
@@ -186,10 +208,12 @@ numeric = ["g"]
 
 def write_strings(folder: Path, metric: str = "") -> None:
     names = ["Acme  Ltd", "Bolt Inc", "Cog Co", "Dyno Ltd"] * 10
-    pd.DataFrame({"name": names, "city": ["Perth", "Oslo"] * 20, "f": np.arange(40.0),
-                  "y": [0, 1] * 20}).to_csv(folder / "p.csv", index=False)
-    pd.DataFrame({"title": names[:8], "town": ["perth", "OSLO"] * 4, "g": np.arange(8.0)}).to_csv(folder / "s.csv",
-                                                                                                index=False)
+    pd.DataFrame({"name": names, "city": ["Perth", "Oslo"] * 20, "f": np.arange(40.0), "y": [0, 1] * 20}).to_csv(
+        folder / "p.csv", index=False
+    )
+    pd.DataFrame({"title": names[:8], "town": ["perth", "OSLO"] * 4, "g": np.arange(8.0)}).to_csv(
+        folder / "s.csv", index=False
+    )
     (folder / "parties.toml").write_text(STRING_SPEC.format(metric=metric))
 
 
@@ -231,7 +255,7 @@ def test_string_identifiers_are_read_as_text_in_training_as_in_linkage(tmp_path)
 
 
 def test_the_metric_key_is_checked_and_used_for_linkage(tmp_path):
-    from app.vfl.parties import metric_of
+    from app.vfl.linking import metric_of
 
     write_strings(tmp_path, 'metric = "jaro_winkler"')
     ds = load_dataset("csv", tmp_path)
@@ -253,8 +277,9 @@ def test_the_housing_example_loads_and_trains(tmp_path):
     ds = load_dataset("csv", EXAMPLES / "housing")
     assert ds.task == "regression" and sorted(ds.secondaries) == ["listings"]
     assert ds.primary.id_names == ("lat", "lon") and "price" not in ds.primary.feature_names
-    cfg = RunConfig(dataset="csv", data_dir=str(EXAMPLES / "housing"), k=5, epochs=1, batch_size=64,
-                    out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        dataset="csv", data_dir=str(EXAMPLES / "housing"), k=5, epochs=1, batch_size=64, out_dir=str(tmp_path / "runs")
+    )
     assert np.isfinite(run_experiment(cfg, tmp_path / "run")["test"]["rmse"])
 
 
@@ -287,8 +312,16 @@ def test_the_run_folder_records_the_split_by_the_files_lines(tmp_path):
     import hashlib
     import json
 
-    cfg = RunConfig(dataset="csv", data_dir=str(EXAMPLES / "housing"), k=3, epochs=1, batch_size=64, n_rows=150,
-                    seed=3, out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        dataset="csv",
+        data_dir=str(EXAMPLES / "housing"),
+        k=3,
+        epochs=1,
+        batch_size=64,
+        n_rows=150,
+        seed=3,
+        out_dir=str(tmp_path / "runs"),
+    )
     run_experiment(cfg, tmp_path / "run")
     split = pd.read_csv(tmp_path / "run" / "split.csv")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -313,16 +346,24 @@ def test_fedsim_attn_records_its_attention_by_rank_and_report_plots_it(tmp_path)
 
     from fedsim.report import one_run
 
-    base = dict(dataset="csv", data_dir=str(EXAMPLES / "housing"), k=4, epochs=2, batch_size=64, n_rows=200,
-                out_dir=str(tmp_path / "runs"))
-    run_experiment(RunConfig(**base, method="fedsim_attn"), tmp_path / "attn")
-    run_experiment(RunConfig(**base, method="fedsim"), tmp_path / "paper")
+    base = dict(
+        dataset="csv",
+        data_dir=str(EXAMPLES / "housing"),
+        k=4,
+        epochs=2,
+        batch_size=64,
+        n_rows=200,
+        out_dir=str(tmp_path / "runs"),
+    )
+    run_experiment(RunConfig.of(**base, method="fedsim_attn"), tmp_path / "attn")
+    run_experiment(RunConfig.of(**base, method="fedsim"), tmp_path / "paper")
     rows = [json.loads(line) for line in (tmp_path / "attn" / "metrics.jsonl").read_text().splitlines()]
     for row in rows:
         (weights,) = row["attention"].values()
         assert len(weights) == 4 + 1 and abs(sum(weights) - 1) < 1e-4  # six-digit rounding of 5 numbers
-    assert all(json.loads(line)["attention"] == {}
-               for line in (tmp_path / "paper" / "metrics.jsonl").read_text().splitlines())
+    assert all(
+        json.loads(line)["attention"] == {} for line in (tmp_path / "paper" / "metrics.jsonl").read_text().splitlines()
+    )
     assert one_run(tmp_path / "attn") == 0 and one_run(tmp_path / "paper") == 0
     for run in ("attn", "paper"):
         assert (tmp_path / run / "learning_curve.png").stat().st_size > 0

@@ -3,7 +3,6 @@ request goes out before window w is computed. It is not exact split learning, so
 twin (the same staleness, by construction) is the oracle, the staleness is asserted to be
 exactly one more window, and the oracle can tell it from the unpipelined schedule."""
 
-import dataclasses
 import json
 
 import numpy as np
@@ -20,15 +19,21 @@ S = 3
 
 def test_pipelined_protocol_equals_its_twin(tmp_path):
     """Float64, 1e-9, over two epochs: the pipeline drains at the first's end, then refills."""
-    cfg = RunConfig(**CASES["synthetic-binary-avg"], epochs=2, steps_per_exchange=S, pipeline=True, dtype="float64",
-                    out_dir=str(tmp_path))
+    cfg = RunConfig.of(
+        **CASES["synthetic-binary-avg"],
+        epochs=2,
+        steps_per_exchange=S,
+        pipeline=True,
+        dtype="float64",
+        out_dir=str(tmp_path),
+    )
     fed, twin = run_in_process(cfg), run_twin(cfg)
     assert len(fed.losses) == len(twin.losses) >= 14
     np.testing.assert_allclose(fed.losses, twin.losses, rtol=1e-9, atol=1e-10)
     assert max_param_gap(fed.primary, twin.primary) < 1e-9
     for party in fed.secondaries:
         assert max_param_gap(fed.secondaries[party], twin.secondaries[party]) < 1e-9
-    unpipelined = run_twin(dataclasses.replace(cfg, pipeline=False))
+    unpipelined = run_twin(cfg.replace(pipeline=False))
     assert np.abs(fed.losses - unpipelined.losses).max() > 1e-6  # the oracle tells the schedules apart
 
 
@@ -56,8 +61,14 @@ def test_a_window_sees_embeddings_at_most_one_window_older_when_pipelined(pipeli
         return channels[-1]
 
     monkeypatch.setattr("app.vfl.inprocess.LocalChannel", recording)
-    cfg = RunConfig(**CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=4 * S, steps_per_exchange=S,
-                    pipeline=pipeline, out_dir=str(tmp_path))
+    cfg = RunConfig.of(
+        **CASES["hdb-regression-cnn-dropout"],
+        epochs=1,
+        max_steps=4 * S,
+        steps_per_exchange=S,
+        pipeline=pipeline,
+        out_dir=str(tmp_path),
+    )
     run_in_process(cfg)
     applied = channels[0].applied_at_embed[:4]  # the training windows (the evaluation's exchanges follow)
     steps_before = [w * S for w in range(4)]
@@ -74,8 +85,9 @@ def test_the_next_epochs_first_window_rides_on_the_evaluations_exchange(s, tmp_p
     steps) costs one exchange after the first, and the run still equals its twin (1e-9)."""
     from app.modes import run_experiment
 
-    cfg = RunConfig(**CASES["synthetic-binary-avg"], epochs=3, steps_per_exchange=s, dtype="float64",
-                    out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(
+        **CASES["synthetic-binary-avg"], epochs=3, steps_per_exchange=s, dtype="float64", out_dir=str(tmp_path / "runs")
+    )
     summary = run_experiment(cfg, tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = summary["steps"] // 3

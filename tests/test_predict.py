@@ -6,7 +6,6 @@ reports; bad input is refused by name."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 
@@ -33,7 +32,7 @@ CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
 
 
 def _trained(tmp_path, values: dict, dtype: str = "float64"):
-    cfg = RunConfig(**values, dtype=dtype, out_dir=str(tmp_path / "out"))
+    cfg = RunConfig.of(**values, dtype=dtype, out_dir=str(tmp_path / "out"))
     summary = run_experiment(cfg, tmp_path / "run")
     return cfg, summary, load_data(cfg)
 
@@ -50,7 +49,10 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, 
         assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
     assert set(got.linkage.links) == {"airbnb_a", "airbnb_b"}
     if case == "fedsim-attn":  # the explanation carries the attention's weights: per record they sum to 1
-        assert {p: w.shape for p, w in got.attention.items()} == {"airbnb_a": (len(test), 6), "airbnb_b": (len(test), 6)}
+        assert {p: w.shape for p, w in got.attention.items()} == {
+            "airbnb_a": (len(test), 6),
+            "airbnb_b": (len(test), 6),
+        }
         np.testing.assert_allclose(got.attention["airbnb_a"].sum(axis=1), 1.0, atol=1e-12)
     else:
         assert got.attention == {}
@@ -86,12 +88,14 @@ def test_bad_input_is_refused_by_name(tmp_path):
     with pytest.raises(KeptError, match=r"party 'primary': its data changed since training \(identifiers"):
         predict_in_process(run, x, ids)
     meta = json.loads(original)
-    sort_off = RunConfig(**{**meta["run"], "method": "fedsim", "merge": "cnn", "sort_gate": False})
-    manifest.write_text(json.dumps({**meta, "run": dataclasses.asdict(sort_off)}))
+    sort_off = RunConfig.of(**{**meta["run"], "method": "fedsim", "merge": "cnn", "sort_gate": False})
+    manifest.write_text(json.dumps({**meta, "run": sort_off.flat()}))
     with pytest.raises(KeptError, match="no order-dependent merge without the sort gate"):
         predict_in_process(run, x, ids)
     manifest.write_text(json.dumps({**meta, "run": {**meta["run"], "linkage_dir": str(tmp_path)}}))
-    with pytest.raises(KeptError, match="linked by the linkage service .* pass the answer as run-config predict-linkage"):
+    with pytest.raises(
+        KeptError, match="linked by the linkage service .* pass the answer as run-config predict-linkage"
+    ):
         predict_in_process(run, x, ids)
     manifest.write_text(original)
     keys = list((tmp_path / "out" / "linkage-service").glob("*.key"))
@@ -110,7 +114,9 @@ def test_a_fresh_run_under_an_old_name_drops_the_old_kept_federation(tmp_path):
     _trained(tmp_path, dict(CASES["avgsim"], epochs=1))
     assert (tmp_path / "run" / "kept" / "federation.json").exists()
     with pytest.raises(LinkageError):
-        run_experiment(RunConfig(**dict(CASES["avgsim"], k=100_000), out_dir=str(tmp_path / "out")), tmp_path / "run")
+        run_experiment(
+            RunConfig.of(**dict(CASES["avgsim"], k=100_000), out_dir=str(tmp_path / "out")), tmp_path / "run"
+        )
     assert not (tmp_path / "run" / "kept").exists()
 
 

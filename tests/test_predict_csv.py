@@ -26,7 +26,7 @@ K = 4
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("byo")
     write_parties(folder)
-    cfg = RunConfig(dataset="csv", data_dir=str(folder), k=K, epochs=2, batch_size=32, out_dir=str(folder / "out"))
+    cfg = RunConfig.of(dataset="csv", data_dir=str(folder), k=K, epochs=2, batch_size=32, out_dir=str(folder / "out"))
     run_experiment(cfg, folder / "run")
     return folder, load_data(cfg)
 
@@ -41,16 +41,20 @@ def test_a_csv_of_new_records_gets_the_arrays_predictions_and_an_explanation(tra
     folder, ds = trained
     test = ds.split.test
     new = _new_csv(folder, test)
-    assert main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), "--id-column", "flat_id",
-                 "--explain"]) == 0
+    assert (
+        main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), "--id-column", "flat_id", "--explain"])
+        == 0
+    )
     out = pd.read_csv(folder / "pred.csv")
     expected = predict_in_process(folder / "run", ds.primary.features[test], ds.primary.identifiers[test])
     assert list(out["flat_id"]) == [f"f{i}" for i in test]
     np.testing.assert_allclose(out["prediction"], expected.values, rtol=1e-6)
     assert [c for c in out.columns if c.startswith("shops_")] == [  # the default method, fedsim_attn
-        f"shops_{what}_{k}" for k in range(1, K + 1) for what in ("token", "similarity", "weight", "attention")] + [
-        "shops_attention_null"]
-    np.testing.assert_array_equal(out[[f"shops_token_{k}" for k in range(1, K + 1)]], expected.linkage.links["shops"].tokens)
+        f"shops_{what}_{k}" for k in range(1, K + 1) for what in ("token", "similarity", "weight", "attention")
+    ] + ["shops_attention_null"]
+    np.testing.assert_array_equal(
+        out[[f"shops_token_{k}" for k in range(1, K + 1)]], expected.linkage.links["shops"].tokens
+    )
     assert f"{len(test)} predictions" in capsys.readouterr().out
 
 
@@ -58,24 +62,38 @@ def test_an_attention_models_explanation_names_each_weight_by_its_neighbour():
     """fedsim_attn: after each neighbour's token, similarity and gate weight comes its attention
     weight, and the null slot's last (columns built from planted arrays, so any mix-up shows)."""
     links = {"shops": SimpleNamespace(tokens=np.array([[7, 8], [9, 6]]), sims=np.array([[0.5, 0.1], [0.2, 0.3]]))}
-    pred = Prediction(np.array([1.0, 2.0]), None, SimpleNamespace(links=links), {"shops": np.full((2, 2), 0.5)}, 0, {},
-                      {"shops": np.array([[0.7, 0.2, 0.1], [0.0, 0.4, 0.6]])})
+    pred = Prediction(
+        np.array([1.0, 2.0]),
+        None,
+        SimpleNamespace(links=links),
+        {"shops": np.full((2, 2), 0.5)},
+        0,
+        {},
+        {"shops": np.array([[0.7, 0.2, 0.1], [0.0, 0.4, 0.6]])},
+    )
     out = table(np.array(["a", "b"]), "id", pred, explain=True)
     assert list(out.columns) == ["id", "prediction"] + [
-        f"shops_{what}_{k}" for k in (1, 2) for what in ("token", "similarity", "weight", "attention")] + [
-        "shops_attention_null"]
-    np.testing.assert_array_equal(out[["shops_attention_1", "shops_attention_2", "shops_attention_null"]],
-                                  pred.attention["shops"])
+        f"shops_{what}_{k}" for k in (1, 2) for what in ("token", "similarity", "weight", "attention")
+    ] + ["shops_attention_null"]
+    np.testing.assert_array_equal(
+        out[["shops_attention_1", "shops_attention_2", "shops_attention_null"]], pred.attention["shops"]
+    )
     np.testing.assert_array_equal(out[["shops_token_1", "shops_token_2"]], links["shops"].tokens)
 
 
-@pytest.mark.parametrize("edit, unknown, message", [
-    (lambda d: d.drop(columns=["rooms"]), "ignore", r"missing column\(s\) \['rooms'\]"),
-    (lambda d: d.drop(columns=["lat"]), "ignore", r"missing column\(s\) \['lat'\]"),
-    (lambda d: d.assign(lat=np.where(np.arange(len(d)) == 1, np.nan, d["lat"])), "ignore",
-     r"line 3, column 'lat': an empty cell is no identifier"),
-    (lambda d: d.assign(type=["zz"] + list(d["type"][1:])), "refuse", "column 'type' holds 1 value"),
-])
+@pytest.mark.parametrize(
+    "edit, unknown, message",
+    [
+        (lambda d: d.drop(columns=["rooms"]), "ignore", r"missing column\(s\) \['rooms'\]"),
+        (lambda d: d.drop(columns=["lat"]), "ignore", r"missing column\(s\) \['lat'\]"),
+        (
+            lambda d: d.assign(lat=np.where(np.arange(len(d)) == 1, np.nan, d["lat"])),
+            "ignore",
+            r"line 3, column 'lat': an empty cell is no identifier",
+        ),
+        (lambda d: d.assign(type=["zz"] + list(d["type"][1:])), "refuse", "column 'type' holds 1 value"),
+    ],
+)
 def test_bad_new_records_are_refused_by_name_and_keep_the_older_output(trained, capsys, edit, unknown, message):
     """Issue 29: bad input exits 2 (as `fedsim train` does) and an older output stays byte for
     byte, the message saying so: it is not this run's."""
@@ -101,8 +119,9 @@ def test_an_unseen_category_is_counted_and_predicted_without_its_one_hot(trained
 
 
 def _word_at(column, row, word):
-    return lambda d: d.astype({column: object}).assign(**{column: [word if i == row else v
-                                                                   for i, v in enumerate(d[column])]})
+    return lambda d: d.astype({column: object}).assign(
+        **{column: [word if i == row else v for i, v in enumerate(d[column])]}
+    )
 
 
 def test_a_typo_in_the_input_keeps_the_previous_predictions_byte_identical(trained, capsys):
@@ -118,8 +137,7 @@ def test_a_typo_in_the_input_keeps_the_previous_predictions_byte_identical(train
     assert "missing column(s) ['rooms']" in err and "was left untouched (it is not this run's output)" in err
 
 
-def test_a_predict_that_fails_after_reading_its_input_exits_1_and_keeps_the_older_output(trained, capsys,
-                                                                                       monkeypatch):
+def test_a_predict_that_fails_after_reading_its_input_exits_1_and_keeps_the_older_output(trained, capsys, monkeypatch):
     folder, ds = trained
     (folder / "pred.csv").write_bytes(b"flat_id,prediction\nf0,1.5\n")
 
@@ -134,8 +152,9 @@ def test_a_predict_that_fails_after_reading_its_input_exits_1_and_keeps_the_olde
 
 
 @pytest.mark.parametrize("word", ["n/a", "NA", "null", "abc"])
-def test_a_word_in_a_numeric_column_is_refused_by_its_line_in_training_and_in_predict_alike(trained, tmp_path,
-                                                                                          capsys, word):
+def test_a_word_in_a_numeric_column_is_refused_by_its_line_in_training_and_in_predict_alike(
+    trained, tmp_path, capsys, word
+):
     """One rule (docs/own-data.md): a blank numeric cell is missing (the training mean); any other
     text, even a word pandas reads as missing, is refused naming the file, line, column, value."""
     from datasets import DatasetError, load_dataset
@@ -147,18 +166,37 @@ def test_a_word_in_a_numeric_column_is_refused_by_its_line_in_training_and_in_pr
     _word_at("rooms", 2, word)(pd.read_csv(tmp_path / "sales.csv")).to_csv(tmp_path / "sales.csv", index=False)
     with pytest.raises(DatasetError) as refused:
         load_dataset("csv", tmp_path)
-    shape = r"^{who}: {path}, line 4, column 'rooms': {value} is not a number \(1 such cell\(s\) in the column, lines \[4\]"
-    assert re.search(shape.format(who="party 'primary'", path=re.escape(str(tmp_path / "sales.csv")),
-                                  value=re.escape(repr(word))), str(refused.value))
-    args = parser().parse_args(["train", "--dataset", "csv", "--data-dir", str(tmp_path), "--engine", "inprocess",
-                                "--out-dir", str(tmp_path / "runs")])
+    shape = (
+        r"^{who}: {path}, line 4, column 'rooms': {value} is not a number \(1 such cell\(s\) in the column, lines \[4\]"
+    )
+    assert re.search(
+        shape.format(who="party 'primary'", path=re.escape(str(tmp_path / "sales.csv")), value=re.escape(repr(word))),
+        str(refused.value),
+    )
+    args = parser().parse_args(
+        [
+            "train",
+            "--dataset",
+            "csv",
+            "--data-dir",
+            str(tmp_path),
+            "--engine",
+            "inprocess",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ]
+    )
     assert train.command(args) == 2 and "line 4, column 'rooms'" in capsys.readouterr().err
 
     new = _new_csv(folder, ds.split.test[:10], _word_at("rooms", 2, word))
     assert main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv")]) == 2
     err = capsys.readouterr().err
-    assert re.search(shape.format(who="predict refused: DatasetError: new records", path=re.escape(str(new)),
-                                  value=re.escape(repr(word))), err), err
+    assert re.search(
+        shape.format(
+            who="predict refused: DatasetError: new records", path=re.escape(str(new)), value=re.escape(repr(word))
+        ),
+        err,
+    ), err
 
 
 def test_a_refusal_names_the_records_by_their_ids_and_lines(trained, capsys):
@@ -179,8 +217,20 @@ def test_skip_invalid_predicts_the_others_and_lists_the_skipped_beside_the_outpu
         return d.assign(lat=np.where(np.arange(len(d)) == 5, np.nan, d["lat"]))
 
     new = _new_csv(folder, rows, bad)
-    assert main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), "--id-column", "flat_id",
-                 "--skip-invalid"]) == 0
+    assert (
+        main(
+            [
+                str(folder / "run"),
+                str(new),
+                "--out",
+                str(folder / "pred.csv"),
+                "--id-column",
+                "flat_id",
+                "--skip-invalid",
+            ]
+        )
+        == 0
+    )
     kept = np.delete(rows, [2, 5])
     out = pd.read_csv(folder / "pred.csv")
     assert list(out["flat_id"]) == [f"f{i}" for i in kept]

@@ -28,14 +28,14 @@ from strategies.records import EpochRecord
 
 CASES = {  # the smallest configs of tests/test_entity_aug.py and tests/test_run_record.py
     "digits": dict(dataset="digits", n_rows=300, mode="entity-aug", epochs=4, ea_variant="augment", overlap=0.1),
-    "synthetic-host-block": dict(dataset="synthetic", n_rows=300, mode="entity-aug", epochs=4, batch_size=32),
+    "synthetic-primary-block": dict(dataset="synthetic", n_rows=300, mode="entity-aug", epochs=4, batch_size=32),
 }
 
 
 def _trained(tmp_path, values: dict, dtype: str, monkeypatch) -> tuple[RunConfig, dict, list[torch.Tensor]]:
-    """Train in process, recording every output of the host's evaluation (per epoch: validation, then test)."""
-    cfg = RunConfig(**values, dtype=dtype, out_dir=str(tmp_path / "out"))
-    seen, outputs = [], ea_model.EAHost.outputs
+    """Train in process, recording every output of the primary's evaluation (per epoch: validation, then test)."""
+    cfg = RunConfig.of(**values, dtype=dtype, out_dir=str(tmp_path / "out"))
+    seen, outputs = [], ea_model.PrimaryParty.outputs
 
     def spy(self, acts):
         out = outputs(self, acts)
@@ -43,7 +43,7 @@ def _trained(tmp_path, values: dict, dtype: str, monkeypatch) -> tuple[RunConfig
         return out
 
     with monkeypatch.context() as m:
-        m.setattr(ea_model.EAHost, "outputs", spy)
+        m.setattr(ea_model.PrimaryParty, "outputs", spy)
         summary = run_experiment(cfg, tmp_path / "run")
     assert len(seen) == 2 * summary["epochs_run"]  # one chunk of validation, one of test, per epoch
     return cfg, summary, seen
@@ -72,7 +72,7 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_evaluation(case, t
 
 
 def test_float32_runs_agree_to_float32_precision(tmp_path, monkeypatch):
-    cfg, summary, seen = _trained(tmp_path, CASES["synthetic-host-block"], "float32", monkeypatch)
+    cfg, summary, seen = _trained(tmp_path, CASES["synthetic-primary-block"], "float32", monkeypatch)
     test = ea_data(cfg).split.test
     head, evaluated = _evaluated_test(tmp_path / "run", summary, seen)
     want = head.probabilities(evaluated)
@@ -99,9 +99,9 @@ def test_the_keeper_keeps_the_best_validation_epoch_and_the_first_on_ties():
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A finished tiny run (digits: guests left and right), trained once for the refusal tests."""
+    """A finished tiny run (digits: secondaries left and right), trained once for the refusal tests."""
     tmp = tmp_path_factory.mktemp("ea-predict")
-    cfg = RunConfig(**dict(CASES["digits"], epochs=1), out_dir=str(tmp / "out"))
+    cfg = RunConfig.of(**dict(CASES["digits"], epochs=1), out_dir=str(tmp / "out"))
     run_experiment(cfg, tmp / "run")
     return cfg, tmp / "run"
 
@@ -124,7 +124,7 @@ def test_entity_ids_every_party_does_not_hold_are_refused_by_name(trained_run, r
     test = data.split.test[:3]
     with pytest.raises(KeptError, match=r"2 of 5 entity id\(s\) are not entities of the run \(0..299\): \[300, 1000\]"):
         predict_ea_in_process(run, [*test, 300, 1000])
-    _, shares = overlap_parts(cfg, data)  # the training entities in one guest's own share
+    _, shares = overlap_parts(cfg, data)  # the training entities in one secondary's own share
     with pytest.raises(KeptError, match=r"2 entity id\(s\) are not held by every party: .*'left': 1, 'right': 1"):
         predict_ea_in_process(run, [*test, shares[0][0], shares[1][0]])
     with pytest.raises(KeptError, match=r"1 entity id\(s\) are NaN"):
@@ -149,10 +149,10 @@ def test_changed_data_is_refused_by_name(trained_run, run):
 
 def test_a_run_without_its_kept_states_is_refused_by_name(run):
     test = [0]
-    _edit_manifest(run, guest_states="guests")  # the Flower engine's manifest: the guests keep their own
-    with pytest.raises(KeptError, match="trained over Flower: each guest keeps its own state"):
+    _edit_manifest(run, secondary_states="parties")  # the Flower engine's manifest: the secondaries keep their own
+    with pytest.raises(KeptError, match="trained over Flower: each secondary keeps its own state"):
         predict_ea_in_process(run, test)
-    _edit_manifest(run, guest_states="run", mode="vfl")
+    _edit_manifest(run, secondary_states="run", mode="vfl")
     with pytest.raises(KeptError, match="kept a federation of mode 'vfl', not 'entity-aug'"):
         predict_ea_in_process(run, test)
     _edit_manifest(run, mode="entity-aug")
@@ -161,6 +161,27 @@ def test_a_run_without_its_kept_states_is_refused_by_name(run):
         predict_ea_in_process(run, test)
     shutil.rmtree(run / "kept")
     with pytest.raises(KeptError, match="has no kept federation"):
+        predict_ea_in_process(run, test)
+
+
+def _written_before_issue_30(folder) -> dict:
+    """The manifest as a run kept before issue 30 wrote it: "guests" and "guest_states"."""
+    path = folder / "kept" / MANIFEST
+    meta = json.loads(path.read_text())
+    old = {k: v for k, v in meta.items() if k not in ("secondaries", "secondary_states")}
+    path.write_text(json.dumps({**old, "guests": meta["secondaries"], "guest_states": meta["secondary_states"]}))
+    return meta
+
+
+def test_a_run_kept_before_the_rename_still_predicts(trained_run, run):
+    test = ea_data(trained_run[0]).split.test[:3]
+    want = predict_ea_in_process(trained_run[1], test)
+    meta = _written_before_issue_30(run)
+    assert meta["secondaries"] == ["left", "right"] and meta["secondary_states"] == "run"
+    got = predict_ea_in_process(run, test)
+    np.testing.assert_array_equal(got.proba, want.proba)
+    _edit_manifest(run, guest_states="guests")  # an old Flower run: each guest kept its own
+    with pytest.raises(KeptError, match=r"each secondary keeps its own state.*secondaries \['left', 'right'\]"):
         predict_ea_in_process(run, test)
 
 

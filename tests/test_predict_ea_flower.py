@@ -28,8 +28,27 @@ VALUES = dict(dataset="digits", n_rows=300, mode="entity-aug", epochs=3, ea_vari
 @pytest.mark.slow
 def test_a_run_trained_through_flower_predicts_through_flower_as_it_evaluated(tmp_path, monkeypatch, capsys):
     runs = tmp_path / "runs"
-    rc = main(["train", "--mode", "entity-aug", "--dataset", "digits", "--epochs", "3", "--out-dir", str(runs),
-               "--run-name", "ea", "-c", "n-rows=300", "-c", "overlap=0.1", "-c", "dtype='float64'"])
+    rc = main(
+        [
+            "train",
+            "--mode",
+            "entity-aug",
+            "--dataset",
+            "digits",
+            "--epochs",
+            "3",
+            "--out-dir",
+            str(runs),
+            "--run-name",
+            "ea",
+            "-c",
+            "n-rows=300",
+            "-c",
+            "overlap=0.1",
+            "-c",
+            "dtype='float64'",
+        ]
+    )
     run = runs / "ea"
     assert rc == 0, capsys.readouterr().err[-3000:]
     summary = json.loads((run / "summary.json").read_text())
@@ -39,12 +58,13 @@ def test_a_run_trained_through_flower_predicts_through_flower_as_it_evaluated(tm
     with pytest.raises(KeptError, match="predict it over Flower"):
         load_kept(run)  # in process cannot: the guests' states are theirs
 
-    cfg = RunConfig(**VALUES, dtype="float64", out_dir=str(runs))
+    cfg = RunConfig.of(**VALUES, dtype="float64", out_dir=str(runs))
     test = ea_data(cfg).split.test
     pd.DataFrame({"image": test}).to_csv(tmp_path / "ids.csv", index=False)
     (tmp_path / "p.csv").write_text("an older output\n")
-    rc = main(["predict", str(run), str(tmp_path / "ids.csv"), "--out", str(tmp_path / "p.csv"),
-               "--id-column", "image"])
+    rc = main(
+        ["predict", str(run), str(tmp_path / "ids.csv"), "--out", str(tmp_path / "p.csv"), "--id-column", "image"]
+    )
     assert rc == 0, capsys.readouterr().err[-3000:]
     got = pd.read_csv(tmp_path / "p.csv")
     assert list(got["image"]) == list(test)

@@ -19,7 +19,7 @@ from app.config import RunConfig
 from app.data import _load, load_data
 from app.kept import KeptError
 from app.vfl import client as client_app
-from app.vfl.parties import linkage_job
+from app.vfl.linking import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from linkage.contracts import LinkageError
 from tests.test_byo import write_parties
@@ -35,8 +35,9 @@ def party(tmp_path):
     values = {"dataset": "csv", "data-dir": str(tmp_path), "k": 4, "out-dir": str(tmp_path / "out")}
     cfg = RunConfig.from_flower(values)
     linkage, folder = linkage_job(load_data(cfg), cfg, cfg.resolve())
-    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(),
-                  run_config=values)
+    ctx = Context(
+        run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(), run_config=values
+    )
     SecondaryParty(cfg, "shops", str(folder)).persist(ctx)
     yield ctx, linkage.job_id, tmp_path
     _load.cache_clear()  # the tests edit the CSVs
@@ -47,8 +48,9 @@ def keep(ctx, run="r1", epoch=0, applied=0):
 
 
 def embed_kept(ctx, job_id, tokens, run="r1") -> np.ndarray:
-    msg = Message(messages.kept_embed_content(run, job_id, np.asarray(tokens)), dst_node_id=1,
-                  message_type="query.embed_kept")
+    msg = Message(
+        messages.kept_embed_content(run, job_id, np.asarray(tokens)), dst_node_id=1, message_type="query.embed_kept"
+    )
     return messages.read_embeddings(client_app.embed_kept(msg, ctx).content)
 
 
@@ -107,7 +109,7 @@ def kept_run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("kept")
     write_parties(root)
-    cfg = RunConfig(dataset="csv", data_dir=str(root), k=4, epochs=1, batch_size=64, out_dir=str(root / "out"))
+    cfg = RunConfig.of(dataset="csv", data_dir=str(root), k=4, epochs=1, batch_size=64, out_dir=str(root / "out"))
     run_experiment(cfg, root / "out" / "r1")
     return cfg, open_kept(root / "out" / "r1"), root
 
@@ -124,8 +126,7 @@ def test_the_primary_takes_the_services_answer_only_for_its_job_and_its_records(
     ids = kept.ds.primary.identifiers[:20]
     here = link_here(kept, ids, {})
     answer = root / "answer.npz"
-    asked = dataclasses.replace(cfg, predict_run="r1", predict_input="new.csv", predict_output="p.csv",
-                                predict_linkage=str(answer))
+    asked = cfg.replace(predict_run="r1", predict_input="new.csv", predict_output="p.csv", predict_linkage=str(answer))
 
     def served(linkage) -> dict:
         answer.write_bytes(primary_bytes(linkage))

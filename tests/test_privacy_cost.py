@@ -53,8 +53,9 @@ def test_the_attacked_sample_is_drawn_from_the_job_secret(planted):
     assert len(np.intersect1d(keyed, sample_tokens(counts, "s", 300))) < 150  # not what the release alone gives
 
 
-@pytest.mark.parametrize("metric", ["hamming", "euclidean", "qgram_cosine", "edit", "levenshtein_norm",
-                                    "jaro_winkler", "token_sort"])
+@pytest.mark.parametrize(
+    "metric", ["hamming", "euclidean", "qgram_cosine", "edit", "levenshtein_norm", "jaro_winkler", "token_sort"]
+)
 def test_pairwise_distances_are_the_searchs(metric):
     rng = np.random.default_rng(3)
     if metric == "hamming":
@@ -62,9 +63,12 @@ def test_pairwise_distances_are_the_searchs(metric):
     elif metric == "euclidean":
         q, b = rng.normal(size=(40, 3)), rng.normal(size=(70, 3))
     else:
+
         def words(n):
-            return np.array([["".join(rng.choice(list("abcde "), rng.integers(1, 9))) for _ in range(2)]
-                                    for _ in range(n)])
+            return np.array(
+                [["".join(rng.choice(list("abcde "), rng.integers(1, 9))) for _ in range(2)] for _ in range(n)]
+            )
+
         q, b = words(40), words(70)
     dist, col = search(q, b, metric=metric, k=len(b), party="t")
     every = np.empty_like(dist)

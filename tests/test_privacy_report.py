@@ -31,7 +31,7 @@ def names(seed: int, m: int = 300, n: int = 80):
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     base = np.array(["".join(rng.choice(letters, rng.integers(8, 14))) for _ in range(n)], dtype=object)
     src = base[rng.integers(0, n, m)]
-    typo = [s[:i] + rng.choice(letters) + s[i + 1:] for s, i in zip(src, rng.integers(0, 8, m))]
+    typo = [s[:i] + rng.choice(letters) + s[i + 1 :] for s, i in zip(src, rng.integers(0, 8, m))]
     return np.array(typo, dtype=object), base
 
 
@@ -61,8 +61,9 @@ def test_the_dictionary_attack_names_every_planted_record_without_noise(kind):
 def test_the_dictionary_attack_fails_more_as_tau_falls_yet_beats_the_bound():
     primary, base = coordinates(2, m=600, n=150, scale=200.0)  # units where Theorem 2 can add noise
     taus = (1.0, 0.1, 0.05)
-    rates = [hit_rate(link(primary, {"s": base}, k=8, tau=tau, secret=SECRET), primary, base, "euclidean")
-             for tau in taus]
+    rates = [
+        hit_rate(link(primary, {"s": base}, k=8, tau=tau, secret=SECRET), primary, base, "euclidean") for tau in taus
+    ]
     assert rates[0] == 1.0 and rates[2] < 0.5 < rates[1], rates  # measured: 1.0, 0.97, 0.33
     assert rates[1] > 5 * taus[1]  # Theorem 2 bounds one guessed distance, not a record named from all of them
 
@@ -73,13 +74,15 @@ def test_the_report_measures_the_release_and_holds_no_identifier():
     noisy = link(primary, {"s": base}, k=8, tau=0.05, secret=SECRET)
     a, b = (privacy_report(r, primary, {"s": base}, "euclidean", max_tokens=40) for r in (quiet, noisy))
     ea, eb = a["parties"]["s"], b["parties"]["s"]
-    assert ea["tokens_attacked"] == 40 and ea["links_per_record"]["tokens"] == len(np.unique(quiet.primary.links["s"].tokens))
+    assert ea["tokens_attacked"] == 40 and ea["links_per_record"]["tokens"] == len(
+        np.unique(quiet.primary.links["s"].tokens)
+    )
     assert ea["sigma"] == 0 and ea["theorem1_epsilon"] is None and eb["sigma"] > 0 and eb["theorem1_epsilon"] > 0
     assert ea["attacks"]["dictionary"]["exact"] == 1.0 and ea["attacks"]["aggregation"]["within_radius"] == 1.0
     assert eb["attacks"]["aggregation"]["median_error"] > ea["attacks"]["aggregation"]["median_error"]
     assert eb["strongest"]["rate"] < ea["strongest"]["rate"] == 1.0
     text = json.dumps(a)  # rates and counts only: no token, row or identifier
-    assert "tokens\": [" not in text and str(round(float(base[0, 0]), 6)) not in text
+    assert 'tokens": [' not in text and str(round(float(base[0, 0]), 6)) not in text
     assert a["job_id"] == quiet.primary.job_id and "dictionary" in "\n".join(report_lines(a))
 
 
@@ -103,8 +106,9 @@ def test_a_failing_attack_is_reported_not_fatal(monkeypatch):
     monkeypatch.setattr(privacy, "dictionary_attack", lambda *a, **k: 1 / 0)
     report = privacy.safe_report(result, primary, {"s": base}, "euclidean")
     assert report["error"] == "the attacks failed: ZeroDivisionError: division by zero" and report["parties"] == {}
-    assert report_lines(report) == ["privacy: tau=1 K=3: not measured, the attacks failed: ZeroDivisionError: "
-                                    "division by zero"]
+    assert report_lines(report) == [
+        "privacy: tau=1 K=3: not measured, the attacks failed: ZeroDivisionError: division by zero"
+    ]
 
 
 def test_a_secondary_sees_its_attack_rates_only():
@@ -135,12 +139,22 @@ def test_a_run_reports_its_privacy_in_the_summary_and_fedsim_report(tmp_path, ca
     from app.modes import run_experiment
     from fedsim.report import one_run
 
-    cfg = RunConfig(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, out_dir=str(tmp_path / "runs"))
+    cfg = RunConfig.of(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, out_dir=str(tmp_path / "runs"))
     summary = run_experiment(cfg, tmp_path / "run")
     entry = summary["privacy"]["parties"]["school"]
     assert summary["privacy"]["tau"] == 1.0 and entry["attacks"]["dictionary"]["exact"] > 0.9
     assert one_run(tmp_path / "run") == 0
     assert "privacy: tau=1 K=5" in capsys.readouterr().out
-    off = run_experiment(RunConfig(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, privacy_report=False,
-                                   out_dir=str(tmp_path / "runs")), tmp_path / "off")
+    off = run_experiment(
+        RunConfig.of(
+            dataset="hdb",
+            n_rows=400,
+            k=5,
+            epochs=1,
+            batch_size=64,
+            privacy_report=False,
+            out_dir=str(tmp_path / "runs"),
+        ),
+        tmp_path / "off",
+    )
     assert off["privacy"] is None

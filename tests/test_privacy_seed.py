@@ -7,7 +7,6 @@ primary sees; on the seeded code it mapped 100 % of tokens to rows and removed t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import stat
 
@@ -16,7 +15,7 @@ import pytest
 
 from app.config import RunConfig
 from app.data import load_data
-from app.vfl.parties import run_linkage
+from app.vfl.linking import run_linkage
 from bench.seed_attack import attack, run
 from linkage.job_secret import OPERATOR_SEED_ENV
 from linkage_server.jobs import JobError, JobParams, JobStore
@@ -63,35 +62,35 @@ def _tokens(cfg: RunConfig) -> np.ndarray:
 
 def test_the_in_process_linker_keeps_its_own_secret(tmp_path, monkeypatch):
     monkeypatch.delenv(OPERATOR_SEED_ENV, raising=False)
-    cfg = RunConfig(dataset="synthetic", n_rows=300, k=3, tau=0.5, seed=0, out_dir=str(tmp_path / "a"))
+    cfg = RunConfig.of(dataset="synthetic", n_rows=300, k=3, tau=0.5, seed=0, out_dir=str(tmp_path / "a"))
     link_a, secs_a = _tokens(cfg)
     again, _ = _tokens(cfg)  # the same job on the same service folder: the same release
     np.testing.assert_array_equal(again.tokens, link_a.tokens)
     keys = list((tmp_path / "a" / "linkage-service").glob("*.key"))
     assert len(keys) == 1 and stat.S_IMODE(keys[0].stat().st_mode) == 0o600
-    link_b, _ = _tokens(dataclasses.replace(cfg, out_dir=str(tmp_path / "b")))  # same run seed, other secret
+    link_b, _ = _tokens(cfg.replace(out_dir=str(tmp_path / "b")))  # same run seed, other secret
     assert not np.array_equal(link_b.tokens, link_a.tokens)
     # the run's seed (which the primary picks) replays nothing
-    (party, sec), = secs_a.items()
+    ((party, sec),) = secs_a.items()
     n = len(sec.row_of_token)
-    seed, _, guessed, _ = attack(link_a.sims, link_a.tokens, n, link_a.sigma, [cfg.seed, 7])
+    seed, _, guessed, _ = attack(link_a.sims, link_a.tokens, n, link_a.sigma, [cfg.train.seed, 7])
     assert (guessed[link_a.tokens] == sec.row_of_token[link_a.tokens]).mean() < 0.1
 
 
 def test_the_operator_seed_reproduces_a_release(tmp_path, monkeypatch):
     monkeypatch.setenv(OPERATOR_SEED_ENV, "11")
-    cfg = RunConfig(dataset="synthetic", n_rows=300, k=3, tau=0.5, seed=0, out_dir=str(tmp_path / "a"))
+    cfg = RunConfig.of(dataset="synthetic", n_rows=300, k=3, tau=0.5, seed=0, out_dir=str(tmp_path / "a"))
     link_a, _ = _tokens(cfg)
-    link_b, _ = _tokens(dataclasses.replace(cfg, out_dir=str(tmp_path / "b")))
+    link_b, _ = _tokens(cfg.replace(out_dir=str(tmp_path / "b")))
     np.testing.assert_array_equal(link_b.tokens, link_a.tokens)
     np.testing.assert_array_equal(link_b.sims, link_a.sims)
     # another job under the same seed draws other noise and tokens (no differencing two releases)
-    link_c, _ = _tokens(dataclasses.replace(cfg, tau=0.6, out_dir=str(tmp_path / "b")))
+    link_c, _ = _tokens(cfg.replace(tau=0.6, out_dir=str(tmp_path / "b")))
     assert not np.array_equal(link_c.tokens, link_a.tokens)
     assert not list((tmp_path / "a").glob("linkage-service/*.key"))  # derived, not stored
     monkeypatch.setenv(OPERATOR_SEED_ENV, "twelve")
     with pytest.raises(Exception, match=f"{OPERATOR_SEED_ENV}='twelve' is not an integer"):
-        _tokens(dataclasses.replace(cfg, out_dir=str(tmp_path / "c")))
+        _tokens(cfg.replace(out_dir=str(tmp_path / "c")))
 
 
 def test_processes_creating_one_secret_at_once_agree(tmp_path):

@@ -65,8 +65,11 @@ def _read_as_nobody(paths: list[Path]) -> list[str]:
         return []
     read = []
     for path in paths:
-        r = subprocess.run([SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "cat", str(path)],
-                           capture_output=True, timeout=30)
+        r = subprocess.run(
+            [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "cat", str(path)],
+            capture_output=True,
+            timeout=30,
+        )
         if r.returncode == 0:
             read.append(str(path))
     return read
@@ -92,9 +95,24 @@ def _inputs(root: Path) -> tuple[Path, list[str]]:
 
 def _service(root: Path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port",
-                             str(port), "--data-dir", str(root / "svc")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, umask=0o022)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "linkage_server",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(root / "svc"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        umask=0o022,
+    )
     import time
 
     import httpx
@@ -113,24 +131,71 @@ def _service(root: Path):
 def _private_mode_job(root: Path, url: str, inputs: Path) -> None:
     """Every private-mode path a party has: make-key, encode (--npy), link --npy of raw and of
     encoded identifiers, start --fetch, fetch, query --npy; each with the key."""
-    made = json.loads(_run("-m", "linkage_server", "create-job", "--url", url, "--admin-token-file",
-                           str(root / "svc" / "admin-token"), "--primary", "p", "--secondary", "s",
-                           "--secrets-dir", str(root / "secrets")).stdout)
+    made = json.loads(
+        _run(
+            "-m",
+            "linkage_server",
+            "create-job",
+            "--url",
+            url,
+            "--admin-token-file",
+            str(root / "svc" / "admin-token"),
+            "--primary",
+            "p",
+            "--secondary",
+            "s",
+            "--secrets-dir",
+            str(root / "secrets"),
+        ).stdout
+    )
     job, key = made["job"], root / "keys" / "parties.key"
     _run("-m", "linkage_server", "make-key", "--out", str(key))
 
     def party(name: str, *args: str, check: bool = True):
-        return _run("-m", "linkage_server", *args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                    str(root / "secrets" / f"{job}-{name}.secret"), check=check)
+        return _run(
+            "-m",
+            "linkage_server",
+            *args,
+            "--url",
+            url,
+            "--job",
+            job,
+            "--party",
+            name,
+            "--secret-file",
+            str(root / "secrets" / f"{job}-{name}.secret"),
+            check=check,
+        )
 
-    _run("-m", "linkage_server", "encode", "--npy", str(inputs / "s.npy"), "--key-file", str(key),
-         "--out", str(root / "s-enc" / "s.npy"))
+    _run(
+        "-m",
+        "linkage_server",
+        "encode",
+        "--npy",
+        str(inputs / "s.npy"),
+        "--key-file",
+        str(key),
+        "--out",
+        str(root / "s-enc" / "s.npy"),
+    )
     party("s", "link", "--npy", str(root / "s-enc" / "s.npy"), "--key-file", str(key))
-    party("p", "link", "--npy", str(inputs / "p.npy"), "--key-file", str(key), "--start", "--k", "3",
-          "--fetch", str(root / "p-linkage"))
+    party(
+        "p",
+        "link",
+        "--npy",
+        str(inputs / "p.npy"),
+        "--key-file",
+        str(key),
+        "--start",
+        "--k",
+        "3",
+        "--fetch",
+        str(root / "p-linkage"),
+    )
     party("s", "fetch", "--out", str(root / "s-linkage"))
-    party("p", "query", "--npy", str(inputs / "q.npy"), "--key-file", str(key), "--out",
-          str(root / "p-queries" / "q.npz"))
+    party(
+        "p", "query", "--npy", str(inputs / "q.npy"), "--key-file", str(key), "--out", str(root / "p-queries" / "q.npz")
+    )
     # an encoded file offered with another key is refused by name, never uploaded as this key's
     other = root / "keys" / "other.key"
     _run("-m", "linkage_server", "make-key", "--out", str(other))

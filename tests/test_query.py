@@ -74,8 +74,9 @@ def test_a_map_or_identifiers_from_another_job_are_refused():
         query(np.array([[np.nan, 1.0]]), BASE, job.primary, maps, secret=secret)
     chain = link_chain(PRIMARY, BASE, anchor="a", k=3, tau=1.0, secret=secret)
     with pytest.raises(LinkageError, match="'chain' job"):
-        query(PRIMARY[:3], BASE, chain.primary, {p: s.row_of_token for p, s in chain.secondaries.items()},
-              secret=secret)
+        query(
+            PRIMARY[:3], BASE, chain.primary, {p: s.row_of_token for p, s in chain.secondaries.items()}, secret=secret
+        )
 
 
 def test_under_noise_the_default_pool_chooses_the_k_and_a_query_reproduces_it_composed_too():

@@ -55,10 +55,25 @@ def ray_head(tmp_path):
     if ray.is_initialized():
         ray.shutdown()
     port, log = ray_port(), open(tmp_path / "ray-head.log", "w")
-    head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
-                             "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--block",
-                             "--disable-usage-stats", f"--ray-client-server-port={ray_port()}"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--block",
+            "--disable-usage-stats",
+            f"--ray-client-server-port={ray_port()}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:  # the head takes a few seconds to listen
@@ -96,8 +111,10 @@ def _forget(port: int) -> None:
         note.unlink()
 
 
-@pytest.mark.skipif(os.environ.get("FEDSIM_RAY_CLUSTER_TEST") != "1",
-                    reason="opt-in: a Ray head binds every interface (module docstring)")
+@pytest.mark.skipif(
+    os.environ.get("FEDSIM_RAY_CLUSTER_TEST") != "1",
+    reason="opt-in: a Ray head binds every interface (module docstring)",
+)
 def test_a_cluster_given_by_address_gives_the_local_bytes(ray_head, tmp_path):
     local = job_bytes(tmp_path / "local", "")
     assert job_bytes(tmp_path / "cluster", ray_head) == local
@@ -116,8 +133,14 @@ def init(address=None, **kw):
 """
 
 
-@pytest.mark.parametrize("env, address, want", [({}, "local", "token None"), ({"RAY_AUTH_MODE": "disabled"}, "local",
-                                                "disabled None"), ({}, "10.0.0.5:6379", "None 10.0.0.5:6379")])
+@pytest.mark.parametrize(
+    "env, address, want",
+    [
+        ({}, "local", "token None"),
+        ({"RAY_AUTH_MODE": "disabled"}, "local", "disabled None"),
+        ({}, "10.0.0.5:6379", "None 10.0.0.5:6379"),
+    ],
+)
 def test_a_local_ray_is_started_with_token_authentication(tmp_path, env, address, want):
     """Its servers listen on every interface: only a holder of its token may use them (measured:
     a process without the token is refused, docs/threat-model.md). An operator's own RAY_AUTH_MODE
@@ -127,9 +150,15 @@ def test_a_local_ray_is_started_with_token_authentication(tmp_path, env, address
     (tmp_path / "ray" / "__init__.py").write_text(FAKE_RAY)
     clean = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     code = f"from linkage_server.chunk_search import connect; connect({address!r})"
-    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env, "PYTHONPATH": str(tmp_path)},
-                         capture_output=True, text=True, timeout=60, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout
     assert out.strip() == want
 
 
@@ -153,9 +182,15 @@ def test_rays_token_is_readable_by_its_owner_only(tmp_path):
     (tmp_path / "ray" / "__init__.py").write_text(FAKE_RAY_TOKEN)
     token = tmp_path / "home" / ".ray" / "auth_token"
     code = "from linkage_server.chunk_search import connect; connect('local')"
-    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path),
-                                                      "RAY_AUTH_TOKEN_PATH": str(token)},
-                   capture_output=True, text=True, timeout=60, check=True, umask=0o022,
-                   cwd=Path(__file__).resolve().parents[1])
+    subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "RAY_AUTH_TOKEN_PATH": str(token)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        umask=0o022,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert token.read_text() == "ray-token"
     assert oct(token.stat().st_mode & 0o777) == oct(0o600) and oct(token.parent.stat().st_mode & 0o777) == oct(0o700)

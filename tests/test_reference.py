@@ -10,13 +10,13 @@ SMALL = dict(dataset="synthetic", n_rows=600, sigma_cf=0.1, k=6, batch_size=32)
 
 
 def test_reference_chooses_k_and_iterations_on_validation_and_reports_test_there(tmp_path):
-    row = reference.reference(RunConfig(**SMALL, out_dir=str(tmp_path)), max_iter=30)
+    row = reference.reference(RunConfig.of(**SMALL, out_dir=str(tmp_path)), max_iter=30)
     assert row["k"] in (1, 5, 6, 10) and 1 <= row["iterations"] <= 30 and row["metric"] == "accuracy"
     assert 0.4 < row["val"] <= 1 and 0.4 < row["test"] <= 1
 
 
 def test_attention_weights_of_a_trained_run_sum_to_one_and_find_the_true_rows(tmp_path):
-    cfg = RunConfig(**SMALL, method="fedsim_attn", epochs=1, dtype="float64", out_dir=str(tmp_path))
+    cfg = RunConfig.of(**SMALL, method="fedsim_attn", epochs=1, dtype="float64", out_dir=str(tmp_path))
     run_experiment(cfg, tmp_path / "run")
     w, sec_rows, (ds, party, rows) = attention_weights.weights_of(tmp_path / "run")
     assert w.shape == (len(rows), 6 + 1) and np.allclose(w.sum(axis=1), 1.0)
@@ -34,8 +34,12 @@ def test_paired_tables_keep_datasets_apart_and_pair_by_seed(tmp_path, capsys):
 
     rows = ["dataset,variant,seed,metric,test,val"]
     for seed in (0, 1):
-        rows += [f"house,fedsim_attn,{seed},rmse,{300 + seed},{310 + seed}", f"house,avgsim,{seed},rmse,{305 + 2 * seed},1",
-                 f"frog,fedsim_attn,{seed},accuracy,0.9,0.9", f"frog,avgsim,{seed},accuracy,0.8,0.8"]
+        rows += [
+            f"house,fedsim_attn,{seed},rmse,{300 + seed},{310 + seed}",
+            f"house,avgsim,{seed},rmse,{305 + 2 * seed},1",
+            f"frog,fedsim_attn,{seed},accuracy,0.9,0.9",
+            f"frog,avgsim,{seed},accuracy,0.8,0.8",
+        ]
     (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
     paired.main([str(tmp_path / "results.csv"), "--dataset", "house"])
     out = capsys.readouterr().out

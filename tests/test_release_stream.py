@@ -45,14 +45,32 @@ def test_a_chunked_release_equals_the_in_memory_one_bit_for_bit(bounds):
     train = np.arange(0, 300, 3)
     for defences in (Defences(), Defences(radius=0.2, compose=True)):
         k = 6 if defences.compose else 4
-        whole = plan_party("s", in_memory(dist, idx), 300, 80, k=k, tau=0.9, rng=rng_from_secret(SECRET),
-                           train_rows=train, defences=defences)
-        parts = plan_party("s", chunked(dist, idx, bounds), 300, 80, k=k, tau=0.9, rng=rng_from_secret(SECRET),
-                           train_rows=train, defences=defences)
+        whole = plan_party(
+            "s",
+            in_memory(dist, idx),
+            300,
+            80,
+            k=k,
+            tau=0.9,
+            rng=rng_from_secret(SECRET),
+            train_rows=train,
+            defences=defences,
+        )
+        parts = plan_party(
+            "s",
+            chunked(dist, idx, bounds),
+            300,
+            80,
+            k=k,
+            tau=0.9,
+            rng=rng_from_secret(SECRET),
+            train_rows=train,
+            defences=defences,
+        )
         assert (whole.mean, whole.std, whole.sigma) == (parts.mean, parts.std, parts.sigma)
         np.testing.assert_array_equal(whole.token_of_row, parts.token_of_row)
         want = whole.rows(dist, idx, SECRET, query)
-        got = [parts.rows(d, i, SECRET, query[lo:lo + len(d)]) for lo, d, i in chunked(dist, idx, bounds)()]
+        got = [parts.rows(d, i, SECRET, query[lo : lo + len(d)]) for lo, d, i in chunked(dist, idx, bounds)()]
         for a, b in zip(want, (np.concatenate(g) for g in zip(*got))):
             assert a.tobytes() == b.tobytes()
 
@@ -78,22 +96,37 @@ def run_job(root, query, bases: dict, params: JobParams, chunk_rows: int, train=
     return store, job
 
 
-@pytest.mark.parametrize("params", [JobParams("euclidean", 5, tau=0.95, pool=8, radius=0.3),
-                                    JobParams("euclidean", 5, tau=0.9, radius=0.3, compose=True)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        JobParams("euclidean", 5, tau=0.95, pool=8, radius=0.3),
+        JobParams("euclidean", 5, tau=0.9, radius=0.3, compose=True),
+    ],
+)
 def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, params):
     query, base = planted(700, 300)
     bases = {"a": base, "release": base[::-1][:200] + 0.01}  # "release": no clash with the release's files
     train = np.arange(0, 700, 2)
     store, job = run_job(tmp_path, query, bases, params, chunk_rows=64, train=train)
     folder = tmp_path / "jobs" / job
-    want = link(query, bases, k=5, tau=params.tau, pool=params.pool, secret=read_secret(folder / "secret.key"),
-                train_rows=train, job_id=job, defences=params.defences())
+    want = link(
+        query,
+        bases,
+        k=5,
+        tau=params.tau,
+        pool=params.pool,
+        secret=read_secret(folder / "secret.key"),
+        train_rows=train,
+        job_id=job,
+        defences=params.defences(),
+    )
     got = load_primary(folder / "results")
     for party in bases:
         assert got.links[party].tokens.tobytes() == want.primary.links[party].tokens.tobytes()
         assert got.links[party].sims.tobytes() == want.primary.links[party].sims.tobytes()
-        np.testing.assert_array_equal(load_secondary(folder / "results", party).row_of_token,
-                                      want.secondaries[party].row_of_token)
+        np.testing.assert_array_equal(
+            load_secondary(folder / "results", party).row_of_token, want.secondaries[party].row_of_token
+        )
     assert (folder / "results" / "primary.npz").read_bytes() == primary_bytes(bind_result(want, query).primary)
     assert store.meta(job)["privacy"] == privacy_report(want, query, bases, "euclidean")
     assert not (folder / "work" / ".release").exists()  # the release's working files are gone

@@ -16,20 +16,40 @@ from app.vfl import server as primary
 
 TINY = dict(dataset="synthetic", n_rows=300, epochs=2, batch_size=64)
 EA_TINY = dict(dataset="synthetic", n_rows=300, mode="entity-aug", epochs=2, batch_size=32)
-CORE = {"dataset", "mode", "method", "seed", "engine", "device", "machine", "best_epoch", "val", "test", "epochs_run",
-        "steps", "seconds", "exchange", "preprocessing", "stopping", "hyperparameters", "constant_predictor", "warnings"}
+CORE = {
+    "dataset",
+    "mode",
+    "method",
+    "seed",
+    "engine",
+    "device",
+    "machine",
+    "best_epoch",
+    "val",
+    "test",
+    "epochs_run",
+    "steps",
+    "seconds",
+    "exchange",
+    "preprocessing",
+    "stopping",
+    "hyperparameters",
+    "constant_predictor",
+    "warnings",
+}
 SECONDS = {"total", "load", "linkage", "train_and_eval", "epochs"}
 
 
 def _flower_solo(tmp: Path) -> Path:  # the ServerApp's run; Solo has no secondaries, so no Grid is needed
-    primary.run_primary(None, RunConfig(**TINY, method="solo", out_dir=str(tmp), run_name="flower-solo"))
+    primary.run_primary(None, RunConfig.of(**TINY, method="solo", out_dir=str(tmp), run_name="flower-solo"))
     return tmp / "flower-solo"
 
 
 def _in_process(values: dict, name: str):
     def run(tmp: Path) -> Path:
-        modes.run_experiment(RunConfig(**values, out_dir=str(tmp / "linkage")), tmp / name)
+        modes.run_experiment(RunConfig.of(**values, out_dir=str(tmp / "linkage")), tmp / name)
         return tmp / name
+
     return run
 
 
@@ -57,8 +77,13 @@ def test_every_engine_and_mode_writes_one_record(key, tmp_path):
     assert config["run"]["mode"] == key[1] and "resolved" in config
     best = read_metrics(folder)[summary["best_epoch"]]
     assert best["val"] == summary["val"] and best["test"] == summary["test"]
-    assert summary["stopping"] == {"patience": 0 if key[1] == "vfl" else 10, "max_epochs": 2, "epochs_run": 2,
-                                   "stopped_early": False, "reason": summary["stopping"]["reason"]}
+    assert summary["stopping"] == {
+        "patience": 0 if key[1] == "vfl" else 10,
+        "max_epochs": 2,
+        "epochs_run": 2,
+        "stopped_early": False,
+        "reason": summary["stopping"]["reason"],
+    }
     assert summary["hyperparameters"]["epochs"] == {"value": 2, "source": "run config"}
     assert config["hyperparameters"] == summary["hyperparameters"]
     progress = json.loads((folder / "progress.json").read_text())
@@ -86,8 +111,13 @@ def test_the_sweep_keeps_the_record_as_the_engine_wrote_it(tmp_path, monkeypatch
 
 def test_a_record_from_before_the_schema_reads_with_seconds_as_a_dict(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"seconds": 12.5, "test": {"rmse": 1.0}}))
-    assert read_summary(tmp_path)["seconds"] == {"total": 12.5, "load": 0.0, "linkage": 0.0, "train_and_eval": 0.0,
-                                                 "epochs": []}
+    assert read_summary(tmp_path)["seconds"] == {
+        "total": 12.5,
+        "load": 0.0,
+        "linkage": 0.0,
+        "train_and_eval": 0.0,
+        "epochs": [],
+    }
 
 
 def test_one_dispatch_covers_every_mode():
@@ -109,11 +139,19 @@ def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_pat
     pending = [(f"run {i}", {}, tmp_path) for i in range(2)]
     screen = io.StringIO()
     logged = []
-    sweep.run_all(pending, "inprocess", 1, logged.append, already=3,
-                  console=Console(file=screen, force_terminal=True, color_system=None, width=100))
+    sweep.run_all(
+        pending,
+        "inprocess",
+        1,
+        logged.append,
+        already=3,
+        console=Console(file=screen, force_terminal=True, color_system=None, width=100),
+    )
     assert "5/5 runs" in screen.getvalue() and "ETA" in screen.getvalue()
-    assert logged == ["run 0: test rmse 1.0000 (best epoch 0, 1 epochs run)", "run 1: test rmse 1.0000 (best epoch 0, "
-                      "1 epochs run)"]
+    assert logged == [
+        "run 0: test rmse 1.0000 (best epoch 0, 1 epochs run)",
+        "run 1: test rmse 1.0000 (best epoch 0, 1 epochs run)",
+    ]
     quiet = io.StringIO()  # stderr to a file or a pipe: no bar
     sweep.run_all(pending, "inprocess", 1, logged.append, console=Console(file=quiet, force_terminal=False))
     assert quiet.getvalue() == ""

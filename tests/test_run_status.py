@@ -15,7 +15,7 @@ import pytest
 from app import modes
 from app.config import ConfigError, RunConfig
 from app.entity_aug import inprocess as ea_inprocess
-from app.entity_aug import server as ea_host
+from app.entity_aug import server as ea_server
 from app.vfl import server as primary
 from app.vfl.checkpoint import CheckpointError
 from linkage.contracts import LinkageError
@@ -36,26 +36,37 @@ def plant_old_run(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in OLD:
         (folder / name).write_text(json.dumps({"old": True}))
-    (folder / "status.json").write_text(json.dumps({"state": "finished", "error": None, "started": time.time() - 3600,
-                                                    "ended": time.time() - 3000, "engine": "inprocess"}))
+    (folder / "status.json").write_text(
+        json.dumps(
+            {
+                "state": "finished",
+                "error": None,
+                "started": time.time() - 3600,
+                "ended": time.time() - 3000,
+                "engine": "inprocess",
+            }
+        )
+    )
 
 
 def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _primary(cfg, out):
     return primary.run_primary(None, cfg)  # Solo has no secondaries: no Grid needed
 
 
-def _ea_host(cfg, out):
-    return ea_host.run_ea_host(None, cfg)
+def _ea_primary(cfg, out):
+    return ea_server.run_ea_primary(None, cfg)
 
 
 ENGINES = {  # engine -> (run it, the loader that fails, base config)
     "primary": (_primary, (primary, "load_data"), dict(TINY, method="solo")),
-    "ea_host": (_ea_host, (ea_host, "ea_data"), EA_TINY),
+    "ea_primary": (_ea_primary, (ea_server, "ea_data"), EA_TINY),
     "inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (primary, "load_data"), TINY),  # one driver
     "ea_inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (ea_inprocess, "ea_data"), EA_TINY),
 }
@@ -75,7 +86,7 @@ def test_every_engine_marks_a_failed_rerun_failed_and_leaves_no_stale_summary(en
 
     monkeypatch.setattr(module, loader, failing_loader)
     with pytest.raises(RuntimeError, match="disk on fire"):
-        run(RunConfig(**base, out_dir=str(tmp_path), run_name="old"), out)
+        run(RunConfig.of(**base, out_dir=str(tmp_path), run_name="old"), out)
     assert seen["status"]["state"] == "running" and seen["status"]["started"] > time.time() - 60
     assert not set(OLD) & set(seen["files"])  # the earlier run's results went before anything else
     st = status(out)
@@ -85,49 +96,58 @@ def test_every_engine_marks_a_failed_rerun_failed_and_leaves_no_stale_summary(en
 
 def test_a_run_is_finished_only_after_its_summary_and_a_real_failure_is_recorded(tmp_path):
     out = tmp_path / "run"
-    summary = modes.run_experiment(RunConfig(**TINY, method="solo", out_dir=str(tmp_path)), out)
+    summary = modes.run_experiment(RunConfig.of(**TINY, method="solo", out_dir=str(tmp_path)), out)
     st = status(out)
     assert st["state"] == "finished" and st["error"] is None and st["engine"] == "inprocess"
     assert st["ended"] >= (out / "summary.json").stat().st_mtime - 1
     assert json.loads((out / "summary.json").read_text()) == summary
     with pytest.raises(LinkageError, match="K=10000"):
-        modes.run_experiment(RunConfig(**TINY, k=10000, out_dir=str(tmp_path)), out)
+        modes.run_experiment(RunConfig.of(**TINY, k=10000, out_dir=str(tmp_path)), out)
     st = status(out)
     assert st["state"] == "failed" and st["error"] == f"LinkageError: {TOO_BIG_K}"
     assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()
 
 
 def test_a_refused_resume_touches_no_file(tmp_path):
-    cfg = RunConfig(**TINY, method="solo", out_dir=str(tmp_path / "out"), run_name="r")
+    cfg = RunConfig.of(**TINY, method="solo", out_dir=str(tmp_path / "out"), run_name="r")
     primary.run_primary(None, cfg)
     before = snapshot(tmp_path)
     assert "out/r/config.json" in before and "out/r/checkpoint/checkpoint.json" in before
     time.sleep(0.01)  # a rewrite would show in the mtimes
     with pytest.raises(CheckpointError, match=r"differs from the checkpoint's in \{'lr'"):
-        primary.run_primary(None, RunConfig(**{**TINY, "lr": 0.5}, method="solo", out_dir=cfg.out_dir, run_name="r",
-                                            resume=True))
+        primary.run_primary(
+            None,
+            RunConfig.of(**{**TINY, "lr": 0.5}, method="solo", out_dir=cfg.runtime.out_dir, run_name="r", resume=True),
+        )
     with pytest.raises(CheckpointError, match="has no checkpoint"):
-        primary.run_primary(None, RunConfig(**TINY, method="solo", out_dir=cfg.out_dir, run_name="never",
-                                            resume=True))
+        primary.run_primary(
+            None, RunConfig.of(**TINY, method="solo", out_dir=cfg.runtime.out_dir, run_name="never", resume=True)
+        )
     assert snapshot(tmp_path) == before
     # an accepted resume (more epochs may change) is this run from the moment it is accepted
-    summary = primary.run_primary(None, RunConfig(**{**TINY, "epochs": 2}, method="solo", out_dir=cfg.out_dir,
-                                                  run_name="r", resume=True))
+    summary = primary.run_primary(
+        None,
+        RunConfig.of(**{**TINY, "epochs": 2}, method="solo", out_dir=cfg.runtime.out_dir, run_name="r", resume=True),
+    )
     st = status(tmp_path / "out" / "r")
     assert st["state"] == "finished" and st["resumed"] and summary["epochs_run"] == 2
     assert len((tmp_path / "out" / "r" / "metrics.jsonl").read_text().splitlines()) == 2
 
 
 def write_sweep(path: Path) -> None:
-    path.write_text('datasets = ["synthetic"]\nseeds = [0]\n[set]\nepochs = 1\nn-rows = 400\nbatch-size = 64\n'
-                    '[variants]\nok = { method = "solo" }\nbig-k = { k = 10000 }\nbogus = { bogus = 1 }\n')
+    path.write_text(
+        'datasets = ["synthetic"]\nseeds = [0]\n[set]\nepochs = 1\nn-rows = 400\nbatch-size = 64\n'
+        '[variants]\nok = { method = "solo" }\nbig-k = { k = 10000 }\nbogus = { bogus = 1 }\n'
+    )
 
 
 def test_the_sweep_exits_non_zero_naming_each_failed_run(tmp_path, monkeypatch, capsys):
     from experiments import sweep
 
     write_sweep(tmp_path / "tiny.toml")
-    monkeypatch.setattr(sys, "argv", ["experiments.sweep", str(tmp_path / "tiny.toml"), "--root", str(tmp_path / "runs")])
+    monkeypatch.setattr(
+        sys, "argv", ["experiments.sweep", str(tmp_path / "tiny.toml"), "--root", str(tmp_path / "runs")]
+    )
     with pytest.raises(SystemExit) as exit_:
         sweep.main()
     assert exit_.value.code not in (0, None)
@@ -154,8 +174,11 @@ def test_a_flower_run_is_judged_by_its_status_not_by_flwr_or_an_old_summary(tmp_
 
     def flwr_exits_0_after_a_failure(values, home, timeout):
         folder = Path(values["out-dir"]) / values["run-name"]
-        (folder / "status.json").write_text(json.dumps({"state": "failed", "error": f"LinkageError: {TOO_BIG_K}",
-                                                        "started": time.time(), "ended": time.time()}))
+        (folder / "status.json").write_text(
+            json.dumps(
+                {"state": "failed", "error": f"LinkageError: {TOO_BIG_K}", "started": time.time(), "ended": time.time()}
+            )
+        )
         return subprocess.CompletedProcess(["flwr"], 0, "", "")
 
     monkeypatch.setattr(common, "simulate", flwr_exits_0_after_a_failure)
@@ -175,8 +198,11 @@ def test_the_deployment_tools_exit_non_zero_on_a_failed_run(tmp_path, monkeypatc
         launched.append(run_config["run-name"])
         folder = tmp_path / "runs" / run_config["run-name"]
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "status.json").write_text(json.dumps({"state": "failed", "error": "PartyError: node gone",
-                                                        "started": time.time(), "ended": time.time()}))
+        (folder / "status.json").write_text(
+            json.dumps(
+                {"state": "failed", "error": "PartyError: node gone", "started": time.time(), "ended": time.time()}
+            )
+        )
         return subprocess.CompletedProcess(["flwr"], 0, "Exit Code: 700", "")
 
     monkeypatch.setattr(deploy, "flwr_run", flwr_fails_and_exits_0)
@@ -209,20 +235,33 @@ def test_an_unknown_run_config_key_is_named_before_flower_refuses_it_unnamed(tmp
     with pytest.raises(ConfigError, match=r"unknown run-config key\(s\) \['bogus'\]"):
         simulate({"dataset": "synthetic", "bogus": 1}, tmp_path / "home")
     assert time.monotonic() - t0 < 5 and not (tmp_path / "home").exists()  # refused before flwr started
-    r = subprocess.run([sys.executable, "-m", "app.run_status", "folder", f"out-dir='{tmp_path}' run-name='x'",
-                        "bogus=1"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.run_status", "folder", f"out-dir='{tmp_path}' run-name='x'", "bogus=1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and "unknown run-config key(s) ['bogus']" in r.stderr
 
 
 def test_the_status_command_exits_non_zero_with_the_error(tmp_path):
     def check(folder, *extra):
-        return subprocess.run([sys.executable, "-m", "app.run_status", "check", str(folder), *extra], cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "app.run_status", "check", str(folder), *extra],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     out = tmp_path / "run"
     out.mkdir()
-    (out / "status.json").write_text(json.dumps({"state": "failed", "error": "LinkageError: K too big",
-                                                 "started": time.time(), "ended": time.time()}))
+    (out / "status.json").write_text(
+        json.dumps(
+            {"state": "failed", "error": "LinkageError: K too big", "started": time.time(), "ended": time.time()}
+        )
+    )
     r = check(out)
     assert r.returncode == 1 and "LinkageError: K too big" in r.stderr
     plant_old_run(out)
@@ -242,11 +281,27 @@ def test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run(tmp_path)
 
     run = tmp_path / "out" / "old"
     plant_old_run(run)
-    env = {**os.environ, "FEDSIM_FLWR_HOME": str(tmp_path / "home"), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT":
-           str(free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port())}
-    r = subprocess.run([str(REPO / "scripts" / "demo.sh"), f"out-dir='{tmp_path / 'out'}'", "run-name='old'",
-                        "dataset='synthetic'", "n-rows=400", "k=10000"], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=500)
+    env = {
+        **os.environ,
+        "FEDSIM_FLWR_HOME": str(tmp_path / "home"),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+    }
+    r = subprocess.run(
+        [
+            str(REPO / "scripts" / "demo.sh"),
+            f"out-dir='{tmp_path / 'out'}'",
+            "run-name='old'",
+            "dataset='synthetic'",
+            "n-rows=400",
+            "k=10000",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
     assert r.returncode != 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"failed: LinkageError: {TOO_BIG_K}" in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
     assert status(run)["state"] == "failed" and not set(OLD) & {p.name for p in run.iterdir()}

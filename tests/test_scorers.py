@@ -124,8 +124,10 @@ def test_a_second_column_tells_apart_what_the_first_cannot():
     query = np.array([["anna smyth", "12 main street"]])
     for metric in STRING_METRICS:
         assert S.topk_strings(metric, query, base, 1)[1][0, 0] == 1, metric
-        assert S.topk_strings(metric, query[:, :1], base[:, :1], 1)[0][0, 0] == S.topk_strings(
-            metric, query[:, :1], base[:, :1], 2)[0][0, 1]  # on names alone rows 0 and 1 tie
+        assert (
+            S.topk_strings(metric, query[:, :1], base[:, :1], 1)[0][0, 0]
+            == S.topk_strings(metric, query[:, :1], base[:, :1], 2)[0][0, 1]
+        )  # on names alone rows 0 and 1 tie
 
 
 @pytest.mark.parametrize("metric", STRING_METRICS)

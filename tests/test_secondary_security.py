@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages
 from app.config import RunConfig
 from app.data import load_data
-from app.entity_aug import client as ea_guest
+from app.entity_aug import client as ea_secondary
 from app.entity_aug.parties import (
     act_content,
     read_act,
@@ -28,9 +28,9 @@ from app.entity_aug.parties import (
 )
 from app.vfl import client as client_app
 from app.vfl.channel import FlowerChannel
-from app.vfl.parties import linkage_job
+from app.vfl.linking import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
-from strategies.entity_aug.exchange import StepReply, StepRequest
+from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.vfl.fedsim import GradBlock
 
 RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
@@ -53,8 +53,12 @@ def deployed(tmp_path, job) -> tuple[Context, dict]:
     own = tmp_path / "school-host"
     (own / "linkage").mkdir(parents=True)
     shutil.copy(job.folder / "secondary-school.npz", own / "linkage")
-    node = {"party": "school", "linkage-dir": str(own / "linkage"), "checkpoint-dir": str(own / "ckpt"),
-            "model-dir": str(own / "models")}
+    node = {
+        "party": "school",
+        "linkage-dir": str(own / "linkage"),
+        "checkpoint-dir": str(own / "ckpt"),
+        "model-dir": str(own / "models"),
+    }
     run_config = {**RUN, "out-dir": str(tmp_path / "primary-chosen"), "linkage-dir": str(job.folder)}
     ctx = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=run_config)
     return ctx, {"checkpoint": own / "ckpt" / "{run}" / "school", "model": own / "models" / "{run}" / "school"}
@@ -62,8 +66,13 @@ def deployed(tmp_path, job) -> tuple[Context, dict]:
 
 def simulated(tmp_path, job) -> tuple[Context, dict]:
     """A simulated party: one operator plays every party, its folders are the run config's out-dir."""
-    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(),
-                  run_config={**RUN, "out-dir": str(job.out)})
+    ctx = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"partition-id": 0, "num-partitions": 1},
+        state=RecordDict(),
+        run_config={**RUN, "out-dir": str(job.out)},
+    )
     return ctx, {"checkpoint": job.out / "{run}" / "checkpoint" / "school", "model": job.out / "{run}" / "school"}
 
 
@@ -168,8 +177,9 @@ def test_hello_reads_the_linkage_only_from_the_partys_own_folder(where, tmp_path
     ctx, _ = CONTEXTS[where](tmp_path, job)
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(job.folder, elsewhere)
-    err = refused(lambda: client_app.hello(query("query.hello", "hello", {"job_dir": str(elsewhere), "job_id": job.id}),
-                                           ctx))
+    err = refused(
+        lambda: client_app.hello(query("query.hello", "hello", {"job_dir": str(elsewhere), "job_id": job.id}), ctx)
+    )
     assert "party" not in ctx.state.config_records, "introduced from a folder the primary's message chose"
     assert isinstance(err, messages.ProtocolError) and "'job_dir'" in str(err), err
     with pytest.raises(messages.ProtocolError, match="plain folder name"):
@@ -190,9 +200,11 @@ def test_a_deployed_party_refuses_a_hello_for_another_linkage_job(tmp_path, job)
 def test_a_deployed_party_reads_its_data_from_its_own_config_not_the_run_config(tmp_path, job):
     ctx, _ = deployed(tmp_path, job)
     ctx.run_config["data-dir"] = str(tmp_path / "primary-chosen-data")
-    assert job_cfg(ctx).data_dir == "" and job_cfg(ctx).linkage_dir == "" and job_cfg(ctx).out_dir == ""
+    assert (
+        job_cfg(ctx).data.data_dir == "" and job_cfg(ctx).link.linkage_dir == "" and job_cfg(ctx).runtime.out_dir == ""
+    )
     ctx.node_config["data-dir"] = str(tmp_path / "own-data")
-    assert job_cfg(ctx).data_dir == str(tmp_path / "own-data")
+    assert job_cfg(ctx).data.data_dir == str(tmp_path / "own-data")
 
 
 # ---------------------------------------------------------------------------- non-finite tensors
@@ -221,8 +233,9 @@ def test_a_non_finite_gradient_is_refused_and_the_weights_stay_intact(bad, tmp_p
         direct.apply([good, GradBlock(tokens, grad)])
     assert direct.applied == 0 and all(torch.equal(before[k], v) for k, v in direct.model.state_dict().items())
     # the same step without the bad block is applied
-    client_app.step(Message(messages.step_content([good], tokens, party.job_id, 0), dst_node_id=1,
-                            message_type="train.step"), ctx)
+    client_app.step(
+        Message(messages.step_content([good], tokens, party.job_id, 0), dst_node_id=1, message_type="train.step"), ctx
+    )
     assert any(not torch.equal(before[k], v) for k, v in weights(ctx).items())
 
 
@@ -252,9 +265,15 @@ class EmbeddingGrid:
         return ids
 
     def pull_messages(self, ids):
-        return [SimpleNamespace(has_error=lambda: False, content=messages.embeddings_content(self.emb[m.metadata.dst_node_id]),
-                                metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=m.metadata.dst_node_id))
-                for i, m in self.sent.items() if i in ids]
+        return [
+            SimpleNamespace(
+                has_error=lambda: False,
+                content=messages.embeddings_content(self.emb[m.metadata.dst_node_id]),
+                metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=m.metadata.dst_node_id),
+            )
+            for i, m in self.sent.items()
+            if i in ids
+        ]
 
 
 def test_the_primary_refuses_a_non_finite_embedding():
@@ -271,42 +290,58 @@ def test_the_primary_refuses_a_non_finite_embedding():
     assert set(ok.step({"a": [], "b": []}, embed)) == {"a", "b"}
 
 
-# ---------------------------------------------------------------------------- Entity Augmentation guests
+# ---------------------------------------------------------------------------- Entity Augmentation secondaries
 
 EA_RUN = {"dataset": "digits", "n-rows": 300, "mode": "entity-aug"}
 
 
-def test_an_ea_guest_writes_its_model_only_under_its_own_folder(tmp_path):
-    own = tmp_path / "guest-host"
-    ctx = Context(run_id=1, node_id=1, node_config={"party": "right", "model-dir": str(own)}, state=RecordDict(),
-                  run_config={**EA_RUN, "out-dir": str(tmp_path / "primary-chosen")})
-    ea_guest.hello(query("query.ea_hello", "ea_hello", {}), ctx)
+def test_an_ea_secondary_writes_its_model_only_under_its_own_folder(tmp_path):
+    own = tmp_path / "secondary-host"
+    ctx = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"party": "right", "model-dir": str(own)},
+        state=RecordDict(),
+        run_config={**EA_RUN, "out-dir": str(tmp_path / "primary-chosen")},
+    )
+    ea_secondary.hello(query("query.ea_hello", "ea_hello", {}), ctx)
     evil = tmp_path / "evil"
-    err = refused(lambda: ea_guest.finish(query("query.ea_finish", "ea_finish", {"folder": str(evil), "run": "r1"}), ctx))
-    assert files_under(evil) == [], "the host's message chose where the guest wrote"
+    err = refused(
+        lambda: ea_secondary.finish(query("query.ea_finish", "ea_finish", {"folder": str(evil), "run": "r1"}), ctx)
+    )
+    assert files_under(evil) == [], "the primary's message chose where the secondary wrote"
     assert isinstance(err, messages.ProtocolError) and "'folder'" in str(err), err
     with pytest.raises(messages.ProtocolError, match="plain folder name"):
-        ea_guest.finish(query("query.ea_finish", "ea_finish", {"run": "../../evil"}), ctx)
-    ea_guest.finish(query("query.ea_finish", "ea_finish", {"run": "r1"}), ctx)
+        ea_secondary.finish(query("query.ea_finish", "ea_finish", {"run": "../../evil"}), ctx)
+    ea_secondary.finish(query("query.ea_finish", "ea_finish", {"run": "r1"}), ctx)
     assert files_under(evil) == [] and files_under(tmp_path / "primary-chosen") == []
     assert [p.relative_to(own).as_posix() for p in files_under(own)] == ["r1/right/model.pt"]
 
 
-def test_an_ea_guest_refuses_a_non_finite_gradient_and_the_host_a_non_finite_activation():
+def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_finite_activation():
     cfg = RunConfig.from_flower(EA_RUN)
-    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 1, "num-partitions": 2}, state=RecordDict(),
-                  run_config=dict(EA_RUN))
-    ea_guest.hello(query("query.ea_hello", "ea_hello", {}), ctx)
-    first = ea_guest.step(Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"),
-                          ctx)
+    ctx = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"partition-id": 1, "num-partitions": 2},
+        state=RecordDict(),
+        run_config=dict(EA_RUN),
+    )
+    ea_secondary.hello(query("query.ea_hello", "ea_hello", {}), ctx)
+    first = ea_secondary.step(
+        Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"), ctx
+    )
     act = read_reply(first.content).act
-    before = {k: v.clone() for k, v in ea_guest.restore(cfg, ctx).model.state_dict().items()}
+    before = {k: v.clone() for k, v in ea_secondary.restore(cfg, ctx).model.state_dict().items()}
     grad = np.zeros_like(act)
     grad[tuple(np.argwhere(act != 0)[0])] = np.nan  # where the activation passes a gradient on
-    err = refused(lambda: ea_guest.step(Message(request_content(StepRequest(0, 1, grad)), dst_node_id=1,
-                                                message_type="train.ea_step"), ctx))
-    after = ea_guest.restore(cfg, ctx).model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before), "a NaN gradient reached the guest's weights"
+    err = refused(
+        lambda: ea_secondary.step(
+            Message(request_content(StepRequest(0, 1, grad)), dst_node_id=1, message_type="train.ea_step"), ctx
+        )
+    )
+    after = ea_secondary.restore(cfg, ctx).model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "a NaN gradient reached the secondary's weights"
     assert isinstance(err, messages.NonFiniteValues), err
     assert names(err, "party 'right'", "train.ea_step", "gradient", "1 of")
 
@@ -331,8 +366,12 @@ def test_every_torch_load_in_the_repo_says_weights_only_true():
     for folder in ("app", "strategies", "linkage_server", "datasets", "bench", "scripts", "tests"):
         for path in sorted((repo / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
-                        and "torch" in ast.unparse(node.func.value)):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "load"
+                    and "torch" in ast.unparse(node.func.value)
+                ):
                     kw = {k.arg: k.value for k in node.keywords}
                     if not (isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True):
                         loose.append(f"{path.relative_to(repo)}:{node.lineno}")

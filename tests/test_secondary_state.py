@@ -6,13 +6,13 @@ from flwr.app import Context, RecordDict
 
 from app.config import RunConfig
 from app.data import load_data
-from app.vfl.parties import linkage_job
+from app.vfl.linking import linkage_job
 from app.vfl.secondary import SecondaryParty
 from strategies.vfl.fedsim import GradBlock
 
 
 def test_state_round_trip_continues_training_exactly(tmp_path):
-    cfg = RunConfig(dataset="hdb", n_rows=600, k=10, out_dir=str(tmp_path))
+    cfg = RunConfig.of(dataset="hdb", n_rows=600, k=10, out_dir=str(tmp_path))
     ds = load_data(cfg)
     _, job = linkage_job(ds, cfg, cfg.resolve())
     rng = np.random.default_rng(0)

@@ -161,15 +161,24 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
     from app.data import load_data
     from app.vfl.inprocess import max_param_gap, run_in_process
 
-    base_cfg = RunConfig(dataset="synthetic", n_rows=600, epochs=1, max_steps=6, steps_per_exchange=2,
-                         out_dir=str(tmp_path / "runs"), tau=0.9)
+    base_cfg = RunConfig.of(
+        dataset="synthetic",
+        n_rows=600,
+        epochs=1,
+        max_steps=6,
+        steps_per_exchange=2,
+        out_dir=str(tmp_path / "runs"),
+        tau=0.9,
+    )
     ds, settings = load_data(base_cfg), base_cfg.resolve()
-    (party, table), = ds.secondaries.items()
+    ((party, table),) = ds.secondaries.items()
     fetched = tmp_path / "fetched"
     with service(tmp_path / "svc", free_port(), "--operator-seed", "5") as url:
         made = create_job(url, ADMIN, "primary", [party])
-        with LinkageClient(url, made["job"], "primary", made["secrets"]["primary"]) as p, \
-                LinkageClient(url, made["job"], party, made["secrets"][party]) as s:
+        with (
+            LinkageClient(url, made["job"], "primary", made["secrets"]["primary"]) as p,
+            LinkageClient(url, made["job"], party, made["secrets"][party]) as s,
+        ):
             p.upload(ds.primary.identifiers)
             p.upload_train_rows(ds.split.train)
             s.upload(table.identifiers)
@@ -178,9 +187,8 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
             p.fetch(fetched)
             s.fetch(fetched)
             assert list(s.status()["privacy"]["parties"]) == [party]  # a secondary learns what attacks on it learn
-    import dataclasses
 
-    from app.vfl.parties import link_and_report
+    from app.vfl.linking import link_and_report
     from linkage.store import load_privacy
 
     # the service's privacy report (scored with the uploads) is the in-process linker's, fetched beside the job
@@ -188,14 +196,14 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
     assert report == json.loads(json.dumps(link_and_report(ds, base_cfg, settings)[1])) | {"job_id": report["job_id"]}
     assert report["parties"][party]["sigma"] > 0
 
-    from_service = run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched)))
+    from_service = run_in_process(base_cfg.replace(linkage_dir=str(fetched)))
     in_process = run_in_process(base_cfg)
     # the same tolerance as the twin oracles: CPU scatter-adds do not sum in a fixed order
     np.testing.assert_allclose(from_service.losses, in_process.losses, rtol=0, atol=1e-5)
     assert max_param_gap(from_service.primary, in_process.primary) < 1e-5
 
     with pytest.raises(Exception, match="has K=.* but this run uses k=7"):
-        run_in_process(dataclasses.replace(base_cfg, linkage_dir=str(fetched), k=7))
+        run_in_process(base_cfg.replace(linkage_dir=str(fetched), k=7))
 
 
 def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
@@ -214,13 +222,16 @@ def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
     store.run(job)
     assert store.meta(job)["state"] == "done", store.meta(job).get("error")
     got = load_primary(tmp_path / "jobs" / job / "results")
-    want = link_chain(query, ids, anchor="a", k=4, tau=1.0, secret=read_secret(tmp_path / "jobs" / job / "secret.key"),
-                      job_id=job)
+    want = link_chain(
+        query, ids, anchor="a", k=4, tau=1.0, secret=read_secret(tmp_path / "jobs" / job / "secret.key"), job_id=job
+    )
     assert got.layout == "chain"
     for party in ids:
         np.testing.assert_array_equal(got.tokens[party], want.primary.tokens[party])
-        np.testing.assert_array_equal(load_secondary(tmp_path / "jobs" / job / "results", party).row_of_token,
-                                      want.secondaries[party].row_of_token)
+        np.testing.assert_array_equal(
+            load_secondary(tmp_path / "jobs" / job / "results", party).row_of_token,
+            want.secondaries[party].row_of_token,
+        )
     np.testing.assert_array_equal(got.sims, want.primary.sims)
     with pytest.raises(JobError, match="layout must be"):
         JobParams.parse({"metric": "euclidean", "k": 3, "layout": "ring"})

@@ -21,8 +21,20 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return out
 
 
-TITLES = ["the witcher 3 wild hunt", "portal 2", "half-life 2", "stardew valley", "hollow knight", "celeste",
-          "dark souls iii", "hades", "terraria", "factorio", "rimworld", "slay the spire"]
+TITLES = [
+    "the witcher 3 wild hunt",
+    "portal 2",
+    "half-life 2",
+    "stardew valley",
+    "hollow knight",
+    "celeste",
+    "dark souls iii",
+    "hades",
+    "terraria",
+    "factorio",
+    "rimworld",
+    "slay the spire",
+]
 
 
 def test_two_parties_link_titles_privately_through_the_cli(tmp_path):
@@ -30,8 +42,12 @@ def test_two_parties_link_titles_privately_through_the_cli(tmp_path):
     games = pd.DataFrame({"title": TITLES, "price": rng.uniform(5, 60, len(TITLES))})
     # the secondary spells titles differently and in another order
     perm = rng.permutation(len(TITLES))
-    other = pd.DataFrame({"name": [TITLES[i].replace(" ", "  ").upper() + ("!" if i % 2 else "") for i in perm],
-                          "hours": rng.uniform(1, 100, len(TITLES))})
+    other = pd.DataFrame(
+        {
+            "name": [TITLES[i].replace(" ", "  ").upper() + ("!" if i % 2 else "") for i in perm],
+            "hours": rng.uniform(1, 100, len(TITLES)),
+        }
+    )
     games.to_csv(tmp_path / "primary.csv", index=False)
     other.to_csv(tmp_path / "secondary.csv", index=False)
     (tmp_path / "bad.csv").write_text("name,hours\nportal,3\n,4\n")
@@ -40,24 +56,73 @@ def test_two_parties_link_titles_privately_through_the_cli(tmp_path):
 
     with service(tmp_path / "svc", free_port()) as url:
         (tmp_path / "admin.token").write_text(ADMIN)
-        made = json.loads(cli("create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"),
-                              "--primary", "shop", "--secondary", "hltb", "--secrets-dir", str(tmp_path)).stdout)
+        made = json.loads(
+            cli(
+                "create-job",
+                "--url",
+                url,
+                "--admin-token-file",
+                str(tmp_path / "admin.token"),
+                "--primary",
+                "shop",
+                "--secondary",
+                "hltb",
+                "--secrets-dir",
+                str(tmp_path),
+            ).stdout
+        )
         job = made["job"]
 
         def party(name: str, *args: str, check: bool = True):
-            return cli(*args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                       str(tmp_path / f"{job}-{name}.secret"), check=check)
+            return cli(
+                *args,
+                "--url",
+                url,
+                "--job",
+                job,
+                "--party",
+                name,
+                "--secret-file",
+                str(tmp_path / f"{job}-{name}.secret"),
+                check=check,
+            )
 
-        bad = party("hltb", "link", "--csv", str(tmp_path / "bad.csv"), "--columns", "name", "--kind", "strings",
-                    check=False)
+        bad = party(
+            "hltb", "link", "--csv", str(tmp_path / "bad.csv"), "--columns", "name", "--kind", "strings", check=False
+        )
         assert bad.returncode != 0 and "1 row(s) have a missing identifier in ['name']" in bad.stderr
         wrong = party("hltb", "link", "--csv", str(tmp_path / "secondary.csv"), "--columns", "title", check=False)
         assert wrong.returncode != 0 and "no column(s) ['title']" in wrong.stderr
 
-        party("hltb", "link", "--csv", str(tmp_path / "secondary.csv"), "--columns", "name", "--kind", "strings",
-              "--key-file", str(key))
-        started = party("shop", "link", "--csv", str(tmp_path / "primary.csv"), "--columns", "title", "--kind",
-                        "strings", "--key-file", str(key), "--start", "--k", "3", "--fetch", str(tmp_path / "out"))
+        party(
+            "hltb",
+            "link",
+            "--csv",
+            str(tmp_path / "secondary.csv"),
+            "--columns",
+            "name",
+            "--kind",
+            "strings",
+            "--key-file",
+            str(key),
+        )
+        started = party(
+            "shop",
+            "link",
+            "--csv",
+            str(tmp_path / "primary.csv"),
+            "--columns",
+            "title",
+            "--kind",
+            "strings",
+            "--key-file",
+            str(key),
+            "--start",
+            "--k",
+            "3",
+            "--fetch",
+            str(tmp_path / "out"),
+        )
         assert "metric: hamming (inferred from the uploaded bits" in started.stderr  # no --metric given
         party("hltb", "fetch", "--out", str(tmp_path / "out"))
         status = json.loads(party("hltb", "status").stdout)
@@ -85,15 +150,26 @@ def test_private_numbers_link_through_a_made_key(tmp_path):
     base = rng.uniform(0, 50, (400, 2))
     perm = rng.permutation(400)
     pd.DataFrame(base, columns=["x", "y"]).to_csv(tmp_path / "s.csv", index=False)
-    pd.DataFrame(base[perm] + rng.normal(0, 0.01, (400, 2)), columns=["lat", "lon"]).to_csv(tmp_path / "p.csv",
-                                                                                          index=False)
-    cli("make-key", "--out", str(tmp_path / "k.json"), "--csv", str(tmp_path / "s.csv"), "--columns", "x,y",
-        "--k", "10")
+    pd.DataFrame(base[perm] + rng.normal(0, 0.01, (400, 2)), columns=["lat", "lon"]).to_csv(
+        tmp_path / "p.csv", index=False
+    )
+    cli(
+        "make-key", "--out", str(tmp_path / "k.json"), "--csv", str(tmp_path / "s.csv"), "--columns", "x,y", "--k", "10"
+    )
     key = json.loads((tmp_path / "k.json").read_text())
     assert set(key["federal"]) == {"bits_per_dim", "t", "lo", "hi"} and len(key["secret"]) > 20
     for name, cols in (("s", "x,y"), ("p", "lat,lon")):
-        cli("encode", "--csv", str(tmp_path / f"{name}.csv"), "--columns", cols, "--key-file", str(tmp_path / "k.json"),
-            "--out", str(tmp_path / f"{name}.npy"))
+        cli(
+            "encode",
+            "--csv",
+            str(tmp_path / f"{name}.csv"),
+            "--columns",
+            cols,
+            "--key-file",
+            str(tmp_path / "k.json"),
+            "--out",
+            str(tmp_path / f"{name}.npy"),
+        )
     from linkage.pipeline import link
 
     p_bits, s_bits = np.load(tmp_path / "p.npy"), np.load(tmp_path / "s.npy")
@@ -106,8 +182,14 @@ def test_private_numbers_link_through_a_made_key(tmp_path):
 def write_people(folder) -> tuple[list, np.ndarray]:
     """Name + address: the primary's p.csv, and the secondary's s.csv respelt and shuffled
     (row perm[i] of s is record i of p). Returns (people, perm)."""
-    people = [("Anna Smith", "12 Main Street"), ("Anna Smith", "7 Park Lane"), ("Bob Lee", "12 Main Street"),
-              ("Zoe Kim", "3 Hill Road"), ("Lee Bob", "9 River Walk"), ("Kim Park", "1 Bay Road")]
+    people = [
+        ("Anna Smith", "12 Main Street"),
+        ("Anna Smith", "7 Park Lane"),
+        ("Bob Lee", "12 Main Street"),
+        ("Zoe Kim", "3 Hill Road"),
+        ("Lee Bob", "9 River Walk"),
+        ("Kim Park", "1 Bay Road"),
+    ]
     perm = np.random.default_rng(5).permutation(len(people))
     pd.DataFrame(people, columns=["name", "address"]).to_csv(folder / "p.csv", index=False)
     spelt = [(people[i][0].replace("Smith", "Smyth"), people[i][1].replace("Street", "St")) for i in perm]
@@ -124,15 +206,48 @@ def test_two_string_columns_primary_first_then_start_with_the_default_scorer(tmp
     out = tmp_path / "out"
     with service(tmp_path / "svc", free_port()) as url:
         (tmp_path / "admin.token").write_text(ADMIN)
-        job = json.loads(cli("create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"),
-                             "--primary", "p", "--secondary", "s", "--secrets-dir", str(tmp_path)).stdout)["job"]
+        job = json.loads(
+            cli(
+                "create-job",
+                "--url",
+                url,
+                "--admin-token-file",
+                str(tmp_path / "admin.token"),
+                "--primary",
+                "p",
+                "--secondary",
+                "s",
+                "--secrets-dir",
+                str(tmp_path),
+            ).stdout
+        )["job"]
 
         def party(name: str, *args: str, check: bool = True):
-            return cli(*args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                       str(tmp_path / f"{job}-{name}.secret"), check=check)
+            return cli(
+                *args,
+                "--url",
+                url,
+                "--job",
+                job,
+                "--party",
+                name,
+                "--secret-file",
+                str(tmp_path / f"{job}-{name}.secret"),
+                check=check,
+            )
 
-        party("p", "link", "--csv", str(tmp_path / "p.csv"), "--columns", "name,address", "--kind", "strings",
-              "--record", str(out))
+        party(
+            "p",
+            "link",
+            "--csv",
+            str(tmp_path / "p.csv"),
+            "--columns",
+            "name,address",
+            "--kind",
+            "strings",
+            "--record",
+            str(out),
+        )
         early = party("p", "start", "--k", "2", check=False)
         assert early.returncode == 1 and "waiting for uploads from ['s']" in early.stderr
         assert "`start` command (no need to upload again)" in early.stderr and "Traceback" not in early.stderr
@@ -158,8 +273,18 @@ def test_command_line_mistakes_are_named_never_a_traceback(tmp_path):
     gone = cli("encode", "--csv", str(tmp_path / "none.csv"), "--columns", "a", "--out", "x", check=False)
     assert gone.returncode == 1 and "none.csv" in gone.stderr and "Traceback" not in gone.stderr
     (tmp_path / "p.secret").write_text("s")
-    down = cli("status", "--url", f"http://127.0.0.1:{free_port()}", "--job", "j", "--party", "p", "--secret-file",
-               str(tmp_path / "p.secret"), check=False)
+    down = cli(
+        "status",
+        "--url",
+        f"http://127.0.0.1:{free_port()}",
+        "--job",
+        "j",
+        "--party",
+        "p",
+        "--secret-file",
+        str(tmp_path / "p.secret"),
+        check=False,
+    )
     assert down.returncode == 1 and "cannot reach the linkage service at http://127.0.0.1:" in down.stderr
 
 
@@ -167,8 +292,9 @@ def test_every_option_shows_its_default_and_main_returns_on_success(tmp_path, ca
     from linkage_server.cli import HelpFormatter, main, parser
 
     commands = parser()._subparsers._group_actions[0].choices
-    assert {"serve", "create-job", "make-key", "encode", "link", "start", "status", "fetch", "query",
-            "delta"} <= set(commands)
+    assert {"serve", "create-job", "make-key", "encode", "link", "start", "status", "fetch", "query", "delta"} <= set(
+        commands
+    )
     for name, sub in commands.items():
         for action in sub._actions:
             if action.option_strings and action.dest != "help":

@@ -27,7 +27,9 @@ def test_huge_finite_identifiers_are_refused_at_upload_by_name(tmp_path, value):
     job, _ = store.create("p", ["s"])
     ids = np.random.default_rng(0).normal(size=(20, 2))
     ids[[3, 7], 1] = value
-    with pytest.raises(UploadError, match=r"2 identifier row\(s\) hold a number beyond \+/-1e\+100 \(first rows: \[3, 7\]\)"):
+    with pytest.raises(
+        UploadError, match=r"2 identifier row\(s\) hold a number beyond \+/-1e\+100 \(first rows: \[3, 7\]\)"
+    ):
         store.upload(job, "p", to_npy(ids))
     assert store.meta(job)["uploads"] == {}  # nothing kept
     store.upload(job, "p", to_npy(ids.clip(-1e99, 1e99)))  # large but workable values pass
@@ -131,8 +133,13 @@ def test_the_local_superlink_is_given_longer_than_flowers_fixed_start_up_wait(tm
     fake.write_text(SLOW_SUPERLINK.replace("PYTHON", sys.executable, 1))
     fake.chmod(0o755)
     port = free_port()
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FLWR_HOME": str(tmp_path / "home"),
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "FLWR_HOME": str(tmp_path / "home"),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+    }
     try:
         with pytest.raises(RuntimeError, match="within 1s"):
             start_superlink(env, timeout=1.0)

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from linkage.query import query as in_process_query
 from linkage.store import read_primary, read_secondary
-from linkage_server import jobs
+from linkage_server import job_run
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.limits import Limits
 from linkage_server.local import free_port, local_service
@@ -44,8 +44,11 @@ def _uploaded_job(c, m: int, n: int, seed: int = 0, secondaries=("s",)) -> tuple
     made = c.post("/jobs", json={"primary": "p", "secondaries": list(secondaries)}, headers=_auth(ADMIN)).json()
     rng = np.random.default_rng(seed)
     for party, rows in (("p", m), *((s, n) for s in secondaries)):
-        r = c.put(f"/jobs/{made['job']}/parties/{party}/identifiers", content=to_npy(rng.uniform(0, 10, (rows, 2))),
-                  headers=_auth(made["secrets"][party]))
+        r = c.put(
+            f"/jobs/{made['job']}/parties/{party}/identifiers",
+            content=to_npy(rng.uniform(0, 10, (rows, 2))),
+            headers=_auth(made["secrets"][party]),
+        )
         assert r.is_success, r.text
     return made["job"], made["secrets"]
 
@@ -68,11 +71,15 @@ def _until(c, job: str, states=("done", "failed")) -> dict:
 def test_k_and_a_jobs_cells_over_the_operators_limits_are_refused_by_name_before_it_is_queued(tmp_path):
     with _app(tmp_path, limits=Limits(max_k=8, max_cells=1000)) as c:
         job, keys = _uploaded_job(c, 100, 50, secondaries=("s", "t"))
-        for body, words in (({"k": 9}, "k=9 exceeds the service's limit of 8 neighbours per record (the operator's "
-                                       "serve --max-k)"),
-                            ({"k": 2, "pool": 33}, "pool=33 exceeds the service's limit of 32 candidates"),
-                            ({"k": 6}, "the job is 1,200 cells (primary records x candidates x secondaries), more than the "
-                                       "service's limit of 1,000 (the operator's serve --max-cells)")):
+        for body, words in (
+            ({"k": 9}, "k=9 exceeds the service's limit of 8 neighbours per record (the operator's serve --max-k)"),
+            ({"k": 2, "pool": 33}, "pool=33 exceeds the service's limit of 32 candidates"),
+            (
+                {"k": 6},
+                "the job is 1,200 cells (primary records x candidates x secondaries), more than the "
+                "service's limit of 1,000 (the operator's serve --max-cells)",
+            ),
+        ):
             r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", **body}, headers=_auth(keys["p"]))
             assert r.status_code == 422 and words in r.json()["detail"], r.text
         assert _state(c, job)["state"] == "created"  # nothing was queued
@@ -90,8 +97,7 @@ def test_at_a_large_k_the_search_chunks_shrink_to_the_cell_bound_and_the_release
         job, _ = store.create("p", ["s"])
         store.upload(job, "p", to_npy(query))
         store.upload(job, "s", to_npy(base))
-        store.start(job, JobParams.parse({"metric": "euclidean", "k": 40, "pool": 40, "tau": 0.9,
-                                              "radius": 0.01}))
+        store.start(job, JobParams.parse({"metric": "euclidean", "k": 40, "pool": 40, "tau": 0.9, "radius": 0.01}))
         store.run(job)
         meta = store.meta(job)
         assert meta["state"] == "done", meta["error"]
@@ -115,8 +121,9 @@ def _composed_store(tmp_path, m: int, n: int) -> tuple[JobStore, str, np.ndarray
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))
-    store.start(job, JobParams.parse({"metric": "euclidean", "k": 20, "pool": 20, "tau": 0.9, "radius": 0.01,
-                                              "compose": True}))
+    store.start(
+        job, JobParams.parse({"metric": "euclidean", "k": 20, "pool": 20, "tau": 0.9, "radius": 0.01, "compose": True})
+    )
     store.run(job)
     assert store.meta(job)["state"] == "done", store.meta(job)["error"]
     return store, job, base
@@ -139,8 +146,7 @@ def test_a_composed_jobs_query_does_not_load_the_release(tmp_path):
     from linkage.job_secret import read_secret
 
     row_of_token = {"s": read_secondary(folder / "results" / "secondary-s.npz", "s").row_of_token}
-    want = in_process_query(new, {"s": base}, release, row_of_token, secret=read_secret(folder / "secret.key"),
-                            pool=20)
+    want = in_process_query(new, {"s": base}, release, row_of_token, secret=read_secret(folder / "secret.key"), pool=20)
     got = read_primary(__import__("io").BytesIO(again))
     np.testing.assert_array_equal(got.links["s"].tokens, want.links["s"].tokens)
     np.testing.assert_array_equal(got.links["s"].sims, want.links["s"].sims)
@@ -155,8 +161,11 @@ def test_a_query_over_the_cells_cap_is_refused_before_its_search(tmp_path, monke
     queries = Queries(store, QueryLimits(max_cells=100))  # K = 20: five records
     from linkage_server.params import JobError
 
-    with pytest.raises(JobError, match=r"a query of 6 records is 120 cells \(records x candidates x secondaries\), more "
-                                       r"than the service's cap of 100 per query \(serve --query-max-cells\)") as e:
+    with pytest.raises(
+        JobError,
+        match=r"a query of 6 records is 120 cells \(records x candidates x secondaries\), more "
+        r"than the service's cap of 100 per query \(serve --query-max-cells\)",
+    ) as e:
         queries.answer(job, to_npy(np.zeros((6, 2))), None)
     assert e.value.status == 413 and not searched
     assert store.meta(job).get("queried", {}).get("records", 0) == 0  # nothing of the budget spent
@@ -190,13 +199,17 @@ def test_an_upload_is_streamed_to_a_private_file_not_held_in_memory(tmp_path):
         assert httpx.put(put, content=to_npy(np.zeros((3, 2))), headers=_auth(keys["p"])).is_success  # warm
         pid = _service_pid(port)
         before = _service_rss(pid, "VmRSS")
-        r = httpx.put(put, content=(body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)),
-                      headers=_auth(keys["p"]), timeout=300)
+        r = httpx.put(
+            put,
+            content=(body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20)),
+            headers=_auth(keys["p"]),
+            timeout=300,
+        )
         assert r.is_success, r.text
         grew = _service_rss(pid, "VmHWM") - before
         # before: the body's chunks, their join, the parsed array and its validation: 5.2x the
         # body; now the file memory-mapped and the validation (np.unique's copies): 3.3x
-        assert grew < 4 * len(body), (grew / len(body))
+        assert grew < 4 * len(body), grew / len(body)
         folder = tmp_path / "svc" / "jobs" / job
         assert (folder / "uploads" / "p.npy").read_bytes() == body
         assert (folder / "uploads" / "p.npy").stat().st_mode & 0o777 == 0o600
@@ -220,9 +233,19 @@ def test_a_party_may_have_only_so_many_bodies_in_flight(tmp_path):
         job, keys = made["job"], made["secrets"]
         put = f"{url}/jobs/{job}/parties/p/identifiers"
         results = []
-        senders = [threading.Thread(target=lambda: results.append(httpx.put(
-            put, content=slow_body(), headers=_auth(keys["p"]) | {"Content-Length": str(len(data))}, timeout=WAIT)))
-            for _ in range(2)]
+        senders = [
+            threading.Thread(
+                target=lambda: results.append(
+                    httpx.put(
+                        put,
+                        content=slow_body(),
+                        headers=_auth(keys["p"]) | {"Content-Length": str(len(data))},
+                        timeout=WAIT,
+                    )
+                )
+            )
+            for _ in range(2)
+        ]
         try:
             for t in senders:
                 t.start()
@@ -249,11 +272,11 @@ def test_a_party_may_have_only_so_many_bodies_in_flight(tmp_path):
 
 class Held:
     """Holds the named jobs' search after their first chunk, until released (a test hook around
-    jobs.chunked_search): a large job made slow by order, not by size."""
+    job_run.chunked_search): a large job made slow by order, not by size."""
 
     def __init__(self, monkeypatch) -> None:
         self.jobs, self.reached, self.release = set(), threading.Event(), threading.Event()
-        real = jobs.chunked_search
+        real = job_run.chunked_search
 
         def held(cache, *args):
             args = list(args)
@@ -268,7 +291,7 @@ class Held:
             args[6] = paused
             return real(cache, *args)
 
-        monkeypatch.setattr(jobs, "chunked_search", held)
+        monkeypatch.setattr(job_run, "chunked_search", held)
 
 
 def test_a_job_is_cancelled_by_its_primary_or_the_admin_queued_or_running(tmp_path, monkeypatch):
@@ -277,10 +300,13 @@ def test_a_job_is_cancelled_by_its_primary_or_the_admin_queued_or_running(tmp_pa
         running, keys = _uploaded_job(c, 100, 30)
         queued, keys2 = _uploaded_job(c, 40, 30, seed=1)
         hold.jobs.add(running)
-        assert c.post(f"/jobs/{running}/start", json={"metric": "euclidean", "k": 3}, headers=_auth(keys["p"])).is_success
+        assert c.post(
+            f"/jobs/{running}/start", json={"metric": "euclidean", "k": 3}, headers=_auth(keys["p"])
+        ).is_success
         assert hold.reached.wait(WAIT)  # the first job is running, held after its first chunk
-        assert c.post(f"/jobs/{queued}/start", json={"metric": "euclidean", "k": 3},
-                      headers=_auth(keys2["p"])).is_success  # behind it, in its lane
+        assert c.post(
+            f"/jobs/{queued}/start", json={"metric": "euclidean", "k": 3}, headers=_auth(keys2["p"])
+        ).is_success  # behind it, in its lane
         assert _state(c, queued)["state"] == "queued"
 
         r = c.post(f"/jobs/{running}/cancel", headers=_auth(keys["s"]))
@@ -300,8 +326,9 @@ def test_a_job_is_cancelled_by_its_primary_or_the_admin_queued_or_running(tmp_pa
         assert r.status_code == 409 and "only a queued or running job can be cancelled" in r.json()["detail"]
         assert _state(c, queued)["progress"] == {"done": 0, "total": 0}  # the cancelled queued job never ran
         # a cancelled job can be started again, and runs to the end
-        assert c.post(f"/jobs/{queued}/start", json={"metric": "euclidean", "k": 3},
-                      headers=_auth(keys2["p"])).is_success
+        assert c.post(
+            f"/jobs/{queued}/start", json={"metric": "euclidean", "k": 3}, headers=_auth(keys2["p"])
+        ).is_success
         assert _until(c, queued)["state"] == "done"
 
 
@@ -310,8 +337,10 @@ def test_fedsim_cancel_cancels_through_the_service(tmp_path, monkeypatch, capsys
 
     with _app(tmp_path) as c:
         job, keys = _uploaded_job(c, 20, 10)
-        monkeypatch.setattr("linkage_server.client.httpx.post",
-                            lambda url, headers, **kw: c.post(url.removeprefix("http://testserver"), headers=headers))
+        monkeypatch.setattr(
+            "linkage_server.client.httpx.post",
+            lambda url, headers, **kw: c.post(url.removeprefix("http://testserver"), headers=headers),
+        )
         (tmp_path / "admin").write_text(ADMIN)
         (tmp_path / "p.secret").write_text(keys["p"])
         base = ["cancel", "--url", "http://testserver", "--job", job]
@@ -332,11 +361,13 @@ def test_a_small_job_finishes_while_a_large_one_is_still_running(tmp_path, monke
         small, keys2 = _uploaded_job(c, 10, 10, seed=1)  # 10 x K=10: 100 cells, the small lane
         hold.jobs.add(large)
         try:
-            assert c.post(f"/jobs/{large}/start", json={"metric": "euclidean", "k": 10},
-                          headers=_auth(keys["p"])).is_success
+            assert c.post(
+                f"/jobs/{large}/start", json={"metric": "euclidean", "k": 10}, headers=_auth(keys["p"])
+            ).is_success
             assert hold.reached.wait(WAIT)
-            assert c.post(f"/jobs/{small}/start", json={"metric": "euclidean", "k": 10},
-                          headers=_auth(keys2["p"])).is_success
+            assert c.post(
+                f"/jobs/{small}/start", json={"metric": "euclidean", "k": 10}, headers=_auth(keys2["p"])
+            ).is_success
             assert _until(c, small)["state"] == "done"
             st = _state(c, large)
             assert st["state"] == "running" and st["progress"]["done"] < st["progress"]["total"]

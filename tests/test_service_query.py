@@ -99,11 +99,12 @@ def test_queries_are_refused_by_name(tmp_path):
             LinkageClient(url, job, "p", KEYS[job]["s"]).query(primary[:2])
         with pytest.raises(ServiceError, match="only the job's primary party may query it; this is the admin"):
             LinkageClient(url, job, "p", ADMIN).query(primary[:2])
-        refusals = {"width differs: the query has 3 identifier dimensions, the job's training upload has 2":
-                    np.zeros((2, 3)),
-                    "1 identifier row\\(s\\) are NaN/inf": np.array([[1.0, np.nan], [1.0, 2.0]]),
-                    "the query holds strings identifiers": np.array(["x", "y"]),
-                    "a query of 7 records exceeds the service's cap of 6 records per query": primary[:7]}
+        refusals = {
+            "width differs: the query has 3 identifier dimensions, the job's training upload has 2": np.zeros((2, 3)),
+            "1 identifier row\\(s\\) are NaN/inf": np.array([[1.0, np.nan], [1.0, 2.0]]),
+            "the query holds strings identifiers": np.array(["x", "y"]),
+            "a query of 7 records exceeds the service's cap of 6 records per query": primary[:7],
+        }
         for message, ids in refusals.items():
             with pytest.raises(ServiceError, match=message):
                 prim.query(ids)
@@ -111,8 +112,11 @@ def test_queries_are_refused_by_name(tmp_path):
             _refusal(prim, job, primary[:2], {"X-Encoding-Fingerprint": "zz"})
         prim.query(primary[:6])
         assert prim.query_budget == {"budget": 30, "left": 12}  # K = 3: 6 records are 18 cells
-        with pytest.raises(ServiceError, match=r"a query of 5 records \(15 cells, records x K\) exceeds job .* query "
-                                               "budget: 18 of 30 cells used, 12 left") as e:
+        with pytest.raises(
+            ServiceError,
+            match=r"a query of 5 records \(15 cells, records x K\) exceeds job .* query "
+            "budget: 18 of 30 cells used, 12 left",
+        ) as e:
             prim.query(primary[:5])
         assert e.value.status == 429
         assert prim.status()["queried"] == {"records": 6, "queries": 1, "cells": 18}  # refused ones not counted
@@ -140,8 +144,10 @@ def test_a_chain_job_and_a_service_without_queries_refuse_by_name(tmp_path):
             s.upload(base)
         prim.start("euclidean", 3, layout="chain")
         prim.wait(timeout=60)
-        with pytest.raises(ServiceError, match=f"job {job} is a 'chain' job: queries are answered for "
-                                               "independently linked secondaries only"):
+        with pytest.raises(
+            ServiceError,
+            match=f"job {job} is a 'chain' job: queries are answered for independently linked secondaries only",
+        ):
             prim.query(primary[:2])
         _, other, _ = _linked(url, primary, {"a": base, "b": base}, k=3)
         with pytest.raises(ServiceError, match="this service answers no queries \\(its query budget is 0"):
@@ -163,16 +169,21 @@ def test_bloom_queries_need_the_training_uploads_key_and_parameters(tmp_path):
         secs["s"].fetch(tmp_path / "out")  # the secondary resolves the tokens with the map it holds
         top1 = load_secondary(tmp_path / "out", "s").row_of_token[got.links["s"].tokens[:, 0]]
         assert [respelt[r] for r in top1] == ["PORTAL 2!", "THE WITCHER 3 WILD HUNT!", "CELESTE!"]
-        for bits, fingerprint in ((bloom_strings(new, b"another key"), key_fingerprint(other_key)),
-                                  (bloom_strings(new, b"the parties' key", hashes=20),
-                                   key_fingerprint({**key, "bloom": {"hashes": 20}}))):
-            with pytest.raises(ServiceError, match="the query's identifiers were encoded with a different key or "
-                                                   "parameters than the job's training upload"):
+        for bits, fingerprint in (
+            (bloom_strings(new, b"another key"), key_fingerprint(other_key)),
+            (bloom_strings(new, b"the parties' key", hashes=20), key_fingerprint({**key, "bloom": {"hashes": 20}})),
+        ):
+            with pytest.raises(
+                ServiceError,
+                match="the query's identifiers were encoded with a different key or "
+                "parameters than the job's training upload",
+            ):
                 prim.query(bits, fingerprint=fingerprint)
         with pytest.raises(ServiceError, match="carries no encoding fingerprint .*cannot be checked"):
             prim.query(bloom_strings(new, key["secret"].encode()))
-        with pytest.raises(ServiceError, match="width differs: the query has 512 Bloom filter bits, the job's "
-                                               "training upload has 1024"):
+        with pytest.raises(
+            ServiceError, match="width differs: the query has 512 Bloom filter bits, the job's training upload has 1024"
+        ):
             prim.query(bloom_strings(new, key["secret"].encode(), bits=512), fingerprint=key_fingerprint(key))
 
         job2, prim2, secs2 = _job(url, ("s",))  # a training upload without a fingerprint (an older client)
@@ -180,8 +191,11 @@ def test_bloom_queries_need_the_training_uploads_key_and_parameters(tmp_path):
         secs2["s"].upload(bloom_strings(respelt, key["secret"].encode()))
         prim2.start("hamming", 2)
         prim2.wait(timeout=60)
-        with pytest.raises(ServiceError, match=f"job {job2}'s training upload carries no encoding fingerprint, "
-                                               "so a query of encoded \\(Bloom\\) identifiers cannot be checked"):
+        with pytest.raises(
+            ServiceError,
+            match=f"job {job2}'s training upload carries no encoding fingerprint, "
+            "so a query of encoded \\(Bloom\\) identifiers cannot be checked",
+        ):
             prim2.query(bloom_strings(new, key["secret"].encode()), fingerprint=key_fingerprint(key))
 
 
@@ -201,17 +215,66 @@ def test_the_cli_queries_with_the_key_it_linked_with(tmp_path):
             (tmp_path / f"{party}.secret").write_text(secret)
 
         def party(name: str, *args: str, check: bool = True):
-            return cli(*args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                       str(tmp_path / f"{name}.secret"), "--kind", "strings", check=check)
+            return cli(
+                *args,
+                "--url",
+                url,
+                "--job",
+                job,
+                "--party",
+                name,
+                "--secret-file",
+                str(tmp_path / f"{name}.secret"),
+                "--kind",
+                "strings",
+                check=check,
+            )
 
-        party("s", "link", "--csv", str(tmp_path / "s.csv"), "--columns", "name", "--key-file", str(tmp_path / "k.json"))
-        party("p", "link", "--csv", str(tmp_path / "p.csv"), "--columns", "title", "--key-file",
-              str(tmp_path / "k.json"), "--start", "--metric", "hamming", "--k", "2", "--wait")
-        out = party("p", "query", "--csv", str(tmp_path / "new.csv"), "--columns", "title", "--key-file",
-                    str(tmp_path / "k.json"), "--out", str(tmp_path / "query.npz"))
+        party(
+            "s", "link", "--csv", str(tmp_path / "s.csv"), "--columns", "name", "--key-file", str(tmp_path / "k.json")
+        )
+        party(
+            "p",
+            "link",
+            "--csv",
+            str(tmp_path / "p.csv"),
+            "--columns",
+            "title",
+            "--key-file",
+            str(tmp_path / "k.json"),
+            "--start",
+            "--metric",
+            "hamming",
+            "--k",
+            "2",
+            "--wait",
+        )
+        out = party(
+            "p",
+            "query",
+            "--csv",
+            str(tmp_path / "new.csv"),
+            "--columns",
+            "title",
+            "--key-file",
+            str(tmp_path / "k.json"),
+            "--out",
+            str(tmp_path / "query.npz"),
+        )
         assert json.loads(out.stdout)["query_budget"]["left"] == 1_000_000 - 2 * 2  # 2 records x K = 2
         assert read_primary(tmp_path / "query.npz").links["s"].tokens.shape == (2, 2)
-        wrong = party("p", "query", "--csv", str(tmp_path / "new.csv"), "--columns", "title", "--key-file",
-                      str(tmp_path / "other.json"), "--out", str(tmp_path / "wrong.npz"), check=False)
+        wrong = party(
+            "p",
+            "query",
+            "--csv",
+            str(tmp_path / "new.csv"),
+            "--columns",
+            "title",
+            "--key-file",
+            str(tmp_path / "other.json"),
+            "--out",
+            str(tmp_path / "wrong.npz"),
+            check=False,
+        )
         assert wrong.returncode != 0 and "encoded with a different key or parameters" in wrong.stderr
         assert not (tmp_path / "wrong.npz").exists()

@@ -40,10 +40,10 @@ def neighbours_of(folder, party: str) -> np.ndarray:
 @pytest.fixture
 def app(tmp_path):
     """A service app (in-process, lifespan running) with a two-party job; (client, job, secrets)."""
-    with TestClient(create_app(tmp_path / "svc", ADMIN, chunk_rows=40), raise_server_exceptions=False,
-                    client=("10.0.0.1", 5000)) as c:
-        made = c.post("/jobs", json={"primary": "alice", "secondaries": ["bob", "carol"]},
-                      headers=_auth(ADMIN)).json()
+    with TestClient(
+        create_app(tmp_path / "svc", ADMIN, chunk_rows=40), raise_server_exceptions=False, client=("10.0.0.1", 5000)
+    ) as c:
+        made = c.post("/jobs", json={"primary": "alice", "secondaries": ["bob", "carol"]}, headers=_auth(ADMIN)).json()
         yield c, made["job"], made["secrets"]
 
 
@@ -89,8 +89,9 @@ def test_a_reuploaded_primary_also_invalidates_the_cache(tmp_path):
     store.upload(job, "p", to_npy(other))
     store.start(job, JobParams.parse({"metric": "euclidean", "k": 3}))
     store.run(job)
-    np.testing.assert_array_equal(neighbours_of(tmp_path / "jobs" / job / "results", "s"),
-                                  topk_bruteforce(other, base, 3)[1])
+    np.testing.assert_array_equal(
+        neighbours_of(tmp_path / "jobs" / job / "results", "s"), topk_bruteforce(other, base, 3)[1]
+    )
 
 
 # ----------------------------------------------------------------------------- item 4a: event loop
@@ -112,8 +113,11 @@ def test_health_and_other_parties_answer_while_a_large_upload_is_validated(tmp_p
     with local_service(tmp_path / "svc", free_port(), ADMIN) as url:
         made = httpx.post(f"{url}/jobs", json={"primary": "p", "secondaries": ["s"]}, headers=_auth(ADMIN)).json()
         job, keys = made["job"], made["secrets"]
-        sender = subprocess.Popen([sys.executable, "-c", SENDER, f"{url}/jobs/{job}/parties/p/identifiers",
-                                   keys["p"]], stdout=subprocess.PIPE, text=True)
+        sender = subprocess.Popen(
+            [sys.executable, "-c", SENDER, f"{url}/jobs/{job}/parties/p/identifiers", keys["p"]],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         gc.disable()  # a collection in this (large) test process would be timed as the service's latency
         try:
             assert sender.stdout.readline().strip() == "ready"
@@ -126,8 +130,9 @@ def test_health_and_other_parties_answer_while_a_large_upload_is_validated(tmp_p
                         assert c.get(path, headers=_auth(key) if key else {}).is_success
                         worst[what], calls = max(worst[what], time.perf_counter() - t0), calls + 1
                     t0 = time.perf_counter()  # another party's small upload (it writes to disk: looser bound)
-                    assert c.put(f"/jobs/{job}/parties/s/identifiers", content=to_npy(np.zeros((3, 2))),
-                                 headers=_auth(keys["s"])).is_success
+                    assert c.put(
+                        f"/jobs/{job}/parties/s/identifiers", content=to_npy(np.zeros((3, 2))), headers=_auth(keys["s"])
+                    ).is_success
                     small_upload = max(small_upload, time.perf_counter() - t0)
                 seconds = time.perf_counter() - t_start
             assert sender.stdout.read().strip() == "200"
@@ -178,8 +183,10 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
         assert other.get(status, headers=_auth(keys["s"])).status_code == 200
         # and a 429 still counts against the address that earned it: no free guessing oracle
         oracle = client("10.0.0.88")
-        answers = [oracle.put(f"/jobs/{job}/parties/s/identifiers", content=b"x",
-                              headers=_auth(f"g{i}")).status_code for i in range(6)]
+        answers = [
+            oracle.put(f"/jobs/{job}/parties/s/identifiers", content=b"x", headers=_auth(f"g{i}")).status_code
+            for i in range(6)
+        ]
         assert answers == [429] * 6
         assert oracle.get(status, headers=_auth("g6")).status_code == 429  # its own limit now
         assert oracle.get(status, headers=_auth(keys["s"])).status_code == 200  # never the right secret
@@ -199,12 +206,27 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
 # ----------------------------------------------------------------------------- item 4c: typed parameters
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"k": 2.9}, "k"), ({"k": True}, "k"), ({"k": "2"}, "k"), ({"k": 2**31}, "k"), ({"k": 10**30}, "k"),
-    ({"k": None}, "k"), ({"tau": True}, "tau"), ({"tau": "0.5"}, "tau"), ({"tau": None}, "tau"),
-    ({"pool": 4.0}, "pool"), ({"pool": False}, "pool"), ({"pool": 2**63}, "pool"), ({"metric": 1}, "metric"),
-    ({"layout": 0}, "layout"), ({"anchor": ["s"]}, "anchor"), ({"seed": 3}, "seed"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"k": 2.9}, "k"),
+        ({"k": True}, "k"),
+        ({"k": "2"}, "k"),
+        ({"k": 2**31}, "k"),
+        ({"k": 10**30}, "k"),
+        ({"k": None}, "k"),
+        ({"tau": True}, "tau"),
+        ({"tau": "0.5"}, "tau"),
+        ({"tau": None}, "tau"),
+        ({"pool": 4.0}, "pool"),
+        ({"pool": False}, "pool"),
+        ({"pool": 2**63}, "pool"),
+        ({"metric": 1}, "metric"),
+        ({"layout": 0}, "layout"),
+        ({"anchor": ["s"]}, "anchor"),
+        ({"seed": 3}, "seed"),
+    ],
+)
 def test_start_parameters_are_strictly_typed(body, field):
     with pytest.raises(JobError, match=f"'{field}'") as e:
         JobParams.parse({"metric": "euclidean", "k": 2} | body)
@@ -225,15 +247,26 @@ def test_the_start_endpoint_refuses_loose_parameters_by_name(app):
 def test_a_non_ascii_bearer_token_is_401(app):
     c, job, _ = app
     token = "Bearer sécret".encode()
-    for method, path in (("GET", f"/jobs/{job}"), ("POST", "/jobs"), ("GET", f"/jobs/{job}/parties/bob/result"),
-                         ("PUT", f"/jobs/{job}/parties/bob/identifiers")):
+    for method, path in (
+        ("GET", f"/jobs/{job}"),
+        ("POST", "/jobs"),
+        ("GET", f"/jobs/{job}/parties/bob/result"),
+        ("PUT", f"/jobs/{job}/parties/bob/identifiers"),
+    ):
         r = c.request(method, path, headers={"Authorization": token})
         assert r.status_code == 401, (method, path, r.status_code, r.text)
 
 
-@pytest.mark.parametrize("primary, secondaries", [
-    ("p\n", ["s"]), ("p", ["s\n"]), ("p", ["P"]), ("p", [".hidden"]), ("p", ["a/b"]),
-])
+@pytest.mark.parametrize(
+    "primary, secondaries",
+    [
+        ("p\n", ["s"]),
+        ("p", ["s\n"]),
+        ("p", ["P"]),
+        ("p", [".hidden"]),
+        ("p", ["a/b"]),
+    ],
+)
 def test_party_names_are_matched_in_full_and_cannot_collide(tmp_path, primary, secondaries):
     with pytest.raises(JobError, match="party name") as e:
         JobStore(tmp_path).create(primary, secondaries)
@@ -283,14 +316,17 @@ def test_status_shows_each_role_only_what_it_needs(app, tmp_path):
     for party, x in ids.items():
         r = c.put(f"/jobs/{job}/parties/{party}/identifiers", content=to_npy(x), headers=_auth(keys[party]))
         assert r.is_success, r.text
-    assert c.put(f"/jobs/{job}/parties/alice/train-rows", content=to_npy(np.arange(25)),
-                 headers=_auth(keys["alice"])).is_success
-    assert c.post(f"/jobs/{job}/start", json={"metric": "euclidean", "k": 3, "tau": 0.9},
-                  headers=_auth(keys["alice"])).is_success
+    assert c.put(
+        f"/jobs/{job}/parties/alice/train-rows", content=to_npy(np.arange(25)), headers=_auth(keys["alice"])
+    ).is_success
+    assert c.post(
+        f"/jobs/{job}/start", json={"metric": "euclidean", "k": 3, "tau": 0.9}, headers=_auth(keys["alice"])
+    ).is_success
     views = {}
     for _ in range(200):
-        views = {who: c.get(f"/jobs/{job}", headers=_auth(key)).json()
-                 for who, key in (("admin", ADMIN), *keys.items())}
+        views = {
+            who: c.get(f"/jobs/{job}", headers=_auth(key)).json() for who, key in (("admin", ADMIN), *keys.items())
+        }
         if views["admin"]["state"] in ("done", "failed"):
             break
         time.sleep(0.05)
@@ -314,8 +350,11 @@ def test_status_shows_each_role_only_what_it_needs(app, tmp_path):
     assert set(bob["privacy"]["parties"]["bob"]) == {"attacks", "strongest"}  # not the job's statistics
     assert "alice" not in json.dumps(bob) and "carol" not in json.dumps(bob)
     # the admin: everything, with row counts of every party
-    assert admin["role"] == "admin" and {p: u["rows"] for p, u in admin["uploads"].items()} == \
-        {"alice": 50, "bob": 30, "carol": 20}
+    assert admin["role"] == "admin" and {p: u["rows"] for p, u in admin["uploads"].items()} == {
+        "alice": 50,
+        "bob": 30,
+        "carol": 20,
+    }
     # nobody ever sees a secret, its hash, or a seed
     secret = (tmp_path / "svc" / "jobs" / job / "secret.key").read_bytes()
     for who, view in views.items():

@@ -27,19 +27,44 @@ def test_wrong_secrets_from_the_same_address_do_not_lock_the_right_party_out(tmp
     np.save(tmp_path / "s.npy", base)
     (tmp_path / "admin.token").write_text(ADMIN)
     with service(tmp_path / "svc", free_port(), "--auth-failures", "3", "--auth-window", "60") as url:
-        made = json.loads(cli("create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"),
-                              "--primary", "p", "--secondary", "s", "--secrets-dir", str(tmp_path)).stdout)
+        made = json.loads(
+            cli(
+                "create-job",
+                "--url",
+                url,
+                "--admin-token-file",
+                str(tmp_path / "admin.token"),
+                "--primary",
+                "p",
+                "--secondary",
+                "s",
+                "--secrets-dir",
+                str(tmp_path),
+            ).stdout
+        )
         job = made["job"]
 
         def party(name: str, *args: str, check: bool = True):
-            return cli(*args, "--url", url, "--job", job, "--party", name, "--secret-file",
-                       str(tmp_path / f"{job}-{name}.secret"), check=check)
+            return cli(
+                *args,
+                "--url",
+                url,
+                "--job",
+                job,
+                "--party",
+                name,
+                "--secret-file",
+                str(tmp_path / f"{job}-{name}.secret"),
+                check=check,
+            )
 
         party("s", "link", "--npy", str(tmp_path / "s.npy"))
         party("p", "link", "--npy", str(tmp_path / "p.npy"))
         with httpx.Client(base_url=url) as stranger:  # same address as every party here: 127.0.0.1
-            answers = [stranger.get(f"/jobs/{job}", headers={"Authorization": f"Bearer wrong-{i}"}).status_code
-                       for i in range(6)]
+            answers = [
+                stranger.get(f"/jobs/{job}", headers={"Authorization": f"Bearer wrong-{i}"}).status_code
+                for i in range(6)
+            ]
         assert answers[:3] == [403] * 3 and set(answers[3:]) == {429}  # the stranger is limited ...
         started = party("p", "start", "--k", "3", "--fetch", str(tmp_path / "out"), check=False)
         assert started.returncode == 0, started.stderr  # ... the primary is not

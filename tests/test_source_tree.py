@@ -32,8 +32,21 @@ def test_a_fetch_into_the_linkage_package_is_refused_before_anything_is_written(
     secret.chmod(0o600)
     before = sorted(p.name for p in (ROOT / "linkage").iterdir())
     with pytest.raises(SystemExit) as e:  # the URL is never contacted: nothing listens on port 9
-        main(["fetch", "--url", "http://127.0.0.1:9", "--job", "j", "--party", "p", "--secret-file", str(secret),
-              "--out", str(ROOT / "linkage")])
+        main(
+            [
+                "fetch",
+                "--url",
+                "http://127.0.0.1:9",
+                "--job",
+                "j",
+                "--party",
+                "p",
+                "--secret-file",
+                str(secret),
+                "--out",
+                str(ROOT / "linkage"),
+            ]
+        )
     assert e.value.code == 2 and "inside the project's source folder" in capsys.readouterr().err
     assert sorted(p.name for p in (ROOT / "linkage").iterdir()) == before
 
@@ -60,16 +73,19 @@ def test_the_readme_examples_write_outside_the_source_into_folders_git_ignores()
     assert inside == [], inside
     if shutil.which("git") and (ROOT / ".git").exists():
         relative = sorted({v.replace("<job>", "j") for _, v in outputs if not v.startswith(("/", ".."))})
-        ignored = subprocess.run(["git", "check-ignore", "--no-index", *relative], cwd=ROOT, capture_output=True,
-                                 text=True).stdout.split()
+        ignored = subprocess.run(
+            ["git", "check-ignore", "--no-index", *relative], cwd=ROOT, capture_output=True, text=True
+        ).stdout.split()
         assert sorted(ignored) == relative, sorted(set(relative) - set(ignored))
 
 
 def test_predict_train_and_deploy_refuse_the_source_tree_before_anything_runs(tmp_path, capsys):
     from fedsim.cli import main
 
-    assert main(["predict", str(tmp_path / "no-run"), str(tmp_path / "new.csv"), "--out",
-                 str(ROOT / "predictions.csv")]) == 2  # named before the run is even looked at
+    assert (
+        main(["predict", str(tmp_path / "no-run"), str(tmp_path / "new.csv"), "--out", str(ROOT / "predictions.csv")])
+        == 2
+    )  # named before the run is even looked at
     assert "project's root" in capsys.readouterr().err and not (ROOT / "predictions.csv").exists()
     assert main(["train", "--dataset", "hdb", "--engine", "inprocess", "--out-dir", str(ROOT / "linkage")]) == 2
     assert "inside the project's source folder" in capsys.readouterr().err

@@ -30,8 +30,9 @@ def test_the_training_clock_ticks_while_progress_stands_still(tmp_path):
     for good: the clock must go on every second while the run is alive."""
     from fedsim.watch import watch
 
-    (tmp_path / "progress.json").write_text(json.dumps(
-        {"phase": "training", "epoch": 2, "max_epochs": 10, "step": 33, "steps_per_epoch": 33, "loss": 0.5}))
+    (tmp_path / "progress.json").write_text(
+        json.dumps({"phase": "training", "epoch": 2, "max_epochs": 10, "step": 33, "steps_per_epoch": 33, "loss": 0.5})
+    )
     now, ticks, out = [100.0], [], Tty()
 
     def sleep(seconds: float) -> None:
@@ -49,8 +50,15 @@ def test_the_bar_says_what_happens_before_progress_and_nothing_off_a_terminal(tm
     from fedsim.watch import watch
 
     out, calls = Tty(), []
-    watch(lambda: len(calls) >= 2, tmp_path, label="run", starting="loading the data and linking, in this process",
-          stream=out, clock=lambda: 0.0, sleep=calls.append)
+    watch(
+        lambda: len(calls) >= 2,
+        tmp_path,
+        label="run",
+        starting="loading the data and linking, in this process",
+        stream=out,
+        clock=lambda: 0.0,
+        sleep=calls.append,
+    )
     assert "loading the data and linking, in this process" in out.getvalue()
     assert "starting Flower" not in out.getvalue()
     plain, calls = io.StringIO(), []
@@ -64,8 +72,14 @@ def test_epochs_are_numbered_alike_in_the_bar_the_summary_line_and_the_report(tm
     from fedsim.train import report_outcome
     from fedsim.watch import _describe
 
-    summary = {"dataset": "hdb", "method": "fedsim", "best_epoch": 2, "epochs_run": 10, "val": {"rmse": 1.0},
-               "test": {"rmse": 2.0}}
+    summary = {
+        "dataset": "hdb",
+        "method": "fedsim",
+        "best_epoch": 2,
+        "epochs_run": 10,
+        "val": {"rmse": 1.0},
+        "test": {"rmse": 2.0},
+    }
     assert "epoch 2/10" in _describe({"phase": "training", "epoch": 2, "max_epochs": 10})
     assert "best epoch 2/10" in headline(summary)[0]
     since = time.time() - 1
@@ -111,8 +125,10 @@ def test_estimate_prints_a_verdict_for_each_delta(tmp_path, capsys, monkeypatch)
     from linkage_server import cli
 
     spread = delta_verdict(top1=12.0, avg=8.0, k=20, k_avg=20)
-    assert spread[0].startswith("Delta vs Top1Sim = 12.000 (60.0% of its maximum K=20) > 0: linking with K=20 "
-                                "neighbours is expected to help over keeping only the most similar match")
+    assert spread[0].startswith(
+        "Delta vs Top1Sim = 12.000 (60.0% of its maximum K=20) > 0: linking with K=20 "
+        "neighbours is expected to help over keeping only the most similar match"
+    )
     assert "averaging 20 neighbours with equal weights" in spread[1]
     assert "training-free estimate" in spread[2] and "method solo" in spread[2]
     peaked = delta_verdict(top1=0.2, avg=9.0, k=20, k_avg=20)
@@ -159,7 +175,8 @@ def test_own_data_errors_name_the_file_and_its_line_numbers(tmp_path):
 
     (tmp_path / "parties.toml").write_text(
         'task = "regression"\nlabel = "y"\n[primary]\nfile = "p.csv"\nidentifiers = ["x"]\nnumeric = ["a"]\n'
-        '[secondaries.s]\nfile = "s.csv"\nidentifiers = ["x"]\nnumeric = ["nope"]\n')
+        '[secondaries.s]\nfile = "s.csv"\nidentifiers = ["x"]\nnumeric = ["nope"]\n'
+    )
     rows = [f"{i},{i % 3},{i * 2}" for i in range(10)]
     rows[4] = "4,1,"  # data row 4 (0-based) = line 6 of the file (header = line 1)
     (tmp_path / "p.csv").write_text("x,a,y\n" + "\n".join(rows) + "\n")
@@ -176,9 +193,24 @@ def test_own_data_errors_name_the_file_and_its_line_numbers(tmp_path):
 
 def test_serve_prints_where_it_listens_and_logs_requests_without_secrets(tmp_path):
     data = tmp_path / "svc"
-    proc = subprocess.Popen([sys.executable, "-m", "linkage_server", "serve", "--host", "127.0.0.1", "--port", "0",
-                             "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)  # this tree's linkage_server, whatever is installed
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "linkage_server",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )  # this tree's linkage_server, whatever is installed
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # never blocks the test
     try:
@@ -197,12 +229,16 @@ def test_serve_prints_where_it_listens_and_logs_requests_without_secrets(tmp_pat
                 assert time.monotonic() < deadline and proc.poll() is None
                 time.sleep(0.1)
         token = (data / "admin-token").read_text().strip()
-        made = httpx.post(f"{url}/jobs", json={"primary": "p", "secondaries": ["s"]},
-                          headers={"Authorization": f"Bearer {token}"}).json()
+        made = httpx.post(
+            f"{url}/jobs", json={"primary": "p", "secondaries": ["s"]}, headers={"Authorization": f"Bearer {token}"}
+        ).json()
         body = io.BytesIO()
         np.save(body, np.array([[1.0, 2.0], [3.0, 4.0]]))
-        upload = httpx.put(f"{url}/jobs/{made['job']}/parties/p/identifiers", content=body.getvalue(),
-                           headers={"Authorization": f"Bearer {made['secrets']['p']}"})
+        upload = httpx.put(
+            f"{url}/jobs/{made['job']}/parties/p/identifiers",
+            content=body.getvalue(),
+            headers={"Authorization": f"Bearer {made['secrets']['p']}"},
+        )
         assert upload.is_success, upload.text
         wrong = httpx.get(f"{url}/jobs/{made['job']}", headers={"Authorization": "Bearer not-a-secret-of-this-job"})
         assert wrong.status_code in (401, 403, 404)
@@ -248,8 +284,11 @@ def test_a_done_job_fills_the_bar_even_without_counts(monkeypatch):
     from linkage_server import progress
 
     updates = []
-    monkeypatch.setattr(progress.Bar, "update", lambda self, done, total=None, description=None:
-                        updates.append((done, total, description)))
+    monkeypatch.setattr(
+        progress.Bar,
+        "update",
+        lambda self, done, total=None, description=None: updates.append((done, total, description)),
+    )
     bar = progress.Bar.__new__(progress.Bar)
     bar.job({"state": "queued", "progress": {"done": 0, "total": 0}})
     bar.job({"state": "done", "progress": {}})  # a secondary's view has no counts
@@ -261,18 +300,33 @@ def test_a_done_job_fills_the_bar_even_without_counts(monkeypatch):
 
 def test_setup_phases_are_said_with_the_time_and_a_clock_while_they_run():
     script = ". scripts/phase.sh; run_phase 'installing something slow' sleep 2.5; say finished"
-    r = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "PHASE_TICK": "1"})
+    r = subprocess.run(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PHASE_TICK": "1"},
+    )
     lines = r.stdout.splitlines()
     assert r.returncode == 0, r.stderr
     assert re.fullmatch(r"\[0:00\] installing something slow", lines[0]), lines
     assert any(re.fullmatch(r"\[0:0\d\]   still installing something slow \(0:0[1-3]\)", x) for x in lines), lines
     assert re.fullmatch(r"\[0:0\d\]   done: installing something slow in 0:0[2-4]", lines[-2]), lines
-    failed = subprocess.run(["bash", "-c", ". scripts/phase.sh; run_phase 'a step' bash -c 'echo boom; exit 3'; "
-                             "echo not-reached"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    failed = subprocess.run(
+        ["bash", "-c", ". scripts/phase.sh; run_phase 'a step' bash -c 'echo boom; exit 3'; echo not-reached"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert failed.returncode == 1 and "FAILED: a step" in failed.stderr and "boom" in failed.stderr
     assert "not-reached" not in failed.stdout
     setup = (ROOT / "scripts" / "setup.sh").read_text()
-    for phase in ("creating .venv", "installing $TORCH (the CPU build", "installing the project",
-                  "compiling the linkage kernels"):
+    for phase in (
+        "creating .venv",
+        "installing $TORCH (the CPU build",
+        "installing the project",
+        "compiling the linkage kernels",
+    ):
         assert phase in setup

@@ -17,16 +17,31 @@ from tests.test_byo import write_parties
 
 def planted(n: int = 60, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({"lat": rng.uniform(0, 1, n), "lon": rng.uniform(0, 1, n), "size": rng.normal(70, 20, n),
-                       "age": rng.integers(0, 50, n).astype(float), "flat": 3.0,
-                       "kind": rng.choice(["a", "b", "c"], n), "town": rng.choice(["x", "y"], n)})
+    df = pd.DataFrame(
+        {
+            "lat": rng.uniform(0, 1, n),
+            "lon": rng.uniform(0, 1, n),
+            "size": rng.normal(70, 20, n),
+            "age": rng.integers(0, 50, n).astype(float),
+            "flat": 3.0,
+            "kind": rng.choice(["a", "b", "c"], n),
+            "town": rng.choice(["x", "y"], n),
+        }
+    )
     df.loc[[3, 17, 40], "size"] = np.nan  # imputed with the training mean
     return df
 
 
 def table(df: pd.DataFrame, fit_rows=None):
-    return party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["size", "age", "flat"],
-                       categorical_cols=["kind", "town"], fit_rows=fit_rows)
+    return party_table(
+        "p",
+        df,
+        id_cols=["lat", "lon"],
+        id_kind="numeric",
+        numeric_cols=["size", "age", "flat"],
+        categorical_cols=["kind", "town"],
+        fit_rows=fit_rows,
+    )
 
 
 def test_the_transform_gives_the_training_features_bitwise():
@@ -55,8 +70,9 @@ def test_a_csv_partys_transform_reprepares_its_file(tmp_path):
     raw = pd.read_csv(tmp_path / "sales.csv")
     assert np.array_equal(ds.primary.transform.apply(raw, "sales.csv")[0], ds.primary.features)
     shops = pd.read_csv(tmp_path / "shops.csv")
-    assert np.array_equal(ds.secondaries["shops"].transform.apply(shops, "shops.csv")[0],
-                          ds.secondaries["shops"].features)
+    assert np.array_equal(
+        ds.secondaries["shops"].transform.apply(shops, "shops.csv")[0], ds.secondaries["shops"].features
+    )
 
 
 def test_an_unseen_category_sets_no_one_hot_and_is_counted_or_refused():
@@ -73,12 +89,18 @@ def test_an_unseen_category_sets_no_one_hot_and_is_counted_or_refused():
         t.apply(new, "new", unknown="refuse")
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda d: d.drop(columns=["age"]), r"new: missing column\(s\) \['age'\]"),
-    (lambda d: d.drop(columns=["town"]), r"new: missing column\(s\) \['town'\]"),
-    (lambda d: d.assign(size=["big"] + [1.0] * (len(d) - 1)), "feature column 'size' holds non-numbers, e.g. 'big'"),
-    (lambda d: d.assign(age=[np.inf] + [1.0] * (len(d) - 1)), "feature column 'age' holds non-finite values"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: d.drop(columns=["age"]), r"new: missing column\(s\) \['age'\]"),
+        (lambda d: d.drop(columns=["town"]), r"new: missing column\(s\) \['town'\]"),
+        (
+            lambda d: d.assign(size=["big"] + [1.0] * (len(d) - 1)),
+            "feature column 'size' holds non-numbers, e.g. 'big'",
+        ),
+        (lambda d: d.assign(age=[np.inf] + [1.0] * (len(d) - 1)), "feature column 'age' holds non-finite values"),
+    ],
+)
 def test_bad_new_records_are_refused_by_name(edit, match):
     t = table(planted()).transform
     with pytest.raises(DatasetError, match=match):
@@ -88,8 +110,14 @@ def test_bad_new_records_are_refused_by_name(edit, match):
 def test_whole_numbers_read_as_floats_match_their_training_category_and_nan_fills_are_strict_json():
     df = planted().assign(zone=np.arange(60) % 3 + 1)  # int categories 1, 2, 3 in training
     df.loc[5, "size"] = np.nan
-    t = party_table("p", df.assign(empty=np.nan), id_cols=["lat", "lon"], id_kind="numeric",
-                    numeric_cols=["size", "empty"], categorical_cols=["zone"]).transform
+    t = party_table(
+        "p",
+        df.assign(empty=np.nan),
+        id_cols=["lat", "lon"],
+        id_kind="numeric",
+        numeric_cols=["size", "empty"],
+        categorical_cols=["zone"],
+    ).transform
     new = df.iloc[:4].assign(empty=np.nan, zone=[2.0, np.nan, 3.0, 1.0])  # a blank cell: pandas reads floats
     x, report = t.apply(new, "new")
     assert report["unseen_categories"] == {"zone": 1}  # only the blank

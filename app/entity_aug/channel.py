@@ -1,5 +1,6 @@
-"""The host's channel to the guests over Flower messages (Algorithm 1's send / collect with a
-deadline), plus the host's own block in process; byte accounting as in app/vfl/channel.py."""
+"""The primary's channel to the secondaries (the EA paper's host and guests) over Flower messages
+(Algorithm 1's send / collect with a deadline), plus the primary's own block in process; byte
+accounting as in app/vfl/channel.py. The contract is strategies/entity_aug/channel.py."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ from flwr.serverapp import Grid
 from app.entity_aug import parties as wire
 from app.messages import named_content
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
-from strategies.entity_aug.exchange import LocalLink, StepReply, StepRequest
-from strategies.entity_aug.model import EAParty
+from strategies.entity_aug.channel import LocalChannel, StepReply, StepRequest
+from strategies.entity_aug.model import SecondaryParty
 
 
-class FlowerLink:
-    """The guests behind Flower nodes (plus the host's own block, if any, in process)."""
+class FlowerChannel:
+    """The secondaries behind Flower nodes (plus the primary's own block, if any, in process)."""
 
-    def __init__(self, grid: Grid, nodes: dict[str, int], patience: float, local: dict[str, EAParty]) -> None:
+    def __init__(self, grid: Grid, nodes: dict[str, int], patience: float, local: dict[str, SecondaryParty]) -> None:
         self.grid, self.nodes, self.patience = grid, nodes, patience
-        self.local = LocalLink(local)
+        self.local = LocalChannel(local)
         self.parties = sorted(nodes) + self.local.parties
         self.traffic = Traffic()
         self._pending: dict[str, str] = {}  # party -> id of its outstanding message
@@ -39,13 +40,13 @@ class FlowerLink:
     def _pull(self, wanted: dict[str, str], until: float, what: str) -> dict[str, RecordDict]:
         """message id -> party; the replies that arrive by ``until`` under the shared poll policy
         (app/transport.py:pull_replies), at least one pull even if ``until`` has passed; a missing
-        one is left out, not an error (collect's deadline), a guest's error raises at once."""
+        one is left out, not an error (collect's deadline), a secondary's error raises at once."""
         out: dict[str, RecordDict] = {}
 
         def take(reply: Message) -> None:
             party = wanted[reply.metadata.reply_to_message_id]
             if reply.has_error():
-                raise PartyError(f"guest {party!r} failed on {what}: {reply.error.reason}")
+                raise PartyError(f"secondary {party!r} failed on {what}: {reply.error.reason}")
             out[party] = reply.content
             self.traffic.bytes_up += payload_bytes(reply.content)
 
@@ -67,7 +68,7 @@ class FlowerLink:
         got = self._pull(dict(zip(ids, msgs)), time.monotonic() + self.patience, message_type)
         missing = sorted(set(self.nodes) - set(got))
         if missing:
-            raise PartyError(f"guest {missing[0]!r} did not answer {message_type} within {self.patience} s")
+            raise PartyError(f"secondary {missing[0]!r} did not answer {message_type} within {self.patience} s")
         return got
 
     def embed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -75,16 +76,16 @@ class FlowerLink:
         return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
 
     def keep(self, folder: str, epoch: int) -> None:
-        """Every guest keeps its state of ``epoch`` (just evaluated, the best so far) in its own folder."""
+        """Every secondary keeps its state of ``epoch`` (just evaluated, the best so far) in its own folder."""
         self._ask_all("query.ea_keep", named_content("ea_keep", run=run_name(Path(folder)), epoch=int(epoch)))
 
     def embed_kept(self, run: str, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Predict: every guest's activations (q, c_p) of ``ids`` from the state it kept for ``run``
-        (plus the host's own block, in process, from the host's kept state)."""
+        """Predict: every secondary's activations (q, c_p) of ``ids`` from the state it kept for ``run``
+        (plus the primary's own block, in process, from the primary's kept state)."""
         got = self._ask_all("query.ea_embed_kept", wire.kept_request_content(run, ids))
         return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
 
     def finish(self, folder: str) -> None:
-        """Every guest saves its model into its own folder for the run (``folder`` = the host's
-        run dir; only its name travels)."""
+        """Every secondary saves its model into its own folder for the run (``folder`` = the
+        primary's run dir; only its name travels)."""
         self._ask_all("query.ea_finish", named_content("ea_finish", run=run_name(Path(folder))))

@@ -1,9 +1,10 @@
-"""ClientApp side of Entity Augmentation (``mode = "entity-aug"``): one guest per node.
+"""ClientApp side of Entity Augmentation (``mode = "entity-aug"``): one secondary (the EA paper's
+guest) per node.
 
-The guest's model, optimiser state and the ids of its last activation live in
+The secondary's model, optimiser state and the ids of its last activation live in
 ``context.state`` between messages; registered in app/client_app.py as
 ``query.ea_hello``, ``train.ea_step``, ``query.ea_embed``, ``query.ea_keep`` (the state of a best
-epoch into the guest's own model folder) and ``query.ea_finish``; predict over Flower:
+epoch into the secondary's own model folder) and ``query.ea_finish``; predict over Flower:
 ``query.ea_predict_hello`` and ``query.ea_embed_kept`` (embeddings from the kept state).
 """
 
@@ -23,73 +24,90 @@ from app.entity_aug.parties import (
     read_kept_request,
     read_request,
     reply_content,
-    simulation_guest,
+    simulation_secondary,
     torch_threads,
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
 from linkage.private import private_dir
-from strategies.entity_aug.model import EAParty, PartyPlan
+from strategies.entity_aug.model import BatchSchedule, SecondaryParty
 
 
-def guest_name(cfg: RunConfig, context: Context) -> str:
-    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th guest."""
+def secondary_name(cfg: RunConfig, context: Context) -> str:
+    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th secondary."""
     if "party" in context.node_config:
         return str(context.node_config["party"])
-    return simulation_guest(cfg, int(context.node_config["partition-id"]))
+    return simulation_secondary(cfg, int(context.node_config["partition-id"]))
 
 
-def restore(cfg: RunConfig, context: Context) -> EAParty:
+def restore(cfg: RunConfig, context: Context) -> SecondaryParty:
     meta = context.state.config_records.get("ea_party")
     if meta is None:
-        raise RuntimeError("this node has not been introduced: the host must send query.ea_hello first")
+        raise RuntimeError("this node has not been introduced: the primary must send query.ea_hello first")
     party = build_party(cfg, str(meta["party"]), inputs=_inputs(context))
     if "ea_model" in context.state.array_records:
         party.model.load_state_dict(context.state.array_records["ea_model"].to_torch_state_dict())
-        load_optimizer_state(party.optimizer, context.state.array_records["ea_optim_arrays"],
-                             context.state.config_records["ea_optim_scalars"])
+        load_optimizer_state(
+            party.optimizer,
+            context.state.array_records["ea_optim_arrays"],
+            context.state.config_records["ea_optim_scalars"],
+        )
         pending = context.state.array_records["ea_pending"]["ids"].numpy()
         party.pending = pending if bool(meta["has_pending"]) else None
     return party
 
 
 def _inputs(context: Context) -> PartyInputs:
-    """The guest's data and plan as its hello stored them (:func:`persist`)."""
-    arrays, plan = context.state.array_records["ea_inputs"], context.state.config_records["ea_plan"]
-    return PartyInputs(arrays["x"].numpy(), PartyPlan(arrays["records"].numpy(), int(plan["order_seed"]),
-                                                     int(plan["batch_size"]), int(plan["steps_per_epoch"])),
-                       float(plan["delay"]))
+    """The secondary's data and batch schedule as its hello stored them (:func:`persist`)."""
+    arrays, sched = context.state.array_records["ea_inputs"], context.state.config_records["ea_schedule"]
+    return PartyInputs(
+        arrays["x"].numpy(),
+        BatchSchedule(
+            arrays["records"].numpy(), int(sched["order_seed"]), int(sched["batch_size"]), int(sched["steps_per_epoch"])
+        ),
+        float(sched["delay"]),
+    )
 
 
-def _persist_inputs(party: EAParty, context: Context) -> None:
-    """Once per run (the first persist): the feature block and the record plan, which never change."""
+def _persist_inputs(party: SecondaryParty, context: Context) -> None:
+    """Once per run (the first persist): the feature block and the batch schedule, which never change."""
     if "ea_inputs" in context.state.array_records:
         return
     x = np.ascontiguousarray(party.x.cpu().numpy())
-    context.state.array_records["ea_inputs"] = ArrayRecord({"x": Array(x), "records": Array(
-        np.ascontiguousarray(party.plan.records, dtype=np.int64))})
-    context.state.config_records["ea_plan"] = ConfigRecord({
-        "order_seed": int(party.plan.order_seed), "batch_size": party.plan.batch_size,
-        "steps_per_epoch": party.plan.steps_per_epoch, "delay": float(party.fault_delay)})
+    context.state.array_records["ea_inputs"] = ArrayRecord(
+        {"x": Array(x), "records": Array(np.ascontiguousarray(party.schedule.records, dtype=np.int64))}
+    )
+    context.state.config_records["ea_schedule"] = ConfigRecord(
+        {
+            "order_seed": int(party.schedule.order_seed),
+            "batch_size": party.schedule.batch_size,
+            "steps_per_epoch": party.schedule.steps_per_epoch,
+            "delay": float(party.fault_delay),
+        }
+    )
 
 
-def persist(party: EAParty, context: Context) -> None:
+def persist(party: SecondaryParty, context: Context) -> None:
     _persist_inputs(party, context)
-    context.state.config_records["ea_party"] = ConfigRecord({"party": party.name, "has_pending": party.pending is not None})
+    context.state.config_records["ea_party"] = ConfigRecord(
+        {"party": party.name, "has_pending": party.pending is not None}
+    )
     context.state.array_records["ea_model"] = ArrayRecord({k: v.cpu() for k, v in party.model.state_dict().items()})
     arrays, scalars = optimizer_state_records(party.optimizer)
     context.state.array_records["ea_optim_arrays"] = arrays
     context.state.config_records["ea_optim_scalars"] = scalars
     pending = party.pending if party.pending is not None else np.empty(0, dtype=np.int64)
-    context.state.array_records["ea_pending"] = ArrayRecord({"ids": Array(np.ascontiguousarray(pending, dtype=np.int64))})
+    context.state.array_records["ea_pending"] = ArrayRecord(
+        {"ids": Array(np.ascontiguousarray(pending, dtype=np.int64))}
+    )
 
 
 def hello(msg: Message, context: Context) -> Message:
     messages.expect_fields(msg.content.config_records["ea_hello"], set(), "query.ea_hello")
     cfg = node_run_config(context)
-    party = build_party(cfg, guest_name(cfg, context))
+    party = build_party(cfg, secondary_name(cfg, context))
     persist(party, context)
-    reply = ConfigRecord({"party": party.name, "records": int(len(party.plan.records))})
+    reply = ConfigRecord({"party": party.name, "records": int(len(party.schedule.records))})
     return Message(RecordDict({"ea_hello": reply}), reply_to=msg)
 
 
@@ -97,9 +115,13 @@ def step(msg: Message, context: Context) -> Message:
     with torch_threads(1):
         party = restore(node_run_config(context), context)
         req = read_request(msg.content)
-        if req.grad is not None:  # finite in this guest's dtype (a float64 1e300 overflows float32)
-            messages.require_finite(torch.as_tensor(req.grad, dtype=party.dtype), party.name,
-                                    f"gradient (as {party.dtype})", "train.ea_step")
+        if req.grad is not None:  # finite in this secondary's dtype (a float64 1e300 overflows float32)
+            messages.require_finite(
+                torch.as_tensor(req.grad, dtype=party.dtype),
+                party.name,
+                f"gradient (as {party.dtype})",
+                "train.ea_step",
+            )
         reply = party.step(req)
         persist(party, context)
     return Message(reply_content(reply), reply_to=msg)
@@ -111,7 +133,7 @@ def embed(msg: Message, context: Context) -> Message:
 
 
 def finish(msg: Message, context: Context) -> Message:
-    """The guest's final model into its own folder for the run (app/node.py:model_dir)."""
+    """The secondary's final model into its own folder for the run (app/node.py:model_dir)."""
     cfg = node_run_config(context)
     run = messages.read_named(msg.content, "ea_finish", "query.ea_finish", names=("run",))["run"]
     party = restore(cfg, context)
@@ -122,38 +144,46 @@ def finish(msg: Message, context: Context) -> Message:
 
 
 def keep(msg: Message, context: Context) -> Message:
-    """The host's evaluation of ``epoch`` was the best so far: this guest's state as that
+    """The primary's evaluation of ``epoch`` was the best so far: this secondary's state as that
     evaluation used it into its own model folder for the run (app/entity_aug/kept.py)."""
     cfg = node_run_config(context)
     got = messages.read_named(msg.content, "ea_keep", "query.ea_keep", names=("run",), ints=("epoch",))
     party = restore(cfg, context)
-    from app.entity_aug.kept import save_guest_state  # lazy: the kept state module loads the data stack
+    from app.entity_aug.kept import save_secondary_state  # lazy: the kept state module loads the data stack
 
-    save_guest_state(node.model_dir(cfg, context, got["run"], party.name), got["epoch"], party.model.state_dict(),
-                     party.x.cpu().numpy())
+    save_secondary_state(
+        node.model_dir(cfg, context, got["run"], party.name),
+        got["epoch"],
+        party.model.state_dict(),
+        party.x.cpu().numpy(),
+    )
     return Message(RecordDict(), reply_to=msg)
 
 
 def predict_hello(msg: Message, context: Context) -> Message:
-    """Predict's handshake: which guest this node plays (its kept state is read per request)."""
+    """Predict's handshake: which secondary this node plays (its kept state is read per request)."""
     cfg = node_run_config(context)
     messages.expect_fields(msg.content.config_records["ea_predict_hello"], set(), "query.ea_predict_hello")
-    return Message(RecordDict({"ea_predict_hello": ConfigRecord({"party": guest_name(cfg, context)})}), reply_to=msg)
+    return Message(
+        RecordDict({"ea_predict_hello": ConfigRecord({"party": secondary_name(cfg, context)})}), reply_to=msg
+    )
 
 
 def embed_kept(msg: Message, context: Context) -> Message:
-    """Predict: the entities' activations from the state this guest kept for the run, over the
+    """Predict: the entities' activations from the state this secondary kept for the run, over the
     features it was trained on (refused by name when they changed), as training evaluated."""
     cfg = node_run_config(context)
     run, ids = read_kept_request(msg.content)
     with torch_threads(1):
-        party = build_party(cfg, guest_name(cfg, context))
-        from app.entity_aug.kept import load_guest_state  # lazy: the kept state module loads the data stack
+        party = build_party(cfg, secondary_name(cfg, context))
+        from app.entity_aug.kept import load_secondary_state  # lazy: the kept state module loads the data stack
 
-        _, state = load_guest_state(node.model_dir(cfg, context, run, party.name), party.name, party.x.cpu().numpy())
+        _, state = load_secondary_state(
+            node.model_dir(cfg, context, run, party.name), party.name, party.x.cpu().numpy()
+        )
         party.model.load_state_dict(state)
         n = party.x.shape[0]
         if len(ids) and (ids.min() < 0 or ids.max() >= n):
-            raise ValueError(f"guest {party.name!r}: entity ids outside its 0..{n - 1}")
+            raise ValueError(f"secondary {party.name!r}: entity ids outside its 0..{n - 1}")
         act = party.embed(ids)
     return Message(act_content(act), reply_to=msg)

@@ -9,16 +9,18 @@ from app import run_status
 from app.config import RunConfig
 from app.entity_aug.parties import build_party, ea_data
 from app.entity_aug.server import run_ea
-from strategies.entity_aug.exchange import LocalLink
+from strategies.entity_aug.channel import LocalChannel
 
 
 def run_ea_in_process(cfg: RunConfig, out: Path) -> dict:
-    """The run with every party in this process (threads only when a guest timeout is set),
+    """The run with every party in this process (threads only when a secondary timeout is set),
     recorded in <out>/status.json (app/run_status.py)."""
     with run_status.tracked(Path(out), "inprocess"):
         data = ea_data(cfg)
-        link = LocalLink({p: build_party(cfg, p, data) for p in data.parties}, threaded=cfg.guest_timeout > 0)
+        channel = LocalChannel(
+            {p: build_party(cfg, p, data) for p in data.parties}, threaded=cfg.ea.secondary_timeout > 0
+        )
         try:
-            return run_ea(cfg, data, link, Path(out), "inprocess")
+            return run_ea(cfg, data, channel, Path(out), "inprocess")
         finally:
-            link.close()
+            channel.close()

@@ -8,24 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from app import probes
 from app.config import RunConfig
 from app.data import load_data
-from app.messages import require_finite
-from strategies.entity_aug.exchange import StepReply, StepRequest
+from app.messages import read_named, require_finite
+from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import (
-    EAHost,
-    EAParty,
-    EAPlan,
+    BatchSchedule,
     EntityAugError,
     Layer,
-    PartyPlan,
+    PrimaryParty,
+    SecondaryParty,
+    TrainPlan,
     layers,
     out_width,
     party_records,
@@ -51,34 +52,62 @@ def torch_threads(n: int = 1):
 
 
 @dataclass(frozen=True)
-class EASettings:
+class Settings:
+    """Training hyperparameters (as app/config.py Settings): a dataset's defaults, or those resolved for one run."""
+
     batch_size: int
     epochs: int
     lr: float
-    guest: tuple[Layer, ...]  # each party's local model (Sec. 5.2 notation, see strategies.entity_aug.model.layers)
-    host: tuple[Layer, ...]  # the host's model before its output layer
+    secondary: tuple[Layer, ...]  # each party's local model (Sec. 5.2 notation, see strategies.entity_aug.model.layers)
+    primary: tuple[Layer, ...]  # the primary's (the EA paper's host's) model before its output layer
 
 
 # The paper's Sec. 5.2 models, 60 epochs and Sec. 5.5 learning rates (Adam, betas 0.9 / 0.999),
 # except handwritten: the paper's 0.1 made Adam collapse here (augment at 5%: 0.19 test
 # accuracy after 20 epochs, 0.985 at 1e-3), so it gets the CV rate 1e-3. Batch sizes are not in
 # the paper (ours). digits (two 8x8 halves) is not in the paper: handwritten's MLPs, the CV lr.
-EA_DEFAULTS: dict[str, EASettings] = {
-    "credit": EASettings(256, 60, 5e-4, (5, 2, "relu"), (22, 10, 8, 4)),
-    "parkinsons": EASettings(16, 60, 5e-4, (94, 47, "relu"), (94, 47, "leaky", 22, 10, "leaky")),
-    "handwritten": EASettings(64, 60, 1e-3, (120, 70, "relu"), (280, 120, "leaky", 40)),
-    "digits": EASettings(64, 60, 1e-3, (120, 70, "relu"), (280, 120, "leaky", 40)),
+DATASET_DEFAULTS: dict[str, Settings] = {
+    "credit": Settings(256, 60, 5e-4, (5, 2, "relu"), (22, 10, 8, 4)),
+    "parkinsons": Settings(16, 60, 5e-4, (94, 47, "relu"), (94, 47, "leaky", 22, 10, "leaky")),
+    "handwritten": Settings(64, 60, 1e-3, (120, 70, "relu"), (280, 120, "leaky", 40)),
+    "digits": Settings(64, 60, 1e-3, (120, 70, "relu"), (280, 120, "leaky", 40)),
 }
-FALLBACK = EASettings(64, 60, 1e-3, (120, 70, "relu"), (280, 120, "leaky", 40))
+FALLBACK = Settings(64, 60, 1e-3, (120, 70, "relu"), (280, 120, "leaky", 40))
 
 
-def ea_settings(cfg: RunConfig) -> EASettings:
-    d = EA_DEFAULTS.get(cfg.dataset, FALLBACK)
-    return EASettings(cfg.batch_size or d.batch_size, cfg.epochs or d.epochs, cfg.lr or d.lr, d.guest, d.host)
+def ea_settings(cfg: RunConfig) -> Settings:
+    d = DATASET_DEFAULTS.get(cfg.data.dataset, FALLBACK)
+    return Settings(
+        cfg.train.batch_size or d.batch_size, cfg.train.epochs or d.epochs, cfg.train.lr or d.lr, d.secondary, d.primary
+    )
+
+
+def hyperparameters(cfg: RunConfig) -> tuple[Settings, int, dict]:
+    """The run's settings (epochs: the maximum), its patience, and each value with its source
+    (as app/config.py RunConfig.hyperparameters): the run config, the dataset's tuned defaults
+    (DATASET_DEFAULTS), or for a dataset without them handwritten's models with early stopping."""
+    tuned = cfg.data.dataset in DATASET_DEFAULTS
+    epochs, patience = cfg.stopping(DATASET_DEFAULTS[cfg.data.dataset].epochs if tuned else None)
+    settings = replace(ea_settings(cfg), epochs=epochs)
+    base = (
+        f"dataset default ({cfg.data.dataset}, Entity Augmentation paper Sec. 5.2 / 5.5)"
+        if tuned
+        else "fallback: handwritten's defaults — dataset has no tuned defaults"
+    )
+    stop = base if tuned else "fallback: early stopping — dataset has no tuned defaults"
+    rows = {
+        "batch_size": (settings.batch_size, "run config" if cfg.train.batch_size else base),
+        "epochs": (epochs, "run config" if cfg.train.epochs else stop),
+        "patience": (patience, "run config" if cfg.train.patience >= 0 else stop),
+        "lr": (settings.lr, "run config" if cfg.train.lr else base),
+        "secondary_layers": (list(settings.secondary), base),
+        "primary_layers": (list(settings.primary), base),
+    }
+    return settings, patience, {name: {"value": v, "source": src} for name, (v, src) in rows.items()}
 
 
 def ea_data(cfg: RunConfig) -> EntityData:
-    from datasets.overlap import entity_data  # here: pandas; a guest's messages load no data (PartyInputs)
+    from datasets.overlap import entity_data  # here: pandas; a secondary's messages load no data (PartyInputs)
 
     ds = load_data(cfg)
     require_classification(ds.task, ds.name)
@@ -92,11 +121,13 @@ def ea_check(cfg: RunConfig) -> EntityData:
     training entity to iterate."""
     data = ea_data(cfg)
     aligned, shares = overlap_parts(cfg, data)
-    records = party_records(cfg.ea_variant, data.parties, data.split.train, aligned, shares)
+    records = party_records(cfg.ea.variant, data.parties, data.split.train, aligned, shares)
     empty = [p for p, r in records.items() if len(r) == 0]
     if empty:
-        raise EntityAugError(f"dataset {data.name!r}: party {empty[0]!r} has no training entity to iterate in "
-                             f"ea-variant {cfg.ea_variant!r} (aligned training entities: {len(aligned)})")
+        raise EntityAugError(
+            f"dataset {data.name!r}: party {empty[0]!r} has no training entity to iterate in "
+            f"ea-variant {cfg.ea.variant!r} (aligned training entities: {len(aligned)})"
+        )
     return data
 
 
@@ -110,93 +141,104 @@ def aligned_share(cfg: RunConfig, data: EntityData) -> tuple[float, str]:
 
 def evaluation_warnings(data: EntityData) -> list[str]:
     """A validation or test set too small to rank epochs or variants (datasets/entity_ids.py eval_sizes)."""
-    from datasets.entity_ids import EVAL_WARN_BELOW
+    from datasets.entity_ids import EVAL_WARN_BELOW  # lazy: pandas (datasets), off the ClientApp's per-message imports
 
     sizes = {"validation": len(data.split.val), "test": len(data.split.test)}
     small = {k: v for k, v in sizes.items() if v < EVAL_WARN_BELOW}
     if not small:
         return []
     n, n_eval = len(data.labels), len(data.split.val) + len(data.split.test)
-    why = (f" (the {n} entities' parties hold too few in common for 10% and 20% of them: evaluation needs "
-           "entities every party holds)" if data.held is not None and n_eval < 0.3 * n - 2
-           else f" (the dataset has {n} entities)")
-    return [f"{' and '.join(f'{k} has {v}' for k, v in small.items())} records, under {EVAL_WARN_BELOW}{why}: "
-            "metrics move in coarse steps, so early stopping and comparisons of variants are unreliable"]
+    why = (
+        f" (the {n} entities' parties hold too few in common for 10% and 20% of them: evaluation needs "
+        "entities every party holds)"
+        if data.held is not None and n_eval < 0.3 * n - 2
+        else f" (the dataset has {n} entities)"
+    )
+    return [
+        f"{' and '.join(f'{k} has {v}' for k, v in small.items())} records, under {EVAL_WARN_BELOW}{why}: "
+        "metrics move in coarse steps, so early stopping and comparisons of variants are unreliable"
+    ]
 
 
-def steps_per_epoch(data: EntityData, settings: EASettings) -> int:
+def steps_per_epoch(data: EntityData, settings: Settings) -> int:
     """Every variant runs the same number of steps per epoch: one pass over the training
     entities' count (a party with fewer records cycles through them)."""
     return math.ceil(len(data.split.train) / settings.batch_size)
 
 
-def ea_plan(cfg: RunConfig, data: EntityData, settings: EASettings) -> EAPlan:
-    return EAPlan(settings.epochs, steps_per_epoch(data, settings), cfg.max_steps)
+def ea_plan(cfg: RunConfig, data: EntityData, settings: Settings) -> TrainPlan:
+    return TrainPlan(settings.epochs, steps_per_epoch(data, settings), cfg.train.max_steps)
 
 
 def overlap_parts(cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[np.ndarray]]:
     """The aligned training entities and each party's disjoint share of the rest (seeded by the run)."""
-    from datasets.overlap import entity_overlap
+    from datasets.overlap import entity_overlap  # lazy: pandas, off the ClientApp's per-message imports
 
-    return entity_overlap(data, cfg.overlap, np.random.default_rng([cfg.seed, 41]), cfg.ea_variant)
+    return entity_overlap(data, cfg.ea.overlap, np.random.default_rng([cfg.train.seed, 41]), cfg.ea.variant)
 
 
-def party_plan(cfg: RunConfig, data: EntityData, settings: EASettings, party: str) -> PartyPlan:
+def batch_schedule(cfg: RunConfig, data: EntityData, settings: Settings, party: str) -> BatchSchedule:
     aligned, shares = overlap_parts(cfg, data)
-    records = party_records(cfg.ea_variant, data.parties, data.split.train, aligned, shares)[party]
-    own = cfg.ea_variant == "augment"  # own order = no alignment; otherwise one order shared by all
-    order_seed = party_seed(cfg.seed, f"ea-order:{party}" if own else "ea-order")
-    return PartyPlan(records, order_seed, settings.batch_size, steps_per_epoch(data, settings))
+    records = party_records(cfg.ea.variant, data.parties, data.split.train, aligned, shares)[party]
+    own = cfg.ea.variant == "augment"  # own order = no alignment; otherwise one order shared by all
+    order_seed = party_seed(cfg.train.seed, f"ea-order:{party}" if own else "ea-order")
+    return BatchSchedule(records, order_seed, settings.batch_size, steps_per_epoch(data, settings))
 
 
 @dataclass(frozen=True)
 class PartyInputs:
-    """What a party takes from the run's data: its feature block, its record plan and its
-    fault-test delay. A deployed guest keeps them in context.state from its hello on
+    """What a party takes from the run's data: its feature block, its batch schedule and its
+    fault-test delay. A deployed secondary keeps them in context.state from its hello on
     (app/entity_aug/client.py), so no later message loads the dataset again."""
 
     x: np.ndarray  # (n, d_p) by entity id
-    plan: PartyPlan
+    schedule: BatchSchedule
     delay: float
 
 
 def party_inputs(cfg: RunConfig, party: str, data: EntityData | None = None) -> PartyInputs:
     data = data or ea_data(cfg)
     if party not in data.blocks:
-        raise ValueError(f"unknown party {party!r} for dataset {cfg.dataset!r}; parties: {data.parties}")
-    delay = cfg.guest_delay if party == data.guests[0] else 0.0
-    return PartyInputs(data.blocks[party], party_plan(cfg, data, ea_settings(cfg), party), delay)
+        raise ValueError(f"unknown party {party!r} for dataset {cfg.data.dataset!r}; parties: {data.parties}")
+    delay = probes.secondary_delay() if party == data.secondaries[0] else 0.0
+    return PartyInputs(data.blocks[party], batch_schedule(cfg, data, ea_settings(cfg), party), delay)
 
 
-def build_party(cfg: RunConfig, party: str, data: EntityData | None = None, inputs: PartyInputs | None = None
-                ) -> EAParty:
+def build_party(
+    cfg: RunConfig, party: str, data: EntityData | None = None, inputs: PartyInputs | None = None
+) -> SecondaryParty:
     """A party at its initial weights, from the run's data (``data``, loaded if None) or from
     ``inputs`` already taken from it."""
     inputs = inputs or party_inputs(cfg, party, data)
     settings = ea_settings(cfg)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     d = inputs.x.shape[1]
-    model = build_seeded(party_seed(cfg.seed, f"ea:{party}"), lambda: layers(d, settings.guest)).to(device, dtype)
+    model = build_seeded(party_seed(cfg.train.seed, f"ea:{party}"), lambda: layers(d, settings.secondary)).to(
+        device, dtype
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    return EAParty(party, inputs.x, inputs.plan, model, optimizer, device, dtype, inputs.delay)
+    return SecondaryParty(party, inputs.x, inputs.schedule, model, optimizer, device, dtype, inputs.delay)
 
 
-def build_host(cfg: RunConfig, data: EntityData) -> EAHost:
+def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
     settings = ea_settings(cfg)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     head = TaskHead.fit(data.task, data.labels[data.split.train], data.n_classes)
-    d_in = sum(out_width(b.shape[1], settings.guest) for b in data.blocks.values())
-    model = build_seeded(party_seed(cfg.seed, "ea-host"), lambda: layers(d_in, settings.host, head.d_out)).to(device, dtype)
+    d_in = sum(out_width(b.shape[1], settings.secondary) for b in data.blocks.values())
+    model = build_seeded(
+        party_seed(cfg.train.seed, "ea-host"),  # the seed's name is kept: same weights as before
+        lambda: layers(d_in, settings.primary, head.d_out),
+    ).to(device, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    return EAHost(data.parties, data.labels, head, model, optimizer, device, dtype)
+    return PrimaryParty(data.parties, data.labels, head, model, optimizer, device, dtype)
 
 
-def simulation_guest(cfg: RunConfig, partition_id: int) -> str:
-    """In simulation, virtual node i plays guest i (sorted by name)."""
-    guests = ea_data(cfg).guests
-    if not 0 <= partition_id < len(guests):
-        raise ValueError(f"partition-id {partition_id} but dataset {cfg.dataset!r} has guests {guests}")
-    return guests[partition_id]
+def simulation_secondary(cfg: RunConfig, partition_id: int) -> str:
+    """In simulation, virtual node i plays secondary i (sorted by name)."""
+    secondaries = ea_data(cfg).secondaries
+    if not 0 <= partition_id < len(secondaries):
+        raise ValueError(f"partition-id {partition_id} but dataset {cfg.data.dataset!r} has secondaries {secondaries}")
+    return secondaries[partition_id]
 
 
 # ---------------------------------------------------------------------------- wire format
@@ -204,20 +246,32 @@ def simulation_guest(cfg: RunConfig, partition_id: int) -> str:
 
 def request_content(req: StepRequest) -> RecordDict:
     arrays = {} if req.grad is None else {"grad": Array(np.ascontiguousarray(req.grad))}
-    return RecordDict({"ea": ArrayRecord(arrays), "ea_meta": ConfigRecord({"epoch": req.epoch, "step": req.step,
-                                                                             "has_grad": req.grad is not None})})
+    return RecordDict(
+        {
+            "ea": ArrayRecord(arrays),
+            "ea_meta": ConfigRecord({"epoch": req.epoch, "step": req.step, "has_grad": req.grad is not None}),
+        }
+    )
 
 
 def read_request(content: RecordDict) -> StepRequest:
-    """A guest's step request; the guest refuses a gradient non-finite in its dtype (app/entity_aug/client.py)."""
+    """A secondary's step request; the secondary refuses a gradient non-finite in its dtype (app/entity_aug/client.py)."""
     meta = content.config_records["ea_meta"]
     grad = content.array_records["ea"]["grad"].numpy() if meta["has_grad"] else None
     return StepRequest(int(meta["epoch"]), int(meta["step"]), grad)
 
 
 def reply_content(reply: StepReply) -> RecordDict:
-    return RecordDict({"ea": ArrayRecord({"ids": Array(np.ascontiguousarray(reply.ids, dtype=np.int64)),
-                                          "act": Array(np.ascontiguousarray(reply.act))})})
+    return RecordDict(
+        {
+            "ea": ArrayRecord(
+                {
+                    "ids": Array(np.ascontiguousarray(reply.ids, dtype=np.int64)),
+                    "act": Array(np.ascontiguousarray(reply.act)),
+                }
+            )
+        }
+    )
 
 
 def read_reply(content: RecordDict, party: str = "") -> StepReply:
@@ -243,8 +297,6 @@ def kept_request_content(run: str, ids: np.ndarray) -> RecordDict:
 
 
 def read_kept_request(content: RecordDict) -> tuple[str, np.ndarray]:
-    from app.messages import read_named
-
     run = read_named(content, "ea_kept", "query.ea_embed_kept", names=("run",))["run"]
     return run, read_ids(content)
 

@@ -9,13 +9,14 @@ every party holds in the overlap experiment (the aligned ones; all in the ``full
 training entity in one party's own share is held by that party alone). The parties are rebuilt
 from the run's config as training built them (app/entity_aug/parties.py), loaded with their
 kept states, and evaluated as training's evaluation does: each party embeds the ids with its
-local model (EAParty.embed over a LocalLink), the host runs its model in eval mode (EAHost.outputs).
+local model (SecondaryParty.embed over a LocalChannel), the primary runs its model in eval mode
+(PrimaryParty.outputs).
 
-Over Flower (a run whose guests kept their own states) the host's side is
+Over Flower (a run whose secondaries kept their own states) the primary's side is
 app/entity_aug/predict_server.py, with the same checks and :func:`predicted`.
 
 Refused by name, before any output: a run that did not finish, no kept federation (or one whose
-guests kept their own states, over Flower), a party whose features changed since training, and
+secondaries kept their own states, over Flower), a party whose features changed since training, and
 entity ids that are not whole numbers, NaN, outside the run's entities or not held by every
 party (named by the user's ids and lines: app/entity_aug/predict_ids.py; exit 2, or with
 --skip-invalid left out and listed). Repeated ids are fine: each row is predicted on its own (no
@@ -39,14 +40,14 @@ import pandas as pd
 import torch
 
 from app.config import RunConfig
-from app.entity_aug.kept import HOST_MODEL, features_digest, load_kept, state_name
-from app.entity_aug.parties import build_host, build_party, ea_data, ea_plan, ea_settings, torch_threads
+from app.entity_aug.kept import PRIMARY_MODEL, features_digest, load_kept, state_name
+from app.entity_aug.parties import build_party, build_primary, ea_data, ea_plan, ea_settings, torch_threads
 from app.entity_aug.predict_ids import entity_ids, held_by_every_party, read_ids, read_screened  # noqa: F401 - re-exported
 from app.kept import KeptError, predict_command, write_csv
 from app.predict_files import write_skipped
 from app.run_status import require_finished
 from datasets.overlap import EntityData
-from strategies.entity_aug.exchange import LocalLink
+from strategies.entity_aug.channel import LocalChannel
 from strategies.heads import TaskHead
 
 
@@ -55,7 +56,7 @@ class EAPrediction:
     values: np.ndarray  # (q,) binary: P(y=1); multiclass: class id (TaskHead.predict)
     proba: np.ndarray | None  # (q, C) class probabilities (binary: C = 2)
     best_epoch: int
-    seconds: dict[str, float]  # prepare (kept state, data, models), embed (the parties), forward (the host)
+    seconds: dict[str, float]  # prepare (kept state, data, models), embed (the parties), forward (the primary)
 
 
 def user_entities(ids, data: EntityData) -> np.ndarray:
@@ -71,8 +72,9 @@ def user_entities(ids, data: EntityData) -> np.ndarray:
     keys = [str(v) for v in arr]
     unknown = sorted({k for k in keys if k not in lookup})
     if unknown:
-        raise KeptError(f"{len(unknown)} entity id(s) are not entities of the run (the label holder's ids): "
-                        f"{unknown[:5]}")
+        raise KeptError(
+            f"{len(unknown)} entity id(s) are not entities of the run (the label holder's ids): {unknown[:5]}"
+        )
     return np.array([lookup[k] for k in keys], dtype=np.int64)
 
 
@@ -80,15 +82,19 @@ def check_ids(ids: np.ndarray, cfg: RunConfig, data: EntityData) -> None:
     n = len(data.labels)
     outside = (ids < 0) | (ids >= n)
     if outside.any():
-        raise KeptError(f"{int(outside.sum())} of {len(ids)} entity id(s) are not entities of the run (0..{n - 1}): "
-                        f"{np.unique(ids[outside])[:5].tolist()}")
+        raise KeptError(
+            f"{int(outside.sum())} of {len(ids)} entity id(s) are not entities of the run (0..{n - 1}): "
+            f"{np.unique(ids[outside])[:5].tolist()}"
+        )
     lacking = {p: np.unique(ids[~held[ids]]) for p, held in held_by_every_party(cfg, data).items()}
     lacking = {p: u for p, u in lacking.items() if len(u)}
     if lacking:
         union = np.unique(np.concatenate(list(lacking.values())))
-        raise KeptError(f"{len(union)} entity id(s) are not held by every party: {union[:5].tolist()} (missing at "
-                        f"{ {p: len(u) for p, u in lacking.items()} }); predict serves the validation, test and "
-                        "aligned training entities")
+        raise KeptError(
+            f"{len(union)} entity id(s) are not held by every party: {union[:5].tolist()} (missing at "
+            f"{ {p: len(u) for p, u in lacking.items()} }); predict serves the validation, test and "
+            "aligned training entities"
+        )
 
 
 def check_parties(meta: dict, data: EntityData, names: list[str] | None = None) -> None:
@@ -98,55 +104,58 @@ def check_parties(meta: dict, data: EntityData, names: list[str] | None = None) 
         raise KeptError(f"the run's parties are now {data.parties}; the federation was trained with {meta['parties']}")
     for p in data.parties if names is None else names:
         if features_digest(data.blocks[p]) != meta["features_sha256"][p]:
-            raise KeptError(f"party {p!r}: its data changed since training (features digest differs); predict "
-                            "with the data the federation was trained on, or train again")
+            raise KeptError(
+                f"party {p!r}: its data changed since training (features digest differs); predict "
+                "with the data the federation was trained on, or train again"
+            )
 
 
 def rebuild(cfg: RunConfig, data: EntityData, meta: dict, states: dict, local: list[str] | None = None):
-    """(host, LocalLink of every party, or of those ``local``) with the kept states, built as
-    training built them."""
-    host = build_host(cfg, data)
-    if host.head != TaskHead(**meta["head"]):
-        raise KeptError(f"the run's labels now give the task head {host.head}; the federation was trained with "
-                        f"{meta['head']}")
-    host.model.load_state_dict(states[HOST_MODEL])  # built in the run's dtype first: no float32 round trip
+    """(primary, LocalChannel of every party, or of those ``local``) with the kept states, built
+    as training built them."""
+    primary = build_primary(cfg, data)
+    if primary.head != TaskHead(**meta["head"]):
+        raise KeptError(
+            f"the run's labels now give the task head {primary.head}; the federation was trained with {meta['head']}"
+        )
+    primary.model.load_state_dict(states[PRIMARY_MODEL])  # built in the run's dtype first: no float32 round trip
     parties = {p: build_party(cfg, p, data) for p in (data.parties if local is None else local)}
     for p, party in parties.items():
         party.model.load_state_dict(states[state_name(p)])
-    return host, LocalLink(parties)
+    return primary, LocalChannel(parties)
 
 
 def predict_ea_in_process(run_dir: Path, ids) -> EAPrediction:
     t0 = time.perf_counter()
     require_finished(Path(run_dir))
     meta, states = load_kept(Path(run_dir))
-    cfg = RunConfig(**meta["run"])
+    cfg = RunConfig.of(**meta["run"])
     data = ea_data(cfg)
     ids = user_entities(ids, data)
     check_parties(meta, data)
     check_ids(ids, cfg, data)
-    host, link = rebuild(cfg, data, meta, states)
+    primary, channel = rebuild(cfg, data, meta, states)
     seconds = {"prepare": time.perf_counter() - t0, "embed": 0.0, "forward": 0.0}
-    return predicted(host, link.embed, ids, ea_plan(cfg, data, ea_settings(cfg)).eval_batch, meta, seconds)
+    return predicted(primary, channel.embed, ids, ea_plan(cfg, data, ea_settings(cfg)).eval_batch, meta, seconds)
 
 
-def predicted(host, embed, ids: np.ndarray, batch: int, meta: dict, seconds: dict[str, float]) -> EAPrediction:
-    """The host's outputs over ``embed(chunk)`` (party -> (b, c_p)) in evaluation's chunks of
+def predicted(primary, embed, ids: np.ndarray, batch: int, meta: dict, seconds: dict[str, float]) -> EAPrediction:
+    """The primary's outputs over ``embed(chunk)`` (party -> (b, c_p)) in evaluation's chunks of
     ``batch`` (strategies.entity_aug.model.evaluate); ``seconds`` gains embed and forward."""
     outs = []
     with torch_threads(1):  # as training evaluated
         for i in range(0, len(ids), batch):
             t1 = time.perf_counter()
-            acts = embed(ids[i:i + batch])  # party -> (b, c_p)
+            acts = embed(ids[i : i + batch])  # party -> (b, c_p)
             t2 = time.perf_counter()
             for p, a in acts.items():
-                if a.shape[0] != len(ids[i:i + batch]):
-                    raise KeptError(f"party {p!r} answered {a.shape[0]} activations for {len(ids[i:i + batch])} ids")
-            outs.append(host.outputs(acts))  # (b, d_out)
+                if a.shape[0] != len(ids[i : i + batch]):
+                    raise KeptError(f"party {p!r} answered {a.shape[0]} activations for {len(ids[i : i + batch])} ids")
+            outs.append(primary.outputs(acts))  # (b, d_out)
             seconds["embed"] += t2 - t1
             seconds["forward"] += time.perf_counter() - t2
     out = torch.cat(outs)  # (q, d_out)
-    return EAPrediction(host.head.predict(out), host.head.probabilities(out), meta["best_epoch"], seconds)
+    return EAPrediction(primary.head.predict(out), primary.head.probabilities(out), meta["best_epoch"], seconds)
 
 
 # ---------------------------------------------------------------------------- CSV in, CSV out
@@ -164,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ids", type=Path, required=True, help="CSV with a column of entity ids")
     ap.add_argument("--ids-column", default="entity", help="the column of --ids holding the entity ids")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--skip-invalid", action="store_true", help="predict the ids the run can; list the others in "
-                    "<out stem>.skipped.csv (line, id, reason)")
+    ap.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="predict the ids the run can; list the others in <out stem>.skipped.csv (line, id, reason)",
+    )
     args = ap.parse_args(argv)
 
     def predict(screened) -> str:
@@ -177,8 +189,14 @@ def main(argv: list[str] | None = None) -> int:
             print(told, file=sys.stderr)
         return f"{len(ids)} predictions (best epoch {pred.best_epoch}) -> {args.out}"
 
-    return predict_command(args.out, args.ids, "--ids", predict, check=lambda: load_kept(args.run_dir),
-                           read=lambda: read_screened(args.run_dir, args.ids, args.ids_column, args.skip_invalid))
+    return predict_command(
+        args.out,
+        args.ids,
+        "--ids",
+        predict,
+        check=lambda: load_kept(args.run_dir),
+        read=lambda: read_screened(args.run_dir, args.ids, args.ids_column, args.skip_invalid),
+    )
 
 
 if __name__ == "__main__":

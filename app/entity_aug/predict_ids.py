@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from app.config import RunConfig
-from app.entity_aug.parties import overlap_parts
-from app.kept import KeptError
+from app.entity_aug.parties import ea_data, overlap_parts
+from app.kept import KeptError, read_manifest
 from datasets.base import require_columns
 from datasets.overlap import EntityData
 
@@ -36,8 +36,9 @@ def entity_ids(ids) -> np.ndarray:
     if arr.dtype.kind == "f":
         nan = ~np.isfinite(arr)
         if nan.any():
-            raise KeptError(f"{int(nan.sum())} entity id(s) are NaN or infinite (at positions "
-                            f"{np.flatnonzero(nan)[:5].tolist()})")
+            raise KeptError(
+                f"{int(nan.sum())} entity id(s) are NaN or infinite (at positions {np.flatnonzero(nan)[:5].tolist()})"
+            )
         frac = arr != np.round(arr)
         if frac.any():
             raise KeptError(f"{int(frac.sum())} entity id(s) are not whole numbers: {arr[frac][:5].tolist()}")
@@ -56,8 +57,10 @@ def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
     values = pd.to_numeric(df[column], errors="coerce")
     bad = values.isna() & df[column].notna()
     if bad.any():
-        raise KeptError(f"entity ids {path}: column {column!r} holds {int(bad.sum())} non-number(s) such as "
-                        f"{df[column][bad].head(3).tolist()}")
+        raise KeptError(
+            f"entity ids {path}: column {column!r} holds {int(bad.sum())} non-number(s) such as "
+            f"{df[column][bad].head(3).tolist()}"
+        )
     return values.to_numpy()
 
 
@@ -68,7 +71,7 @@ def held_by_every_party(cfg: RunConfig, data: EntityData) -> dict[str, np.ndarra
     if data.held is not None:
         return data.held
     n = len(data.labels)
-    if cfg.ea_variant == "full" or len(data.parties) == 1:
+    if cfg.ea.variant == "full" or len(data.parties) == 1:
         return {p: np.ones(n, dtype=bool) for p in data.parties}
     _, shares = overlap_parts(cfg, data)  # one per party, in data.parties' order
     held = {}
@@ -96,8 +99,11 @@ def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData) -> tuple[np.nd
     not entities of the run, and entities some party does not hold. Lines: header = line 1."""
     index = _indices(np.asarray(raw), data)
     held = held_by_every_party(cfg, data)
-    unknown = ("not an entity of the run (the label holder's ids)" if data.entity_ids is not None
-               else f"not an entity of the run (0..{len(data.labels) - 1})")
+    unknown = (
+        "not an entity of the run (the label holder's ids)"
+        if data.entity_ids is not None
+        else f"not an entity of the run (0..{len(data.labels) - 1})"
+    )
     keep, skipped = np.ones(len(index), dtype=bool), []
     for i, (value, j) in enumerate(zip(raw, index)):
         missing = [p for p, h in held.items() if not h[j]] if j >= 0 else []
@@ -111,17 +117,16 @@ def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData) -> tuple[np.nd
 def refusal(skipped: list[tuple], q: int) -> str:
     first = "; ".join(f"{k!r} (line {line}): {why}" for line, k, why in skipped[:SHOWN])
     more = f"; and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
-    return (f"{len(skipped)} of {q} entity id(s) cannot be predicted: {first}{more}. Predict serves the "
-            "validation, test and aligned training entities; --skip-invalid predicts the others and lists these")
+    return (
+        f"{len(skipped)} of {q} entity id(s) cannot be predicted: {first}{more}. Predict serves the "
+        "validation, test and aligned training entities; --skip-invalid predicts the others and lists these"
+    )
 
 
 def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tuple[np.ndarray, list[tuple]]:
     """The ids of ``column`` in ``ids_csv`` the run can predict, and the skipped (line, id, reason);
     without ``skip`` a single unpredictable id raises KeptError naming the first ones."""
-    from app.entity_aug.parties import ea_data
-    from app.kept import read_manifest
-
-    cfg = RunConfig(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
+    cfg = RunConfig.of(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
     data = ea_data(cfg)
     raw = read_ids(Path(ids_csv), column, data.entity_ids is not None)
     keep, skipped = screen_ids(raw, cfg, data)

@@ -1,9 +1,10 @@
-"""ServerApp side of Entity Augmentation (``mode = "entity-aug"``): the host (labels) drives
-the guests over Flower messages with Algorithm 1's queue and timeout fallback; and the same
-run with the guests in process (app/entity_aug/inprocess.py, used by experiments.sweep).
+"""ServerApp side of Entity Augmentation (``mode = "entity-aug"``): the primary (labels; the EA
+paper's host) drives the secondaries (the paper's guests) over Flower messages with Algorithm 1's
+queue and timeout fallback; and the same run with the secondaries in process
+(app/entity_aug/inprocess.py, used by experiments.sweep).
 
 Both write the run record of app/run_record.py (plus, per epoch and in the summary, the stale
-counts per guest) and status.json (app/run_status.py).
+counts per secondary) and status.json (app/run_status.py).
 """
 
 from __future__ import annotations
@@ -19,141 +20,199 @@ from flwr.serverapp import Grid
 from app import run_status
 from app.config import RunConfig
 from app.data import load_data
-from app.entity_aug.channel import FlowerLink
-from app.entity_aug.kept import HOST_MODEL, Keeper, state_name
+from app.entity_aug.channel import FlowerChannel
+from app.entity_aug.kept import PRIMARY_MODEL, Keeper, state_name
 from app.entity_aug.parties import (
-    EA_DEFAULTS,
-    EASettings,
     aligned_share,
-    build_host,
     build_party,
+    build_primary,
     ea_data,
     ea_plan,
-    ea_settings,
     evaluation_warnings,
+    hyperparameters,
     overlap_parts,
     torch_threads,
 )
-from app.run_record import RunRecord, Seconds, constant_predictor, hyperparameter_lines
+from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
-from datasets.overlap import HOST, EntityData
-from strategies.entity_aug.exchange import Exchanger, LocalLink
-from strategies.entity_aug.model import EAHost, fit_ea, party_records
+from datasets.overlap import PRIMARY_BLOCK, EntityData
+from strategies.entity_aug.channel import LocalChannel
+from strategies.entity_aug.exchange import Exchanger
+from strategies.entity_aug.model import PrimaryParty, fit_ea, party_records
 from strategies.records import EpochRecord, stopping
 
 
-def run_ea(cfg: RunConfig, data: EntityData, link: FlowerLink | LocalLink, out: Path, engine: str,
-           say=lambda *a: None) -> dict:
+def run_ea(
+    cfg: RunConfig, data: EntityData, channel: FlowerChannel | LocalChannel, out: Path, engine: str, say=lambda *a: None
+) -> dict:
     """Train, evaluate every epoch, write the run record (app/run_record.py); returns the summary."""
     t_start = time.perf_counter()
-    settings, patience, hyper = ea_hyperparameters(cfg)
+    settings, patience, hyper = hyperparameters(cfg)
     plan = dataclasses.replace(ea_plan(cfg, data, settings), patience=patience)
     aligned, shares = overlap_parts(cfg, data)
-    host = build_host(cfg, data)
+    primary = build_primary(cfg, data)
     with RunRecord(out, engine) as record:
-        record.write_config(cfg, settings, hyper)
-        record.write_split(data.split, len(data.labels), "seed %d: validation and test entities held out first among "
-                           "those every party holds, then the overlap applied to training (datasets/entity_ids.py, "
-                           "datasets/overlap.py)" % cfg.seed, entity_ids=data.entity_ids)
-        record.start_progress(plan.epochs, phase="training")
-        log(INFO, "[host] hyperparameters (value, source):\n%s", "\n".join(hyperparameter_lines(hyper)))
-        share, source = aligned_share(cfg, data)
-        say("[host] entity-aug %s on %s: aligned share %.4g (%d of %d training entities, from %s), validation %d "
-            "and test %d entities (held by every party, none trained on), parties %s, batch %d, %d epochs "
-            "(patience %d) x %d steps, lr %g", cfg.ea_variant, data.name, share, len(aligned), len(data.split.train),
-            source, len(data.split.val), len(data.split.test), data.parties, settings.batch_size, plan.epochs,
-            patience, plan.steps_per_epoch, settings.lr)
-        exchanger = Exchanger(link, cfg.guest_timeout, cfg.node_timeout)
-        record.open_metrics(host.head)
-        keeper, models = Keeper(host.head), kept_models(host, link)
+        _start_record(record, cfg, data, settings, plan, hyper)
+        _say_plan(say, cfg, data, len(aligned), settings, plan, patience)
+        exchanger = Exchanger(channel, cfg.ea.secondary_timeout, cfg.runtime.node_timeout)
+        record.open_metrics(primary.head)
+        keeper, models = Keeper(primary.head), kept_models(primary, channel)
 
         def on_epoch(rec: EpochRecord) -> None:
             record.epoch(rec, stale=dict(exchanger.queue.stale))
-            if keeper.offer(rec, models) and isinstance(link, FlowerLink):  # the states the evaluation just used
-                link.keep(str(out), rec.epoch)  # each guest keeps its own
-            say("[host] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s", rec.epoch, rec.train_loss,
-                rec.val, rec.test, exchanger.queue.stale, rec.seconds)
+            if keeper.offer(rec, models) and isinstance(channel, FlowerChannel):  # the states the evaluation just used
+                channel.keep(str(out), rec.epoch)  # each secondary keeps its own
+            say(
+                "[primary] epoch %d: loss=%.5f | val %s | test %s | stale %s | %.1f s",
+                rec.epoch,
+                rec.train_loss,
+                rec.val,
+                rec.test,
+                exchanger.queue.stale,
+                rec.seconds,
+            )
 
         t0 = time.perf_counter()
         with torch_threads(1):
-            records, losses = fit_ea(host, exchanger, data.split.val, data.split.test, plan, on_epoch, record.step)
+            records, losses = fit_ea(primary, exchanger, data.split.val, data.split.test, plan, on_epoch, record.step)
         train_and_eval = time.perf_counter() - t0
-        keeper.save(out, cfg, data, guests_keep=not isinstance(link, LocalLink))
+        keeper.save(out, cfg, data, secondaries_keep=not isinstance(channel, LocalChannel))
         seconds = Seconds(train_and_eval=train_and_eval, total=time.perf_counter() - t_start)
-        summary = record.finish(
-            cfg, dataset=data.name, method=cfg.mode, head=host.head, records=records, losses=losses, model=host.model,
-            device=host.device, seconds=seconds, exchange=_exchange(link, exchanger),
+        run = FinishedRun(
+            dataset=data.name,
+            method=cfg.train.mode,
+            head=primary.head,
+            records=records,
+            losses=losses,
+            model=primary.model,
+            device=primary.device,
+            seconds=seconds,
+            exchange=_exchange(channel, exchanger),
             preprocessing=load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
-            stopping=stopping(records, host.head, patience, plan.epochs, len(losses), plan.max_steps),
-            hyperparameters=hyper, extra_warnings=evaluation_warnings(data), constant_predictor=constant_predictor(
-                host.head, data.labels[data.split.train], data.labels[data.split.val]),
-            **_ea_fields(cfg, data, aligned, shares, exchanger, len(losses)))
-    say("[host] best epoch %d: val %s | test %s | stale %s; %s", summary["best_epoch"], summary["val"],
-        summary["test"], summary["stale"], summary["stopping"]["reason"])
-    for warning in summary["warnings"]:
-        log(WARNING, "[host] %s", warning)
+            stopping=stopping(records, primary.head, patience, plan.epochs, len(losses), plan.max_steps),
+            hyperparameters=hyper,
+            extra_warnings=evaluation_warnings(data),
+            constant_predictor=constant_predictor(
+                primary.head, data.labels[data.split.train], data.labels[data.split.val]
+            ),
+        )
+        summary = record.finish(cfg, run, **_ea_fields(cfg, data, aligned, shares, exchanger, len(losses)))
+    _say_result(say, summary)
     return summary
+
+
+def _start_record(record: RunRecord, cfg: RunConfig, data: EntityData, settings, plan, hyper: dict) -> None:
+    """config.json, split.csv and progress.json of the run, and its hyperparameters logged."""
+    record.write_config(cfg, settings, hyper)
+    record.write_split(
+        data.split,
+        len(data.labels),
+        "seed %d: validation and test entities held out first among "
+        "those every party holds, then the overlap applied to training (datasets/entity_ids.py, "
+        "datasets/overlap.py)" % cfg.train.seed,
+        entity_ids=data.entity_ids,
+    )
+    record.start_progress(plan.epochs, phase="training")
+    log(INFO, "[primary] hyperparameters (value, source):\n%s", "\n".join(hyperparameter_lines(hyper)))
+
+
+def _say_plan(say, cfg: RunConfig, data: EntityData, n_aligned: int, settings, plan, patience: int) -> None:
+    """The run's plan in one line: variant, aligned share, entities per part, parties, schedule."""
+    share, source = aligned_share(cfg, data)
+    say(
+        "[primary] entity-aug %s on %s: aligned share %.4g (%d of %d training entities, from %s), validation %d "
+        "and test %d entities (held by every party, none trained on), parties %s, batch %d, %d epochs "
+        "(patience %d) x %d steps, lr %g",
+        cfg.ea.variant,
+        data.name,
+        share,
+        n_aligned,
+        len(data.split.train),
+        source,
+        len(data.split.val),
+        len(data.split.test),
+        data.parties,
+        settings.batch_size,
+        plan.epochs,
+        patience,
+        plan.steps_per_epoch,
+        settings.lr,
+    )
+
+
+def _say_result(say, summary: dict) -> None:
+    """The run's last lines: the best epoch, how it stopped, every warning (as WARNING)."""
+    say(
+        "[primary] best epoch %d: val %s | test %s | stale %s; %s",
+        summary["best_epoch"],
+        summary["val"],
+        summary["test"],
+        summary["stale"],
+        summary["stopping"]["reason"],
+    )
+    for warning in summary["warnings"]:
+        log(WARNING, "[primary] %s", warning)
 
 
 def _ea_fields(cfg: RunConfig, data: EntityData, aligned, shares, exchanger: Exchanger, n_steps: int) -> dict:
     """The mode's own summary fields: variant, overlap, entities per party, stale counts."""
     share, source = aligned_share(cfg, data)
-    return dict(ea_variant=cfg.ea_variant, overlap=cfg.overlap, aligned_share=share, aligned_share_from=source,
-                guest_timeout=cfg.guest_timeout,
-                entities={"train": len(data.split.train), "aligned": len(aligned), "val": len(data.split.val),
-                          "test": len(data.split.test),
-                          "records_per_party": {p: len(r) for p, r in party_records(
-                              cfg.ea_variant, data.parties, data.split.train, aligned, shares).items()}},
-                stale=dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
-                stale_fraction={p: c / max(1, n_steps) for p, c in exchanger.queue.stale.items()})
+    return dict(
+        ea_variant=cfg.ea.variant,
+        overlap=cfg.ea.overlap,
+        aligned_share=share,
+        aligned_share_from=source,
+        secondary_timeout=cfg.ea.secondary_timeout,
+        entities={
+            "train": len(data.split.train),
+            "aligned": len(aligned),
+            "val": len(data.split.val),
+            "test": len(data.split.test),
+            "records_per_party": {
+                p: len(r)
+                for p, r in party_records(cfg.ea.variant, data.parties, data.split.train, aligned, shares).items()
+            },
+        },
+        stale=dict(exchanger.queue.stale),  # steps at which a party's last activation stood in for it
+        stale_fraction={p: c / max(1, n_steps) for p, c in exchanger.queue.stale.items()},
+    )
 
 
-def ea_hyperparameters(cfg: RunConfig) -> tuple[EASettings, int, dict]:
-    """The run's settings (epochs: the maximum), its patience, and each value with its source
-    (as app/config.py RunConfig.hyperparameters): the run config, the dataset's tuned defaults
-    (EA_DEFAULTS), or for a dataset without them handwritten's models with early stopping."""
-    tuned = cfg.dataset in EA_DEFAULTS
-    epochs, patience = cfg.stopping(EA_DEFAULTS[cfg.dataset].epochs if tuned else None)
-    settings = dataclasses.replace(ea_settings(cfg), epochs=epochs)
-    base = (f"dataset default ({cfg.dataset}, Entity Augmentation paper Sec. 5.2 / 5.5)" if tuned
-            else "fallback: handwritten's defaults — dataset has no tuned defaults")
-    stop = base if tuned else "fallback: early stopping — dataset has no tuned defaults"
-    rows = {"batch_size": (settings.batch_size, "run config" if cfg.batch_size else base),
-            "epochs": (epochs, "run config" if cfg.epochs else stop),
-            "patience": (patience, "run config" if cfg.patience >= 0 else stop),
-            "lr": (settings.lr, "run config" if cfg.lr else base),
-            "guest_layers": (list(settings.guest), base), "host_layers": (list(settings.host), base)}
-    return settings, patience, {name: {"value": v, "source": src} for name, (v, src) in rows.items()}
+def kept_models(primary: PrimaryParty, channel: FlowerChannel | LocalChannel) -> dict:
+    """What this process keeps at the best epoch (state name -> module): the primary's model and
+    its own block's always; the secondaries' only in process. Over Flower each secondary keeps its
+    own (told from on_epoch when keeper.offer returns True: FlowerChannel.keep, ``query.ea_keep``)."""
+    local = channel.members if isinstance(channel, LocalChannel) else channel.local.members
+    return {PRIMARY_MODEL: primary.model, **{state_name(p): party.model for p, party in local.items()}}
 
 
-def kept_models(host: EAHost, link: FlowerLink | LocalLink) -> dict:
-    """What this process keeps at the best epoch (state name -> module): the host's model and
-    its own block's always; the guests' only in process. Over Flower each guest keeps its own
-    (told from on_epoch when keeper.offer returns True: FlowerLink.keep, ``query.ea_keep``)."""
-    local = link.members if isinstance(link, LocalLink) else link.local.members
-    return {HOST_MODEL: host.model, **{state_name(p): party.model for p, party in local.items()}}
-
-
-def _exchange(link, exchanger: Exchanger) -> dict | None:
+def _exchange(channel, exchanger: Exchanger) -> dict | None:
     """summary.json's traffic over Flower (None in process)."""
-    if not isinstance(link, FlowerLink):
+    if not isinstance(channel, FlowerChannel):
         return None
-    return {"count": exchanger.exchanges, "bytes_down": link.traffic.bytes_down, "bytes_up": link.traffic.bytes_up}
+    return {
+        "count": exchanger.exchanges,
+        "bytes_down": channel.traffic.bytes_down,
+        "bytes_up": channel.traffic.bytes_up,
+    }
 
 
-def run_ea_host(grid: Grid, cfg: RunConfig) -> dict:
-    """The ServerApp's run: handshake, training over Flower, guests' models saved at the end;
+def run_ea_primary(grid: Grid, cfg: RunConfig) -> dict:
+    """The ServerApp's run: handshake, training over Flower, secondaries' models saved at the end;
     recorded in <run>/status.json (app/run_status.py)."""
-    name = cfg.run_name or f"{cfg.dataset}-ea-{cfg.ea_variant}-x{cfg.overlap:g}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = (
+        cfg.runtime.run_name
+        or f"{cfg.data.dataset}-ea-{cfg.ea.variant}-x{cfg.ea.overlap:g}-s{cfg.train.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     out = cfg.out_path() / name
     with run_status.tracked(out, "flower"):
-        log(INFO, "[host] run dir %s", out)
+        log(INFO, "[primary] run dir %s", out)
         data = ea_data(cfg)
-        nodes = handshake(grid, data.guests, "", cfg.node_timeout, action="ea_hello")
-        log(INFO, "[host] guests: %s", nodes)
-        local = {HOST: build_party(cfg, HOST, data)} if HOST in data.blocks else {}
-        link = FlowerLink(grid, nodes, cfg.node_timeout, local)
-        summary = run_ea(cfg, data, link, out, "flower", say=lambda m, *a: log(INFO, m, *a))
-        link.finish(str(out))
-        log(INFO, "[host] results in %s", out)
+        nodes = handshake(grid, data.secondaries, "", cfg.runtime.node_timeout, action="ea_hello")
+        log(INFO, "[primary] secondaries: %s", nodes)
+        local = {PRIMARY_BLOCK: build_party(cfg, PRIMARY_BLOCK, data)} if PRIMARY_BLOCK in data.blocks else {}
+        channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, local)
+        summary = run_ea(cfg, data, channel, out, "flower", say=lambda m, *a: log(INFO, m, *a))
+        channel.finish(str(out))
+        log(INFO, "[primary] results in %s", out)
         return summary

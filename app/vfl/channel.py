@@ -53,8 +53,9 @@ class FlowerChannel:
                 continue
             reply = by_node.get(node)
             if reply is None:
-                raise PartyError(f"party {party!r} (node {node}) did not answer {sent.message_type} within "
-                                 f"{self.timeout} s")
+                raise PartyError(
+                    f"party {party!r} (node {node}) did not answer {sent.message_type} within {self.timeout} s"
+                )
             if reply.has_error():
                 raise PartyError(f"party {party!r} failed on {sent.message_type}: {reply.error.reason}")
             out[party] = reply.content
@@ -70,18 +71,22 @@ class FlowerChannel:
             self.traffic.bytes_down += payload_bytes(sent.contents[party])
             self.traffic.bytes_up += payload_bytes(reply)
 
-    def step(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
-             save: tuple[str, int] | None = None) -> dict[str, np.ndarray]:
+    def step(
+        self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
+    ) -> dict[str, np.ndarray]:
         """``save`` = (<run dir>/checkpoint, epoch): each party checkpoints into its own folder
         for the run; only the run's name travels (app/node.py:checkpoint_dir)."""
         return self.receive(self.send(apply, embed, save))
 
-    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray],
-             save: tuple[str, int] | None = None) -> tuple["_Sent", bool]:
+    def send(
+        self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
+    ) -> tuple["_Sent", bool]:
         run = (run_name(Path(save[0]).parent), save[1]) if save else None
         keep, self._keep = self._keep, None
-        sent = self._push("train.step", {p: messages.step_content(
-            apply[p], embed[p], self.job_id, self.cursor[p], run, keep) for p in embed})
+        sent = self._push(
+            "train.step",
+            {p: messages.step_content(apply[p], embed[p], self.job_id, self.cursor[p], run, keep) for p in embed},
+        )
         for p in embed:
             self.cursor[p] += len(apply[p])
         return sent, save is not None
@@ -106,8 +111,13 @@ class FlowerChannel:
         (``folder`` = <run dir>/checkpoint; only the run's name travels)."""
         content = messages.named_content("state", run=run_name(Path(folder).parent), epoch=epoch)
         replies = self._exchange("query.restore", {p: content for p in self.nodes})
-        states = {p: {"digest": str(c.config_records["state"]["digest"]),
-                      "applied": int(c.config_records["state"]["applied"])} for p, c in replies.items()}
+        states = {
+            p: {
+                "digest": str(c.config_records["state"]["digest"]),
+                "applied": int(c.config_records["state"]["applied"]),
+            }
+            for p, c in replies.items()
+        }
         self.cursor = {p: s["applied"] for p, s in states.items()}
         return states
 
@@ -124,13 +134,16 @@ class FlowerChannel:
         if self._keep is None:
             return
         (name, epoch), self._keep = self._keep, None
-        self._exchange("query.keep", {p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p])
-                                      for p in self.nodes})
+        self._exchange(
+            "query.keep",
+            {p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p]) for p in self.nodes},
+        )
 
     def embed_kept(self, run: str, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Predict: each party's embeddings (T, c) of its tokens (T,) from its kept model of ``run``."""
-        replies = self._exchange("query.embed_kept", {p: messages.kept_embed_content(run, self.job_id, t)
-                                                      for p, t in tokens.items()})
+        replies = self._exchange(
+            "query.embed_kept", {p: messages.kept_embed_content(run, self.job_id, t) for p, t in tokens.items()}
+        )
         return {p: messages.read_embeddings(c, p, "query.embed_kept") for p, c in replies.items()}
 
     def close(self) -> None:

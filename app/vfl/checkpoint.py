@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from app.config_groups import RENAMED, RETIRED
 from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord
@@ -65,12 +66,21 @@ def save_state(folder: Path, prefix: str, epoch: int, state: dict) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_primary(folder: Path, strategy: FedSimStrategy, epoch: int, records: list[EpochRecord],
-                 step_losses: list[float]) -> str:
-    return save_state(folder, "primary", epoch, {
-        "model": strategy.model.state_dict(), "optimizer": strategy.optimizer.state_dict(),
-        "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
-        "records": [dataclasses.asdict(r) for r in records], "step_losses": list(step_losses)})
+def save_primary(
+    folder: Path, strategy: FedSimStrategy, epoch: int, records: list[EpochRecord], step_losses: list[float]
+) -> str:
+    return save_state(
+        folder,
+        "primary",
+        epoch,
+        {
+            "model": strategy.model.state_dict(),
+            "optimizer": strategy.optimizer.state_dict(),
+            "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
+            "records": [dataclasses.asdict(r) for r in records],
+            "step_losses": list(step_losses),
+        },
+    )
 
 
 def prune(folder: Path, prefix: str, epoch: int) -> None:
@@ -88,7 +98,9 @@ def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> 
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != manifest.primary_digest:
         raise CheckpointError(f"{path} does not match the digest its manifest recorded")
-    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)  # generator states must stay CPU tensors
+    state = torch.load(
+        io.BytesIO(data), map_location="cpu", weights_only=True
+    )  # generator states must stay CPU tensors
     strategy.model.load_state_dict(state["model"])
     strategy.optimizer.load_state_dict(state["optimizer"])
     for d, g in zip([d for d in _dropouts(strategy) if d.generator is not None], state["dropout"]):
@@ -104,18 +116,24 @@ def read_manifest(folder: Path) -> Manifest:
     path = folder / MANIFEST
     if not path.exists():
         raise CheckpointError(f"nothing to resume: no {MANIFEST} in {folder}")
-    return Manifest(**json.loads(path.read_text()))
+    manifest = Manifest(**json.loads(path.read_text()))
+    # a checkpoint of an earlier version names a few keys as they were then
+    config = {RENAMED.get(k, k): v for k, v in manifest.config.items() if k not in RETIRED}
+    return dataclasses.replace(manifest, config=config)
 
 
 def check_resume(manifest: Manifest, config: dict, job_id: str) -> None:
     """The resumed run must be the same run: same settings that shape training, same linkage."""
     changed = {k: (manifest.config.get(k), v) for k, v in config.items() if manifest.config.get(k) != v}
     if changed:
-        raise CheckpointError(f"cannot resume: the run config differs from the checkpoint's in {changed} "
-                              "(checkpoint value, this run's value)")
+        raise CheckpointError(
+            f"cannot resume: the run config differs from the checkpoint's in {changed} "
+            "(checkpoint value, this run's value)"
+        )
     if manifest.job_id != job_id:
-        raise CheckpointError(f"cannot resume: the checkpoint trained on linkage job {manifest.job_id!r}, "
-                              f"this run has {job_id!r}")
+        raise CheckpointError(
+            f"cannot resume: the checkpoint trained on linkage job {manifest.job_id!r}, this run has {job_id!r}"
+        )
 
 
 def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
@@ -125,18 +143,31 @@ def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
     for party, want in manifest.parties.items():
         got = states[party]
         if got["digest"] != want["digest"] or got["applied"] != want["applied"]:
-            raise CheckpointError(f"party {party!r} restored a checkpoint other than the one recorded at epoch "
-                                  f"{manifest.epoch} (digest {got['digest'][:12]} vs {want['digest'][:12]}, cursor "
-                                  f"{got['applied']} vs {want['applied']})")
+            raise CheckpointError(
+                f"party {party!r} restored a checkpoint other than the one recorded at epoch "
+                f"{manifest.epoch} (digest {got['digest'][:12]} vs {want['digest'][:12]}, cursor "
+                f"{got['applied']} vs {want['applied']})"
+            )
 
 
 # Run-config keys that may change between a run and its resumption (paths, patience, bookkeeping).
-MAY_CHANGE = ("epochs", "patience", "run_name", "out_dir", "data_dir", "linkage_dir", "resume", "checkpoint",
-              "node_timeout", "bench_floor", "eval_chunk", "transport")
+MAY_CHANGE = (
+    "epochs",
+    "patience",
+    "run_name",
+    "out_dir",
+    "data_dir",
+    "linkage_dir",
+    "resume",
+    "checkpoint",
+    "node_timeout",
+    "eval_chunk",
+    "transport",
+)
 
 
 def fixed_config(cfg) -> dict:
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in MAY_CHANGE}
+    return {k: v for k, v in cfg.flat().items() if k not in MAY_CHANGE}
 
 
 def fresh(folder: Path) -> None:
@@ -159,10 +190,11 @@ def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: s
             if s["epoch"] != epoch:
                 raise CheckpointError(f"party {party!r} last checkpointed epoch {s['epoch']}, not {epoch}")
             if hasattr(channel, "cursor") and s["applied"] != channel.cursor[party]:
-                raise CheckpointError(f"party {party!r} checkpointed at cursor {s['applied']}, "
-                                      f"the primary is at {channel.cursor[party]}")
+                raise CheckpointError(
+                    f"party {party!r} checkpointed at cursor {s['applied']}, the primary is at {channel.cursor[party]}"
+                )
         digest = save_primary(folder, strategy, epoch, records, step_losses)
-        write_manifest(folder, Manifest(epoch, cfg.seed, job_id, states, digest, fixed_config(cfg)))
+        write_manifest(folder, Manifest(epoch, cfg.train.seed, job_id, states, digest, fixed_config(cfg)))
 
     return after_epoch
 

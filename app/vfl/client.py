@@ -32,9 +32,11 @@ def party_name(cfg: RunConfig, context: Context) -> str:
 
 def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
     """A content handler as a ClientApp handler: its reply goes back through Flower."""
+
     @functools.wraps(handler)
     def on_message(msg: Message, context: Context) -> Message:
         return Message(handler(msg.content, context), reply_to=msg)
+
     return on_message
 
 
@@ -46,8 +48,10 @@ def _hello(content: RecordDict, context: Context) -> RecordDict:
     folder = node.linkage_dir(cfg, context, job_id)
     party = SecondaryParty(cfg, name, str(folder), str(context.node_config.get("cache-dir", "")))
     if party.job_id != job_id:
-        raise MisalignedStep(f"party {name!r} holds linkage job {party.job_id!r} (in {folder}), but the primary's "
-                             f"run uses {job_id!r}; fetch that job's result into this party's linkage folder")
+        raise MisalignedStep(
+            f"party {name!r} holds linkage job {party.job_id!r} (in {folder}), but the primary's "
+            f"run uses {job_id!r}; fetch that job's result into this party's linkage folder"
+        )
     party.persist(context)
     return RecordDict({"hello": ConfigRecord({"party": name, "rows": int(party.x.shape[0])})})
 
@@ -58,9 +62,10 @@ def direct_open(msg: Message, context: Context) -> Message:
     and the address the worker listens at. The worker loads the party's data on the link's hello."""
     cfg = node_run_config(context)
     key = messages.read_named(msg.content, "direct_open", "query.direct_open", names=("key",))["key"]
-    address = worker.spawn(context, key, cfg.node_timeout)
-    return Message(RecordDict({"direct_open": ConfigRecord({"party": party_name(cfg, context), "address": address})}),
-                   reply_to=msg)
+    address = worker.spawn(context, key, cfg.runtime.node_timeout)
+    return Message(
+        RecordDict({"direct_open": ConfigRecord({"party": party_name(cfg, context), "address": address})}), reply_to=msg
+    )
 
 
 def _step(content: RecordDict, context: Context) -> RecordDict:
@@ -91,8 +96,10 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     rec = messages.read_named(content, "keep", "query.keep", names=("run",), ints=("epoch", "applied"))
     party = SecondaryParty.restore(cfg, context)
     if party.applied != rec["applied"]:
-        raise MisalignedStep(f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
-                             f"gradient blocks, but it has applied {party.applied}")
+        raise MisalignedStep(
+            f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
+            f"gradient blocks, but it has applied {party.applied}"
+        )
     party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg)
     return RecordDict()
 
@@ -110,10 +117,13 @@ def embed_kept(msg: Message, context: Context) -> Message:
     cfg = node_run_config(context)
     name = party_name(cfg, context)
     run, job_id, tokens = messages.read_kept_embed(msg.content)
-    party = SecondaryParty.from_kept(node.model_dir(cfg, context, run, name), name,
-                                     str(node.linkage_dir(cfg, context, job_id)),
-                                     lambda kept: node.with_node_paths(kept, context),
-                                     str(context.node_config.get("cache-dir", "")))
+    party = SecondaryParty.from_kept(
+        node.model_dir(cfg, context, run, name),
+        name,
+        str(node.linkage_dir(cfg, context, job_id)),
+        lambda kept: node.with_node_paths(kept, context),
+        str(context.node_config.get("cache-dir", "")),
+    )
     return Message(messages.embeddings_content(party.embed(tokens)), reply_to=msg)
 
 
@@ -142,5 +152,11 @@ def _ping(content: RecordDict, context: Context) -> RecordDict:
 hello, step, keep, finish, restore, ping = map(flower, (_hello, _step, _keep, _finish, _restore, _ping))
 
 # what the party worker answers over the direct link: the same handlers, its own context
-DIRECT = {"query.hello": _hello, "train.step": _step, "query.keep": _keep, "query.finish": _finish,
-          "query.restore": _restore, "query.ping": _ping}
+DIRECT = {
+    "query.hello": _hello,
+    "train.step": _step,
+    "query.keep": _keep,
+    "query.finish": _finish,
+    "query.restore": _restore,
+    "query.ping": _ping,
+}

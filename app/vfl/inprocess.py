@@ -16,12 +16,12 @@ from app import run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.run_record import Seconds
+from app.vfl.linking import linkage_job
 from app.vfl.parties import (
     build_primary_model,
     build_secondary_model,
     build_strategy,
     head_for,
-    linkage_job,
     train_plan,
 )
 from app.vfl.secondary import SecondaryParty, with_imputed_row
@@ -32,7 +32,7 @@ from strategies.optim import party_seed
 from strategies.vfl.channel import LocalChannel
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.protocol import fit
-from strategies.vfl.twin import train_twin
+from strategies.vfl.twin import TwinParties, train_twin
 
 TAG = "[inprocess]"
 
@@ -50,7 +50,7 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None, seconds: Seconds | No
     load and linkage times."""
     seconds = seconds or Seconds()
     if steps_per_exchange:
-        cfg = dataclasses.replace(cfg, steps_per_exchange=steps_per_exchange)
+        cfg = cfg.replace(steps_per_exchange=steps_per_exchange)
     settings = cfg.resolve()
     t0 = time.perf_counter()
     ds = load_data(cfg)
@@ -66,8 +66,10 @@ def _local_parties(cfg: RunConfig, ds, job, linkage) -> dict[str, SecondaryParty
     parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if job is not None else {}
     for p, s in parties.items():
         if s.job_id != linkage.job_id:
-            raise LinkageError(f"party {p!r}: the primary's linkage is job {linkage.job_id!r}, but this party's "
-                               f"file in {job} is from job {s.job_id!r}; fetch that job's secondary-{p}.npz")
+            raise LinkageError(
+                f"party {p!r}: the primary's linkage is job {linkage.job_id!r}, but this party's "
+                f"file in {job} is from job {s.job_id!r}; fetch that job's secondary-{p}.npz"
+            )
     return parties
 
 
@@ -76,10 +78,22 @@ def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> One
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     strategy = build_strategy(ds, linkage, cfg, settings)
     parties = _local_parties(cfg, ds, job, linkage)
-    records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split.train, ds.split.val, ds.split.test, plan,
-                          lambda rec: None, lambda *a: None)
-    return OneProcessRun(np.asarray(losses), strategy.model.state_dict(),
-                         {p: s.model.state_dict() for p, s in parties.items()}, sum(r.seconds for r in records))
+    records, losses = fit(
+        strategy,
+        LocalChannel(parties) if parties else None,
+        ds.split.train,
+        ds.split.val,
+        ds.split.test,
+        plan,
+        lambda rec: None,
+        lambda *a: None,
+    )
+    return OneProcessRun(
+        np.asarray(losses),
+        strategy.model.state_dict(),
+        {p: s.model.state_dict() for p, s in parties.items()},
+        sum(r.seconds for r in records),
+    )
 
 
 def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
@@ -87,17 +101,25 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProces
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     model = build_primary_model(ds, cfg, settings)
-    seed_dropout(model, party_seed(cfg.seed, "dropout"), device)
+    seed_dropout(model, party_seed(cfg.train.seed, "dropout"), device)
     secondaries = {p: build_secondary_model(t.n_features, p, cfg, settings) for p, t in ds.secondaries.items()}
     row_of_token = {p: load_secondary(job, p).row_of_token for p in secondaries}
     t0 = time.perf_counter()
-    losses = train_twin(model, head_for(ds), ds.primary.features, ds.labels, linkage, secondaries,
-                        {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
-                        row_of_token,
-                        ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
+    parties = TwinParties(
+        model,
+        head_for(ds),
+        ds.primary.features,
+        ds.labels,
+        linkage,
+        secondaries,
+        {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
+        row_of_token,
+    )
+    losses = train_twin(parties, ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
     seconds = time.perf_counter() - t0
-    return OneProcessRun(np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()},
-                         seconds)
+    return OneProcessRun(
+        np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()}, seconds
+    )
 
 
 def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

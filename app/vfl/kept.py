@@ -46,22 +46,36 @@ class Keeper(kept.Keeper):
         """The manifest (and, in memory mode, the states). ``parties_keep``: the secondaries kept
         their own states (Flower); else they are in this folder."""
         states = "none" if not cfg.training_method.federated else "parties" if parties_keep else "run"
-        return self.write(run_dir, lambda best: {**manifest(cfg, settings, ds, self.head, job_id, best),
-                                                 "secondary_states": states})
+        return self.write(
+            run_dir, lambda best: {**manifest(cfg, settings, ds, self.head, job_id, best), "secondary_states": states}
+        )
 
 
 def _party(table) -> dict:
-    return {"features": table.transform.to_json() if table.transform else None,
-            "feature_names": list(map(str, table.feature_names)), "id_names": list(table.id_names),
-            "id_kind": table.id_kind, "features_sha256": features_digest(table.features),
-            "identifiers_sha256": identifier_digest(table.identifiers)}
+    return {
+        "features": table.transform.to_json() if table.transform else None,
+        "feature_names": list(map(str, table.feature_names)),
+        "id_names": list(table.id_names),
+        "id_kind": table.id_kind,
+        "features_sha256": features_digest(table.features),
+        "identifiers_sha256": identifier_digest(table.identifiers),
+    }
 
 
 def manifest(cfg, settings, ds: VFLDataset, head: TaskHead, job_id: str, best_epoch: int) -> dict:
-    return {"mode": cfg.mode, "method": cfg.method, "dataset": ds.name, "best_epoch": best_epoch,
-            "head": dataclasses.asdict(head), "job_id": job_id, "k": settings.k, "tau": cfg.tau,
-            "run": dataclasses.asdict(cfg), "primary": _party(ds.primary),
-            "secondaries": {p: _party(t) for p, t in ds.secondaries.items()}}
+    return {
+        "mode": cfg.train.mode,
+        "method": cfg.train.method,
+        "dataset": ds.name,
+        "best_epoch": best_epoch,
+        "head": dataclasses.asdict(head),
+        "job_id": job_id,
+        "k": settings.k,
+        "tau": cfg.link.tau,
+        "run": cfg.flat(),
+        "primary": _party(ds.primary),
+        "secondaries": {p: _party(t) for p, t in ds.secondaries.items()},
+    }
 
 
 def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:

@@ -26,7 +26,8 @@ from app.kept import KeptError
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
 from app.vfl.kept import features_digest, load_kept
-from app.vfl.parties import build_primary_model, service_secret, unsorted
+from app.vfl.linking import service_secret, unsorted
+from app.vfl.parties import build_primary_model
 from app.vfl.secondary import SecondaryParty
 from linkage.binding import identifier_digest
 from linkage.query import query
@@ -54,15 +55,22 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
     """(manifest, kept states, the run's config, its resolved settings) of a run predict supports."""
     require_finished(run_dir)
     meta, states = load_kept(run_dir)
-    cfg = RunConfig(**meta["run"])
+    cfg = RunConfig.of(**meta["run"])
     settings = cfg.resolve()
     order_dependent = not settings.model.sort_gate and settings.model.merge in ("cnn", "mlp")
-    if cfg.method in UNSUPPORTED or cfg.encoding != "raw" or cfg.layout != "independent" or order_dependent:
-        raise KeptError(f"predict does not support this run yet: method {cfg.method!r}, encoding {cfg.encoding!r}, "
-                        f"layout {cfg.layout!r}, sort gate "
-                        f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: raw "
-                        f"identifiers linked in the run, independent layout, not {sorted(UNSUPPORTED)}, and no "
-                        "order-dependent merge without the sort gate: its neighbour order is per batch)")
+    if (
+        cfg.train.method in UNSUPPORTED
+        or cfg.link.encoding != "raw"
+        or cfg.link.layout != "independent"
+        or order_dependent
+    ):
+        raise KeptError(
+            f"predict does not support this run yet: method {cfg.train.method!r}, encoding {cfg.link.encoding!r}, "
+            f"layout {cfg.link.layout!r}, sort gate "
+            f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: raw "
+            f"identifiers linked in the run, independent layout, not {sorted(UNSUPPORTED)}, and no "
+            "order-dependent merge without the sort gate: its neighbour order is per batch)"
+        )
     return meta, states, cfg, settings
 
 
@@ -75,21 +83,28 @@ def _check_parties(meta: dict, ds, names: tuple[str, ...] | None = None) -> None
     for name, table in tables.items():
         if names is not None and name not in names:
             continue
-        for what, digest in (("features", features_digest(table.features)),
-                             ("identifiers", identifier_digest(table.identifiers))):
+        for what, digest in (
+            ("features", features_digest(table.features)),
+            ("identifiers", identifier_digest(table.identifiers)),
+        ):
             if digest != kept[name][f"{what}_sha256"]:
-                raise KeptError(f"party {name!r}: its data changed since training ({what} digest differs); "
-                                "predict with the data the federation was trained on, or train again")
+                raise KeptError(
+                    f"party {name!r}: its data changed since training ({what} digest differs); "
+                    "predict with the data the federation was trained on, or train again"
+                )
 
 
 def check_new(features: np.ndarray, identifiers: np.ndarray, meta: dict) -> None:
     names = meta["primary"]["feature_names"]
     if features.ndim != 2 or features.shape[1] != len(names):
-        raise KeptError(f"new records have features of shape {features.shape}; the primary was trained on "
-                        f"{len(names)} features {names[:8]}...")
+        raise KeptError(
+            f"new records have features of shape {features.shape}; the primary was trained on "
+            f"{len(names)} features {names[:8]}..."
+        )
     if not np.isfinite(features).all():
-        raise KeptError(f"new records: {int((~np.isfinite(features)).any(axis=1).sum())} row(s) with non-finite "
-                        "features")
+        raise KeptError(
+            f"new records: {int((~np.isfinite(features)).any(axis=1).sum())} row(s) with non-finite features"
+        )
     if len(identifiers) != len(features):
         raise KeptError(f"new records: {len(identifiers)} identifier rows but {len(features)} feature rows")
 
@@ -123,24 +138,36 @@ def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: i
     (q, K + 1), empty unless fedsim_attn and ``explain``: a second pass, only for the explanation):
     the evaluation's own code."""
     cfg = kept.cfg
-    strategy = FedSimStrategy(kept.model, kept.head, linkage, features, np.zeros(len(features)), 1e-3, 0.0,
-                              cfg.torch_device(), cfg.torch_dtype())  # no step is taken
+    strategy = FedSimStrategy(
+        kept.model,
+        kept.head,
+        linkage,
+        features,
+        np.zeros(len(features)),
+        1e-3,
+        0.0,
+        cfg.torch_device(),
+        cfg.torch_dtype(),
+    )  # no step is taken
     rows = np.arange(len(features))
-    out = torch.cat([strategy.outputs(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
+    out = torch.cat([strategy.outputs(rows[i : i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
     attention = {}
     if explain and kept.settings.model.attention and linkage is not None:
-        parts = [strategy.attention(rows[i:i + batch], lookup) for i in range(0, len(rows), batch)]
+        parts = [strategy.attention(rows[i : i + batch], lookup) for i in range(0, len(rows), batch)]
         attention = {p: np.concatenate([part[p] for part in parts]) for p in parts[0]}
     return kept.head.predict(out), kept.head.probabilities(out), _weights(kept.model, linkage), attention
 
 
-def predict_in_process(run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096,
-                       explain: bool = False) -> Prediction:
+def predict_in_process(
+    run_dir: Path, features: np.ndarray, identifiers: np.ndarray, *, batch: int = 4096, explain: bool = False
+) -> Prediction:
     t0 = time.perf_counter()
     kept = open_kept(Path(run_dir))
     if kept.meta.get("secondary_states") == "parties":
-        raise KeptError(f"run {run_dir} trained through Flower: each secondary keeps its own model in its own "
-                        "folder; predict through `flwr run` with run-config predict-run (app/vfl/predict_server.py)")
+        raise KeptError(
+            f"run {run_dir} trained through Flower: each secondary keeps its own model in its own "
+            "folder; predict through `flwr run` with run-config predict-run (app/vfl/predict_server.py)"
+        )
     features, identifiers = np.asarray(features), np.asarray(identifiers)
     check_new(features, identifiers, kept.meta)
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "embed": 0.0}
@@ -162,29 +189,35 @@ def _weights(model, linkage) -> dict[str, np.ndarray]:
         return {}
     param = next(model.parameters())
     paths = {p: model.paths[p if p in model.paths else "all"] for p in linkage.links}  # "all": one shared path
-    return {p: paths[p].weights(torch.as_tensor(link.sims, dtype=param.dtype, device=param.device)).cpu().numpy()
-            for p, link in linkage.links.items()}
+    return {
+        p: paths[p].weights(torch.as_tensor(link.sims, dtype=param.dtype, device=param.device)).cpu().numpy()
+        for p, link in linkage.links.items()
+    }
 
 
 def link_here(kept: KeptRun, identifiers: np.ndarray, seconds: dict[str, float]):
     """The new records' linkage against the run's job, linked in this process as the run's
     in-process service linked it (its secret, never a new one: that would re-draw the noise)."""
     cfg, ds, meta = kept.cfg, kept.ds, kept.meta
-    if cfg.linkage_dir:
-        raise KeptError(f"the run was linked by the linkage service (linkage-dir {cfg.linkage_dir}): its new records "
-                        "are linked by the service too; query it (`python -m linkage_server query`, `python -m deploy "
-                        "predict`) and pass the answer as run-config predict-linkage")
+    if cfg.link.linkage_dir:
+        raise KeptError(
+            f"the run was linked by the linkage service (linkage-dir {cfg.link.linkage_dir}): its new records "
+            "are linked by the service too; query it (`python -m linkage_server query`, `python -m deploy "
+            "predict`) and pass the answer as run-config predict-linkage"
+        )
     folder = simulated_linkage_dir(cfg, meta["job_id"])
     trained = load_primary(folder)
     if trained.job_id != meta["job_id"]:
-        raise KeptError(f"linkage folder {folder} holds job {trained.job_id}, but the federation was trained on "
-                        f"job {meta['job_id']}")
+        raise KeptError(
+            f"linkage folder {folder} holds job {trained.job_id}, but the federation was trained on "
+            f"job {meta['job_id']}"
+        )
     t0 = time.perf_counter()
     secret = service_secret(cfg, trained.job_id, create=False)
     maps = {p: load_secondary(folder, p).row_of_token for p in ds.secondaries}  # the service holds every map
     linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained, maps, secret=secret)
     seconds["query"] = time.perf_counter() - t0
-    return linkage if kept.settings.model.sort_gate else unsorted(linkage, cfg.seed)
+    return linkage if kept.settings.model.sort_gate else unsorted(linkage, cfg.train.seed)
 
 
 def _embed_here(kept: KeptRun, linkage, seconds: dict[str, float]) -> dict:

@@ -47,8 +47,10 @@ def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ign
     meta = read_manifest(run_dir)
     primary = meta["primary"]
     if primary["features"] is None:
-        raise KeptError(f"run {run_dir} (dataset {meta['dataset']!r}) recorded no feature preparation for its "
-                        "primary; predict from a CSV needs a run of the `csv` dataset")
+        raise KeptError(
+            f"run {run_dir} (dataset {meta['dataset']!r}) recorded no feature preparation for its "
+            "primary; predict from a CSV needs a run of the `csv` dataset"
+        )
     transform = FeatureTransform.from_json(primary["features"])
     where = f"new records {path}"
     df = read_table(path, where, transform.numeric)
@@ -80,8 +82,10 @@ def read_arrays(path: Path, id_column: str = ""):
         names = set(z.files)
         allowed = {"features", "identifiers", *([id_column] if id_column else [])}
         if not {"features", "identifiers"} <= names or names - allowed:
-            raise KeptError(f"new records {path}: an .npz of prepared arrays holds 'features' and 'identifiers'"
-                            f"{f' and {id_column!r}' if id_column else ''}; it has {sorted(names)}")
+            raise KeptError(
+                f"new records {path}: an .npz of prepared arrays holds 'features' and 'identifiers'"
+                f"{f' and {id_column!r}' if id_column else ''}; it has {sorted(names)}"
+            )
         keys = z[id_column] if id_column else np.arange(len(z["features"]))
         return keys, z["features"], z["identifiers"], {}
 
@@ -115,8 +119,17 @@ def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> 
     return pd.DataFrame(cols)
 
 
-def flower_predict(run_dir: Path, new: Path, out: Path, *, id_column: str, unknown: str, skip: bool,
-                   start: Callable[[Path, Path, str], bool], who: str) -> int:
+def flower_predict(
+    run_dir: Path,
+    new: Path,
+    out: Path,
+    *,
+    id_column: str,
+    unknown: str,
+    skip: bool,
+    start: Callable[[Path, Path, str], bool],
+    who: str,
+) -> int:
     """A predict whose run reads its input itself (``start(input, partial output, id column)``,
     through `flwr run`): the input is read and checked here first, as that run will read it (exit
     2, nothing started), without the skipped records when ``skip``; then :func:`run_to_output`."""
@@ -151,10 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--id-column", default="", help="a column of NEW.csv to name each record by")
     ap.add_argument("--explain", action="store_true", help="add each record's neighbours, similarities, weights")
-    ap.add_argument("--unknown", choices=("ignore", "refuse"), default="ignore",
-                    help="a category not seen in training: no one-hot feature set (ignore), or an error")
-    ap.add_argument("--skip-invalid", action="store_true",
-                    help="leave out the records that cannot be predicted and list them in <out stem>.skipped.csv")
+    ap.add_argument(
+        "--unknown",
+        choices=("ignore", "refuse"),
+        default="ignore",
+        help="a category not seen in training: no one-hot feature set (ignore), or an error",
+    )
+    ap.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out the records that cannot be predicted and list them in <out stem>.skipped.csv",
+    )
     args = ap.parse_args(argv)
 
     def check() -> None:

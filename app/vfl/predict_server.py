@@ -27,7 +27,7 @@ from app.config import RunConfig
 from app.kept import KeptError, predict_mode_files, write_csv
 from app.transport import handshake
 from app.vfl.channel import FlowerChannel
-from app.vfl.parties import unsorted
+from app.vfl.linking import unsorted
 from app.vfl.predict import KeptRun, Prediction, check_new, forward, link_here, open_kept
 from app.vfl.predict_csv import read_input, table
 from linkage.binding import identifier_digest
@@ -39,10 +39,10 @@ def run_predict(grid: Grid, cfg: RunConfig) -> dict:
     seconds of each phase (prepare, query, embed, forward)."""
     src, out = predict_mode_files(cfg)
     t0 = time.perf_counter()
-    run_dir = cfg.out_path() / cfg.predict_run
+    run_dir = cfg.out_path() / cfg.predict.run
     kept = open_kept(run_dir, check=("primary",))  # each secondary checks its own data
     _same_parties(cfg, kept)
-    keys, features, ids, report = read_input(run_dir, src, cfg.predict_id_column, cfg.predict_unknown)
+    keys, features, ids, report = read_input(run_dir, src, cfg.predict.id_column, cfg.predict.unknown)
     check_new(features, ids, kept.meta)
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "connect": 0.0, "embed": 0.0}
     linkage, lookup = None, {}
@@ -50,61 +50,79 @@ def run_predict(grid: Grid, cfg: RunConfig) -> dict:
         linkage = _linkage(cfg, kept, ids, seconds)
         lookup = _embed_remote(grid, cfg, kept, linkage, seconds)
     t1 = time.perf_counter()
-    values, proba, weights, attention = forward(kept, features, linkage, lookup, explain=cfg.predict_explain)
+    values, proba, weights, attention = forward(kept, features, linkage, lookup, explain=cfg.predict.explain)
     seconds["forward"] = time.perf_counter() - t1
     pred = Prediction(values, proba, linkage, weights, kept.meta["best_epoch"], seconds, attention)
-    write_csv(table(keys, cfg.predict_id_column, pred, cfg.predict_explain), out)
+    write_csv(table(keys, cfg.predict.id_column, pred, cfg.predict.explain), out)
     for what, counts in report.items():
         if counts:
             log(INFO, "[primary] predict note: %s: %s", what.replace("_", " "), counts)
-    log(INFO, "[primary] predict: %d records with run %s (best epoch %d) in %.2f s: %s -> %s", len(keys),
-        cfg.predict_run, pred.best_epoch, time.perf_counter() - t0,
-        " ".join(f"{k}={v:.3f}" for k, v in seconds.items()), out)
+    log(
+        INFO,
+        "[primary] predict: %d records with run %s (best epoch %d) in %.2f s: %s -> %s",
+        len(keys),
+        cfg.predict.run,
+        pred.best_epoch,
+        time.perf_counter() - t0,
+        " ".join(f"{k}={v:.3f}" for k, v in seconds.items()),
+        out,
+    )
     return {"rows": len(keys), "best_epoch": pred.best_epoch, "seconds": seconds, "output": str(out)}
 
 
 def _same_parties(cfg: RunConfig, kept: KeptRun) -> None:
     """In simulation the secondaries name themselves from the run config: it must be the run's."""
+    asked, trained = cfg.flat(), kept.cfg.flat()
     for key in ("dataset", "parties", "mode"):
-        if getattr(cfg, key) != getattr(kept.cfg, key):
-            raise KeptError(f"run {cfg.predict_run!r} was trained with {key} = {getattr(kept.cfg, key)!r}, but this "
-                            f"predict run says {getattr(cfg, key)!r}; predict with the training's run config plus "
-                            "the predict-* keys")
+        if asked[key] != trained[key]:
+            raise KeptError(
+                f"run {cfg.predict.run!r} was trained with {key} = {trained[key]!r}, but this "
+                f"predict run says {asked[key]!r}; predict with the training's run config plus "
+                "the predict-* keys"
+            )
 
 
 def _linkage(cfg: RunConfig, kept: KeptRun, ids: np.ndarray, seconds: dict[str, float]):
     """The new records' linkage: the service's answer to the query (``predict-linkage``), which
     must be the run's job and these identifiers, or linked here as the run's job was."""
-    if not cfg.predict_linkage:
+    if not cfg.predict.linkage:
         return link_here(kept, ids, seconds)
     t0 = time.perf_counter()
-    path = Path(cfg.predict_linkage).expanduser().resolve()
+    path = Path(cfg.predict.linkage).expanduser().resolve()
     if not path.exists():
         raise KeptError(f"run-config 'predict-linkage': no linkage answer at {path}")
     linkage = read_primary(path)
     job = kept.meta["job_id"]
     if linkage.job_id != job:
-        raise KeptError(f"predict-linkage {path} answers linkage job {linkage.job_id}, but run {cfg.predict_run!r} "
-                        f"was trained on job {job}; query that job")
+        raise KeptError(
+            f"predict-linkage {path} answers linkage job {linkage.job_id}, but run {cfg.predict.run!r} "
+            f"was trained on job {job}; query that job"
+        )
     if linkage.ids_sha256 != identifier_digest(ids):
-        raise KeptError(f"predict-linkage {path} was queried with other identifiers than the {len(ids)} records of "
-                        f"{cfg.predict_input} (digest differs); query the service with this input")
+        raise KeptError(
+            f"predict-linkage {path} was queried with other identifiers than the {len(ids)} records of "
+            f"{cfg.predict.input} (digest differs); query the service with this input"
+        )
     if set(linkage.links) != set(kept.meta["secondaries"]):
-        raise KeptError(f"predict-linkage {path} links {sorted(linkage.links)}, the run {sorted(kept.meta['secondaries'])}")
+        raise KeptError(
+            f"predict-linkage {path} links {sorted(linkage.links)}, the run {sorted(kept.meta['secondaries'])}"
+        )
     seconds["query"] = time.perf_counter() - t0
-    return linkage if kept.settings.model.sort_gate else unsorted(linkage, kept.cfg.seed)
+    return linkage if kept.settings.model.sort_gate else unsorted(linkage, kept.cfg.train.seed)
 
 
 def _embed_remote(grid: Grid, cfg: RunConfig, kept: KeptRun, linkage, seconds: dict[str, float]) -> dict:
     """Each secondary's embeddings (T, c) of its sorted tokens (T,), from its kept model.
     ``connect``: the handshake, which in simulation includes starting the ClientApps."""
     t0 = time.perf_counter()
-    nodes = handshake(grid, sorted(linkage.links), kept.meta["job_id"], cfg.node_timeout, action="predict_hello")
+    nodes = handshake(
+        grid, sorted(linkage.links), kept.meta["job_id"], cfg.runtime.node_timeout, action="predict_hello"
+    )
     seconds["connect"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    channel = FlowerChannel(grid, nodes, cfg.node_timeout, kept.meta["job_id"])
+    channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, kept.meta["job_id"])
     tokens = {p: np.unique(link.tokens) for p, link in linkage.links.items()}
-    emb = channel.embed_kept(cfg.predict_run, tokens)
+    emb = channel.embed_kept(cfg.predict.run, tokens)
     c = kept.settings.model.cut_dim
     for p, e in emb.items():
         if e.shape != (len(tokens[p]), c):

@@ -3,7 +3,6 @@ messages, answering embedding requests and applying gradient blocks in order."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import io
@@ -46,8 +45,9 @@ def with_imputed_row(features: np.ndarray, row_of_token: np.ndarray, party: str)
     if top == len(features):
         return np.vstack([features, features.mean(0, keepdims=True)])
     if top > len(features):
-        raise ValueError(f"party {party!r}: linkage job maps tokens to row {top} but the party has "
-                         f"{len(features)} rows")
+        raise ValueError(
+            f"party {party!r}: linkage job maps tokens to row {top} but the party has {len(features)} rows"
+        )
     return features
 
 
@@ -86,8 +86,10 @@ class SecondaryParty:
             self.rows(block.tokens)
             want = (len(block.tokens), self.cut_dim)
             if tuple(grad.shape) != want:
-                raise ValueError(f"party {self.party!r}: gradient block {j} in train.step has shape "
-                                 f"{tuple(grad.shape)}, expected {want} (one row per token, cut size {self.cut_dim})")
+                raise ValueError(
+                    f"party {self.party!r}: gradient block {j} in train.step has shape "
+                    f"{tuple(grad.shape)}, expected {want} (one row per token, cut size {self.cut_dim})"
+                )
         for block, grad in zip(blocks, grads):
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
             self.optimizer.zero_grad(set_to_none=True)
@@ -99,24 +101,39 @@ class SecondaryParty:
         """Refuse a step that belongs to another linkage job, another training position, or
         whose token lists are not the ones the primary hashed: never train on wrong rows."""
         if meta.job_id != self.job_id:
-            raise MisalignedStep(f"party {self.party!r}: step for linkage job {meta.job_id!r}, but this party "
-                                 f"holds job {self.job_id!r}; refusing to train on misaligned rows")
+            raise MisalignedStep(
+                f"party {self.party!r}: step for linkage job {meta.job_id!r}, but this party "
+                f"holds job {self.job_id!r}; refusing to train on misaligned rows"
+            )
         if meta.cursor != self.applied:
-            raise MisalignedStep(f"party {self.party!r}: the primary is at step {meta.cursor} but this party has "
-                                 f"applied {self.applied} gradient blocks (a lost message or a restore from another "
-                                 "checkpoint); refusing to continue")
+            raise MisalignedStep(
+                f"party {self.party!r}: the primary is at step {meta.cursor} but this party has "
+                f"applied {self.applied} gradient blocks (a lost message or a restore from another "
+                "checkpoint); refusing to continue"
+            )
         if step_digest(meta.job_id, meta.cursor, blocks, tokens) != meta.digest:
-            raise MisalignedStep(f"party {self.party!r}: the step's token lists do not match their digest "
-                                 f"(cursor {meta.cursor}); refusing to train on misaligned rows")
+            raise MisalignedStep(
+                f"party {self.party!r}: the step's token lists do not match their digest "
+                f"(cursor {meta.cursor}); refusing to train on misaligned rows"
+            )
 
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self, folder: Path, epoch: int) -> str:
         """Model, optimiser and cursor as ``epoch-<e>.pt`` (atomic); returns its SHA-256, which the
         primary records in its manifest. Files of other epochs than e and e - 1 are removed."""
-        return save_state(folder, "epoch", epoch, {"model": self.model.state_dict(),
-                                                   "optimizer": self.optimizer.state_dict(),
-                                                   "applied": self.applied, "job_id": self.job_id, "epoch": epoch})
+        return save_state(
+            folder,
+            "epoch",
+            epoch,
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "applied": self.applied,
+                "job_id": self.job_id,
+                "epoch": epoch,
+            },
+        )
 
     def load_checkpoint(self, folder: Path, epoch: int) -> str:
         path = Path(folder) / f"epoch-{epoch}.pt"
@@ -125,8 +142,10 @@ class SecondaryParty:
         data = path.read_bytes()
         state = torch.load(io.BytesIO(data), map_location=self.device, weights_only=True)
         if state["job_id"] != self.job_id:
-            raise MisalignedStep(f"party {self.party!r}: checkpoint {path} is for linkage job {state['job_id']!r}, "
-                                 f"this party holds {self.job_id!r}")
+            raise MisalignedStep(
+                f"party {self.party!r}: checkpoint {path} is for linkage job {state['job_id']!r}, "
+                f"this party holds {self.job_id!r}"
+            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.applied = int(state["applied"])
@@ -139,31 +158,46 @@ class SecondaryParty:
         (<folder>/kept.pt): weights, epoch, linkage job, the run config it was built from and a
         digest of its features, so predict rebuilds it alike and refuses changed data."""
         buf = io.BytesIO()
-        torch.save({"model": self.model.state_dict(), "epoch": epoch, "job_id": self.job_id,
-                    "run": json.dumps(dataclasses.asdict(cfg)), "features_sha256": self.features_digest()}, buf)
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "epoch": epoch,
+                "job_id": self.job_id,
+                "run": json.dumps(cfg.flat()),
+                "features_sha256": self.features_digest(),
+            },
+            buf,
+        )
         write_atomic(Path(folder) / PARTY_KEPT, buf.getvalue())
 
     def features_digest(self) -> str:
         return features_digest(self.x.cpu().numpy())
 
     @classmethod
-    def from_kept(cls, folder: Path, party: str, job_dir: str, paths: Callable[[RunConfig], RunConfig],
-                  cache_dir: str = "") -> "SecondaryParty":
+    def from_kept(
+        cls, folder: Path, party: str, job_dir: str, paths: Callable[[RunConfig], RunConfig], cache_dir: str = ""
+    ) -> "SecondaryParty":
         """This party as kept for a run, built from the run config it trained with (``paths``
         puts back the node's own folders); refused by name when nothing is kept, the job is
         another or the party's data changed since training."""
         path = Path(folder) / PARTY_KEPT
         if not path.exists():
-            raise KeptError(f"party {party!r} keeps no model for this run at {path}: the run did not finish "
-                            "through Flower here, or this node's model folder is another")
+            raise KeptError(
+                f"party {party!r} keeps no model for this run at {path}: the run did not finish "
+                "through Flower here, or this node's model folder is another"
+            )
         kept = torch.load(path, map_location="cpu", weights_only=True)
-        self = cls(paths(RunConfig(**json.loads(kept["run"]))), party, job_dir, cache_dir)
+        self = cls(paths(RunConfig.of(**json.loads(kept["run"]))), party, job_dir, cache_dir)
         if self.job_id != kept["job_id"]:
-            raise KeptError(f"party {party!r}: the run was trained on linkage job {kept['job_id']!r}, but this "
-                            f"party's linkage folder {job_dir} holds job {self.job_id!r}")
+            raise KeptError(
+                f"party {party!r}: the run was trained on linkage job {kept['job_id']!r}, but this "
+                f"party's linkage folder {job_dir} holds job {self.job_id!r}"
+            )
         if self.features_digest() != kept["features_sha256"]:
-            raise KeptError(f"party {party!r}: its data changed since training (features digest differs); "
-                            "predict with the data the federation was trained on, or train again")
+            raise KeptError(
+                f"party {party!r}: its data changed since training (features digest differs); "
+                "predict with the data the federation was trained on, or train again"
+            )
         self.model.load_state_dict(kept["model"])
         return self
 
@@ -188,16 +222,20 @@ class SecondaryParty:
         party.applied = int(meta.get("applied", 0))
         if "model" in context.state.array_records:
             party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
-            load_optimizer_state(party.optimizer, context.state.array_records["optim_arrays"],
-                                 context.state.config_records["optim_scalars"])
+            load_optimizer_state(
+                party.optimizer,
+                context.state.array_records["optim_arrays"],
+                context.state.config_records["optim_scalars"],
+            )
         return party
 
     def persist(self, context: Context) -> None:
         if hasattr(context, "live_party"):  # the worker outlives the message: nothing to copy
             context.live_party = self
             return
-        context.state.config_records["party"] = ConfigRecord({"party": self.party, "job_dir": self.job_dir,
-                                                              "cache_dir": self.cache_dir, "applied": self.applied})
+        context.state.config_records["party"] = ConfigRecord(
+            {"party": self.party, "job_dir": self.job_dir, "cache_dir": self.cache_dir, "applied": self.applied}
+        )
         context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
         arrays, scalars = optimizer_state_records(self.optimizer)
         context.state.array_records["optim_arrays"] = arrays  # keys are unique across record types

@@ -16,28 +16,33 @@ from pathlib import Path
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from app import run_status
+from app import probes, run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.kept import KEPT
-from app.run_record import RunRecord, Seconds, constant_predictor, hyperparameter_lines
+from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
 from app.vfl import checkpoint
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
 from app.vfl.kept import Keeper
-from app.vfl.parties import build_strategy, job_privacy, linkage_job, train_plan
+from app.vfl.linking import job_privacy, linkage_job
+from app.vfl.parties import build_strategy, train_plan
 from strategies.records import EpochRecord, best_epoch, stopping
 from strategies.vfl.protocol import fit
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
-    name = cfg.run_name or f"{cfg.dataset}-{cfg.method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = (
+        cfg.runtime.run_name
+        or f"{cfg.data.dataset}-{cfg.train.method}-s{cfg.train.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     folder = cfg.out_path() / name
-    if cfg.resume and not (folder / "checkpoint" / checkpoint.MANIFEST).exists():
-        raise checkpoint.CheckpointError(f"run-config resume=true but run {name!r} has no checkpoint at "
-                                         f"{folder / 'checkpoint'}")
-    if cfg.resume:  # refused here, before any file is touched; the linkage job is checked once known
+    if cfg.train.resume and not (folder / "checkpoint" / checkpoint.MANIFEST).exists():
+        raise checkpoint.CheckpointError(
+            f"run-config resume=true but run {name!r} has no checkpoint at {folder / 'checkpoint'}"
+        )
+    if cfg.train.resume:  # refused here, before any file is touched; the linkage job is checked once known
         manifest = checkpoint.read_manifest(folder / "checkpoint")
         checkpoint.check_resume(manifest, checkpoint.fixed_config(cfg), manifest.job_id)
     return folder
@@ -71,7 +76,7 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     out = run_dir_for(cfg)
     status = run_status.RunStatus(out, "flower")
     with status.recording():
-        if not cfg.resume:
+        if not cfg.train.resume:
             status.start()
         return drive(cfg, out, Engine("flower", "[primary]", functools.partial(_connect, grid)), status)
 
@@ -82,51 +87,57 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
     t_start, tag = time.perf_counter(), engine.tag
     settings, hyper = cfg.resolve(), cfg.hyperparameters()
     with RunRecord(out, engine.name) as record, contextlib.ExitStack() as links:
-        if not cfg.resume:  # a resumed run writes nothing before its checkpoint is accepted
-            record.write_config(cfg, settings, hyper)
-            record.start_progress(settings.epochs)
-        log(INFO, "%s run dir %s (working directory %s)", tag, out, Path.cwd())
-        log_hyperparameters(tag, hyper)
-        ds, seconds = _load(cfg, tag)
-        record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.seed), ds.source_rows, ds.entity_ids)
+        ds, seconds = _start(record, cfg, settings, hyper, out, tag)
         linkage, channel, seconds.linkage, privacy = engine.connect(ds, cfg, settings)
         remote = channel if engine.remote else None  # parties that keep their own state and count traffic
         if remote is not None:
             links.callback(remote.close)  # a direct transport's links close with the run, however it ends
         floor = _floor(remote, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
-        plan = dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
-        log(INFO, "%s training %s: K=%d, batch %d, %s, lr %g, S=%d steps per exchange, device %s", tag,
-            cfg.method, settings.k, settings.batch_size, epochs_note(plan.epochs, plan.patience), settings.lr,
-            cfg.steps_per_exchange, strategy.device)
+        plan = _plan(cfg, settings, strategy, tag)
         ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
-        done = _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings) if engine.remote \
+        done = (
+            _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings) if engine.remote else None
+        )
+        after_epoch = (
+            checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id)
+            if cfg.train.checkpoint and engine.remote
             else None
-        after_epoch = checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id) \
-            if cfg.checkpoint and engine.remote else None
+        )
         record.open_metrics(strategy.head, done[0] if done else [])
         keeper, keep = _keeper(out, strategy, channel, engine, done)
         on_epoch, progress = _epoch_log(record, remote, keep, tag)
         t0 = time.perf_counter()
-        records, step_losses = fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, on_epoch,
-                                   progress, after_epoch, done, str(ckpt) if after_epoch else "")
+        records, step_losses = fit(
+            strategy,
+            channel,
+            ds.split.train,
+            ds.split.val,
+            ds.split.test,
+            plan,
+            on_epoch,
+            progress,
+            after_epoch,
+            done,
+            str(ckpt) if after_epoch else "",
+        )
         seconds.train_and_eval = time.perf_counter() - t0
         if remote:
             remote.finish(str(out))
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)
         seconds.total = time.perf_counter() - t_start
+        run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(remote, floor))
         summary = record.finish(
-            cfg, dataset=ds.name, method=cfg.method, head=strategy.head, records=records, losses=step_losses,
-            model=strategy.model, device=strategy.device, seconds=seconds, preprocessing=ds.preprocessing,
-            exchange=_exchange(remote, floor), k=settings.k, tau=cfg.tau, steps_per_exchange=cfg.steps_per_exchange,
-            privacy=privacy, **outcome(strategy.head, records, step_losses, plan, ds, hyper))
+            cfg, run, k=settings.k, tau=cfg.link.tau, steps_per_exchange=cfg.train.steps_per_exchange, privacy=privacy
+        )
     log_end(tag, summary, out)
     return summary
 
 
 def _floor(remote, cfg: RunConfig, tag: str) -> list[float]:
-    """Flower's empty-exchange floor, measured ``cfg.bench_floor`` times (none in process)."""
-    floor = [remote.ping() for _ in range(cfg.bench_floor)] if remote and cfg.bench_floor else []
+    """Flower's empty-exchange floor, measured :func:`app.probes.bench_floor` times (none in process)."""
+    times = probes.bench_floor()
+    floor = [remote.ping() for _ in range(times)] if remote and times else []
     if floor:
         log(INFO, "%s empty-exchange floor: median %.4f s over %d", tag, statistics.median(floor), len(floor))
     return floor
@@ -159,18 +170,80 @@ def log_hyperparameters(tag: str, hyper: dict) -> None:
     log(INFO, "%s hyperparameters (value, source):\n%s", tag, "\n".join(hyperparameter_lines(hyper)))
 
 
-def outcome(head, records: list[EpochRecord], step_losses: list[float], plan, ds, hyper: dict) -> dict:
-    """The summary's stopping, hyperparameters and constant predictor (training labels only)."""
-    return {"stopping": stopping(records, head, plan.patience, plan.epochs, len(step_losses), plan.max_steps),
-            "hyperparameters": hyper,
-            "constant_predictor": constant_predictor(head, ds.labels[ds.split.train], ds.labels[ds.split.val])}
+def finished_run(
+    cfg: RunConfig,
+    ds,
+    strategy,
+    plan,
+    hyper: dict,
+    records: list[EpochRecord],
+    step_losses: list[float],
+    seconds: Seconds,
+    exchange: dict | None,
+) -> FinishedRun:
+    """What the run record's summary says of the trained ``strategy``: with its stopping,
+    hyperparameters and constant predictor (training labels only)."""
+    head = strategy.head
+    return FinishedRun(
+        dataset=ds.name,
+        method=cfg.train.method,
+        head=head,
+        records=records,
+        losses=step_losses,
+        model=strategy.model,
+        device=strategy.device,
+        seconds=seconds,
+        preprocessing=ds.preprocessing,
+        exchange=exchange,
+        hyperparameters=hyper,
+        stopping=stopping(records, head, plan.patience, plan.epochs, len(step_losses), plan.max_steps),
+        constant_predictor=constant_predictor(head, ds.labels[ds.split.train], ds.labels[ds.split.val]),
+    )
+
+
+def _start(record: RunRecord, cfg: RunConfig, settings, hyper: dict, out: Path, tag: str) -> tuple:
+    """The run's start: config.json and progress.json (a resumed run writes nothing before its
+    checkpoint is accepted), its first log lines, the parties' data loaded and split.csv written.
+    Returns the data and the run's Seconds (:func:`_load`)."""
+    if not cfg.train.resume:
+        record.write_config(cfg, settings, hyper)
+        record.start_progress(settings.epochs)
+    log(INFO, "%s run dir %s (working directory %s)", tag, out, Path.cwd())
+    log_hyperparameters(tag, hyper)
+    ds, seconds = _load(cfg, tag)
+    record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.train.seed), ds.source_rows, ds.entity_ids)
+    return ds, seconds
+
+
+def _plan(cfg: RunConfig, settings, strategy, tag: str):
+    """The training's plan (early stopping's patience from the settings), logged."""
+    plan = dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
+    log(
+        INFO,
+        "%s training %s: K=%d, batch %d, %s, lr %g, S=%d steps per exchange, device %s",
+        tag,
+        cfg.train.method,
+        settings.k,
+        settings.batch_size,
+        epochs_note(plan.epochs, plan.patience),
+        settings.lr,
+        cfg.train.steps_per_exchange,
+        strategy.device,
+    )
+    return plan
 
 
 def log_end(tag: str, summary: dict, out: Path) -> None:
     """The run's last lines: how it stopped, the best epoch, every warning (as WARNING)."""
     log(INFO, "%s stopped after %d epochs: %s", tag, summary["epochs_run"], summary["stopping"]["reason"])
-    log(INFO, "%s best epoch %d: val %s | test %s", tag, summary["best_epoch"], fmt(summary["val"]),
-        fmt(summary["test"]))
+    log(
+        INFO,
+        "%s best epoch %d: val %s | test %s",
+        tag,
+        summary["best_epoch"],
+        fmt(summary["val"]),
+        fmt(summary["test"]),
+    )
     for warning in summary["warnings"]:
         log(WARNING, "%s %s", tag, warning)
     log(INFO, "%s results in %s", tag, out)
@@ -180,18 +253,34 @@ def _load(cfg: RunConfig, tag: str) -> tuple:
     """The parties' data, and the run's Seconds with the load time filled in."""
     t0 = time.perf_counter()
     ds = load_data(cfg)
-    log(INFO, "%s dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
-        tag, ds.name, ds.primary.n_rows, len(ds.split.train), len(ds.split.val), len(ds.split.test),
-        {p: t.n_rows for p, t in ds.secondaries.items()})
+    log(
+        INFO,
+        "%s dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
+        tag,
+        ds.name,
+        ds.primary.n_rows,
+        len(ds.split.train),
+        len(ds.split.val),
+        len(ds.split.test),
+        {p: t.n_rows for p, t in ds.secondaries.items()},
+    )
     log(INFO, "%s feature preparation: %s", tag, ds.preprocessing_note())
     return ds, Seconds(load=time.perf_counter() - t0)
 
 
-def _start_or_resume(ckpt: Path, strategy, channel, cfg: RunConfig, job_id: str, status: run_status.RunStatus,
-                     record: RunRecord, settings):
+def _start_or_resume(
+    ckpt: Path,
+    strategy,
+    channel,
+    cfg: RunConfig,
+    job_id: str,
+    status: run_status.RunStatus,
+    record: RunRecord,
+    settings,
+):
     """A fresh run empties its checkpoint folder; a resumed one loads every party's state, and
     only once the checkpoint is accepted does the run become this one. Returns what was done."""
-    if not cfg.resume:
+    if not cfg.train.resume:
         checkpoint.fresh(ckpt)
         return None
     done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id)
@@ -211,8 +300,17 @@ def link(ds, cfg: RunConfig, settings, tag: str) -> tuple:
     t0 = time.perf_counter()
     linkage, folder = linkage_job(ds, cfg, settings)  # each party reads its own copy of the job
     link_seconds = time.perf_counter() - t0
-    log(INFO, "%s linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s", tag, linkage.job_id, linkage.layout,
-        linkage.k, linkage.tau, {p: round(pl.sigma, 4) for p, pl in linkage.links.items()}, link_seconds)
+    log(
+        INFO,
+        "%s linkage job %s (%s): K=%d tau=%g sigma %s in %.2f s",
+        tag,
+        linkage.job_id,
+        linkage.layout,
+        linkage.k,
+        linkage.tau,
+        {p: round(pl.sigma, 4) for p, pl in linkage.links.items()},
+        link_seconds,
+    )
     return linkage, folder, link_seconds, job_privacy(folder, linkage, tag)
 
 
@@ -222,13 +320,19 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
     linkage, _, link_seconds, privacy = link(ds, cfg, settings, "[primary]")
     if linkage is None:
         return None, None, 0.0, None
-    if cfg.transport == "direct":  # the last step: nothing between opening the links and closing them with the run
-        channel = DirectChannel.connect(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout)
+    if (
+        cfg.runtime.transport == "direct"
+    ):  # the last step: nothing between opening the links and closing them with the run
+        channel = DirectChannel.connect(grid, sorted(ds.secondaries), linkage.job_id, cfg.runtime.node_timeout)
         log(INFO, "[primary] parties: %s", channel.nodes)
         log(INFO, "[primary] direct links to the party workers: %s", sorted(channel.links))
     else:
-        channel = FlowerChannel(grid, handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.node_timeout),
-                                cfg.node_timeout, linkage.job_id)
+        channel = FlowerChannel(
+            grid,
+            handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.runtime.node_timeout),
+            cfg.runtime.node_timeout,
+            linkage.job_id,
+        )
         log(INFO, "[primary] parties: %s", channel.nodes)
     return linkage, channel, link_seconds, privacy
 
@@ -238,11 +342,15 @@ def _exchange(channel, floor: list[float]) -> dict | None:
     if channel is None:
         return None
     traffic, times = channel.traffic, channel.traffic.seconds
-    return {"count": traffic.exchanges, "bytes_down": traffic.bytes_down, "bytes_up": traffic.bytes_up,
-            "median_seconds": statistics.median(times) if times else 0.0,
-            "mean_seconds": statistics.fmean(times) if times else 0.0,
-            "floor_median_seconds": statistics.median(floor) if floor else None,
-            "floor_mean_seconds": statistics.fmean(floor) if floor else None}
+    return {
+        "count": traffic.exchanges,
+        "bytes_down": traffic.bytes_down,
+        "bytes_up": traffic.bytes_up,
+        "median_seconds": statistics.median(times) if times else 0.0,
+        "mean_seconds": statistics.fmean(times) if times else 0.0,
+        "floor_median_seconds": statistics.median(floor) if floor else None,
+        "floor_mean_seconds": statistics.fmean(floor) if floor else None,
+    }
 
 
 def _keep(keeper: Keeper, rec: EpochRecord, strategy, channel, out: Path) -> None:
@@ -260,8 +368,18 @@ def _epoch_log(record: RunRecord, channel, keep, tag: str):
         traffic = channel.traffic if channel else None
         record.epoch(rec, **({"bytes_down": traffic.bytes_down, "bytes_up": traffic.bytes_up} if traffic else {}))
         keep(rec)
-        log(INFO, "%s epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s", tag,
-            rec.epoch, rec.train_loss, fmt(rec.val), fmt(rec.test), rec.steps, rec.exchanges, rec.seconds)
+        log(
+            INFO,
+            "%s epoch %d: loss=%.5f | val %s | test %s | %d steps, %d exchanges, %.1f s",
+            tag,
+            rec.epoch,
+            rec.train_loss,
+            fmt(rec.val),
+            fmt(rec.test),
+            rec.steps,
+            rec.exchanges,
+            rec.seconds,
+        )
 
     def progress(phase: str, epoch: int, step: int, n_steps: int, loss: float) -> None:
         record.step(phase, epoch, step, n_steps, loss)

@@ -68,14 +68,28 @@ def spawn(context: Context, key: str, timeout: float) -> str:
     if advertise:  # refused here, naming the setting, rather than as an address the primary cannot reach
         host_port(advertise, "node config 'direct-address'")
     if not advertise and host in ("0.0.0.0", "::", ""):
-        raise ValueError(f"node config 'direct-listen' = {listen!r} listens on every interface: set "
-                         "'direct-address' to the HOST:PORT the primary reaches this worker at")
-    spec = {"node_config": dict(context.node_config), "run_config": dict(context.run_config), "key": key,
-            "listen": listen, "timeout": min(timeout, MAX_WAIT), "node": _started(os.getppid())}
+        raise ValueError(
+            f"node config 'direct-listen' = {listen!r} listens on every interface: set "
+            "'direct-address' to the HOST:PORT the primary reaches this worker at"
+        )
+    spec = {
+        "node_config": dict(context.node_config),
+        "run_config": dict(context.run_config),
+        "key": key,
+        "listen": listen,
+        "timeout": min(timeout, MAX_WAIT),
+        "node": _started(os.getppid()),
+    }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APP_ROOT), os.environ.get("PYTHONPATH", "")])}
     # the ClientApp's working folder: default and relative node-config folders resolve alike
-    proc = subprocess.Popen([sys.executable, "-m", "app.vfl.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            cwd=os.getcwd(), env=env, start_new_session=True)  # outlives this ClientApp process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.vfl.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=os.getcwd(),
+        env=env,
+        start_new_session=True,
+    )  # outlives this ClientApp process
     try:
         proc.stdin.write(json.dumps(spec).encode())
         proc.stdin.close()
@@ -88,8 +102,10 @@ def spawn(context: Context, key: str, timeout: float) -> str:
         if proc.poll() is None:
             proc.kill()
             raise RuntimeError(f"the party worker did not listen within {START_TIMEOUT} s; see this node's log")
-        raise RuntimeError(f"the party worker exited with status {proc.wait()} before listening at {listen} (a port "
-                           "in use by an earlier run's worker?); its error is in this node's log")
+        raise RuntimeError(
+            f"the party worker exited with status {proc.wait()} before listening at {listen} (a port "
+            "in use by an earlier run's worker?); its error is in this node's log"
+        )
     return advertise or line.split()[1]
 
 
@@ -115,8 +131,9 @@ def _watch(node: list) -> None:
     while True:
         time.sleep(0.5)
         if _started(node[0]) != node:
-            print(f"[party worker] the process that started it ({node[0]}) is gone: exiting", file=sys.stderr,
-                  flush=True)
+            print(
+                f"[party worker] the process that started it ({node[0]}) is gone: exiting", file=sys.stderr, flush=True
+            )
             os._exit(3)
 
 
@@ -182,8 +199,11 @@ def main() -> int:
     print(f"ready {host}:{port}", flush=True)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the pipe's reader is gone: stdout goes to the log
     threading.Thread(target=_watch, args=(spec["node"],), daemon=True).start()
-    print(f"[party worker] pid {os.getpid()} at {host}:{port}, for node process {spec['node'][0]}", file=sys.stderr,
-          flush=True)
+    print(
+        f"[party worker] pid {os.getpid()} at {host}:{port}, for node process {spec['node'][0]}",
+        file=sys.stderr,
+        flush=True,
+    )
     # torch and the party's code load while the primary connects and proves the key: the accept
     # loop does not wait on the import (seconds on a busy host), so neither does the primary
     with ThreadPoolExecutor(1) as loader:
@@ -193,8 +213,9 @@ def main() -> int:
         finally:
             server.close()
         handlers = client.result().DIRECT
-    context = LiveContext(run_id=0, node_id=0, node_config=spec["node_config"], state=RecordDict(),
-                          run_config=spec["run_config"])
+    context = LiveContext(
+        run_id=0, node_id=0, node_config=spec["node_config"], state=RecordDict(), run_config=spec["run_config"]
+    )
     try:
         serve(link, context, handlers)
     finally:

@@ -38,8 +38,15 @@ def listings(rng: np.random.Generator) -> pd.DataFrame:
     lat, lon = places(rng, N_LISTINGS)
     room = rng.choice(["entire home", "private room", "shared room"], N_LISTINGS, p=[0.6, 0.3, 0.1])
     price = 60 + 180 * appeal(lat, lon) + np.where(room == "entire home", 70, 0) + rng.normal(0, 15, N_LISTINGS)
-    return pd.DataFrame({"latitude": lat.round(5), "longitude": lon.round(5), "nightly_price": price.round(0).astype(int),
-                         "reviews": rng.poisson(25, N_LISTINGS), "room_type": room})
+    return pd.DataFrame(
+        {
+            "latitude": lat.round(5),
+            "longitude": lon.round(5),
+            "nightly_price": price.round(0).astype(int),
+            "reviews": rng.poisson(25, N_LISTINGS),
+            "room_type": room,
+        }
+    )
 
 
 def sales(rng: np.random.Generator) -> pd.DataFrame:
@@ -50,8 +57,18 @@ def sales(rng: np.random.Generator) -> pd.DataFrame:
     year = rng.integers(1900, 2020, N_SALES).astype(float)
     year[rng.random(N_SALES) < 0.05] = np.nan  # a few unknown: mean-imputed on the training rows
     price = 250 + 80 * rooms + 0.8 * area + 900 * appeal(lat, lon) + rng.normal(0, 40, N_SALES)  # thousands
-    return pd.DataFrame({"sale_id": [f"S{i:05d}" for i in range(N_SALES)], "lat": lat.round(5), "lon": lon.round(5),
-                         "rooms": rooms, "area": area, "type": kind, "year_built": year, "price": price.round(1)})
+    return pd.DataFrame(
+        {
+            "sale_id": [f"S{i:05d}" for i in range(N_SALES)],
+            "lat": lat.round(5),
+            "lon": lon.round(5),
+            "rooms": rooms,
+            "area": area,
+            "type": kind,
+            "year_built": year,
+            "price": price.round(1),
+        }
+    )
 
 
 def main(out: Path) -> None:

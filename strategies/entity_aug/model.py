@@ -1,20 +1,22 @@
 """Entity Augmentation (Nagaswamy et al., 2024, ../shared/papers/entity-augmentation-limited-overlap.txt):
 split learning for classification without private set intersection or entity alignment.
 
-Every party (guest) encodes the next batch of *its own* records, in its own order, and sends
-the activations with the entities' ids. The host, which holds the labels of all entities,
-concatenates the parties' activations and trains on the **interpolated label**: per row, the
+Every secondary (the paper's guest) encodes the next batch of *its own* records, in its own order,
+and sends the activations with the entities' ids. The primary (the paper's host), which holds the
+labels of all entities, concatenates the parties' activations and trains on the **interpolated label**: per row, the
 average of the one-hot labels of the entities the parties sent, each weighted by that party's
-share of the host input (its activation width), like CutMix across parties (Algorithm 1).
+share of the primary's input (its activation width), like CutMix across parties (Algorithm 1).
 It returns each party the gradient of the loss w.r.t. its activations.
 
-Algorithm 1's per-party queue (:class:`GuestQueue`) holds the last activation and ids received
-from each party: a party that does not answer within the timeout is represented by its last
+Algorithm 1's per-party queue (``strategies.entity_aug.exchange.SecondaryQueue``) holds the last
+activation and ids received from each party: a party that does not answer within the timeout is represented by its last
 ones, and the run counts how often (``stale``).
 
-This module holds the labels, models, record orders, the party and host, and the training
-loop; the exchange with the parties (payloads, :class:`GuestLink`, the queue, in-process
-:class:`LocalLink`) lives in ``strategies.entity_aug.exchange`` and is re-exported here.
+This module holds the labels, models, record orders (:class:`BatchSchedule`), the parties
+(:class:`SecondaryParty`, :class:`PrimaryParty`) and the training loop; the channel to the
+secondaries (payloads, :class:`~strategies.entity_aug.channel.SecondaryChannel`, the in-process
+LocalChannel) lives in ``strategies.entity_aug.channel``, the queue and its fallback in
+``strategies.entity_aug.exchange``.
 Shapes: G parties, B entities per step, c_p activation width of party p, C classes.
 """
 
@@ -30,23 +32,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strategies.entity_aug.exchange import (
-    Exchanger,
-    GuestLink,
-    GuestQueue,
-    GuestTimeout,
-    LocalLink,
-    PartyLike,
-    StepReply,
-    StepRequest,
-)
+from strategies.entity_aug.channel import SecondaryChannel, StepReply, StepRequest
+from strategies.entity_aug.exchange import Exchanger
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord, Progress, early_stop
 
-__all__ = ["ACTIVATIONS", "VARIANTS", "EAHost", "EAParty", "EAPlan", "EntityAugError", "Exchanger", "GuestLink",
-           "GuestQueue", "GuestTimeout", "Layer", "LocalLink", "PartyLike", "PartyPlan", "StepReply", "StepRequest",
-           "evaluate", "fit_ea", "interpolated_labels", "layers", "out_width", "party_records", "record_stream",
-           "require_classification", "soft_cross_entropy"]
+__all__ = [
+    "ACTIVATIONS",
+    "VARIANTS",
+    "BatchSchedule",
+    "EntityAugError",
+    "Layer",
+    "PrimaryParty",
+    "SecondaryParty",
+    "TrainPlan",
+    "evaluate",
+    "fit_ea",
+    "interpolated_labels",
+    "layers",
+    "out_width",
+    "party_records",
+    "record_stream",
+    "require_classification",
+    "soft_cross_entropy",
+]
 
 VARIANTS = ("aligned", "augment", "full")
 # aligned: every party iterates the aligned entities only, in one shared order (hard labels);
@@ -64,7 +73,7 @@ def require_classification(task: str, dataset: str) -> None:
     if task not in ("binary", "multiclass"):
         raise EntityAugError(
             f"entity augmentation is for classification: it averages the one-hot labels of the entities "
-            f"the guests sent, and dataset {dataset!r} has a {task} target; run it with mode 'vfl' instead"
+            f"the secondaries sent, and dataset {dataset!r} has a {task} target; run it with mode 'vfl' instead"
         )
 
 
@@ -119,8 +128,9 @@ def out_width(d_in: int, spec: Sequence[Layer]) -> int:
 # ---------------------------------------------------------------------------- what each party iterates
 
 
-def party_records(variant: str, parties: Sequence[str], train: np.ndarray, aligned: np.ndarray,
-                  shares: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+def party_records(
+    variant: str, parties: Sequence[str], train: np.ndarray, aligned: np.ndarray, shares: Sequence[np.ndarray]
+) -> dict[str, np.ndarray]:
     """The training entities each party iterates in a variant (see VARIANTS)."""
     if variant not in VARIANTS:
         raise EntityAugError(f"unknown entity-augmentation variant {variant!r}; known: {VARIANTS}")
@@ -141,9 +151,10 @@ def record_stream(records: np.ndarray, n: int, rng: np.random.Generator) -> np.n
 
 
 @dataclass(frozen=True)
-class PartyPlan:
-    """What a party iterates: its records, in the order drawn from ``order_seed`` (one seed
-    shared by every party = aligned batches; a party's own seed = misaligned)."""
+class BatchSchedule:
+    """A party's batch schedule: what it iterates, its records, in the order drawn from
+    ``order_seed`` (one seed shared by every party = aligned batches; a party's own seed =
+    misaligned), ``batch_size`` at a time for ``steps_per_epoch`` steps."""
 
     records: np.ndarray
     order_seed: int
@@ -151,7 +162,7 @@ class PartyPlan:
     steps_per_epoch: int
 
     def batch(self, stream: np.ndarray, step: int) -> np.ndarray:
-        return stream[step * self.batch_size: (step + 1) * self.batch_size]
+        return stream[step * self.batch_size : (step + 1) * self.batch_size]
 
     def stream(self, epoch: int) -> np.ndarray:
         rng = np.random.default_rng([self.order_seed, epoch])
@@ -161,18 +172,27 @@ class PartyPlan:
 # ---------------------------------------------------------------------------- a party
 
 
-class EAParty:
-    """A party's side (guests; and the host's own feature block, served in process): its
-    local model over its own records. Each step it first applies the host's gradient for its
+class SecondaryParty:
+    """A secondary's side (the EA paper's guest; also the primary's own feature block, served in
+    process as one more party): its local model over its own records. Each step it first applies
+    the primary's gradient for its
     previous activation (fresh forward pass of the same entities, then one optimiser step),
     then sends the activations of its next batch.
 
     ``fault_delay``: test hook, seconds to sleep before answering odd training steps."""
 
-    def __init__(self, name: str, features: np.ndarray, plan: PartyPlan, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, device: torch.device, dtype: torch.dtype,
-                 fault_delay: float = 0.0) -> None:
-        self.name, self.plan, self.model, self.optimizer = name, plan, model, optimizer
+    def __init__(
+        self,
+        name: str,
+        features: np.ndarray,
+        schedule: BatchSchedule,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        dtype: torch.dtype,
+        fault_delay: float = 0.0,
+    ) -> None:
+        self.name, self.schedule, self.model, self.optimizer = name, schedule, model, optimizer
         self.device, self.dtype, self.fault_delay = device, dtype, fault_delay
         self.x = torch.as_tensor(features, device=device, dtype=dtype)  # (n, d_p) by entity id
         self.pending: np.ndarray | None = None  # ids of the last activation sent
@@ -187,8 +207,8 @@ class EAParty:
         if req.step < 0:
             return StepReply(np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=np.float32))
         if self._stream is None or self._stream[0] != req.epoch:
-            self._stream = (req.epoch, self.plan.stream(req.epoch))
-        ids = self.plan.batch(self._stream[1], req.step)
+            self._stream = (req.epoch, self.schedule.stream(req.epoch))
+        ids = self.schedule.batch(self._stream[1], req.step)
         with torch.no_grad():
             act = self.model(self.x[torch.as_tensor(ids, device=self.device)]).cpu().numpy()  # (B, c)
         self.pending = ids
@@ -205,15 +225,23 @@ class EAParty:
         return self.model(self.x[torch.as_tensor(ids, device=self.device)]).cpu().numpy()  # (n, c)
 
 
-# ---------------------------------------------------------------------------- the host
+# ---------------------------------------------------------------------------- the primary
 
 
-class EAHost:
-    """The label holder: its model over the concatenated activations (parties in a fixed
-    order), the interpolated labels, the loss, and the gradient per party."""
+class PrimaryParty:
+    """The label holder (the EA paper's host): its model over the concatenated activations
+    (parties in a fixed order), the interpolated labels, the loss, and the gradient per party."""
 
-    def __init__(self, parties: Sequence[str], labels: np.ndarray, head: TaskHead, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        parties: Sequence[str],
+        labels: np.ndarray,
+        head: TaskHead,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.parties, self.labels, self.head = list(parties), labels, head
         self.model, self.optimizer, self.device, self.dtype = model, optimizer, device, dtype
 
@@ -221,7 +249,9 @@ class EAHost:
         xs = [torch.as_tensor(acts[p], device=self.device, dtype=self.dtype).requires_grad_(grad) for p in self.parties]
         return torch.cat(xs, dim=1), xs  # (B, sum c_p)
 
-    def train_step(self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
+    def train_step(
+        self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]
+    ) -> tuple[float, dict[str, np.ndarray]]:
         widths = [acts[p].shape[1] for p in self.parties]
         soft = interpolated_labels(np.stack([ids[p] for p in self.parties]), widths, self.labels, self.head.n_classes)
         x, xs = self._cat(acts, grad=True)
@@ -246,7 +276,7 @@ class EAHost:
 
 
 @dataclass(frozen=True)
-class EAPlan:
+class TrainPlan:
     epochs: int
     steps_per_epoch: int
     max_steps: int = 0  # 0 = no limit (tests)
@@ -254,14 +284,21 @@ class EAPlan:
     patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
 
 
-def evaluate(host: EAHost, link: GuestLink, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
+def evaluate(primary: PrimaryParty, channel: SecondaryChannel, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
     """Metrics on aligned entities: every party encodes the same ids, in the same order."""
-    preds = [host.predict(link.embed(ids[i: i + eval_batch])) for i in range(0, len(ids), eval_batch)]
-    return host.head.metrics(np.concatenate(preds), host.labels[ids])
+    preds = [primary.predict(channel.embed(ids[i : i + eval_batch])) for i in range(0, len(ids), eval_batch)]
+    return primary.head.metrics(np.concatenate(preds), primary.labels[ids])
 
 
-def fit_ea(host: EAHost, exchanger: Exchanger, val_ids: np.ndarray, test_ids: np.ndarray, plan: EAPlan,
-           on_epoch: Callable[[EpochRecord], None], progress: Progress) -> tuple[list[EpochRecord], list[float]]:
+def fit_ea(
+    primary: PrimaryParty,
+    exchanger: Exchanger,
+    val_ids: np.ndarray,
+    test_ids: np.ndarray,
+    plan: TrainPlan,
+    on_epoch: Callable[[EpochRecord], None],
+    progress: Progress,
+) -> tuple[list[EpochRecord], list[float]]:
     """Train for at most ``plan.epochs`` of ``plan.steps_per_epoch`` steps, and with
     ``plan.patience`` > 0 only until that many epochs brought no better validation value
     (strategies/records.py); evaluate validation and test after each epoch (the caller reports
@@ -276,20 +313,25 @@ def fit_ea(host: EAHost, exchanger: Exchanger, val_ids: np.ndarray, test_ids: np
         grads: dict[str, np.ndarray] = {}
         for step in range(n_steps):
             replies, fresh = exchanger.step(epoch, step, grads)
-            loss, g = host.train_step({p: r.act for p, r in replies.items()}, {p: r.ids for p, r in replies.items()})
+            loss, g = primary.train_step({p: r.act for p, r in replies.items()}, {p: r.ids for p, r in replies.items()})
             grads = {p: g[p] for p in fresh}
             losses.append(loss)
             progress("training", epoch, step + 1, n_steps, loss)
         exchanger.flush(epoch, grads)
-        rec = EpochRecord(epoch, float(np.mean(losses[n0:])) if n_steps else float("nan"), n_steps,
-                          exchanger.exchanges - x0, time.perf_counter() - t0)
+        rec = EpochRecord(
+            epoch,
+            float(np.mean(losses[n0:])) if n_steps else float("nan"),
+            n_steps,
+            exchanger.exchanges - x0,
+            time.perf_counter() - t0,
+        )
         progress("evaluation", epoch, n_steps, n_steps, losses[-1] if losses else float("nan"))
         t1 = time.perf_counter()
-        rec.val = evaluate(host, exchanger.link, val_ids, plan.eval_batch)
-        rec.test = evaluate(host, exchanger.link, test_ids, plan.eval_batch)
+        rec.val = evaluate(primary, exchanger.channel, val_ids, plan.eval_batch)
+        rec.test = evaluate(primary, exchanger.channel, test_ids, plan.eval_batch)
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)
-        if (plan.max_steps and len(losses) >= plan.max_steps) or early_stop(records, host.head, plan.patience):
+        if (plan.max_steps and len(losses) >= plan.max_steps) or early_stop(records, primary.head, plan.patience):
             break
     return records, losses

@@ -33,8 +33,9 @@ TOP1_START = 8.0
 class NeighbourAttention(nn.Module):
     """The branch for one path's parties (one party, or a chain sharing similarities)."""
 
-    def __init__(self, cuts: dict[str, int], k: int, hidden: tuple[int, ...], d_out: int, score_hidden: int = 16
-                 ) -> None:
+    def __init__(
+        self, cuts: dict[str, int], k: int, hidden: tuple[int, ...], d_out: int, score_hidden: int = 16
+    ) -> None:
         super().__init__()
         if not hidden:
             raise ValueError("neighbour attention needs a pair model with a hidden layer (agg_hidden)")
@@ -48,8 +49,9 @@ class NeighbourAttention(nn.Module):
         self.score_rank = nn.Parameter(start)  # a bias per rank (times RATE); the last is the null slot's
         self.score_pair = nn.Linear(hidden[-1], 1, bias=False)  # the pair's last hidden layer -> score
 
-    def forward(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                sims: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """h (B, c_P); emb[p] (U_p, c); index[p] (B, K) sorted most similar first; sims (B, K)
         sorted likewise. Returns the pooled output (B, d_out) and the weights (B, K + 1)."""
         hidden = self._hidden(h, emb, index)  # (B, K + 1, h1)

@@ -26,9 +26,18 @@ class FedSimStrategy:
     """Primary-side logic, independent of transport. Secondaries are reached through a
     channel by :mod:`strategies.vfl.protocol`; this class never sees their rows or features."""
 
-    def __init__(self, model: SimilarityModel, head: TaskHead, linkage: PrimaryLinkage | None,
-                 x: np.ndarray, y: np.ndarray, lr: float, weight_decay: float,
-                 device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        model: SimilarityModel,
+        head: TaskHead,
+        linkage: PrimaryLinkage | None,
+        x: np.ndarray,
+        y: np.ndarray,
+        lr: float,
+        weight_decay: float,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.model = model.to(device=device, dtype=dtype)
         self.head = head
         self.linkage = linkage
@@ -39,8 +48,7 @@ class FedSimStrategy:
         self.optimizer = make_optimizer(self.model.parameters(), lr, weight_decay)
         self.sims: dict[str, np.ndarray] = {}  # (m, K) per path of the model
         if self.parties:
-            self.sims = ({"all": linkage.sims} if model.shared_sims
-                         else {p: linkage.links[p].sims for p in self.parties})
+            self.sims = {"all": linkage.sims} if model.shared_sims else {p: linkage.links[p].sims for p in self.parties}
 
     def needs(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Distinct tokens per party that the records ``rows`` are linked to."""
@@ -49,17 +57,21 @@ class FedSimStrategy:
     def _inputs(self, rows: np.ndarray, tokens: dict[str, np.ndarray]):
         """Per party the (B, K) index of each pair into ``tokens[p]`` (sorted distinct tokens),
         and the (B, K) similarities: one shared entry "all", or one per independently linked party."""
-        index = {p: torch.as_tensor(np.searchsorted(tokens[p], self.linkage.tokens[p][rows]), device=self.device)
-                 for p in self.parties}
+        index = {
+            p: torch.as_tensor(np.searchsorted(tokens[p], self.linkage.tokens[p][rows]), device=self.device)
+            for p in self.parties
+        }
         sims = {name: torch.as_tensor(s[rows], device=self.device, dtype=self.dtype) for name, s in self.sims.items()}
         return index, sims
 
-    def train_step(self, rows: np.ndarray, tokens: dict[str, np.ndarray],
-                   emb: dict[str, np.ndarray]) -> tuple[float, dict[str, GradBlock]]:
+    def train_step(
+        self, rows: np.ndarray, tokens: dict[str, np.ndarray], emb: dict[str, np.ndarray]
+    ) -> tuple[float, dict[str, GradBlock]]:
         """One step on the batch ``rows``; emb[p] (U, c) are the embeddings of tokens[p]."""
         self.model.train()
-        leaves = {p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).requires_grad_(True)
-                  for p in self.parties}
+        leaves = {
+            p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).requires_grad_(True) for p in self.parties
+        }
         index, sims = self._inputs(rows, tokens)
         out = self.model(self.x[rows], leaves, index, sims)
         loss = self.head.loss(out, self.head.target(self.y[rows], self.device, self.dtype))
@@ -84,8 +96,9 @@ class FedSimStrategy:
         weights = self.model.attention_weights(self.x[rows], *self._looked_up(rows, lookup))
         return {p: w.cpu().numpy() for p, w in weights.items()}
 
-    def attention_by_rank(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]
-                          ) -> dict[str, list[float]]:
+    def attention_by_rank(
+        self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]
+    ) -> dict[str, list[float]]:
         """fedsim_attn, per secondary: the mean weight over ``rows`` of the neighbour of each
         similarity rank (1 .. K, most similar first) and of the null slot (last), K + 1 numbers
         summing to 1; {} for the other methods (no attention)."""
@@ -101,8 +114,12 @@ class FedSimStrategy:
     def _looked_up(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]):
         """(emb, index, sims) of ``rows`` with each party's embeddings taken from ``lookup``."""
         tokens = self.needs(rows)
-        emb = {p: torch.as_tensor(lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])],
-                                  device=self.device, dtype=self.dtype) for p in self.parties}
+        emb = {
+            p: torch.as_tensor(
+                lookup[p][1][np.searchsorted(lookup[p][0], tokens[p])], device=self.device, dtype=self.dtype
+            )
+            for p in self.parties
+        }
         return (emb, *self._inputs(rows, tokens))
 
     def predict(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:

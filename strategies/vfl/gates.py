@@ -19,8 +19,13 @@ def mlp(d_in: int, hidden: tuple[int, ...], d_out: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def factored_first_layer(first: nn.Linear, cuts: dict[str, int], h: torch.Tensor, emb: dict[str, torch.Tensor],
-                         index: dict[str, torch.Tensor]) -> torch.Tensor:
+def factored_first_layer(
+    first: nn.Linear,
+    cuts: dict[str, int],
+    h: torch.Tensor,
+    emb: dict[str, torch.Tensor],
+    index: dict[str, torch.Tensor],
+) -> torch.Tensor:
     """The first linear layer of a pair model on every (record, neighbour) pair's concatenated
     cut layers, (B, K, h1). It is linear in the concatenation, W [h; e] = W_P h + W_S e, so each
     block is multiplied once per distinct record and broadcast over the K pairs instead of being

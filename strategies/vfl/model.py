@@ -75,31 +75,35 @@ class PairPath(nn.Module):
         # zero last layer in either branch leaves the other, so it contains FedSim and Top1Sim
         self.attention = NeighbourAttention(cuts, k, cfg.agg_hidden, d_out) if cfg.attention else None
 
-    def forward(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                sims: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor
+    ) -> torch.Tensor:
         """h (B, c_P); emb[p] (U_p, c); index[p] (B, K) into emb[p]; sims (B, K) -> (B, d_out)."""
         out = self.paper_path(h, emb, index, sims)  # (B, d_out)
         if self.attention is None:
             return out
         return out + self.attend(h, emb, index, sims)[0]
 
-    def attend(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-               sims: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend(
+        self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention branch on the neighbours sorted by similarity: its output (B, d_out) and
         its weights (B, K + 1) on the sorted neighbours and the null slot (last)."""
         sims, index = sort_index(sims, index)
         return self.attention(h, emb, index, sims)
 
-    def attention_weights(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                          sims: torch.Tensor) -> torch.Tensor:
+    def attention_weights(
+        self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor
+    ) -> torch.Tensor:
         """(B, K + 1): the attention's weight on each neighbour in the order given (the linkage's),
         and on the null slot (last); each row sums to 1."""
         order = torch.argsort(sims, dim=1, descending=True, stable=True)  # (B, K), as sort_index
         w = self.attend(h, emb, index, sims)[1]  # (B, K + 1), sorted
         return torch.cat([torch.zeros_like(sims).scatter(1, order, w[:, :-1]), w[:, -1:]], dim=1)
 
-    def paper_path(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                   sims: torch.Tensor) -> torch.Tensor:
+    def paper_path(
+        self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor
+    ) -> torch.Tensor:
         """The paper's FedSim (and its baselines' switches): pairs, weight / sort / merge gates."""
         pairs = self.aggregate(h, emb, index, sims)  # (B, K, r)
         if self.squash_pairs:
@@ -118,8 +122,13 @@ class PairPath(nn.Module):
             return torch.ones_like(sims)
         return self.weight_gate(sims) if self.weight_gate is not None else sims
 
-    def aggregate(self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                  sims: torch.Tensor | None = None) -> torch.Tensor:
+    def aggregate(
+        self,
+        h: torch.Tensor,
+        emb: dict[str, torch.Tensor],
+        index: dict[str, torch.Tensor],
+        sims: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The aggregation MLP on every (record, neighbour) pair's concatenated cut layers, its
         first layer factored per party (gates.factored_first_layer): the same function, far
         fewer FLOPs."""
@@ -140,8 +149,16 @@ class SimilarityModel(nn.Module):
     and a linear layer merges the paths' outputs.
     """
 
-    def __init__(self, d_primary: int, secondary_cuts: dict[str, int], k: int, d_out: int, cfg: ModelConfig,
-                 squash_pairs: bool, shared_sims: bool = True) -> None:
+    def __init__(
+        self,
+        d_primary: int,
+        secondary_cuts: dict[str, int],
+        k: int,
+        d_out: int,
+        cfg: ModelConfig,
+        squash_pairs: bool,
+        shared_sims: bool = True,
+    ) -> None:
         super().__init__()
         self.parties = sorted(secondary_cuts)
         self.cfg = cfg
@@ -154,12 +171,21 @@ class SimilarityModel(nn.Module):
             cuts = {"primary": cfg.cut_dim, **{p: secondary_cuts[p] for p in self.parties}}
             self.paths = nn.ModuleDict({"all": PairPath(cuts, k, d_out, cfg, squash_pairs)})
             return
-        self.paths = nn.ModuleDict({p: PairPath({"primary": cfg.cut_dim, p: secondary_cuts[p]}, k, d_out, cfg,
-                                                squash_pairs) for p in self.parties})
+        self.paths = nn.ModuleDict(
+            {
+                p: PairPath({"primary": cfg.cut_dim, p: secondary_cuts[p]}, k, d_out, cfg, squash_pairs)
+                for p in self.parties
+            }
+        )
         self.combine = nn.Linear(len(self.parties) * d_out, d_out)
 
-    def forward(self, x: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                sims: dict[str, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        emb: dict[str, torch.Tensor],
+        index: dict[str, torch.Tensor],
+        sims: dict[str, torch.Tensor] | None,
+    ) -> torch.Tensor:
         """x (B, d_P); emb[p] (U_p, c) one row per distinct secondary record; index[p] (B, K)
         into emb[p]; sims[p] (B, K) (one shared entry "all" when similarities are shared).
         Returns (B, d_out)."""
@@ -171,8 +197,13 @@ class SimilarityModel(nn.Module):
         outs = [self.paths[p](h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties]  # P x (B, d_out)
         return self.combine(torch.cat(outs, dim=1))
 
-    def attention_weights(self, x: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor],
-                          sims: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def attention_weights(
+        self,
+        x: torch.Tensor,
+        emb: dict[str, torch.Tensor],
+        index: dict[str, torch.Tensor],
+        sims: dict[str, torch.Tensor],
+    ) -> dict[str, torch.Tensor]:
         """fedsim_attn, per secondary (B, K + 1): the attention's weight on each of its linked
         records, in the linkage's order, and on its null slot (last). Parties sharing one path
         share its weights."""

@@ -50,10 +50,15 @@ def first_window_tokens(strategy: FedSimStrategy, batches: list[np.ndarray], pla
     return {p: np.unique(np.concatenate([n[p] for n in need])) for p in strategy.parties} if need else {}
 
 
-def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batches: list[np.ndarray],
-                plan: TrainPlan, step_losses: list[float], progress: Callable[[int, int, float], None],
-                first: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-                ) -> tuple[int, dict[str, list[GradBlock]]]:
+def train_epoch(
+    strategy: FedSimStrategy,
+    channel: SecondaryChannel | None,
+    batches: list[np.ndarray],
+    plan: TrainPlan,
+    step_losses: list[float],
+    progress: Callable[[int, int, float], None],
+    first: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> tuple[int, dict[str, list[GradBlock]]]:
     """Run the epoch's steps window by window; ``progress(steps done this epoch, steps, loss)``
     after each. ``first``: the first window's embeddings, fetched with the previous epoch's
     evaluation (per party sorted tokens (T,) and embeddings (T, c) holding the window's; no
@@ -94,9 +99,15 @@ def train_epoch(strategy: FedSimStrategy, channel: SecondaryChannel | None, batc
     return exchanges, pending
 
 
-def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, row_sets: list[np.ndarray],
-                    pending: dict[str, list[GradBlock]], plan: TrainPlan, save: tuple[str, int] | None = None,
-                    extra: dict[str, np.ndarray] | None = None) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+def eval_embeddings(
+    strategy: FedSimStrategy,
+    channel: SecondaryChannel | None,
+    row_sets: list[np.ndarray],
+    pending: dict[str, list[GradBlock]],
+    plan: TrainPlan,
+    save: tuple[str, int] | None = None,
+    extra: dict[str, np.ndarray] | None = None,
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
     """Deliver the last gradient blocks and fetch the embeddings every evaluation set needs, all
     parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
     carries the blocks, and with ``save`` asks every party to checkpoint right after applying
@@ -118,19 +129,28 @@ def eval_embeddings(strategy: FedSimStrategy, channel: SecondaryChannel | None, 
     return {p: (tokens[p], np.concatenate(parts[p])) for p in tokens}, n_chunks
 
 
-def evaluate(strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray,
-             plan: TrainPlan) -> dict[str, float]:
-    pred = np.concatenate([strategy.predict(rows[i : i + plan.eval_batch], lookup)
-                           for i in range(0, len(rows), plan.eval_batch)])
+def evaluate(
+    strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, plan: TrainPlan
+) -> dict[str, float]:
+    pred = np.concatenate(
+        [strategy.predict(rows[i : i + plan.eval_batch], lookup) for i in range(0, len(rows), plan.eval_batch)]
+    )
     return strategy.head.metrics(pred, strategy.y[rows])
 
 
-def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: np.ndarray, val_rows: np.ndarray,
-        test_rows: np.ndarray, plan: TrainPlan, on_epoch: Callable[[EpochRecord], None],
-        progress: Progress,
-        after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
-        done: tuple[list[EpochRecord], list[float]] | None = None,
-        checkpoint_dir: str = "") -> tuple[list[EpochRecord], list[float]]:
+def fit(
+    strategy: FedSimStrategy,
+    channel: SecondaryChannel | None,
+    train_rows: np.ndarray,
+    val_rows: np.ndarray,
+    test_rows: np.ndarray,
+    plan: TrainPlan,
+    on_epoch: Callable[[EpochRecord], None],
+    progress: Progress,
+    after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
+    done: tuple[list[EpochRecord], list[float]] | None = None,
+    checkpoint_dir: str = "",
+) -> tuple[list[EpochRecord], list[float]]:
     """Train for at most ``plan.epochs``, and with ``plan.patience`` > 0 only until that many
     epochs brought no better validation value (strategies/records.py); every epoch evaluate
     validation and test. ``progress`` hears of every step and of each evaluation's start.
@@ -147,26 +167,10 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         return records, step_losses  # a resumed run that had already stopped
     first = None  # the first window's embeddings, fetched with the previous evaluation
     for epoch in range(len(records), plan.epochs):
-        t0 = time.perf_counter()
-        batches = _batches(train_rows, plan, epoch, len(step_losses))
-        n0 = len(step_losses)
-        exchanges, pending = train_epoch(strategy, channel, batches, plan, step_losses,
-                                         partial(progress, "training", epoch), first)
-        seconds = time.perf_counter() - t0
-        progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
-        rec = EpochRecord(epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"),
-                          len(batches), exchanges, seconds)
-        t1 = time.perf_counter()
-        ahead = (first_window_tokens(strategy, _batches(train_rows, plan, epoch + 1, len(step_losses)), plan)
-                 if epoch + 1 < plan.epochs else {})
-        lookup, n_eval = eval_embeddings(strategy, channel, [val_rows, test_rows], pending, plan,
-                                         (checkpoint_dir, epoch) if checkpoint_dir else None, ahead)
-        first = lookup if ahead else None
-        rec.exchanges += n_eval
-        rec.val = evaluate(strategy, lookup, val_rows, plan)
-        rec.test = evaluate(strategy, lookup, test_rows, plan)
-        rec.attention = strategy.attention_by_rank(val_rows[:ATTENTION_ROWS], lookup)
-        rec.eval_seconds = time.perf_counter() - t1
+        rec, pending = _train_one(strategy, channel, train_rows, plan, epoch, step_losses, progress, first)
+        first = _evaluate_one(
+            strategy, channel, rec, (train_rows, val_rows, test_rows), plan, pending, len(step_losses), checkpoint_dir
+        )
         records.append(rec)
         on_epoch(rec)
         if after_epoch:
@@ -174,6 +178,69 @@ def fit(strategy: FedSimStrategy, channel: SecondaryChannel | None, train_rows: 
         if _stopped(records, step_losses, plan, strategy):
             break
     return records, step_losses
+
+
+def _train_one(
+    strategy: FedSimStrategy,
+    channel: SecondaryChannel | None,
+    train_rows: np.ndarray,
+    plan: TrainPlan,
+    epoch: int,
+    step_losses: list[float],
+    progress: Progress,
+    first: dict[str, tuple[np.ndarray, np.ndarray]] | None,
+) -> tuple[EpochRecord, dict[str, list[GradBlock]]]:
+    """One epoch's training steps (their losses appended to ``step_losses``): the epoch's record,
+    its evaluation still to come, and the gradient blocks still pending."""
+    t0 = time.perf_counter()
+    batches = _batches(train_rows, plan, epoch, len(step_losses))
+    n0 = len(step_losses)
+    exchanges, pending = train_epoch(
+        strategy, channel, batches, plan, step_losses, partial(progress, "training", epoch), first
+    )
+    seconds = time.perf_counter() - t0
+    progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
+    rec = EpochRecord(
+        epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"), len(batches), exchanges, seconds
+    )
+    return rec, pending
+
+
+def _evaluate_one(
+    strategy: FedSimStrategy,
+    channel: SecondaryChannel | None,
+    rec: EpochRecord,
+    rows: tuple,
+    plan: TrainPlan,
+    pending: dict[str, list[GradBlock]],
+    steps_done: int,
+    checkpoint_dir: str,
+) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """Evaluate the epoch just trained on validation and test (``rows``: train, val, test), into
+    ``rec``, fetching the next epoch's first window in the same exchange (none after the last
+    epoch); returns that window's embeddings, or None."""
+    train_rows, val_rows, test_rows = rows
+    epoch, t1 = rec.epoch, time.perf_counter()
+    ahead = (
+        first_window_tokens(strategy, _batches(train_rows, plan, epoch + 1, steps_done), plan)
+        if epoch + 1 < plan.epochs
+        else {}
+    )
+    lookup, n_eval = eval_embeddings(
+        strategy,
+        channel,
+        [val_rows, test_rows],
+        pending,
+        plan,
+        (checkpoint_dir, epoch) if checkpoint_dir else None,
+        ahead,
+    )
+    rec.exchanges += n_eval
+    rec.val = evaluate(strategy, lookup, val_rows, plan)
+    rec.test = evaluate(strategy, lookup, test_rows, plan)
+    rec.attention = strategy.attention_by_rank(val_rows[:ATTENTION_ROWS], lookup)
+    rec.eval_seconds = time.perf_counter() - t1
+    return lookup if ahead else None
 
 
 def _batches(train_rows: np.ndarray, plan: TrainPlan, epoch: int, steps_done: int) -> list[np.ndarray]:
@@ -184,5 +251,6 @@ def _batches(train_rows: np.ndarray, plan: TrainPlan, epoch: int, steps_done: in
 
 def _stopped(records: list[EpochRecord], step_losses: list[float], plan: TrainPlan, strategy: FedSimStrategy) -> bool:
     """max-steps reached, or the patience ran out (a function of the records: resumes stop alike)."""
-    return bool(plan.max_steps and len(step_losses) >= plan.max_steps) or early_stop(records, strategy.head,
-                                                                                     plan.patience)
+    return bool(plan.max_steps and len(step_losses) >= plan.max_steps) or early_stop(
+        records, strategy.head, plan.patience
+    )

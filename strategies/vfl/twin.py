@@ -11,6 +11,8 @@ one from the previous window's start (each epoch's first two windows: the epoch'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
@@ -23,14 +25,35 @@ from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
 
 
-def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndarray, linkage: PrimaryLinkage | None,
-               secondary_models: dict[str, nn.Module], secondary_x: dict[str, np.ndarray],
-               row_of_token: dict[str, np.ndarray], train_rows: np.ndarray, plan: TrainPlan,
-               lr: float, weight_decay: float, device: torch.device, dtype: torch.dtype) -> list[float]:
-    """Train in place; returns the loss of every step."""
+@dataclass(frozen=True)
+class TwinParties:
+    """Every party's pieces in one process: the primary's model, head, features (n, d) and labels,
+    the linkage, and per secondary its local model, features (m_p, d_p) and token -> row map."""
+
+    model: SimilarityModel
+    head: TaskHead
+    x: np.ndarray
+    y: np.ndarray
+    linkage: PrimaryLinkage | None
+    secondary_models: dict[str, nn.Module]
+    secondary_x: dict[str, np.ndarray]
+    row_of_token: dict[str, np.ndarray]
+
+
+def train_twin(
+    parties: TwinParties,
+    train_rows: np.ndarray,
+    plan: TrainPlan,
+    lr: float,
+    weight_decay: float,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> list[float]:
+    """Train the parties' models in place; returns the loss of every step."""
+    model, head, secondary_models = parties.model, parties.head, parties.secondary_models
     model.to(device=device, dtype=dtype)
-    xt = torch.as_tensor(x, device=device, dtype=dtype)
-    sx = {p: torch.as_tensor(secondary_x[p], device=device, dtype=dtype) for p in secondary_models}
+    xt = torch.as_tensor(parties.x, device=device, dtype=dtype)
+    sx = {p: torch.as_tensor(parties.secondary_x[p], device=device, dtype=dtype) for p in secondary_models}
     for m in secondary_models.values():
         m.to(device=device, dtype=dtype)
     optimizers = [make_optimizer(model.parameters(), lr, weight_decay)]
@@ -48,19 +71,10 @@ def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndar
             stale, previous = (previous if plan.pipeline and previous is not None else fresh), fresh
             for rows in window:
                 model.train()
-                pairs, index = {}, {}
-                for p, m in secondary_models.items():
-                    r = torch.as_tensor(row_of_token[p][linkage.tokens[p][rows]], device=device)  # (B, K)
-                    live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
-                    pairs[p] = stale[p][r.flatten()] + (live - live.detach())
-                    index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
-                sims = None
-                if secondary_models:
-                    per_path = {"all": linkage.sims} if model.shared_sims else {
-                        p: linkage.links[p].sims for p in secondary_models}
-                    sims = {k: torch.as_tensor(s[rows], device=device, dtype=dtype) for k, s in per_path.items()}
+                pairs, index = _pairs(parties, sx, stale, rows, device)
+                sims = _sims(parties, rows, device, dtype)
                 out = model(xt[rows], pairs, index, sims)
-                loss = head.loss(out, head.target(y[rows], device, dtype))
+                loss = head.loss(out, head.target(parties.y[rows], device, dtype))
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -70,3 +84,35 @@ def train_twin(model: SimilarityModel, head: TaskHead, x: np.ndarray, y: np.ndar
         if plan.max_steps and len(losses) >= plan.max_steps:
             break
     return losses
+
+
+def _pairs(
+    parties: TwinParties,
+    sx: dict[str, torch.Tensor],
+    stale: dict[str, torch.Tensor],
+    rows: np.ndarray,
+    device: torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Per secondary, one embedding per (record, neighbour) pair with the window's straight-through value."""
+    pairs, index = {}, {}
+    for p, m in parties.secondary_models.items():
+        r = torch.as_tensor(parties.row_of_token[p][parties.linkage.tokens[p][rows]], device=device)  # (B, K)
+        live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
+        pairs[p] = stale[p][r.flatten()] + (live - live.detach())
+        index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
+    return pairs, index
+
+
+def _sims(
+    parties: TwinParties, rows: np.ndarray, device: torch.device, dtype: torch.dtype
+) -> dict[str, torch.Tensor] | None:
+    """The batch's similarities {path: (B, K)}: one shared block, or one per secondary."""
+    if not parties.secondary_models:
+        return None
+    linkage = parties.linkage
+    per_path = (
+        {"all": linkage.sims}
+        if parties.model.shared_sims
+        else {p: linkage.links[p].sims for p in parties.secondary_models}
+    )
+    return {k: torch.as_tensor(s[rows], device=device, dtype=dtype) for k, s in per_path.items()}

@@ -1,0 +1,242 @@
+"""A run's linkage, linked here or read from the linkage service: which job, with which secret,
+checked against the run's data, and its privacy report.
+
+The simulation, the one-process twin and the benchmarks link through :func:`link_and_report`,
+which builds the same :class:`linkage.job.JobSpec` the service does; a deployed run reads the
+service's results (``linkage-dir``) and checks them against its data (:func:`check_linkage`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from logging import INFO
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.common.logger import log
+from threadpoolctl import threadpool_limits
+
+from app.config import RunConfig, Settings
+from app.config_groups import plain_run_name
+from app.node import simulated_linkage_dir
+from linkage.binding import bind_result, check_binding, upload_record, write_record
+from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
+from linkage.encode import encode_with_key, federal_key
+from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
+from linkage.metrics import DEFAULT_OF_KIND
+from linkage.metrics import metric as metric_named
+from linkage.store import load_primary, load_privacy, save_job, save_privacy
+from strategies.vfl.methods import method as registered
+
+if TYPE_CHECKING:
+    from datasets.base import VFLDataset
+
+
+def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageResult:
+    """What the linkage service computes from both parties' identifiers, linked here on its behalf.
+
+    Its randomness comes from the in-process service's own per-job secret (:func:`service_secret`),
+    never from the run's seed, which the primary chooses."""
+    return link_and_report(ds, cfg, settings, report=False)[0]
+
+
+def require_linkable(ds: VFLDataset, cfg: RunConfig) -> None:
+    """What the linkage would refuse about the data for this run's method (also checked by
+    fedsim train before Flower starts): method 'combine' needs every record's true alignment."""
+    if cfg.training_method.links == "known" and (
+        not ds.true_match or any((r < 0).any() for r in ds.true_match.values())
+    ):
+        raise ValueError(
+            f"method 'combine' needs the true alignment of every record, which dataset "
+            f"{ds.name!r} does not have (synthetic sets only)"
+        )
+
+
+def link_and_report(
+    ds: VFLDataset, cfg: RunConfig, settings: Settings, *, report: bool = True, max_tokens: int = 0
+) -> tuple[LinkageResult, dict | None]:
+    """:func:`run_linkage`, and the job's privacy report (linkage.privacy) scored with both
+    parties' identifiers as the service holds them (None: not asked for, or method 'combine',
+    which links by the planted truth and releases no similarity). max_tokens: tokens attacked
+    per party (0 = the report's default)."""
+    from linkage.job import JobSpec  # scipy (linkage.pipeline) on first run: not per message
+
+    with threadpool_limits(limits=1, user_api="blas"):  # see _load
+        if cfg.training_method.links == "known":
+            require_linkable(ds, cfg)
+            sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
+            job = f"true-{ds.name}-{cfg.train.seed}-{cfg.data.n_rows}"
+            spec = JobSpec("", 1, kind=job_kind(cfg.train.method))
+            return spec.run(None, ds.true_match, secret=service_secret(cfg, job), job_id=job, sizes=sizes), None
+        metric = metric_of(ds)
+        primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
+        if cfg.link.encoding == "bloom":
+            primary, ids = encode_parties(primary, ids, metric, cfg.train.seed, settings.k)
+            metric = DEFAULT_OF_KIND["bits"]
+        train = ds.split.train
+        spec = JobSpec(
+            metric,
+            settings.k,
+            cfg.link.tau,
+            kind=job_kind(cfg.train.method),
+            layout=cfg.link.layout,
+            defences=cfg.defences(),
+        )
+        job = spec.content_id(primary, ids, train)
+        result = spec.run(primary, ids, secret=service_secret(cfg, job), train_rows=train, job_id=job)
+        if not report:
+            return result, None
+        from linkage.privacy import (  # lazy: the privacy report (rapidfuzz), off the ClientApp's per-message imports
+            MAX_TOKENS,
+            safe_report,
+        )
+
+        own = spec.attacked(ids)  # chain: the anchor's sims
+        return result, safe_report(
+            result,
+            primary,
+            ids,
+            metric,
+            parties=own,
+            max_tokens=max_tokens or MAX_TOKENS,
+            secret=service_secret(cfg, result.primary.job_id),
+        )  # keys the attacked sample
+
+
+def job_kind(method: str) -> str:
+    """The linkage job a run's method asks for (linkage.job.KINDS), from the method registry
+    (strategies/vfl/methods.py): 'exact' links each record to its neighbour at distance 0,
+    'known' to its true row, 'topk' to its K most similar records."""
+    return registered(method).links or "topk"
+
+
+def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes:
+    """The in-process linkage service's secret for one job: drawn from the OS's CSPRNG the first
+    time the job is linked, kept 0600 under ``<out-dir>/linkage-service/`` (apart from the
+    parties' results) so that the same job links identically again, and never put in a message.
+    The operator may fix it with $FEDSIM_LINKAGE_OPERATOR_SEED; the run config cannot."""
+    if not plain_run_name(job_id):
+        raise LinkageError(f"linkage job id {job_id!r} is not one plain name")
+    seed = operator_seed_from_env()
+    if seed is not None:
+        return operator_secret(seed, job_id)  # job_id: the job's content id, as the service derives it
+    path = cfg.out_path() / "linkage-service" / f"{job_id}.key"
+    if not create and not path.exists():  # predict: never a new secret, which would re-draw the noise
+        raise LinkageError(
+            f"linkage job {job_id}: its secret {path} is missing; the job's noise cannot be reproduced without it"
+        )
+    return secret_for(path)
+
+
+def encode_parties(
+    primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int, k: int
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Run config encoding="bloom": what each party does locally before uploading (README
+    "Privacy-preserving linkage"): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
+    interval filters; the service then links by Hamming distance. In one simulation process the
+    parties' shared secret is derived from the seed; FEDERAL's bounds are the box holding every
+    party's values and its t comes from the first secondary's values (encode.federal_key)."""
+    key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
+    if metric_named(metric).kind == "numbers":  # (strings: any of linkage.contracts.STRING_METRICS)
+        values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]  # each (n_p, d)
+        if len(values[1]) <= k:
+            raise LinkageError(
+                f"encoding='bloom': secondary {next(iter(secondaries))!r} has {len(values[1])} "
+                f"records, K = {k} needs more"
+            )
+        lo = np.min([v.min(axis=0) for v in values], axis=0)  # (d,) the box holding every party's values
+        hi = np.max([v.max(axis=0) for v in values], axis=0)
+        key["federal"] = federal_key(values[1], k=k, lo=lo, hi=hi)
+    return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}
+
+
+def metric_of(ds: VFLDataset) -> str:
+    """The dataset's own linkage metric (parties.toml ``metric``), else numbers by Euclidean
+    distance and strings by the linkage library's default string metric."""
+    if ds.metric:
+        return ds.metric
+    return DEFAULT_STRING_METRIC if ds.primary.id_kind == "string" else DEFAULT_OF_KIND["numbers"]
+
+
+def linkage_job(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> tuple[PrimaryLinkage, Path]:
+    """The primary's view of the linkage job and the folder the secondaries read theirs from.
+
+    With ``linkage-dir`` set: the files fetched from the linkage service, bound to this run (the
+    job the primary uploaded to, linked from this run's primary identifiers: linkage.binding)
+    and checked against it. Otherwise the linkage runs here in the ServerApp's process on behalf of
+    the service (nothing is uploaded: the digests are of the raw identifiers); only the primary's
+    file is read back, and each secondary reads its own token -> row map."""
+    if cfg.link.linkage_dir:
+        folder = Path(cfg.link.linkage_dir).resolve()
+        fetched = load_primary(folder)
+        check_binding(fetched, folder, ds.primary.identifiers)
+        linkage = check_linkage(fetched, ds, settings, cfg.link.layout)
+    else:
+        result, report = link_and_report(ds, cfg, settings, report=cfg.link.privacy_report)
+        result = bind_result(result, ds.primary.identifiers)
+        folder = simulated_linkage_dir(cfg, result.primary.job_id)
+        save_job(result, folder)
+        save_privacy(report, folder)
+        write_record(folder, upload_record(result.primary.job_id, "primary", ds.primary.identifiers))
+        linkage = load_primary(folder)
+    return (linkage if settings.model.sort_gate else unsorted(linkage, cfg.train.seed)), folder
+
+
+def job_privacy(folder: Path | None, linkage: PrimaryLinkage | None, tag: str) -> dict | None:
+    """The linkage job's privacy report (linkage.privacy: written by the service, or by the
+    in-process linker), logged; None for Solo or a job that came without one."""
+    from linkage.privacy import report_lines  # lazy: rapidfuzz, off the ClientApp's per-message imports
+
+    if folder is None or linkage is None:
+        return None
+    report = load_privacy(folder, linkage.job_id)
+    for line in report_lines(report) if report else [f"privacy: no report for linkage job {linkage.job_id}"]:
+        log(INFO, "%s %s", tag, line)
+    return report
+
+
+def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:
+    """The K neighbours of each record in a seeded random order (the service hands them out
+    sorted): without the sort gate the model sees them as the reference's did, unordered."""
+    rng = np.random.default_rng([seed, 11])
+    links, shared = {}, None
+    for p, party_link in sorted(linkage.links.items()):
+        order = np.argsort(rng.random(party_link.tokens.shape), axis=1)  # (m, K) a permutation per row
+        if linkage.shared_sims:  # a chain's parties keep their k-th neighbours together
+            order = shared = order if shared is None else shared
+        links[p] = dataclasses.replace(
+            party_link,
+            tokens=np.take_along_axis(party_link.tokens, order, 1),
+            sims=np.take_along_axis(party_link.sims, order, 1),
+        )
+    return dataclasses.replace(linkage, links=links)
+
+
+def check_linkage(
+    linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings, layout: str = "independent"
+) -> PrimaryLinkage:
+    """Refuse a fetched linkage that does not fit this run (other K, rows or parties)."""
+    if linkage.k != settings.k:
+        raise LinkageError(
+            f"linkage job {linkage.job_id} has K={linkage.k} but this run uses k={settings.k}; "
+            "set run-config k to match"
+        )
+    if len(linkage.links) > 1 and linkage.layout != layout:
+        raise LinkageError(
+            f"linkage job {linkage.job_id} is a {linkage.layout!r} linkage of {len(linkage.links)} "
+            f"parties but this run uses layout={layout!r}; set run-config layout to match"
+        )
+    if sorted(linkage.links) != sorted(ds.secondaries):
+        raise LinkageError(
+            f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
+            f"the dataset has secondaries {sorted(ds.secondaries)}"
+        )
+    for party_link in linkage.links.values():
+        if len(party_link.tokens) != ds.primary.n_rows:
+            raise LinkageError(
+                f"linkage job {linkage.job_id} covers {len(party_link.tokens)} primary records, "
+                f"the primary has {ds.primary.n_rows}"
+            )
+    return linkage

@@ -1,0 +1,86 @@
+"""A local deployment's record: its folder, dataset, parties and the processes ``up`` started
+(DIR/deploy.json), and where each party keeps its own files under DIR (deploy.commands acts on it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from deploy.localsim import QUIET_ENV
+from deploy.processes import Proc
+from linkage.store import write_atomic
+
+CONNECTION = "fedsim-deploy"  # the SuperLink connection's name in the deployment's Flower config
+PRIMARY = "primary"
+SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
+
+
+@dataclass
+class Deployment:
+    folder: str
+    dataset: str
+    data_dir: str
+    secure: bool
+    parties: list[str]  # the secondaries, one SuperNode each
+    superlink: Proc | None = None
+    nodes: dict[str, Proc] = field(default_factory=dict)
+    service: Proc | None = None
+    job: str = ""  # the linkage job of `link`
+    link_params: dict = field(default_factory=dict)  # run-config values the job was linked with
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def root(self) -> Path:
+        return Path(self.folder)
+
+    @property
+    def creds(self) -> Path:
+        return self.root / "credentials"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "flwr-home"
+
+    def party_dir(self, party: str) -> Path:
+        """What a party keeps on its own host: its copy of the linkage result, its feature
+        cache, checkpoints and final models (node config; never a folder a message names)."""
+        return self.root / "parties" / party
+
+    def linkage_dir(self, party: str) -> Path:
+        return self.party_dir(party) / "linkage"
+
+    @property
+    def service_url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.service.port}"
+
+    @property
+    def verify(self) -> str | bool:
+        return str(self.creds / "ca.crt") if self.secure else False
+
+    def env(self) -> dict[str, str]:
+        bin_dir = str(Path(sys.executable).parent)
+        return {
+            **os.environ,
+            **QUIET_ENV,
+            "FLWR_HOME": str(self.home),
+            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        }
+
+    def save(self) -> None:
+        write_atomic(self.root / "deploy.json", json.dumps(asdict(self), indent=2).encode())
+
+    @classmethod
+    def load(cls, folder: Path) -> "Deployment":
+        path = Path(folder) / "deploy.json"
+        if not path.exists():
+            raise SystemExit(f"no deployment at {folder} (no deploy.json); run `python -m deploy up {folder}`")
+        raw = json.loads(path.read_text())
+        raw["superlink"] = Proc(**raw["superlink"]) if raw["superlink"] else None
+        raw["service"] = Proc(**raw["service"]) if raw["service"] else None
+        raw["nodes"] = {p: Proc(**v) for p, v in raw["nodes"].items()}
+        return cls(**raw)
