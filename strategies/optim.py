@@ -8,11 +8,13 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-import torch_optimizer
+
+from strategies.lamb import Lamb
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    return torch_optimizer.Lamb(params, lr=lr, weight_decay=weight_decay)
+    """LAMB with torch_optimizer.Lamb's semantics and defaults, multi-tensor (strategies/lamb.py)."""
+    return Lamb(params, lr=lr, weight_decay=weight_decay)
 
 
 def party_seed(seed: int, party: str) -> int:
