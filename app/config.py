@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ import torch
 from app.config_groups import (
     FLAT,
     GROUPS,
+    KIND,
     MODES,
     RENAMED,
     RETIRED,
@@ -280,8 +281,7 @@ def _refuse_old_keys(run_config: dict) -> None:
 
 def _typed(key: str, value: object) -> object:
     """``value`` of flat ``key`` checked against the field's type (an int is taken as a float)."""
-    group, attr = FLAT[key.replace("-", "_")]
-    kind = {f.name: f.type for f in fields(GROUPS[group])}[attr]
+    kind = KIND[key.replace("-", "_")]
     want = {"int": int, "float": float, "str": str, "bool": bool}[kind]
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -154,8 +154,10 @@ class RuntimeOptions:
     dtype: str = "float32"
     eval_chunk: int = 50_000
     node_timeout: float = 120.0
+    threads: int = 0  # torch / BLAS threads of every party's process; 0 = chosen per process (app/threads.py)
 
     def check(self, need: Need) -> None:
+        need(self.threads >= 0, f"run-config 'threads' must be >= 0 (0 = chosen per process), got {self.threads}")
         need(
             self.device in ("auto", "cpu", "cuda"),
             f"run-config 'device' must be auto, cpu or cuda, got {self.device!r}",
@@ -243,6 +245,8 @@ def flat_key(group: str, attr: str) -> str:
 
 # flat name -> (group, attribute), in the groups' order
 FLAT = {flat_key(g, f.name): (g, f.name) for g, cls in GROUPS.items() for f in fields(cls)}
+# flat name -> its type's name ("int", "float", "str", "bool")
+KIND = {flat_key(g, f.name): f.type for g, cls in GROUPS.items() for f in fields(cls)}
 
 
 def split_flat(values: dict) -> dict[str, dict]:
