@@ -17,6 +17,9 @@ in-process) and both training modes (FedSim and its baselines, Entity Augmentati
 
 summary.json, every run:
     dataset, mode, method, seed, engine ("flower" | "inprocess"), device, machine,
+    threads     the torch / BLAS threads of the primary's process and what chose them (app/threads.py:
+                threads, cpus, processes, parties, params, source, torch, deterministic); null where none was chosen
+                (Entity Augmentation, whose few small Linears always run on one thread),
     best_epoch, val, test   the best-validation epoch and its metrics (test never chooses),
     epochs_run, steps,
     seconds     {"total", "load", "linkage", "train_and_eval", "epochs": [training s per epoch]},
@@ -66,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from app import threads
 from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord, best_epoch
@@ -220,6 +224,7 @@ class RunRecord:
             "engine": self.engine,
             "device": str(run.device),
             "machine": machine(),
+            "threads": threads.recorded(),
             "best_epoch": best.epoch,
             "val": best.val,
             "test": best.test,

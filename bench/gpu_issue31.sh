@@ -32,6 +32,6 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"| flwr run cuda S=1 | {s['seconds']['epochs'][0]:.2f} s/epoch | device {s.get('device')} | wall {wall:.1f} s |")
 EOF
 echo "== CUDA tests: the LAMB oracle on cuda with no host sync, device=cuda == device=cpu" | tee -a $L
-timeout 120 python3 -m pytest -p no:cacheprovider -q -rs tests/test_lamb.py tests/test_equivalence.py 2>&1 | tail -6 | tee -a $L
+timeout 120 python3 -m pytest -p no:cacheprovider -q -rs tests/test_lamb.py tests/test_equivalence.py tests/test_step_sync.py 2>&1 | tail -6 | tee -a $L
 echo "== optimiser step alone, hdb shapes, cuda" | tee -a $L
 timeout 60 python3 -m bench.lamb_step --device cuda --rounds 5 --steps 50 2>&1 | tail -8 | tee -a $L

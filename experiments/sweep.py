@@ -95,9 +95,12 @@ def _run_guarded(values: dict, out: Path, engine: str, threads: int) -> dict | s
     from threadpoolctl import threadpool_limits
 
     if threads:
+        import os
+
         import torch
 
         torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # the run's own choice (app/threads.py) stays under it
     try:
         with threadpool_limits(limits=threads or None):
             return run_one(values, out, engine)

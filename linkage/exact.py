@@ -55,7 +55,7 @@ def _tree_topk(tree: cKDTree, query: np.ndarray, k: int) -> tuple[np.ndarray, np
     dist, idx = tree.query(query, k=k, workers=-1)
     if k == 1:
         dist, idx = dist[:, None], idx[:, None]
-    return dist.astype(np.float64), idx.astype(np.int64)
+    return dist.astype(np.float64, copy=False), idx.astype(np.int64, copy=False)  # no copy: already these dtypes
 
 
 def topk_euclidean(

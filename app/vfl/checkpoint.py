@@ -163,6 +163,7 @@ MAY_CHANGE = (
     "node_timeout",
     "eval_chunk",
     "transport",
+    "threads",
 )
 
 

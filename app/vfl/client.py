@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from app import messages, node
+from app import messages, node, threads
 from app.config import RunConfig
 from app.node import node_run_config
 from app.vfl import worker
@@ -28,6 +28,16 @@ def party_name(cfg: RunConfig, context: Context) -> str:
     if "party" in context.node_config:
         return str(context.node_config["party"])
     return simulation_party(cfg, int(context.node_config["partition-id"]))
+
+
+def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> None:
+    """This process's threads for the party's model (app/threads.py), applied at each training
+    message (a simulation's actor may take another node's message; a no-op once set). In a
+    simulation the federation's SuperNodes and the ServerApp share the machine's CPUs."""
+    partitions = int(context.node_config.get("num-partitions", 0))
+    processes = partitions + 1 if partitions and "party" not in context.node_config else 1
+    cpu = cfg.torch_device().type == "cpu"
+    threads.use(threads.decide(cfg.runtime.threads, processes, [party.model]), "[secondary]", cpu)
 
 
 def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
@@ -52,6 +62,7 @@ def _hello(content: RecordDict, context: Context) -> RecordDict:
             f"party {name!r} holds linkage job {party.job_id!r} (in {folder}), but the primary's "
             f"run uses {job_id!r}; fetch that job's result into this party's linkage folder"
         )
+    party_threads(cfg, context, party)
     party.persist(context)
     return RecordDict({"hello": ConfigRecord({"party": name, "rows": int(party.x.shape[0])})})
 
@@ -71,6 +82,7 @@ def direct_open(msg: Message, context: Context) -> Message:
 def _step(content: RecordDict, context: Context) -> RecordDict:
     cfg = node_run_config(context)
     party = SecondaryParty.restore(cfg, context)
+    party_threads(cfg, context, party)
     blocks, tokens, meta = messages.read_step(content)
     save, keep_first = messages.read_save(content), messages.read_keep(content)
     party.check(meta, blocks, tokens)  # the cursor matches: the state to keep is the one asked for

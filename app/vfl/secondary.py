@@ -71,18 +71,26 @@ class SecondaryParty:
             raise ValueError(f"party {self.party!r}: token out of range [0, {len(self.row_of_token)})")
         return torch.as_tensor(self.row_of_token[tokens], device=self.device)
 
-    @torch.no_grad()
     def embed(self, tokens: np.ndarray) -> np.ndarray:
-        """(U,) tokens -> (U, c) embeddings from the current weights."""
-        return self.model(self.x[self.rows(tokens)]).cpu().numpy()
+        """(U,) tokens -> (U, c) embeddings from the current weights, a host array (a message's)."""
+        return self.embed_tensor(tokens).cpu().numpy()
+
+    @torch.no_grad()
+    def embed_tensor(self, tokens: np.ndarray) -> torch.Tensor:
+        """:meth:`embed` on this party's device (an in-process channel's: no host round trip)."""
+        return self.model(self.x[self.rows(tokens)])
 
     def apply(self, blocks: list[GradBlock]) -> None:
         """Backpropagate each block's gradient through a fresh forward pass, one step each.
         Every block is checked first (finite in this party's dtype, tokens in range, one (U, c)
-        row per token): a refused message changes no weight."""
+        row per token): a refused message changes no weight. The blocks' gradients may be host
+        arrays (a message's) or tensors (an in-process primary's); all blocks' finiteness is read
+        back in one host sync, not one per block."""
         grads = [torch.as_tensor(b.grad, device=self.device, dtype=self.dtype) for b in blocks]  # each (U, c)
+        finite = torch.stack([g.isfinite().all() for g in grads]).tolist() if grads else []
         for j, (block, grad) in enumerate(zip(blocks, grads)):
-            require_finite(grad, self.party, f"gradient block {j} (as {self.dtype})", "train.step")
+            if not finite[j]:
+                require_finite(grad, self.party, f"gradient block {j} (as {self.dtype})", "train.step")
             self.rows(block.tokens)
             want = (len(block.tokens), self.cut_dim)
             if tuple(grad.shape) != want:

@@ -16,7 +16,7 @@ from pathlib import Path
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from app import probes, run_status
+from app import probes, run_status, threads
 from app.config import RunConfig
 from app.data import load_data
 from app.kept import KEPT
@@ -64,6 +64,7 @@ class Engine:
     name: str
     tag: str
     connect: Callable
+    processes: int = 1  # processes of the run sharing this machine's CPUs (app/threads.py)
 
     @property
     def remote(self) -> bool:
@@ -78,7 +79,8 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     with status.recording():
         if not cfg.train.resume:
             status.start()
-        return drive(cfg, out, Engine("flower", "[primary]", functools.partial(_connect, grid)), status)
+        engine = Engine("flower", "[primary]", functools.partial(_connect, grid), threads.same_host(grid))
+        return drive(cfg, out, engine, status)
 
 
 def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatus | None = None) -> dict:
@@ -94,6 +96,9 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
             links.callback(remote.close)  # a direct transport's links close with the run, however it ends
         floor = _floor(remote, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
+        local = {} if engine.remote else getattr(channel, "parties", {})  # in process: every party's model here
+        models = [strategy.model, *(s.model for s in local.values())]
+        threads.use(threads.decide(cfg.runtime.threads, engine.processes, models), tag, strategy.device.type == "cpu")
         plan = _plan(cfg, settings, strategy, tag)
         ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
         done = (

@@ -1,6 +1,12 @@
 """The primary's channel to the secondaries: the contract the protocol trains through, and the
 in-process channel (every party an object in this process). The Flower-backed channel is
-app/vfl/channel.py; Entity Augmentation's alike pieces are in strategies/entity_aug/channel.py."""
+app/vfl/channel.py; Entity Augmentation's alike pieces are in strategies/entity_aug/channel.py.
+
+One contract for every transport. Embeddings come back as host arrays or as tensors (the
+primary takes either); gradient blocks go out as host arrays (:func:`deliverable`), unless the
+channel sets ``tensors = True``: then they stay the primary step's device tensors. The
+in-process channel does, so parties that share the primary's device exchange no numpy round
+trip; a serialising transport (Flower, the direct transport) gets numpy, copied once per exchange."""
 
 from __future__ import annotations
 
@@ -8,12 +14,27 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from strategies.vfl.fedsim import GradBlock
 
 
+def host(values: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A host numpy array of a tensor (on any device) or of an array (unchanged)."""
+    return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values
+
+
+def deliverable(channel: "SecondaryChannel", blocks: dict[str, list[GradBlock]]) -> dict[str, list[GradBlock]]:
+    """The gradient blocks as ``channel`` takes them: as they are where it sets ``tensors``, else
+    with host arrays (one copy per block, at the exchange, not at the step)."""
+    if getattr(channel, "tensors", False):
+        return blocks
+    return {p: [GradBlock(b.tokens, host(b.grad)) for b in bl] for p, bl in blocks.items()}
+
+
 class SecondaryChannel(Protocol):
     saved: dict[str, dict]  # per party {"digest", "applied"} of the last checkpoint a step saved
+    # optional ``tensors: bool`` (absent = False): the channel takes gradient blocks as tensors
 
     def step(
         self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
@@ -31,7 +52,10 @@ class SecondaryChannel(Protocol):
 
 class LocalChannel:
     """The channel with secondaries in the same process (no Flower): same party objects
-    (app/vfl/secondary.py), direct calls. Used by tests and benchmarks to separate transport cost from compute."""
+    (app/vfl/secondary.py), direct calls. Used by tests and benchmarks to separate transport cost from compute.
+    Gradient blocks and embeddings pass as tensors on the parties' devices (no host round trip)."""
+
+    tensors = True
 
     def __init__(self, parties: dict) -> None:
         self.parties = parties
@@ -39,7 +63,7 @@ class LocalChannel:
 
     def step(
         self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, torch.Tensor]:
         for p, blocks in apply.items():
             self.parties[p].apply(blocks)
         if save is not None:
@@ -48,12 +72,12 @@ class LocalChannel:
                 p: {"digest": s.save_checkpoint(Path(folder) / p, epoch), "applied": s.applied, "epoch": epoch}
                 for p, s in self.parties.items()
             }
-        return {p: self.parties[p].embed(t) for p, t in embed.items()}
+        return {p: self.parties[p].embed_tensor(t) for p, t in embed.items()}
 
-    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return self.step(apply, embed)  # in process the parties answer at once, in order
 
-    def receive(self, request: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def receive(self, request: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return request
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:

@@ -1,5 +1,11 @@
 """The primary party's strategy: owns its model, optimiser, labels and linkage view, and
-turns secondaries' embeddings into a loss, a step, and gradients for each secondary."""
+turns secondaries' embeddings into a loss, a step, and gradients for each secondary.
+
+A training step reads nothing back to the host: its loss stays a device tensor (the protocol
+reads the losses in bulk, strategies/vfl/protocol.py) and its gradient blocks are device tensors
+(a serialising channel copies them to the host once per exchange). The step's inputs (rows,
+(B, K) indexes, similarities, targets) are prepared per window, their token bookkeeping without
+sorting (:func:`distinct`)."""
 
 from __future__ import annotations
 
@@ -19,7 +25,33 @@ class GradBlock:
     """The gradient of one step's loss w.r.t. the embeddings of exactly these tokens."""
 
     tokens: np.ndarray  # (U,) int64
-    grad: np.ndarray  # (U, c) float
+    grad: np.ndarray | torch.Tensor  # (U, c) float: a device tensor from the step, a host array off a transport
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step's inputs, on the primary's device (:meth:`FedSimStrategy.stage`)."""
+
+    rows: torch.Tensor  # (B,) the batch's primary rows
+    tokens: dict[str, np.ndarray]  # per party the batch's sorted distinct tokens (U_p,)
+    index: dict[str, torch.Tensor]  # per party (B, K) positions into tokens[p]
+    sims: dict[str, torch.Tensor]  # (B, K) per path of the model
+    target: torch.Tensor  # (B,) or (B, ...) the head's target
+
+
+def distinct(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) for int values in [0, n): the sorted distinct values
+    and each entry's position among them (``values``' shape). With n not far above the entries'
+    count it marks each possible value instead of sorting (the same arrays, O(size + n))."""
+    if n > 32 * values.size:
+        uniq, inverse = np.unique(values, return_inverse=True)
+        return uniq, inverse.reshape(values.shape)
+    mark = np.zeros(n, dtype=bool)
+    mark[values] = True
+    uniq = np.flatnonzero(mark)
+    pos = np.empty(n, dtype=np.intp)  # only the marked entries are read
+    pos[uniq] = np.arange(len(uniq))
+    return uniq, pos[values]
 
 
 class FedSimStrategy:
@@ -47,12 +79,14 @@ class FedSimStrategy:
         self.device, self.dtype = device, dtype
         self.optimizer = make_optimizer(self.model.parameters(), lr, weight_decay)
         self.sims: dict[str, np.ndarray] = {}  # (m, K) per path of the model
+        self.n_tokens: dict[str, int] = {}  # per party the size of its token space (max token + 1)
         if self.parties:
             self.sims = {"all": linkage.sims} if model.shared_sims else {p: linkage.links[p].sims for p in self.parties}
+            self.n_tokens = {p: int(linkage.tokens[p].max(initial=-1)) + 1 for p in self.parties}
 
     def needs(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Distinct tokens per party that the records ``rows`` are linked to."""
-        return {p: np.unique(self.linkage.tokens[p][rows]) for p in self.parties}
+        return {p: distinct(self.linkage.tokens[p][rows], self.n_tokens[p])[0] for p in self.parties}
 
     def _inputs(self, rows: np.ndarray, tokens: dict[str, np.ndarray]):
         """Per party the (B, K) index of each pair into ``tokens[p]`` (sorted distinct tokens),
@@ -64,22 +98,56 @@ class FedSimStrategy:
         sims = {name: torch.as_tensor(s[rows], device=self.device, dtype=self.dtype) for name, s in self.sims.items()}
         return index, sims
 
+    def batch_tokens(self, rows: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per party the batch's sorted distinct tokens (U_p,) (:meth:`needs`) and the (B, K)
+        position of each pair's token among them."""
+        out = {p: distinct(self.linkage.tokens[p][rows], self.n_tokens[p]) for p in self.parties}
+        return {p: t for p, (t, _) in out.items()}, {p: i for p, (_, i) in out.items()}
+
+    def stage(self, batches: list[np.ndarray], index: list[dict[str, np.ndarray]], tokens: list[dict]) -> list[Step]:
+        """The steps of consecutive ``batches`` on the device, one host-to-device copy per input for
+        all of them; ``index`` / ``tokens``: each batch's :meth:`batch_tokens`."""
+        sizes = [len(b) for b in batches]
+        rows = np.concatenate(batches)
+        dev = self.device
+        parts = {
+            "rows": torch.as_tensor(rows, device=dev).split(sizes),
+            "target": self.head.target(self.y[rows], dev, self.dtype).split(sizes),
+            "sims": {
+                k: torch.as_tensor(s[rows], device=dev, dtype=self.dtype).split(sizes) for k, s in self.sims.items()
+            },
+            "index": {
+                p: torch.as_tensor(np.concatenate([i[p] for i in index]), device=dev).split(sizes) for p in self.parties
+            },
+        }
+        return [
+            Step(
+                parts["rows"][j],
+                tokens[j],
+                {p: v[j] for p, v in parts["index"].items()},
+                {k: v[j] for k, v in parts["sims"].items()},
+                parts["target"][j],
+            )
+            for j in range(len(batches))
+        ]
+
     def train_step(
-        self, rows: np.ndarray, tokens: dict[str, np.ndarray], emb: dict[str, np.ndarray]
-    ) -> tuple[float, dict[str, GradBlock]]:
-        """One step on the batch ``rows``; emb[p] (U, c) are the embeddings of tokens[p]."""
+        self, step: Step, emb: dict[str, np.ndarray | torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, GradBlock]]:
+        """One step; emb[p] (U, c) are the embeddings of step.tokens[p] (host arrays or tensors).
+        Returns the loss, a 0-dim device tensor (reading it is the caller's host sync), and per party
+        the gradient block of its embeddings, a device tensor."""
         self.model.train()
         leaves = {
-            p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).requires_grad_(True) for p in self.parties
+            p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).detach().requires_grad_(True)
+            for p in self.parties
         }
-        index, sims = self._inputs(rows, tokens)
-        out = self.model(self.x[rows], leaves, index, sims)
-        loss = self.head.loss(out, self.head.target(self.y[rows], self.device, self.dtype))
+        out = self.model(self.x[step.rows], leaves, step.index, step.sims)
+        loss = self.head.loss(out, step.target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        grads = {p: GradBlock(tokens[p], leaves[p].grad.detach().cpu().numpy()) for p in self.parties}
-        return float(loss.detach()), grads
+        return loss.detach(), {p: GradBlock(step.tokens[p], leaves[p].grad) for p in self.parties}
 
     @torch.no_grad()
     def outputs(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> torch.Tensor:

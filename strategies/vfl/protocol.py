@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import torch
 
 from strategies.records import EpochRecord, Progress, early_stop
 from strategies.schedule import epoch_batches, windows
-from strategies.vfl.channel import SecondaryChannel
-from strategies.vfl.fedsim import FedSimStrategy, GradBlock
+from strategies.vfl.channel import SecondaryChannel, deliverable, host
+from strategies.vfl.fedsim import FedSimStrategy, GradBlock, distinct
 
 ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank record averages over (one forward)
 
@@ -43,11 +44,65 @@ class TrainPlan:
     pipeline: bool = False  # request window w + 1 before computing window w (module docstring)
 
 
+# Steps between two reads of the step losses to the host (at a window's end): each read waits for
+# the device, so the steps between them queue without a host sync.
+LOSS_READS = 64
+
+
+@dataclass
+class Window:
+    """One window's token bookkeeping, on the host: per batch its sorted distinct tokens and the
+    (B, K) index of its pairs into them (FedSimStrategy.batch_tokens), the window's union per
+    party (the tokens its exchange embeds) and each batch's positions in it (None when the window
+    is one batch: the union is that batch's tokens)."""
+
+    batches: list[np.ndarray]
+    tokens: list[dict[str, np.ndarray]]
+    index: list[dict[str, np.ndarray]]
+    union: dict[str, np.ndarray]
+    at: list[dict[str, np.ndarray]] | None
+
+
+def plan_window(strategy: FedSimStrategy, batches: list[np.ndarray]) -> Window:
+    """The window of ``batches``' bookkeeping, its unions without sorting (fedsim.distinct)."""
+    per = [strategy.batch_tokens(rows) for rows in batches]
+    tokens, index = [t for t, _ in per], [i for _, i in per]
+    if len(batches) == 1:
+        return Window(batches, tokens, index, tokens[0], None)
+    union, at = {}, [{} for _ in batches]
+    for p in strategy.parties:
+        union[p], inverse = distinct(np.concatenate([t[p] for t in tokens]), strategy.n_tokens[p])
+        for j, part in enumerate(np.split(inverse, np.cumsum([len(t[p]) for t in tokens])[:-1])):
+            at[j][p] = part
+    return Window(batches, tokens, index, union, at)
+
+
 def first_window_tokens(strategy: FedSimStrategy, batches: list[np.ndarray], plan: TrainPlan) -> dict[str, np.ndarray]:
     """Per party the sorted tokens (U,) the epoch's first window embeds ({} without batches)."""
     window = next(iter(windows(batches, plan.steps_per_exchange)), [])
-    need = [strategy.needs(rows) for rows in window]
-    return {p: np.unique(np.concatenate([n[p] for n in need])) for p in strategy.parties} if need else {}
+    return plan_window(strategy, window).union if window else {}
+
+
+def _staged(strategy: FedSimStrategy, plan_windows: list[Window]):
+    """Each window's steps on the device (FedSimStrategy.stage), in order, staged ``LOSS_READS``
+    steps or more at a time: one host-to-device copy per input for all of them."""
+    w = 0
+    while w < len(plan_windows):
+        group = [plan_windows[w]]
+        while sum(len(g.batches) for g in group) < LOSS_READS and w + len(group) < len(plan_windows):
+            group.append(plan_windows[w + len(group)])
+        steps = strategy.stage(*(sum((getattr(g, f) for g in group), []) for f in ("batches", "index", "tokens")))
+        for g in group:
+            yield steps[: len(g.batches)]
+            steps = steps[len(g.batches) :]
+        w += len(group)
+
+
+def _take(values: np.ndarray | torch.Tensor, positions: np.ndarray) -> np.ndarray | torch.Tensor:
+    """values[positions], a tensor indexed on its own device."""
+    if isinstance(values, torch.Tensor):
+        return values[torch.as_tensor(positions, device=values.device)]
+    return values[positions]
 
 
 def train_epoch(
@@ -60,42 +115,46 @@ def train_epoch(
     first: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[int, dict[str, list[GradBlock]]]:
     """Run the epoch's steps window by window; ``progress(steps done this epoch, steps, loss)``
-    after each. ``first``: the first window's embeddings, fetched with the previous epoch's
+    after every step, with the last loss read (the losses stay on the device and are read every
+    ``LOSS_READS`` steps or more, at a window's end, and at the epoch's end). ``first``: the first window's embeddings, fetched with the previous epoch's
     evaluation (per party sorted tokens (T,) and embeddings (T, c) holding the window's; no
     block lies between the two, so they are the embeddings its own exchange would return).
     Returns the number of exchanges and the gradient blocks not delivered yet (the last
     window's; pipelined, the last two windows'), which the evaluation's exchange delivers."""
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
-    plan_windows = list(windows(batches, plan.steps_per_exchange))
-    needs = [[strategy.needs(rows) for rows in window] for window in plan_windows]
-    unions = [{p: np.unique(np.concatenate([n[p] for n in need])) for p in parties} for need in needs]
-    exchanges, n0, request = 0, len(step_losses), None
+    plan_windows = [plan_window(strategy, w) for w in windows(batches, plan.steps_per_exchange)]
+    exchanges, n0, request, losses = 0, len(step_losses), None, []
+    staged = _staged(strategy, plan_windows)
 
     def send(w: int) -> None:  # window w's tokens, with every block computed so far
         nonlocal pending, request, exchanges
-        request = channel.send(pending, unions[w])
+        request = channel.send(deliverable(channel, pending), plan_windows[w].union)
         pending, exchanges = {p: [] for p in parties}, exchanges + 1
 
     if parties and plan_windows and first is None:
         send(0)
     for w, window in enumerate(plan_windows):
         if w == 0 and first is not None and parties:
-            emb = {p: first[p][1][np.searchsorted(first[p][0], unions[0][p])] for p in parties}  # (U, c) each
+            emb = {p: first[p][1][np.searchsorted(first[p][0], window.union[p])] for p in parties}  # (U, c) each
         else:
             emb = channel.receive(request) if parties else {}
         more = parties and w + 1 < len(plan_windows)
         if more and plan.pipeline:
             send(w + 1)  # answered while this window computes
-        for rows, need in zip(window, needs[w]):
-            batch_emb = {p: emb[p][np.searchsorted(unions[w][p], need[p])] for p in parties}
-            loss, grads = strategy.train_step(rows, need, batch_emb)
-            step_losses.append(loss)
+        for j, step in enumerate(next(staged)):
+            batch_emb = emb if window.at is None else {p: _take(emb[p], window.at[j][p]) for p in parties}
+            loss, grads = strategy.train_step(step, batch_emb)
+            losses.append(loss)
             for p in parties:
                 pending[p].append(grads[p])
-            progress(len(step_losses) - n0, len(batches), loss)
+            read = step_losses[-1] if step_losses else float("nan")  # no host read here
+            progress(len(step_losses) + len(losses) - n0, len(batches), read)
         if more and not plan.pipeline:
             send(w + 1)
+        if len(losses) >= LOSS_READS or w + 1 == len(plan_windows):
+            step_losses.extend(torch.stack(losses).tolist())  # one host sync for these steps
+            losses.clear()
     return exchanges, pending
 
 
@@ -122,10 +181,10 @@ def eval_embeddings(
     parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
     for i in range(n_chunks):
         chunk = {p: t[i * plan.eval_chunk : (i + 1) * plan.eval_chunk] for p, t in tokens.items()}
-        out = channel.step(pending, chunk, save if i == 0 else None)
+        out = channel.step(deliverable(channel, pending), chunk, save if i == 0 else None)
         pending = {p: [] for p in tokens}
         for p in tokens:
-            parts[p].append(out[p])
+            parts[p].append(host(out[p]))
     return {p: (tokens[p], np.concatenate(parts[p])) for p in tokens}, n_chunks
 
 

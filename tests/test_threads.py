@@ -1,0 +1,99 @@
+"""Issue 31: every engine picks its threads (app/threads.py), and a CPU run is repeatable."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from app import threads
+from app.config import ConfigError, RunConfig
+from app.modes import run_experiment
+from app.threads import PARAMS_PER_THREAD, choose_threads, cpu_quota
+
+
+@pytest.mark.parametrize(
+    ("cpus", "processes", "params", "override", "cap", "want"),
+    [
+        (2, 1, 60_000, 0, 0, 1),  # hdb-sized models: one thread, whatever the cores
+        (16, 1, 60_000, 0, 0, 1),
+        (16, 1, 10 * PARAMS_PER_THREAD, 0, 0, 10),  # a big model: a thread per PARAMS_PER_THREAD
+        (16, 4, 10 * PARAMS_PER_THREAD, 0, 0, 4),  # ... at most its share of the CPUs
+        (16, 40, 10 * PARAMS_PER_THREAD, 0, 0, 1),  # more processes than CPUs: still one
+        (16, 1, 10 * PARAMS_PER_THREAD, 0, 3, 3),  # OMP_NUM_THREADS (Ray's num-cpus) caps it
+        (16, 1, 60_000, 0, 3, 1),  # ... but never raises it
+        (2, 3, 60_000, 6, 1, 6),  # the run config's threads overrides everything
+        (0, 0, 0, 0, 0, 1),  # nothing known: one
+    ],
+)
+def test_the_choice_from_planted_inputs(cpus, processes, params, override, cap, want):
+    choice = choose_threads(cpus, processes, 3, params, override, cap)
+    assert choice.threads == want
+    assert choice.line().startswith(f"threads: {want} (")
+
+
+def test_the_line_says_what_it_was_chosen_from():
+    line = choose_threads(2, 1, 4, 300_000).line()
+    assert line == "threads: 1 (2 CPUs, 4 parties in this process, model 0.30 M params; auto)"
+    shared = choose_threads(2, 3, 1, 300_000, env_cap=1).line()
+    assert "3 processes share them, 1 party in this process" in shared
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("200000 100000\n", 2.0), ("150000 100000", 1.5), ("max 100000\n", None), ("", None), ("x y", None)],
+)
+def test_cgroup_cpu_max(text, want):
+    assert cpu_quota(text) == want
+
+
+def test_usable_cpus_is_within_the_affinity_mask():
+    import os
+
+    assert 1 <= threads.usable_cpus() <= len(os.sched_getaffinity(0))
+
+
+def test_a_negative_thread_count_is_refused():
+    with pytest.raises(ConfigError, match="threads"):
+        RunConfig.from_flower({"threads": -1})
+
+
+def _run(out_dir, name: str, **extra) -> tuple[np.ndarray, dict]:
+    cfg = RunConfig.of(
+        dataset="synthetic", n_rows=1200, k=10, batch_size=64, epochs=2, seed=0, out_dir=str(out_dir), **extra
+    )
+    run_experiment(cfg, out_dir / name)
+    return np.load(out_dir / name / "step_losses.npy"), json.loads((out_dir / name / "summary.json").read_text())
+
+
+@pytest.fixture
+def same_job_secret(monkeypatch):
+    """The linkage job's secret from the operator seed (README "The linkage service"), not drawn per
+    out-dir: the runs below link the same tokens in different folders."""
+    monkeypatch.setenv("FEDSIM_LINKAGE_OPERATOR_SEED", "7")
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_same_seed_same_losses_bit_for_bit_at_the_chosen_threads(tmp_path, same_job_secret):
+    """Two in-process CPU runs with the same seed (and job secret), in different folders: every
+    step loss equal to the last bit, at the thread count the engine picks (in summary.json)."""
+    a, summary = _run(tmp_path / "a", "run")
+    b, _ = _run(tmp_path / "b", "run")
+    assert len(a) == 28
+    assert a.tobytes() == b.tobytes()
+    chosen = summary["threads"]
+    assert chosen["threads"] == chosen["torch"] == 1 and chosen["source"].startswith("auto")
+    assert chosen["parties"] == 2 and chosen["processes"] == 1 and chosen["params"] > 0
+    assert chosen["deterministic"]
+
+
+def test_same_seed_same_losses_at_two_threads(tmp_path, same_job_secret):
+    """At two threads too (run config ``threads``): before torch's deterministic algorithms, the
+    gates' indexed gather summed its gradient atomically in the threads' order, and about one run
+    in three of this config differed from the first in the last digits (2026-11-26)."""
+    runs = [_run(tmp_path / str(i), "run", threads=2) for i in range(3)]
+    assert all(s["threads"]["threads"] == s["threads"]["torch"] == 2 for _, s in runs)
+    assert runs[0][1]["threads"]["source"] == "run config threads=2"
+    assert all(losses.tobytes() == runs[0][0].tobytes() for losses, _ in runs[1:])
