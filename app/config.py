@@ -91,7 +91,11 @@ class RunConfig:
     def of(cls, **flat) -> "RunConfig":
         """From flat (underscored) names, unchecked: ``RunConfig.of(dataset="hdb", tau=0.5)``. Keys an
         earlier version wrote (:data:`RENAMED`, :data:`RETIRED`) are read as they are now."""
-        values = {RENAMED.get(k, k): v for k, v in flat.items() if k not in RETIRED}
+        return cls._grouped({RENAMED.get(k, k): v for k, v in flat.items() if k not in RETIRED})
+
+    @classmethod
+    def _grouped(cls, values: dict) -> "RunConfig":
+        """From today's flat names only; any other name raises TypeError."""
         unknown = sorted(set(values) - set(FLAT))
         if unknown:
             raise TypeError(f"RunConfig has no key(s) {unknown}{did_you_mean(unknown, FLAT)}")
@@ -102,8 +106,9 @@ class RunConfig:
         return {name: getattr(getattr(self, g), attr) for name, (g, attr) in FLAT.items()}
 
     def replace(self, **flat) -> "RunConfig":
-        """A copy with some flat-named values changed: ``cfg.replace(tau=0.5, out_dir="x")``."""
-        return RunConfig.of(**{**self.flat(), **flat})
+        """A copy with some flat-named values changed: ``cfg.replace(tau=0.5, out_dir="x")``. Only
+        today's names: a retired one is refused, never dropped."""
+        return RunConfig._grouped({**self.flat(), **flat})
 
     @classmethod
     def from_flower(cls, run_config: dict) -> "RunConfig":

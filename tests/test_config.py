@@ -126,6 +126,8 @@ def test_a_kept_run_of_an_earlier_version_still_reads_but_a_user_is_told():
         RunConfig.from_flower({"bench-floor": 3})
     with pytest.raises(TypeError, match="RunConfig has no key"):
         RunConfig.of(tua=0.5)
+    with pytest.raises(TypeError, match=r"RunConfig has no key\(s\) \['bench_floor'\]"):
+        old.replace(bench_floor=2)  # a change is never dropped silently
 
 
 @pytest.mark.parametrize("raw", ["-1", "soon", "nan"])
