@@ -10,8 +10,12 @@ docs/benchmarks.md "Threads").
 :func:`choose_threads` (pure) decides from what the process knows or measures: the CPUs it may
 use (:func:`usable_cpus`: its affinity mask and its cgroup's CPU quota), how many processes of
 the run share them (a simulation's SuperNodes and its ServerApp; one process for the in-process
-engine, whose parties run one after another), and the parameters of the models it trains. A
-model gets one thread per :data:`PARAMS_PER_THREAD` parameters, at most its share of the CPUs.
+engine, whose parties run one after another), how busy other work keeps the CPUs (the 1-minute
+load average, less this process's own 1: :func:`others_load`), and the parameters of the models it
+trains. A model gets one thread per :data:`PARAMS_PER_THREAD` parameters, at most its share of
+the CPUs that are free. Measured (docs/benchmarks.md "GPU"): hdb's 1.9 M-parameter model on a
+quiet 16-core machine trains an epoch in 12.75 s with 16 threads and 24.08 s with one, and on a
+2-core machine held by another job one thread is 8x faster than two.
 ``OMP_NUM_THREADS``, where set (by a user, a sweep worker, or Ray for a simulation's ClientApp
 actors: the federation's client-resources num-cpus), is an upper bound. The run-config key
 ``threads`` (> 0) overrides the choice: it travels with the run to every party (ServerApp,
@@ -34,7 +38,7 @@ from dataclasses import asdict, dataclass
 from logging import INFO
 from pathlib import Path
 
-PARAMS_PER_THREAD = 4_000_000  # a thread per this many parameters (module docstring)
+PARAMS_PER_THREAD = 100_000  # a thread per this many parameters (module docstring): hdb's 1.9 M model gets 16+
 
 _current: "ThreadChoice | None" = None
 
@@ -61,17 +65,19 @@ class ThreadChoice:
 
 
 def choose_threads(
-    cpus: int, processes: int, parties: int, params: int, override: int = 0, env_cap: int = 0
+    cpus: int, processes: int, parties: int, params: int, override: int = 0, env_cap: int = 0, busy: float = 0.0
 ) -> ThreadChoice:
     """The thread count for a process that may use ``cpus`` CPUs shared by ``processes`` processes
     of the run and trains ``parties`` models of ``params`` parameters in all. ``override`` (> 0):
-    the run config's ``threads``; ``env_cap`` (> 0): ``OMP_NUM_THREADS``, an upper bound."""
+    the run config's ``threads``; ``env_cap`` (> 0): ``OMP_NUM_THREADS``, an upper bound;
+    ``busy``: CPUs other work keeps busy (:func:`others_load`), which the run leaves to it."""
     cpus, processes, parties = max(1, cpus), max(1, processes), max(1, parties)
     if override > 0:
         return ThreadChoice(override, cpus, processes, parties, params, f"run config threads={override}")
-    share = max(1, cpus // processes)
+    free = max(1, min(cpus, math.floor(cpus - max(0.0, busy) + 0.5)))
+    share = max(1, free // processes)
     n = min(share, max(1, params // PARAMS_PER_THREAD))
-    source = "auto"
+    source = f"auto, {cpus - free} of {cpus} CPUs busy" if free < cpus else "auto"
     if env_cap > 0 and env_cap < n:
         n, source = env_cap, f"auto, OMP_NUM_THREADS={env_cap}"
     return ThreadChoice(n, cpus, processes, parties, params, source)
@@ -110,6 +116,15 @@ def usable_cpus() -> int:
     return max(1, min(n, math.floor(quota))) if quota else n
 
 
+def others_load() -> float:
+    """CPUs other work keeps busy: the 1-minute load average less this process's own 1 (0 where
+    the system gives none)."""
+    try:
+        return max(0.0, os.getloadavg()[0] - 1.0)
+    except OSError:
+        return 0.0
+
+
 def env_cap() -> int:
     """``OMP_NUM_THREADS`` as a positive int, else 0."""
     raw = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -124,7 +139,7 @@ def params_of(*models) -> int:
 def decide(override: int, processes: int, models) -> ThreadChoice:
     """:func:`choose_threads` with this process's measured CPUs, OMP_NUM_THREADS and ``models``."""
     models = list(models)
-    return choose_threads(usable_cpus(), processes, len(models), params_of(*models), override, env_cap())
+    return choose_threads(usable_cpus(), processes, len(models), params_of(*models), override, env_cap(), others_load())
 
 
 def use(choice: ThreadChoice, tag: str = "", cpu: bool = True) -> ThreadChoice:

@@ -55,9 +55,19 @@ def main() -> None:
     print(f"{machine()}, {torch.get_num_threads()} torch threads; run config {values}")
     seconds = run_steps(values, args.steps)
     print(f"{args.steps} steps: {seconds:.2f} s ({1000 * seconds / args.steps:.1f} ms/step)", flush=True)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run_steps(values, args.steps)
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    cuda = values.get("device") == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+        steps_s = run_steps(values, args.steps)
+    events = prof.key_averages()
+    if cuda:  # how busy the GPU was: its kernels' time against the profiled wall time
+        kernels = sum(e.self_device_time_total for e in events) / 1e6
+        launches = sum(
+            e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
+        )
+        print(
+            f"profiled: {steps_s:.2f} s of steps, GPU kernels {kernels:.3f} s, {launches / args.steps:.0f} launches/step"
+        )
+    print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 
 if __name__ == "__main__":

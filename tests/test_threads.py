@@ -13,30 +13,35 @@ from app.threads import PARAMS_PER_THREAD, choose_threads, cpu_quota
 
 
 @pytest.mark.parametrize(
-    ("cpus", "processes", "params", "override", "cap", "want"),
+    ("cpus", "processes", "params", "override", "cap", "busy", "want"),
     [
-        (2, 1, 60_000, 0, 0, 1),  # hdb-sized models: one thread, whatever the cores
-        (16, 1, 60_000, 0, 0, 1),
-        (16, 1, 10 * PARAMS_PER_THREAD, 0, 0, 10),  # a big model: a thread per PARAMS_PER_THREAD
-        (16, 4, 10 * PARAMS_PER_THREAD, 0, 0, 4),  # ... at most its share of the CPUs
-        (16, 40, 10 * PARAMS_PER_THREAD, 0, 0, 1),  # more processes than CPUs: still one
-        (16, 1, 10 * PARAMS_PER_THREAD, 0, 3, 3),  # OMP_NUM_THREADS (Ray's num-cpus) caps it
-        (16, 1, 60_000, 0, 3, 1),  # ... but never raises it
-        (2, 3, 60_000, 6, 1, 6),  # the run config's threads overrides everything
-        (0, 0, 0, 0, 0, 1),  # nothing known: one
+        (2, 1, 60_000, 0, 0, 0.0, 1),  # small models (a secondary's): one thread, whatever the cores
+        (16, 1, 60_000, 0, 0, 0.0, 1),
+        (16, 1, 1_900_000, 0, 0, 0.0, 16),  # hdb's primary on a quiet 16-core box: every core (2x one)
+        (2, 1, 1_900_000, 0, 0, 1.5, 1),  # ... on 2 cores another job holds: one (8x two)
+        (16, 1, 1_900_000, 0, 0, 4.2, 12),  # the CPUs other work keeps busy are left to it
+        (16, 1, 10 * PARAMS_PER_THREAD, 0, 0, 0.0, 10),  # a thread per PARAMS_PER_THREAD
+        (16, 4, 10 * PARAMS_PER_THREAD, 0, 0, 0.0, 4),  # ... at most its share of the CPUs
+        (16, 40, 10 * PARAMS_PER_THREAD, 0, 0, 0.0, 1),  # more processes than CPUs: still one
+        (16, 1, 10 * PARAMS_PER_THREAD, 0, 3, 0.0, 3),  # OMP_NUM_THREADS (Ray's num-cpus) caps it
+        (16, 1, 60_000, 0, 3, 0.0, 1),  # ... but never raises it
+        (2, 3, 60_000, 6, 1, 9.0, 6),  # the run config's threads overrides everything
+        (0, 0, 0, 0, 0, 0.0, 1),  # nothing known: one
     ],
 )
-def test_the_choice_from_planted_inputs(cpus, processes, params, override, cap, want):
-    choice = choose_threads(cpus, processes, 3, params, override, cap)
+def test_the_choice_from_planted_inputs(cpus, processes, params, override, cap, busy, want):
+    choice = choose_threads(cpus, processes, 3, params, override, cap, busy)
     assert choice.threads == want
     assert choice.line().startswith(f"threads: {want} (")
 
 
 def test_the_line_says_what_it_was_chosen_from():
-    line = choose_threads(2, 1, 4, 300_000).line()
-    assert line == "threads: 1 (2 CPUs, 4 parties in this process, model 0.30 M params; auto)"
+    line = choose_threads(2, 1, 4, 60_000).line()
+    assert line == "threads: 1 (2 CPUs, 4 parties in this process, model 0.06 M params; auto)"
     shared = choose_threads(2, 3, 1, 300_000, env_cap=1).line()
     assert "3 processes share them, 1 party in this process" in shared
+    busy = choose_threads(16, 1, 1, 1_900_000, busy=4.2).line()
+    assert busy.endswith("model 1.90 M params; auto, 4 of 16 CPUs busy)")
 
 
 @pytest.mark.parametrize(
