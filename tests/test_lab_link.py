@@ -1,0 +1,110 @@
+"""Issue 32: linking through the service across separate hosts (deploy/lab_link.py on a
+deploy.hosts.Lab): the service and every party on its own network namespace, user and home; the
+true partner found for every record; each home holds only its own organisation's files, none
+readable by another party's user; a stranger's CA, a wrong secret and a wrong address refused by
+name. Needs root and `ip netns` (CI runs as root)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deploy import lab_link
+from deploy.hosts import Lab
+from deploy.lab_link import PRIMARY, SERVICE
+from linkage.store import load_primary, load_secondary
+from tests.test_hosts import _why_not
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+SECONDARIES = ["party_a", "party_b"]
+
+
+@pytest.fixture(scope="module")
+def linked():
+    base, logs = Path(tempfile.mkdtemp(dir="/tmp")), Path(tempfile.mkdtemp())
+    try:
+        with Lab(base, [SERVICE, PRIMARY, *SECONDARIES]) as lab:
+            data = lab_link.planted(SECONDARIES)
+            lab_link.place_own_data(lab, data, logs)
+            url, service = lab_link.start_service(lab, logs)
+            try:
+                job = lab_link.create_job(lab, url, SECONDARIES)
+                lab_link.link_all(lab, url, job, SECONDARIES, k=3)
+                yield lab, data, url, job
+            finally:
+                service.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def _files(home: Path) -> set[str]:
+    return {str(p.relative_to(home)) for p in home.rglob("*") if p.is_file()}
+
+
+def test_every_record_finds_its_true_partner_on_every_host(linked):
+    lab, data, _, _ = linked
+    p = load_primary(lab.hosts[PRIMARY].home / "linkage")
+    for party in SECONDARIES:
+        s = load_secondary(lab.hosts[party].home / "linkage", party)
+        np.testing.assert_array_equal(s.row_of_token[p.tokens[party][:, 0]], data.row_of[party])
+
+
+def test_each_home_holds_only_its_own_organisations_files(linked):
+    lab, _, _, job = linked
+    primary = _files(lab.hosts[PRIMARY].home)
+    print("primary holds", sorted(primary))
+    assert {f for f in primary if not f.startswith("linkage/")} == {f"{PRIMARY}.csv", "ca.crt", "job.secret"}
+    assert "linkage/primary.npz" in primary and not any(s in f for f in primary for s in SECONDARIES)
+    for party in SECONDARIES:
+        files = _files(lab.hosts[party].home)
+        assert {f"{party}.csv", "ca.crt", "job.secret", f"linkage/secondary-{party}.npz"} <= files, files
+        print(party, "holds", sorted(files))
+        others = [f for f in files if any(o in f for o in (PRIMARY, *SECONDARIES) if o != party)]
+        assert others == [], f"{party} holds another organisation's files: {others}"
+    service = _files(lab.hosts[SERVICE].home)
+    assert "admin.token" in service and "creds/ca.key" in service
+    assert not any(f.endswith(".csv") for f in service)  # the service holds identifiers, never a party's CSV
+    # what crossed between organisations: the CA certificate (public) and one secret per party
+    crossed = sorted((t.sender, t.receiver, t.name) for t in lab.transfers)
+    want = [(SERVICE, h, n) for h in (PRIMARY, *SECONDARIES) for n in ("ca.crt", "job.secret")]
+    assert crossed == sorted(want), crossed
+
+
+def test_no_file_of_one_host_is_readable_by_another_hosts_user(linked):
+    lab = linked[0]
+    for owner, host in lab.hosts.items():
+        files = [p for p in host.home.rglob("*") if p.is_file()]
+        assert files, owner
+        for reader in lab.hosts.values():
+            if reader.name != owner:
+                readable = [str(f) for f in files if lab.readable_by(reader, f)]
+                assert readable == [], f"{reader.name} reads {owner}'s {readable}"
+        assert lab.readable_by(host, files[0])  # so the check can fail: the owner reads its own
+
+
+def test_a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name(linked):
+    lab, _, url, job = linked
+    party = SECONDARIES[0]
+    host = lab.hosts[party]
+    made = lab.run(host, [lab_link.sys.executable, "-m", "deploy.certs", "stranger", "--parties", ""], env=lab_link.ENV)
+    assert made.returncode == 0, made.stderr
+
+    def status(*change: str):
+        args = dict(zip(lab_link.party_args(url, job, party)[::2], lab_link.party_args(url, job, party)[1::2]))
+        args.update(dict(zip(change[::2], change[1::2])))
+        argv = [lab_link.sys.executable, "-m", "fedsim", "status", *(x for kv in args.items() for x in kv)]
+        return lab.run(host, argv, env=lab_link.ENV, timeout=120)
+
+    assert status().returncode == 0  # the right CA, secret and address work
+    stranger = status("--ca-cert", "stranger/ca.crt")
+    assert stranger.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in stranger.stderr, stranger.stderr[-800:]
+    lab.run(host, ["sh", "-c", "echo not-the-secret > wrong.secret"])
+    wrong = status("--secret-file", "wrong.secret")
+    assert wrong.returncode != 0 and "403" in wrong.stderr and "parties" in wrong.stderr, wrong.stderr[-800:]
+    nowhere = status("--url", url.replace(str(lab_link.PORT), "9"))
+    assert nowhere.returncode != 0 and "refused" in nowhere.stderr.lower(), nowhere.stderr[-800:]
