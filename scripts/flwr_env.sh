@@ -8,7 +8,7 @@ export FLWR_DISABLE_UPDATE_CHECK=1
 export RAY_USAGE_STATS_ENABLED=0
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0
-# the simulation's size goes on the command line (Flower 1.41 deprecates `options.` in config.toml):
+# the simulation's size goes on the command line (Flower 1.41 and later deprecate `options.` in config.toml):
 #   flwr run . --federation-config "$FEDERATION" ...   (one SuperNode per secondary; set N for more)
 export FEDERATION="num-supernodes=${N:-1} client-resources-num-cpus=1"
 mkdir -p "$FLWR_HOME"
