@@ -1,0 +1,328 @@
+"""Training across separate hosts (issue 32): a deployment on a :class:`deploy.hosts.Lab`.
+
+The primary's host runs the SuperLink (TLS, SuperNode authentication) and the ServerApp as its
+own user; each secondary's host runs its SuperNode as its own user, with every folder it reads or
+writes in its own home and its direct-transport worker on its own address. What crosses between
+hosts goes through ``lab.transfer`` (recorded): the CA certificate to each party, each party's
+public node key to the primary. Each party makes its own key pair; no private key travels.
+
+    primary:  flower-superlink --host <primary>:9092 --ssl-* creds/... --enable-supernode-auth
+              flwr supernode register nodekeys/<party>.pub lab --name <party>
+              flwr run <repo> lab --stream --run-config '...'
+    <party>:  flower-supernode --superlink <primary>:9092 --root-certificates ca.crt
+              --auth-supernode-private-key keys/<party> --node-config 'party=... direct-listen=...'
+
+Limitation: the linkage is computed by the operator (root) through the linkage service on the
+machine's loopback, as ``python -m deploy link`` does; each party's own result files are then
+placed in its home (``lab.copy_in``). The shipped datasets' loaders need all of the public
+dataset's files, so each home gets a copy of the dataset folder (docs/deployment.md).
+
+    python -m deploy.lab_train --base /tmp/lab --dataset hdb --epochs 2 --n-rows 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.hosts import Host, Lab, Running
+from deploy.localsim import QUIET_ENV, REPO, run_config_arg
+
+CONNECTION = "lab"
+LINK_PORT, NODE_PORT, WORKER_PORT = 9092, 9094, 9301  # each in its own host's namespace
+PRIMARY = "primary"
+RUN_NAME = "lab"
+
+WAIT = """
+import socket, sys, time
+host, port, deadline = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+while time.monotonic() < deadline:
+    with socket.socket() as s:
+        s.settimeout(2)
+        if s.connect_ex((host, port)) == 0:
+            sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+"""
+
+CREDENTIALS = """
+import sys
+from pathlib import Path
+from deploy.certs import make_ca, make_server_cert
+folder = Path("creds")
+folder.mkdir(mode=0o700)
+ca, key = make_ca(folder)
+make_server_cert(folder, ca, key, [sys.argv[1]])
+"""
+
+NODE_KEY = "import sys; from pathlib import Path; from deploy.certs import make_node_key; make_node_key(Path(sys.argv[1]), sys.argv[2])"
+WRITE = "import sys; from pathlib import Path; p = Path(sys.argv[1]); p.parent.mkdir(mode=0o700, parents=True, exist_ok=True); p.write_text(sys.argv[2])"
+
+
+@dataclass
+class LabRun:
+    """What :func:`train_across_hosts` did: the summary, the run folder, each host's commands."""
+
+    summary: dict
+    run_dir: Path
+    output: str
+    commands: dict[str, list[list[str]]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def tool(name: str) -> str:
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or name
+
+
+def flwr_env(host: Host) -> dict[str, str]:
+    """Flower's quiet settings, FLWR_HOME in the host's own home, the repository importable."""
+    return {**QUIET_ENV, "FLWR_HOME": str(host.home / "flwr"), "PYTHONPATH": str(REPO)}
+
+
+def checked(r, what: str):
+    if r.returncode:
+        out = r.stdout + r.stderr if isinstance(r.stdout, str) else ""
+        raise RuntimeError(f"{what}: exit {r.returncode}:\n{out[-4000:]}")
+    return r
+
+
+def python(lab: Lab, host: Host, code: str, *args: str, what: str, timeout: float = 120.0):
+    """A short Python program run on ``host`` as its user (the repository importable)."""
+    r = lab.run(host, [sys.executable, "-c", code, *args], env=flwr_env(host), timeout=timeout)
+    return checked(r, f"{what} on {host.name}")
+
+
+def wait_listening(lab: Lab, frm: Host, address: str, port: int, proc: Running, log: Path, timeout: float) -> None:
+    """Waits until ``address:port`` accepts a connection from ``frm``'s namespace."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lab.run(frm, [sys.executable, "-c", WAIT, address, str(port), "5"], timeout=30).returncode == 0:
+            return
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"exited ({proc.popen.returncode}) during start-up:\n{tail(log)}")
+    raise RuntimeError(f"{address}:{port} not listening within {timeout} s:\n{tail(log)}")
+
+
+def tail(path: Path, n: int = 4000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+
+def credentials(lab: Lab, primary: Host, parties: dict[str, Host]) -> None:
+    """The primary's operator makes the CA and the SuperLink's certificate (for its address);
+    each party makes its own node key pair; only ca.crt and the public keys cross."""
+    python(lab, primary, CREDENTIALS, primary.address, what="CA and server certificate")
+    for party, host in parties.items():
+        python(lab, host, NODE_KEY, "keys", party, what="node key pair")
+        lab.transfer(host, primary, f"keys/{party}.pub", f"nodekeys/{party}.pub")
+        lab.transfer(primary, host, "creds/ca.crt", "ca.crt")
+
+
+def place_data(lab: Lab, hosts: list[Host], dataset: str, data_dir: Path) -> None:
+    """The operator copies the public dataset's folder into each home (data/<dataset>)."""
+    for src in sorted(p for p in (Path(data_dir) / dataset).rglob("*") if p.is_file()):
+        for host in hosts:
+            lab.copy_in(host, src, Path("data") / dataset / src.relative_to(Path(data_dir) / dataset))
+
+
+def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: Path, k: int, n_rows: int) -> dict:
+    """The linkage job through the linkage service on root's loopback (deploy.commands.link);
+    each party's own result files go to its home's linkage/ only. Returns the link values."""
+    from deploy.commands import link, start_service, stop_all  # lazy: the linkage client and pandas
+    from deploy.deployment import Deployment  # lazy: with deploy.commands
+    from deploy.processes import _wait_port  # lazy: with deploy.commands
+
+    folder = Path(tempfile.mkdtemp(prefix="lab-link-"))
+    parties = [p for p in hosts if p != PRIMARY]
+    dep = Deployment(str(folder), dataset, str(Path(data_dir).resolve()), False, parties)
+    try:
+        start_service(dep)
+        _wait_port(dep.service.port, dep.service, "the linkage service", 120)
+        link(dep, k=k, n_rows=n_rows, timeout=600)
+        for party, host in hosts.items():
+            own = dep.linkage_dir(party)
+            for src in sorted(p for p in own.rglob("*") if p.is_file()):
+                lab.copy_in(host, src, Path("linkage") / src.relative_to(own))
+        return dict(dep.link_params)
+    finally:
+        stop_all(dep)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def superlink_command(primary: Host) -> list[str]:
+    creds = primary.home / "creds"
+    return [
+        tool("flower-superlink"),
+        *("--host", primary.address, "--port", str(LINK_PORT)),
+        *("--ssl-ca-certfile", str(creds / "ca.crt")),
+        *("--ssl-certfile", str(creds / "server.crt"), "--ssl-keyfile", str(creds / "server.key")),
+        "--enable-supernode-auth",
+        "--disable-runtime-dependency-installation",
+    ]
+
+
+def connection_config(primary: Host) -> str:
+    return (
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+        f'address = "{primary.address}:{LINK_PORT}"\nroot-certificates = "{primary.home / "creds" / "ca.crt"}"\n'
+    )
+
+
+def supernode_command(party: str, host: Host, primary: Host, key: str | None = None) -> list[str]:
+    """The party's SuperNode: every folder in its own home, its worker on its own address."""
+    home, worker = host.home, f"{host.address}:{WORKER_PORT}"
+    node_config = (
+        f'party="{party}" data-dir="{home / "data"}" linkage-dir="{home / "linkage"}" '
+        f'cache-dir="{home / "cache"}" checkpoint-dir="{home / "checkpoints"}" model-dir="{home / "models"}" '
+        f'direct-listen="{worker}" direct-address="{worker}"'
+    )
+    return [
+        tool("flower-supernode"),
+        *("--superlink", f"{primary.address}:{LINK_PORT}"),
+        *("--host", "127.0.0.1", "--port", str(NODE_PORT)),
+        *("--node-config", node_config, "--max-retries", "3", "--max-wait-time", "30"),
+        *("--root-certificates", str(home / "ca.crt")),
+        *("--auth-supernode-private-key", str(home / (key or f"keys/{party}"))),
+    ]
+
+
+def run_values(primary: Host, dataset: str, link_values: dict, run_config: dict) -> dict[str, object]:
+    """The primary's run config: its own data, linkage files and run folder; S = 1, direct."""
+    return {
+        "dataset": dataset,
+        "data-dir": str(primary.home / "data"),
+        "out-dir": str(primary.home / "runs"),
+        "linkage-dir": str(primary.home / "linkage"),
+        "steps-per-exchange": 1,
+        "transport": "direct",
+        "run-name": RUN_NAME,
+        **link_values,
+        **run_config,
+    }
+
+
+def start_superlink(lab: Lab, primary: Host, logs: Path, commands: dict) -> Running:
+    """The SuperLink on the primary's address; the primary's Flower config points at it."""
+    cmd = superlink_command(primary)
+    commands[primary.name].append(cmd)
+    proc = lab.start(primary, cmd, logs / "superlink.log", env=flwr_env(primary))
+    wait_listening(lab, primary, primary.address, LINK_PORT, proc, logs / "superlink.log", 120)
+    python(lab, primary, WRITE, str(primary.home / "flwr" / "config.toml"), connection_config(primary), what="config")
+    return proc
+
+
+def register(lab: Lab, primary: Host, party: str, commands: dict) -> None:
+    cmd = [tool("flwr"), "supernode", "register", f"nodekeys/{party}.pub", CONNECTION, "--name", party]
+    commands[primary.name].append(cmd)
+    checked(lab.run(primary, cmd, env=flwr_env(primary), timeout=120), f"registering {party}")
+
+
+def start_supernode(lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict, key=None) -> Running:
+    cmd = supernode_command(party, host, primary, key)
+    commands.setdefault(host.name, []).append(cmd)
+    log = logs / (f"supernode-{party}.log" if key is None else f"supernode-{party}-unregistered.log")
+    return lab.start(host, cmd, log, env=flwr_env(host))
+
+
+def flwr_run(lab: Lab, primary: Host, values: dict, commands: dict, timeout: float) -> str:
+    """`flwr run <repo> lab --stream` as the primary's user; returns what it printed."""
+    from app.config import RunConfig  # lazy: torch and flwr, for the run only
+
+    RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
+    cmd = [tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
+    commands[primary.name].append(cmd)
+    r = lab.run(primary, cmd, env=flwr_env(primary), timeout=timeout)
+    return r.stdout + r.stderr
+
+
+def train_across_hosts(
+    lab: Lab,
+    dataset: str,
+    data_dir: Path,
+    parties: dict[str, str],
+    *,
+    epochs: int = 2,
+    n_rows: int = 2000,
+    k: int = 8,
+    run_config: dict | None = None,
+    logs: Path,
+    timeout: float = 900.0,
+) -> LabRun:
+    """Credentials, data, linkage, SuperLink, registered SuperNodes, `flwr run`; the finished
+    run's summary (RunFailed otherwise). ``parties``: secondary party -> its host's name in the
+    lab (the primary's host is "primary"). Stops what it started."""
+    from app.run_status import require_finished  # lazy: the run-status reader, for the run only
+
+    t0, primary = time.monotonic(), lab.hosts[PRIMARY]
+    hosts = {p: lab.hosts[h] for p, h in parties.items()}
+    commands: dict[str, list[list[str]]] = {primary.name: []}
+    credentials(lab, primary, hosts)
+    place_data(lab, [primary, *hosts.values()], dataset, data_dir)
+    link_values = link_as_operator(lab, {PRIMARY: primary, **hosts}, dataset, data_dir, k, n_rows)
+    started: list[Running] = []
+    try:
+        started.append(start_superlink(lab, primary, logs, commands))
+        for party, host in hosts.items():
+            register(lab, primary, party, commands)
+            started.append(start_supernode(lab, party, host, primary, logs, commands))
+        values = run_values(
+            primary, dataset, link_values, {"epochs": epochs, "node-timeout": 120.0, **(run_config or {})}
+        )
+        since = time.time()
+        output = flwr_run(lab, primary, values, commands, timeout)
+        run_dir = primary.home / "runs" / RUN_NAME
+        summary = require_finished(run_dir, since, output)
+    finally:
+        for proc in reversed(started):  # the SuperNodes first: they would retry the SuperLink
+            proc.stop(grace=5)
+    return LabRun(summary, run_dir, output, commands, time.monotonic() - t0)
+
+
+def refused_supernode(lab: Lab, party: str, host: Host, logs: Path, timeout: float = 180.0) -> tuple[int | None, str]:
+    """A SuperNode whose key the SuperLink never registered (a fresh pair made on ``host``):
+    its exit code and log (the SuperLink must be up, with the primary's ca.crt at ``host``)."""
+    python(lab, host, NODE_KEY, "rogue", party, what="unregistered key pair")
+    proc = start_supernode(lab, party, host, lab.hosts[PRIMARY], logs, {}, key=f"rogue/{party}")
+    try:
+        code = proc.popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        proc.stop(grace=2)
+    return code, tail(logs / f"supernode-{party}-unregistered.log", 8000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", type=Path, required=True, help="folder for the homes (not under a 0700 folder)")
+    ap.add_argument("--dataset", default="hdb")
+    ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--n-rows", type=int, default=2000)
+    args = ap.parse_args()
+    from datasets import load_dataset  # lazy: pandas, for the party names
+
+    secondaries = sorted(load_dataset(args.dataset, args.data_dir).secondaries)
+    logs = Path(tempfile.mkdtemp(prefix="lab-logs-"))
+    with Lab(args.base, [PRIMARY, *secondaries]) as lab:
+        run = train_across_hosts(
+            lab,
+            args.dataset,
+            args.data_dir,
+            {p: p for p in secondaries},
+            epochs=args.epochs,
+            n_rows=args.n_rows,
+            logs=logs,
+        )
+        print(json.dumps({"summary": run.summary, "seconds": run.seconds, "logs": str(logs)}, indent=1, default=str))
+        print(json.dumps([t.__dict__ for t in lab.transfers], indent=1))
+
+
+if __name__ == "__main__":
+    main()
