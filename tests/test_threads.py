@@ -81,15 +81,19 @@ def same_job_secret(monkeypatch):
     torch.set_num_threads(before)
 
 
-def test_same_seed_same_losses_bit_for_bit_at_the_chosen_threads(tmp_path, same_job_secret):
+def test_same_seed_same_losses_bit_for_bit_at_the_chosen_threads(tmp_path, same_job_secret, monkeypatch):
     """Two in-process CPU runs with the same seed (and job secret), in different folders: every
-    step loss equal to the last bit, at the thread count the engine picks (in summary.json)."""
+    step loss equal to the last bit, at the thread count the engine picks (in summary.json). The
+    choice follows the machine's load (app/threads.py), which a test cannot hold still between two
+    runs: the load read is fixed here, as two runs at the same load would read it."""
+    monkeypatch.setattr(threads, "others_load", lambda: 0.0)
     a, summary = _run(tmp_path / "a", "run")
-    b, _ = _run(tmp_path / "b", "run")
+    b, second = _run(tmp_path / "b", "run")
     assert len(a) == 28
     assert a.tobytes() == b.tobytes()
     chosen = summary["threads"]
-    assert chosen["threads"] == chosen["torch"] == 1 and chosen["source"].startswith("auto")
+    assert chosen == second["threads"]
+    assert chosen["threads"] == chosen["torch"] >= 1 and chosen["source"] == "auto"
     assert chosen["parties"] == 2 and chosen["processes"] == 1 and chosen["params"] > 0
     assert chosen["deterministic"]
 
