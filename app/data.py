@@ -37,21 +37,45 @@ def load_data(cfg: RunConfig) -> VFLDataset:
     return with_parties(ds, cfg.party_subset())
 
 
+def primary_data(cfg: RunConfig) -> VFLDataset:
+    """The data the primary's side of a run reads (its ServerApp, predict, `fedsim train`'s check).
+    With dataset csv and the linkage service's result (run-config ``linkage-dir``): parties.toml
+    and its own CSV only, the secondaries by name (``VFLDataset.remote``), as a primary holding
+    only its own data folder runs; otherwise, linking here, the whole dataset (:func:`load_data`)."""
+    if cfg.data.dataset != "csv" or not cfg.link.linkage_dir:
+        return load_data(cfg)
+    ds = _load_primary_view(
+        cfg.data.data_dir,
+        DatasetOptions(seed=cfg.train.seed, n_rows=cfg.data.n_rows, sigma_cf=cfg.data.sigma_cf),
+    )
+    return with_parties(ds, cfg.party_subset())
+
+
+@functools.lru_cache(maxsize=4)
+def _load_primary_view(data_dir: str, options: DatasetOptions) -> VFLDataset:
+    # cached as _load is (immutable data); one BLAS thread as there
+    from datasets.csv_parties import load_primary_view  # lazy: the loaders import pandas, as in _load
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return load_primary_view(data_dir or None, options)
+
+
 def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
     """The dataset restricted to the secondaries named in run-config ``parties`` ("" = all)."""
     if not subset:
         return ds
-    unknown = sorted(set(subset) - set(ds.secondaries))
+    unknown = sorted(set(subset) - set(ds.party_names))
     if unknown:
         raise ValueError(
             f"run-config 'parties' names {unknown}, which dataset {ds.name!r} does not have; "
-            f"its secondaries: {sorted(ds.secondaries)}"
+            f"its secondaries: {ds.party_names}"
         )
     if len(set(subset)) != len(subset):
         raise ValueError(f"run-config 'parties' names a party twice: {subset}")
     keep = sorted(subset)
     return dataclasses.replace(
         ds,
-        secondaries={p: ds.secondaries[p] for p in keep},
+        secondaries={p: ds.secondaries[p] for p in keep if p in ds.secondaries},
         true_match={p: r for p, r in ds.true_match.items() if p in keep},
+        remote=tuple(p for p in keep if p in ds.remote),
     )

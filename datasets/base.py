@@ -123,6 +123,9 @@ class VFLDataset:
     metric: str = ""
     # own CSVs: each primary row's 0-based data row in the primary's file (n,); None otherwise
     source_rows: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # secondaries this process knows by name only, their tables held by each party on its own host
+    # (the primary's view: datasets/csv_parties.py load_primary_view); :attr:`party_names` has all
+    remote: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -133,6 +136,11 @@ class VFLDataset:
             )
         if self.primary.n_rows == 0:
             raise DatasetError(f"dataset {self.name!r}: the primary party has zero rows")
+        if set(self.remote) & set(self.secondaries):
+            raise DatasetError(
+                f"dataset {self.name!r}: parties {sorted(set(self.remote) & set(self.secondaries))} "
+                "are both held here and remote"
+            )
         for party, table in self.secondaries.items():
             if party != table.name:
                 raise DatasetError(f"dataset {self.name!r}: secondary key {party!r} != table name {table.name!r}")
@@ -150,11 +158,18 @@ class VFLDataset:
                 )
 
     @property
+    def party_names(self) -> list[str]:
+        """Every secondary's name: those whose tables are held here, then the remote ones."""
+        return [*self.secondaries, *self.remote]
+
+    @property
     def preprocessing(self) -> dict:
-        """Per party, what feature preparation dropped and imputed (PartyTable.preprocessing)."""
+        """Per party, what feature preparation dropped and imputed (PartyTable.preprocessing); a
+        remote party prepares its own features: {"remote": True}."""
+        held = {p: t.preprocessing for p, t in self.secondaries.items()}
         return {
             "primary": self.primary.preprocessing,
-            "secondaries": {p: t.preprocessing for p, t in sorted(self.secondaries.items())},
+            "secondaries": {p: held.get(p, {"remote": True}) for p in sorted(self.party_names)},
         }
 
     def preprocessing_note(self) -> str:
@@ -169,7 +184,8 @@ class VFLDataset:
             return ", ".join(p for p in parts if p) or "nothing dropped or imputed"
 
         tables = [("primary", self.primary), *sorted(self.secondaries.items())]
-        return "; ".join(f"{who}: {one(t.preprocessing)}" for who, t in tables)
+        remote = [f"{who}: prepared by the party, on its own host" for who in sorted(self.remote)]
+        return "; ".join([*(f"{who}: {one(t.preprocessing)}" for who, t in tables), *remote])
 
     def split_rule(self, seed: int) -> str:
         """How :attr:`split` was drawn, in one sentence (the run folder's split.csv says which rows)."""

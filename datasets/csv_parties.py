@@ -225,9 +225,43 @@ def entity_rows(spec: dict, df: pd.DataFrame, frames: dict[str, pd.DataFrame]) -
     }
 
 
+EVERY_FILE = (
+    "the whole dataset needs every party's file (their identifiers are linked in this process); a "
+    "primary whose linkage comes from the linkage service (run-config linkage-dir) reads only "
+    f"{SPEC} and its own file"
+)
+ENTITY_FILES = (
+    f"{SPEC} declares entity_id: validation and test records are entities every party holds "
+    "(datasets/entity_ids.py), so the primary needs every party's file for its entity ids"
+)
+
+
 def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     folder = data_folder(data_dir)
     spec = read_spec(folder)
+    df, source_rows, labels = _primary_frame(folder, spec, opts)
+    frames = secondary_frames(folder, spec, EVERY_FILE)
+    split, entity_ids, true_match = _split(folder, spec, df, frames, opts)
+    return _dataset(folder, spec, (df, source_rows, labels), split, frames, entity_ids, true_match)
+
+
+def load_primary_view(data_dir: Path | None, options: DatasetOptions) -> VFLDataset:
+    """The primary's side alone, as a deployed primary whose linkage comes from the linkage
+    service holds it: parties.toml and its own file; the secondaries known by name only
+    (``VFLDataset.remote``), their files never read. With ``entity_id`` the split needs every
+    party's entity ids, so their files are read (a missing one is named, with why). Not a
+    registered loader (datasets/registry.py): ``options`` as a loader's ``opts``."""
+    folder = data_folder(data_dir)
+    spec = read_spec(folder)
+    df, source_rows, labels = _primary_frame(folder, spec, options)
+    frames = secondary_frames(folder, spec, ENTITY_FILES) if "entity_id" in spec["primary"] else {}
+    split, entity_ids, true_match = _split(folder, spec, df, frames, options)
+    return _dataset(folder, spec, (df, source_rows, labels), split, {}, entity_ids, true_match)
+
+
+def _primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.DataFrame, np.ndarray, tuple]:
+    """(the primary's rows (sampled to ``n_rows``), each one's data row in its file, (labels,
+    class count))."""
     prim = spec["primary"]
     df = read_csv(folder / prim["file"], f"party {prim.get('name', 'primary')!r} ({prim['file']})", prim, spec["label"])
     if spec["label"] not in df.columns:
@@ -237,19 +271,41 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     if opts.n_rows:
         df = df.sample(n=min(opts.n_rows, len(df)), random_state=opts.seed)
     source_rows, df = df.index.to_numpy(), df.reset_index(drop=True)
-    labels, n_classes = labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_rows)
-    frames = {
+    return df, source_rows, labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_rows)
+
+
+def secondary_frames(folder: Path, spec: dict, why: str) -> dict[str, pd.DataFrame]:
+    """Every secondary's file, read; missing ones are named together, with ``why`` they are needed."""
+    missing = [
+        f"party {name!r} ({p['file']}): file {folder / p['file']} not found"
+        for name, p in spec["secondaries"].items()
+        if not (folder / p["file"]).exists()
+    ]
+    if missing:
+        raise DatasetError(f"{'; '.join(missing)}: {why}")
+    return {
         name: read_csv(folder / p["file"], f"party {name!r} ({p['file']})", p)
         for name, p in spec["secondaries"].items()
     }
-    entity_ids, true_match = entity_rows(spec, df, frames) if "entity_id" in prim else (None, {})
-    if entity_ids is None:
-        split = split_primary(len(df), opts.seed)
-    else:
-        held = np.logical_and.reduce([rows >= 0 for rows in true_match.values()])
-        split = entity_split(held, opts.seed, f"dataset 'csv' ({folder / SPEC})")
+
+
+def _split(folder: Path, spec: dict, df: pd.DataFrame, frames: dict, opts: DatasetOptions) -> tuple:
+    """(the primary's Split, its entity ids or None, true_match): by entity when declared."""
+    if "entity_id" not in spec["primary"]:
+        return split_primary(len(df), opts.seed), None, {}
+    entity_ids, true_match = entity_rows(spec, df, frames)
+    held = np.logical_and.reduce([rows >= 0 for rows in true_match.values()])
+    return entity_split(held, opts.seed, f"dataset 'csv' ({folder / SPEC})"), entity_ids, true_match
+
+
+def _dataset(folder: Path, spec: dict, primary_rows: tuple, split, frames: dict, entity_ids, true_match) -> VFLDataset:
+    """The VFLDataset: ``primary_rows`` from :func:`_primary_frame`; a table for each secondary
+    whose file is in ``frames``, every other one remote."""
+    prim, (df, source_rows, (labels, n_classes)) = spec["primary"], primary_rows
     primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df, label=spec["label"])
-    secondaries = {name: read_party(folder, name, p, df=frames[name]) for name, p in spec["secondaries"].items()}
+    secondaries = {
+        name: read_party(folder, name, spec["secondaries"][name], df=frame) for name, frame in frames.items()
+    }
     check_metric(spec.get("metric", ""), primary.id_kind, folder / SPEC)
     return VFLDataset(
         name="csv",
@@ -264,6 +320,7 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         entity_ids=entity_ids,
         metric=spec.get("metric", ""),
         source_rows=source_rows,
+        remote=tuple(name for name in spec["secondaries"] if name not in secondaries),
     )
 
 

@@ -135,12 +135,12 @@ def check(values: dict[str, object]):
 
         return cfg, len(ea_check(cfg).secondaries)
     # require_linkable: what the ServerApp's linkage would refuse
-    from app.data import load_data  # lazy: torch, off `fedsim --help`
+    from app.data import primary_data  # lazy: torch, off `fedsim --help`
     from app.vfl.linking import require_linkable  # lazy: torch and flwr, off `fedsim --help`
 
-    ds = load_data(cfg)
+    ds = primary_data(cfg)  # what the primary's ServerApp reads: with linkage-dir, csv reads its own file only
     require_linkable(ds, cfg)
-    return cfg, len(ds.secondaries)
+    return cfg, len(ds.party_names)
 
 
 def command(args: argparse.Namespace) -> int:

@@ -63,7 +63,7 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None, seconds: Seconds | No
 def _local_parties(cfg: RunConfig, ds, job, linkage) -> dict[str, SecondaryParty]:
     """The secondaries as in-process objects (none for Solo, which has no linkage job), each
     holding the primary's linkage job (as a deployed party checks in its hello handler)."""
-    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.secondaries} if job is not None else {}
+    parties = {p: SecondaryParty(cfg, p, str(job)) for p in ds.party_names} if job is not None else {}
     for p, s in parties.items():
         if s.job_id != linkage.job_id:
             raise LinkageError(

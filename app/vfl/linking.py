@@ -228,10 +228,10 @@ def check_linkage(
             f"linkage job {linkage.job_id} is a {linkage.layout!r} linkage of {len(linkage.links)} "
             f"parties but this run uses layout={layout!r}; set run-config layout to match"
         )
-    if sorted(linkage.links) != sorted(ds.secondaries):
+    if sorted(linkage.links) != sorted(ds.party_names):
         raise LinkageError(
             f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
-            f"the dataset has secondaries {sorted(ds.secondaries)}"
+            f"the dataset has secondaries {sorted(ds.party_names)}"
         )
     for party_link in linkage.links.values():
         if len(party_link.tokens) != ds.primary.n_rows:

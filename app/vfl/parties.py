@@ -48,7 +48,7 @@ def head_for(ds: VFLDataset) -> TaskHead:
 
 def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> SimilarityModel:
     head = head_for(ds)
-    parties = {} if not cfg.training_method.federated else {p: settings.model.cut_dim for p in ds.secondaries}
+    parties = {} if not cfg.training_method.federated else {p: settings.model.cut_dim for p in ds.party_names}
     shared = cfg.link.layout == "chain"
     return build_seeded(
         party_seed(cfg.train.seed, "primary"),

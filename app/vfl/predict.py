@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from app.config import RunConfig
-from app.data import load_data
+from app.data import primary_data
 from app.kept import KeptError
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
@@ -75,13 +75,17 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
 
 
 def _check_parties(meta: dict, ds, names: tuple[str, ...] | None = None) -> None:
-    """Every party's data (or those ``names``) must be what the federation was trained on."""
+    """Every party's data held here (or those ``names``) must be what the federation was trained
+    on; a remote party (its data on its own host) checks its own."""
     tables = {"primary": ds.primary, **ds.secondaries}
     kept = {"primary": meta["primary"], **meta["secondaries"]}
-    if set(tables) != set(kept):
-        raise KeptError(f"the run's parties are now {sorted(tables)}; the federation was trained with {sorted(kept)}")
+    if {"primary", *ds.party_names} != set(kept):
+        raise KeptError(
+            f"the run's parties are now {sorted(['primary', *ds.party_names])}; the federation was trained with "
+            f"{sorted(kept)}"
+        )
     for name, table in tables.items():
-        if names is not None and name not in names:
+        if (names is not None and name not in names) or kept[name].get("remote"):
             continue
         for what, digest in (
             ("features", features_digest(table.features)),
@@ -126,7 +130,7 @@ def open_kept(run_dir: Path, *, check: tuple[str, ...] | None = None) -> KeptRun
     """The run's kept federation, its data checked against training's digests (``check``: the
     parties to check; None = all, in process)."""
     meta, states, cfg, settings = _kept_run(Path(run_dir))
-    ds = load_data(cfg)
+    ds = primary_data(cfg)  # as training read it: with the service's linkage, the primary's own file only
     _check_parties(meta, ds, check)
     model = build_primary_model(ds, cfg, settings).to(cfg.torch_dtype())  # before loading: no float32 round trip
     model.load_state_dict(states["primary"])

@@ -18,7 +18,7 @@ from flwr.serverapp import Grid
 
 from app import probes, run_status, threads
 from app.config import RunConfig
-from app.data import load_data
+from app.data import primary_data
 from app.kept import KEPT
 from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
@@ -257,7 +257,7 @@ def log_end(tag: str, summary: dict, out: Path) -> None:
 def _load(cfg: RunConfig, tag: str) -> tuple:
     """The parties' data, and the run's Seconds with the load time filled in."""
     t0 = time.perf_counter()
-    ds = load_data(cfg)
+    ds = primary_data(cfg)  # with the linkage service's result: csv reads the primary's own file only
     log(
         INFO,
         "%s dataset %s: %d primary records (%d/%d/%d train/val/test), secondaries %s",
@@ -267,7 +267,7 @@ def _load(cfg: RunConfig, tag: str) -> tuple:
         len(ds.split.train),
         len(ds.split.val),
         len(ds.split.test),
-        {p: t.n_rows for p, t in ds.secondaries.items()},
+        {p: ds.secondaries[p].n_rows if p in ds.secondaries else "on its own host" for p in ds.party_names},
     )
     log(INFO, "%s feature preparation: %s", tag, ds.preprocessing_note())
     return ds, Seconds(load=time.perf_counter() - t0)
@@ -328,13 +328,13 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
     if (
         cfg.runtime.transport == "direct"
     ):  # the last step: nothing between opening the links and closing them with the run
-        channel = DirectChannel.connect(grid, sorted(ds.secondaries), linkage.job_id, cfg.runtime.node_timeout)
+        channel = DirectChannel.connect(grid, sorted(ds.party_names), linkage.job_id, cfg.runtime.node_timeout)
         log(INFO, "[primary] parties: %s", channel.nodes)
         log(INFO, "[primary] direct links to the party workers: %s", sorted(channel.links))
     else:
         channel = FlowerChannel(
             grid,
-            handshake(grid, sorted(ds.secondaries), linkage.job_id, cfg.runtime.node_timeout),
+            handshake(grid, sorted(ds.party_names), linkage.job_id, cfg.runtime.node_timeout),
             cfg.runtime.node_timeout,
             linkage.job_id,
         )
