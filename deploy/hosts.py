@@ -17,12 +17,11 @@ but world-readable (checked 2026-11-26: /work/main, .venv, site-packages 0755, f
 runs/, 0700), shared like an installed package; the data is not. iproute2's first ``ip netns
 add`` bind-mounts /run/netns once in the root mount namespace; nothing else touches it.
 
-The venv's interpreter is a symlink into /root/.pyenv/versions/3.11.7 and /root is 0700: a
-non-root user gets EACCES executing it (``setpriv`` does start it, but its loader then cannot
-read pyenv's libpython and silently runs the system's 3.11.2, prefix /usr). So every command
-enters through ``_enter``: in the private mount namespace ``ip netns exec`` makes per command it
-covers the closed ancestor (/root) with an empty tmpfs, binds the interpreter's prefix back in,
-then becomes the host's user. The hosts see no /root at all.
+The venv's interpreter is a symlink into /root/.pyenv (/root is 0700: EACCES for other users).
+So every command enters through ``_enter``: in the private mount namespace ``ip netns exec``
+makes per command it covers the closed ancestor (/root) with an empty tmpfs, binds the
+interpreter's prefix back in (folders 0755 whatever the caller's umask), then becomes the
+host's user. The hosts see no /root at all.
 
     python -m deploy.hosts up   --base DIR --hosts primary,service,party_a,party_b,party_c
     python -m deploy.hosts down --base DIR      # cleans a lab left by a crashed run (DIR/lab.json)
@@ -370,6 +369,7 @@ def _enter(argv: list[str]) -> None:
     if sep != "--" or not command:
         raise SystemExit("usage: _enter UID GID HOME BLOCKED PREFIX -- COMMAND...")
     if blocked:
+        os.umask(0o022)  # (module docstring)
         _cover(blocked, prefix)
     os.initgroups(pwd.getpwuid(int(uid)).pw_name, int(gid))
     os.setgid(int(gid))

@@ -310,4 +310,6 @@ def test_a_refused_party_set_releases_the_workers_its_handshake_started(run_iden
     primary releases them at once rather than leaving them to wait out node-timeout (60 s)."""
     with pytest.raises(PartyError, match="party 'bank' is played by two nodes"):
         DirectChannel.connect(OpeningGrid({1: "bank", 2: "bank"}), ["bank"], "job", timeout=60)
-    assert len(_workers()) <= 2 and _ended(10)
+    # released, not left to node-timeout (60 s): 30 s leaves a loaded machine (a suite with network-
+    # namespace labs beside it failed at 10 s, 2026-11-26) room and still halves the timeout
+    assert len(_workers()) <= 2 and _ended(30)

@@ -199,3 +199,14 @@ def test_teardown_after_a_half_done_setup_and_down_after_a_crash(base, monkeypat
     assert _leftovers(crashed) and (base / "lab.json").stat().st_mode & 0o777 == 0o600
     main(["down", "--base", str(base)])
     assert not _leftovers(crashed)
+
+
+def test_a_command_runs_whatever_the_callers_umask(lab):
+    """The suite's processes may run under umask 077 (private files): the folders the interpreter's
+    shadow mount makes must still let the host's user reach the interpreter (failed before: EACCES)."""
+    old = os.umask(0o077)
+    try:
+        r = lab.run(lab.hosts["primary"], [sys.executable, "-c", "print('ok')"])
+    finally:
+        os.umask(old)
+    assert r.stdout.strip() == "ok", r.stderr[-800:]
