@@ -8,10 +8,10 @@ on that host; every file that goes from one organisation to another is a ``Lab.t
 
     service:   python -m deploy.certs creds --parties "" --host <service address>   (its CA + certificate)
     service:   python -m linkage_server serve --host <address> --port P --certfile ... --keyfile ...
-    service -> each party:  creds/ca.crt                      (public: to verify the service)
+    service -> each party:  creds/ca.crt as service-ca.crt    (public: to verify the service)
     service:   fedsim create-job --primary primary --secondary a ... --secrets-dir secrets
     service -> each party:  secrets/<job>-<party>.secret      (that party's only)
-    party:     fedsim link --url https://<service>:P --ca-cert ca.crt --job J --party a --csv a.csv ...
+    party:     fedsim link --url https://<service>:P --ca-cert service-ca.crt --job J --party a --csv a.csv ...
     primary:   fedsim link ... --start --k K --wait --fetch linkage
     party:     fedsim fetch ... --out linkage
 
@@ -91,7 +91,7 @@ def start_service(lab: Lab, logs: Path, port: int = PORT):
     proc = lab.start(svc, serve, logs / "service.log", env=ENV)
     url = f"https://{svc.address}:{port}"
     for party in (PRIMARY, *(h for h in lab.hosts if h not in (SERVICE, PRIMARY))):
-        lab.transfer(svc, lab.hosts[party], svc.home / "creds" / "ca.crt", "ca.crt", mode=0o644)
+        lab.transfer(svc, lab.hosts[party], svc.home / "creds" / "ca.crt", "service-ca.crt", mode=0o644)
     _wait_ready(lab, url)
     return url, proc
 
@@ -103,7 +103,7 @@ def _wait_ready(lab: Lab, url: str, timeout: float = 120.0) -> None:
         "end = time.monotonic() + float(sys.argv[2])\n"
         "while True:\n"
         "    try:\n"
-        "        httpx.get(sys.argv[1] + '/health', verify='ca.crt', timeout=5); break\n"
+        "        httpx.get(sys.argv[1] + '/health', verify='service-ca.crt', timeout=5); break\n"
         "    except httpx.TransportError:\n"
         "        if time.monotonic() > end: raise\n"
         "        time.sleep(0.3)\n"
@@ -125,15 +125,17 @@ def create_job(lab: Lab, url: str, secondaries: list[str]) -> str:
 
 
 def party_args(url: str, job: str, party: str) -> list[str]:
-    return ["--url", url, "--ca-cert", "ca.crt", "--job", job, "--party", party, "--secret-file", "job.secret"]
+    return ["--url", url, "--ca-cert", "service-ca.crt", "--job", job, "--party", party, "--secret-file", "job.secret"]
 
 
-def link_all(lab: Lab, url: str, job: str, secondaries: list[str], k: int) -> None:
+def link_all(lab: Lab, url: str, job: str, secondaries: list[str], k: int, data: str = "") -> None:
     """Every secondary uploads from its host; the primary uploads, starts, waits and fetches; then
-    every secondary fetches its own token -> row map into its own home."""
+    every secondary fetches its own token -> row map into its own home. ``data``: the folder of
+    each party's ``<party>.csv`` in its home ("" = the home)."""
     for p in secondaries:
-        fedsim(lab, p, "link", *party_args(url, job, p), "--csv", f"{p}.csv", "--columns", "lat,lon")
-    own = ["--csv", f"{PRIMARY}.csv", "--columns", "lat,lon", "--start", "--k", str(k), "--wait", "--fetch", "linkage"]
+        fedsim(lab, p, "link", *party_args(url, job, p), "--csv", f"{data}{p}.csv", "--columns", "lat,lon")
+    own = ["--csv", f"{data}{PRIMARY}.csv", "--columns", "lat,lon", "--start", "--k", str(k), "--wait"]
+    own += ["--fetch", "linkage"]
     fedsim(lab, PRIMARY, "link", *party_args(url, job, PRIMARY), *own)
     for p in secondaries:
         fedsim(lab, p, "fetch", *party_args(url, job, p), "--out", "linkage")

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,13 +175,14 @@ def connection_config(primary: Host) -> str:
     )
 
 
-def supernode_command(party: str, host: Host, primary: Host, key: str | None = None) -> list[str]:
-    """The party's SuperNode: every folder in its own home, its worker on its own address."""
+def supernode_command(party: str, host: Host, primary: Host, key: str | None = None, advertise: str = "") -> list[str]:
+    """The party's SuperNode: every folder in its own home, its worker on its own address
+    (``advertise``: the address the primary reaches it at, e.g. a WAN relay's; default that one)."""
     home, worker = host.home, f"{host.address}:{WORKER_PORT}"
     node_config = (
         f'party="{party}" data-dir="{home / "data"}" linkage-dir="{home / "linkage"}" '
         f'cache-dir="{home / "cache"}" checkpoint-dir="{home / "checkpoints"}" model-dir="{home / "models"}" '
-        f'direct-listen="{worker}" direct-address="{worker}"'
+        f'direct-listen="{worker}" direct-address="{advertise or worker}"'
     )
     return [
         tool("flower-supernode"),
@@ -223,8 +225,10 @@ def register(lab: Lab, primary: Host, party: str, commands: dict) -> None:
     checked(lab.run(primary, cmd, env=flwr_env(primary), timeout=120), f"registering {party}")
 
 
-def start_supernode(lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict, key=None) -> Running:
-    cmd = supernode_command(party, host, primary, key)
+def start_supernode(
+    lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict, key=None, advertise: str = ""
+) -> Running:
+    cmd = supernode_command(party, host, primary, key, advertise)
     commands.setdefault(host.name, []).append(cmd)
     log = logs / (f"supernode-{party}.log" if key is None else f"supernode-{party}-unregistered.log")
     return lab.start(host, cmd, log, env=flwr_env(host))
@@ -241,6 +245,35 @@ def flwr_run(lab: Lab, primary: Host, values: dict, commands: dict, timeout: flo
     return r.stdout + r.stderr
 
 
+@contextmanager
+def federation(lab: Lab, hosts: dict[str, Host], logs: Path, commands: dict, advertise: dict[str, str] | None = None):
+    """The SuperLink on the primary's host and each party's registered SuperNode on its own, up
+    for the ``with`` block (the credentials made before); stops them after, the SuperNodes first
+    (they would retry the SuperLink)."""
+    primary, started = lab.hosts[PRIMARY], []
+    try:
+        started.append(start_superlink(lab, primary, logs, commands))
+        for party, host in hosts.items():
+            register(lab, primary, party, commands)
+            via = (advertise or {}).get(party, "")
+            started.append(start_supernode(lab, party, host, primary, logs, commands, advertise=via))
+        yield started
+    finally:
+        for proc in reversed(started):
+            proc.stop(grace=5)
+
+
+def train(lab: Lab, values: dict, commands: dict, timeout: float) -> tuple[dict, Path, str]:
+    """`flwr run` as the primary's user against the federation up; (summary, run folder, output),
+    RunFailed unless the run finished."""
+    from app.run_status import require_finished  # lazy: the run-status reader, for the run only
+
+    since = time.time()
+    output = flwr_run(lab, lab.hosts[PRIMARY], values, commands, timeout)
+    run_dir = lab.hosts[PRIMARY].home / "runs" / RUN_NAME
+    return require_finished(run_dir, since, output), run_dir, output
+
+
 def train_across_hosts(
     lab: Lab,
     dataset: str,
@@ -253,34 +286,21 @@ def train_across_hosts(
     run_config: dict | None = None,
     logs: Path,
     timeout: float = 900.0,
+    advertise: dict[str, str] | None = None,
 ) -> LabRun:
     """Credentials, data, linkage, SuperLink, registered SuperNodes, `flwr run`; the finished
     run's summary (RunFailed otherwise). ``parties``: secondary party -> its host's name in the
-    lab (the primary's host is "primary"). Stops what it started."""
-    from app.run_status import require_finished  # lazy: the run-status reader, for the run only
-
+    lab (the primary's host is "primary"); ``advertise``: party -> the address the primary reaches
+    its worker at, where not its own (a WAN relay's, bench/wan_cost.py). Stops what it started."""
     t0, primary = time.monotonic(), lab.hosts[PRIMARY]
     hosts = {p: lab.hosts[h] for p, h in parties.items()}
     commands: dict[str, list[list[str]]] = {primary.name: []}
     credentials(lab, primary, hosts)
     place_data(lab, [primary, *hosts.values()], dataset, data_dir)
     link_values = link_as_operator(lab, {PRIMARY: primary, **hosts}, dataset, data_dir, k, n_rows)
-    started: list[Running] = []
-    try:
-        started.append(start_superlink(lab, primary, logs, commands))
-        for party, host in hosts.items():
-            register(lab, primary, party, commands)
-            started.append(start_supernode(lab, party, host, primary, logs, commands))
-        values = run_values(
-            primary, dataset, link_values, {"epochs": epochs, "node-timeout": 120.0, **(run_config or {})}
-        )
-        since = time.time()
-        output = flwr_run(lab, primary, values, commands, timeout)
-        run_dir = primary.home / "runs" / RUN_NAME
-        summary = require_finished(run_dir, since, output)
-    finally:
-        for proc in reversed(started):  # the SuperNodes first: they would retry the SuperLink
-            proc.stop(grace=5)
+    extra = {"epochs": epochs, "node-timeout": 120.0, **(run_config or {})}
+    with federation(lab, hosts, logs, commands, advertise):
+        summary, run_dir, output = train(lab, run_values(primary, dataset, link_values, extra), commands, timeout)
     return LabRun(summary, run_dir, output, commands, time.monotonic() - t0)
 
 

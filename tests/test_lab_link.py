@@ -7,6 +7,7 @@ name. Needs root and `ip netns` (CI runs as root)."""
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from deploy.hosts import Lab
 from deploy.lab_link import PRIMARY, SERVICE
 from linkage.store import load_primary, load_secondary
 from tests.test_hosts import _why_not
+from tests.test_lab_train import READABLE
 
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
 SECONDARIES = ["party_a", "party_b"]
@@ -58,11 +60,11 @@ def test_each_home_holds_only_its_own_organisations_files(linked):
     lab, _, _, job = linked
     primary = _files(lab.hosts[PRIMARY].home)
     print("primary holds", sorted(primary))
-    assert {f for f in primary if not f.startswith("linkage/")} == {f"{PRIMARY}.csv", "ca.crt", "job.secret"}
+    assert {f for f in primary if not f.startswith("linkage/")} == {f"{PRIMARY}.csv", "service-ca.crt", "job.secret"}
     assert "linkage/primary.npz" in primary and not any(s in f for f in primary for s in SECONDARIES)
     for party in SECONDARIES:
         files = _files(lab.hosts[party].home)
-        assert {f"{party}.csv", "ca.crt", "job.secret", f"linkage/secondary-{party}.npz"} <= files, files
+        assert {f"{party}.csv", "service-ca.crt", "job.secret", f"linkage/secondary-{party}.npz"} <= files, files
         print(party, "holds", sorted(files))
         others = [f for f in files if any(o in f for o in (PRIMARY, *SECONDARIES) if o != party)]
         assert others == [], f"{party} holds another organisation's files: {others}"
@@ -71,7 +73,7 @@ def test_each_home_holds_only_its_own_organisations_files(linked):
     assert not any(f.endswith(".csv") for f in service)  # the service holds identifiers, never a party's CSV
     # what crossed between organisations: the CA certificate (public) and one secret per party
     crossed = sorted((t.sender, t.receiver, t.name) for t in lab.transfers)
-    want = [(SERVICE, h, n) for h in (PRIMARY, *SECONDARIES) for n in ("ca.crt", "job.secret")]
+    want = [(SERVICE, h, n) for h in (PRIMARY, *SECONDARIES) for n in ("service-ca.crt", "job.secret")]
     assert crossed == sorted(want), crossed
 
 
@@ -81,9 +83,9 @@ def test_no_file_of_one_host_is_readable_by_another_hosts_user(linked):
         files = [p for p in host.home.rglob("*") if p.is_file()]
         assert files, owner
         for reader in lab.hosts.values():
-            if reader.name != owner:
-                readable = [str(f) for f in files if lab.readable_by(reader, f)]
-                assert readable == [], f"{reader.name} reads {owner}'s {readable}"
+            if reader.name != owner:  # one process per reader tries every file (tests/test_lab_train.py)
+                r = lab.run(reader, [sys.executable, "-c", READABLE], input="\n".join(map(str, files)), timeout=300)
+                assert r.returncode == 0 and r.stdout == "", (reader.name, owner, r.stdout[:2000], r.stderr)
         assert lab.readable_by(host, files[0])  # so the check can fail: the owner reads its own
 
 

@@ -1,0 +1,89 @@
+"""deploy/lab_faults.py (issue 32, faults across hosts): on a primary host and a secondary's host
+(hdb, "school"), one deployment (TLS, SuperNode auth, the direct transport):
+
+(c) the linkage service is stopped after every upload and started again on the same data
+    folder: the job keeps its uploads and runs to the end without a re-upload;
+(a) the secondary's host loses its network (``ip link set eth0 down``) mid-epoch: the run fails
+    naming the party, within node-timeout; the network comes back; ``resume = true`` ends bit for
+    bit like the uninterrupted run (same seed, linkage files, run config, ``threads = 1``);
+(b) the SuperLink is stopped mid-epoch and started again (in memory: keys registered again, the
+    SuperNodes restarted): `flwr run` stops streaming within seconds, but the ServerApp (Flower
+    1.42 starts it in a session of its own) goes on over the direct links and finishes the run,
+    which ends bit for bit like the uninterrupted one (a resume is needed only where it failed).
+
+Needs root and `ip netns` (as tests/test_hosts.py); slow (about 4 min on 2 loaded cores)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from deploy.hosts import Lab
+from deploy.lab_faults import PARTY, faults_across_hosts
+from deploy.lab_train import PRIMARY
+from tests.test_hosts import _leftovers, _why_not
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+
+DATASET = "hdb"
+DATA = Path(os.environ.get("FEDSIM_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+NODE_TIMEOUT = 45.0  # lab_faults' node-timeout: the link-down fault is detected by it
+
+
+@pytest.fixture(scope="module")
+def outcome():
+    if not (DATA / DATASET).is_dir():
+        pytest.skip(f"no {DATASET} data under {DATA} (FEDSIM_DATA_DIR)")
+    base = Path(tempfile.mkdtemp(prefix="fsl-lab-faults-", dir="/tmp"))  # not under pytest's 0700 tmp
+    logs = Path(tempfile.mkdtemp(prefix="fsl-lab-faults-logs-"))
+    with Lab(base, [PRIMARY, PARTY]) as lab:
+        out = faults_across_hosts(lab, DATASET, DATA, epochs=3, n_rows=1500, logs=logs, **{"batch-size": 16})
+    for f in out["faults"]:
+        print(f"\n{f.fault}: {f.state!r} after {f.detected_s:.1f} s: {f.error!r}; restarted {f.restarted}; {f.same}")
+    yield out
+    assert not _leftovers(lab)
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(logs, ignore_errors=True)
+
+
+def _fault(outcome, name):
+    return next(f for f in outcome["faults"] if f.fault == name)
+
+
+def _assert_resumed_like_uninterrupted(fault) -> None:
+    same = fault.same
+    assert same["steps"][0] == same["steps"][1] > 0, same
+    assert same["losses_equal"] and same["max_loss_diff"] == 0.0, same  # bit for bit, threads = 1
+    assert same["epochs_equal"] and same["summary_equal"], same
+    assert all(math.isfinite(v) for v in fault.resumed["test"].values())
+
+
+def test_the_linkage_service_restarted_between_uploads_and_start_keeps_the_job(outcome):
+    seen = outcome["service"]
+    assert seen["state"] == "done"
+    assert seen["after"]["state"] == seen["before"]["state"]  # the same job, as the uploads left it
+    assert {k: v for k, v in seen["after"].items() if "upload" in k} == {
+        k: v for k, v in seen["before"].items() if "upload" in k
+    }
+    assert outcome["uninterrupted"]["summary"]["test"]  # and training ran on its result
+
+
+def test_a_secondary_losing_its_network_mid_epoch_fails_naming_it_and_resumes_bit_for_bit(outcome):
+    fault = _fault(outcome, "link down")
+    assert fault.state == "failed" and f"party {PARTY!r}" in fault.error, fault
+    assert f"party {PARTY!r}" in fault.output, fault.output[-3000:]  # what `flwr run` printed
+    assert fault.detected_s < NODE_TIMEOUT + 60, fault.detected_s  # node-timeout, and the teardown
+    _assert_resumed_like_uninterrupted(fault)
+
+
+def test_a_superlink_restarted_mid_epoch_loses_nothing(outcome):
+    fault = _fault(outcome, "SuperLink restart")
+    assert fault.detected_s < 60, fault  # `flwr run` returned: its log stream is gone
+    assert "superlink" in fault.restarted
+    assert fault.state in ("finished", "failed"), fault  # never left "running" by a live ServerApp
+    _assert_resumed_like_uninterrupted(fault)  # finished on its own, or resumed
