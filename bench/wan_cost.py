@@ -67,11 +67,14 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more run-config values")
     args = ap.parse_args()
-    print(f"git {git_rev()}; hdb n-rows {args.n_rows}, S = 1, direct transport, rate cap {args.rate_mbit} Mbit/s")
+    extra = parse_overrides(args.set)
+    print(
+        f"git {git_rev()}; hdb n-rows {args.n_rows}, direct transport, rate cap {args.rate_mbit} Mbit/s; {extra or 'S = 1'}"
+    )
     print("| RTT ms | steps | train s per epoch | test |")
     print("|---|---|---|---|")
     for rtt in [float(r) for r in args.rtt.split(",")]:
-        r = one(rtt, args.rate_mbit, args.n_rows, args.epochs, args.data_dir, parse_overrides(args.set))
+        r = one(rtt, args.rate_mbit, args.n_rows, args.epochs, args.data_dir, extra)
         metric = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
         print(f"| {rtt:g} | {r['steps']} | {' / '.join(f'{s:.2f}' for s in r['epochs'])} | {metric} |", flush=True)
 

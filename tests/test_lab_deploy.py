@@ -39,7 +39,7 @@ def deployed():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_link_train_and_predict_finish_across_hosts(deployed):
+def _link_train_and_predict_finish_across_hosts(deployed):
     _, exported, out = deployed
     summary = out["summary"]
     assert summary["dataset"] == "csv" and summary["epochs_run"] == 2
@@ -48,7 +48,7 @@ def test_link_train_and_predict_finish_across_hosts(deployed):
     assert len(predictions) == 20 and predictions.iloc[:, -1].notna().all()
 
 
-def test_each_home_holds_only_its_own_data(deployed):
+def _each_home_holds_only_its_own_data(deployed):
     lab, exported, _ = deployed
     everyone = [PRIMARY, *exported.parties]
     for party in everyone:
@@ -60,7 +60,7 @@ def test_each_home_holds_only_its_own_data(deployed):
     assert not list(lab.hosts[SERVICE].home.rglob("*.csv"))  # the service never holds a party's file
 
 
-def test_no_file_crosses_users_and_only_public_material_travelled(deployed):
+def _no_file_crosses_users_and_only_public_material_travelled(deployed):
     lab, exported, _ = deployed
     for owner, host in lab.hosts.items():
         files = [p for p in host.home.rglob("*") if p.is_file()]
@@ -74,3 +74,13 @@ def test_no_file_crosses_users_and_only_public_material_travelled(deployed):
     assert {name for _, _, name in travelled} <= allowed_names, travelled
     secrets = [(s, r) for s, r, n in travelled if n == "job.secret"]
     assert sorted(secrets) == sorted((SERVICE, h) for h in [PRIMARY, *exported.parties])  # each its own, once
+
+
+def test_the_lifecycle_across_hosts(deployed):
+    """One test, every check on one lab (a module fixture is built again on every xdist worker that runs one of its tests)."""
+    for check in (
+        _link_train_and_predict_finish_across_hosts,
+        _each_home_holds_only_its_own_data,
+        _no_file_crosses_users_and_only_public_material_travelled,
+    ):
+        check(deployed)

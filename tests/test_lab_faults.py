@@ -63,7 +63,7 @@ def _assert_resumed_like_uninterrupted(fault) -> None:
     assert all(math.isfinite(v) for v in fault.resumed["test"].values())
 
 
-def test_the_linkage_service_restarted_between_uploads_and_start_keeps_the_job(outcome):
+def _the_linkage_service_restarted_between_uploads_and_start_keeps_the_job(outcome):
     seen = outcome["service"]
     assert seen["state"] == "done"
     assert seen["after"]["state"] == seen["before"]["state"]  # the same job, as the uploads left it
@@ -73,7 +73,7 @@ def test_the_linkage_service_restarted_between_uploads_and_start_keeps_the_job(o
     assert outcome["uninterrupted"]["summary"]["test"]  # and training ran on its result
 
 
-def test_a_secondary_losing_its_network_mid_epoch_fails_naming_it_and_resumes_bit_for_bit(outcome):
+def _a_secondary_losing_its_network_mid_epoch_fails_naming_it_and_resumes_bit_for_bit(outcome):
     fault = _fault(outcome, "link down")
     assert fault.state == "failed" and f"party {PARTY!r}" in fault.error, fault
     assert f"party {PARTY!r}" in fault.output, fault.output[-3000:]  # what `flwr run` printed
@@ -81,9 +81,19 @@ def test_a_secondary_losing_its_network_mid_epoch_fails_naming_it_and_resumes_bi
     _assert_resumed_like_uninterrupted(fault)
 
 
-def test_a_superlink_restarted_mid_epoch_loses_nothing(outcome):
+def _a_superlink_restarted_mid_epoch_loses_nothing(outcome):
     fault = _fault(outcome, "SuperLink restart")
     assert fault.detected_s < 60, fault  # `flwr run` returned: its log stream is gone
     assert "superlink" in fault.restarted
     assert fault.state in ("finished", "failed"), fault  # never left "running" by a live ServerApp
     _assert_resumed_like_uninterrupted(fault)  # finished on its own, or resumed
+
+
+def test_faults_across_hosts(outcome):
+    """One test, every check on one lab (a module fixture is built again on every xdist worker that runs one of its tests)."""
+    for check in (
+        _the_linkage_service_restarted_between_uploads_and_start_keeps_the_job,
+        _a_secondary_losing_its_network_mid_epoch_fails_naming_it_and_resumes_bit_for_bit,
+        _a_superlink_restarted_mid_epoch_loses_nothing,
+    ):
+        check(outcome)

@@ -48,7 +48,7 @@ def _files(home: Path) -> set[str]:
     return {str(p.relative_to(home)) for p in home.rglob("*") if p.is_file()}
 
 
-def test_every_record_finds_its_true_partner_on_every_host(linked):
+def _every_record_finds_its_true_partner_on_every_host(linked):
     lab, data, _, _ = linked
     p = load_primary(lab.hosts[PRIMARY].home / "linkage")
     for party in SECONDARIES:
@@ -56,7 +56,7 @@ def test_every_record_finds_its_true_partner_on_every_host(linked):
         np.testing.assert_array_equal(s.row_of_token[p.tokens[party][:, 0]], data.row_of[party])
 
 
-def test_each_home_holds_only_its_own_organisations_files(linked):
+def _each_home_holds_only_its_own_organisations_files(linked):
     lab, _, _, job = linked
     primary = _files(lab.hosts[PRIMARY].home)
     print("primary holds", sorted(primary))
@@ -77,7 +77,7 @@ def test_each_home_holds_only_its_own_organisations_files(linked):
     assert crossed == sorted(want), crossed
 
 
-def test_no_file_of_one_host_is_readable_by_another_hosts_user(linked):
+def _no_file_of_one_host_is_readable_by_another_hosts_user(linked):
     lab = linked[0]
     for owner, host in lab.hosts.items():
         files = [p for p in host.home.rglob("*") if p.is_file()]
@@ -89,7 +89,7 @@ def test_no_file_of_one_host_is_readable_by_another_hosts_user(linked):
         assert lab.readable_by(host, files[0])  # so the check can fail: the owner reads its own
 
 
-def test_a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name(linked):
+def _a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name(linked):
     lab, _, url, job = linked
     party = SECONDARIES[0]
     host = lab.hosts[party]
@@ -110,3 +110,14 @@ def test_a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name(li
     assert wrong.returncode != 0 and "403" in wrong.stderr and "parties" in wrong.stderr, wrong.stderr[-800:]
     nowhere = status("--url", url.replace(str(lab_link.PORT), "9"))
     assert nowhere.returncode != 0 and "refused" in nowhere.stderr.lower(), nowhere.stderr[-800:]
+
+
+def test_linking_across_hosts(linked):
+    """Under pytest-xdist a module fixture is built again on every worker that runs one of its tests: one test runs every check on one lab."""
+    for check in (
+        _every_record_finds_its_true_partner_on_every_host,
+        _each_home_holds_only_its_own_organisations_files,
+        _no_file_of_one_host_is_readable_by_another_hosts_user,
+        _a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name,
+    ):
+        check(linked)

@@ -66,7 +66,7 @@ def _files(home: Path) -> list[Path]:
     return sorted(p for p in home.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def test_two_epochs_train_across_hosts_over_tls_auth_and_the_direct_transport(trained):
+def _two_epochs_train_across_hosts_over_tls_auth_and_the_direct_transport(trained):
     lab, run, logs = trained
     party = lab.hosts[PARTY]
     assert (run.run_dir / "status.json").exists() and run.summary["test"]
@@ -79,7 +79,7 @@ def test_two_epochs_train_across_hosts_over_tls_auth_and_the_direct_transport(tr
     assert "--insecure" not in " ".join(c for cmd in run.commands[PARTY] for c in cmd)
 
 
-def test_each_home_holds_only_its_own_files(trained):
+def _each_home_holds_only_its_own_files(trained):
     lab, _, _ = trained
     primary, party = lab.hosts[PRIMARY], lab.hosts[PARTY]
     for host in (primary, party):
@@ -95,7 +95,7 @@ def test_each_home_holds_only_its_own_files(trained):
     assert not any(PARTY in p.name for p in _files(primary.home / "linkage"))
 
 
-def test_no_file_of_a_home_is_readable_by_the_other_hosts_user(trained):
+def _no_file_of_a_home_is_readable_by_the_other_hosts_user(trained):
     lab, _, _ = trained
     for owner in lab.hosts.values():
         files = _files(owner.home)
@@ -108,7 +108,7 @@ def test_no_file_of_a_home_is_readable_by_the_other_hosts_user(trained):
                     assert lab.readable_by(owner, secret) and not lab.readable_by(other, secret)
 
 
-def test_a_supernode_with_an_unregistered_key_is_refused(trained):
+def _a_supernode_with_an_unregistered_key_is_refused(trained):
     lab, _, logs = trained
     primary, party = lab.hosts[PRIMARY], lab.hosts[PARTY]
     superlink = start_superlink(lab, primary, logs, {PRIMARY: []})
@@ -119,3 +119,14 @@ def test_a_supernode_with_an_unregistered_key_is_refused(trained):
         superlink.stop(grace=5)
     assert code not in (0, None), log[-3000:]
     print(f"refused SuperNode exit {code}; its log ends:\n{log[-1500:]}")
+
+
+def test_training_across_hosts(trained):
+    """One test, every check on one lab (a module fixture is built again on every xdist worker that runs one of its tests)."""
+    for check in (
+        _two_epochs_train_across_hosts_over_tls_auth_and_the_direct_transport,
+        _each_home_holds_only_its_own_files,
+        _no_file_of_a_home_is_readable_by_the_other_hosts_user,
+        _a_supernode_with_an_unregistered_key_is_refused,
+    ):
+        check(trained)
