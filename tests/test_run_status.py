@@ -65,9 +65,9 @@ def _ea_primary(cfg, out):
 
 
 ENGINES = {  # engine -> (run it, the loader that fails, base config)
-    "primary": (_primary, (primary, "load_data"), dict(TINY, method="solo")),
+    "primary": (_primary, (primary, "primary_data"), dict(TINY, method="solo")),
     "ea_primary": (_ea_primary, (ea_server, "ea_data"), EA_TINY),
-    "inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (primary, "load_data"), TINY),  # one driver
+    "inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (primary, "primary_data"), TINY),  # one driver
     "ea_inprocess": (lambda cfg, out: modes.run_experiment(cfg, out), (ea_inprocess, "ea_data"), EA_TINY),
 }
 
