@@ -85,7 +85,11 @@ def _a_superlink_restarted_mid_epoch_loses_nothing(outcome):
     fault = _fault(outcome, "SuperLink restart")
     assert fault.detected_s < 60, fault  # `flwr run` returned: its log stream is gone
     assert "superlink" in fault.restarted
-    assert fault.state in ("finished", "failed"), fault  # never left "running" by a live ServerApp
+    # The ServerApp either outlives the SuperLink (its own session) and ends "finished", or went
+    # down with the SuperLink's session: a killed process leaves "running" with its pid gone, which
+    # `python -m app.run_status check` reports as not finished ("a run killed then says so too");
+    # both were seen (2026-11-26). Either way nothing is lost: the run resumes to the same result.
+    assert fault.state in ("finished", "failed") or (fault.state == "running" and fault.resumed_run), fault
     _assert_resumed_like_uninterrupted(fault)  # finished on its own, or resumed
 
 
