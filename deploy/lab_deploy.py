@@ -84,18 +84,14 @@ def place(lab: Lab, exported: Exported) -> None:
 def predict(lab: Lab, url: str, job: str, values: dict, commands: dict, timeout: float = 600.0) -> Path:
     """The primary's new records: their links from the service, then `flwr run` in predict mode
     (``values``: the training's run config, as deploy/predict.py takes the deployment's)."""
+    from deploy.predict import predict_values  # lazy: deploy.commands, for predict only
+
     primary = lab.hosts[PRIMARY]
     query = ["query", *lab_link.party_args(url, job, PRIMARY), "--csv", "new-records.csv", "--columns", "lat,lon"]
     lab_link.fedsim(lab, PRIMARY, *query, "--out", "queries/new.npz", timeout=timeout)
-    values = {
-        **values,
-        "run-name": "",
-        "predict-run": RUN,
-        "predict-input": str(primary.home / "new-records.csv"),
-        "predict-output": str(primary.home / "predictions.csv"),
-        "predict-linkage": str(primary.home / "queries" / "new.npz"),
-    }
-    output = lab_train.flwr_run(lab, primary, values, commands, timeout)
+    home = primary.home
+    asked = predict_values(RUN, home / "new-records.csv", home / "predictions.csv", home / "queries" / "new.npz")
+    output = lab_train.flwr_run(lab, primary, {**values, **asked}, commands, timeout)
     if not (primary.home / "predictions.csv").exists():
         raise RuntimeError(f"predict wrote no predictions; its output ends:\n{output[-4000:]}")
     return primary.home / "predictions.csv"

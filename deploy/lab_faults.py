@@ -30,6 +30,7 @@ from deploy.lab_train import (
     credentials,
     flwr_env,
     place_data,
+    place_linkage,
     register,
     run_values,
     start_superlink,
@@ -132,10 +133,7 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
         for party in parties:
             with client(party) as c:
                 c.fetch(dep.linkage_dir(party))
-        for party, host in hosts.items():
-            own = dep.linkage_dir(party)
-            for src in sorted(p for p in own.rglob("*") if p.is_file()):
-                lab.copy_in(host, src, Path("linkage") / src.relative_to(own))
+        place_linkage(lab, dep, hosts)
         seen = {"job": job["job"], "before": before, "after": after, "state": state["state"], "restart_s": restart_s}
         return {"k": k, "tau": 1.0, "seed": 0, "n-rows": n_rows, "layout": "independent"}, seen
     finally:

@@ -132,6 +132,15 @@ def place_data(lab: Lab, hosts: list[Host], dataset: str, data_dir: Path) -> Non
             lab.copy_in(host, src, Path("data") / dataset / src.relative_to(Path(data_dir) / dataset))
 
 
+def place_linkage(lab: Lab, dep, hosts: dict[str, Host]) -> None:
+    """Each party's own result files of the operator's job (``dep``, a deploy.deployment.Deployment)
+    into its home's linkage/, nothing of another party's."""
+    for party, host in hosts.items():
+        own = dep.linkage_dir(party)
+        for src in sorted(p for p in own.rglob("*") if p.is_file()):
+            lab.copy_in(host, src, Path("linkage") / src.relative_to(own))
+
+
 def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: Path, k: int, n_rows: int) -> dict:
     """The linkage job through the linkage service on root's loopback (deploy.commands.link);
     each party's own result files go to its home's linkage/ only. Returns the link values."""
@@ -146,10 +155,7 @@ def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: P
         start_service(dep)
         _wait_port(dep.service.port, dep.service, "the linkage service", 120)
         link(dep, k=k, n_rows=n_rows, timeout=600)
-        for party, host in hosts.items():
-            own = dep.linkage_dir(party)
-            for src in sorted(p for p in own.rglob("*") if p.is_file()):
-                lab.copy_in(host, src, Path("linkage") / src.relative_to(own))
+        place_linkage(lab, dep, hosts)
         return dict(dep.link_params)
     finally:
         stop_all(dep)

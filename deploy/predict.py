@@ -49,7 +49,12 @@ def predict(
     """Query, then `flwr run` in predict mode; the caller checks ``out`` (a fresh name: command)."""
     new, out = Path(new).resolve(), Path(out).resolve()
     answer = query(dep, run, new, id_column)
-    values = {
+    return flwr_run(dep, predict_values(run, new, out, answer, id_column, explain), timeout)
+
+
+def predict_values(run: str, new: Path, out: Path, answer: Path, id_column: str = "", explain: bool = False) -> dict:
+    """The run-config keys of a deployed predict run (``answer``: the service's links for ``new``)."""
+    return {
         "run-name": "",
         "predict-run": run,
         "predict-input": str(new),
@@ -58,7 +63,6 @@ def predict(
         "predict-id-column": id_column,
         "predict-explain": explain,
     }
-    return flwr_run(dep, values, timeout)
 
 
 def add_parser(sub) -> None:

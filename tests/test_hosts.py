@@ -30,6 +30,30 @@ def _why_not() -> str | None:
 
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
 
+
+# Run as a host's user: the paths (one a line, on stdin) it can open for reading.
+READABLE = """
+import sys
+for path in sys.stdin.read().splitlines():
+    try:
+        open(path, "rb").close()
+        print(path)
+    except OSError:
+        pass
+"""
+
+
+def read_by_others(lab: Lab, owner, files: list[Path]) -> list[tuple[str, str]]:
+    """(reader, path) for each of ``owner``'s ``files`` another host's user can open: one process
+    per reader tries them all (the lab tests' homes hold hundreds of files)."""
+    seen = []
+    for reader in (h for h in lab.hosts.values() if h.name != owner.name):
+        r = lab.run(reader, [sys.executable, "-c", READABLE], input="\n".join(map(str, files)), timeout=300)
+        assert r.returncode == 0, (reader.name, r.stderr)
+        seen += [(reader.name, line) for line in r.stdout.splitlines()]
+    return seen
+
+
 LISTEN = (
     """
 import os, socket

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -16,23 +15,12 @@ import pytest
 
 from deploy.hosts import Lab
 from deploy.lab_train import PRIMARY, WORKER_PORT, refused_supernode, register, start_superlink, train_across_hosts
-from tests.test_hosts import _leftovers, _why_not
+from tests.test_hosts import _leftovers, _why_not, read_by_others
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
 
 DATASET, PARTY = "hdb", "school"
 DATA = Path(os.environ.get("FEDSIM_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-# Run as a host's user: the paths (one a line, on stdin) it can open for reading.
-READABLE = """
-import sys
-for path in sys.stdin.read().splitlines():
-    try:
-        open(path, "rb").close()
-        print(path)
-    except OSError:
-        pass
-"""
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +88,8 @@ def _no_file_of_a_home_is_readable_by_the_other_hosts_user(trained):
     for owner in lab.hosts.values():
         files = _files(owner.home)
         assert files
+        assert read_by_others(lab, owner, files) == []
         for other in (h for h in lab.hosts.values() if h is not owner):
-            r = lab.run(other, [sys.executable, "-c", READABLE], input="\n".join(map(str, files)), timeout=300)
-            assert r.returncode == 0 and r.stdout == "", (other.name, r.stdout[:2000], r.stderr)
             for secret in (owner.home / "keys" / PARTY, owner.home / "creds" / "ca.key"):
                 if secret.exists():
                     assert lab.readable_by(owner, secret) and not lab.readable_by(other, secret)
