@@ -10,7 +10,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,34 +118,41 @@ def test_an_approximate_search_on_ray_equals_the_local_path(local_ray, tmp_path,
         assert neighbours(tmp_path / f"ray{i}", job) == neighbours(tmp_path / f"local{i}", local_job), params
 
 
-def busy_workers() -> list[int]:
-    """PIDs of Ray workers running a chunk (Ray titles a busy worker after its task)."""
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
+def stall_first_call(find, marker: str):
+    """The search, except that its first call (in whichever Ray worker runs it) writes that worker's
+    pid to ``marker`` and hangs: a worker caught mid-chunk whatever the machine's load. A closure,
+    so Ray's cloudpickle carries it by value (the tests folder is not on the workers' path)."""
+
+    def search(q):
         try:
-            if b"_search_chunk" in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:  # gone meanwhile
-            continue
-    return pids
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:  # the marker is there: the retry (or any later chunk) searches
+            return find(q)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        time.sleep(600)  # killed long before: the test waits at most 120 s for the marker
+
+    return search
 
 
-def test_a_job_whose_ray_worker_is_killed_finishes_with_the_same_result(local_ray, tmp_path):
-    big = RNG.normal(size=(40_000, 16))  # ~30 ms a chunk: a window to catch a worker busy
-    _, local_job, _ = job_bytes(tmp_path / "local", "", chunk_rows=100, base=big)
-    killed = []
+def test_a_job_whose_ray_worker_is_killed_finishes_with_the_same_result(local_ray, tmp_path, monkeypatch):
+    _, local_job, _ = job_bytes(tmp_path / "local", "", chunk_rows=500)
+    marker, killed = tmp_path / "busy-worker.pid", []
 
-    def kill_a_busy_worker() -> None:
-        deadline = time.monotonic() + 60
+    def kill_the_busy_worker() -> None:
+        deadline = time.monotonic() + 120  # Ray starting workers on a loaded 2-core machine: seconds
         while not killed and time.monotonic() < deadline:
-            for pid in busy_workers()[:1]:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            time.sleep(0.005)
+            text = marker.read_text() if marker.exists() else ""
+            if text:
+                os.kill(int(text), signal.SIGKILL)
+                killed.append(int(text))
+            time.sleep(0.01)
 
-    killer = threading.Thread(target=kill_a_busy_worker)
+    killer = threading.Thread(target=kill_the_busy_worker)
     killer.start()
-    _, job, _ = job_bytes(tmp_path / "ray", local_ray, chunk_rows=100, base=big)
+    real = chunk_search._searcher
+    monkeypatch.setattr(chunk_search, "_searcher", lambda *a: stall_first_call(real(*a), str(marker)))
+    _, job, _ = job_bytes(tmp_path / "ray", local_ray, chunk_rows=500)
     killer.join()
-    assert killed, "no busy Ray worker was seen to kill"
+    assert killed, "the stalled chunk's worker never wrote its pid"
     assert neighbours(tmp_path / "ray", job) == neighbours(tmp_path / "local", local_job)
