@@ -28,6 +28,7 @@ from app.config_groups import (
     RETIRED,
     DataOptions,
     EntityAugOptions,
+    ExchangeOptions,
     LinkOptions,
     ModelOptions,
     PredictOptions,
@@ -83,6 +84,7 @@ class RunConfig:
     train: TrainOptions = field(default_factory=TrainOptions)
     model: ModelOptions = field(default_factory=ModelOptions)
     link: LinkOptions = field(default_factory=LinkOptions)
+    exchange: ExchangeOptions = field(default_factory=ExchangeOptions)
     runtime: RuntimeOptions = field(default_factory=RuntimeOptions)
     ea: EntityAugOptions = field(default_factory=EntityAugOptions)
     predict: PredictOptions = field(default_factory=PredictOptions)

@@ -144,6 +144,27 @@ class LinkOptions:
 
 
 @dataclass(frozen=True)
+class ExchangeOptions:
+    """Defences of what training exchanges (strategies/vfl/defences.py, docs/privacy.md) and the
+    report of the attacks on it (strategies/vfl/exchange_observer.py)."""
+
+    grad_clip: float = 0.0  # the primary clips each record's cut-layer gradients to this L2 norm; 0 = off
+    grad_noise: float = 0.0  # ... and adds Gaussian noise of std grad-noise * grad-clip to the blocks it sends
+    label_dp: float = 0.0  # epsilon of randomised training labels (label DP); 0 = off
+    embedding_clip: float = 0.0  # each secondary clips each embedding it sends to this L2 norm; 0 = off
+    embedding_noise: float = 0.0  # ... and adds Gaussian noise of std embedding-noise * embedding-clip
+    exchange_report: bool = True  # score label attacks on the exchanged gradients (summary.json exchange_privacy)
+
+    def check(self, need: Need) -> None:
+        _nonnegative(need, self, "grad_clip", "grad_noise", "label_dp", "embedding_clip", "embedding_noise")
+        for clip, noise in (("grad_clip", "grad_noise"), ("embedding_clip", "embedding_noise")):
+            need(
+                getattr(self, clip) > 0 or getattr(self, noise) == 0,
+                f"run-config {noise.replace('_', '-')!r} is in units of {clip.replace('_', '-')!r}: set both",
+            )
+
+
+@dataclass(frozen=True)
 class RuntimeOptions:
     """Where and on what a run executes: its folder and name, transport, device, timeouts."""
 
@@ -223,6 +244,7 @@ GROUPS = {
     "train": TrainOptions,
     "model": ModelOptions,
     "link": LinkOptions,
+    "exchange": ExchangeOptions,
     "runtime": RuntimeOptions,
     "ea": EntityAugOptions,
     "predict": PredictOptions,

@@ -12,6 +12,7 @@ from app.run_record import hyperparameter_lines, read_metrics
 from app.run_status import problem
 from linkage.privacy import report_lines
 from linkage.store import atomic_path
+from strategies.vfl.exchange_observer import report_lines as exchange_lines
 from strategies.vfl.gates import WeightGate
 from strategies.vfl.methods import REGISTRY
 
@@ -51,6 +52,8 @@ def headline(summary: dict) -> list[str]:
         lines += report_lines(summary["privacy"])
     elif summary.get("method") not in REGISTRY or REGISTRY[summary["method"]].federated:  # Solo links nothing
         lines.append("privacy: no report (run-config privacy-report = false, or the linkage service sent none)")
+    if summary.get("exchange_privacy"):
+        lines += exchange_lines(summary["exchange_privacy"])
     return lines
 
 

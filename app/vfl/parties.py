@@ -120,3 +120,10 @@ def simulation_party(cfg: RunConfig, partition_id: int) -> str:
     if not 0 <= partition_id < len(parties):
         raise ValueError(f"partition-id {partition_id} but dataset {cfg.data.dataset!r} has secondaries {parties}")
     return parties[partition_id]
+
+
+def epochs_note(max_epochs: int, patience: int) -> str:
+    """The log's word on how long a run trains."""
+    if patience > 0:
+        return f"up to {max_epochs} epochs (stops after {patience} without a better validation metric)"
+    return f"{max_epochs} epochs"

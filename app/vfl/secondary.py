@@ -24,6 +24,7 @@ from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer
+from strategies.vfl.defences import ClipNoise, clipped_rows, secret_generator
 from strategies.vfl.fedsim import GradBlock
 
 
@@ -63,6 +64,9 @@ class SecondaryParty:
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
         self.cut_dim = settings.model.cut_dim  # c: the width of its embeddings and of their gradients
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
+        # the embeddings it sends clipped and noised (strategies/vfl/defences.py), from its own secret
+        self.shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
+        self.noise = secret_generator(self.device) if self.shield.noise > 0 else None
 
     # ------------------------------------------------------------------ protocol steps
 
@@ -77,8 +81,10 @@ class SecondaryParty:
 
     @torch.no_grad()
     def embed_tensor(self, tokens: np.ndarray) -> torch.Tensor:
-        """:meth:`embed` on this party's device (an in-process channel's: no host round trip)."""
-        return self.model(self.x[self.rows(tokens)])
+        """:meth:`embed` on this party's device (an in-process channel's: no host round trip),
+        clipped and noised where the run's embedding defence says."""
+        out = self.model(self.x[self.rows(tokens)])  # (U, c)
+        return clipped_rows(out, self.shield, self.noise) if self.shield.on else out
 
     def apply(self, blocks: list[GradBlock]) -> None:
         """Backpropagate each block's gradient through a fresh forward pass, one step each.
@@ -100,6 +106,8 @@ class SecondaryParty:
                 )
         for block, grad in zip(blocks, grads):
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
+            if self.shield.on:  # the clip's own gradient (the noise adds a constant)
+                out = clipped_rows(out, ClipNoise(self.shield.clip), None)
             self.optimizer.zero_grad(set_to_none=True)
             out.backward(grad)
             self.optimizer.step()

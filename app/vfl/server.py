@@ -22,12 +22,12 @@ from app.data import primary_data
 from app.kept import KEPT
 from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
-from app.vfl import checkpoint
+from app.vfl import checkpoint, exchange
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
 from app.vfl.kept import Keeper
 from app.vfl.linking import job_privacy, linkage_job
-from app.vfl.parties import build_strategy, train_plan
+from app.vfl.parties import build_strategy, epochs_note, train_plan
 from strategies.records import EpochRecord, best_epoch, stopping
 from strategies.vfl.protocol import fit
 
@@ -96,6 +96,7 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
             links.callback(remote.close)  # a direct transport's links close with the run, however it ends
         floor = _floor(remote, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
+        exchange.protect(strategy, ds, cfg, settings, tag)  # label DP, gradient defence, attack observer
         local = {} if engine.remote else getattr(channel, "parties", {})  # in process: every party's model here
         models = [strategy.model, *(s.model for s in local.values())]
         threads.use(threads.decide(cfg.runtime.threads, engine.processes, models), tag, strategy.device.type == "cpu")
@@ -132,11 +133,21 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)
         seconds.total = time.perf_counter() - t_start
         run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(remote, floor))
-        summary = record.finish(
-            cfg, run, k=settings.k, tau=cfg.link.tau, steps_per_exchange=cfg.train.steps_per_exchange, privacy=privacy
-        )
+        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag)
+        summary = record.finish(cfg, run, **vfl_fields(cfg, settings, privacy, exchange_privacy))
     log_end(tag, summary, out)
     return summary
+
+
+def vfl_fields(cfg: RunConfig, settings, privacy: dict | None, exchange_privacy: dict | None) -> dict:
+    """summary.json's fields of a VFL run (after the common ones): K, tau, S and both privacy reports."""
+    return {
+        "k": settings.k,
+        "tau": cfg.link.tau,
+        "steps_per_exchange": cfg.train.steps_per_exchange,
+        "privacy": privacy,
+        "exchange_privacy": exchange_privacy,
+    }
 
 
 def _floor(remote, cfg: RunConfig, tag: str) -> list[float]:
@@ -162,13 +173,6 @@ def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper,
     if done and channel is not None and best_epoch(done[0], strategy.head).epoch == done[0][-1].epoch:
         channel.keep(out, done[0][-1].epoch)  # its keep rode on a step the interruption may have lost
     return keeper, lambda rec: _keep(keeper, rec, strategy, channel, out)
-
-
-def epochs_note(max_epochs: int, patience: int) -> str:
-    """The log's word on how long a run trains."""
-    if patience > 0:
-        return f"up to {max_epochs} epochs (stops after {patience} without a better validation metric)"
-    return f"{max_epochs} epochs"
 
 
 def log_hyperparameters(tag: str, hyper: dict) -> None:

@@ -17,6 +17,7 @@ import torch
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer
+from strategies.vfl.defences import ClipNoise, clipped_block, secret_generator
 from strategies.vfl.model import SimilarityModel
 
 
@@ -83,6 +84,13 @@ class FedSimStrategy:
         if self.parties:
             self.sims = {"all": linkage.sims} if model.shared_sims else {p: linkage.links[p].sims for p in self.parties}
             self.n_tokens = {p: int(linkage.tokens[p].max(initial=-1)) + 1 for p in self.parties}
+        self.defence, self.noise = ClipNoise(), None  # the cut-layer gradients' defence (:meth:`protect`)
+        self.observer = None  # an ExchangeObserver (strategies/vfl/exchange_observer.py) sees each step's exchange
+
+    def protect(self, defence: ClipNoise) -> None:
+        """Send clipped, noised gradient blocks from now on (strategies/vfl/defences.py), the
+        noise from a secret of this process."""
+        self.defence, self.noise = defence, secret_generator(self.device) if defence.noise > 0 else None
 
     def needs(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Distinct tokens per party that the records ``rows`` are linked to."""
@@ -136,18 +144,31 @@ class FedSimStrategy:
     ) -> tuple[torch.Tensor, dict[str, GradBlock]]:
         """One step; emb[p] (U, c) are the embeddings of step.tokens[p] (host arrays or tensors).
         Returns the loss, a 0-dim device tensor (reading it is the caller's host sync), and per party
-        the gradient block of its embeddings, a device tensor."""
+        the gradient block of its embeddings, a device tensor (defended where :meth:`protect` says)."""
         self.model.train()
-        leaves = {
-            p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype).detach().requires_grad_(True)
-            for p in self.parties
-        }
-        out = self.model(self.x[step.rows], leaves, step.index, step.sims)
+        emb = {p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype) for p in self.parties}
+        if self.defence.on:  # each pair's embedding a leaf of its own: per-record gradients to clip
+            leaves = {p: emb[p][step.index[p]].flatten(0, 1).detach().requires_grad_(True) for p in self.parties}
+            index = {p: torch.arange(i.numel(), device=self.device).view(i.shape) for p, i in step.index.items()}
+        else:
+            leaves, index = {p: e.detach().requires_grad_(True) for p, e in emb.items()}, step.index
+        out = self.model(self.x[step.rows], leaves, index, step.sims)
         loss = self.head.loss(out, step.target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return loss.detach(), {p: GradBlock(step.tokens[p], leaves[p].grad) for p in self.parties}
+        blocks = {p: GradBlock(step.tokens[p], self._block(p, leaves[p].grad, step)) for p in self.parties}
+        if self.observer is not None:
+            self.observer.observe(step.index, step.target, emb, blocks)
+        return loss.detach(), blocks
+
+    def _block(self, p: str, grad: torch.Tensor, step: Step) -> torch.Tensor:
+        """Party p's gradient block (U, c): as computed, or from the per-pair gradients (B * K, c)
+        clipped per record and noised (strategies/vfl/defences.py)."""
+        if not self.defence.on:
+            return grad
+        b, k = step.index[p].shape
+        return clipped_block(grad.view(b, k, -1), step.index[p], len(step.tokens[p]), self.defence, self.noise)
 
     @torch.no_grad()
     def outputs(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> torch.Tensor:

@@ -1,0 +1,81 @@
+"""The primary's side of the exchange's privacy: the defences it applies (label DP, clipped and
+noised cut-layer gradients; strategies/vfl/defences.py) and the report of the label attacks a
+secondary could run on what it received (strategies/vfl/exchange_observer.py), summary.json's
+``exchange_privacy``. A secondary's embedding defence is its own (app/vfl/secondary.py)."""
+
+from __future__ import annotations
+
+import secrets
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.common.logger import log
+
+from app.config import RunConfig
+from strategies.optim import party_seed
+from strategies.vfl.defences import ClipNoise, epsilon, randomised_labels
+from strategies.vfl.exchange_observer import ExchangeObserver, leaks, report_lines
+
+
+def private_labels(ds, cfg: RunConfig, head) -> np.ndarray:
+    """The labels the primary trains on: ``ds.labels`` with the training rows randomised to
+    epsilon = ``label-dp`` (from a secret of this process), or as they are."""
+    eps = cfg.exchange.label_dp
+    if eps <= 0:
+        return ds.labels
+    rng = np.random.default_rng(secrets.randbits(128))
+    y, train = ds.labels.copy(), ds.split.train
+    if ds.task == "regression":
+        span = head.y_max - head.y_min
+        scaled = randomised_labels((y[train] - head.y_min) / span, "regression", eps, rng)
+        y[train] = (scaled * span + head.y_min).astype(y.dtype)
+    else:
+        y[train] = randomised_labels(y[train], ds.task, eps, rng, ds.n_classes)
+    return y
+
+
+def protect(strategy, ds, cfg: RunConfig, settings, tag: str) -> None:
+    """The primary's defences on ``strategy`` and, with ``exchange-report``, its observer."""
+    ex = cfg.exchange
+    strategy.y = private_labels(ds, cfg, strategy.head)
+    strategy.protect(ClipNoise(ex.grad_clip, ex.grad_noise))
+    if ex.grad_clip or ex.label_dp:
+        log(INFO, "%s exchange defences: %s", tag, defences(cfg, ds, settings))
+    if ex.exchange_report and strategy.parties:
+        strategy.observer = ExchangeObserver(
+            ds.task, strategy.n_tokens, settings.model.cut_dim, strategy.device, party_seed(cfg.train.seed, "exchange")
+        )
+
+
+def defences(cfg: RunConfig, ds, settings, steps: int | None = None) -> dict:
+    """The run's exchange defences as summary.json records them, with the accountant's epsilon of
+    the gradient noise (per secondary, delta = 1 / training rows) once the steps are known."""
+    ex, n = cfg.exchange, len(ds.split.train)
+    out = {
+        "grad_clip": ex.grad_clip,
+        "grad_noise": ex.grad_noise,
+        "label_dp_epsilon": ex.label_dp or None,
+        "embedding_clip": ex.embedding_clip,
+        "embedding_noise": ex.embedding_noise,
+    }
+    if ex.grad_clip and ex.grad_noise and steps:
+        eps = epsilon(ex.grad_noise, settings.batch_size / n, steps, 1.0 / n)
+        out["grad_epsilon"] = {"epsilon": round(eps, 3), "delta": 1.0 / n, "steps": steps, "end_to_end": False}
+    return out
+
+
+def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str) -> dict | None:
+    """summary.json's ``exchange_privacy``: the defences and, per secondary, the label attacks'
+    success on its records against the true labels (exchange_observer.ExchangeObserver.report)."""
+    if not strategy.parties:
+        return None
+    out = {"defences": defences(cfg, ds, settings, steps), "attacks": None}
+    if strategy.observer is not None:
+        train = ds.split.train
+        labels = strategy.head.target(ds.labels[train], "cpu", strategy.dtype).numpy()
+        tokens = {p: strategy.linkage.tokens[p][train] for p in strategy.parties}
+        seed = party_seed(cfg.train.seed, "exchange-known")
+        out["attacks"] = strategy.observer.report(tokens, labels, ds.n_classes, seed)
+        for line in report_lines(out):
+            log(WARNING if leaks(out) else INFO, "%s %s", tag, line)
+    return out

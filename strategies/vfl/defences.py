@@ -1,0 +1,109 @@
+"""Defences of what split learning exchanges, each applied by the party it protects, with noise
+from a secret only that party holds (``secrets``, never the run's seed: the other parties know
+the run config).
+
+- **Cut-layer gradient clipping + Gaussian noise** (the primary, protecting its labels and
+  features from the secondaries): each primary record's gradient w.r.t. its K linked embeddings
+  (K * c numbers, in the scale of its own loss) is clipped to L2 norm ``clip``, the clipped pairs
+  are summed per secondary record, and N(0, (noise * clip)^2) is added to every entry of the
+  block before the batch mean. :func:`epsilon` is what the DP-SGD accountant (Opacus' RDP,
+  Poisson sampling at rate B / n assumed; we shuffle) says of the released blocks per secondary.
+  It is not an end-to-end guarantee: the primary's own model is updated with the exact
+  gradients, so later blocks depend on the labels through it as well (docs/privacy.md).
+- **Label DP** (the primary): the training labels are randomised once before training:
+  k-ary randomised response for classes, Laplace noise on the [0, 1]-scaled regression target
+  (clipped back to [0, 1]). Everything after is post-processing: an epsilon-label-DP guarantee
+  for the training labels against every other party.
+- **Embedding clipping + noise** (a secondary, protecting its features from the primary): each
+  embedding row it sends is clipped to L2 norm ``clip`` and gets N(0, (noise * clip)^2) per entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ClipNoise:
+    """An L2 bound and a noise multiplier: clip = 0 is off; noise is the std in units of clip."""
+
+    clip: float = 0.0
+    noise: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.clip > 0
+
+
+def secret_generator(device: torch.device) -> torch.Generator:
+    """A torch generator on ``device`` seeded from this process's secret randomness."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(secrets.randbits(63))
+    return gen
+
+
+def gaussian(shape, std: float, like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """N(0, std^2) of ``shape`` in ``like``'s device and dtype, drawn from ``gen``."""
+    return torch.randn(shape, generator=gen, device=like.device, dtype=like.dtype) * std
+
+
+def clipped_block(pair_grad: torch.Tensor, index: torch.Tensor, n: int, defence: ClipNoise, gen) -> torch.Tensor:
+    """The defended gradient block (n, c) of a step whose loss is the batch mean: ``pair_grad``
+    (B, K, c) the gradient w.r.t. each pair's embedding, ``index`` (B, K) each pair's row in the
+    block. Each record's (K, c) share, times B (its own loss's scale), is clipped to ``clip``, the
+    shares summed per row, noise added, and the sum divided by B again."""
+    b, _, c = pair_grad.shape
+    per = pair_grad * b  # (B, K, c) each record's gradient of its own loss
+    norms = per.flatten(1).norm(dim=1)  # (B,)
+    per = per * (defence.clip / norms.clamp_min(1e-12)).clamp(max=1.0)[:, None, None]
+    block = torch.zeros(n, c, device=per.device, dtype=per.dtype).index_add_(0, index.reshape(-1), per.reshape(-1, c))
+    if defence.noise > 0:
+        block = block + gaussian(block.shape, defence.noise * defence.clip, block, gen)
+    return block / b
+
+
+def clipped_rows(rows: torch.Tensor, defence: ClipNoise, gen) -> torch.Tensor:
+    """Embedding rows (U, c) clipped to L2 norm ``clip`` each, with N(0, (noise * clip)^2) added."""
+    norms = rows.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (U, 1)
+    out = rows * (defence.clip / norms).clamp(max=1.0)
+    if defence.noise > 0:
+        out = out + gaussian(out.shape, defence.noise * defence.clip, out, gen)
+    return out
+
+
+def randomised_labels(
+    y: np.ndarray, task: str, epsilon: float, rng: np.random.Generator, n_classes: int = 2
+) -> np.ndarray:
+    """epsilon-label-DP labels. Classes: each kept with probability e^eps / (e^eps + k - 1), else
+    one of the k - 1 others uniformly. Regression (``y`` scaled to [0, 1]): plus Laplace(1 / eps)
+    (the label's range is 1), clipped to [0, 1]."""
+    if task == "regression":
+        return np.clip(y + rng.laplace(scale=1.0 / epsilon, size=y.shape), 0.0, 1.0)
+    k = 2 if task == "binary" else n_classes
+    keep = rng.random(len(y)) < math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+    other = (y.astype(int) + rng.integers(1, k, size=len(y))) % k  # uniform over the k - 1 others
+    return np.where(keep, y, other).astype(y.dtype)
+
+
+ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128, 256, 512, 1024, 4096]
+
+
+def epsilon(noise: float, sample_rate: float, steps: int, delta: float) -> float:
+    """The (epsilon, delta) the RDP accountant gives ``steps`` Poisson-subsampled Gaussian
+    mechanisms of noise multiplier ``noise`` at ``sample_rate``; inf without noise."""
+    if noise <= 0:
+        return float("inf")
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent  # lazy: heavy import
+
+    root.handlers[:] = handlers  # opacus' import calls logging.basicConfig: undone
+
+    rdp = compute_rdp(q=min(sample_rate, 1.0), noise_multiplier=noise, steps=steps, orders=ORDERS)
+    return float(get_privacy_spent(orders=ORDERS, rdp=rdp, delta=delta)[0])
