@@ -150,13 +150,14 @@ class ExchangeOptions:
 
     grad_clip: float = 0.0  # the primary clips each record's cut-layer gradients to this L2 norm; 0 = off
     grad_noise: float = 0.0  # ... and adds Gaussian noise of std grad-noise * grad-clip to the blocks it sends
+    marvell: float = 0.0  # binary labels: Marvell's noise, power budget in units of |Delta|^2; 0 = off
     label_dp: float = 0.0  # epsilon of randomised training labels (label DP); 0 = off
     embedding_clip: float = 0.0  # each secondary clips each embedding it sends to this L2 norm; 0 = off
     embedding_noise: float = 0.0  # ... and adds Gaussian noise of std embedding-noise * embedding-clip
     exchange_report: bool = True  # score label attacks on the exchanged gradients (summary.json exchange_privacy)
 
     def check(self, need: Need) -> None:
-        _nonnegative(need, self, "grad_clip", "grad_noise", "label_dp", "embedding_clip", "embedding_noise")
+        _nonnegative(need, self, "grad_clip", "grad_noise", "marvell", "label_dp", "embedding_clip", "embedding_noise")
         for clip, noise in (("grad_clip", "grad_noise"), ("embedding_clip", "embedding_noise")):
             need(
                 getattr(self, clip) > 0 or getattr(self, noise) == 0,

@@ -15,6 +15,7 @@ from flwr.app import Context
 
 from app.config import RunConfig
 
+DEFENCE_KEYS = ("embedding-clip", "embedding-noise")  # node config: the secondary's own embedding defence
 DEFAULT_DIRS = {"linkage-dir": "linkage", "checkpoint-dir": "checkpoints"}  # under the party's working folder
 
 
@@ -29,11 +30,26 @@ def node_run_config(context: Context) -> RunConfig:
 
 
 def with_node_paths(cfg: RunConfig, context: Context) -> RunConfig:
-    """``cfg`` with this node's own paths (see :func:`node_run_config`)."""
+    """``cfg`` with this node's own paths (see :func:`node_run_config`) and its own embedding
+    defence (:func:`own_defence`)."""
+    cfg = own_defence(cfg, context)
     data_dir = str(context.node_config.get("data-dir", ""))
     if deployed(context):
         return cfg.replace(data_dir=data_dir, linkage_dir="", out_dir="")
     return cfg.replace(data_dir=data_dir) if data_dir else cfg
+
+
+def own_defence(cfg: RunConfig, context: Context) -> RunConfig:
+    """A secondary protects its features itself: its node config's "embedding-clip" and
+    "embedding-noise" (strategies/vfl/defences.py) replace the run config's, which the primary
+    sets; a node config without them leaves the run config's."""
+    own = {k: context.node_config[k] for k in DEFENCE_KEYS if k in context.node_config}
+    if not own:
+        return cfg
+    values = {"embedding_clip": 0.0, "embedding_noise": 0.0} | {k.replace("-", "_"): float(v) for k, v in own.items()}
+    out = cfg.replace(**values)
+    out.validate()  # noise without a clip: refused by name
+    return out
 
 
 def own_dir(context: Context, key: str) -> Path:

@@ -11,9 +11,9 @@ from logging import INFO, WARNING
 import numpy as np
 from flwr.common.logger import log
 
-from app.config import RunConfig
+from app.config import ConfigError, RunConfig
 from strategies.optim import party_seed
-from strategies.vfl.defences import ClipNoise, epsilon, randomised_labels
+from strategies.vfl.defences import GradientDefence, epsilon, randomised_labels
 from strategies.vfl.exchange_observer import ExchangeObserver, leaks, report_lines
 
 
@@ -38,8 +38,10 @@ def protect(strategy, ds, cfg: RunConfig, settings, tag: str) -> None:
     """The primary's defences on ``strategy`` and, with ``exchange-report``, its observer."""
     ex = cfg.exchange
     strategy.y = private_labels(ds, cfg, strategy.head)
-    strategy.protect(ClipNoise(ex.grad_clip, ex.grad_noise))
-    if ex.grad_clip or ex.label_dp:
+    if ex.marvell and ds.task != "binary":
+        raise ConfigError(f"run-config 'marvell' protects binary labels; dataset {ds.name!r} is {ds.task}")
+    strategy.protect(GradientDefence(ex.grad_clip, ex.grad_noise, ex.marvell))
+    if ex.grad_clip or ex.label_dp or ex.marvell:
         log(INFO, "%s exchange defences: %s", tag, defences(cfg, ds, settings))
     if ex.exchange_report and strategy.parties:
         strategy.observer = ExchangeObserver(
@@ -54,6 +56,7 @@ def defences(cfg: RunConfig, ds, settings, steps: int | None = None) -> dict:
     out = {
         "grad_clip": ex.grad_clip,
         "grad_noise": ex.grad_noise,
+        "marvell": ex.marvell,
         "label_dp_epsilon": ex.label_dp or None,
         "embedding_clip": ex.embedding_clip,
         "embedding_noise": ex.embedding_noise,

@@ -10,6 +10,8 @@ the run config).
   Poisson sampling at rate B / n assumed; we shuffle) says of the released blocks per secondary.
   It is not an end-to-end guarantee: the primary's own model is updated with the exact
   gradients, so later blocks depend on the labels through it as well (docs/privacy.md).
+- **Marvell** (the primary, binary labels; strategies/vfl/marvell.py): per-record noise whose
+  covariance per label is optimised each batch to make the labels' gradients alike.
 - **Label DP** (the primary): the training labels are randomised once before training:
   k-ary randomised response for classes, Laplace noise on the [0, 1]-scaled regression target
   (clipped back to [0, 1]). Everything after is post-processing: an epsilon-label-DP guarantee
@@ -53,15 +55,38 @@ def gaussian(shape, std: float, like: torch.Tensor, gen: torch.Generator) -> tor
     return torch.randn(shape, generator=gen, device=like.device, dtype=like.dtype) * std
 
 
-def clipped_block(pair_grad: torch.Tensor, index: torch.Tensor, n: int, defence: ClipNoise, gen) -> torch.Tensor:
+@dataclass(frozen=True)
+class GradientDefence:
+    """The primary's defence of the cut-layer gradients it sends: per-record clipping and
+    Gaussian noise (:class:`ClipNoise`'s fields), and/or Marvell's noise for binary labels
+    (strategies/vfl/marvell.py; ``marvell`` its power budget in units of |Delta|^2; 0 = off)."""
+
+    clip: float = 0.0
+    noise: float = 0.0
+    marvell: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.clip > 0 or self.marvell > 0
+
+
+def defended_block(
+    pair_grad: torch.Tensor, index: torch.Tensor, n: int, defence: GradientDefence, gen, labels=None
+) -> torch.Tensor:
     """The defended gradient block (n, c) of a step whose loss is the batch mean: ``pair_grad``
     (B, K, c) the gradient w.r.t. each pair's embedding, ``index`` (B, K) each pair's row in the
-    block. Each record's (K, c) share, times B (its own loss's scale), is clipped to ``clip``, the
-    shares summed per row, noise added, and the sum divided by B again."""
+    block, ``labels`` (B,) the batch's (Marvell). Each record's (K, c) share, times B (its own
+    loss's scale), is clipped to ``clip`` and/or gets Marvell's noise; the shares are summed per
+    row, Gaussian noise added, and the sum divided by B again."""
     b, _, c = pair_grad.shape
     per = pair_grad * b  # (B, K, c) each record's gradient of its own loss
-    norms = per.flatten(1).norm(dim=1)  # (B,)
-    per = per * (defence.clip / norms.clamp_min(1e-12)).clamp(max=1.0)[:, None, None]
+    if defence.clip > 0:
+        norms = per.flatten(1).norm(dim=1)  # (B,)
+        per = per * (defence.clip / norms.clamp_min(1e-12)).clamp(max=1.0)[:, None, None]
+    if defence.marvell > 0:
+        from strategies.vfl.marvell import marvell_noise  # lazy: scipy's optimiser, for this defence only
+
+        per = per + marvell_noise(per.flatten(1), labels, defence.marvell, gen).view_as(per)
     block = torch.zeros(n, c, device=per.device, dtype=per.dtype).index_add_(0, index.reshape(-1), per.reshape(-1, c))
     if defence.noise > 0:
         block = block + gaussian(block.shape, defence.noise * defence.clip, block, gen)

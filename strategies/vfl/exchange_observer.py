@@ -30,9 +30,7 @@ def direction(grad: torch.Tensor, ref: torch.Tensor | None, iters: int = 4) -> t
     for _ in range(iters):
         w = grad.T @ (grad @ v)
         v = w / w.norm().clamp_min(1e-30)
-    if ref is not None and (v @ ref) < 0:  # one host read per step, only while observing
-        v = -v
-    return v
+    return v if ref is None else torch.where(v @ ref < 0, -v, v)  # on the device: no host read
 
 
 def _z(x: torch.Tensor) -> torch.Tensor:
@@ -75,9 +73,9 @@ class ExchangeObserver:
     def _sample(self, p: str, index: torch.Tensor, target: torch.Tensor, zn: torch.Tensor, zp: torch.Tensor) -> None:
         """A random :data:`SAMPLE` of this step's observations: (links, mixed label, z-norm, z-projection)."""
         flat = index.reshape(-1)  # (B * K,)
-        links = torch.bincount(flat, minlength=len(zn)).to(torch.float64)  # (U,)
         weights = target.to(torch.float64).reshape(-1).repeat_interleave(index.shape[1])  # (B * K,)
-        mixed = torch.bincount(flat, weights=weights, minlength=len(zn))
+        links = zn.new_zeros(len(zn)).index_add_(0, flat, torch.ones_like(weights))  # (U,); bincount reads
+        mixed = zn.new_zeros(len(zn)).index_add_(0, flat, weights)  # its size back to the host, this does not
         pick = torch.randperm(len(zn), generator=self.gen, device=zn.device)[:SAMPLE]
         self.samples[p].append(torch.stack([links[pick], mixed[pick] / links[pick], zn[pick], zp[pick]], 1))
 

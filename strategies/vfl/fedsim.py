@@ -17,7 +17,7 @@ import torch
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer
-from strategies.vfl.defences import ClipNoise, clipped_block, secret_generator
+from strategies.vfl.defences import GradientDefence, defended_block, secret_generator
 from strategies.vfl.model import SimilarityModel
 
 
@@ -84,13 +84,14 @@ class FedSimStrategy:
         if self.parties:
             self.sims = {"all": linkage.sims} if model.shared_sims else {p: linkage.links[p].sims for p in self.parties}
             self.n_tokens = {p: int(linkage.tokens[p].max(initial=-1)) + 1 for p in self.parties}
-        self.defence, self.noise = ClipNoise(), None  # the cut-layer gradients' defence (:meth:`protect`)
+        self.defence, self.noise = GradientDefence(), None  # the cut-layer gradients' defence (:meth:`protect`)
         self.observer = None  # an ExchangeObserver (strategies/vfl/exchange_observer.py) sees each step's exchange
 
-    def protect(self, defence: ClipNoise) -> None:
-        """Send clipped, noised gradient blocks from now on (strategies/vfl/defences.py), the
-        noise from a secret of this process."""
-        self.defence, self.noise = defence, secret_generator(self.device) if defence.noise > 0 else None
+    def protect(self, defence: GradientDefence) -> None:
+        """Send defended gradient blocks from now on (strategies/vfl/defences.py), the noise from
+        a secret of this process."""
+        noisy = defence.noise > 0 or defence.marvell > 0
+        self.defence, self.noise = defence, secret_generator(self.device) if noisy else None
 
     def needs(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Distinct tokens per party that the records ``rows`` are linked to."""
@@ -164,11 +165,12 @@ class FedSimStrategy:
 
     def _block(self, p: str, grad: torch.Tensor, step: Step) -> torch.Tensor:
         """Party p's gradient block (U, c): as computed, or from the per-pair gradients (B * K, c)
-        clipped per record and noised (strategies/vfl/defences.py)."""
+        defended per record (strategies/vfl/defences.py)."""
         if not self.defence.on:
             return grad
         b, k = step.index[p].shape
-        return clipped_block(grad.view(b, k, -1), step.index[p], len(step.tokens[p]), self.defence, self.noise)
+        n = len(step.tokens[p])
+        return defended_block(grad.view(b, k, -1), step.index[p], n, self.defence, self.noise, step.target)
 
     @torch.no_grad()
     def outputs(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> torch.Tensor:
