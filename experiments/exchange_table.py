@@ -39,6 +39,7 @@ DEFENCES = {
     "none": lambda ds: {},
     "grad": lambda ds: {"grad-clip": CLIP.get(ds, 0.05), "grad-noise": 1.0},
     "grad4": lambda ds: {"grad-clip": CLIP.get(ds, 0.05), "grad-noise": 4.0},
+    "marvell": lambda ds: {"marvell": 4.0},
     "label": lambda ds: {"label-dp": 2.0},
     "embedding": lambda ds: {"embedding-clip": 1.0, "embedding-noise": 0.1},
 }

@@ -18,6 +18,7 @@ from strategies.vfl import exchange_attacks as attacks
 
 SAMPLE = 64  # single observations kept per step and secondary (the per-links scores)
 MAX_EMBEDDINGS = 20_000_000  # floats of last embeddings kept per secondary (model completion)
+MAX_SAMPLED_STEPS = 4096  # sampled steps kept per secondary (then thinned by half: 64 x 4096 x 4 float64, 8 MB)
 LINK_BINS = ((1, 1), (2, 3), (4, 15), (16, 1 << 30))  # links per observation, as reported
 
 
@@ -51,6 +52,7 @@ class ExchangeObserver:
         }
         self.ref: dict[str, torch.Tensor | None] = {p: None for p in n_tokens}
         self.samples: dict[str, list[torch.Tensor]] = {p: [] for p in n_tokens}  # each (S, 4)
+        self.steps, self.stride = 0, 1  # steps observed; one in ``stride`` is sampled
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)  # which observations are sampled: a measurement's choice, protects nothing
 
@@ -68,7 +70,12 @@ class ExchangeObserver:
             self.count[p].index_add_(0, t, torch.ones_like(zn))
             if self.emb[p] is not None:
                 self.emb[p][t] = torch.as_tensor(emb[p], device=g.device, dtype=self.emb[p].dtype)
-            self._sample(p, index[p], target, zn, zp)
+            if self.steps % self.stride == 0:
+                self._sample(p, index[p], target, zn, zp)
+        self.steps += 1
+        if len(next(iter(self.samples.values()), [])) >= MAX_SAMPLED_STEPS:  # bounded memory: every
+            self.samples = {p: s[::2] for p, s in self.samples.items()}  # other sampled step is dropped
+            self.stride *= 2  # and later steps sampled half as often: spread over the whole run
 
     def _sample(self, p: str, index: torch.Tensor, target: torch.Tensor, zn: torch.Tensor, zp: torch.Tensor) -> None:
         """A random :data:`SAMPLE` of this step's observations: (links, mixed label, z-norm, z-projection)."""
