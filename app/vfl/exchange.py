@@ -9,11 +9,13 @@ import secrets
 from logging import INFO, WARNING
 
 import numpy as np
+import torch
 from flwr.common.logger import log
 
 from app.config import ConfigError, RunConfig
 from strategies.optim import party_seed
-from strategies.vfl.defences import GradientDefence, epsilon, randomised_labels
+from strategies.vfl import exchange_attacks as attacks
+from strategies.vfl.defences import GradientDefence, clipped_rows, epsilon, randomised_labels
 from strategies.vfl.exchange_observer import ExchangeObserver, leaks, report_lines
 
 
@@ -67,12 +69,17 @@ def defences(cfg: RunConfig, ds, settings, steps: int | None = None) -> dict:
     return out
 
 
-def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str) -> dict | None:
+def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: dict) -> dict | None:
     """summary.json's ``exchange_privacy``: the defences and, per secondary, the label attacks'
-    success on its records against the true labels (exchange_observer.ExchangeObserver.report)."""
+    success on its records against the true labels (exchange_observer.ExchangeObserver.report);
+    in process (``local``: the secondaries' objects) also the primary's feature inversion."""
     if not strategy.parties:
         return None
     out = {"defences": defences(cfg, ds, settings, steps), "attacks": None}
+    if cfg.exchange.exchange_report and local:
+        out["inversion"] = {
+            p: inversion(party, party_seed(cfg.train.seed, f"inversion-{p}")) for p, party in local.items()
+        }
     if strategy.observer is not None:
         train = ds.split.train
         labels = strategy.head.target(ds.labels[train], "cpu", strategy.dtype).numpy()
@@ -82,3 +89,22 @@ def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str) -> dict
         for line in report_lines(out):
             log(WARNING if leaks(out) else INFO, "%s %s", tag, line)
     return out
+
+
+AUX, SCORED = 5_000, 20_000  # at most these many of a secondary's records fit / score the inversion
+
+
+def inversion(party, seed: int) -> dict:
+    """The primary's feature inversion against an in-process secondary (``party``: its object):
+    an inversion model fitted on an auxiliary fifth of its records (features the primary is
+    assumed to hold; at most :data:`AUX`) from the embeddings the party sends now (its defence
+    applied), scored on up to :data:`SCORED` others (strategies/vfl/exchange_attacks.py)."""
+    rng = np.random.default_rng(seed)
+    n = len(party.x)
+    rows = rng.permutation(n)[: min(n, AUX + SCORED)]
+    aux = np.arange(min(max(n // 5, 10), AUX, len(rows) - 1))
+    with torch.no_grad():
+        emb = party.model(party.x[torch.as_tensor(rows, device=party.x.device)])  # (R, c)
+        emb = clipped_rows(emb, party.shield, party.noise) if party.shield.on else emb
+    found = attacks.inversion(emb.float().cpu().numpy(), party.x[rows].float().cpu().numpy(), aux, seed)
+    return {k: round(v, 4) for k, v in found.items()} | {"auxiliary_records": int(len(aux))}

@@ -133,7 +133,7 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)
         seconds.total = time.perf_counter() - t_start
         run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(remote, floor))
-        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag)
+        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag, local)
         summary = record.finish(cfg, run, **vfl_fields(cfg, settings, privacy, exchange_privacy))
     log_end(tag, summary, out)
     return summary

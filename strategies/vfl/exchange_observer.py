@@ -140,7 +140,7 @@ def leaks(report: dict) -> bool:
         best = [r.get(k) for k in ("norm", "direction", "completion") if r.get(k) is not None]
         if best and max(best) >= (0.7 if r["chance"] == 0.5 else 0.3 if r["chance"] == 0 else 1.5 * r["chance"]):
             return True
-    return False
+    return any(r["ratio"] < 0.5 for r in (report.get("inversion") or {}).values())  # half the error or less
 
 
 def report_lines(report: dict) -> list[str]:
@@ -164,5 +164,10 @@ def report_lines(report: dict) -> list[str]:
         out.append(
             f"exchange privacy: {p}'s label attacks ({metric}; chance {r['chance']:.3g}; {r['known_labels']} "
             f"known labels; {r['records_scored']} records scored): {scores or 'none scored'}"
+        )
+    for p, r in (report.get("inversion") or {}).items():
+        out.append(
+            f"exchange privacy: the primary's inversion of {p}'s features from its embeddings: error "
+            f"{r['ratio']:.3g} x predicting the mean ({r['auxiliary_records']} records' features known; 1 = nothing learnt)"
         )
     return out
