@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from app.messages import PLAIN_NAME
+from datasets.options import SCALES
 from strategies.vfl.methods import UnknownMethod, method
 
 Need = Callable[[bool, str], None]
@@ -49,9 +50,19 @@ class DataOptions:
     n_rows: int = 0  # subsample the primary (synthetic: generate) to this many rows; 0 = all
     parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
     sigma_cf: float = 0.0  # noise on the secondary's identifiers (synthetic, frog)
+    input_scale: str = "standard"  # every party's numeric inputs: standard | quantile (datasets/transform.py)
 
     def check(self, need: Need) -> None:
         _nonnegative(need, self, "n_rows", "sigma_cf")
+        need(
+            self.input_scale in SCALES,
+            f"run-config 'input-scale' must be one of {SCALES}, got {self.input_scale!r}",
+        )
+        need(
+            self.input_scale == "standard" or self.dataset != "csv",
+            "run-config 'input-scale' is for the shipped datasets; with dataset csv each party "
+            'declares its own recipe (scale = "quantile" in its parties.toml section)',
+        )
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def load_data(cfg: RunConfig) -> VFLDataset:
     ds = _load(
         cfg.data.dataset,
         cfg.data.data_dir,
-        DatasetOptions(seed=cfg.train.seed, n_rows=cfg.data.n_rows, sigma_cf=cfg.data.sigma_cf),
+        dataset_options(cfg),
     )
     return with_parties(ds, cfg.party_subset())
 
@@ -46,7 +46,7 @@ def primary_data(cfg: RunConfig) -> VFLDataset:
         return load_data(cfg)
     ds = _load_primary_view(
         cfg.data.data_dir,
-        DatasetOptions(seed=cfg.train.seed, n_rows=cfg.data.n_rows, sigma_cf=cfg.data.sigma_cf),
+        dataset_options(cfg),
     )
     return with_parties(ds, cfg.party_subset())
 
@@ -79,3 +79,9 @@ def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
         true_match={p: r for p, r in ds.true_match.items() if p in keep},
         remote=tuple(p for p in keep if p in ds.remote),
     )
+
+
+def dataset_options(cfg: RunConfig) -> DatasetOptions:
+    """What the run's loaders are given (part of a loaded dataset's cache key)."""
+    d = cfg.data
+    return DatasetOptions(seed=cfg.train.seed, n_rows=d.n_rows, sigma_cf=d.sigma_cf, scale=d.input_scale)

@@ -32,8 +32,12 @@ def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     s_df = df.iloc[order].reset_index(drop=True)
     if opts.sigma_cf > 0:
         s_df[id_cols] = s_df[id_cols] + rng.normal(0.0, opts.sigma_cf, size=(n, len(id_cols)))
-    primary = party_table("primary", df, id_cols=id_cols, id_kind="numeric", numeric_cols=p_cols, fit_rows=split.train)
-    secondary = party_table("secondary", s_df, id_cols=id_cols, id_kind="numeric", numeric_cols=s_cols)
+    primary = party_table(
+        "primary", df, id_cols=id_cols, id_kind="numeric", numeric_cols=p_cols, fit_rows=split.train, scale=opts.scale
+    )
+    secondary = party_table(
+        "secondary", s_df, id_cols=id_cols, id_kind="numeric", numeric_cols=s_cols, scale=opts.scale
+    )
     return VFLDataset(
         name="frog",
         task="multiclass",

@@ -91,6 +91,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=["title"],
         id_kind="string",
         fit_rows=split.train,
+        scale=opts.scale,
         numeric_cols=[
             "price",
             "required_age",
@@ -110,6 +111,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=["title"],
         id_kind="string",
         numeric_cols=["Review_score", "main_story_h", "extras_h", "completionist_h", "year"],
+        scale=opts.scale,
     )
     return VFLDataset(
         name="game",

@@ -70,6 +70,7 @@ def _load(
         numeric_cols=SALES_NUM,
         categorical_cols=SALES_CAT,
         fit_rows=split.train,
+        scale=opts.scale,
     )
     bnb = pd.read_csv(folder / "airbnb_listings.csv.gz")
     require_columns(bnb, ["latitude", "longitude", *BNB_NUM], "house airbnb_listings.csv.gz")
@@ -77,7 +78,9 @@ def _load(
     for col in BNB_NUM:
         bnb[col] = pd.to_numeric(bnb[col].astype(str).str.replace(r"[^0-9.\-]", "", regex=True), errors="coerce")
     secondaries = {
-        party: party_table(party, bnb, id_cols=["latitude", "longitude"], id_kind="numeric", numeric_cols=cols)
+        party: party_table(
+            party, bnb, id_cols=["latitude", "longitude"], id_kind="numeric", numeric_cols=cols, scale=opts.scale
+        )
         for party, cols in parties.items()
     }
     return VFLDataset(

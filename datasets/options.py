@@ -8,6 +8,8 @@ from pathlib import Path
 
 from datasets.base import DatasetError
 
+SCALES = ("standard", "quantile")  # a party's input recipe for its numeric columns (datasets/transform.py)
+
 
 @dataclass(frozen=True)
 class DatasetOptions:
@@ -16,6 +18,7 @@ class DatasetOptions:
     seed: int = 0
     n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
     sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
+    scale: str = "standard"  # every party's numeric input recipe (datasets/transform.py SCALES); csv: parties.toml
 
 
 def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:

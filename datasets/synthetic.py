@@ -57,9 +57,10 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_kind="numeric",
         numeric_cols=[f"p{c}" for c in p_cols],
         fit_rows=split.train,
+        scale=opts.scale,
     )
     secondary = party_table(
-        "secondary", s_df, id_cols=id_names, id_kind="numeric", numeric_cols=[f"s{c}" for c in s_cols]
+        "secondary", s_df, id_cols=id_names, id_kind="numeric", numeric_cols=[f"s{c}" for c in s_cols], scale=opts.scale
     )
     return VFLDataset(
         name="synthetic",

@@ -33,6 +33,9 @@ class FeatureTransform:
     mean: tuple[float, ...]  # per kept feature: standardisation on the fit rows
     std: tuple[float, ...]
     names: tuple[str, ...]  # per kept feature
+    # per numeric column its training quantiles (scale "quantile": mapped to a normal before the
+    # standardisation; scikit-learn's QuantileTransformer); () = scale "standard"
+    quantiles: tuple[tuple[float, ...], ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -45,7 +48,7 @@ class FeatureTransform:
         blocks, report = [], {"nan_imputed": {}, "unseen_categories": {}}
         if self.numeric:
             num, report["nan_imputed"], _ = numeric_features(df, list(self.numeric), None, where, fill=self.fill)
-            blocks.append(num)
+            blocks.append(to_normal(num, self.quantiles) if self.quantiles else num)
         for col, cats in self.categorical:
             onehot, unseen = one_hot(df[col], cats)
             if unseen and unknown == "refuse":
@@ -80,6 +83,7 @@ class FeatureTransform:
         d = json.loads(text)
         d["categorical"] = tuple((c, tuple(v)) for c, v in d["categorical"])
         d["fill"] = [float("nan") if v is None else v for v in d["fill"]]
+        d["quantiles"] = tuple(tuple(q) for q in d.get("quantiles", ()))  # absent in runs kept before it
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -110,15 +114,43 @@ def _first_unseen(values: pd.Series, cats: tuple[str, ...]) -> str:
     return next(v for v in _as_text(values, cats) if v not in known)
 
 
+def quantile_grid(num: np.ndarray, fit_rows: np.ndarray | None) -> tuple[tuple[float, ...], ...]:
+    """Per column of ``num`` (n, d) its quantiles on ``fit_rows`` (at most 1,000 levels)."""
+    from sklearn.preprocessing import QuantileTransformer  # lazy: only this recipe needs it
+
+    ref = num if fit_rows is None else num[fit_rows]
+    qt = QuantileTransformer(n_quantiles=min(1000, len(ref)), subsample=None).fit(ref)
+    return tuple(tuple(map(float, col)) for col in qt.quantiles_.T)
+
+
+def to_normal(num: np.ndarray, quantiles: tuple[tuple[float, ...], ...]) -> np.ndarray:
+    """``num`` (n, d) mapped through each column's training quantiles to a standard normal
+    (scikit-learn's QuantileTransformer with the fitted quantiles set, so training and predict
+    run the same code)."""
+    from sklearn.preprocessing import QuantileTransformer  # lazy: only this recipe needs it
+
+    grid = np.asarray(quantiles, dtype=np.float64).T  # (Q, d)
+    qt = QuantileTransformer(n_quantiles=len(grid), output_distribution="normal")
+    qt.quantiles_, qt.references_, qt.n_features_in_ = grid, np.linspace(0, 1, len(grid)), grid.shape[1]
+    return qt.transform(num)
+
+
 def fit_transform(
-    df: pd.DataFrame, numeric: list[str], categorical: list[str], fit_rows: np.ndarray | None, where: str
+    df: pd.DataFrame,
+    numeric: list[str],
+    categorical: list[str],
+    fit_rows: np.ndarray | None,
+    where: str,
+    scale: str = "standard",
 ) -> tuple[FeatureTransform, dict]:
     """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
-    was); returns the transform and what fitting dropped and imputed."""
-    blocks, names, imputed, fill = [], [], {}, ()
+    was); returns the transform and what fitting dropped and imputed. ``scale`` "quantile":
+    numeric columns through their training quantiles to a normal first (:func:`to_normal`)."""
+    blocks, names, imputed, fill, grid = [], [], {}, (), ()
     if numeric:
         num, imputed, fill = numeric_features(df, numeric, fit_rows, where)
-        blocks.append(num)
+        grid = quantile_grid(num, fit_rows) if scale == "quantile" else ()
+        blocks.append(num)  # raw here: what is constant or empty is judged on the values themselves
         names += numeric
     cats = tuple((c, tuple(sorted(df[c].astype(str).unique()))) for c in categorical)
     for col, values in cats:
@@ -126,6 +158,8 @@ def fit_transform(
         names += [f"{col}_{v}" for v in values]
     x = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(df), 0))
     keep, report = drop_uninformative(x, names, fit_rows, where)
+    if grid:
+        x[:, : len(numeric)] = to_normal(x[:, : len(numeric)], grid)
     ref = x[:, keep] if fit_rows is None else x[fit_rows][:, keep]
     mean, std = ref.mean(axis=0), ref.std(axis=0)
     std[std == 0] = 1.0
@@ -137,6 +171,7 @@ def fit_transform(
         tuple(map(float, mean)),
         tuple(map(float, std)),
         tuple(n for n, k in zip(names, keep) if k),
+        grid,
     )
     return transform, report | {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
 

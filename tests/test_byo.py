@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.config import RunConfig
+from app.config import ConfigError, RunConfig
 from app.modes import run_experiment
 from datasets import load_dataset
 from datasets.base import DatasetError
@@ -158,3 +158,17 @@ def test_a_relative_data_dir_is_shown_absolute_in_every_path_error(tmp_path, mon
         load_dataset("csv", "mine")
     with pytest.raises(DatasetError, match=f"data folder 'frog' not found in data-dir '{tmp_path / 'mine'}'"):
         load_dataset("frog", "mine")
+
+
+def test_each_csv_party_declares_its_own_input_recipe(tmp_path):
+    """Issue 34: a party's section says ``scale = "quantile"`` for its own numeric columns (the
+    others keep theirs); an unknown recipe is refused by name, and the run-config key that sets
+    the shipped datasets' recipe is refused for csv (each party decides its own)."""
+    write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nscale = "quantile"'))
+    ds = load_dataset("csv", tmp_path)
+    assert ds.secondaries["shops"].transform.quantiles and not ds.primary.transform.quantiles
+    write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nscale = "log"'))
+    with pytest.raises(DatasetError, match="scale must be one of"):
+        load_dataset("csv", tmp_path)
+    with pytest.raises(ConfigError, match="input-scale"):
+        RunConfig.from_flower({"dataset": "csv", "input-scale": "quantile"})

@@ -28,6 +28,8 @@ CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
     "fedsim-cnn": dict(TWO_SECONDARIES, method="fedsim", merge="cnn"),
     "avgsim": dict(TWO_SECONDARIES, method="avgsim"),
     "fedsim-attn": dict(TWO_SECONDARIES, method="fedsim_attn"),  # the improved model (issue 17)
+    # issue 34's input recipe: every party's numeric inputs through their training quantiles
+    "fedsim-attn-quantile": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="quantile"),
 }
 
 
@@ -48,7 +50,7 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, 
     for name, value in summary["test"].items():
         assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
     assert set(got.linkage.links) == {"airbnb_a", "airbnb_b"}
-    if case == "fedsim-attn":  # the explanation carries the attention's weights: per record they sum to 1
+    if case.startswith("fedsim-attn"):  # the explanation carries the attention's weights: per record they sum to 1
         assert {p: w.shape for p, w in got.attention.items()} == {
             "airbnb_a": (len(test), 6),
             "airbnb_b": (len(test), 6),

@@ -32,7 +32,7 @@ def planted(n: int = 60, seed: int = 0) -> pd.DataFrame:
     return df
 
 
-def table(df: pd.DataFrame, fit_rows=None):
+def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard"):
     return party_table(
         "p",
         df,
@@ -41,12 +41,14 @@ def table(df: pd.DataFrame, fit_rows=None):
         numeric_cols=["size", "age", "flat"],
         categorical_cols=["kind", "town"],
         fit_rows=fit_rows,
+        scale=scale,
     )
 
 
-def test_the_transform_gives_the_training_features_bitwise():
+@pytest.mark.parametrize("scale", ["standard", "quantile"])
+def test_the_transform_gives_the_training_features_bitwise(scale):
     df, fit_rows = planted(), np.arange(0, 60, 2)
-    t = table(df, fit_rows)
+    t = table(df, fit_rows, scale)
     again, report = t.transform.apply(df, "p")
     assert again.dtype == np.float32 and np.array_equal(again, t.features)
     assert t.transform.names == t.feature_names and "flat" not in t.feature_names  # constant: dropped
@@ -124,3 +126,23 @@ def test_whole_numbers_read_as_floats_match_their_training_category_and_nan_fill
     assert np.array_equal(x[[0, 2, 3]], t.apply(df.iloc[[0, 2, 3]].assign(empty=np.nan, zone=[2, 3, 1]), "new")[0])
     text = t.to_json()
     assert "NaN" not in text and FeatureTransform.from_json(text).to_json() == text
+
+
+def test_the_quantile_recipe_makes_a_long_tail_normal_on_the_training_rows_and_predicts_alike():
+    """Issue 34's input recipe: a log-normal column (house prices' shape) comes out about a
+    standard normal on the fit rows (skew ~0 instead of ~6), monotone in the raw value; the kept
+    transform maps new values through the same quantiles (out of range: clipped to the ends)."""
+    rng = np.random.default_rng(0)
+    df = planted(400)
+    df["size"] = rng.lognormal(4, 1.2, 400)
+    fit_rows = np.arange(300)
+    std, qt = table(df, fit_rows).features[:, 0], table(df, fit_rows, "quantile").features[:, 0]
+    skew = lambda x: float(((x - x.mean()) ** 3).mean() / x.std() ** 3)  # noqa: E731
+    assert skew(std[fit_rows]) > 3 and abs(skew(qt[fit_rows])) < 0.3
+    order = np.argsort(df["size"].to_numpy()[fit_rows])
+    assert (np.diff(qt[fit_rows][order]) >= 0).all()
+    t = table(df, fit_rows, "quantile").transform
+    new = df.iloc[:3].copy()
+    new["size"] = [1e9, -5.0, float(df["size"].iloc[0])]
+    got = t.apply(new, "new")[0][:, 0]
+    assert got[0] >= qt[fit_rows].max() - 1e-6 and got[1] <= qt[fit_rows].min() + 1e-6 and got[2] == qt[0]

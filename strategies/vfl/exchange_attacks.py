@@ -146,9 +146,9 @@ def inversion(emb: np.ndarray, features: np.ndarray, aux: np.ndarray, seed: int 
     f = (features - mu) / sd
     e_mu, e_sd = emb[aux].mean(0), emb[aux].std(0) + 1e-12
     e = (emb - e_mu) / e_sd
-    model = MLPRegressor(hidden_layer_sizes=(128, 128), max_iter=400, early_stopping=True, random_state=seed).fit(
-        e[aux], f[aux]
-    )
+    target = f[aux] if f.shape[1] > 1 else f[aux].ravel()  # one feature: a 1-D target, as sklearn wants
+    model = MLPRegressor(hidden_layer_sizes=(128, 128), max_iter=400, early_stopping=True, random_state=seed)
+    model.fit(e[aux], target)
     attack = float(((model.predict(e[rest]).reshape(len(rest), -1) - f[rest]) ** 2).mean())
     baseline = float((f[rest] ** 2).mean())  # the auxiliary mean is 0 after standardising
     return {"mse": attack, "mean_baseline_mse": baseline, "ratio": attack / baseline if baseline else float("nan")}
