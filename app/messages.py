@@ -163,6 +163,19 @@ def read_named(
     return {**{k: plain_name(rec[k], k.replace("_", " "), message) for k in names}, **{k: int(rec[k]) for k in ints}}
 
 
+EXPOSURE = {"mse", "mean_baseline_mse", "ratio", "auxiliary_records"}  # a party's own inversion measurement
+
+
+def read_exposure(content: RecordDict, party: str) -> dict:
+    """A finish reply's ``exposure`` (app/vfl/exchange.py inversion): exactly its fields, finite numbers."""
+    rec = content.config_records["exposure"]
+    expect_fields(rec, EXPOSURE, f"party {party!r}'s query.finish reply")
+    values = {k: float(rec[k]) for k in EXPOSURE if k in rec}
+    if set(values) != EXPOSURE or not all(np.isfinite(v) for v in values.values()):
+        raise ProtocolError(f"party {party!r}'s query.finish reply: exposure needs finite {sorted(EXPOSURE)}")
+    return values | {"auxiliary_records": int(values["auxiliary_records"])}
+
+
 def embeddings_content(emb: np.ndarray, state: dict | None = None) -> RecordDict:
     content = RecordDict({"out": ArrayRecord({"emb": Array(np.ascontiguousarray(emb))})})
     if state is not None:

@@ -109,6 +109,9 @@ def test_train_predict_and_report_through_flower(user):
     # issue 33: a run through Flower scores the label attacks on what it sent, and says so
     assert "exchange privacy: defences none" in r.stdout and "shops's label attacks (Spearman" in r.stdout, r.stdout
     assert summary["exchange_privacy"]["attacks"]["shops"]["records_scored"] > 0
+    # the feature inversion against the shops, measured by the shops' ClientApp on its own data
+    assert 0 <= summary["exchange_privacy"]["inversion"]["shops"]["ratio"] < 10
+    assert "inversion of shops's features" in r.stdout
     assert (run / "learning_curve.png").exists() and (run / "weight_gate.png").exists()
     # issue 28: the run (models of every party, linkage, metrics) and the predictions are the user's
     # alone, 0600 in 0700, though the commands ran under umask 022 and Flower's processes wrote them

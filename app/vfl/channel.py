@@ -149,9 +149,11 @@ class FlowerChannel:
     def close(self) -> None:
         """Nothing to release: the Flower connection is the ServerApp's."""
 
-    def finish(self, folder: str) -> None:
+    def finish(self, folder: str) -> dict[str, dict]:
         """Every party saves its final model into its own folder for the run (``folder`` = the
-        primary's run dir; only its name travels)."""
+        primary's run dir; only its name travels). Returns what each party measured of its own
+        exposure (the primary's feature inversion against it, app/vfl/exchange.py), if it did."""
         self.flush_keep()
         content = messages.named_content("finish", run=run_name(Path(folder)))
-        self._exchange("query.finish", {p: content for p in self.nodes})
+        replies = self._exchange("query.finish", {p: content for p in self.nodes})
+        return {p: messages.read_exposure(r, p) for p, r in replies.items() if "exposure" in r.config_records}

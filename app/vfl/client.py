@@ -18,9 +18,10 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages, node, threads
 from app.config import RunConfig
 from app.node import node_run_config
-from app.vfl import worker
+from app.vfl import exchange, worker
 from app.vfl.parties import simulation_party
 from app.vfl.secondary import MisalignedStep, SecondaryParty
+from strategies.optim import party_seed
 
 
 def party_name(cfg: RunConfig, context: Context) -> str:
@@ -140,12 +141,17 @@ def embed_kept(msg: Message, context: Context) -> Message:
 
 
 def _finish(content: RecordDict, context: Context) -> RecordDict:
-    """The final model into the party's own folder for the run (app/node.py:model_dir)."""
+    """The final model into the party's own folder for the run (app/node.py:model_dir); with
+    ``exchange-report``, what the primary's feature inversion achieves against this party, which
+    it measures on its own data (one ratio and its parts: no feature leaves)."""
     cfg = node_run_config(context)
     run = messages.read_named(content, "finish", "query.finish", names=("run",))["run"]
     party = SecondaryParty.restore(cfg, context)
     party.save(node.model_dir(cfg, context, run, party.party))
-    return RecordDict()
+    if not cfg.exchange.exchange_report:
+        return RecordDict()
+    seed = party_seed(cfg.train.seed, f"inversion-{party.party}")
+    return RecordDict({"exposure": ConfigRecord(exchange.inversion(party, seed))})  # measured on its own data
 
 
 def _restore(content: RecordDict, context: Context) -> RecordDict:

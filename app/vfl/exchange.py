@@ -69,17 +69,17 @@ def defences(cfg: RunConfig, ds, settings, steps: int | None = None) -> dict:
     return out
 
 
-def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: dict) -> dict | None:
+def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: dict, measured: dict) -> dict | None:
     """summary.json's ``exchange_privacy``: the defences and, per secondary, the label attacks'
-    success on its records against the true labels (exchange_observer.ExchangeObserver.report);
-    in process (``local``: the secondaries' objects) also the primary's feature inversion."""
+    success on its records against the true labels (exchange_observer.ExchangeObserver.report),
+    and the primary's feature inversion against it: measured by each party on its own data and
+    sent with its finish reply (``measured``), or here for in-process parties (``local``)."""
     if not strategy.parties:
         return None
     out = {"defences": defences(cfg, ds, settings, steps), "attacks": None}
-    if cfg.exchange.exchange_report and local:
-        out["inversion"] = {
-            p: inversion(party, party_seed(cfg.train.seed, f"inversion-{p}")) for p, party in local.items()
-        }
+    if cfg.exchange.exchange_report:
+        seed = lambda p: party_seed(cfg.train.seed, f"inversion-{p}")  # noqa: E731
+        out["inversion"] = measured or {p: inversion(party, seed(p)) for p, party in local.items()}
     if strategy.observer is not None:
         train = ds.split.train
         labels = strategy.head.target(ds.labels[train], "cpu", strategy.dtype).numpy()

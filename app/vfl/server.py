@@ -128,12 +128,11 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
             str(ckpt) if after_epoch else "",
         )
         seconds.train_and_eval = time.perf_counter() - t0
-        if remote:
-            remote.finish(str(out))
+        measured = remote.finish(str(out)) if remote else {}  # each party's own inversion measurement
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)
         seconds.total = time.perf_counter() - t_start
         run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(remote, floor))
-        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag, local)
+        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag, local, measured)
         summary = record.finish(cfg, run, **vfl_fields(cfg, settings, privacy, exchange_privacy))
     log_end(tag, summary, out)
     return summary
