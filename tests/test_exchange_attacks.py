@@ -283,3 +283,15 @@ def test_the_observers_sample_stays_bounded_and_spread_over_the_run(monkeypatch)
         obs.observe(index, target, {"s": torch.zeros(3, 3)}, {"s": Block})
         assert len(obs.samples["s"]) < 8
     assert obs.stride == 16 and obs.count["s"][:3].tolist() == [100.0] * 3  # every step still counted
+
+
+def test_a_partys_exposure_reply_is_read_only_when_whole_and_finite():
+    from flwr.app import ConfigRecord
+
+    from app.messages import ProtocolError, read_exposure
+
+    good = {"mse": 0.1, "mean_baseline_mse": 1.0, "ratio": 0.1, "auxiliary_records": 40}
+    assert read_exposure(RecordDict({"exposure": ConfigRecord(good)}), "s") == good
+    for bad in ({**good, "ratio": float("nan")}, {k: v for k, v in good.items() if k != "mse"}, {**good, "path": "/x"}):
+        with pytest.raises(ProtocolError):
+            read_exposure(RecordDict({"exposure": ConfigRecord(bad)}), "s")
