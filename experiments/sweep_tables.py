@@ -45,6 +45,7 @@ def tabulate(root: Path, sweep: dict) -> list[dict]:
                             "machine": s.get("machine", ""),
                             "device": s.get("device", ""),
                             "attack": strongest_attack(s),
+                            **exchange_attacks(s),
                         }
                     )
     root.mkdir(parents=True, exist_ok=True)
@@ -61,6 +62,19 @@ def strongest_attack(summary: dict) -> float | None:
     parties = (summary.get("privacy") or {}).get("parties") or {}
     rates = [e["strongest"]["rate"] for e in parties.values()]
     return max(rates) if rates else None
+
+
+def exchange_attacks(summary: dict) -> dict:
+    """The run's exchange report (app/vfl/exchange.py): the strongest label attack's score over its
+    secondaries (AUC, Spearman or accuracy) and the primary's best inversion (the lowest error
+    ratio); None where the run has no report."""
+    report = summary.get("exchange_privacy") or {}
+    scores = [v for a in (report.get("attacks") or {}).values() for k, v in a.items() if k in ATTACKS and v is not None]
+    ratios = [r["ratio"] for r in (report.get("inversion") or {}).values()]
+    return {"label_attack": max(scores) if scores else None, "inversion": min(ratios) if ratios else None}
+
+
+ATTACKS = ("norm", "direction", "completion")
 
 
 def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: float) -> str:
@@ -90,10 +104,14 @@ def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: 
             continue
         metric = sub[0]["metric"]
         attacked = any(r.get("attack") is not None for r in sub)
-        head = f"| variant | test {metric} | val {metric} | runs | s/run |" + (
-            " strongest attack |" if attacked else ""
+        exchanged = any(r.get("label_attack") is not None or r.get("inversion") is not None for r in sub)
+        head = (
+            f"| variant | test {metric} | val {metric} | runs | s/run |"
+            + (" strongest attack |" if attacked else "")
+            + (" label attack / inversion error |" if exchanged else "")
         )
-        lines += [f"**{dataset}** (test {metric})", "", head, "|---|---|---|---|---|" + ("---|" if attacked else "")]
+        rule = "|---|---|---|---|---|" + ("---|" if attacked else "") + ("---|" if exchanged else "")
+        lines += [f"**{dataset}** (test {metric})", "", head, rule]
         for variant in sweep["variants"]:
             v = [r for r in sub if r["variant"] == variant]
             if not v:
@@ -102,7 +120,9 @@ def markdown(rows: list[dict], sweep: dict, command: str, engine: str, seconds: 
             sd = statistics.stdev(t) if len(t) > 1 else 0.0
             lines.append(
                 f"| {variant} | {statistics.fmean(t):.4f} ± {sd:.4f} | {statistics.fmean(va):.4f} | "
-                f"{len(v)} | {statistics.fmean(r['seconds'] for r in v):.0f} |" + attack_cell(v, attacked)
+                f"{len(v)} | {statistics.fmean(r['seconds'] for r in v):.0f} |"
+                + attack_cell(v, attacked)
+                + (exchange_cell(v) if exchanged else "")
             )
         lines.append("")
     return "\n".join(lines)
@@ -114,6 +134,15 @@ def attack_cell(runs: list[dict], attacked: bool) -> str:
         return ""
     rates = [r["attack"] for r in runs if r.get("attack") is not None]
     return f" {100 * statistics.fmean(rates):.1f} % |" if rates else " - |"
+
+
+def exchange_cell(runs: list[dict]) -> str:
+    """The strongest label attack and the best inversion over a variant's runs (means)."""
+    cells = []
+    for key in ("label_attack", "inversion"):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        cells.append(f"{statistics.fmean(values):.3f}" if values else "-")
+    return f" {cells[0]} / {cells[1]} |"
 
 
 def _pyplot():

@@ -295,3 +295,20 @@ def test_a_partys_exposure_reply_is_read_only_when_whole_and_finite():
     for bad in ({**good, "ratio": float("nan")}, {k: v for k, v in good.items() if k != "mse"}, {**good, "path": "/x"}):
         with pytest.raises(ProtocolError):
             read_exposure(RecordDict({"exposure": ConfigRecord(bad)}), "s")
+
+
+def test_the_sweep_tables_carry_the_strongest_label_attack_and_the_best_inversion():
+    from experiments.sweep_tables import exchange_attacks, exchange_cell
+
+    summary = {
+        "exchange_privacy": {
+            "attacks": {"a": {"norm": 0.6, "direction": 0.9, "completion": None}, "b": {"direction": 0.7}},
+            "inversion": {"a": {"ratio": 0.3}, "b": {"ratio": 0.1}},
+        }
+    }
+    assert exchange_attacks(summary) == {"label_attack": 0.9, "inversion": 0.1}
+    assert exchange_attacks({}) == {"label_attack": None, "inversion": None}
+    assert (
+        exchange_cell([{"label_attack": 0.9, "inversion": 0.1}, {"label_attack": 0.7, "inversion": None}])
+        == " 0.800 / 0.100 |"
+    )

@@ -33,10 +33,13 @@ def test_a_sweep_runs_resumes_and_tabulates(tmp_path):
     assert len(rows) == 1 + 6 and rows[0].startswith("dataset,variant,seed,metric,test")
     assert "| K=3 | " in md and " ± " in md and "| exact |" not in md
     # each run's privacy report: the strongest attack on its release (combine links by the planted truth: none)
-    assert "| strongest attack |" in md and [
-        line.endswith(" - |") for line in md.splitlines() if line.startswith("| combine |")
-    ] == [True]
-    assert all(line.endswith(" % |") for line in md.splitlines() if line.startswith("| K="))
+    cells = {line.split(" | ")[0]: line.split(" | ") for line in md.splitlines() if line.startswith("| ")}
+    assert "| strongest attack |" in md and cells["| combine"][5] == "-"
+    assert all(c[5].endswith(" %") for name, c in cells.items() if name.startswith("| K="))
+    # and the exchange's (issue 33): the strongest label attack / the primary's best inversion error
+    assert "| label attack / inversion error |" in md and all(
+        " / " in c[6] for n, c in cells.items() if n != "| variant"
+    )
     assert {p.name for p in pngs} == {"synthetic.png", "synthetic-vs-k.png"} and all(p.stat().st_size > 0 for p in pngs)
     # a resumed sweep runs nothing again and reports the same table
     summary = json.loads((root / "synthetic" / "K=3" / "s0" / "summary.json").read_text())
