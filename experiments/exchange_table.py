@@ -86,8 +86,12 @@ def rows_table(rows: list[dict]) -> list[str]:
         "|" + "---|" * (8 + len(ATTACKS)),
     ]
     groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["dataset"], r["k"], r["defence"]), []).append(r)
+    seen = set()
+    for r in rows:  # a run recorded twice (two invocations on one file) counts once
+        key = (r["dataset"], r["k"], r["defence"], r["seed"], r.get("n_rows"))
+        if key not in seen:
+            seen.add(key)
+            groups.setdefault((r["dataset"], r["k"], r["defence"]), []).append(r)
     for (dataset, k, defence), runs in sorted(
         groups.items(), key=lambda g: (g[0][0], g[0][1], list(DEFENCES).index(g[0][2]))
     ):
@@ -98,7 +102,7 @@ def rows_table(rows: list[dict]) -> list[str]:
             a = [r["exchange"]["attacks"][party] for r in runs]
             cells = [_mean([x.get(name) for x in a]) for name in ATTACKS]
             out.append(
-                f"| {dataset} | {k} | {defence} | {_fmt(tests)} | {_fmt(diffs) if defence != 'none' else '-'} | "
+                f"| {dataset} | {k or 'default'} | {defence} | {_fmt(tests)} | {_fmt(diffs) if defence != 'none' else '-'} | "
                 f"{len(runs)} | {_mean([x.get('links_per_observation') for x in a])} | "
                 + " | ".join(cells)
                 + f" | {_mean([r['inversion'][party] for r in runs])} |"
