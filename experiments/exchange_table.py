@@ -63,6 +63,31 @@ def inversion(cfg: RunConfig, run: Path, seed: int) -> dict[str, float]:
     return out
 
 
+def baseline(values: dict, seeds: list[int]) -> dict[str, float]:
+    """Per secondary the model-completion attack on its raw features instead of its embeddings
+    (the same truth and known-label draws): what its own data and a handful of labels give
+    without any training. The linkage is the runs' (tau = 1: the same neighbours; only the
+    tokens' order differs, which this does not use)."""
+    from app.vfl.linking import linkage_job
+    from linkage.store import load_secondary
+
+    out: dict[str, list[float]] = {}
+    for seed in seeds:
+        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+            cfg = RunConfig.from_flower({**values, "seed": seed, "out-dir": tmp, "privacy-report": False})
+            ds, settings = load_data(cfg), cfg.resolve()
+            linkage, folder = linkage_job(ds, cfg, settings)
+            train = ds.split.train
+            for party, table in ds.secondaries.items():
+                rows = load_secondary(folder, party).row_of_token[linkage.tokens[party][train]]  # (m, K)
+                n = len(table.features)
+                truth = attacks.record_truth(rows, ds.labels[train].astype(float), n, ds.task)
+                known = attacks.known_rows(truth, ds.task, np.random.default_rng(seed), ds.n_classes)
+                score = attacks.completion(np.asarray(table.features), truth, known, ds.task)
+                out.setdefault(party, []).append(score)
+    return {p: round(statistics.mean(v), 4) for p, v in out.items()}
+
+
 def one_run(values: dict, seed: int) -> dict:
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         cfg = RunConfig.from_flower({**values, "seed": seed, "out-dir": tmp, "privacy-report": False})
@@ -132,7 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=0)
     ap.add_argument("--out", default="exchange_rows.jsonl")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--baseline", action="store_true", help="only the completion on raw features")
     args = ap.parse_args(argv)
+    if args.baseline:
+        values = {"dataset": args.dataset, "k": args.k, "n-rows": args.n_rows} | parse_overrides(args.set)
+        seeds = list(map(int, args.seeds.split(",")))
+        print(f"{args.dataset} K={args.k or 'default'}: completion on raw features {baseline(values, seeds)}")
+        return
     out = Path(args.out)
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     for defence in args.defences.split(","):
