@@ -136,10 +136,12 @@ def check(values: dict[str, object]):
         return cfg, len(ea_check(cfg).secondaries)
     # require_linkable: what the ServerApp's linkage would refuse
     from app.data import primary_data  # lazy: torch, off `fedsim --help`
+    from app.vfl.exchange import require_defences  # lazy: torch and flwr, off `fedsim --help`
     from app.vfl.linking import require_linkable  # lazy: torch and flwr, off `fedsim --help`
 
     ds = primary_data(cfg)  # what the primary's ServerApp reads: with linkage-dir, csv reads its own file only
     require_linkable(ds, cfg)
+    require_defences(ds, cfg)
     return cfg, len(ds.party_names)
 
 

@@ -38,6 +38,8 @@ def test_a_broken_config_exits_non_zero_naming_the_key_before_flower_starts(user
     assert r.returncode == 2 and "'tau' must be in (0, 1]" in r.stderr, r.stderr
     r = fedsim("train", "--dataset", "csv", "--data-dir", "elsewhere", cwd=user, timeout=120)
     assert r.returncode == 2 and str(user / "elsewhere" / "parties.toml") in r.stderr, r.stderr  # the absolute path
+    r = fedsim("train", *TINY, "-c", "marvell=1.0", cwd=user, timeout=120)  # the data's task: regression
+    assert r.returncode == 2 and "'marvell' protects binary labels" in r.stderr, r.stderr
     assert not (user / "runs").exists() or not any((user / "runs").iterdir())
 
 

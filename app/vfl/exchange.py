@@ -36,12 +36,17 @@ def private_labels(ds, cfg: RunConfig, head) -> np.ndarray:
     return y
 
 
+def require_defences(ds, cfg: RunConfig) -> None:
+    """Refuse, by name, a defence the data's task cannot take (`fedsim train` asks before Flower)."""
+    if cfg.exchange.marvell and ds.task != "binary":
+        raise ConfigError(f"run-config 'marvell' protects binary labels; dataset {ds.name!r} is {ds.task}")
+
+
 def protect(strategy, ds, cfg: RunConfig, settings, tag: str) -> None:
     """The primary's defences on ``strategy`` and, with ``exchange-report``, its observer."""
     ex = cfg.exchange
+    require_defences(ds, cfg)
     strategy.y = private_labels(ds, cfg, strategy.head)
-    if ex.marvell and ds.task != "binary":
-        raise ConfigError(f"run-config 'marvell' protects binary labels; dataset {ds.name!r} is {ds.task}")
     strategy.protect(GradientDefence(ex.grad_clip, ex.grad_noise, ex.marvell))
     if ex.grad_clip or ex.label_dp or ex.marvell:
         log(INFO, "%s exchange defences: %s", tag, defences(cfg, ds, settings))
