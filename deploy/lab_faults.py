@@ -259,17 +259,19 @@ def log_size(stack: Stack, party: str) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def revive_nodes(stack: Stack, since: dict[str, int], reregister: bool = False) -> list[str]:
+def revive_nodes(stack: Stack, since: dict[str, int], reregister: bool = False, every: bool = False) -> list[str]:
     """The operator's part after a fault: each SuperNode that exited, or gave up reconnecting
-    (its log past ``since``, a size), is started again; with ``reregister`` every one, its key
-    registered again first (a restarted SuperLink forgot it). Returns what was restarted, why."""
+    (its log past ``since``, a size), is started again; with ``every`` every one (one still in
+    its reconnect loop gives up ~30 s later and never exits: restarting it does not race that);
+    with ``reregister`` every one too, its key registered again first (a restarted SuperLink
+    forgot it). Returns what was restarted, why."""
     restarted = []
     for party, node in stack.nodes.items():
         with open(stack.logs / f"supernode-{party}.log", "rb") as f:
             f.seek(since.get(party, 0))
             gave_up = GAVE_UP.encode() in f.read()
         exited = node.popen.poll()
-        if exited is None and not gave_up and not reregister:
+        if exited is None and not gave_up and not (reregister or every):
             continue
         node.stop(grace=5)
         if reregister:
@@ -337,7 +339,7 @@ def link_down(stack: Stack, party: str, config: dict, baseline: Path, timeout: f
         lambda: set_link(stack.lab, host, True),
         timeout,
     )
-    return _resume(stack, "link down", config, baseline, seen, revive_nodes(stack, since), timeout)
+    return _resume(stack, "link down", config, baseline, seen, revive_nodes(stack, since, every=True), timeout)
 
 
 def superlink_restart(stack: Stack, config: dict, baseline: Path, timeout: float = 600.0) -> Outcome:

@@ -68,8 +68,8 @@ def baseline(values: dict, seeds: list[int]) -> dict[str, float]:
     (the same truth and known-label draws): what its own data and a handful of labels give
     without any training. The linkage is the runs' (tau = 1: the same neighbours; only the
     tokens' order differs, which this does not use)."""
-    from app.vfl.linking import linkage_job
-    from linkage.store import load_secondary
+    from app.vfl.linking import linkage_job  # lazy: the baseline alone links
+    from linkage.store import load_secondary  # lazy: as above
 
     out: dict[str, list[float]] = {}
     for seed in seeds:

@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages, node, threads
 from app.config import RunConfig
 from app.node import node_run_config
-from app.vfl import exchange, worker
+from app.vfl import worker
 from app.vfl.parties import simulation_party
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from strategies.optim import party_seed
@@ -150,8 +150,10 @@ def _finish(content: RecordDict, context: Context) -> RecordDict:
     party.save(node.model_dir(cfg, context, run, party.party))
     if not cfg.exchange.exchange_report:
         return RecordDict()
+    from app.vfl.exchange import inversion  # lazy: scikit-learn and scipy, at the run's end only
+
     seed = party_seed(cfg.train.seed, f"inversion-{party.party}")
-    return RecordDict({"exposure": ConfigRecord(exchange.inversion(party, seed))})  # measured on its own data
+    return RecordDict({"exposure": ConfigRecord(inversion(party, seed))})  # measured on its own data
 
 
 def _restore(content: RecordDict, context: Context) -> RecordDict:
