@@ -35,6 +35,7 @@ from deploy.lab_train import (
     run_values,
     start_superlink,
     start_supernode,
+    supervised,
     tail,
     tool,
 )
@@ -260,11 +261,10 @@ def log_size(stack: Stack, party: str) -> int:
 
 
 def revive_nodes(stack: Stack, since: dict[str, int], reregister: bool = False, every: bool = False) -> list[str]:
-    """The operator's part after a fault: each SuperNode that exited, or gave up reconnecting
-    (its log past ``since``, a size), is started again; with ``every`` every one (one still in
-    its reconnect loop gives up ~30 s later and never exits: restarting it does not race that);
-    with ``reregister`` every one too, its key registered again first (a restarted SuperLink
-    forgot it). Returns what was restarted, why."""
+    """The operator's part after a fault: each SuperNode that exited or gave up reconnecting (its
+    log past ``since``, a size) is started again under supervision; with ``every`` every one (one
+    still in its reconnect loop gives up ~30 s later, alive); with ``reregister`` every one, its
+    key registered again first (a restarted SuperLink forgot it). Returns what was restarted, why."""
     restarted = []
     for party, node in stack.nodes.items():
         with open(stack.logs / f"supernode-{party}.log", "rb") as f:
@@ -277,7 +277,8 @@ def revive_nodes(stack: Stack, since: dict[str, int], reregister: bool = False, 
         if reregister:
             register(stack.lab, stack.primary, party, stack.commands)
         host = stack.hosts[party]
-        stack.nodes[party] = start_supernode(stack.lab, party, host, stack.primary, stack.logs, stack.commands)
+        started = start_supernode(stack.lab, party, host, stack.primary, stack.logs, stack.commands)
+        stack.nodes[party] = supervised(stack.lab, party, host, stack.primary, stack.logs, stack.commands, started)
         why = (
             f"exited {exited}" if exited is not None else "gave up reconnecting, still alive" if gave_up else "restart"
         )

@@ -231,6 +231,21 @@ def register(lab: Lab, primary: Host, party: str, commands: dict) -> None:
     checked(lab.run(primary, cmd, env=flwr_env(primary), timeout=120), f"registering {party}")
 
 
+def supervised(
+    lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict, node: Running, settle: float = 30.0
+) -> Running:
+    """``node`` (party's SuperNode) started again whenever it exits, until it has stayed up
+    ``settle`` s (180 s at most), as a supervisor (systemd's Restart=on-failure) would: a SuperNode
+    started while the SuperLink still holds its predecessor's session is refused (exit 305)."""
+    up_since, end = time.monotonic(), time.monotonic() + 180.0
+    while time.monotonic() < end and time.monotonic() - up_since < settle:
+        if node.popen.poll() is not None:
+            time.sleep(5)
+            node, up_since = start_supernode(lab, party, host, primary, logs, commands), time.monotonic()
+        time.sleep(1)
+    return node
+
+
 def start_supernode(
     lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict, key=None, advertise: str = ""
 ) -> Running:
