@@ -57,7 +57,7 @@ def inversion(cfg: RunConfig, run: Path, seed: int) -> dict[str, float]:
         with torch.no_grad():
             emb = model.to(torch.float32)(x)  # (n, c)
             shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
-            emb = clipped_rows(emb, shield, secret_generator(emb.device)) if shield.on else emb
+            emb = clipped_rows(emb, shield, secret_generator(emb.device))
         aux = np.sort(rng.choice(len(emb), size=max(len(emb) // 5, 10), replace=False))
         out[party] = round(attacks.inversion(emb.numpy(), np.asarray(table.features), aux, seed)["ratio"], 4)
     return out

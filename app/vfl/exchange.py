@@ -15,7 +15,7 @@ from flwr.common.logger import log
 from app.config import ConfigError, RunConfig
 from strategies.optim import party_seed
 from strategies.vfl import exchange_attacks as attacks
-from strategies.vfl.defences import GradientDefence, clipped_rows, epsilon, randomised_labels
+from strategies.vfl.defences import GradientDefence, epsilon, randomised_labels
 from strategies.vfl.exchange_observer import ExchangeObserver, leaks, report_lines
 
 
@@ -108,8 +108,6 @@ def inversion(party, seed: int) -> dict:
     n = len(party.x)
     rows = rng.permutation(n)[: min(n, AUX + SCORED)]
     aux = np.arange(min(max(n // 5, 10), AUX, len(rows) - 1))
-    with torch.no_grad():
-        emb = party.model(party.x[torch.as_tensor(rows, device=party.x.device)])  # (R, c)
-        emb = clipped_rows(emb, party.shield, party.noise) if party.shield.on else emb
+    emb = party.embed_rows(torch.as_tensor(rows, device=party.x.device))  # (R, c), as the party sends them
     found = attacks.inversion(emb.float().cpu().numpy(), party.x[rows].float().cpu().numpy(), aux, seed)
     return {k: round(v, 4) for k, v in found.items()} | {"auxiliary_records": int(len(aux))}

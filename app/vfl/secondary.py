@@ -81,10 +81,14 @@ class SecondaryParty:
 
     @torch.no_grad()
     def embed_tensor(self, tokens: np.ndarray) -> torch.Tensor:
-        """:meth:`embed` on this party's device (an in-process channel's: no host round trip),
-        clipped and noised where the run's embedding defence says."""
-        out = self.model(self.x[self.rows(tokens)])  # (U, c)
-        return clipped_rows(out, self.shield, self.noise) if self.shield.on else out
+        """:meth:`embed` on this party's device (an in-process channel's: no host round trip)."""
+        return self.embed_rows(self.rows(tokens))
+
+    @torch.no_grad()
+    def embed_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """(R,) rows of this party -> (R, c) embeddings as it sends them: clipped and noised where
+        the run's embedding defence says."""
+        return clipped_rows(self.model(self.x[rows]), self.shield, self.noise)
 
     def apply(self, blocks: list[GradBlock]) -> None:
         """Backpropagate each block's gradient through a fresh forward pass, one step each.
@@ -106,8 +110,7 @@ class SecondaryParty:
                 )
         for block, grad in zip(blocks, grads):
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
-            if self.shield.on:  # the clip's own gradient (the noise adds a constant)
-                out = clipped_rows(out, ClipNoise(self.shield.clip), None)
+            out = clipped_rows(out, ClipNoise(self.shield.clip), None)  # the clip's own gradient (noise: a constant)
             self.optimizer.zero_grad(set_to_none=True)
             out.backward(grad)
             self.optimizer.step()

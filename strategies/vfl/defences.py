@@ -94,7 +94,10 @@ def defended_block(
 
 
 def clipped_rows(rows: torch.Tensor, defence: ClipNoise, gen) -> torch.Tensor:
-    """Embedding rows (U, c) clipped to L2 norm ``clip`` each, with N(0, (noise * clip)^2) added."""
+    """Embedding rows (U, c) clipped to L2 norm ``clip`` each, with N(0, (noise * clip)^2) added;
+    the rows as they are when the defence is off (clip 0)."""
+    if not defence.on:
+        return rows
     norms = rows.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (U, 1)
     out = rows * (defence.clip / norms).clamp(max=1.0)
     if defence.noise > 0:
