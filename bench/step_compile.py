@@ -28,7 +28,7 @@ from strategies.vfl.protocol import train_epoch
 class PaddedStrategy(FedSimStrategy):
     """The primary's step with each party's embeddings padded to B * K rows (fixed shapes)."""
 
-    def train_step(self, step: Step, emb: dict) -> tuple[torch.Tensor, dict[str, GradBlock]]:
+    def backward(self, step: Step, emb: dict) -> tuple[torch.Tensor, dict[str, GradBlock]]:
         torch.compiler.cudagraph_mark_step_begin()  # a new step: the graphs' last outputs are done with
         self.model.train()
         leaves = {}
@@ -41,7 +41,7 @@ class PaddedStrategy(FedSimStrategy):
         loss = self.head.loss(out, step.target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.optimizer.step()
+        self._seen = None  # no observer here; FedSimStrategy.update steps the optimiser
         return loss.detach(), {
             p: GradBlock(step.tokens[p], leaves[p].grad[: len(step.tokens[p])]) for p in self.parties
         }

@@ -101,8 +101,7 @@ class Lamb(Optimizer):
     def _update(self, group: dict, params: list, grads: list, avgs: list, sqs: list, sizes: list[float]) -> None:
         """One LAMB step for N same-device, same-dtype parameters; nothing is read back to the host."""
         beta1, beta2 = group["betas"]
-        torch._foreach_mul_(avgs, beta1)
-        torch._foreach_add_(avgs, grads, alpha=1 - beta1)  # m_t
+        torch._foreach_lerp_(avgs, grads, 1 - beta1)  # m_t = beta1 m + (1 - beta1) g, one pass
         torch._foreach_mul_(sqs, beta2)
         torch._foreach_addcmul_(sqs, grads, grads, value=1 - beta2)  # v_t
         w_norm = torch.stack(torch._foreach_norm(params)).clamp(0, self.clamp_value)  # (N,)
@@ -114,8 +113,7 @@ class Lamb(Optimizer):
         a_norm = torch.stack(torch._foreach_norm(upd))  # (N,)
         trust = torch.ones_like(w_norm) if self.adam else trust_ratio(w_norm, a_norm)  # (N,)
         alphas = torch._foreach_mul(list(trust.unbind()), [-s for s in sizes])  # N 0-dim: -step_size * r
-        torch._foreach_mul_(upd, alphas)
-        torch._foreach_add_(params, upd)
+        torch._foreach_addcmul_(params, upd, alphas)  # p += alpha u, one pass
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Also torch_optimizer.Lamb's: its diagnostics are dropped, a tensor step becomes an int."""

@@ -10,6 +10,7 @@ from strategies.vfl.gates import (
     CNNMerge,
     SeededDropout,
     WeightGate,
+    gather_rows,
     seed_dropout,
     sort_by_similarity,
 )
@@ -35,6 +36,33 @@ def test_weight_gate_maps_each_similarity_to_a_positive_weight():
 def test_cnn_merge_shape():
     merge = CNNMerge(k=5, r=3, d_out=2, k_conv=3, channels=4, hidden=16, dropout=0.0)
     assert merge(torch.randn(7, 5, 3)).shape == (7, 2)
+
+
+@pytest.mark.parametrize("k, k_conv", [(5, 3), (50, 7), (1, 7), (2, 1)])
+def test_cnn_merge_equals_its_conv2d_with_the_same_gradients(k, k_conv):
+    """The merge runs its Conv2d as a banded matmul (gates.banded): the same outputs and the same
+    gradients for input, kernel and bias as the Conv2d itself (float64: only summation order differs)."""
+    torch.manual_seed(0)
+    merge = CNNMerge(k=k, r=3, d_out=2, k_conv=k_conv, channels=4, hidden=16, dropout=0.0).double()
+    x = torch.randn(7, k, 3, dtype=torch.float64, requires_grad=True)
+    conv_out = torch.relu(merge.conv(x.unsqueeze(1)))  # (B, C, K + k_conv - 1, r), the Conv2d itself
+    expect = merge.head(conv_out.flatten(1))
+    g_expect = torch.autograd.grad(expect.sum(), [x, merge.conv.weight, merge.conv.bias])
+    got = merge(x)
+    g_got = torch.autograd.grad(got.sum(), [x, merge.conv.weight, merge.conv.bias])
+    assert torch.allclose(got, expect, rtol=0, atol=1e-12)
+    for a, b in zip(g_got, g_expect):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_gather_rows_is_advanced_indexing_with_its_gradient():
+    table = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    index = torch.tensor([[0, 5, 5], [2, 0, 5]])  # (B, K), repeated rows
+    upstream = torch.randn(2, 3, 4, dtype=torch.float64)
+    got = gather_rows(table, index)
+    (g_got,) = torch.autograd.grad(got, table, upstream)
+    (g_expect,) = torch.autograd.grad(table[index], table, upstream)
+    assert torch.equal(got, table[index]) and torch.allclose(g_got, g_expect, rtol=0, atol=1e-14)
 
 
 def test_factored_aggregation_equals_the_mlp_on_concatenated_pairs():

@@ -11,6 +11,8 @@ bottom model. From these it may infer the primary's labels:
   direction, kept aligned from step to step (strategies/vfl/exchange_observer.py); binary labels split by its sign, a regression's signed
   residual (prediction - label) rides on it. Its orientation is fixed with the attacker's handful of
   known labels, never with the truth.
+  For classes, the cosine attack by centroids (:func:`class_direction`): each record's mean unit
+  gradient row against the mean of those of the known records of each class.
 - **completion** (Fu et al., USENIX Security 2022): a head fitted on the secondary's own
   embeddings of a handful of its records whose labels it knows, applied to all its records.
 
@@ -152,3 +154,14 @@ def inversion(emb: np.ndarray, features: np.ndarray, aux: np.ndarray, seed: int 
     attack = float(((model.predict(e[rest]).reshape(len(rest), -1) - f[rest]) ** 2).mean())
     baseline = float((f[rest] ** 2).mean())  # the auxiliary mean is 0 after standardising
     return {"mse": attack, "mean_baseline_mse": baseline, "ratio": attack / baseline if baseline else float("nan")}
+
+
+def class_direction(directions: np.ndarray, truth: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """The cosine attack for classes: per record (n,) the class whose centroid its mean gradient
+    direction ``directions`` (n, c) is most similar to (cosine), a class's centroid being the mean
+    unit direction of its ``known`` records (classes with no known record are never predicted)."""
+    unit = directions / np.maximum(np.linalg.norm(directions, axis=1, keepdims=True), 1e-30)  # (n, c)
+    classes = np.unique(truth[known]).astype(int)
+    cent = np.stack([unit[known[truth[known] == c]].mean(0) for c in classes])  # (C, c)
+    cent /= np.maximum(np.linalg.norm(cent, axis=1, keepdims=True), 1e-30)
+    return classes[(unit @ cent.T).argmax(1)].astype(float)

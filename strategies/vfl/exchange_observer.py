@@ -4,7 +4,8 @@ The primary sends every block, so it can score the secondaries' label attacks on
 (strategies/vfl/exchange_attacks.py) with the truth it holds, in any engine. :class:`ExchangeObserver`
 sees each step's blocks as sent (after any defence) and the embeddings as received, and keeps per
 secondary record the running mean of its standardised gradient norm and principal-direction
-projection, the last embedding of each record (for model completion), and a sample of single
+projection (classes: the sum of its unit gradient rows, for the cosine attack by centroids), the
+last embedding of each record (for model completion), and a sample of single
 observations with the number of the batch's links that mixed into them. Everything stays on the
 step's device (no host sync per step); :meth:`ExchangeObserver.report` reads it once.
 """
@@ -50,6 +51,10 @@ class ExchangeObserver:
             p: torch.zeros(n, cut_dim, device=device) if n * cut_dim <= MAX_EMBEDDINGS else None
             for p, n in n_tokens.items()
         }
+        self.dirs = {  # (n, c) sums of unit gradient rows (classes only)
+            p: torch.zeros(n, cut_dim, **f64) if task == "multiclass" and n * cut_dim <= MAX_EMBEDDINGS else None
+            for p, n in n_tokens.items()
+        }
         self.ref: dict[str, torch.Tensor | None] = {p: None for p in n_tokens}
         self.samples: dict[str, list[torch.Tensor]] = {p: [] for p in n_tokens}  # each (S, 4)
         self.steps, self.stride = 0, 1  # steps observed; one in ``stride`` is sampled
@@ -68,6 +73,8 @@ class ExchangeObserver:
             self.norm[p].index_add_(0, t, zn)
             self.proj[p].index_add_(0, t, zp)
             self.count[p].index_add_(0, t, torch.ones_like(zn))
+            if self.dirs[p] is not None:
+                self.dirs[p].index_add_(0, t, g / g.norm(dim=1, keepdim=True).clamp_min(1e-30))
             if self.emb[p] is not None:
                 self.emb[p][t] = torch.as_tensor(emb[p], device=g.device, dtype=self.emb[p].dtype)
             if self.steps % self.stride == 0:
@@ -109,6 +116,9 @@ class ExchangeObserver:
                 sign = attacks.orientation(scores, truth, known, task)
                 out[name] = _round(attacks.score(sign * scores[rest], truth[rest], task))
             out["direction_by_links"] = self._by_links(p, sign)  # the direction's sign
+        elif self.dirs[p] is not None and len(known):
+            pred = attacks.class_direction(self.dirs[p].cpu().numpy(), truth, known)
+            out["direction"] = _round(attacks.score(pred[rest], truth[rest], task))
         if self.samples[p]:
             out["links_per_observation"] = round(float(torch.cat(self.samples[p])[:, 0].mean()), 3)
         if self.emb[p] is not None:

@@ -86,6 +86,7 @@ class FedSimStrategy:
             self.n_tokens = {p: int(linkage.tokens[p].max(initial=-1)) + 1 for p in self.parties}
         self.defence, self.noise = GradientDefence(), None  # the cut-layer gradients' defence (:meth:`protect`)
         self.observer = None  # an ExchangeObserver (strategies/vfl/exchange_observer.py) sees each step's exchange
+        self._seen = None  # the last backward's (index, target, embeddings, blocks), for the observer
 
     def protect(self, defence: GradientDefence) -> None:
         """Send defended gradient blocks from now on (strategies/vfl/defences.py), the noise from
@@ -146,6 +147,16 @@ class FedSimStrategy:
         """One step; emb[p] (U, c) are the embeddings of step.tokens[p] (host arrays or tensors).
         Returns the loss, a 0-dim device tensor (reading it is the caller's host sync), and per party
         the gradient block of its embeddings, a device tensor (defended where :meth:`protect` says)."""
+        out = self.backward(step, emb)
+        self.update()
+        return out
+
+    def backward(
+        self, step: Step, emb: dict[str, np.ndarray | torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, GradBlock]]:
+        """:meth:`train_step` up to its gradients, the model not updated yet: :meth:`update` must
+        follow before the next step. The blocks do not change with the update, so a caller may send
+        them first and update while the exchange is in flight (strategies/vfl/protocol.py)."""
         self.model.train()
         emb = {p: torch.as_tensor(emb[p], device=self.device, dtype=self.dtype) for p in self.parties}
         if self.defence.on:  # each pair's embedding a leaf of its own: per-record gradients to clip
@@ -157,11 +168,17 @@ class FedSimStrategy:
         loss = self.head.loss(out, step.target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.optimizer.step()
         blocks = {p: GradBlock(step.tokens[p], self._block(p, leaves[p].grad, step)) for p in self.parties}
-        if self.observer is not None:
-            self.observer.observe(step.index, step.target, emb, blocks)
+        self._seen = (step.index, step.target, emb, blocks)
         return loss.detach(), blocks
+
+    def update(self) -> None:
+        """The step :meth:`backward` computed: the optimiser's update, and the observer's look at
+        the exchange (strategies/vfl/exchange_observer.py)."""
+        self.optimizer.step()
+        if self.observer is not None:
+            self.observer.observe(*self._seen)
+        self._seen = None
 
     def _block(self, p: str, grad: torch.Tensor, step: Step) -> torch.Tensor:
         """Party p's gradient block (U, c): as computed, or from the per-pair gradients (B * K, c)

@@ -5,6 +5,11 @@ blocks of the previous window (applied in order by each secondary) and the token
 requests of this window; the reply carries embeddings of those tokens computed from the
 secondary's current weights. S = 1 is exact split learning.
 
+Exact overlap (every run): a window's exchange goes out as soon as its last step's gradient
+blocks exist, before that step's optimiser update (``FedSimStrategy.backward`` / ``update``),
+and the next window's inputs are staged while it is in flight: the update changes no block, so
+the run is the same to the bit, and a deployed exchange's round trip hides the update's time.
+
 Pipelined (``plan.pipeline``): the request for window w + 1 goes out as soon as window w's
 embeddings are in, so the secondaries answer it while the primary computes window w and a
 deployed exchange's latency hides behind that compute. It carries window w - 1's blocks, so
@@ -135,6 +140,7 @@ def train_epoch(
     if parties and plan_windows and first is None:
         send(0)
     for w, window in enumerate(plan_windows):
+        steps = next(staged)  # host work done while the exchange is in flight
         if w == 0 and first is not None and parties:
             emb = {p: first[p][1][np.searchsorted(first[p][0], window.union[p])] for p in parties}  # (U, c) each
         else:
@@ -142,16 +148,17 @@ def train_epoch(
         more = parties and w + 1 < len(plan_windows)
         if more and plan.pipeline:
             send(w + 1)  # answered while this window computes
-        for j, step in enumerate(next(staged)):
+        for j, step in enumerate(steps):
             batch_emb = emb if window.at is None else {p: _take(emb[p], window.at[j][p]) for p in parties}
-            loss, grads = strategy.train_step(step, batch_emb)
+            loss, grads = strategy.backward(step, batch_emb)
             losses.append(loss)
             for p in parties:
                 pending[p].append(grads[p])
+            if more and not plan.pipeline and j + 1 == len(steps):
+                send(w + 1)  # exact all the same: the update below changes no block; it overlaps the exchange
+            strategy.update()
             read = step_losses[-1] if step_losses else float("nan")  # no host read here
             progress(len(step_losses) + len(losses) - n0, len(batches), read)
-        if more and not plan.pipeline:
-            send(w + 1)
         if len(losses) >= LOSS_READS or w + 1 == len(plan_windows):
             step_losses.extend(torch.stack(losses).tolist())  # one host sync for these steps
             losses.clear()
