@@ -50,7 +50,7 @@ class DataOptions:
     n_rows: int = 0  # subsample the primary (synthetic: generate) to this many rows; 0 = all
     parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
     sigma_cf: float = 0.0  # noise on the secondary's identifiers (synthetic, frog)
-    input_scale: str = "standard"  # every party's numeric inputs: standard | quantile (datasets/transform.py)
+    input_scale: str = "standard"  # every party's numeric inputs: standard | quantile | ple (datasets/transform.py)
 
     def check(self, need: Need) -> None:
         _nonnegative(need, self, "n_rows", "sigma_cf")
@@ -61,7 +61,7 @@ class DataOptions:
         need(
             self.input_scale == "standard" or self.dataset != "csv",
             "run-config 'input-scale' is for the shipped datasets; with dataset csv each party "
-            'declares its own recipe (scale = "quantile" in its parties.toml section)',
+            'declares its own recipe (scale = "quantile" or "ple" in its parties.toml section)',
         )
 
 

@@ -49,12 +49,18 @@ def main() -> None:
     ap.add_argument("--dataset", default="hdb")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rows", type=int, default=25, help="rows of the profiler's table")
+    ap.add_argument("--no-profile", action="store_true", help="only the timed steps (bench/step_ab.sh)")
+    ap.add_argument("--warmup", type=int, default=0, help="steps run first on fresh parties, not timed")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more run-config values (TOML)")
     args = ap.parse_args()
     values = {"dataset": args.dataset, "epochs": 1, **parse_overrides(args.set)}
     print(f"{machine()}, {torch.get_num_threads()} torch threads; run config {values}")
+    if args.warmup:
+        run_steps(values, args.warmup)
     seconds = run_steps(values, args.steps)
     print(f"{args.steps} steps: {seconds:.2f} s ({1000 * seconds / args.steps:.1f} ms/step)", flush=True)
+    if args.no_profile:
+        return
     cuda = values.get("device") == "cuda"
     with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
         steps_s = run_steps(values, args.steps)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from datasets.base import DatasetError
 
-SCALES = ("standard", "quantile")  # a party's input recipe for its numeric columns (datasets/transform.py)
+SCALES = ("standard", "quantile", "ple")  # a party's input recipe for its numeric columns (datasets/transform.py)
 
 
 @dataclass(frozen=True)

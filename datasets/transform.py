@@ -36,6 +36,9 @@ class FeatureTransform:
     # per numeric column its training quantiles (scale "quantile": mapped to a normal before the
     # standardisation; scikit-learn's QuantileTransformer); () = scale "standard"
     quantiles: tuple[tuple[float, ...], ...] = ()
+    # per numeric column its piecewise-linear encoding's bin edges (scale "ple": each column becomes
+    # one feature per bin, :func:`to_ple`); () = not this recipe
+    ple: tuple[tuple[float, ...], ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -48,7 +51,9 @@ class FeatureTransform:
         blocks, report = [], {"nan_imputed": {}, "unseen_categories": {}}
         if self.numeric:
             num, report["nan_imputed"], _ = numeric_features(df, list(self.numeric), None, where, fill=self.fill)
-            blocks.append(to_normal(num, self.quantiles) if self.quantiles else num)
+            blocks.append(
+                to_ple(num, self.ple) if self.ple else to_normal(num, self.quantiles) if self.quantiles else num
+            )
         for col, cats in self.categorical:
             onehot, unseen = one_hot(df[col], cats)
             if unseen and unknown == "refuse":
@@ -84,6 +89,7 @@ class FeatureTransform:
         d["categorical"] = tuple((c, tuple(v)) for c, v in d["categorical"])
         d["fill"] = [float("nan") if v is None else v for v in d["fill"]]
         d["quantiles"] = tuple(tuple(q) for q in d.get("quantiles", ()))  # absent in runs kept before it
+        d["ple"] = tuple(tuple(e) for e in d.get("ple", ()))  # likewise
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -135,6 +141,44 @@ def to_normal(num: np.ndarray, quantiles: tuple[tuple[float, ...], ...]) -> np.n
     return qt.transform(num)
 
 
+PLE_BINS = 16  # bins per numeric column of the piecewise-linear encoding (at most: equal quantiles merge)
+
+
+def ple_edges(num: np.ndarray, fit_rows: np.ndarray | None) -> tuple[tuple[float, ...], ...]:
+    """Per column of ``num`` (n, d) the distinct training quantiles at 0, 1/T, ..., 1 (T =
+    :data:`PLE_BINS`): its bins' edges (a constant column has one edge, hence no bin)."""
+    ref = num if fit_rows is None else num[fit_rows]
+    q = np.quantile(ref, np.linspace(0, 1, PLE_BINS + 1), axis=0)  # (T + 1, d)
+    return tuple(tuple(map(float, np.unique(col))) for col in q.T)
+
+
+def to_ple(num: np.ndarray, edges: tuple[tuple[float, ...], ...]) -> np.ndarray:
+    """Piecewise-linear encoding (Gorishniy et al., NeurIPS 2022): ``num`` (n, d) -> (n, sum of
+    the columns' bins); per column and bin t with edges b_t-1 < b_t, (x - b_t-1) / (b_t - b_t-1)
+    clipped to [0, 1], except that the first bin is not clipped below and the last not above
+    (new values outside the training range extrapolate linearly)."""
+    out = []
+    for j, col in enumerate(edges):
+        b = np.asarray(col)
+        if len(b) < 2:
+            continue
+        e = (num[:, j : j + 1] - b[:-1]) / (b[1:] - b[:-1])  # (n, T_j)
+        lo = np.full(len(b) - 1, 0.0)
+        hi = np.full(len(b) - 1, 1.0)
+        lo[0], hi[-1] = -np.inf, np.inf
+        out.append(np.clip(e, lo, hi))
+    return np.concatenate(out, axis=1) if out else np.zeros((len(num), 0))
+
+
+def _ple_expanded(x: np.ndarray, keep: np.ndarray, names: list[str], d: int, edges) -> tuple:
+    """The fitted matrix with its d numeric columns replaced by their encodings: (x, keep, names)."""
+    bins = [max(len(e) - 1, 0) for e in edges]
+    x = np.concatenate([to_ple(x[:, :d], edges), x[:, d:]], axis=1)
+    keep = np.concatenate([np.repeat(keep[:d], bins), keep[d:]])
+    names = [f"{n}[ple {t}]" for n, b in zip(names[:d], bins) for t in range(b)] + names[d:]
+    return x, keep, names
+
+
 def fit_transform(
     df: pd.DataFrame,
     numeric: list[str],
@@ -145,11 +189,14 @@ def fit_transform(
 ) -> tuple[FeatureTransform, dict]:
     """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
     was); returns the transform and what fitting dropped and imputed. ``scale`` "quantile":
-    numeric columns through their training quantiles to a normal first (:func:`to_normal`)."""
-    blocks, names, imputed, fill, grid = [], [], {}, (), ()
+    numeric columns through their training quantiles to a normal first (:func:`to_normal`);
+    "ple": each numeric column as its piecewise-linear encoding over training quantile bins
+    (:func:`to_ple`)."""
+    blocks, names, imputed, fill, grid, edges = [], [], {}, (), (), ()
     if numeric:
         num, imputed, fill = numeric_features(df, numeric, fit_rows, where)
         grid = quantile_grid(num, fit_rows) if scale == "quantile" else ()
+        edges = ple_edges(num, fit_rows) if scale == "ple" else ()
         blocks.append(num)  # raw here: what is constant or empty is judged on the values themselves
         names += numeric
     cats = tuple((c, tuple(sorted(df[c].astype(str).unique()))) for c in categorical)
@@ -160,6 +207,8 @@ def fit_transform(
     keep, report = drop_uninformative(x, names, fit_rows, where)
     if grid:
         x[:, : len(numeric)] = to_normal(x[:, : len(numeric)], grid)
+    if edges:
+        x, keep, names = _ple_expanded(x, keep, names, len(numeric), edges)
     ref = x[:, keep] if fit_rows is None else x[fit_rows][:, keep]
     mean, std = ref.mean(axis=0), ref.std(axis=0)
     std[std == 0] = 1.0
@@ -172,6 +221,7 @@ def fit_transform(
         tuple(map(float, std)),
         tuple(n for n, k in zip(names, keep) if k),
         grid,
+        edges,
     )
     return transform, report | {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
 

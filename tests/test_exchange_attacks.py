@@ -329,7 +329,9 @@ def _observe_classes(noise: float, seed: int = 0) -> dict:
         tokens = np.sort(rng.choice(n, 64, replace=False))
         grad = proto[labels[tokens]] * rng.uniform(0.1, 2.0, (64, 1)) + rng.normal(0, noise, (64, c))
         index = torch.arange(64).view(64, 1)  # (B, K = 1): primary record j uses block row j
-        obs.observe({"s": index}, torch.as_tensor(labels[tokens]), {"s": np.zeros((64, c))}, {"s": GradBlock(tokens, grad)})
+        obs.observe(
+            {"s": index}, torch.as_tensor(labels[tokens]), {"s": np.zeros((64, c))}, {"s": GradBlock(tokens, grad)}
+        )
     return obs.report({"s": np.arange(n).reshape(n, 1)}, labels, 3, seed=1)["s"]
 
 

@@ -12,6 +12,7 @@ from app.config import RunConfig
 from app.vfl.inprocess import max_param_gap, run_in_process, run_twin
 from strategies.vfl import protocol
 from strategies.vfl.channel import LocalChannel
+from strategies.vfl.fedsim import FedSimStrategy
 from tests.test_equivalence import CASES
 
 S = 3
@@ -76,6 +77,31 @@ def test_a_window_sees_embeddings_at_most_one_window_older_when_pipelined(pipeli
     assert lags == ([0, S, S, S] if pipeline else [0, 0, 0, 0])
     assert max(lags) == lag
     assert protocol.TrainPlan.__dataclass_fields__["pipeline"].default is False  # exact unless asked
+
+
+def test_an_exact_windows_exchange_goes_out_before_the_primarys_last_update(tmp_path, monkeypatch):
+    """Exact overlap (S = 1, unpipelined): request w + 1 goes out once step w's gradient blocks
+    exist, before the primary's update of step w (which changes no block), so the primary has
+    made w updates, not w + 1, when it is sent; the run stays its twin's (test_equivalence)."""
+    updates, at_send = [0], []
+    real = FedSimStrategy.update
+
+    def counting(self):
+        real(self)
+        updates[0] += 1
+
+    class Spy(LocalChannel):
+        def send(self, apply, embed):
+            at_send.append(updates[0])
+            return super().send(apply, embed)
+
+    monkeypatch.setattr(FedSimStrategy, "update", counting)
+    monkeypatch.setattr("app.vfl.inprocess.LocalChannel", Spy)
+    cfg = RunConfig.of(
+        **CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=5, steps_per_exchange=1, out_dir=str(tmp_path)
+    )
+    run_in_process(cfg)
+    assert at_send == [0, 0, 1, 2, 3] and updates[0] == 5
 
 
 @pytest.mark.parametrize("s", [1, 10**6])

@@ -11,7 +11,7 @@ import pytest
 from datasets import load_dataset
 from datasets.base import DatasetError
 from datasets.tables import party_table
-from datasets.transform import FeatureTransform
+from datasets.transform import PLE_BINS, FeatureTransform, ple_edges, to_ple
 from tests.test_byo import write_parties
 
 
@@ -45,7 +45,7 @@ def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard"):
     )
 
 
-@pytest.mark.parametrize("scale", ["standard", "quantile"])
+@pytest.mark.parametrize("scale", ["standard", "quantile", "ple"])
 def test_the_transform_gives_the_training_features_bitwise(scale):
     df, fit_rows = planted(), np.arange(0, 60, 2)
     t = table(df, fit_rows, scale)
@@ -146,3 +146,21 @@ def test_the_quantile_recipe_makes_a_long_tail_normal_on_the_training_rows_and_p
     new["size"] = [1e9, -5.0, float(df["size"].iloc[0])]
     got = t.apply(new, "new")[0][:, 0]
     assert got[0] >= qt[fit_rows].max() - 1e-6 and got[1] <= qt[fit_rows].min() + 1e-6 and got[2] == qt[0]
+
+
+def test_the_piecewise_linear_encoding_fills_its_bins_in_order_and_extrapolates_at_the_ends():
+    """Issue 34's "ple" recipe (Gorishniy et al. 2022): a value fills the bins below it, part of
+    its own and none above; the first bin extends below the training range and the last above, so
+    the encoding is exact: b_0 + sum_t e_t (b_t - b_t-1) gives the value back."""
+    edges = ((0.0, 1.0, 2.0, 4.0),)
+    x = np.array([[3.0], [-1.0], [6.0], [0.5], [2.0]])
+    enc = to_ple(x, edges)
+    assert enc.tolist() == [[1, 1, 0.5], [-1, 0, 0], [1, 1, 2], [0.5, 0, 0], [1, 1, 0]]
+    assert np.allclose(0.0 + enc @ np.diff(edges[0]), x[:, 0])
+    rng = np.random.default_rng(0)
+    num = np.column_stack([rng.lognormal(4, 1.2, 500), rng.integers(0, 3, 500), np.full(500, 7.0)])
+    fitted = ple_edges(num, np.arange(400))
+    assert [len(e) - 1 for e in fitted] == [PLE_BINS, 2, 0]  # a constant column has no bin
+    assert np.allclose(fitted[0][0] + to_ple(num, fitted)[:, :PLE_BINS] @ np.diff(fitted[0]), num[:, 0])
+    t = table(planted(400), np.arange(300), "ple")
+    assert sum(n.startswith("size[ple ") for n in t.feature_names) == PLE_BINS
