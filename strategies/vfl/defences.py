@@ -13,9 +13,10 @@ the run config).
 - **Marvell** (the primary, binary labels; strategies/vfl/marvell.py): per-record noise whose
   covariance per label is optimised each batch to make the labels' gradients alike.
 - **Label DP** (the primary): the training labels are randomised once before training:
-  k-ary randomised response for classes, Laplace noise on the [0, 1]-scaled regression target
-  (clipped back to [0, 1]). Everything after is post-processing: an epsilon-label-DP guarantee
-  for the training labels against every other party.
+  k-ary randomised response for classes, randomised response on bins for the [0, 1]-scaled
+  regression target (strategies/vfl/label_dp.py; Laplace noise before 2026-11-28). Everything
+  after is post-processing: an epsilon-label-DP guarantee for the training labels against every
+  other party.
 - **Embedding clipping + noise** (a secondary, protecting its features from the primary): each
   embedding row it sends is clipped to L2 norm ``clip`` and gets N(0, (noise * clip)^2) per entry.
 """
@@ -109,10 +110,12 @@ def randomised_labels(
     y: np.ndarray, task: str, epsilon: float, rng: np.random.Generator, n_classes: int = 2
 ) -> np.ndarray:
     """epsilon-label-DP labels. Classes: each kept with probability e^eps / (e^eps + k - 1), else
-    one of the k - 1 others uniformly. Regression (``y`` scaled to [0, 1]): plus Laplace(1 / eps)
-    (the label's range is 1), clipped to [0, 1]."""
+    one of the k - 1 others uniformly. Regression (``y`` scaled to [0, 1]): randomised response
+    on bins (strategies/vfl/label_dp.py)."""
     if task == "regression":
-        return np.clip(y + rng.laplace(scale=1.0 / epsilon, size=y.shape), 0.0, 1.0)
+        from strategies.vfl.label_dp import rr_on_bins  # lazy: regression only
+
+        return rr_on_bins(y, epsilon, rng)
     k = 2 if task == "binary" else n_classes
     keep = rng.random(len(y)) < math.exp(epsilon) / (math.exp(epsilon) + k - 1)
     other = (y.astype(int) + rng.integers(1, k, size=len(y))) % k  # uniform over the k - 1 others
