@@ -1,18 +1,23 @@
-"""Label DP for a regression target: randomised response on bins (Ghazi et al., "Regression with
-Label Differential Privacy", ICLR 2023), the primary's defence of its training labels when the
-task is regression (run config ``label-dp``; strategies/vfl/defences.py for the classes' RR).
+"""Label DP for a regression target: randomised response on bins (after Ghazi et al.,
+"Regression with Label Differential Privacy", ICLR 2023), made unbiased, the primary's defence of
+its training labels when the task is regression (run config ``label-dp``; strategies/vfl/defences.py
+has the classes' randomised response).
 
-The target, scaled to [0, 1], is released as one of m values yhat_1 < ... < yhat_m: a label y
-maps to phi(y) (the nearest), which is sent with probability p = e^eps / (e^eps + m - 1), else one
-of the other m - 1 values uniformly. Whatever m, the values and phi, that is k-ary randomised
-response on phi(y): epsilon-label-DP. The values are chosen to minimise the expected squared
-error of the released label under a prior of the labels: Lloyd's alternation (phi = nearest
-value; each value = the mean of the labels weighted by how often it is sent for them), for every
-m up to :data:`MAX_OUTPUTS`, keeping the best. m = 1 releases the prior's mean: no label used.
+The target, scaled to [0, 1], is released as one of m values v_1 < ... < v_m: a label y is first
+rounded to one of the two values around it, at random so that the rounding's mean is y
+(stochastic rounding; labels outside [v_1, v_m] go to the end), and that value is sent with
+probability p = e^eps / (e^eps + m - 1), else one of the other m - 1 values uniformly. Whatever
+the rounding, each value is sent with probability between q = (1 - p) / (m - 1) and p = e^eps q:
+epsilon-label-DP. The primary trains on (sent - q sum(v)) / (p - q) (:func:`unbias`, a function of
+the release: post-processing), whose mean given the label is the label itself, so a model
+trained on it learns the true regression function, only more noisily. (Trained on the raw
+release, or on Laplace noise clipped back to [0, 1], a model learns labels pulled towards their
+middle: hdb at epsilon 2, test RMSE 90-94 against 38.)
 
-The prior is the labels' histogram over :data:`BINS` bins with Laplace noise, which spends
-:data:`PRIOR_SHARE` of epsilon (one label moves one count by 1); the rest goes to the response,
-so the whole release is epsilon-label-DP by sequential composition.
+m and the values (quantiles of a prior of the labels) are chosen to minimise that unbiased
+release's expected variance (:func:`release_variance`). The prior is the labels' histogram over
+:data:`BINS` bins with Laplace noise, which spends :data:`PRIOR_SHARE` of epsilon (one label
+moves one count by 1); the rest goes to the response: epsilon-label-DP by sequential composition.
 """
 
 from __future__ import annotations
@@ -24,52 +29,72 @@ import numpy as np
 BINS = 100  # equal-width bins of [0, 1] for the prior
 MAX_OUTPUTS = 32  # the most release values tried
 PRIOR_SHARE = 0.1  # of epsilon, spent on the prior's histogram
-ITERATIONS = 50  # Lloyd's steps per m
+TAIL = 0.005  # the values span the prior's quantiles TAIL .. 1 - TAIL
 
 
 def noisy_prior(y: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
     """(BINS,) the labels' ([0, 1]) histogram plus Laplace(1 / epsilon) per bin, clipped at 0 and
     normalised (uniform if nothing is left)."""
-    counts = np.bincount(np.minimum((y * BINS).astype(int), BINS - 1), minlength=BINS).astype(float)
+    counts = np.bincount(np.clip((y * BINS).astype(int), 0, BINS - 1), minlength=BINS).astype(float)
     noisy = np.maximum(counts + rng.laplace(scale=1.0 / epsilon, size=BINS), 0.0)
     return noisy / noisy.sum() if noisy.sum() > 0 else np.full(BINS, 1.0 / BINS)
 
 
 def send_rates(m: int, epsilon: float) -> tuple[float, float]:
-    """(p, q): the chance of sending a label's own value, and each other value's."""
+    """(p, q): the chance of sending the rounded value, and each other value's."""
     p = math.exp(epsilon) / (math.exp(epsilon) + m - 1)
-    return p, (1.0 - p) / (m - 1) if m > 1 else 0.0
+    return p, (1.0 - p) / (m - 1)
 
 
-def fit_values(prior: np.ndarray, epsilon: float, m: int) -> tuple[np.ndarray, float]:
-    """The m release values (m,) for ``prior`` over the bins' centres, and their expected squared
-    error (Lloyd's alternation from the prior's quantiles)."""
-    centres = (np.arange(BINS) + 0.5) / BINS  # (BINS,)
+def candidate_values(prior: np.ndarray, m: int) -> np.ndarray:
+    """m distinct values: the prior's quantiles at m levels from TAIL to 1 - TAIL (bin centres)."""
+    centres = (np.arange(BINS) + 0.5) / BINS
+    levels = np.linspace(TAIL, 1.0 - TAIL, m)
+    return np.unique(centres[np.minimum(np.searchsorted(np.cumsum(prior), levels), BINS - 1)])
+
+
+def rounding(y: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per label (n,) the index of the value below it and the chance of rounding up instead:
+    the rounding's mean is y, clipped into [v_1, v_m]."""
+    y = np.clip(y, values[0], values[-1])
+    low = np.clip(np.searchsorted(values, y, side="right") - 1, 0, len(values) - 2)  # (n,)
+    up = (y - values[low]) / (values[low + 1] - values[low])
+    return low, up
+
+
+def release_variance(prior: np.ndarray, values: np.ndarray, epsilon: float) -> float:
+    """The unbiased release's expected squared error against the label under ``prior``: the
+    clipping's bias squared, the rounding's variance, and the response's variance / (p - q)^2."""
+    centres = (np.arange(BINS) + 0.5) / BINS
+    m = len(values)
     p, q = send_rates(m, epsilon)
-    cdf = np.cumsum(prior)
-    values = centres[np.minimum(np.searchsorted(cdf, (np.arange(m) + 0.5) / m), BINS - 1)]  # (m,)
-    for _ in range(ITERATIONS):
-        own = np.abs(centres[:, None] - values[None, :]).argmin(1)  # (BINS,) phi per bin
-        w = np.where(own[:, None] == np.arange(m)[None, :], p, q) * prior[:, None]  # (BINS, m)
-        new = np.where(w.sum(0) > 0, (w * centres[:, None]).sum(0) / np.maximum(w.sum(0), 1e-300), values)
-        if np.allclose(new, values, atol=1e-12):
-            break
-        values = np.sort(new)
-    own = np.abs(centres[:, None] - values[None, :]).argmin(1)
-    w = np.where(own[:, None] == np.arange(m)[None, :], p, q) * prior[:, None]  # (BINS, m)
-    return values, float((w * (values[None, :] - centres[:, None]) ** 2).sum())
+    low, up = rounding(centres, values)
+    clipped = np.clip(centres, values[0], values[-1])
+    sent_sq, sent_mean = q * (values**2).sum(), q * values.sum()  # E[sent^2 | v_j] = that + (p - q) v_j^2
+    per_value = sent_sq + (p - q) * values**2 - (sent_mean + (p - q) * values) ** 2  # (m,) Var(sent | v_j)
+    response = (1 - up) * per_value[low] + up * per_value[low + 1]  # (BINS,)
+    round_var = up * (1 - up) * (values[low + 1] - values[low]) ** 2
+    err = (clipped - centres) ** 2 + round_var + response / (p - q) ** 2
+    return float((prior * err).sum())
+
+
+def unbias(sent: np.ndarray, values: np.ndarray, epsilon: float) -> np.ndarray:
+    """Released values -> (sent - q sum(values)) / (p - q): E[sent | v] = (p - q) v + q sum(values),
+    so this has the rounded value's mean, which is the label's."""
+    p, q = send_rates(len(values), epsilon)
+    return (sent - q * values.sum()) / (p - q)
 
 
 def rr_on_bins(y: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """epsilon-label-DP release of ``y`` (n,) in [0, 1] (module docstring): the released values."""
+    """epsilon-label-DP, unbiased release of ``y`` (n,) in [0, 1] (module docstring): what the
+    primary trains on, outside [0, 1] at times."""
     prior = noisy_prior(y, PRIOR_SHARE * epsilon, rng)
     eps = (1.0 - PRIOR_SHARE) * epsilon
-    values, _ = min((fit_values(prior, eps, m) for m in range(1, MAX_OUTPUTS + 1)), key=lambda v: v[1])
+    candidates = [v for v in (candidate_values(prior, m) for m in range(2, MAX_OUTPUTS + 1)) if len(v) > 1]
+    values = min(candidates, key=lambda v: release_variance(prior, v, eps))
     m = len(values)
-    own = np.abs(np.clip(y, 0.0, 1.0)[:, None] - values[None, :]).argmin(1)  # (n,) phi(y)
-    if m == 1:
-        return np.full(len(y), values[0])
+    low, up = rounding(y, values)
+    own = low + (rng.random(len(y)) < up)  # (n,) the rounded value's index
     p, _ = send_rates(m, eps)
-    keep = rng.random(len(y)) < p
     other = (own + rng.integers(1, m, size=len(y))) % m  # uniform over the m - 1 others
-    return values[np.where(keep, own, other)]
+    return unbias(values[np.where(rng.random(len(y)) < p, own, other)], values, eps)
