@@ -36,6 +36,7 @@ from app.config_groups import (
     TrainOptions,
     split_flat,
 )
+from datasets.options import DATASET_SCALES
 from linkage.contracts import Defences
 from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
@@ -252,6 +253,14 @@ class RunConfig:
             "local_hidden": (list(m.local_hidden), base),
             "cut_dim": (m.cut_dim, base),
             "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden")),
+            "input_scale": (
+                self.data.scale,
+                "run config"
+                if self.data.input_scale
+                else f"dataset default ({self.data.dataset}, chosen on validation: docs/fedsim-attn.md)"
+                if self.data.dataset in DATASET_SCALES
+                else "fallback: standard",
+            ),
         }
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from app.messages import PLAIN_NAME
-from datasets.options import SCALES
+from datasets.options import DATASET_SCALES, SCALES
 from strategies.vfl.methods import UnknownMethod, method
 
 Need = Callable[[bool, str], None]
@@ -50,16 +50,23 @@ class DataOptions:
     n_rows: int = 0  # subsample the primary (synthetic: generate) to this many rows; 0 = all
     parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
     sigma_cf: float = 0.0  # noise on the secondary's identifiers (synthetic, frog)
-    input_scale: str = "standard"  # every party's numeric inputs: standard | quantile | ple (datasets/transform.py)
+    # every party's numeric inputs: standard | quantile | ple (datasets/transform.py); "" = the
+    # dataset's (datasets.options.DATASET_SCALES, else standard)
+    input_scale: str = ""
+
+    @property
+    def scale(self) -> str:
+        """The input recipe the parties use: the run config's, else the dataset's."""
+        return self.input_scale or DATASET_SCALES.get(self.dataset, "standard")
 
     def check(self, need: Need) -> None:
         _nonnegative(need, self, "n_rows", "sigma_cf")
         need(
-            self.input_scale in SCALES,
+            self.input_scale in ("", *SCALES),
             f"run-config 'input-scale' must be one of {SCALES}, got {self.input_scale!r}",
         )
         need(
-            self.input_scale == "standard" or self.dataset != "csv",
+            self.input_scale in ("", "standard") or self.dataset != "csv",
             "run-config 'input-scale' is for the shipped datasets; with dataset csv each party "
             'declares its own recipe (scale = "quantile" or "ple" in its parties.toml section)',
         )

@@ -91,7 +91,7 @@ def secondary_features(cfg: RunConfig, party: str, cache_dir: str = "") -> np.nd
         key = hashlib.sha256(
             json.dumps(
                 [cfg.data.dataset, cfg.data.data_dir, cfg.data.n_rows, cfg.train.seed, cfg.data.sigma_cf, party]
-                + ([cfg.data.input_scale] if cfg.data.input_scale != "standard" else [])
+                + ([cfg.data.scale] if cfg.data.scale != "standard" else [])
             ).encode()
         ).hexdigest()[:16]
         path = Path(cache_dir) / f"features-{party}-{key}.npy"
