@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--max-iter", type=int, default=MAX_ITER, help=f"boosting iterations at most ({MAX_ITER})")
     ap.add_argument("--learning-rate", type=float, default=LEARNING_RATE, help=f"boosting rate ({LEARNING_RATE})")
+    ap.add_argument("--out", type=Path, default=None, help="the CSV the rows are appended to (runs/reference/D.csv)")
     ap.add_argument(
         "-c",
         dest="values",
@@ -114,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         help="a run-config value (n-rows, sigma-cf, ...), as in the sweep files",
     )
     args = ap.parse_args(argv)
-    values = RunConfig.from_flower({"dataset": args.dataset, **parse_pairs(args.values)}).__dict__
+    base = RunConfig.from_flower({"dataset": args.dataset, **parse_pairs(args.values)})
     rows = []
     for seed in args.seeds:
-        row = reference(RunConfig.of(**{**values, "seed": seed}), args.max_iter, args.learning_rate)
+        row = reference(base.replace(seed=seed), args.max_iter, args.learning_rate)
         print(
             f"{row['dataset']} seed {seed}: K={row['k']} iterations={row['iterations']} "
             f"val {row['metric']} {row['val']:.4f} test {row['test']:.4f} ({row['seconds']} s)",
@@ -131,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.dataset} gradient boosting reference: test {rows[0]['metric']} {statistics.mean(tests):.4f}"
         f" ± {statistics.stdev(tests) if len(tests) > 1 else 0.0:.4f} over {len(tests)} seeds"
     )
-    out = REPO / "runs" / "reference" / f"{args.dataset}.csv"
-    _append(out, rows)
+    _append(args.out or REPO / "runs" / "reference" / f"{args.dataset}.csv", rows)
     return 0
 
 

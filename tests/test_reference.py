@@ -15,6 +15,16 @@ def test_reference_chooses_k_and_iterations_on_validation_and_reports_test_there
     assert 0.4 < row["val"] <= 1 and 0.4 < row["test"] <= 1
 
 
+def test_the_reference_command_runs_per_seed_and_appends_its_rows(tmp_path, capsys):
+    """`python -m experiments.reference` itself (it failed on the grouped RunConfig: TypeError,
+    "RunConfig has no key(s) ['data', ...]"), two seeds into a CSV of the caller's."""
+    out = tmp_path / "ref.csv"
+    argv = ["synthetic", "--seeds", "0", "1", "--max-iter", "20", "--out", str(out)]
+    assert reference.main(argv + ["-c", "n-rows=600", "-c", "sigma-cf=0.1", "-c", f"out-dir={tmp_path}"]) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("dataset,") and "seed 1:" in capsys.readouterr().out
+
+
 def test_attention_weights_of_a_trained_run_sum_to_one_and_find_the_true_rows(tmp_path):
     cfg = RunConfig.of(**SMALL, method="fedsim_attn", epochs=1, dtype="float64", out_dir=str(tmp_path))
     run_experiment(cfg, tmp_path / "run")
