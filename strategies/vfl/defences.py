@@ -24,12 +24,13 @@ the run config).
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from strategies.vfl.label_dp import randomised_response, rr_on_bins
 
 
 @dataclass(frozen=True)
@@ -113,13 +114,9 @@ def randomised_labels(
     one of the k - 1 others uniformly. Regression (``y`` scaled to [0, 1]): randomised response
     on bins (strategies/vfl/label_dp.py)."""
     if task == "regression":
-        from strategies.vfl.label_dp import rr_on_bins  # lazy: regression only
-
         return rr_on_bins(y, epsilon, rng)
     k = 2 if task == "binary" else n_classes
-    keep = rng.random(len(y)) < math.exp(epsilon) / (math.exp(epsilon) + k - 1)
-    other = (y.astype(int) + rng.integers(1, k, size=len(y))) % k  # uniform over the k - 1 others
-    return np.where(keep, y, other).astype(y.dtype)
+    return randomised_response(y.astype(int), k, epsilon, rng).astype(y.dtype)
 
 
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128, 256, 512, 1024, 4096]

@@ -69,12 +69,13 @@ class ExchangeObserver:
             g = torch.as_tensor(block.grad, device=self.norm[p].device, dtype=torch.float64)  # (U, c)
             t = torch.as_tensor(block.tokens, device=g.device)  # (U,)
             self.ref[p] = direction(g, self.ref[p])
-            zn, zp = _z(g.norm(dim=1)), _z(g @ self.ref[p])  # (U,), (U,)
+            norms = g.norm(dim=1)  # (U,)
+            zn, zp = _z(norms), _z(g @ self.ref[p])  # (U,), (U,)
             self.norm[p].index_add_(0, t, zn)
             self.proj[p].index_add_(0, t, zp)
             self.count[p].index_add_(0, t, torch.ones_like(zn))
             if self.dirs[p] is not None:
-                self.dirs[p].index_add_(0, t, g / g.norm(dim=1, keepdim=True).clamp_min(1e-30))
+                self.dirs[p].index_add_(0, t, g / norms.clamp_min(1e-30).unsqueeze(1))
             if self.emb[p] is not None:
                 self.emb[p][t] = torch.as_tensor(emb[p], device=g.device, dtype=self.emb[p].dtype)
             if self.steps % self.stride == 0:

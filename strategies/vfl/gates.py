@@ -102,7 +102,7 @@ class CNNMerge(nn.Module):
     The convolution runs as one matmul with its banded matrix (:func:`banded`): with one input
     channel and a kernel along K it is linear in each (K,) column, and a matmul's backward is
     cheaper on a CPU than mkldnn's convolution backward. The parameters stay the Conv2d's
-    (checkpoints unchanged); tests/test_gates.py holds the two equal."""
+    (checkpoints unchanged); tests/test_model.py holds the two equal."""
 
     def __init__(self, k: int, r: int, d_out: int, k_conv: int, channels: int, hidden: int, dropout: float) -> None:
         super().__init__()

@@ -46,6 +46,14 @@ def send_rates(m: int, epsilon: float) -> tuple[float, float]:
     return p, (1.0 - p) / (m - 1)
 
 
+def randomised_response(index: np.ndarray, k: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """k-ary randomised response on ``index`` (n,) in [0, k): each kept with probability p
+    (:func:`send_rates`), else one of the other k - 1 uniformly."""
+    keep = rng.random(len(index)) < send_rates(k, epsilon)[0]
+    other = (index + rng.integers(1, k, size=len(index))) % k  # uniform over the k - 1 others
+    return np.where(keep, index, other)
+
+
 def candidate_values(prior: np.ndarray, m: int) -> np.ndarray:
     """m distinct values: the prior's quantiles at m levels from TAIL to 1 - TAIL (bin centres)."""
     centres = (np.arange(BINS) + 0.5) / BINS
@@ -92,9 +100,6 @@ def rr_on_bins(y: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.nd
     eps = (1.0 - PRIOR_SHARE) * epsilon
     candidates = [v for v in (candidate_values(prior, m) for m in range(2, MAX_OUTPUTS + 1)) if len(v) > 1]
     values = min(candidates, key=lambda v: release_variance(prior, v, eps))
-    m = len(values)
     low, up = rounding(y, values)
     own = low + (rng.random(len(y)) < up)  # (n,) the rounded value's index
-    p, _ = send_rates(m, eps)
-    other = (own + rng.integers(1, m, size=len(y))) % m  # uniform over the m - 1 others
-    return unbias(values[np.where(rng.random(len(y)) < p, own, other)], values, eps)
+    return unbias(values[randomised_response(own, len(values), eps, rng)], values, eps)
