@@ -133,6 +133,8 @@ def _fill(index, data: np.ndarray) -> None:
     then add the base."""
     if not index.is_trained:
         n_train = min(len(data), 64 * index.nlist)
+        # a fixed seed is safe here: which base points train the index protects no party (the
+        # release's randomness comes from the job's secret, linkage/noise.py)
         rows = np.sort(np.random.default_rng(0).choice(len(data), n_train, replace=False))
         index.train(np.ascontiguousarray(data[rows]))
     index.add(data)

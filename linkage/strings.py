@@ -149,7 +149,7 @@ def _block_sizes(qlen: np.ndarray, ulen: np.ndarray, mem_cap_mb: int) -> tuple[i
 
 def _guess(query, base, k, dtype, cap, workers) -> np.ndarray:
     """(m,) a guess of each query's K-th distance: 1 + an order statistic of its distances to a sample."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0)  # a pilot for the search's bound only: it protects no party
     s = min(len(base), PILOT)
     sample = [base[i] for i in rng.choice(len(base), s, replace=False)]
     r = min(s, max(1, math.ceil(GUESS * k * s / len(base))))
