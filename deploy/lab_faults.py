@@ -276,9 +276,7 @@ def revive_nodes(stack: Stack, since: dict[str, int], reregister: bool = False, 
         node.stop(grace=5)
         if reregister:
             register(stack.lab, stack.primary, party, stack.commands)
-        host = stack.hosts[party]
-        started = start_supernode(stack.lab, party, host, stack.primary, stack.logs, stack.commands)
-        stack.nodes[party] = supervised(stack.lab, party, host, stack.primary, stack.logs, stack.commands, started)
+        stack.nodes[party] = supervised(stack.lab, party, stack.hosts[party], stack.primary, stack.logs, stack.commands)
         why = (
             f"exited {exited}" if exited is not None else "gave up reconnecting, still alive" if gave_up else "restart"
         )

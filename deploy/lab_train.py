@@ -231,18 +231,31 @@ def register(lab: Lab, primary: Host, party: str, commands: dict) -> None:
     checked(lab.run(primary, cmd, env=flwr_env(primary), timeout=120), f"registering {party}")
 
 
-def supervised(
-    lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict, node: Running, settle: float = 30.0
-) -> Running:
-    """``node`` (party's SuperNode) started again whenever it exits, until it has stayed up
-    ``settle`` s (180 s at most), as a supervisor (systemd's Restart=on-failure) would: a SuperNode
-    started while the SuperLink still holds its predecessor's session is refused (exit 305)."""
-    up_since, end = time.monotonic(), time.monotonic() + 180.0
-    while time.monotonic() < end and time.monotonic() - up_since < settle:
-        if node.popen.poll() is not None:
-            time.sleep(5)
-            node, up_since = start_supernode(lab, party, host, primary, logs, commands), time.monotonic()
-        time.sleep(1)
+ACTIVATED = b"SuperNode ID"  # Flower 1.42 logs it once the SuperLink accepted the node (start_client_internal)
+
+
+def activated(log: Path, since: int) -> bool:
+    """Whether the SuperNode logging to ``log`` from byte ``since`` on was activated by the SuperLink."""
+    with open(log, "rb") as f:
+        f.seek(since)
+        return ACTIVATED in f.read()
+
+
+def supervised(lab: Lab, party: str, host: Host, primary: Host, logs: Path, commands: dict) -> Running:
+    """The party's SuperNode started, and started again whenever it exits, until the SuperLink
+    has activated it (180 s at most), as a supervisor (systemd's Restart=on-failure) would: a
+    SuperNode started while the SuperLink still holds its predecessor's session is refused (exit
+    305) before it logs its ID; once activated it is not refused (it used to be watched for a
+    fixed 30 s instead)."""
+    log, end, node = logs / f"supernode-{party}.log", time.monotonic() + 180.0, None
+    while time.monotonic() < end:
+        if node is None or node.popen.poll() is not None:
+            time.sleep(0 if node is None else 5)
+            since = log.stat().st_size if log.exists() else 0
+            node = start_supernode(lab, party, host, primary, logs, commands)
+        elif activated(log, since):
+            break
+        time.sleep(0.2)
     return node
 
 
