@@ -4,6 +4,8 @@ read as strings, and a skipped row's linkage equal to the linkage of the file wi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -15,7 +17,6 @@ from linkage.store import load_primary, load_secondary
 from linkage_server.cli import main
 from linkage_server.cli_party import read_identifiers
 from tests.test_service import ADMIN, free_port, service
-from tests.test_service_cli import cli
 
 FIRST = ["anna", "bob", "zoe", "lee", "kim", "max", "eva", "tom", "ida", "ole"]
 LAST = ["smith", "lee", "kim", "park", "berg", "holm", "nagy", "rossi"]
@@ -103,10 +104,30 @@ def test_encode_skips_as_if_the_rows_were_deleted(tmp_path, capsys):
     assert skipped["zip"].tolist() == df["zip"][[2, 9, 20]].tolist()  # the rows as they are in the file
 
 
-def _job(url, tmp_path, tag):
+def _cli(capsys, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m linkage_server ARGS` run by its main in this process, as the `encode` test above
+    runs it: the same exit status, stdout and stderr (a SystemExit's message goes to stderr with
+    status 1, as Python's exit prints it), without a Python start and the client's imports for each
+    of the test's 14 commands (tests/test_service_cli.py runs the module as a process)."""
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    out = capsys.readouterr()
+    if check and code != 0:
+        raise AssertionError(f"linkage_server {args[0]} failed:\n{out.out}\n{out.err}")
+    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+
+def _job(capsys, url, tmp_path, tag):
     (tmp_path / "admin.token").write_text(ADMIN)
     job = json.loads(
-        cli(
+        _cli(
+            capsys,
             "create-job",
             "--url",
             url,
@@ -122,7 +143,8 @@ def _job(url, tmp_path, tag):
     )["job"]
 
     def party(name, *args, check=True):
-        return cli(
+        return _cli(
+            capsys,
             *args,
             "--url",
             url,
@@ -145,7 +167,7 @@ def _pairs(out, kept_p, kept_s):
     return kept_p[:, None].repeat(rows.shape[1], 1), kept_s[rows], p.sims
 
 
-def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_path):
+def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_path, capsys):
     """The oracle: both parties skip rows with a missing identifier; mapped back to the original
     rows, every released pair and similarity equals the linkage of the CSVs with those rows deleted.
     With --missing empty an all-empty record is skipped too (no 422), the others link on what they have."""
@@ -161,7 +183,7 @@ def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_p
     ids = ["--columns", "first,last", "--kind", "strings"]
     with service(tmp_path / "svc", free_port()) as url:
         for tag, suffix, rule in (("skip", "", "skip"), ("clean", "_clean", "refuse")):
-            party = _job(url, tmp_path, tag)
+            party = _job(capsys, url, tmp_path, tag)
             refused = party("s", "link", "--csv", str(tmp_path / "s.csv"), *ids, check=False)
             assert refused.returncode == 1 and "--missing skip" in refused.stderr
             sent = party(
@@ -193,7 +215,7 @@ def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_p
                 str(tmp_path / tag),
             )
             party("s", "fetch", "--out", str(tmp_path / tag))
-        party = _job(url, tmp_path, "empty")
+        party = _job(capsys, url, tmp_path, "empty")
         party(
             "s",
             "link",
