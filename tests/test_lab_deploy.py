@@ -9,6 +9,7 @@ needs root and `ip netns` (CI runs as root)."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,7 +23,7 @@ from deploy.lab_deploy import PRIMARY, SERVICE
 from tests.test_hosts import _why_not, read_by_others
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(os.environ.get("FEDSIM_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 @pytest.fixture(scope="module")
