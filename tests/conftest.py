@@ -34,7 +34,6 @@ LONGEST_FIRST = (
     "tests/test_deploy.py::test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one",  # 120
     "tests/test_entity_aug.py::test_flower_secondary_timeout_falls_back_to_the_last_activation",  # 90
     "tests/test_run_status.py::test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run",  # 77
-    "tests/test_entity_aug.py::test_flower_run_equals_the_in_process_run",  # 67
     "tests/test_flower_run.py::test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics",  # 66
     "tests/test_flower_run.py::test_flower_run_equals_one_process_twin",  # 36
     "tests/test_chunk_search.py::test_a_job_whose_ray_worker_is_killed_finishes_with_the_same_result",  # ~20

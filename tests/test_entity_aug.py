@@ -315,34 +315,6 @@ def test_a_secondary_reads_its_data_once_per_run_not_per_message(monkeypatch):
 
 
 @pytest.mark.slow
-def test_flower_run_equals_the_in_process_run(tmp_path):
-    from deploy.localsim import processes_mentioning, simulate
-
-    values = {
-        **{k.replace("_", "-"): v for k, v in TINY.items()},
-        "epochs": 2,
-        "max-steps": 6,
-        "ea-variant": "augment",
-        "overlap": 0.1,
-        "out-dir": str(tmp_path / "out"),
-        "run-name": "ea",
-    }
-    proc = simulate(values, tmp_path / "flwr-home", num_supernodes=2, timeout=300)
-    run = tmp_path / "out" / "ea"
-    assert processes_mentioning(str(tmp_path / "flwr-home")) == []
-    assert (run / "summary.json").exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["engine"] == "flower" and summary["steps"] == 6 and summary["exchange"]["bytes_up"] > 0
-    assert (run / "left" / "model.pt").exists() and (run / "right" / "model.pt").exists()
-
-    local = run_experiment(RunConfig.from_flower({**values, "out-dir": str(tmp_path / "local")}), tmp_path / "local")
-    np.testing.assert_allclose(
-        np.load(run / "step_losses.npy"), np.load(tmp_path / "local" / "step_losses.npy"), rtol=1e-5, atol=1e-6
-    )
-    assert summary["test"] == pytest.approx(local["test"])
-
-
-@pytest.mark.slow
 def test_flower_secondary_timeout_falls_back_to_the_last_activation(tmp_path, monkeypatch):
     """Through Flower: the first secondary sleeps 2.5 s on odd steps, the primary waits 1 s for it,
     trains on its last activation instead, and reports how often. The delay is a probe in the

@@ -4,7 +4,7 @@ state in the guest's own folder, and `fedsim predict` runs the apps' predict mod
 
 Oracle: the test entities predicted as new get the outputs the run's evaluation computed at its
 best epoch. Those are recorded from the same run config trained in process (the Flower run
-equals it: tests/test_entity_aug.py), within the in-process predict test's 1e-6
+equals it step by step, checked here too), within the in-process predict test's 1e-6
 (tests/test_predict_ea.py); and their accuracy is exactly the test metric summary.json reports."""
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ def test_a_run_trained_through_flower_predicts_through_flower_as_it_evaluated(tm
     proba = got[[c for c in got.columns if c.startswith("p_")]].to_numpy()
 
     _, twin, seen = _trained(tmp_path / "twin", VALUES, "float64", monkeypatch)  # the same run, in process
+    assert summary["steps"] == twin["steps"] > 0 and summary["exchange"]["bytes_up"] > 0  # guests' messages crossed
+    np.testing.assert_allclose(  # Flower == one process, step by step (float64)
+        np.load(run / "step_losses.npy"), np.load(tmp_path / "twin" / "run" / "step_losses.npy"), rtol=1e-9, atol=1e-12
+    )
     assert twin["best_epoch"] == summary["best_epoch"] and twin["test"] == summary["test"]
     head, evaluated = _evaluated_test(tmp_path / "twin" / "run", twin, seen)
     assert np.abs(proba - head.probabilities(evaluated)).max() <= 1e-6
