@@ -9,7 +9,7 @@ from datasets import csv_parties, frog, game, hdb, house, overlap, synthetic
 from datasets.base import DatasetError, VFLDataset
 from datasets.options import DatasetOptions, find_data_dir
 
-__all__ = ["DATASETS", "DatasetOptions", "Loader", "dataset_names", "find_data_dir", "load_dataset"]
+__all__ = ["DATASETS", "DatasetOptions", "Loader", "data_folder", "dataset_names", "find_data_dir", "load_dataset"]
 
 Loader = Callable[[Path | None, DatasetOptions], VFLDataset]
 
@@ -26,6 +26,16 @@ DATASETS: dict[str, Loader] = {
     "digits": overlap.load_digits_halves,
     "synthetic": synthetic.load_synthetic,
 }
+
+
+# The folder of the data dir a shipped dataset reads, where it is not the dataset's name (an
+# operator copying a dataset into a party's home copies this folder).
+DATA_FOLDERS = {"house": "house_melbourne", "house3": "house_melbourne", "credit": "credit_default", "digits": ""}
+
+
+def data_folder(name: str) -> str:
+    """The data dir's folder dataset ``name`` reads ("" where it reads none: digits, synthetic, csv)."""
+    return DATA_FOLDERS.get(name, "" if name in ("synthetic", "csv") else name)
 
 
 def dataset_names() -> list[str]:

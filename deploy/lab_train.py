@@ -126,10 +126,15 @@ def credentials(lab: Lab, primary: Host, parties: dict[str, Host]) -> None:
 
 
 def place_data(lab: Lab, hosts: list[Host], dataset: str, data_dir: Path) -> None:
-    """The operator copies the public dataset's folder into each home (data/<dataset>)."""
-    for src in sorted(p for p in (Path(data_dir) / dataset).rglob("*") if p.is_file()):
+    """The operator copies the public dataset's folder into each home (data/<its folder>)."""
+    from datasets.registry import data_folder  # lazy: the dataset table, for its folder name
+
+    folder = data_folder(dataset)
+    if not folder:
+        return  # the dataset reads no data folder
+    for src in sorted(p for p in (Path(data_dir) / folder).rglob("*") if p.is_file()):
         for host in hosts:
-            lab.copy_in(host, src, Path("data") / dataset / src.relative_to(Path(data_dir) / dataset))
+            lab.copy_in(host, src, Path("data") / folder / src.relative_to(Path(data_dir) / folder))
 
 
 def place_linkage(lab: Lab, dep, hosts: dict[str, Host]) -> None:

@@ -166,3 +166,23 @@ def test_party_table_one_hot_and_standardises_on_fit_rows():
     )
     assert t.feature_names == ("f", "c_a", "c_b")  # constant z dropped
     np.testing.assert_allclose(t.features[:3, 0].mean(), 0.0, atol=1e-6)
+
+
+class _Asked(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name", ["frog", "game", "hdb", "house", "house3", "credit", "parkinsons", "handwritten"])
+def test_data_folder_names_the_folder_each_loader_reads(name, monkeypatch):
+    """deploy's operator copies data_folder(name) into a party's home: it must be what the loader asks for."""
+    from datasets import frog, game, hdb, house, overlap
+    from datasets.registry import DATASETS, data_folder
+
+    def asked(subdir, data_dir):
+        raise _Asked(subdir)
+
+    for module in (frog, game, hdb, house, overlap):
+        monkeypatch.setattr(module, "find_data_dir", asked)
+    with pytest.raises(_Asked) as got:
+        DATASETS[name](None, DatasetOptions(n_rows=100))
+    assert str(got.value) == data_folder(name)
