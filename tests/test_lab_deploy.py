@@ -1,9 +1,9 @@
 """Issue 32's CI test: the whole lifecycle across separate hosts (deploy/lab_deploy.py): the
-linkage service, the primary and the secondary each in its own network namespace, as its own OS
-user, with only its own data (a parties.toml and its own CSV); link through the service over
+linkage service, the primary and house3's three secondaries each in its own network namespace, as
+its own OS user, with only its own data (a parties.toml and its own CSV); link through the service over
 verified HTTPS, train two epochs (SuperLink + SuperNode, TLS + node authentication, the direct
 transport), predict; then no file of one organisation is readable by another's user, and only
-public certificates, one public node key and each party's own job secret crossed. Slow (minutes);
+public certificates, each secondary's public node key and each party's own job secret crossed. Slow (minutes);
 needs root and `ip netns` (CI runs as root)."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ DATA = Path(os.environ.get("FEDSIM_DATA_DIR", Path(__file__).resolve().parents[2
 def deployed():
     base, tmp = Path(tempfile.mkdtemp(dir="/tmp")), Path(tempfile.mkdtemp())
     try:
-        exported = lab_deploy.export_parties("hdb", DATA, tmp / "data", n_rows=1000)
+        exported = lab_deploy.export_parties("house3", DATA, tmp / "data", n_rows=1000)
+        assert len(exported.parties) == 3
         with Lab(base, [SERVICE, PRIMARY, *exported.parties]) as lab:
             yield lab, exported, lab_deploy.lifecycle(lab, exported, tmp, epochs=2, k=5)
     finally:
@@ -42,6 +43,7 @@ def _link_train_and_predict_finish_across_hosts(deployed):
     _, exported, out = deployed
     summary = out["summary"]
     assert summary["dataset"] == "csv" and summary["epochs_run"] == 2
+    assert sorted(summary["exchange_privacy"]["attacks"]) == exported.parties  # every secondary trained
     assert all(math.isfinite(v) for v in summary["test"].values())
     predictions = pd.read_csv(out["predictions"])
     assert len(predictions) == 20 and predictions.iloc[:, -1].notna().all()
