@@ -28,14 +28,22 @@ DATASETS: dict[str, Loader] = {
 }
 
 
-# The folder of the data dir a shipped dataset reads, where it is not the dataset's name (an
-# operator copying a dataset into a party's home copies this folder).
-DATA_FOLDERS = {"house": "house_melbourne", "house3": "house_melbourne", "credit": "credit_default", "digits": ""}
+# The folder of the data dir a dataset reads, where it is not the dataset's name ("": none, its
+# data is generated, bundled or the user's own). An operator copying a dataset into a party's home
+# copies this folder.
+DATA_FOLDERS = {
+    "house": "house_melbourne",
+    "house3": "house_melbourne",
+    "credit": "credit_default",
+    "digits": "",
+    "synthetic": "",
+    "csv": "",
+}
 
 
 def data_folder(name: str) -> str:
-    """The data dir's folder dataset ``name`` reads ("" where it reads none: digits, synthetic, csv)."""
-    return DATA_FOLDERS.get(name, "" if name in ("synthetic", "csv") else name)
+    """The data dir's folder dataset ``name`` reads ("" where it reads none)."""
+    return DATA_FOLDERS.get(name, name)
 
 
 def dataset_names() -> list[str]:
