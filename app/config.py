@@ -247,6 +247,12 @@ class RunConfig:
             "epochs": (s.epochs, "run config" if self.train.epochs else stop),
             "patience": (s.patience, "run config" if self.train.patience >= 0 else stop),
             "lr": (s.lr, source(self.train.lr > 0, "lr")),
+            "lr_schedule": (
+                f"x {self.train.lr_decay} after {self.train.lr_patience} epochs without a better validation value"
+                if self.train.lr_decay < 1.0
+                else "constant",
+                "run config" if self.train.lr_decay < 1.0 else "default (the paper's)",
+            ),
             "weight_decay": (s.weight_decay, source(self.train.weight_decay >= 0, "weight_decay")),
             "dropout": (m.dropout, source(self.model.dropout >= 0, "dropout")),
             "merge": (m.merge, source(bool(self.model.merge), "merge")),

@@ -83,6 +83,10 @@ class TrainOptions:
     epochs: int = 0  # the maximum with patience > 0; 0 = the dataset's default
     patience: int = -1  # epochs without a better validation value before stopping; 0 = fixed epochs; -1 = default
     lr: float = 0.0
+    lr_decay: float = (
+        1.0  # multiply every party's lr by this after lr-patience epochs without a better validation value
+    )
+    lr_patience: int = 3  # (strategies/records.py lr_scale); lr-decay 1 = a constant rate (the paper's)
     weight_decay: float = -1.0
     seed: int = 0
     steps_per_exchange: int = 8
@@ -108,6 +112,12 @@ class TrainOptions:
             self.steps_per_exchange >= 1, f"run-config 'steps-per-exchange' must be >= 1, got {self.steps_per_exchange}"
         )
         need(self.lr >= 0.0, f"run-config 'lr' must be >= 0 (0 = dataset default), got {self.lr}")
+        need(0.0 < self.lr_decay <= 1.0, f"run-config 'lr-decay' must be in (0, 1] (1 = constant), got {self.lr_decay}")
+        need(self.lr_patience >= 1, f"run-config 'lr-patience' must be >= 1, got {self.lr_patience}")
+        need(
+            self.lr_decay == 1.0 or self.mode == "vfl",
+            f"run-config 'lr-decay' {self.lr_decay} applies to mode 'vfl'; mode {self.mode!r} trains at a constant rate",
+        )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ class NonFiniteValues(ValueError):
 
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
-STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "save_run", "save_epoch", "keep_run", "keep_epoch"}
+STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "lr_scale", "save_run", "save_epoch", "keep_run", "keep_epoch"}
 
 
 def plain_name(value: object, what: str, message: str) -> str:
@@ -76,10 +76,13 @@ class StepMeta:
     job_id: str
     cursor: int
     digest: str
+    lr_scale: float = 1.0  # the learning rate of these blocks' updates, a fraction of the party's own (0, 1]
 
 
-def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.ndarray) -> str:
-    h = hashlib.sha256(f"{job_id}|{cursor}|{len(apply)}|".encode())
+def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.ndarray, lr_scale: float = 1.0) -> str:
+    h = hashlib.sha256(
+        f"{job_id}|{cursor}|{len(apply)}|".encode() + (b"" if lr_scale == 1.0 else f"{lr_scale!r}|".encode())
+    )
     for block in apply:
         h.update(np.ascontiguousarray(block.tokens, dtype=np.int64).tobytes())
         h.update(b"|")
@@ -94,8 +97,10 @@ def step_content(
     cursor: int = 0,
     save: tuple[str, int] | None = None,
     keep: tuple[str, int] | None = None,
+    lr_scale: float = 1.0,
 ) -> RecordDict:
-    """A step: gradient blocks to apply, then tokens to embed; ``save`` = (run name, epoch)
+    """A step: gradient blocks to apply (``lr_scale``: at that fraction of the party's learning
+    rate, the primary's schedule: strategies/records.py lr_scale), then tokens to embed; ``save`` = (run name, epoch)
     asks the party to checkpoint between the two (into its own folder for that run); ``keep`` =
     (run name, epoch) asks it first to keep its current state (the one the epoch's evaluation
     embedded with, at ``cursor`` blocks) as its model for the run (app/vfl/channel.py:keep)."""
@@ -107,8 +112,10 @@ def step_content(
         "n_apply": len(apply),
         "job_id": job_id,
         "cursor": cursor,
-        "digest": step_digest(job_id, cursor, apply, tokens),
+        "digest": step_digest(job_id, cursor, apply, tokens, lr_scale),
     }
+    if lr_scale != 1.0:
+        meta["lr_scale"] = float(lr_scale)
     if save is not None:
         meta.update(save_run=save[0], save_epoch=save[1])
     if keep is not None:
@@ -143,7 +150,13 @@ def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMet
     expect_fields(meta, STEP_FIELDS, "train.step")
     n = int(meta["n_apply"])
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
-    return blocks, arrays["tokens"].numpy(), StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]))
+    scale = float(meta.get("lr_scale", 1.0))
+    if not 0.0 < scale <= 1.0:  # a schedule only lowers the party's own rate; nan fails too
+        raise ProtocolError(
+            f"train.step's lr_scale must be in (0, 1] (a fraction of the party's own learning rate), got {scale}"
+        )
+    meta_ = StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]), scale)
+    return blocks, arrays["tokens"].numpy(), meta_
 
 
 def named_content(record: str, **fields) -> RecordDict:

@@ -17,6 +17,12 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], lr: float, weight_decay
     return Lamb(params, lr=lr, weight_decay=weight_decay)
 
 
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group's learning rate to ``lr`` (a schedule's value; the state is unchanged)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def party_seed(seed: int, party: str) -> int:
     """A distinct, stable seed per (run seed, party name)."""
     return int(np.random.SeedSequence([seed, zlib.crc32(party.encode())]).generate_state(1)[0])

@@ -5,6 +5,11 @@ Stopping is a function of the records alone, so every engine (``flwr run``, in p
 run resumed from its checkpoint (which holds the records) stop at the same epoch: with
 ``patience`` N > 0, training stops once N epochs in a row brought no better validation value
 than the best before them; ``patience`` 0 = fixed epochs (the reproduction presets).
+
+The learning-rate schedule is a function of the records too (:func:`lr_scale`, after
+torch's ReduceLROnPlateau): every ``lr_patience`` epochs in a row without a better validation
+value (counted from the best or from the last reduction) multiply every party's learning rate
+by ``lr_decay``; ``lr_decay`` 1 = a constant rate (the paper's, and the default).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class EpochRecord:
     # fedsim_attn: per secondary the mean attention weight by similarity rank and on the null slot
     # (last), over (at most the first 2,000) validation records; {} otherwise (fedsim report plots it)
     attention: dict[str, list[float]] = field(default_factory=dict)
+    lr_scale: float = 1.0  # the fraction of the learning rate this epoch trained at (lr_scale)
 
 
 def best_epoch(records: list[EpochRecord], head: TaskHead) -> EpochRecord:
@@ -52,6 +58,22 @@ def epochs_without_improvement(records: list[EpochRecord], head: TaskHead) -> in
 def early_stop(records: list[EpochRecord], head: TaskHead, patience: int) -> bool:
     """Stop now: ``patience`` > 0 epochs in a row after the best brought no improvement."""
     return patience > 0 and bool(records) and epochs_without_improvement(records, head) >= patience
+
+
+def lr_scale(records: list[EpochRecord], head: TaskHead, decay: float, patience: int) -> float:
+    """The fraction of the learning rate for the epoch after ``records`` (1 with ``decay`` 1)."""
+    if decay == 1.0 or patience < 1:
+        return 1.0
+    scale, waited, best = 1.0, 0, None
+    for rec in records:
+        value = rec.val[head.key_metric]
+        if best is None or head.better(value, best):
+            best, waited = value, 0
+        else:
+            waited += 1
+            if waited == patience:
+                scale, waited = scale * decay, 0
+    return scale
 
 
 def stopping(

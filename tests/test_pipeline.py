@@ -45,8 +45,8 @@ class Recording(LocalChannel):
         super().__init__(parties)
         self.applied_at_embed: list[int] = []
 
-    def send(self, apply, embed):
-        out = super().send(apply, embed)
+    def send(self, apply, embed, save=None, lr_scale=1.0):
+        out = super().send(apply, embed, save, lr_scale)
         self.applied_at_embed.append(min(s.applied for s in self.parties.values()))
         return out
 
@@ -91,9 +91,9 @@ def test_an_exact_windows_exchange_goes_out_before_the_primarys_last_update(tmp_
         updates[0] += 1
 
     class Spy(LocalChannel):
-        def send(self, apply, embed):
+        def send(self, apply, embed, save=None, lr_scale=1.0):
             at_send.append(updates[0])
-            return super().send(apply, embed)
+            return super().send(apply, embed, save, lr_scale)
 
     monkeypatch.setattr(FedSimStrategy, "update", counting)
     monkeypatch.setattr("app.vfl.inprocess.LocalChannel", Spy)

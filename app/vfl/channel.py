@@ -72,20 +72,31 @@ class FlowerChannel:
             self.traffic.bytes_up += payload_bytes(reply)
 
     def step(
-        self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
+        self,
+        apply: dict[str, list[GradBlock]],
+        embed: dict[str, np.ndarray],
+        save: tuple[str, int] | None = None,
+        lr_scale: float = 1.0,
     ) -> dict[str, np.ndarray]:
         """``save`` = (<run dir>/checkpoint, epoch): each party checkpoints into its own folder
         for the run; only the run's name travels (app/node.py:checkpoint_dir)."""
-        return self.receive(self.send(apply, embed, save))
+        return self.receive(self.send(apply, embed, save, lr_scale))
 
     def send(
-        self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
+        self,
+        apply: dict[str, list[GradBlock]],
+        embed: dict[str, np.ndarray],
+        save: tuple[str, int] | None = None,
+        lr_scale: float = 1.0,
     ) -> tuple["_Sent", bool]:
         run = (run_name(Path(save[0]).parent), save[1]) if save else None
         keep, self._keep = self._keep, None
         sent = self._push(
             "train.step",
-            {p: messages.step_content(apply[p], embed[p], self.job_id, self.cursor[p], run, keep) for p in embed},
+            {
+                p: messages.step_content(apply[p], embed[p], self.job_id, self.cursor[p], run, keep, lr_scale)
+                for p in embed
+            },
         )
         for p in embed:
             self.cursor[p] += len(apply[p])

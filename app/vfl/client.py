@@ -90,7 +90,7 @@ def _step(content: RecordDict, context: Context) -> RecordDict:
     if keep_first is not None:  # the last evaluated epoch is the best so far: keep it before training on
         run, epoch = keep_first
         party.keep(node.model_dir(cfg, context, run, party.party), epoch, cfg)
-    party.apply(blocks)
+    party.apply(blocks, meta.lr_scale)
     state = None
     if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
         run, epoch = save

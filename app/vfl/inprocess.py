@@ -96,8 +96,11 @@ def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> One
     )
 
 
-def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProcessRun:
-    """The one-process twin from the same config: same data, linkage, seeds and schedule."""
+def run_twin(
+    cfg: RunConfig, steps_per_exchange: int | None = None, lr_scales: list[float] | None = None
+) -> OneProcessRun:
+    """The one-process twin from the same config: same data, linkage, seeds and schedule
+    (``lr_scales``: the learning rate's per epoch, a federated run's records' ``lr_scale``)."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     model = build_primary_model(ds, cfg, settings)
@@ -115,7 +118,7 @@ def run_twin(cfg: RunConfig, steps_per_exchange: int | None = None) -> OneProces
         {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
         row_of_token,
     )
-    losses = train_twin(parties, ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype)
+    losses = train_twin(parties, ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype, lr_scales)
     seconds = time.perf_counter() - t0
     return OneProcessRun(
         np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()}, seconds

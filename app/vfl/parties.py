@@ -39,6 +39,8 @@ def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
         cfg.train.max_steps,
         cfg.runtime.eval_chunk,
         pipeline=cfg.train.pipeline,
+        lr_decay=cfg.train.lr_decay,
+        lr_patience=cfg.train.lr_patience,
     )
 
 

@@ -23,7 +23,7 @@ from app.vfl.kept import PARTY_KEPT, features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
-from strategies.optim import make_optimizer
+from strategies.optim import make_optimizer, set_lr
 from strategies.vfl.defences import ClipNoise, clipped_rows, secret_generator
 from strategies.vfl.fedsim import GradBlock
 
@@ -63,6 +63,7 @@ class SecondaryParty:
         self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_S)
         self.model = build_secondary_model(features.shape[1], party, cfg, settings).to(self.device, self.dtype)
         self.cut_dim = settings.model.cut_dim  # c: the width of its embeddings and of their gradients
+        self.lr = settings.lr  # its own; a step's lr_scale (the primary's schedule) only lowers it
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
         # the embeddings it sends clipped and noised (strategies/vfl/defences.py), from its own secret
         self.shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
@@ -90,12 +91,15 @@ class SecondaryParty:
         the run's embedding defence says."""
         return clipped_rows(self.model(self.x[rows]), self.shield, self.noise)
 
-    def apply(self, blocks: list[GradBlock]) -> None:
-        """Backpropagate each block's gradient through a fresh forward pass, one step each.
+    def apply(self, blocks: list[GradBlock], lr_scale: float = 1.0) -> None:
+        """Backpropagate each block's gradient through a fresh forward pass, one step each, at
+        ``lr_scale`` (0, 1] of this party's learning rate (the primary's schedule).
         Every block is checked first (finite in this party's dtype, tokens in range, one (U, c)
         row per token): a refused message changes no weight. The blocks' gradients may be host
         arrays (a message's) or tensors (an in-process primary's); all blocks' finiteness is read
         back in one host sync, not one per block."""
+        if not 0.0 < lr_scale <= 1.0:
+            raise ValueError(f"party {self.party!r}: lr_scale must be in (0, 1], got {lr_scale}")
         grads = [torch.as_tensor(b.grad, device=self.device, dtype=self.dtype) for b in blocks]  # each (U, c)
         finite = torch.stack([g.isfinite().all() for g in grads]).tolist() if grads else []
         for j, (block, grad) in enumerate(zip(blocks, grads)):
@@ -108,6 +112,7 @@ class SecondaryParty:
                     f"party {self.party!r}: gradient block {j} in train.step has shape "
                     f"{tuple(grad.shape)}, expected {want} (one row per token, cut size {self.cut_dim})"
                 )
+        set_lr(self.optimizer, self.lr * lr_scale)
         for block, grad in zip(blocks, grads):
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
             out = clipped_rows(out, ClipNoise(self.shield.clip), None)  # the clip's own gradient (noise: a constant)
@@ -130,7 +135,7 @@ class SecondaryParty:
                 f"applied {self.applied} gradient blocks (a lost message or a restore from another "
                 "checkpoint); refusing to continue"
             )
-        if step_digest(meta.job_id, meta.cursor, blocks, tokens) != meta.digest:
+        if step_digest(meta.job_id, meta.cursor, blocks, tokens, meta.lr_scale) != meta.digest:
             raise MisalignedStep(
                 f"party {self.party!r}: the step's token lists do not match their digest "
                 f"(cursor {meta.cursor}); refusing to train on misaligned rows"

@@ -228,13 +228,14 @@ def _plan(cfg: RunConfig, settings, strategy, tag: str):
     plan = dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
     log(
         INFO,
-        "%s training %s: K=%d, batch %d, %s, lr %g, S=%d steps per exchange, device %s",
+        "%s training %s: K=%d, batch %d, %s, lr %g%s, S=%d steps per exchange, device %s",
         tag,
         cfg.train.method,
         settings.k,
         settings.batch_size,
         epochs_note(plan.epochs, plan.patience),
         settings.lr,
+        f" (x {plan.lr_decay} after {plan.lr_patience} epochs not better)" if plan.lr_decay < 1 else "",
         cfg.train.steps_per_exchange,
         strategy.device,
     )

@@ -37,12 +37,22 @@ class SecondaryChannel(Protocol):
     # optional ``tensors: bool`` (absent = False): the channel takes gradient blocks as tensors
 
     def step(
-        self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
+        self,
+        apply: dict[str, list[GradBlock]],
+        embed: dict[str, np.ndarray],
+        save: tuple[str, int] | None = None,
+        lr_scale: float = 1.0,
     ) -> dict[str, np.ndarray]:
-        """Apply the gradient blocks in order, then (``save`` = (folder, epoch)) checkpoint, then
-        return embeddings (U, c) of the tokens (U,)."""
+        """Apply the gradient blocks in order at ``lr_scale`` of each party's learning rate, then
+        (``save`` = (folder, epoch)) checkpoint, then return embeddings (U, c) of the tokens (U,)."""
 
-    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> object:
+    def send(
+        self,
+        apply: dict[str, list[GradBlock]],
+        embed: dict[str, np.ndarray],
+        save: tuple[str, int] | None = None,
+        lr_scale: float = 1.0,
+    ) -> object:
         """:meth:`step` without waiting: returns a request for :meth:`receive`. At most one is
         outstanding; the parties handle requests in the order they are sent."""
 
@@ -62,10 +72,14 @@ class LocalChannel:
         self.saved: dict[str, dict] = {}
 
     def step(
-        self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray], save: tuple[str, int] | None = None
+        self,
+        apply: dict[str, list[GradBlock]],
+        embed: dict[str, np.ndarray],
+        save: tuple[str, int] | None = None,
+        lr_scale: float = 1.0,
     ) -> dict[str, torch.Tensor]:
         for p, blocks in apply.items():
-            self.parties[p].apply(blocks)
+            self.parties[p].apply(blocks, lr_scale)
         if save is not None:
             folder, epoch = save
             self.saved = {
@@ -74,8 +88,14 @@ class LocalChannel:
             }
         return {p: self.parties[p].embed_tensor(t) for p, t in embed.items()}
 
-    def send(self, apply: dict[str, list[GradBlock]], embed: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        return self.step(apply, embed)  # in process the parties answer at once, in order
+    def send(
+        self,
+        apply: dict[str, list[GradBlock]],
+        embed: dict[str, np.ndarray],
+        save: tuple[str, int] | None = None,
+        lr_scale: float = 1.0,
+    ) -> dict[str, torch.Tensor]:
+        return self.step(apply, embed, save, lr_scale)  # in process the parties answer at once, in order
 
     def receive(self, request: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return request

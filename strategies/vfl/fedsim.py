@@ -16,7 +16,7 @@ import torch
 
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
-from strategies.optim import make_optimizer
+from strategies.optim import make_optimizer, set_lr
 from strategies.vfl.defences import GradientDefence, defended_block, secret_generator
 from strategies.vfl.model import SimilarityModel
 
@@ -78,6 +78,7 @@ class FedSimStrategy:
         self.x = torch.as_tensor(x, device=device, dtype=dtype)  # (m, d_P)
         self.y = y
         self.device, self.dtype = device, dtype
+        self.lr = lr  # the schedule's scale multiplies it (:meth:`scale_lr`)
         self.optimizer = make_optimizer(self.model.parameters(), lr, weight_decay)
         self.sims: dict[str, np.ndarray] = {}  # (m, K) per path of the model
         self.n_tokens: dict[str, int] = {}  # per party the size of its token space (max token + 1)
@@ -87,6 +88,10 @@ class FedSimStrategy:
         self.defence, self.noise = GradientDefence(), None  # the cut-layer gradients' defence (:meth:`protect`)
         self.observer = None  # an ExchangeObserver (strategies/vfl/exchange_observer.py) sees each step's exchange
         self._seen = None  # the last backward's (index, target, embeddings, blocks), for the observer
+
+    def scale_lr(self, scale: float) -> None:
+        """The primary's steps at ``scale`` of its learning rate from now on (strategies/records.py lr_scale)."""
+        set_lr(self.optimizer, self.lr * scale)
 
     def protect(self, defence: GradientDefence) -> None:
         """Send defended gradient blocks from now on (strategies/vfl/defences.py), the noise from

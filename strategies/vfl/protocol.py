@@ -28,7 +28,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from strategies.records import EpochRecord, Progress, early_stop
+from strategies.records import EpochRecord, Progress, early_stop, lr_scale
 from strategies.schedule import epoch_batches, windows
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
 from strategies.vfl.fedsim import FedSimStrategy, GradBlock, distinct
@@ -47,6 +47,8 @@ class TrainPlan:
     eval_batch: int = 4096  # primary records per evaluation forward pass
     patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
     pipeline: bool = False  # request window w + 1 before computing window w (module docstring)
+    lr_decay: float = 1.0  # the schedule (strategies/records.py lr_scale): 1 = a constant learning rate
+    lr_patience: int = 3  # epochs without a better validation value before each reduction
 
 
 # Steps between two reads of the step losses to the host (at a window's end): each read waits for
@@ -118,6 +120,7 @@ def train_epoch(
     step_losses: list[float],
     progress: Callable[[int, int, float], None],
     first: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    scale: float = 1.0,
 ) -> tuple[int, dict[str, list[GradBlock]]]:
     """Run the epoch's steps window by window; ``progress(steps done this epoch, steps, loss)``
     after every step, with the last loss read (the losses stay on the device and are read every
@@ -125,7 +128,9 @@ def train_epoch(
     evaluation (per party sorted tokens (T,) and embeddings (T, c) holding the window's; no
     block lies between the two, so they are the embeddings its own exchange would return).
     Returns the number of exchanges and the gradient blocks not delivered yet (the last
-    window's; pipelined, the last two windows'), which the evaluation's exchange delivers."""
+    window's; pipelined, the last two windows'), which the evaluation's exchange delivers.
+    ``scale``: the epoch's fraction of the learning rate, which the secondaries apply the
+    blocks at (the primary's own optimiser is set by the caller: FedSimStrategy.scale_lr)."""
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
     plan_windows = [plan_window(strategy, w) for w in windows(batches, plan.steps_per_exchange)]
@@ -134,7 +139,7 @@ def train_epoch(
 
     def send(w: int) -> None:  # window w's tokens, with every block computed so far
         nonlocal pending, request, exchanges
-        request = channel.send(deliverable(channel, pending), plan_windows[w].union)
+        request = channel.send(deliverable(channel, pending), plan_windows[w].union, lr_scale=scale)
         pending, exchanges = {p: [] for p in parties}, exchanges + 1
 
     if parties and plan_windows and first is None:
@@ -173,12 +178,13 @@ def eval_embeddings(
     plan: TrainPlan,
     save: tuple[str, int] | None = None,
     extra: dict[str, np.ndarray] | None = None,
+    scale: float = 1.0,
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
     """Deliver the last gradient blocks and fetch the embeddings every evaluation set needs, all
     parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
     carries the blocks, and with ``save`` asks every party to checkpoint right after applying
     them: no extra exchange), and the ``extra`` tokens per party (the next epoch's first window:
-    one exchange instead of two). Returns per party (sorted tokens (T,), embeddings (T, c)) and
+    one exchange instead of two); the blocks are applied at ``scale`` of the learning rate. Returns per party (sorted tokens (T,), embeddings (T, c)) and
     the number of exchanges."""
     if not strategy.parties:
         return {}, 0
@@ -188,7 +194,7 @@ def eval_embeddings(
     parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
     for i in range(n_chunks):
         chunk = {p: t[i * plan.eval_chunk : (i + 1) * plan.eval_chunk] for p, t in tokens.items()}
-        out = channel.step(deliverable(channel, pending), chunk, save if i == 0 else None)
+        out = channel.step(deliverable(channel, pending), chunk, save if i == 0 else None, scale)
         pending = {p: [] for p in tokens}
         for p in tokens:
             parts[p].append(host(out[p]))
@@ -233,7 +239,9 @@ def fit(
         return records, step_losses  # a resumed run that had already stopped
     first = None  # the first window's embeddings, fetched with the previous evaluation
     for epoch in range(len(records), plan.epochs):
-        rec, pending = _train_one(strategy, channel, train_rows, plan, epoch, step_losses, progress, first)
+        scale = lr_scale(records, strategy.head, plan.lr_decay, plan.lr_patience)  # 1 unless scheduled
+        strategy.scale_lr(scale)
+        rec, pending = _train_one(strategy, channel, train_rows, plan, epoch, step_losses, progress, first, scale)
         first = _evaluate_one(
             strategy, channel, rec, (train_rows, val_rows, test_rows), plan, pending, len(step_losses), checkpoint_dir
         )
@@ -255,6 +263,7 @@ def _train_one(
     step_losses: list[float],
     progress: Progress,
     first: dict[str, tuple[np.ndarray, np.ndarray]] | None,
+    scale: float,
 ) -> tuple[EpochRecord, dict[str, list[GradBlock]]]:
     """One epoch's training steps (their losses appended to ``step_losses``): the epoch's record,
     its evaluation still to come, and the gradient blocks still pending."""
@@ -262,13 +271,14 @@ def _train_one(
     batches = _batches(train_rows, plan, epoch, len(step_losses))
     n0 = len(step_losses)
     exchanges, pending = train_epoch(
-        strategy, channel, batches, plan, step_losses, partial(progress, "training", epoch), first
+        strategy, channel, batches, plan, step_losses, partial(progress, "training", epoch), first, scale
     )
     seconds = time.perf_counter() - t0
     progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
     rec = EpochRecord(
         epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"), len(batches), exchanges, seconds
     )
+    rec.lr_scale = scale
     return rec, pending
 
 
@@ -300,6 +310,7 @@ def _evaluate_one(
         plan,
         (checkpoint_dir, epoch) if checkpoint_dir else None,
         ahead,
+        rec.lr_scale,
     )
     rec.exchanges += n_eval
     rec.val = evaluate(strategy, lookup, val_rows, plan)

@@ -19,7 +19,7 @@ from torch import nn
 
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
-from strategies.optim import make_optimizer
+from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
 from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
@@ -48,8 +48,11 @@ def train_twin(
     weight_decay: float,
     device: torch.device,
     dtype: torch.dtype,
+    lr_scales: list[float] | None = None,
 ) -> list[float]:
-    """Train the parties' models in place; returns the loss of every step."""
+    """Train the parties' models in place; returns the loss of every step. ``lr_scales``: per
+    epoch the fraction of ``lr`` every party trains at (the twin evaluates nothing, so a federated
+    run's schedule, its records' ``lr_scale``, is given; None = constant)."""
     model, head, secondary_models = parties.model, parties.head, parties.secondary_models
     model.to(device=device, dtype=dtype)
     xt = torch.as_tensor(parties.x, device=device, dtype=dtype)
@@ -60,6 +63,8 @@ def train_twin(
     optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
     losses: list[float] = []
     for epoch in range(plan.epochs):
+        for opt in optimizers:
+            set_lr(opt, lr * (lr_scales[epoch] if lr_scales else 1.0))
         batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
         if plan.max_steps:
             batches = batches[: max(0, plan.max_steps - len(losses))]
