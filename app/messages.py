@@ -100,8 +100,8 @@ def step_content(
     lr_scale: float = 1.0,
 ) -> RecordDict:
     """A step: gradient blocks to apply (``lr_scale``: at that fraction of the party's learning
-    rate, the primary's schedule: strategies/records.py lr_scale), then tokens to embed; ``save`` = (run name, epoch)
-    asks the party to checkpoint between the two (into its own folder for that run); ``keep`` =
+    rate, the primary's schedule: strategies/records.py lr_scale), then tokens to embed; ``save``
+    = (run name, epoch) asks the party to checkpoint between the two (into its own folder for that run); ``keep`` =
     (run name, epoch) asks it first to keep its current state (the one the epoch's evaluation
     embedded with, at ``cursor`` blocks) as its model for the run (app/vfl/channel.py:keep)."""
     arrays = {"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}

@@ -184,8 +184,8 @@ def eval_embeddings(
     parties together, ``plan.eval_chunk`` tokens per party per exchange (the first exchange also
     carries the blocks, and with ``save`` asks every party to checkpoint right after applying
     them: no extra exchange), and the ``extra`` tokens per party (the next epoch's first window:
-    one exchange instead of two); the blocks are applied at ``scale`` of the learning rate. Returns per party (sorted tokens (T,), embeddings (T, c)) and
-    the number of exchanges."""
+    one exchange instead of two); the blocks are applied at ``scale`` of the learning rate.
+    Returns per party (sorted tokens (T,), embeddings (T, c)) and the number of exchanges."""
     if not strategy.parties:
         return {}, 0
     needs = [strategy.needs(rows) for rows in row_sets] + ([extra] if extra else [])
