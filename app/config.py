@@ -36,7 +36,7 @@ from app.config_groups import (
     TrainOptions,
     split_flat,
 )
-from datasets.options import DATASET_SCALES
+from datasets.options import DATASET_MISSING, DATASET_SCALES
 from linkage.contracts import Defences
 from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
@@ -266,6 +266,14 @@ class RunConfig:
                 else f"dataset default ({self.data.dataset}, chosen on validation: docs/fedsim-attn.md)"
                 if self.data.dataset in DATASET_SCALES
                 else "fallback: standard",
+            ),
+            "missing": (
+                self.data.missing_values,
+                "run config"
+                if self.data.missing
+                else "dataset default"
+                if self.data.dataset in DATASET_MISSING
+                else "fallback: mean",
             ),
         }
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}

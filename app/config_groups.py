@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from app.messages import PLAIN_NAME
-from datasets.options import DATASET_SCALES, SCALES
+from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, SCALES
 from strategies.vfl.methods import UnknownMethod, method
 
 Need = Callable[[bool, str], None]
@@ -53,11 +53,19 @@ class DataOptions:
     # every party's numeric inputs: standard | quantile | ple (datasets/transform.py); "" = the
     # dataset's (datasets.options.DATASET_SCALES, else standard)
     input_scale: str = ""
+    # a numeric NaN: "mean" (the training mean) | "indicator" (also a 0/1 "was missing" feature per
+    # such column); "" = the dataset's (datasets.options.DATASET_MISSING, else mean)
+    missing: str = ""
 
     @property
     def scale(self) -> str:
         """The input recipe the parties use: the run config's, else the dataset's."""
         return self.input_scale or DATASET_SCALES.get(self.dataset, "standard")
+
+    @property
+    def missing_values(self) -> str:
+        """How the parties fill a numeric NaN: the run config's, else the dataset's."""
+        return self.missing or DATASET_MISSING.get(self.dataset, "mean")
 
     def check(self, need: Need) -> None:
         _nonnegative(need, self, "n_rows", "sigma_cf")
@@ -69,6 +77,12 @@ class DataOptions:
             self.input_scale in ("", "standard") or self.dataset != "csv",
             "run-config 'input-scale' is for the shipped datasets; with dataset csv each party "
             'declares its own recipe (scale = "quantile" or "ple" in its parties.toml section)',
+        )
+        need(self.missing in ("", *MISSING), f"run-config 'missing' must be one of {MISSING}, got {self.missing!r}")
+        need(
+            self.missing in ("", "mean") or self.dataset != "csv",
+            "run-config 'missing' is for the shipped datasets; with dataset csv each party declares its "
+            'own (missing = "indicator" in its parties.toml section)',
         )
 
 

@@ -33,10 +33,23 @@ def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     if opts.sigma_cf > 0:
         s_df[id_cols] = s_df[id_cols] + rng.normal(0.0, opts.sigma_cf, size=(n, len(id_cols)))
     primary = party_table(
-        "primary", df, id_cols=id_cols, id_kind="numeric", numeric_cols=p_cols, fit_rows=split.train, scale=opts.scale
+        "primary",
+        df,
+        id_cols=id_cols,
+        id_kind="numeric",
+        numeric_cols=p_cols,
+        fit_rows=split.train,
+        scale=opts.scale,
+        missing=opts.missing,
     )
     secondary = party_table(
-        "secondary", s_df, id_cols=id_cols, id_kind="numeric", numeric_cols=s_cols, scale=opts.scale
+        "secondary",
+        s_df,
+        id_cols=id_cols,
+        id_kind="numeric",
+        numeric_cols=s_cols,
+        scale=opts.scale,
+        missing=opts.missing,
     )
     return VFLDataset(
         name="frog",

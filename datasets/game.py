@@ -92,6 +92,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_kind="string",
         fit_rows=split.train,
         scale=opts.scale,
+        missing=opts.missing,
         numeric_cols=[
             "price",
             "required_age",
@@ -112,6 +113,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_kind="string",
         numeric_cols=["Review_score", "main_story_h", "extras_h", "completionist_h", "year"],
         scale=opts.scale,
+        missing=opts.missing,
     )
     return VFLDataset(
         name="game",

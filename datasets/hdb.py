@@ -67,6 +67,7 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         categorical_cols=["town", "flat_type", "flat_model"],
         fit_rows=split.train,
         scale=opts.scale,
+        missing=opts.missing,
     )
     schools = pd.read_csv(folder / "schools.csv")
     school = party_table(
@@ -76,6 +77,7 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_kind="numeric",
         numeric_cols=[f"vacancy_rate_{i}" for i in range(4)],
         scale=opts.scale,
+        missing=opts.missing,
     )
     return VFLDataset(
         name="hdb",

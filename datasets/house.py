@@ -71,6 +71,7 @@ def _load(
         categorical_cols=SALES_CAT,
         fit_rows=split.train,
         scale=opts.scale,
+        missing=opts.missing,
     )
     bnb = pd.read_csv(folder / "airbnb_listings.csv.gz")
     require_columns(bnb, ["latitude", "longitude", *BNB_NUM], "house airbnb_listings.csv.gz")
@@ -79,7 +80,13 @@ def _load(
         bnb[col] = pd.to_numeric(bnb[col].astype(str).str.replace(r"[^0-9.\-]", "", regex=True), errors="coerce")
     secondaries = {
         party: party_table(
-            party, bnb, id_cols=["latitude", "longitude"], id_kind="numeric", numeric_cols=cols, scale=opts.scale
+            party,
+            bnb,
+            id_cols=["latitude", "longitude"],
+            id_kind="numeric",
+            numeric_cols=cols,
+            scale=opts.scale,
+            missing=opts.missing,
         )
         for party, cols in parties.items()
     }

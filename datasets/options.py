@@ -12,6 +12,9 @@ SCALES = ("standard", "quantile", "ple")  # a party's input recipe for its numer
 # The recipe each shipped dataset's parties use unless the run config names one: chosen on
 # validation (docs/fedsim-attn.md "Piecewise-linear encodings": ple better on both seeds of all four).
 DATASET_SCALES = {"hdb": "ple", "house": "ple", "game": "ple", "frog": "ple"}
+MISSING = ("mean", "indicator")  # a numeric NaN: the training mean; or that plus a 0/1 "was missing" feature
+# The shipped datasets whose parties add the indicator unless the run config says (none yet).
+DATASET_MISSING: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class DatasetOptions:
     n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
     sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
     scale: str = "standard"  # every party's numeric input recipe (datasets/transform.py SCALES); csv: parties.toml
+    missing: str = "mean"  # MISSING: "indicator" adds a 0/1 feature per numeric column with NaN on the fit rows
 
 
 def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:

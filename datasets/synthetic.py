@@ -58,9 +58,16 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         numeric_cols=[f"p{c}" for c in p_cols],
         fit_rows=split.train,
         scale=opts.scale,
+        missing=opts.missing,
     )
     secondary = party_table(
-        "secondary", s_df, id_cols=id_names, id_kind="numeric", numeric_cols=[f"s{c}" for c in s_cols], scale=opts.scale
+        "secondary",
+        s_df,
+        id_cols=id_names,
+        id_kind="numeric",
+        numeric_cols=[f"s{c}" for c in s_cols],
+        scale=opts.scale,
+        missing=opts.missing,
     )
     return VFLDataset(
         name="synthetic",

@@ -39,6 +39,9 @@ class FeatureTransform:
     # per numeric column its piecewise-linear encoding's bin edges (scale "ple": each column becomes
     # one feature per bin, :func:`to_ple`); () = not this recipe
     ple: tuple[tuple[float, ...], ...] = ()
+    # positions in ``numeric`` of the columns that had NaN on the fit rows and get a 0/1 "was
+    # missing" feature each, after the numeric block (recipe missing = "indicator"); () = none
+    indicate: tuple[int, ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -54,6 +57,7 @@ class FeatureTransform:
             blocks.append(
                 to_ple(num, self.ple) if self.ple else to_normal(num, self.quantiles) if self.quantiles else num
             )
+            blocks.append(was_missing(df, [self.numeric[j] for j in self.indicate]))
         for col, cats in self.categorical:
             onehot, unseen = one_hot(df[col], cats)
             if unseen and unknown == "refuse":
@@ -90,6 +94,7 @@ class FeatureTransform:
         d["fill"] = [float("nan") if v is None else v for v in d["fill"]]
         d["quantiles"] = tuple(tuple(q) for q in d.get("quantiles", ()))  # absent in runs kept before it
         d["ple"] = tuple(tuple(e) for e in d.get("ple", ()))  # likewise
+        d["indicate"] = tuple(d.get("indicate", ()))  # likewise
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -170,6 +175,11 @@ def to_ple(num: np.ndarray, edges: tuple[tuple[float, ...], ...]) -> np.ndarray:
     return np.concatenate(out, axis=1) if out else np.zeros((len(num), 0))
 
 
+def was_missing(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    """(n, len(cols)) float64: 1 where the numeric column's value is missing (NaN, blank), else 0."""
+    return df[cols].apply(pd.to_numeric, errors="coerce").isna().to_numpy(dtype=np.float64).reshape(len(df), len(cols))
+
+
 def _ple_expanded(x: np.ndarray, keep: np.ndarray, names: list[str], d: int, edges) -> tuple:
     """The fitted matrix with its d numeric columns replaced by their encodings: (x, keep, names)."""
     bins = [max(len(e) - 1, 0) for e in edges]
@@ -186,19 +196,26 @@ def fit_transform(
     fit_rows: np.ndarray | None,
     where: str,
     scale: str = "standard",
+    missing: str = "mean",
 ) -> tuple[FeatureTransform, dict]:
     """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
     was); returns the transform and what fitting dropped and imputed. ``scale`` "quantile":
     numeric columns through their training quantiles to a normal first (:func:`to_normal`);
     "ple": each numeric column as its piecewise-linear encoding over training quantile bins
-    (:func:`to_ple`)."""
-    blocks, names, imputed, fill, grid, edges = [], [], {}, (), (), ()
+    (:func:`to_ple`). ``missing`` "indicator": each numeric column with NaN on the fit rows also
+    gets a 0/1 feature saying where it was missing (:func:`was_missing`), after the numeric block."""
+    blocks, names, imputed, fill, grid, edges, indicate = [], [], {}, (), (), (), ()
     if numeric:
         num, imputed, fill = numeric_features(df, numeric, fit_rows, where)
         grid = quantile_grid(num, fit_rows) if scale == "quantile" else ()
         edges = ple_edges(num, fit_rows) if scale == "ple" else ()
         blocks.append(num)  # raw here: what is constant or empty is judged on the values themselves
         names += numeric
+        if missing == "indicator":
+            nan = was_missing(df if fit_rows is None else df.iloc[fit_rows], numeric)  # (fit rows, d)
+            indicate = tuple(int(j) for j in np.flatnonzero(nan.any(axis=0)))
+        blocks.append(was_missing(df, [numeric[j] for j in indicate]))
+        names += [f"{numeric[j]}[missing]" for j in indicate]
     cats = tuple((c, tuple(sorted(df[c].astype(str).unique()))) for c in categorical)
     for col, values in cats:
         blocks.append(one_hot(df[col], values)[0])
@@ -222,6 +239,7 @@ def fit_transform(
         tuple(n for n, k in zip(names, keep) if k),
         grid,
         edges,
+        indicate,
     )
     return transform, report | {"nan_imputed": imputed, "nan_imputed_total": sum(imputed.values())}
 

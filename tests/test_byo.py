@@ -172,3 +172,23 @@ def test_each_csv_party_declares_its_own_input_recipe(tmp_path):
         load_dataset("csv", tmp_path)
     with pytest.raises(ConfigError, match="input-scale"):
         RunConfig.from_flower({"dataset": "csv", "input-scale": "quantile"})
+
+
+def test_each_csv_party_declares_how_its_missing_values_are_filled(tmp_path):
+    """Issue 34: ``missing = "indicator"`` in a party's section adds a 0/1 feature beside each of
+    its numeric columns with NaN (the other parties keep the mean only); an unknown value is
+    refused by name, and so is the run-config key for csv (each party decides its own)."""
+    write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nmissing = "indicator"'))
+    shops = pd.read_csv(tmp_path / "shops.csv")
+    shops.loc[[1, 4], "rent"] = np.nan
+    shops.to_csv(tmp_path / "shops.csv", index=False)
+    ds = load_dataset("csv", tmp_path)
+    assert "rent[missing]" in ds.secondaries["shops"].feature_names
+    assert not any("[missing]" in n for n in ds.primary.feature_names)
+    write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nmissing = "zero"'))
+    with pytest.raises(DatasetError, match="missing must be one of"):
+        load_dataset("csv", tmp_path)
+    with pytest.raises(ConfigError, match="run-config 'missing' is for the shipped datasets"):
+        RunConfig.from_flower({"dataset": "csv", "missing": "indicator"})
+    with pytest.raises(ConfigError, match="run-config 'missing' must be one of"):
+        RunConfig.from_flower({"dataset": "house", "missing": "zero"})

@@ -28,6 +28,7 @@ CASES = {
     # issue 34's input recipe: every party's numeric inputs through their training quantiles
     "hdb-fedsim-attn-quantile": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, input_scale="quantile"),
     "hdb-fedsim-attn-ple": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, input_scale="ple"),
+    "house3-missing-indicator": dict(dataset="house3", n_rows=800, k=6, batch_size=32, missing="indicator"),
 }
 
 

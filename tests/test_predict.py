@@ -31,6 +31,8 @@ CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
     # issue 34's input recipe: every party's numeric inputs through their training quantiles
     "fedsim-attn-quantile": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="quantile"),
     "fedsim-attn-ple": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="ple"),
+    # and a 0/1 "was missing" feature beside each imputed column (house3's sales and listings have NaN)
+    "fedsim-attn-missing": dict(TWO_SECONDARIES, method="fedsim_attn", missing="indicator"),
 }
 
 

@@ -32,7 +32,7 @@ def planted(n: int = 60, seed: int = 0) -> pd.DataFrame:
     return df
 
 
-def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard"):
+def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard", missing: str = "mean"):
     return party_table(
         "p",
         df,
@@ -42,13 +42,15 @@ def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard"):
         categorical_cols=["kind", "town"],
         fit_rows=fit_rows,
         scale=scale,
+        missing=missing,
     )
 
 
+@pytest.mark.parametrize("missing", ["mean", "indicator"])
 @pytest.mark.parametrize("scale", ["standard", "quantile", "ple"])
-def test_the_transform_gives_the_training_features_bitwise(scale):
+def test_the_transform_gives_the_training_features_bitwise(scale, missing):
     df, fit_rows = planted(), np.arange(0, 60, 2)
-    t = table(df, fit_rows, scale)
+    t = table(df, fit_rows, scale, missing)
     again, report = t.transform.apply(df, "p")
     assert again.dtype == np.float32 and np.array_equal(again, t.features)
     assert t.transform.names == t.feature_names and "flat" not in t.feature_names  # constant: dropped
@@ -164,3 +166,26 @@ def test_the_piecewise_linear_encoding_fills_its_bins_in_order_and_extrapolates_
     assert np.allclose(fitted[0][0] + to_ple(num, fitted)[:, :PLE_BINS] @ np.diff(fitted[0]), num[:, 0])
     t = table(planted(400), np.arange(300), "ple")
     assert sum(n.startswith("size[ple ") for n in t.feature_names) == PLE_BINS
+
+
+@pytest.mark.parametrize("scale", ["standard", "ple"])
+def test_the_missing_indicator_marks_exactly_the_missing_cells(scale):
+    """Issue 34's missing = "indicator": a column with NaN on the fit rows gets one 0/1 feature,
+    1 exactly where it was missing (standardised like every feature: two values, the higher for
+    missing), the imputed value beside it unchanged; columns without NaN get none; a new record
+    with a NaN in that column is marked alike; "mean" adds nothing."""
+    df, fit_rows = planted(), np.arange(0, 60, 2)  # NaN at rows 3, 17, 40: 40 is a fit row
+    plain, marked = table(df, fit_rows, scale), table(df, fit_rows, scale, "indicator")
+    assert [n for n in marked.feature_names if "[missing]" in n] == ["size[missing]"]
+    assert not any("[missing]" in n for n in plain.feature_names)
+    col = marked.feature_names.index("size[missing]")
+    flag = marked.features[:, col]
+    assert len(np.unique(flag)) == 2 and np.array_equal(np.flatnonzero(flag == flag.max()), [3, 17, 40])
+    others = [j for j, n in enumerate(marked.feature_names) if j != col]
+    assert np.array_equal(marked.features[:, others], plain.features)  # the rest as without the indicator
+    new = df.iloc[[5, 6]].copy()
+    new.loc[new.index[1], "size"] = np.nan
+    got, report = marked.transform.apply(new, "new")
+    assert got[0, col] == flag.min() and got[1, col] == flag.max() and report["nan_imputed"] == {"size": 1}
+    no_nan_on_fit = table(df, np.arange(20, 40, 2), scale, "indicator")  # rows 20..38: no NaN
+    assert not any("[missing]" in n for n in no_nan_on_fit.feature_names)
