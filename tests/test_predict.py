@@ -30,9 +30,8 @@ CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
     "fedsim-attn": dict(TWO_SECONDARIES, method="fedsim_attn"),  # the improved model (issue 17)
     # issue 34's input recipe: every party's numeric inputs through their training quantiles
     "fedsim-attn-quantile": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="quantile"),
-    "fedsim-attn-ple": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="ple"),
-    # and a 0/1 "was missing" feature beside each imputed column (house3's sales and listings have NaN)
-    "fedsim-attn-missing": dict(TWO_SECONDARIES, method="fedsim_attn", missing="indicator"),
+    # ple, and a 0/1 "was missing" feature beside each imputed column (house3's sales and listings have NaN)
+    "fedsim-attn-ple-missing": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="ple", missing="indicator"),
 }
 
 
