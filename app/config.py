@@ -198,7 +198,12 @@ class RunConfig:
             model = dataclasses.replace(model, merge=self.model.merge)
         if self.model.dropout >= 0:
             model = dataclasses.replace(model, dropout=self.model.dropout)
-        model = dataclasses.replace(model, weight_gate=self.model.weight_gate, sort_gate=self.model.sort_gate)
+        model = dataclasses.replace(
+            model,
+            weight_gate=self.model.weight_gate,
+            sort_gate=self.model.sort_gate,
+            attention_start=self.model.attention_start,
+        )
         model = dataclasses.replace(model, **self.training_method.model)
         paper = self._paper()
         if "agg_hidden" in paper:

@@ -135,3 +135,18 @@ def test_the_explained_weights_follow_the_linkage_order_and_sum_to_one():
         model.paths["all"].attention.score_rank[0] = 60.0 / RATE
     w = model.attention_weights(x, emb, index, {"all": sims})["s"]
     assert (w[:, :K].argmax(dim=1) == sims.argmax(dim=1)).all() and (w.max(dim=1).values > 1 - 1e-9).all()
+
+
+def test_a_silent_start_is_the_papers_fedsim_drawn_from_the_same_seed():
+    """``attention_start = "silent"``: built from the same seed, the model's first output is the
+    paper's FedSim's with the same weights (the paper's path is drawn first either way), and one
+    gradient step gives the branch's last layer a gradient (it can leave FedSim)."""
+    x, emb, index, sims = _inputs()
+    silent = _model(ModelConfig(**{**CFG.__dict__, "attention": True, "attention_start": "silent"}))
+    paper = _model(CFG)
+    for name, value in paper.state_dict().items():
+        assert torch.equal(silent.state_dict()[name], value), name
+    out = silent(x, emb, index, {"all": sims})
+    torch.testing.assert_close(out, paper(x, emb, index, {"all": sims}), rtol=0, atol=0)
+    out.sum().backward()
+    assert silent.paths["all"].attention.pair[-1].weight.grad.abs().max() > 0

@@ -34,8 +34,16 @@ class NeighbourAttention(nn.Module):
     """The branch for one path's parties (one party, or a chain sharing similarities)."""
 
     def __init__(
-        self, cuts: dict[str, int], k: int, hidden: tuple[int, ...], d_out: int, score_hidden: int = 16
+        self,
+        cuts: dict[str, int],
+        k: int,
+        hidden: tuple[int, ...],
+        d_out: int,
+        score_hidden: int = 16,
+        silent: bool = False,
     ) -> None:
+        """``silent``: the pair model's last layer starts at zero, so the branch adds nothing at
+        first and the model starts as the paper's FedSim (the other parameters drawn as ever)."""
         super().__init__()
         if not hidden:
             raise ValueError("neighbour attention needs a pair model with a hidden layer (agg_hidden)")
@@ -48,6 +56,9 @@ class NeighbourAttention(nn.Module):
         start[0] = TOP1_START / RATE
         self.score_rank = nn.Parameter(start)  # a bias per rank (times RATE); the last is the null slot's
         self.score_pair = nn.Linear(hidden[-1], 1, bias=False)  # the pair's last hidden layer -> score
+        if silent:
+            nn.init.zeros_(self.pair[-1].weight)
+            nn.init.zeros_(self.pair[-1].bias)
 
     def forward(
         self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor

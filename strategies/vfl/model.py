@@ -39,6 +39,7 @@ class ModelConfig:
     uniform_weights: bool = False  # every neighbour weighs the same (AvgSim, Top1Sim, Exact)
     sim_feature: bool = False  # the similarity enters the aggregation MLP as a feature (FeatureSim)
     attention: bool = False  # add attention over the neighbours and a null slot (fedsim_attn)
+    attention_start: str = "top1"  # the branch starts at Top1Sim, or "silent": at the paper's FedSim
 
 
 def local_model(d_in: int, cfg: ModelConfig) -> nn.Sequential:
@@ -73,7 +74,11 @@ class PairPath(nn.Module):
             self.merge = None
         # fedsim_attn: the paper's path plus attention pooling (strategies/vfl/attention.py); a
         # zero last layer in either branch leaves the other, so it contains FedSim and Top1Sim
-        self.attention = NeighbourAttention(cuts, k, cfg.agg_hidden, d_out) if cfg.attention else None
+        self.attention = (
+            NeighbourAttention(cuts, k, cfg.agg_hidden, d_out, silent=cfg.attention_start == "silent")
+            if cfg.attention
+            else None
+        )
 
     def forward(
         self, h: torch.Tensor, emb: dict[str, torch.Tensor], index: dict[str, torch.Tensor], sims: torch.Tensor
