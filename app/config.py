@@ -252,18 +252,20 @@ class RunConfig:
             "epochs": (s.epochs, "run config" if self.train.epochs else stop),
             "patience": (s.patience, "run config" if self.train.patience >= 0 else stop),
             "lr": (s.lr, source(self.train.lr > 0, "lr")),
-            "lr_schedule": (
-                f"x {self.train.lr_decay} after {self.train.lr_patience} epochs without a better validation value"
-                if self.train.lr_decay < 1.0
-                else "constant",
-                "run config" if self.train.lr_decay < 1.0 else "default (the paper's)",
-            ),
             "weight_decay": (s.weight_decay, source(self.train.weight_decay >= 0, "weight_decay")),
             "dropout": (m.dropout, source(self.model.dropout >= 0, "dropout")),
             "merge": (m.merge, source(bool(self.model.merge), "merge")),
             "local_hidden": (list(m.local_hidden), base),
             "cut_dim": (m.cut_dim, base),
             "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden")),
+            **self._recipe_rows(),
+        }
+        return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
+
+    def _recipe_rows(self) -> dict[str, tuple]:
+        """:meth:`hyperparameters`' rows for issue 34's choices: the input recipe, how a numeric NaN
+        is filled, the learning-rate schedule and where fedsim_attn's attention starts."""
+        return {
             "input_scale": (
                 self.data.scale,
                 "run config"
@@ -280,8 +282,17 @@ class RunConfig:
                 if self.data.dataset in DATASET_MISSING
                 else "fallback: mean",
             ),
+            "lr_schedule": (
+                f"x {self.train.lr_decay} after {self.train.lr_patience} epochs without a better validation value"
+                if self.train.lr_decay < 1.0
+                else "constant",
+                "run config" if self.train.lr_decay < 1.0 else "default (the paper's)",
+            ),
+            "attention_start": (
+                self.model.attention_start,
+                "run config" if self.model.attention_start != "top1" else "default",
+            ),
         }
-        return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 
     def defences(self) -> Defences:
         """The linkage's noise calibration (linkage.contracts.Defences)."""
