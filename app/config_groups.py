@@ -97,10 +97,10 @@ class TrainOptions:
     epochs: int = 0  # the maximum with patience > 0; 0 = the dataset's default
     patience: int = -1  # epochs without a better validation value before stopping; 0 = fixed epochs; -1 = default
     lr: float = 0.0
-    lr_decay: float = (
-        1.0  # multiply every party's lr by this after lr-patience epochs without a better validation value
-    )
-    lr_patience: int = 3  # (strategies/records.py lr_scale); lr-decay 1 = a constant rate (the paper's)
+    # every party's lr times lr-decay after lr-patience epochs without a better validation value
+    # (strategies/records.py lr_scale); lr-decay 1 = a constant rate (the paper's)
+    lr_decay: float = 1.0
+    lr_patience: int = 3
     weight_decay: float = -1.0
     seed: int = 0
     steps_per_exchange: int = 8

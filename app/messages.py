@@ -150,13 +150,18 @@ def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMet
     expect_fields(meta, STEP_FIELDS, "train.step")
     n = int(meta["n_apply"])
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
-    scale = float(meta.get("lr_scale", 1.0))
-    if not 0.0 < scale <= 1.0:  # a schedule only lowers the party's own rate; nan fails too
-        raise ProtocolError(
-            f"train.step's lr_scale must be in (0, 1] (a fraction of the party's own learning rate), got {scale}"
-        )
+    scale = require_lr_scale(float(meta.get("lr_scale", 1.0)), "train.step")
     meta_ = StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]), scale)
     return blocks, arrays["tokens"].numpy(), meta_
+
+
+def require_lr_scale(scale: float, where: str) -> float:
+    """``scale`` if it is in (0, 1]: a schedule only lowers a party's own learning rate (NaN fails too)."""
+    if not 0.0 < scale <= 1.0:
+        raise ProtocolError(
+            f"{where}: lr_scale must be in (0, 1] (a fraction of the party's own learning rate), got {scale}"
+        )
+    return scale
 
 
 def named_content(record: str, **fields) -> RecordDict:

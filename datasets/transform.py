@@ -57,7 +57,8 @@ class FeatureTransform:
             blocks.append(
                 to_ple(num, self.ple) if self.ple else to_normal(num, self.quantiles) if self.quantiles else num
             )
-            blocks.append(was_missing(df, [self.numeric[j] for j in self.indicate]))
+            if self.indicate:
+                blocks.append(was_missing(df, [self.numeric[j] for j in self.indicate]))
         for col, cats in self.categorical:
             onehot, unseen = one_hot(df[col], cats)
             if unseen and unknown == "refuse":
@@ -212,10 +213,10 @@ def fit_transform(
         blocks.append(num)  # raw here: what is constant or empty is judged on the values themselves
         names += numeric
         if missing == "indicator":
-            nan = was_missing(df if fit_rows is None else df.iloc[fit_rows], numeric)  # (fit rows, d)
-            indicate = tuple(int(j) for j in np.flatnonzero(nan.any(axis=0)))
-        blocks.append(was_missing(df, [numeric[j] for j in indicate]))
-        names += [f"{numeric[j]}[missing]" for j in indicate]
+            nan = was_missing(df, numeric)  # (n, d), once: which columns had NaN on the fit rows, and where
+            indicate = tuple(int(j) for j in np.flatnonzero((nan if fit_rows is None else nan[fit_rows]).any(axis=0)))
+            blocks.append(nan[:, list(indicate)])
+            names += [f"{numeric[j]}[missing]" for j in indicate]
     cats = tuple((c, tuple(sorted(df[c].astype(str).unique()))) for c in categorical)
     for col, values in cats:
         blocks.append(one_hot(df[col], values)[0])

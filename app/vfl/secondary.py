@@ -16,7 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from app.config import RunConfig
 from app.kept import KeptError
-from app.messages import StepMeta, require_finite, step_digest
+from app.messages import StepMeta, require_finite, require_lr_scale, step_digest
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
 from app.vfl.kept import PARTY_KEPT, features_digest
@@ -98,8 +98,7 @@ class SecondaryParty:
         row per token): a refused message changes no weight. The blocks' gradients may be host
         arrays (a message's) or tensors (an in-process primary's); all blocks' finiteness is read
         back in one host sync, not one per block."""
-        if not 0.0 < lr_scale <= 1.0:
-            raise ValueError(f"party {self.party!r}: lr_scale must be in (0, 1], got {lr_scale}")
+        require_lr_scale(lr_scale, f"party {self.party!r}")
         grads = [torch.as_tensor(b.grad, device=self.device, dtype=self.dtype) for b in blocks]  # each (U, c)
         finite = torch.stack([g.isfinite().all() for g in grads]).tolist() if grads else []
         for j, (block, grad) in enumerate(zip(blocks, grads)):

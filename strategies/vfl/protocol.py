@@ -276,9 +276,13 @@ def _train_one(
     seconds = time.perf_counter() - t0
     progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
     rec = EpochRecord(
-        epoch, float(np.mean(step_losses[n0:])) if batches else float("nan"), len(batches), exchanges, seconds
+        epoch,
+        float(np.mean(step_losses[n0:])) if batches else float("nan"),
+        len(batches),
+        exchanges,
+        seconds,
+        lr_scale=scale,
     )
-    rec.lr_scale = scale
     return rec, pending
 
 
