@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from app.config import ConfigError, RunConfig
+from app.data import load_data
 from app.modes import run_experiment
 from datasets import load_dataset
 from datasets.base import DatasetError
@@ -192,3 +193,37 @@ def test_each_csv_party_declares_how_its_missing_values_are_filled(tmp_path):
         RunConfig.from_flower({"dataset": "csv", "missing": "indicator"})
     with pytest.raises(ConfigError, match="run-config 'missing' must be one of"):
         RunConfig.from_flower({"dataset": "house", "missing": "zero"})
+
+
+def test_a_deployed_partys_feature_cache_never_serves_stale_features(tmp_path):
+    """A deployed secondary keeps its parsed feature matrix in its node's cache-dir. The cache
+    belongs to exactly what it was built from: a changed CSV, a recipe changed in the party's own
+    parties.toml section, or a run-config key of the recipe (``missing``) all rebuild it; the
+    same inputs reuse it (the saved file is read, not the CSV)."""
+    from app.vfl.parties import secondary_features
+
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    data.mkdir()
+    cache.mkdir()
+    write_parties(data)
+    cfg = RunConfig.of(dataset="csv", data_dir=str(data))
+    first = np.array(secondary_features(cfg, "shops", str(cache)))
+    np.testing.assert_array_equal(secondary_features(cfg, "shops", str(cache)), first)
+    assert len(list(cache.glob("features-shops-*.npy"))) == 1  # reused, not rebuilt
+
+    shops = pd.read_csv(data / "shops.csv")
+    shops["rent"] = shops["rent"] * 2 + 7  # the party corrected its data: a new standardisation
+    shops.loc[0, "rent"] = 1e4
+    shops.to_csv(data / "shops.csv", index=False)
+    edited = np.array(secondary_features(cfg, "shops", str(cache)))
+    np.testing.assert_array_equal(edited, load_dataset("csv", data).secondaries["shops"].features)
+    assert not np.array_equal(edited, first)
+
+    (data / "parties.toml").write_text(SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nscale = "ple"'))
+    assert np.array(secondary_features(cfg, "shops", str(cache))).shape[1] > 1  # ple: a feature per bin
+
+    plain = np.array(secondary_features(RunConfig.of(dataset="house3", n_rows=300), "airbnb_b", str(cache)))
+    flagged_cfg = RunConfig.of(dataset="house3", n_rows=300, missing="indicator")
+    flagged = np.array(secondary_features(flagged_cfg, "airbnb_b", str(cache)))
+    np.testing.assert_array_equal(flagged, load_data(flagged_cfg).secondaries["airbnb_b"].features)
+    assert flagged.shape[1] == plain.shape[1] + 2  # reviews_per_month[missing], rating[missing]

@@ -6,6 +6,7 @@ all of them start from identical data, linkage and initial weights.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -16,7 +17,7 @@ import numpy as np
 from torch import nn
 
 from app.config import RunConfig, Settings
-from app.data import load_data
+from app.data import dataset_options, load_data
 from linkage.contracts import PrimaryLinkage
 from linkage.store import write_atomic
 from strategies.heads import TaskHead
@@ -84,19 +85,30 @@ def build_strategy(
     return strategy
 
 
+def feature_cache_key(cfg: RunConfig, party: str) -> str:
+    """What a cached feature matrix was built from: the dataset, its folder, every loader option
+    (the input recipe included) and, for a csv party, its parties.toml and its own CSV as they are
+    now (path, size, modification time), so a party that edits either never reads stale features."""
+    parts: list = [cfg.data.dataset, cfg.data.data_dir, party, dataclasses.asdict(dataset_options(cfg))]
+    if cfg.data.dataset == "csv":
+        from datasets.csv_parties import SPEC, data_folder, read_spec  # lazy: as below
+
+        folder = data_folder(cfg.data.data_dir)
+        spec = read_spec(folder)
+        files = [folder / SPEC] + (
+            [folder / spec["secondaries"][party]["file"]] if party in spec["secondaries"] else []
+        )
+        parts += [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.exists()]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
 def secondary_features(cfg: RunConfig, party: str, cache_dir: str = "") -> np.ndarray:
     """A secondary's feature matrix. A deployed SuperNode runs every message in a fresh process;
     with a ``cache_dir`` (node config "cache-dir") it parses its CSVs once and later messages
     memory-map the saved matrix."""
     path = None
     if cache_dir:
-        key = hashlib.sha256(
-            json.dumps(
-                [cfg.data.dataset, cfg.data.data_dir, cfg.data.n_rows, cfg.train.seed, cfg.data.sigma_cf, party]
-                + ([cfg.data.scale] if cfg.data.scale != "standard" else [])
-            ).encode()
-        ).hexdigest()[:16]
-        path = Path(cache_dir) / f"features-{party}-{key}.npy"
+        path = Path(cache_dir) / f"features-{party}-{feature_cache_key(cfg, party)}.npy"
         if path.exists():
             return np.load(path, mmap_mode="r")
     if cfg.data.dataset == "csv":  # a party's own CSV only: a deployed SuperNode needs no other file
