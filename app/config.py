@@ -36,7 +36,7 @@ from app.config_groups import (
     TrainOptions,
     split_flat,
 )
-from datasets.options import DATASET_MISSING, DATASET_SCALES
+from datasets.options import DATASET_MISSING, DATASET_SCALES, PLE_BINS
 from linkage.contracts import Defences
 from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
@@ -273,6 +273,11 @@ class RunConfig:
                 else f"dataset default ({self.data.dataset}, chosen on validation: docs/fedsim-attn.md)"
                 if self.data.dataset in DATASET_SCALES
                 else "fallback: standard",
+            ),
+            **(
+                {"ple_bins": (self.data.ple_bins, "run config" if self.data.ple_bins != PLE_BINS else "default")}
+                if self.data.scale == "ple"
+                else {}
             ),
             "missing": (
                 self.data.missing_values,

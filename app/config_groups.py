@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from app.messages import PLAIN_NAME
-from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, SCALES
+from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
 from strategies.vfl.methods import UnknownMethod, method
 
 Need = Callable[[bool, str], None]
@@ -56,6 +56,12 @@ class DataOptions:
     # a numeric NaN: "mean" (the training mean) | "indicator" (also a 0/1 "was missing" feature per
     # such column); "" = the dataset's (datasets.options.DATASET_MISSING, else mean)
     missing: str = ""
+    ple_bins: int = PLE_BINS  # input-scale ple: bins per numeric column (cut at its training quantiles)
+
+    @property
+    def recipe(self) -> Recipe:
+        """Every party's input recipe (the shipped datasets; csv: each party's own, parties.toml)."""
+        return Recipe(self.scale, self.missing_values, self.ple_bins)
 
     @property
     def scale(self) -> str:
@@ -79,6 +85,13 @@ class DataOptions:
             'declares its own recipe (scale = "quantile" or "ple" in its parties.toml section)',
         )
         need(self.missing in ("", *MISSING), f"run-config 'missing' must be one of {MISSING}, got {self.missing!r}")
+        lo, hi = PLE_BINS_RANGE
+        need(lo <= self.ple_bins <= hi, f"run-config 'ple-bins' must be in [{lo}, {hi}], got {self.ple_bins}")
+        need(
+            self.ple_bins == PLE_BINS or (self.scale == "ple" and self.dataset != "csv"),
+            f"run-config 'ple-bins' is for input-scale \"ple\" on the shipped datasets (this run's: "
+            f"{self.scale!r}); with dataset csv each party declares its own (ple_bins in its parties.toml section)",
+        )
         need(
             self.missing in ("", "mean") or self.dataset != "csv",
             "run-config 'missing' is for the shipped datasets; with dataset csv each party declares its "

@@ -34,7 +34,7 @@ from datasets.base import TASKS, DatasetError, PartyTable, VFLDataset, split_pri
 from datasets.cells import cell_problems, header, read_table, refuse_problems
 from datasets.columns import feature_columns, refuse_text
 from datasets.entity_ids import entity_split, match_entities, read_entity_ids
-from datasets.options import MISSING, SCALES, DatasetOptions
+from datasets.options import PLE_BINS, DatasetOptions, Recipe
 from datasets.tables import party_table, require_columns
 from linkage.contracts import STRING_METRICS
 from linkage.metrics import REGISTRY
@@ -43,7 +43,18 @@ from linkage.strings import normalize_strings
 SPEC = "parties.toml"
 REQUIRED_KEYS = ("task", "label", "primary", "secondaries")
 TOP_KEYS = {*REQUIRED_KEYS, "metric"}
-PARTY_KEYS = {"file", "identifiers", "kind", "numeric", "categorical", "name", "entity_id", "scale", "missing"}
+PARTY_KEYS = {
+    "file",
+    "identifiers",
+    "kind",
+    "numeric",
+    "categorical",
+    "name",
+    "entity_id",
+    "scale",
+    "missing",
+    "ple_bins",
+}
 NUMERIC_METRICS = tuple(m.name for m in REGISTRY.values() if m.kind == "numbers")  # linkage.metrics
 
 
@@ -91,10 +102,10 @@ def check_party(path: Path, who: str, party: dict) -> None:
         )
     if party.get("kind", "numeric") not in ("numeric", "string"):
         raise DatasetError(f"{path}: party {who!r} kind must be 'numeric' or 'string', got {party['kind']!r}")
-    if party.get("scale", "standard") not in SCALES:
-        raise DatasetError(f"{path}: party {who!r} scale must be one of {list(SCALES)}, got {party['scale']!r}")
-    if party.get("missing", "mean") not in MISSING:
-        raise DatasetError(f"{path}: party {who!r} missing must be one of {list(MISSING)}, got {party['missing']!r}")
+    for problem in party_recipe(party).problems():
+        raise DatasetError(f"{path}: party {who!r} {problem}")
+    if "ple_bins" in party and party.get("scale") != "ple":
+        raise DatasetError(f'{path}: party {who!r} sets ple_bins, which only scale = "ple" uses')
     if not isinstance(party.get("entity_id", ""), str):
         raise DatasetError(f"{path}: party {who!r} entity_id must be one column name, got {party['entity_id']!r}")
 
@@ -139,9 +150,13 @@ def read_party(
         categorical_cols=categorical,
         fit_rows=fit_rows,
         labels_only=label is not None,
-        scale=party.get("scale", "standard"),  # the party's own input recipe (datasets/transform.py)
-        missing=party.get("missing", "mean"),
+        recipe=party_recipe(party),  # the party's own input recipe (datasets/transform.py)
     )
+
+
+def party_recipe(party: dict) -> Recipe:
+    """The input recipe a party's parties.toml section declares (each key has its default)."""
+    return Recipe(party.get("scale", "standard"), party.get("missing", "mean"), party.get("ple_bins", PLE_BINS))
 
 
 def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataFrame:

@@ -39,8 +39,7 @@ def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_kind="numeric",
         numeric_cols=p_cols,
         fit_rows=split.train,
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     secondary = party_table(
         "secondary",
@@ -48,8 +47,7 @@ def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=id_cols,
         id_kind="numeric",
         numeric_cols=s_cols,
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     return VFLDataset(
         name="frog",

@@ -91,8 +91,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=["title"],
         id_kind="string",
         fit_rows=split.train,
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
         numeric_cols=[
             "price",
             "required_age",
@@ -112,8 +111,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=["title"],
         id_kind="string",
         numeric_cols=["Review_score", "main_story_h", "extras_h", "completionist_h", "year"],
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     return VFLDataset(
         name="game",

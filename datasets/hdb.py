@@ -66,8 +66,7 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         numeric_cols=["floor_area_sqm", "lease_commence_date", "storey", "sale_time"],
         categorical_cols=["town", "flat_type", "flat_model"],
         fit_rows=split.train,
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     schools = pd.read_csv(folder / "schools.csv")
     school = party_table(
@@ -76,8 +75,7 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=["lat", "lon"],
         id_kind="numeric",
         numeric_cols=[f"vacancy_rate_{i}" for i in range(4)],
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     return VFLDataset(
         name="hdb",

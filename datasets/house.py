@@ -70,8 +70,7 @@ def _load(
         numeric_cols=SALES_NUM,
         categorical_cols=SALES_CAT,
         fit_rows=split.train,
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     bnb = pd.read_csv(folder / "airbnb_listings.csv.gz")
     require_columns(bnb, ["latitude", "longitude", *BNB_NUM], "house airbnb_listings.csv.gz")
@@ -85,8 +84,7 @@ def _load(
             id_cols=["latitude", "longitude"],
             id_kind="numeric",
             numeric_cols=cols,
-            scale=opts.scale,
-            missing=opts.missing,
+            recipe=opts.recipe,
         )
         for party, cols in parties.items()
     }

@@ -15,6 +15,31 @@ DATASET_SCALES = {"hdb": "ple", "house": "ple", "game": "ple", "frog": "ple"}
 MISSING = ("mean", "indicator")  # a numeric NaN: the training mean; or that plus a 0/1 "was missing" feature
 # The shipped datasets whose parties add the indicator unless the run config says (none yet).
 DATASET_MISSING: dict[str, str] = {}
+PLE_BINS = 16  # bins per numeric column of the piecewise-linear encoding (at most: equal quantiles merge)
+PLE_BINS_RANGE = (2, 256)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a party turns its numeric columns into features, fitted on its own training rows
+    (datasets/transform.py): the scale, how a NaN is filled, and the encoding's bins."""
+
+    scale: str = "standard"  # SCALES
+    missing: str = "mean"  # MISSING: "indicator" adds a 0/1 feature per numeric column with NaN on the fit rows
+    ple_bins: int = PLE_BINS  # scale "ple": bins per numeric column, cut at its training quantiles
+
+    def problems(self) -> list[str]:
+        """What is wrong with this recipe, in words (empty: nothing)."""
+        lo, hi = PLE_BINS_RANGE
+        return [
+            *([f"scale must be one of {list(SCALES)}, got {self.scale!r}"] if self.scale not in SCALES else []),
+            *([f"missing must be one of {list(MISSING)}, got {self.missing!r}"] if self.missing not in MISSING else []),
+            *(
+                [f"ple_bins must be a whole number in [{lo}, {hi}], got {self.ple_bins!r}"]
+                if type(self.ple_bins) is not int or not lo <= self.ple_bins <= hi
+                else []
+            ),
+        ]
 
 
 @dataclass(frozen=True)
@@ -24,8 +49,7 @@ class DatasetOptions:
     seed: int = 0
     n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
     sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
-    scale: str = "standard"  # every party's numeric input recipe (datasets/transform.py SCALES); csv: parties.toml
-    missing: str = "mean"  # MISSING: "indicator" adds a 0/1 feature per numeric column with NaN on the fit rows
+    recipe: Recipe = Recipe()  # every party's numeric input recipe (shipped datasets); csv: each in parties.toml
 
 
 def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:

@@ -57,8 +57,7 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_kind="numeric",
         numeric_cols=[f"p{c}" for c in p_cols],
         fit_rows=split.train,
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     secondary = party_table(
         "secondary",
@@ -66,8 +65,7 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
         id_cols=id_names,
         id_kind="numeric",
         numeric_cols=[f"s{c}" for c in s_cols],
-        scale=opts.scale,
-        missing=opts.missing,
+        recipe=opts.recipe,
     )
     return VFLDataset(
         name="synthetic",

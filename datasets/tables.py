@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, IdKind, PartyTable, require_columns
+from datasets.options import Recipe
 from datasets.transform import FeatureTransform, fit_transform
 
 
@@ -64,13 +65,12 @@ def party_table(
     categorical_cols: Sequence[str] = (),
     fit_rows: np.ndarray | None = None,
     labels_only: bool = False,
-    scale: str = "standard",
-    missing: str = "mean",
+    recipe: Recipe = Recipe(),
 ) -> PartyTable:
     """Build a party table: identifiers kept apart from features, categoricals one-hot,
-    numeric columns mean-imputed (``missing`` "indicator": plus a 0/1 feature per column with NaN;
-    ``scale`` "quantile" / "ple": then mapped through their quantiles to a normal / encoded
-    piecewise-linearly, datasets/transform.py) then standardised on ``fit_rows``, constant columns dropped.
+    numeric columns mean-imputed (``recipe.missing`` "indicator": plus a 0/1 feature per column
+    with NaN; ``recipe.scale`` "quantile" / "ple": then mapped through their quantiles to a normal
+    / encoded piecewise-linearly, datasets/transform.py) then standardised on ``fit_rows``, constant columns dropped.
     ``labels_only``: a label holder without any feature column is allowed (zero features)."""
     where = f"party {name!r}"
     require_columns(df, [*id_cols, *numeric_cols, *categorical_cols], where)
@@ -82,9 +82,7 @@ def party_table(
         transform = FeatureTransform((), (), (), (), (), (), ())
         report = {"dropped_constant": [], "dropped_empty": [], "nan_imputed": {}, "nan_imputed_total": 0}
     else:
-        transform, report = fit_transform(
-            df, list(numeric_cols), list(categorical_cols), fit_rows, where, scale, missing
-        )
+        transform, report = fit_transform(df, list(numeric_cols), list(categorical_cols), fit_rows, where, recipe)
     features, _ = transform.apply(df, where)
     return PartyTable(
         name=name,

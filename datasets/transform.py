@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.errors import DatasetError, require_columns
+from datasets.options import PLE_BINS, Recipe
 
 
 @dataclass(frozen=True)
@@ -147,14 +148,11 @@ def to_normal(num: np.ndarray, quantiles: tuple[tuple[float, ...], ...]) -> np.n
     return qt.transform(num)
 
 
-PLE_BINS = 16  # bins per numeric column of the piecewise-linear encoding (at most: equal quantiles merge)
-
-
-def ple_edges(num: np.ndarray, fit_rows: np.ndarray | None) -> tuple[tuple[float, ...], ...]:
+def ple_edges(num: np.ndarray, fit_rows: np.ndarray | None, bins: int = PLE_BINS) -> tuple[tuple[float, ...], ...]:
     """Per column of ``num`` (n, d) the distinct training quantiles at 0, 1/T, ..., 1 (T =
-    :data:`PLE_BINS`): its bins' edges (a constant column has one edge, hence no bin)."""
+    ``bins``): its bins' edges (a constant column has one edge, hence no bin)."""
     ref = num if fit_rows is None else num[fit_rows]
-    q = np.quantile(ref, np.linspace(0, 1, PLE_BINS + 1), axis=0)  # (T + 1, d)
+    q = np.quantile(ref, np.linspace(0, 1, bins + 1), axis=0)  # (T + 1, d)
     return tuple(tuple(map(float, np.unique(col))) for col in q.T)
 
 
@@ -196,23 +194,23 @@ def fit_transform(
     categorical: list[str],
     fit_rows: np.ndarray | None,
     where: str,
-    scale: str = "standard",
-    missing: str = "mean",
+    recipe: Recipe = Recipe(),
 ) -> tuple[FeatureTransform, dict]:
     """Fit on ``df`` (statistics on ``fit_rows``; categories from every row, as one-hot always
-    was); returns the transform and what fitting dropped and imputed. ``scale`` "quantile":
-    numeric columns through their training quantiles to a normal first (:func:`to_normal`);
-    "ple": each numeric column as its piecewise-linear encoding over training quantile bins
-    (:func:`to_ple`). ``missing`` "indicator": each numeric column with NaN on the fit rows also
-    gets a 0/1 feature saying where it was missing (:func:`was_missing`), after the numeric block."""
+    was); returns the transform and what fitting dropped and imputed. ``recipe.scale``
+    "quantile": numeric columns through their training quantiles to a normal first
+    (:func:`to_normal`); "ple": each numeric column as its piecewise-linear encoding over
+    ``recipe.ple_bins`` training quantile bins (:func:`to_ple`). ``recipe.missing``
+    "indicator": each numeric column with NaN on the fit rows also gets a 0/1 feature saying
+    where it was missing (:func:`was_missing`), after the numeric block."""
     blocks, names, imputed, fill, grid, edges, indicate = [], [], {}, (), (), (), ()
     if numeric:
         num, imputed, fill = numeric_features(df, numeric, fit_rows, where)
-        grid = quantile_grid(num, fit_rows) if scale == "quantile" else ()
-        edges = ple_edges(num, fit_rows) if scale == "ple" else ()
+        grid = quantile_grid(num, fit_rows) if recipe.scale == "quantile" else ()
+        edges = ple_edges(num, fit_rows, recipe.ple_bins) if recipe.scale == "ple" else ()
         blocks.append(num)  # raw here: what is constant or empty is judged on the values themselves
         names += numeric
-        if missing == "indicator":
+        if recipe.missing == "indicator":
             nan = was_missing(df, numeric)  # (n, d), once: which columns had NaN on the fit rows, and where
             indicate = tuple(int(j) for j in np.flatnonzero((nan if fit_rows is None else nan[fit_rows]).any(axis=0)))
             blocks.append(nan[:, list(indicate)])

@@ -227,3 +227,31 @@ def test_a_deployed_partys_feature_cache_never_serves_stale_features(tmp_path):
     flagged = np.array(secondary_features(flagged_cfg, "airbnb_b", str(cache)))
     np.testing.assert_array_equal(flagged, load_data(flagged_cfg).secondaries["airbnb_b"].features)
     assert flagged.shape[1] == plain.shape[1] + 2  # reviews_per_month[missing], rating[missing]
+
+
+def test_the_encodings_bin_count_is_each_partys_own_and_refused_where_it_means_nothing(tmp_path):
+    """Issue 34's bin-count ablation: ``ple_bins`` in a csv party's section (with its scale
+    "ple"), ``ple-bins`` in the run config for the shipped datasets; either refused by name out
+    of range or where no piecewise-linear encoding uses it; the run records its value."""
+    ple4 = 'numeric = ["rent"]\nscale = "ple"\nple_bins = 4'
+    write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', ple4))
+    names = load_dataset("csv", tmp_path).secondaries["shops"].feature_names
+    assert sum(n.startswith("rent[ple ") for n in names) == 4
+    for bad, match in [
+        ('numeric = ["rent"]\nple_bins = 4', "sets ple_bins, which only scale"),
+        ('numeric = ["rent"]\nscale = "ple"\nple_bins = 1', r"ple_bins must be a whole number in \[2, 256\]"),
+        ('numeric = ["rent"]\nscale = "ple"\nple_bins = "8"', "ple_bins must be a whole number"),
+    ]:
+        write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', bad))
+        with pytest.raises(DatasetError, match=match):
+            load_dataset("csv", tmp_path)
+    for flat, match in [
+        ({"dataset": "csv", "ple-bins": 8}, "each party declares its own"),
+        ({"dataset": "house", "ple-bins": 1}, r"must be in \[2, 256\]"),
+        ({"dataset": "house", "input-scale": "standard", "ple-bins": 8}, "'ple-bins' is for input-scale"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            RunConfig.from_flower(flat)
+    rows = RunConfig.from_flower({"dataset": "house", "ple-bins": 8}).hyperparameters()
+    assert rows["ple_bins"] == {"value": 8, "source": "run config"}
+    assert "ple_bins" not in RunConfig.from_flower({"dataset": "house3"}).hyperparameters()  # standard: none

@@ -10,8 +10,9 @@ import pytest
 
 from datasets import load_dataset
 from datasets.base import DatasetError
+from datasets.options import PLE_BINS, Recipe
 from datasets.tables import party_table
-from datasets.transform import PLE_BINS, FeatureTransform, ple_edges, to_ple
+from datasets.transform import FeatureTransform, ple_edges, to_ple
 from tests.test_byo import write_parties
 
 
@@ -41,8 +42,7 @@ def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard", missing: str
         numeric_cols=["size", "age", "flat"],
         categorical_cols=["kind", "town"],
         fit_rows=fit_rows,
-        scale=scale,
-        missing=missing,
+        recipe=Recipe(scale, missing),
     )
 
 
@@ -166,6 +166,31 @@ def test_the_piecewise_linear_encoding_fills_its_bins_in_order_and_extrapolates_
     assert np.allclose(fitted[0][0] + to_ple(num, fitted)[:, :PLE_BINS] @ np.diff(fitted[0]), num[:, 0])
     t = table(planted(400), np.arange(300), "ple")
     assert sum(n.startswith("size[ple ") for n in t.feature_names) == PLE_BINS
+
+
+@pytest.mark.parametrize("bins", [2, 5, 40])
+def test_the_encodings_bin_count_is_part_of_the_kept_transform(bins):
+    """Issue 34's bin-count ablation: ``Recipe.ple_bins`` cuts each column at that many training
+    quantiles (fewer where quantiles tie), and the kept transform, through JSON, encodes new
+    records with the same edges (apply == training features, bitwise)."""
+    df, fit_rows = planted(400), np.arange(300)
+    t = party_table(
+        "p",
+        df,
+        id_cols=["lat", "lon"],
+        id_kind="numeric",
+        numeric_cols=["size", "age"],
+        fit_rows=fit_rows,
+        recipe=Recipe("ple", "mean", bins),
+    )
+    size_bins = sum(n.startswith("size[ple ") for n in t.feature_names)
+    assert size_bins == bins  # size is continuous: no ties
+    ages = df["age"].to_numpy()[fit_rows]  # whole numbers: tied quantiles merge into one edge
+    want = len(np.unique(np.quantile(ages, np.linspace(0, 1, bins + 1)))) - 1
+    assert sum(n.startswith("age[ple ") for n in t.feature_names) == want <= bins
+    restored = FeatureTransform.from_json(t.transform.to_json())
+    assert np.array_equal(restored.apply(df, "p")[0], t.features)
+    assert Recipe("ple", "mean", 1).problems() and Recipe("ple", "mean", 2.5).problems()  # refused by name
 
 
 @pytest.mark.parametrize("scale", ["standard", "ple"])
