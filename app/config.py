@@ -202,7 +202,7 @@ class RunConfig:
             model,
             weight_gate=self.model.weight_gate,
             sort_gate=self.model.sort_gate,
-            attention_start=self.model.attention_start,
+            attention_start=self.model.attention_start or model.attention_start,
         )
         model = dataclasses.replace(model, **self.training_method.model)
         paper = self._paper()
@@ -258,11 +258,11 @@ class RunConfig:
             "local_hidden": (list(m.local_hidden), base),
             "cut_dim": (m.cut_dim, base),
             "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden")),
-            **self._recipe_rows(),
+            **self._recipe_rows(m.attention_start),
         }
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 
-    def _recipe_rows(self) -> dict[str, tuple]:
+    def _recipe_rows(self, attention_start: str) -> dict[str, tuple]:
         """:meth:`hyperparameters`' rows for issue 34's choices: the input recipe, how a numeric NaN
         is filled, the learning-rate schedule and where fedsim_attn's attention starts."""
         return {
@@ -294,8 +294,12 @@ class RunConfig:
                 "run config" if self.train.lr_decay < 1.0 else "default (the paper's)",
             ),
             "attention_start": (
-                self.model.attention_start,
-                "run config" if self.model.attention_start != "top1" else "default",
+                attention_start,
+                "run config"
+                if self.model.attention_start
+                else f"dataset default ({self.data.dataset}, chosen on validation: docs/fedsim-attn.md)"
+                if attention_start != "top1"
+                else "default",
             ),
         }
 

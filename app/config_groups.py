@@ -155,12 +155,14 @@ class ModelOptions:
     dropout: float = -1.0  # merge-gate dropout; -1 = the dataset's
     weight_gate: bool = True
     sort_gate: bool = True
-    attention_start: str = "top1"  # fedsim_attn's attention branch starts at Top1Sim, or "silent" (at FedSim)
+    # fedsim_attn's attention branch starts at Top1Sim ("top1") or adds nothing at first ("silent":
+    # the paper's FedSim); "" = the dataset's (app/config.py DATASET_DEFAULTS, chosen on validation)
+    attention_start: str = ""
 
     def check(self, need: Need) -> None:
         need(
-            self.attention_start in ("top1", "silent"),
-            f"run-config 'attention-start' must be top1 or silent, got {self.attention_start!r}",
+            self.attention_start in ("", "top1", "silent"),
+            f"run-config 'attention-start' must be top1, silent or empty, got {self.attention_start!r}",
         )
         need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
         need(
