@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets.base import DatasetError
+from datasets.errors import DatasetError
 
 SCALES = ("standard", "quantile", "ple")  # a party's input recipe for its numeric columns (datasets/transform.py)
 # The recipe each shipped dataset's parties use unless the run config names one: chosen on
