@@ -42,7 +42,7 @@ def outcome():
     base = Path(tempfile.mkdtemp(prefix="fsl-lab-faults-", dir="/tmp"))  # not under pytest's 0700 tmp
     logs = Path(tempfile.mkdtemp(prefix="fsl-lab-faults-logs-"))
     with Lab(base, [PRIMARY, PARTY]) as lab:
-        out = faults_across_hosts(lab, DATASET, DATA, epochs=3, n_rows=1500, logs=logs, **{"batch-size": 16})
+        out = faults_across_hosts(lab, DATASET, DATA, epochs=2, n_rows=1500, logs=logs, **{"batch-size": 16})
     for f in out["faults"]:
         print(f"\n{f.fault}: {f.state!r} after {f.detected_s:.1f} s: {f.error!r}; restarted {f.restarted}; {f.same}")
     yield out
