@@ -150,3 +150,21 @@ def test_a_silent_start_is_the_papers_fedsim_drawn_from_the_same_seed():
     torch.testing.assert_close(out, paper(x, emb, index, {"all": sims}), rtol=0, atol=0)
     out.sum().backward()
     assert silent.paths["all"].attention.pair[-1].weight.grad.abs().max() > 0
+
+
+def test_each_dataset_starts_its_attention_where_its_validation_chose():
+    """house (5 seeds to convergence on validation) starts silent; the other datasets start at
+    Top1Sim; the run config overrides either, and the run records which and why."""
+    from app.config import RunConfig
+
+    def start(**flat):
+        row = RunConfig.from_flower(flat).hyperparameters()["attention_start"]
+        model = RunConfig.from_flower(flat).resolve().model
+        assert model.attention_start == row["value"]  # what is built is what is recorded
+        return row["value"], row["source"].split(" (")[0]
+
+    assert start(dataset="house") == ("silent", "dataset default")
+    assert start(dataset="house", **{"attention-start": "top1"}) == ("top1", "run config")
+    for dataset in ("hdb", "game", "frog", "synthetic", "house3"):
+        assert start(dataset=dataset) == ("top1", "default")
+    assert start(dataset="game", **{"attention-start": "silent"}) == ("silent", "run config")
