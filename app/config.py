@@ -262,7 +262,7 @@ class RunConfig:
             "local_hidden": (list(m.local_hidden), base),
             "cut_dim": (m.cut_dim, base),
             "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden")),
-            **self._recipe_rows(m.attention_start),
+            **self._recipe_rows(m.attention_start if m.attention else ""),
         }
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 
@@ -297,6 +297,14 @@ class RunConfig:
                 else "constant",
                 "run config" if self.train.lr_decay < 1.0 else "default (the paper's)",
             ),
+            **self._start_row(attention_start),
+        }
+
+    def _start_row(self, attention_start: str) -> dict[str, tuple]:
+        """Where fedsim_attn's attention starts; no row for a method without attention ("")."""
+        if not attention_start:
+            return {}
+        return {
             "attention_start": (
                 attention_start,
                 "run config"

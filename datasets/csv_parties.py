@@ -102,11 +102,11 @@ def check_party(path: Path, who: str, party: dict) -> None:
         )
     if party.get("kind", "numeric") not in ("numeric", "string"):
         raise DatasetError(f"{path}: party {who!r} kind must be 'numeric' or 'string', got {party['kind']!r}")
+    if "ple_bins" in party and party.get("scale") != "ple":
+        raise DatasetError(f'{path}: party {who!r} sets ple_bins, which only scale = "ple" uses')
     problems = party_recipe(party).problems()
     if problems:
         raise DatasetError(f"{path}: party {who!r} {'; '.join(problems)}")
-    if "ple_bins" in party and party.get("scale") != "ple":
-        raise DatasetError(f'{path}: party {who!r} sets ple_bins, which only scale = "ple" uses')
     if not isinstance(party.get("entity_id", ""), str):
         raise DatasetError(f"{path}: party {who!r} entity_id must be one column name, got {party['entity_id']!r}")
 

@@ -168,3 +168,4 @@ def test_each_dataset_starts_its_attention_where_its_validation_chose():
     for dataset in ("hdb", "game", "frog", "synthetic", "house3"):
         assert start(dataset=dataset) == ("top1", "default")
     assert start(dataset="game", **{"attention-start": "silent"}) == ("silent", "run config")
+    assert "attention_start" not in RunConfig.from_flower({"dataset": "house", "method": "fedsim"}).hyperparameters()

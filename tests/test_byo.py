@@ -1,5 +1,9 @@
 """Bring-your-own CSV parties: one parties.toml runs every method; bad specs are named."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,6 +14,7 @@ from app.modes import run_experiment
 from datasets import load_dataset
 from datasets.base import DatasetError
 
+REPO = Path(__file__).resolve().parents[1]
 SPEC = """
 task = "regression"
 label = "price"
@@ -210,6 +215,13 @@ def test_a_deployed_partys_feature_cache_never_serves_stale_features(tmp_path):
     first = np.array(secondary_features(cfg, "shops", str(cache)))
     np.testing.assert_array_equal(secondary_features(cfg, "shops", str(cache)), first)
     assert len(list(cache.glob("features-shops-*.npy"))) == 1  # reused, not rebuilt
+    hit = (  # a deployed SuperNode runs each message in a fresh process: a cache hit imports no pandas
+        "import sys; from app.config import RunConfig; from app.vfl.parties import secondary_features; "
+        f"secondary_features(RunConfig.of(dataset='csv', data_dir={str(data)!r}), 'shops', {str(cache)!r}); "
+        "print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", hit], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
 
     shops = pd.read_csv(data / "shops.csv")
     shops["rent"] = shops["rent"] * 2 + 7  # the party corrected its data: a new standardisation

@@ -169,3 +169,34 @@ def test_a_fresh_run_under_an_old_name_never_resumes_the_old_run(tmp_path):
     checkpoint.fresh(tmp_path / "ckpt")  # what the ServerApp does for a run that does not resume
     with pytest.raises(checkpoint.CheckpointError, match="nothing to resume"):
         _run(cfg, tmp_path / "ckpt", resume=True)
+
+
+def _manifest(folder, config: dict) -> None:
+    folder.mkdir()
+    body = dict(epoch=0, seed=0, job_id="j", parties={}, primary_digest="d", config=config)
+    (folder / checkpoint.MANIFEST).write_text(__import__("json").dumps(body))
+
+
+def test_a_checkpoint_from_before_the_recipe_keys_resumes_where_nothing_changed(tmp_path):
+    """Checkpoints written before input-scale, missing, lr-decay / lr-patience, attention-start and
+    ple-bins existed hold none of them: each is compared as the value it had then (standard inputs,
+    the mean, a constant rate, the Top1Sim start, 16 bins), and a key whose "" means the dataset's
+    choice is compared resolved. So such a run resumes where today's defaults train alike, and is
+    refused by name where they would not (house: ple inputs and the silent start since)."""
+    new = ("input_scale", "missing", "lr_decay", "lr_patience", "attention_start", "ple_bins")
+    for dataset in ("synthetic", "house"):
+        cfg = RunConfig.of(dataset=dataset, method="fedsim_attn", out_dir=str(tmp_path))
+        old = {k: v for k, v in checkpoint.fixed_config(cfg).items() if k not in new}
+        _manifest(tmp_path / dataset, old)
+        manifest = checkpoint.read_manifest(tmp_path / dataset)
+        if dataset == "synthetic":
+            checkpoint.check_resume(manifest, checkpoint.fixed_config(cfg), "j")
+        else:
+            with pytest.raises(checkpoint.CheckpointError, match="input_scale.*'standard', 'ple'"):
+                checkpoint.check_resume(manifest, checkpoint.fixed_config(cfg), "j")
+            same = cfg.replace(input_scale="standard", attention_start="top1")
+            checkpoint.check_resume(manifest, checkpoint.fixed_config(same), "j")
+    written_today = checkpoint.fixed_config(RunConfig.of(dataset="house", out_dir=str(tmp_path)))
+    _manifest(tmp_path / "today", {**written_today, "input_scale": "", "attention_start": ""})
+    today = checkpoint.read_manifest(tmp_path / "today")  # "" stored: the dataset's, resolved
+    checkpoint.check_resume(today, checkpoint.fixed_config(RunConfig.of(dataset="house", out_dir=str(tmp_path))), "j")

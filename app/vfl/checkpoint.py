@@ -27,12 +27,15 @@ from pathlib import Path
 
 import torch
 
+from app.config import DATASET_DEFAULTS
 from app.config_groups import RENAMED, RETIRED
+from datasets.options import DATASET_MISSING, DATASET_SCALES, PLE_BINS
 from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord
 from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.gates import SeededDropout
+from strategies.vfl.model import ModelConfig
 
 MANIFEST = "checkpoint.json"
 
@@ -117,9 +120,9 @@ def read_manifest(folder: Path) -> Manifest:
     if not path.exists():
         raise CheckpointError(f"nothing to resume: no {MANIFEST} in {folder}")
     manifest = Manifest(**json.loads(path.read_text()))
-    # a checkpoint of an earlier version names a few keys as they were then
-    config = {RENAMED.get(k, k): v for k, v in manifest.config.items() if k not in RETIRED}
-    return dataclasses.replace(manifest, config=config)
+    # a checkpoint of an earlier version names a few keys as they were then, and lacks the later ones
+    config = {**ADDED, **{RENAMED.get(k, k): v for k, v in manifest.config.items() if k not in RETIRED}}
+    return dataclasses.replace(manifest, config=resolved(config))
 
 
 def check_resume(manifest: Manifest, config: dict, job_id: str) -> None:
@@ -167,8 +170,32 @@ MAY_CHANGE = (
 )
 
 
+# run-config keys added since checkpoints were first written, and the value each had before it existed
+ADDED = {
+    "input_scale": "standard",
+    "missing": "mean",
+    "lr_decay": 1.0,
+    "lr_patience": 3,
+    "attention_start": "top1",
+    "ple_bins": PLE_BINS,
+}
+
+
+def resolved(config: dict) -> dict:
+    """``config`` (flat) with each key whose "" means the dataset's choice set to that choice, so
+    a checkpoint and a run compare what they train with, not how they said it."""
+    dataset = config.get("dataset", "")
+    model = DATASET_DEFAULTS[dataset].model if dataset in DATASET_DEFAULTS else ModelConfig()
+    chosen = {
+        "input_scale": DATASET_SCALES.get(dataset, "standard"),
+        "missing": DATASET_MISSING.get(dataset, "mean"),
+        "attention_start": model.attention_start,
+    }
+    return {k: chosen[k] if k in chosen and v == "" else v for k, v in config.items()}
+
+
 def fixed_config(cfg) -> dict:
-    return {k: v for k, v in cfg.flat().items() if k not in MAY_CHANGE}
+    return resolved({k: v for k, v in cfg.flat().items() if k not in MAY_CHANGE})
 
 
 def fresh(folder: Path) -> None:

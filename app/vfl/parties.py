@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,14 +91,13 @@ def feature_cache_key(cfg: RunConfig, party: str) -> str:
     (the input recipe included) and, for a csv party, its parties.toml and its own CSV as they are
     now (path, size, modification time), so a party that edits either never reads stale features."""
     parts: list = [cfg.data.dataset, cfg.data.data_dir, party, dataclasses.asdict(dataset_options(cfg))]
-    if cfg.data.dataset == "csv":
-        from datasets.csv_parties import SPEC, data_folder, read_spec  # lazy: as below
-
-        folder = data_folder(cfg.data.data_dir)
-        spec = read_spec(folder)
-        files = [folder / SPEC] + (
-            [folder / spec["secondaries"][party]["file"]] if party in spec["secondaries"] else []
-        )
+    if cfg.data.dataset == "csv":  # read with tomllib only: a cache hit must not import pandas
+        spec = Path(cfg.data.data_dir).expanduser().absolute() / "parties.toml"  # datasets.csv_parties.SPEC
+        try:
+            own = tomllib.loads(spec.read_text()).get("secondaries", {}).get(party, {}).get("file")
+        except (OSError, tomllib.TOMLDecodeError, AttributeError):
+            own = None  # the load below refuses the folder by name
+        files = [spec] + ([spec.parent / own] if isinstance(own, str) else [])
         parts += [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.exists()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
