@@ -74,6 +74,13 @@ DATASET_DEFAULTS: dict[str, Settings] = {
     "game": Settings(50, 32, 50, 1e-3, 1e-5, ModelConfig((100,), 50, (100,), 10, "cnn", 5, 8, 400, 0.7)),
     "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
 }
+
+
+def dataset_defaults(dataset: str) -> Settings:
+    """The dataset's settings; a dataset without tuned defaults (the user's own "csv") gets hdb's."""
+    return DATASET_DEFAULTS.get(dataset, DATASET_DEFAULTS["hdb"])
+
+
 # A dataset without tuned defaults trains with early stopping (the built-in ones: fixed epochs).
 UNTUNED_EPOCHS, UNTUNED_PATIENCE = 200, 10
 # The training methods of mode "vfl" (what each links, its model switches, its per-dataset
@@ -182,8 +189,7 @@ class RunConfig:
         return self.data.dataset in DATASET_DEFAULTS
 
     def defaults(self) -> Settings:
-        # A dataset without tuned defaults (the user's own "csv") gets hdb's
-        return DATASET_DEFAULTS.get(self.data.dataset, DATASET_DEFAULTS["hdb"])
+        return dataset_defaults(self.data.dataset)
 
     def stopping(self, tuned_epochs: int | None) -> tuple[int, int]:
         """(maximum epochs, patience) for either mode: the run config's, else the dataset's fixed

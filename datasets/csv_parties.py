@@ -34,13 +34,12 @@ from datasets.base import TASKS, DatasetError, PartyTable, VFLDataset, split_pri
 from datasets.cells import cell_problems, header, read_table, refuse_problems
 from datasets.columns import feature_columns, refuse_text
 from datasets.entity_ids import entity_split, match_entities, read_entity_ids
-from datasets.options import PLE_BINS, DatasetOptions, Recipe
+from datasets.options import PLE_BINS, SPEC, DatasetOptions, Recipe
 from datasets.tables import party_table, require_columns
 from linkage.contracts import STRING_METRICS
 from linkage.metrics import REGISTRY
 from linkage.strings import normalize_strings
 
-SPEC = "parties.toml"
 REQUIRED_KEYS = ("task", "label", "primary", "secondaries")
 TOP_KEYS = {*REQUIRED_KEYS, "metric"}
 PARTY_KEYS = {

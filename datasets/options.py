@@ -8,6 +8,7 @@ from pathlib import Path
 
 from datasets.errors import DatasetError
 
+SPEC = "parties.toml"  # a csv dataset's own spec file, beside its parties' CSVs (datasets/csv_parties.py)
 SCALES = ("standard", "quantile", "ple")  # a party's input recipe for its numeric columns (datasets/transform.py)
 # The recipe each shipped dataset's parties use unless the run config names one: chosen on
 # validation (docs/fedsim-attn.md "Piecewise-linear encodings": ple better on both seeds of all four).

@@ -110,7 +110,7 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
 def _own_parties(values: dict[str, object], dataset_given: bool) -> None:
     """A data-dir holding parties.toml is the user's own parties (dataset csv): said and used when
     no dataset was given, refused with the hint when another one was."""
-    from datasets.csv_parties import SPEC  # lazy: pandas, off `fedsim --help`
+    from datasets.options import SPEC  # lazy: off `fedsim --help`
 
     folder = Path(str(values.get("data-dir") or ".")).expanduser()
     if not values.get("data-dir") or values.get("dataset") == "csv" or not (folder / SPEC).is_file():

@@ -27,15 +27,14 @@ from pathlib import Path
 
 import torch
 
-from app.config import DATASET_DEFAULTS
-from app.config_groups import RENAMED, RETIRED
-from datasets.options import DATASET_MISSING, DATASET_SCALES, PLE_BINS
+from app.config import dataset_defaults
+from app.config_groups import RENAMED, RETIRED, DataOptions
+from datasets.options import PLE_BINS
 from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord
 from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.gates import SeededDropout
-from strategies.vfl.model import ModelConfig
 
 MANIFEST = "checkpoint.json"
 
@@ -184,12 +183,12 @@ ADDED = {
 def resolved(config: dict) -> dict:
     """``config`` (flat) with each key whose "" means the dataset's choice set to that choice, so
     a checkpoint and a run compare what they train with, not how they said it."""
-    dataset = config.get("dataset", "")
-    model = DATASET_DEFAULTS[dataset].model if dataset in DATASET_DEFAULTS else ModelConfig()
+    dataset = str(config.get("dataset", ""))
+    data = DataOptions(dataset=dataset)  # its scale and missing_values: the dataset's choices
     chosen = {
-        "input_scale": DATASET_SCALES.get(dataset, "standard"),
-        "missing": DATASET_MISSING.get(dataset, "mean"),
-        "attention_start": model.attention_start,
+        "input_scale": data.scale,
+        "missing": data.missing_values,
+        "attention_start": dataset_defaults(dataset).model.attention_start,
     }
     return {k: chosen[k] if k in chosen and v == "" else v for k, v in config.items()}
 

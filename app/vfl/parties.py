@@ -19,6 +19,7 @@ from torch import nn
 
 from app.config import RunConfig, Settings
 from app.data import dataset_options, load_data
+from datasets.options import SPEC
 from linkage.contracts import PrimaryLinkage
 from linkage.store import write_atomic
 from strategies.heads import TaskHead
@@ -92,7 +93,7 @@ def feature_cache_key(cfg: RunConfig, party: str) -> str:
     now (path, size, modification time), so a party that edits either never reads stale features."""
     parts: list = [cfg.data.dataset, cfg.data.data_dir, party, dataclasses.asdict(dataset_options(cfg))]
     if cfg.data.dataset == "csv":  # read with tomllib only: a cache hit must not import pandas
-        spec = Path(cfg.data.data_dir).expanduser().absolute() / "parties.toml"  # datasets.csv_parties.SPEC
+        spec = Path(cfg.data.data_dir).expanduser().absolute() / SPEC
         try:
             own = tomllib.loads(spec.read_text()).get("secondaries", {}).get(party, {}).get("file")
         except (OSError, tomllib.TOMLDecodeError, AttributeError):
