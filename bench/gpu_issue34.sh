@@ -11,12 +11,15 @@
 #   device: `run` with carry [".whl", ".gpudata"], command `bash bench/gpu_issue34.sh`, timeout_s 590
 #   back:   $OUT/gpu-issue34.log (keep it in docs/device-logs/), each sweep's log, and runs.tgz: every
 #           run's summary, config, metrics and status (no models), to tabulate here.
-#   a local rehearsal on a CPU: QUICK=1 OUT=/tmp/out bash bench/gpu_issue34.sh (the sweeps' --quick)
+#   a local rehearsal on a CPU: QUICK=1 OUT=/tmp/out bash bench/gpu_issue34.sh (the sweeps' --quick,
+#   on cores 0-1, with .venv's Python). Exits non-zero when any sweep failed or ran out of time.
 set -o pipefail
 cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the folder the logs go to}"
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 OMP_NUM_THREADS=1
 export FEDSIM_DATA_DIR=${FEDSIM_DATA_DIR:-$PWD/.gpudata}
-L=$OUT/gpu-issue34.log R=/tmp/issue34-runs LIMIT=${LIMIT:-505} Q=${QUICK:+--quick} PY=${PY:-python3}
+L=$OUT/gpu-issue34.log R=/tmp/issue34-runs LIMIT=${LIMIT:-505} Q=${QUICK:+--quick} PY=python3
+[ -n "$QUICK" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python
 if [ -d .whl ] && [ -z "$QUICK" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
     export PYTHONPATH=/tmp/site:$PWD
@@ -26,10 +29,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 $PY -c "import torch, flwr, os; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'flwr', flwr.__version__, 'cpus', os.cpu_count())" 2>&1 | tee -a $L
 git log -1 --format='git %h %s' 2>/dev/null | cut -c1-100 | tee -a $L
 
-sweep() {  # cores, sweep name, jobs
-    local t0=$SECONDS
-    taskset -c "${QUICK:+0-1}${QUICK:-$1}" timeout "$LIMIT" $PY -m experiments.sweep "conf/sweeps/$2.toml" --jobs "$3" --root $R $Q > "$OUT/$2.log" 2>&1
-    echo "$2: exit $? after $((SECONDS - t0)) s" | tee -a $L
+sweep() {  # cores, sweep name, jobs; returns the sweep's exit status (124: out of time)
+    local t0=$SECONDS cores=$1 rc
+    [ -n "$QUICK" ] && cores=0-1
+    taskset -c "$cores" timeout "$LIMIT" $PY -m experiments.sweep "conf/sweeps/$2.toml" --jobs "$3" --root $R $Q > "$OUT/$2.log" 2>&1
+    rc=$?
+    echo "$2: exit $rc after $((SECONDS - t0)) s" | tee -a $L
+    return $rc
 }
 sweep 0-10 hdb_baselines_ple 11 &
 a=$!
@@ -39,10 +45,12 @@ sweep 14-15 hdb_start_probe 2 &
 c=$!
 (while sleep 30; do echo "gpu $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>&1) at $SECONDS s"; done) >> $L &
 m=$!
-wait $a $b $c
+failed=0
+for pid in $a $b $c; do wait $pid || failed=1; done
 kill $m 2>/dev/null
 grep -h "test \(rmse\|accuracy\)\|^|" $OUT/hdb_*.log | tee -a $L
 (cd $R && find . \( -name summary.json -o -name config.json -o -name metrics.jsonl -o -name status.json \
     -o -name progress.json -o -name 'results.*' \) -not -path '*/.linkage/*' -not -path '*/kept/*' -print0 |
     tar --null -czf $OUT/runs.tgz -T -)
 ls -la $OUT | tee -a $L
+exit $failed
