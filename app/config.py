@@ -216,6 +216,7 @@ class RunConfig:
             weight_gate=self.model.weight_gate,
             sort_gate=self.model.sort_gate,
             attention_start=self.model.attention_start or model.attention_start,
+            attention_lr=self.model.attention_lr or model.attention_lr,
         )
         model = dataclasses.replace(model, **self.training_method.model)
         paper = self._paper()
@@ -272,6 +273,7 @@ class RunConfig:
             "cut_dim": (m.cut_dim, base),
             "agg_hidden": (list(m.agg_hidden), source(False, "agg_hidden")),
             **self._recipe_rows(m.attention_start if m.attention else ""),
+            **({"attention_lr": (m.attention_lr, self._attention_lr_source(m.attention_lr))} if m.attention else {}),
         }
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 
@@ -323,6 +325,11 @@ class RunConfig:
                 else "default",
             ),
         }
+
+    def _attention_lr_source(self, value: float) -> str:
+        if self.model.attention_lr > 0:
+            return "run config"
+        return "default" if value == 1.0 else f"dataset default ({self.data.dataset}, chosen on validation)"
 
     def defences(self) -> Defences:
         """The linkage's noise calibration (linkage.contracts.Defences)."""

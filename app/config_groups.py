@@ -158,11 +158,16 @@ class ModelOptions:
     # fedsim_attn's attention branch starts at Top1Sim ("top1") or adds nothing at first ("silent":
     # the paper's FedSim); "" = the dataset's (app/config.py DATASET_DEFAULTS, chosen on validation)
     attention_start: str = ""
+    attention_lr: float = 0.0  # the attention branch's learning rate as a fraction of the model's; 0 = the dataset's
 
     def check(self, need: Need) -> None:
         need(
             self.attention_start in ("", "top1", "silent"),
             f"run-config 'attention-start' must be top1, silent or empty, got {self.attention_start!r}",
+        )
+        need(
+            self.attention_lr == 0.0 or 0.0 < self.attention_lr <= 1.0,
+            f"run-config 'attention-lr' must be in (0, 1] (0: the dataset's), got {self.attention_lr}",
         )
         need(self.merge in MERGES, f"run-config 'merge' must be one of {MERGES[1:]} or empty, got {self.merge!r}")
         need(

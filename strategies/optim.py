@@ -12,15 +12,19 @@ import torch
 from strategies.lamb import Lamb
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """LAMB with torch_optimizer.Lamb's semantics and defaults, multi-tensor (strategies/lamb.py)."""
-    return Lamb(params, lr=lr, weight_decay=weight_decay)
+def make_optimizer(params: Iterable, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """LAMB with torch_optimizer.Lamb's semantics and defaults, multi-tensor (strategies/lamb.py).
+    ``params``: parameters, or groups of them (dicts) whose ``lr_factor`` scales ``lr`` for them."""
+    optimizer = Lamb(params, lr=lr, weight_decay=weight_decay)
+    set_lr(optimizer, lr)
+    return optimizer
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Every parameter group's learning rate to ``lr`` (a schedule's value; the state is unchanged)."""
+    """Every parameter group's learning rate to ``lr`` (a schedule's value) times the group's own
+    ``lr_factor`` (1 unless given); the state is unchanged."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_factor", 1.0)
 
 
 def party_seed(seed: int, party: str) -> int:

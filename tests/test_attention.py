@@ -2,6 +2,7 @@
 of its weights (planted here by hand), so the trained model has no structural reason to lose to
 them. Its twin oracle is in tests/test_equivalence.py."""
 
+import pytest
 import torch
 
 from strategies.optim import build_seeded
@@ -170,3 +171,30 @@ def test_each_dataset_starts_its_attention_where_its_validation_chose():
         assert start(dataset=dataset) == ("top1", "default")
     assert start(dataset="frog", **{"attention-start": "silent"}) == ("silent", "run config")
     assert "attention_start" not in RunConfig.from_flower({"dataset": "house", "method": "fedsim"}).hyperparameters()
+
+
+def test_the_attention_branch_learns_at_its_own_fraction_of_the_rate():
+    """``attention-lr``: the primary's optimiser puts the attention branch's parameters in a group
+    at that fraction of the learning rate, through a schedule too; everything else, and every
+    parameter when it is 1, stays at the rate itself (one group, as before the option)."""
+    from app.config import ConfigError, RunConfig
+    from strategies.optim import make_optimizer, set_lr
+
+    model = _model(ModelConfig(**{**CFG.__dict__, "attention": True, "attention_lr": 0.1}))
+    opt = make_optimizer(model.optimizer_groups(), 1e-3, 0.0)
+    attention = {id(q) for q in model.paths["all"].attention.parameters()}
+    for factor in (1.0, 0.5):  # the schedule's scale multiplies both groups
+        set_lr(opt, 1e-3 * factor)
+        for group in opt.param_groups:
+            want = 1e-4 * factor if all(id(q) in attention for q in group["params"]) else 1e-3 * factor
+            assert group["lr"] == pytest.approx(want)
+    seen = [id(q) for group in opt.param_groups for q in group["params"]]
+    assert sorted(seen) == sorted(id(q) for q in model.parameters())  # each parameter once
+    assert {id(q) for q in opt.param_groups[1]["params"]} == attention
+    same = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
+    assert [id(q) for q in same.optimizer_groups()[0]["params"]] == [id(q) for q in same.parameters()]
+    assert len(same.optimizer_groups()) == 1
+    row = RunConfig.from_flower({"dataset": "house", "attention-lr": 0.1}).hyperparameters()["attention_lr"]
+    assert row == {"value": 0.1, "source": "run config"}
+    with pytest.raises(ConfigError, match="attention-lr"):
+        RunConfig.from_flower({"dataset": "house", "attention-lr": 1.5})

@@ -29,6 +29,8 @@ CASES = {
     "hdb-fedsim-attn-quantile": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, input_scale="quantile"),
     "hdb-fedsim-attn-ple": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, input_scale="ple"),
     "house3-missing-indicator": dict(dataset="house3", n_rows=800, k=6, batch_size=32, missing="indicator"),
+    # the attention branch at its own fraction of the learning rate (the primary's optimiser groups)
+    "hdb-fedsim-attn-slow-attention": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, attention_lr=0.1),
 }
 
 

@@ -176,6 +176,7 @@ ADDED = {
     "lr_decay": 1.0,
     "lr_patience": 3,
     "attention_start": "top1",
+    "attention_lr": 1.0,
     "ple_bins": PLE_BINS,
 }
 
@@ -185,12 +186,14 @@ def resolved(config: dict) -> dict:
     a checkpoint and a run compare what they train with, not how they said it."""
     dataset = str(config.get("dataset", ""))
     data = DataOptions(dataset=dataset)  # its scale and missing_values: the dataset's choices
+    model = dataset_defaults(dataset).model
     chosen = {
         "input_scale": data.scale,
         "missing": data.missing_values,
-        "attention_start": dataset_defaults(dataset).model.attention_start,
+        "attention_start": model.attention_start,
+        "attention_lr": model.attention_lr,
     }
-    return {k: chosen[k] if k in chosen and v == "" else v for k, v in config.items()}
+    return {k: chosen[k] if k in chosen and v in ("", 0.0) else v for k, v in config.items()}
 
 
 def fixed_config(cfg) -> dict:

@@ -79,7 +79,7 @@ class FedSimStrategy:
         self.y = y
         self.device, self.dtype = device, dtype
         self.lr = lr  # the schedule's scale multiplies it (:meth:`scale_lr`)
-        self.optimizer = make_optimizer(self.model.parameters(), lr, weight_decay)
+        self.optimizer = make_optimizer(self.model.optimizer_groups(), lr, weight_decay)
         self.sims: dict[str, np.ndarray] = {}  # (m, K) per path of the model
         self.n_tokens: dict[str, int] = {}  # per party the size of its token space (max token + 1)
         if self.parties:

@@ -40,6 +40,7 @@ class ModelConfig:
     sim_feature: bool = False  # the similarity enters the aggregation MLP as a feature (FeatureSim)
     attention: bool = False  # add attention over the neighbours and a null slot (fedsim_attn)
     attention_start: str = "top1"  # the branch starts at Top1Sim, or "silent": at the paper's FedSim
+    attention_lr: float = 1.0  # the attention branch's learning rate, as a fraction of the model's
 
 
 def local_model(d_in: int, cfg: ModelConfig) -> nn.Sequential:
@@ -183,6 +184,18 @@ class SimilarityModel(nn.Module):
             }
         )
         self.combine = nn.Linear(len(self.parties) * d_out, d_out)
+
+    def optimizer_groups(self) -> list[dict]:
+        """The parameters in the optimiser's groups: the attention branches' at ``cfg.attention_lr``
+        of the learning rate (``lr_factor``, strategies/optim.py), the rest at the rate itself; one
+        group, in :meth:`parameters` order, when the two are the same."""
+        paths = self.paths.values() if self.parties else []
+        attention = [q for path in paths if path.attention is not None for q in path.attention.parameters()]
+        if not attention or self.cfg.attention_lr == 1.0:
+            return [{"params": list(self.parameters())}]
+        ids = {id(q) for q in attention}
+        rest = [q for q in self.parameters() if id(q) not in ids]
+        return [{"params": rest}, {"params": attention, "lr_factor": self.cfg.attention_lr}]
 
     def forward(
         self,

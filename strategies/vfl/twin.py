@@ -59,7 +59,7 @@ def train_twin(
     sx = {p: torch.as_tensor(parties.secondary_x[p], device=device, dtype=dtype) for p in secondary_models}
     for m in secondary_models.values():
         m.to(device=device, dtype=dtype)
-    optimizers = [make_optimizer(model.parameters(), lr, weight_decay)]
+    optimizers = [make_optimizer(model.optimizer_groups(), lr, weight_decay)]
     optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
     losses: list[float] = []
     for epoch in range(plan.epochs):
