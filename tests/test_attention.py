@@ -194,7 +194,14 @@ def test_the_attention_branch_learns_at_its_own_fraction_of_the_rate():
     same = _model(ModelConfig(**{**CFG.__dict__, "attention": True}))
     assert [id(q) for q in same.optimizer_groups()[0]["params"]] == [id(q) for q in same.parameters()]
     assert len(same.optimizer_groups()) == 1
-    row = RunConfig.from_flower({"dataset": "house", "attention-lr": 0.1}).hyperparameters()["attention_lr"]
-    assert row == {"value": 0.1, "source": "run config"}
+    rows = {
+        flat.get("attention-lr", 0.0): RunConfig.from_flower({"dataset": "house", **flat}).hyperparameters()[
+            "attention_lr"
+        ]
+        for flat in ({}, {"attention-lr": 1.0})
+    }  # house's default (5 seeds on validation: conf/sweeps/attn_lr_house.toml), and the override
+    assert rows[0.0] == {"value": 0.1, "source": "dataset default (house, chosen on validation)"}
+    assert rows[1.0] == {"value": 1.0, "source": "run config"}
+    assert RunConfig.from_flower({"dataset": "game"}).resolve().model.attention_lr == 1.0
     with pytest.raises(ConfigError, match="attention-lr"):
         RunConfig.from_flower({"dataset": "house", "attention-lr": 1.5})
