@@ -199,8 +199,8 @@ def test_the_attention_branch_learns_at_its_own_fraction_of_the_rate():
             "attention_lr"
         ]
         for flat in ({}, {"attention-lr": 1.0})
-    }  # house's default (5 seeds on validation: conf/sweeps/attn_lr_house.toml), and the override
-    assert rows[0.0] == {"value": 0.1, "source": "dataset default (house, chosen on validation)"}
+    }  # house's default (5 seeds on validation: conf/sweeps/attn_lr_house*.toml), and the override
+    assert rows[0.0] == {"value": 0.3, "source": "dataset default (house, chosen on validation)"}
     assert rows[1.0] == {"value": 1.0, "source": "run config"}
     assert RunConfig.from_flower({"dataset": "game"}).resolve().model.attention_lr == 1.0
     with pytest.raises(ConfigError, match="attention-lr"):
