@@ -34,13 +34,23 @@ from experiments.sweep_tables import key_metric, markdown, param_plot, plots, ta
 from linkage.private import private_umask
 
 ENGINES = ("inprocess", "flower")
+KEYS = {"datasets", "seeds", "set", "variants", "quick", "x", "engine", "name"}  # what a sweep file may hold
+QUICK_KEYS = {"seeds", "set"}
 
 
 def load_sweep(path: Path, quick: bool) -> dict:
+    """The sweep file, refused by name where it lacks a key or holds one the runner would ignore
+    (a misspelt section, a run-config key above [set], a [set.<dataset>] for a dataset not run)."""
     sweep = tomllib.loads(path.read_text())
     for key in ("datasets", "seeds", "variants"):
         if key not in sweep:
             raise SystemExit(f"{path}: missing '{key}'")
+    stray = sorted(set(sweep) - KEYS) + sorted(f"quick.{k}" for k in set(sweep.get("quick", {})) - QUICK_KEYS)
+    if stray:
+        raise SystemExit(f"{path}: keys a sweep file does not have: {stray} (it may hold {sorted(KEYS)})")
+    per_dataset = {k for k, v in sweep.get("set", {}).items() if isinstance(v, dict)} - set(sweep["datasets"])
+    if per_dataset:
+        raise SystemExit(f"{path}: [set.<dataset>] for datasets it does not run: {sorted(per_dataset)}")
     if quick:
         q = sweep.get("quick", {})
         sweep["seeds"] = q.get("seeds", sweep["seeds"])
