@@ -13,6 +13,7 @@ Benchmark and fault-injection knobs are not here: they are probes read from the 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -116,6 +117,9 @@ class TrainOptions:
     lr_patience: int = 3
     weight_decay: float = -1.0
     seed: int = 0
+    # an ensemble member: the same split and linkage as `seed`, its own initial weights, dropout and
+    # batch order (:attr:`model_seed`); 0 = the run's own, as before
+    member: int = 0
     steps_per_exchange: int = 8
     pipeline: bool = (
         False  # request the next window's embeddings before computing this one (strategies/vfl/protocol.py)
@@ -123,6 +127,15 @@ class TrainOptions:
     max_steps: int = 0
     checkpoint: bool = True  # every party saves its state after each epoch (app/vfl/checkpoint.py)
     resume: bool = False  # go on from the last checkpoint of run `run-name`
+
+    @property
+    def model_seed(self) -> int:
+        """What the model draws from (initial weights, dropout masks, batch order). The split, the
+        linkage and the measurements draw from ``seed``; member m > 0 of an ensemble shares them and
+        draws its model from a seed of its own."""
+        if self.member == 0:
+            return self.seed
+        return int.from_bytes(hashlib.sha256(f"fedsim-member-{self.seed}-{self.member}".encode()).digest()[:4], "big")
 
     def check(self, need: Need) -> None:
         try:
@@ -134,7 +147,11 @@ class TrainOptions:
         need(
             self.patience >= -1, f"run-config 'patience' must be >= 0 (-1 = the dataset's default), got {self.patience}"
         )
-        _nonnegative(need, self, "batch_size", "epochs", "max_steps")
+        _nonnegative(need, self, "batch_size", "epochs", "max_steps", "member")
+        need(
+            self.member == 0 or self.mode == "vfl",
+            f"run-config 'member' {self.member} applies to mode 'vfl'; mode {self.mode!r} has no ensembles",
+        )
         need(
             self.steps_per_exchange >= 1, f"run-config 'steps-per-exchange' must be >= 1, got {self.steps_per_exchange}"
         )

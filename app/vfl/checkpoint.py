@@ -178,6 +178,7 @@ ADDED = {
     "attention_start": "top1",
     "attention_lr": 1.0,
     "ple_bins": PLE_BINS,
+    "member": 0,
 }
 
 

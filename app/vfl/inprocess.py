@@ -104,7 +104,7 @@ def run_twin(
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     model = build_primary_model(ds, cfg, settings)
-    seed_dropout(model, party_seed(cfg.train.seed, "dropout"), device)
+    seed_dropout(model, party_seed(cfg.train.model_seed, "dropout"), device)
     secondaries = {p: build_secondary_model(t.n_features, p, cfg, settings) for p, t in ds.secondaries.items()}
     row_of_token = {p: load_secondary(job, p).row_of_token for p in secondaries}
     t0 = time.perf_counter()

@@ -38,7 +38,7 @@ def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
         settings.epochs,
         settings.batch_size,
         cfg.train.steps_per_exchange,
-        cfg.train.seed,
+        cfg.train.model_seed,
         cfg.train.max_steps,
         cfg.runtime.eval_chunk,
         pipeline=cfg.train.pipeline,
@@ -56,7 +56,7 @@ def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> S
     parties = {} if not cfg.training_method.federated else {p: settings.model.cut_dim for p in ds.party_names}
     shared = cfg.link.layout == "chain"
     return build_seeded(
-        party_seed(cfg.train.seed, "primary"),
+        party_seed(cfg.train.model_seed, "primary"),
         lambda: SimilarityModel(
             ds.primary.n_features, parties, settings.k, head.d_out, settings.model, head.squash_pairs, shared
         ),
@@ -64,7 +64,7 @@ def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> S
 
 
 def build_secondary_model(d_in: int, party: str, cfg: RunConfig, settings: Settings) -> nn.Module:
-    return build_seeded(party_seed(cfg.train.seed, party), lambda: local_model(d_in, settings.model))
+    return build_seeded(party_seed(cfg.train.model_seed, party), lambda: local_model(d_in, settings.model))
 
 
 def build_strategy(
@@ -83,7 +83,7 @@ def build_strategy(
         device,
         cfg.torch_dtype(),
     )
-    seed_dropout(strategy.model, party_seed(cfg.train.seed, "dropout"), device)
+    seed_dropout(strategy.model, party_seed(cfg.train.model_seed, "dropout"), device)
     return strategy
 
 
