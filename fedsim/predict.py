@@ -54,6 +54,14 @@ def add_parser(sub) -> None:
         "identifier, with --unknown refuse an unseen category) are counted on stderr and listed "
         "in <out stem>.skipped.csv (line, id, reason); exit 0 only if one was predicted",
     )
+    s.add_argument(
+        "--member",
+        type=Path,
+        action="append",
+        default=[],
+        help="another trained member of an ensemble (run-config member; repeat): predict their mean "
+        "(runs kept in their folders, in process)",
+    )
     s.add_argument("--deployment", type=Path, default=None, help="the `fedsim deploy up` folder it trained on")
     s.add_argument(
         "--timeout",
@@ -87,7 +95,11 @@ def command(args: argparse.Namespace) -> int:
         from app.entity_aug.kept import upgrade  # a manifest from before issue 30 says "guest_states"
 
         meta = upgrade(meta)
-    return PATHS[_path(meta, args)](meta, args)
+    path = _path(meta, args)
+    if args.member and path != "in process":
+        print(f"fedsim predict: --member: an ensemble predicts in process only; this run is {path!r}", file=sys.stderr)
+        return 2
+    return PATHS[path](meta, args)
 
 
 def _refused(args: argparse.Namespace) -> str | None:
@@ -150,6 +162,7 @@ def _in_process(meta: dict, args: argparse.Namespace) -> int:
             args.unknown,
             *(["--explain"] if args.explain else []),
             *(["--skip-invalid"] if args.skip_invalid else []),
+            *[a for m in args.member for a in ("--member", str(m))],
         ]
     )
 

@@ -31,6 +31,8 @@ CASES = {
     "house3-missing-indicator": dict(dataset="house3", n_rows=800, k=6, batch_size=32, missing="indicator"),
     # the attention branch at its own fraction of the learning rate (the primary's optimiser groups)
     "hdb-fedsim-attn-slow-attention": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, attention_lr=0.1),
+    # an ensemble member: the split of seed 0, its own initial weights, dropout and batch order
+    "hdb-fedsim-attn-member": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, member=2),
 }
 
 

@@ -1,0 +1,85 @@
+"""Score ensembles of a sweep's members on validation and test (app/vfl/ensemble.py).
+
+    python -m experiments.ensemble VARIANT_DIR [VARIANT_DIR ...] --seeds 0 1 2 3 4 [--json OUT]
+
+Each VARIANT_DIR is a sweep's <root>/<sweep>/<dataset>/<variant> folder holding s<seed>/ runs; the
+members of seed s are VARIANT_DIR/s<s> in the order given (members of one seed's split: run-config
+`member`). For each seed, each member predicts its validation and test records as new (tau = 1:
+the evaluation's own predictions, which is checked: a member alone must give the metric its
+summary.json reports, or the script stops), and the ensembles of the first 1, 2, ... members
+are scored. Prints per seed and the mean over seeds; the test metric is reported, never chosen on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from app.config import RunConfig
+from app.data import load_data
+from app.kept import read_manifest
+from app.vfl.ensemble import average, check_members
+from app.vfl.predict import predict_in_process
+from strategies.heads import TaskHead
+
+
+def score_seed(run_dirs: list[Path]) -> dict:
+    """{"val": [metric of the first 1, 2, ... members], "test": [...]}, key metric, one seed."""
+    metas = check_members(run_dirs)
+    head = TaskHead(**metas[0]["head"])
+    ds = load_data(RunConfig.of(**metas[0]["run"]))
+    rows = {"val": ds.split.val, "test": ds.split.test}
+    both = np.concatenate(list(rows.values()))
+    preds = [predict_in_process(r, ds.primary.features[both], ds.primary.identifiers[both]) for r in run_dirs]
+    key, out = head.key_metric, {}
+    start = 0
+    for part, idx in rows.items():
+        part_preds = [_rows(p, slice(start, start + len(idx))) for p in preds]
+        start += len(idx)
+        for run_dir, pred in zip(run_dirs, part_preds, strict=True):
+            _check_alone(run_dir, head, pred.values, ds.labels[idx], part)
+        out[part] = [head.metrics(average(part_preds[:k])[0], ds.labels[idx])[key] for k in range(1, len(preds) + 1)]
+    return out
+
+
+def _rows(pred, where: slice):
+    """The prediction restricted to some rows (values and proba only: what averaging reads)."""
+    return type(pred)(pred.values[where], None if pred.proba is None else pred.proba[where], None, {}, 0, {})
+
+
+def _check_alone(run_dir: Path, head: TaskHead, values: np.ndarray, y: np.ndarray, part: str) -> None:
+    """A member alone predicts its evaluation's metric (the kept model is the run's best epoch)."""
+    reported = json.loads((Path(run_dir) / "summary.json").read_text())[part][head.key_metric]
+    got = head.metrics(values, y)[head.key_metric]
+    if not np.isclose(got, reported, rtol=1e-6, atol=1e-9):
+        raise SystemExit(f"{run_dir}: predicted {part} {head.key_metric} {got} but its evaluation reported {reported}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("variants", type=Path, nargs="+", help="variant folders, member 0 first")
+    ap.add_argument("--seeds", type=int, nargs="+", required=True)
+    ap.add_argument("--json", type=Path, default=None, help="also write the scores here")
+    args = ap.parse_args(argv)
+    scores = {s: score_seed([v / f"s{s}" for v in args.variants]) for s in args.seeds}
+    key = TaskHead(**read_manifest(args.variants[0] / f"s{args.seeds[0]}")["head"]).key_metric
+    n = len(args.variants)
+    print(f"| seed | {' | '.join(f'{k} member(s): val / test' for k in range(1, n + 1))} |")
+    print(f"|---|{'---|' * n}")
+    for s, sc in scores.items():
+        print(f"| {s} | {' | '.join(f'{v:.4f} / {t:.4f}' for v, t in zip(sc['val'], sc['test'], strict=True))} |")
+    mean = {part: np.mean([sc[part] for sc in scores.values()], axis=0) for part in ("val", "test")}
+    print(
+        f"| mean ({key}) | {' | '.join(f'{v:.4f} / {t:.4f}' for v, t in zip(mean['val'], mean['test'], strict=True))} |"
+    )
+    if args.json:
+        args.json.write_text(json.dumps({str(s): sc for s, sc in scores.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

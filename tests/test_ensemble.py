@@ -1,0 +1,100 @@
+"""Ensembles (issue 34): run-config `member` trains another member on the same split, and
+predict averages kept members (app/vfl/ensemble.py, `fedsim predict ... --member RUN`).
+
+Oracles: member 0 is the run as before (its seeds are the run's); a member's split is its
+seed's while its model draws differ; the ensemble's prediction is the members' mean, and the
+ensemble of one is the run itself; the command writes what the arrays give. (The twin oracle
+for a member: tests/test_equivalence.py `hdb-fedsim-attn-member`.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.config import ConfigError, RunConfig
+from app.data import load_data
+from app.kept import KeptError
+from app.modes import run_experiment
+from app.vfl.ensemble import predict_ensemble
+from app.vfl.inprocess import max_param_gap, run_in_process
+from app.vfl.predict import predict_in_process
+from fedsim.cli import main as fedsim_main
+from tests.test_byo import write_parties
+
+TINY = dict(dataset="hdb", n_rows=600, k=5, batch_size=32, epochs=1, max_steps=6, dtype="float64")
+
+
+def test_member_0_is_the_run_and_a_member_keeps_the_split_but_not_the_model(tmp_path):
+    runs = {m: RunConfig.of(**TINY, member=m, out_dir=str(tmp_path)) for m in (0, 1, 2)}
+    assert runs[0].train.model_seed == runs[0].train.seed == 0  # member 0: every draw as before
+    assert len({cfg.train.model_seed for cfg in runs.values()}) == 3
+    splits = [load_data(cfg).split for cfg in runs.values()]
+    for split in splits[1:]:
+        for part in ("train", "val", "test"):
+            np.testing.assert_array_equal(getattr(split, part), getattr(splits[0], part))
+    trained = {m: run_in_process(cfg) for m, cfg in runs.items()}
+    assert max_param_gap(trained[1].primary, trained[2].primary) > 1e-3  # its own initial weights
+    assert np.abs(trained[0].losses - trained[1].losses).max() > 1e-6
+    again = run_in_process(runs[1])
+    np.testing.assert_array_equal(again.losses, trained[1].losses)  # a member is reproducible
+
+
+def test_a_member_is_refused_where_it_means_nothing():
+    with pytest.raises(ConfigError, match="'member'"):
+        RunConfig.from_flower({"dataset": "hdb", "member": -1})
+    with pytest.raises(ConfigError, match="'member' 1 applies to mode 'vfl'"):
+        RunConfig.from_flower({"dataset": "hdb", "mode": "entity-aug", "member": 1})
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory):
+    """Three kept members of one csv federation (seed 0) and a run of another seed."""
+    folder = tmp_path_factory.mktemp("ensemble")
+    write_parties(folder)
+    base = dict(dataset="csv", data_dir=str(folder), k=4, epochs=2, batch_size=32, out_dir=str(folder / "out"))
+    for name, extra in {"m0": {}, "m1": {"member": 1}, "m2": {"member": 2}, "seed1": {"seed": 1}}.items():
+        run_experiment(RunConfig.of(**base, **extra), folder / name)
+    return folder, load_data(RunConfig.of(**base))
+
+
+def test_the_ensemble_predicts_the_members_mean_and_one_member_is_the_run(members):
+    folder, ds = members
+    test = ds.split.test
+    x, ids = ds.primary.features[test], ds.primary.identifiers[test]
+    runs = [folder / m for m in ("m0", "m1", "m2")]
+    alone = [predict_in_process(r, x, ids).values for r in runs]
+    assert min(np.abs(a - alone[0]).max() for a in alone[1:]) > 1e-3  # the members differ
+    got, each = predict_ensemble(runs, x, ids)
+    np.testing.assert_allclose(got.values, np.mean(alone, axis=0), rtol=1e-12)
+    for a, member in zip(alone, each, strict=True):
+        np.testing.assert_array_equal(member.values, a)
+    one, _ = predict_ensemble(runs[:1], x, ids)
+    np.testing.assert_array_equal(one.values, alone[0])
+
+
+def test_members_of_other_data_or_named_twice_are_refused_by_name(members):
+    folder, ds = members
+    x, ids = ds.primary.features[:3], ds.primary.identifiers[:3]
+    with pytest.raises(KeptError, match=r"seed1 differs from .*m0 in \[.*'primary features_sha256'\]: .* seed's split"):
+        predict_ensemble([folder / "m0", folder / "seed1"], x, ids)  # another split: other fitted inputs
+    with pytest.raises(KeptError, match="names a run twice"):
+        predict_ensemble([folder / "m0", folder / "m1", folder / "m0"], x, ids)
+
+
+def test_fedsim_predict_with_members_writes_the_ensembles_mean(members, capsys):
+    folder, ds = members
+    rows = np.arange(10)
+    new = folder / "new.csv"
+    pd.read_csv(folder / "sales.csv").iloc[rows].drop(columns=["price"]).to_csv(new, index=False)
+    out = folder / "pred.csv"
+    argv = ["predict", str(folder / "m0"), str(new), "--out", str(out), "--member", str(folder / "m1")]
+    assert fedsim_main(argv) == 0
+    x, ids = ds.primary.features[rows], ds.primary.identifiers[rows]
+    want = predict_ensemble([folder / "m0", folder / "m1"], x, ids)[0].values
+    np.testing.assert_allclose(pd.read_csv(out)["prediction"].to_numpy(), want, rtol=1e-6)
+    before = out.read_bytes()
+    assert fedsim_main([*argv, "--explain"]) == 2  # an explanation is per run
+    assert fedsim_main([*argv, "--member", str(folder / "seed1")]) == 1  # a member of another split
+    assert "seed1 differs" in capsys.readouterr().err
+    assert out.read_bytes() == before  # a refused or failed predict keeps the older output
