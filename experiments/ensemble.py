@@ -1,6 +1,7 @@
 """Score ensembles of a sweep's members on validation and test (app/vfl/ensemble.py).
 
     python -m experiments.ensemble VARIANT_DIR [VARIANT_DIR ...] --seeds 0 1 2 3 4 [--json OUT]
+                                   [--reference runs/reference/D.csv]
 
 Each VARIANT_DIR is a sweep's <root>/<sweep>/<dataset>/<variant> folder holding s<seed>/ runs; the
 members of seed s are VARIANT_DIR/s<s> in the order given (members of one seed's split: run-config
@@ -8,11 +9,14 @@ members of seed s are VARIANT_DIR/s<s> in the order given (members of one seed's
 the evaluation's own predictions, which is checked: a member alone must give the metric its
 summary.json reports, or the script stops), and the ensembles of the first 1, 2, ... members
 are scored. Prints per seed and the mean over seeds; the test metric is reported, never chosen on.
+--reference: the pooled-data reference's rows (experiments/reference.py --out) for the same
+seeds; each ensemble's test minus the reference's, per seed, and in how many seeds it is ahead.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -59,14 +63,37 @@ def _check_alone(run_dir: Path, head: TaskHead, values: np.ndarray, y: np.ndarra
         raise SystemExit(f"{run_dir}: predicted {part} {head.key_metric} {got} but its evaluation reported {reported}")
 
 
+def reference_tests(path: Path, seeds: list[int]) -> dict[int, float]:
+    """The reference's test metric per seed (the last row of each seed in the CSV)."""
+    rows = {int(r["seed"]): float(r["test"]) for r in csv.DictReader(path.open())}
+    missing = sorted(set(seeds) - set(rows))
+    if missing:
+        raise SystemExit(f"{path}: no reference row for seed(s) {missing}")
+    return {s: rows[s] for s in seeds}
+
+
+def against_reference(scores: dict, reference: dict[int, float], head: TaskHead) -> None:
+    """Each ensemble size's test minus the reference's, per seed (accuracy in points)."""
+    scale = 1.0 if head.task == "regression" else 100.0
+    for k in range(len(next(iter(scores.values()))["test"])):
+        diff = np.array([(sc["test"][k] - reference[s]) * scale for s, sc in scores.items()])
+        ahead = sum(head.better(sc["test"][k], reference[s]) for s, sc in scores.items())
+        print(
+            f"{k + 1} member(s) minus the reference: {', '.join(f'{d:+.2f}' for d in diff)}; "
+            f"mean {diff.mean():+.2f} ± {diff.std(ddof=1) if len(diff) > 1 else 0.0:.2f}, ahead in {ahead} of {len(diff)}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", type=Path, nargs="+", help="variant folders, member 0 first")
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
     ap.add_argument("--json", type=Path, default=None, help="also write the scores here")
+    ap.add_argument("--reference", type=Path, default=None, help="experiments.reference's CSV of these seeds")
     args = ap.parse_args(argv)
     scores = {s: score_seed([v / f"s{s}" for v in args.variants]) for s in args.seeds}
-    key = TaskHead(**read_manifest(args.variants[0] / f"s{args.seeds[0]}")["head"]).key_metric
+    head = TaskHead(**read_manifest(args.variants[0] / f"s{args.seeds[0]}")["head"])
+    key = head.key_metric
     n = len(args.variants)
     print(f"| seed | {' | '.join(f'{k} member(s): val / test' for k in range(1, n + 1))} |")
     print(f"|---|{'---|' * n}")
@@ -76,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| mean ({key}) | {' | '.join(f'{v:.4f} / {t:.4f}' for v, t in zip(mean['val'], mean['test'], strict=True))} |"
     )
+    if args.reference:
+        against_reference(scores, reference_tests(args.reference, args.seeds), head)
     if args.json:
         args.json.write_text(json.dumps({str(s): sc for s, sc in scores.items()}, indent=1))
     return 0

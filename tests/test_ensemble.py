@@ -8,6 +8,8 @@ for a member: tests/test_equivalence.py `hdb-fedsim-attn-member`.)"""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,6 +21,7 @@ from app.modes import run_experiment
 from app.vfl.ensemble import predict_ensemble
 from app.vfl.inprocess import max_param_gap, run_in_process
 from app.vfl.predict import predict_in_process
+from experiments.ensemble import main as score_main
 from fedsim.cli import main as fedsim_main
 from tests.test_byo import write_parties
 
@@ -54,15 +57,19 @@ def members(tmp_path_factory):
     write_parties(folder)
     base = dict(dataset="csv", data_dir=str(folder), k=4, epochs=2, batch_size=32, out_dir=str(folder / "out"))
     for name, extra in {"m0": {}, "m1": {"member": 1}, "m2": {"member": 2}, "seed1": {"seed": 1}}.items():
-        run_experiment(RunConfig.of(**base, **extra), folder / name)
+        run_experiment(RunConfig.of(**base, **extra), folder / name / "s0")  # a sweep's layout
     return folder, load_data(RunConfig.of(**base))
+
+
+def _run(folder, name):
+    return folder / name / "s0"
 
 
 def test_the_ensemble_predicts_the_members_mean_and_one_member_is_the_run(members):
     folder, ds = members
     test = ds.split.test
     x, ids = ds.primary.features[test], ds.primary.identifiers[test]
-    runs = [folder / m for m in ("m0", "m1", "m2")]
+    runs = [_run(folder, m) for m in ("m0", "m1", "m2")]
     alone = [predict_in_process(r, x, ids).values for r in runs]
     assert min(np.abs(a - alone[0]).max() for a in alone[1:]) > 1e-3  # the members differ
     got, each = predict_ensemble(runs, x, ids)
@@ -76,10 +83,12 @@ def test_the_ensemble_predicts_the_members_mean_and_one_member_is_the_run(member
 def test_members_of_other_data_or_named_twice_are_refused_by_name(members):
     folder, ds = members
     x, ids = ds.primary.features[:3], ds.primary.identifiers[:3]
-    with pytest.raises(KeptError, match=r"seed1 differs from .*m0 in \[.*'primary features_sha256'\]: .* seed's split"):
-        predict_ensemble([folder / "m0", folder / "seed1"], x, ids)  # another split: other fitted inputs
+    with pytest.raises(
+        KeptError, match=r"seed1/s0 differs from .*m0/s0 in \[.*'primary features_sha256'\]: .* seed's split"
+    ):
+        predict_ensemble([_run(folder, "m0"), _run(folder, "seed1")], x, ids)  # another split: other fitted inputs
     with pytest.raises(KeptError, match="names a run twice"):
-        predict_ensemble([folder / "m0", folder / "m1", folder / "m0"], x, ids)
+        predict_ensemble([_run(folder, "m0"), _run(folder, "m1"), _run(folder, "m0")], x, ids)
 
 
 def test_fedsim_predict_with_members_writes_the_ensembles_mean(members, capsys):
@@ -88,13 +97,38 @@ def test_fedsim_predict_with_members_writes_the_ensembles_mean(members, capsys):
     new = folder / "new.csv"
     pd.read_csv(folder / "sales.csv").iloc[rows].drop(columns=["price"]).to_csv(new, index=False)
     out = folder / "pred.csv"
-    argv = ["predict", str(folder / "m0"), str(new), "--out", str(out), "--member", str(folder / "m1")]
+    argv = ["predict", str(_run(folder, "m0")), str(new), "--out", str(out), "--member", str(_run(folder, "m1"))]
     assert fedsim_main(argv) == 0
     x, ids = ds.primary.features[rows], ds.primary.identifiers[rows]
-    want = predict_ensemble([folder / "m0", folder / "m1"], x, ids)[0].values
+    want = predict_ensemble([_run(folder, "m0"), _run(folder, "m1")], x, ids)[0].values
     np.testing.assert_allclose(pd.read_csv(out)["prediction"].to_numpy(), want, rtol=1e-6)
     before = out.read_bytes()
     assert fedsim_main([*argv, "--explain"]) == 2  # an explanation is per run
-    assert fedsim_main([*argv, "--member", str(folder / "seed1")]) == 1  # a member of another split
-    assert "seed1 differs" in capsys.readouterr().err
+    assert fedsim_main([*argv, "--member", str(_run(folder, "seed1"))]) == 1  # a member of another split
+    assert "seed1/s0 differs" in capsys.readouterr().err
     assert out.read_bytes() == before  # a refused or failed predict keeps the older output
+
+
+def test_the_scoring_script_scores_each_size_and_checks_each_member_alone(members, tmp_path, capsys):
+    folder, ds = members
+    variants = [str(folder / m) for m in ("m0", "m1", "m2")]
+    assert score_main([*variants, "--seeds", "0", "--json", str(tmp_path / "s.json")]) == 0
+    scores = json.loads((tmp_path / "s.json").read_text())["0"]
+    test = ds.split.test
+    runs = [_run(folder, m) for m in ("m0", "m1")]
+    pair = predict_ensemble(runs, ds.primary.features[test], ds.primary.identifiers[test])[0].values
+    rmse = float(np.sqrt(np.mean((pair - ds.labels[test]) ** 2)))
+    assert scores["test"][0] == pytest.approx(json.loads((runs[0] / "summary.json").read_text())["test"]["rmse"])
+    assert scores["test"][1] == pytest.approx(rmse, rel=1e-9)
+    assert len(scores["val"]) == len(scores["test"]) == 3
+    (tmp_path / "ref.csv").write_text(f"dataset,seed,test\ncsv,0,{scores['test'][2] + 1.0}\n")
+    assert score_main([*variants, "--seeds", "0", "--reference", str(tmp_path / "ref.csv")]) == 0
+    assert "3 member(s) minus the reference: -1.00; mean -1.00 ± 0.00, ahead in 1 of 1" in capsys.readouterr().out
+    summary = _run(folder, "m1") / "summary.json"
+    kept = summary.read_text()
+    try:  # a member whose evaluation its kept model does not reproduce stops the script
+        summary.write_text(kept.replace('"rmse": ', '"rmse": 1', 1))
+        with pytest.raises(SystemExit, match="m1/s0: predicted val rmse"):
+            score_main([*variants, "--seeds", "0"])
+    finally:
+        summary.write_text(kept)
