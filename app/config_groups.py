@@ -137,6 +137,11 @@ class TrainOptions:
             return self.seed
         return int.from_bytes(hashlib.sha256(f"fedsim-member-{self.seed}-{self.member}".encode()).digest()[:4], "big")
 
+    @property
+    def member_tag(self) -> str:
+        """A default run name's mark of an ensemble member ("" for member 0)."""
+        return f"-m{self.member}" if self.member else ""
+
     def check(self, need: Need) -> None:
         try:
             method(self.method)  # refused by name, the registered methods listed

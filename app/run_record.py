@@ -221,6 +221,7 @@ class RunRecord:
             "mode": cfg.train.mode,
             "method": run.method,
             "seed": cfg.train.seed,
+            "member": cfg.train.member,  # of an ensemble: 0 = the run itself (run-config member)
             "engine": self.engine,
             "device": str(run.device),
             "machine": machine(),

@@ -30,6 +30,8 @@ from app.vfl.ensemble import average, check_members
 from app.vfl.predict import predict_in_process
 from strategies.heads import TaskHead
 
+SETUP = ("metric", "config", "max_iter", "learning_rate")  # a reference row's configuration (experiments/reference.py)
+
 
 def score_seed(run_dirs: list[Path]) -> dict:
     """{"val": [metric of the first 1, 2, ... members], "test": [...]}, key metric, one seed."""
@@ -46,7 +48,9 @@ def score_seed(run_dirs: list[Path]) -> dict:
         start += len(idx)
         for run_dir, pred in zip(run_dirs, part_preds, strict=True):
             _check_alone(run_dir, head, pred.values, ds.labels[idx], part)
-        out[part] = [head.metrics(average(part_preds[:k])[0], ds.labels[idx])[key] for k in range(1, len(preds) + 1)]
+        out[part] = [
+            head.metrics(average(part_preds[:k], head.task)[0], ds.labels[idx])[key] for k in range(1, len(preds) + 1)
+        ]
     return out
 
 
@@ -63,13 +67,18 @@ def _check_alone(run_dir: Path, head: TaskHead, values: np.ndarray, y: np.ndarra
         raise SystemExit(f"{run_dir}: predicted {part} {head.key_metric} {got} but its evaluation reported {reported}")
 
 
-def reference_tests(path: Path, seeds: list[int]) -> dict[int, float]:
-    """The reference's test metric per seed (the last row of each seed in the CSV)."""
-    rows = {int(r["seed"]): float(r["test"]) for r in csv.DictReader(path.open())}
-    missing = sorted(set(seeds) - set(rows))
+def reference_tests(path: Path, dataset: str, seeds: list[int]) -> dict[int, float]:
+    """The reference's test metric per seed: ``dataset``'s rows in the CSV, all of one
+    configuration (the last row of a seed run twice)."""
+    rows = [r for r in csv.DictReader(path.open()) if r["dataset"] == dataset and int(r["seed"]) in seeds]
+    setups = {tuple(r.get(c, "") for c in SETUP) for r in rows}
+    if len(setups) > 1:
+        raise SystemExit(f"{path}: the reference rows of {dataset} seeds {seeds} differ in {SETUP}: {sorted(setups)}")
+    tests = {int(r["seed"]): float(r["test"]) for r in rows}
+    missing = sorted(set(seeds) - set(tests))
     if missing:
-        raise SystemExit(f"{path}: no reference row for seed(s) {missing}")
-    return {s: rows[s] for s in seeds}
+        raise SystemExit(f"{path}: no {dataset} reference row for seed(s) {missing}")
+    return tests
 
 
 def against_reference(scores: dict, reference: dict[int, float], head: TaskHead) -> None:
@@ -104,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| mean ({key}) | {' | '.join(f'{v:.4f} / {t:.4f}' for v, t in zip(mean['val'], mean['test'], strict=True))} |"
     )
     if args.reference:
-        against_reference(scores, reference_tests(args.reference, args.seeds), head)
+        dataset = read_manifest(args.variants[0] / f"s{args.seeds[0]}")["dataset"]
+        against_reference(scores, reference_tests(args.reference, dataset, args.seeds), head)
     if args.json:
         args.json.write_text(json.dumps({str(s): sc for s, sc in scores.items()}, indent=1))
     return 0

@@ -9,6 +9,7 @@ for a member: tests/test_equivalence.py `hdb-fedsim-attn-member`.)"""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -18,9 +19,9 @@ from app.config import ConfigError, RunConfig
 from app.data import load_data
 from app.kept import KeptError
 from app.modes import run_experiment
-from app.vfl.ensemble import predict_ensemble
+from app.vfl.ensemble import average, predict_ensemble
 from app.vfl.inprocess import max_param_gap, run_in_process
-from app.vfl.predict import predict_in_process
+from app.vfl.predict import Prediction, predict_in_process
 from experiments.ensemble import main as score_main
 from fedsim.cli import main as fedsim_main
 from tests.test_byo import write_parties
@@ -38,6 +39,7 @@ def test_member_0_is_the_run_and_a_member_keeps_the_split_but_not_the_model(tmp_
             np.testing.assert_array_equal(getattr(split, part), getattr(splits[0], part))
     trained = {m: run_in_process(cfg) for m, cfg in runs.items()}
     assert max_param_gap(trained[1].primary, trained[2].primary) > 1e-3  # its own initial weights
+    assert max_param_gap(trained[1].secondaries["school"], trained[2].secondaries["school"]) > 1e-3  # each party's
     assert np.abs(trained[0].losses - trained[1].losses).max() > 1e-6
     again = run_in_process(runs[1])
     np.testing.assert_array_equal(again.losses, trained[1].losses)  # a member is reproducible
@@ -56,8 +58,11 @@ def members(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ensemble")
     write_parties(folder)
     base = dict(dataset="csv", data_dir=str(folder), k=4, epochs=2, batch_size=32, out_dir=str(folder / "out"))
-    for name, extra in {"m0": {}, "m1": {"member": 1}, "m2": {"member": 2}, "seed1": {"seed": 1}}.items():
-        run_experiment(RunConfig.of(**base, **extra), folder / name / "s0")  # a sweep's layout
+    noisy = {"tau": 0.9, "out_dir": str(folder / "noisy")}  # with noise: one linkage release, one secret
+    runs = {"m0": {}, "m1": {"member": 1}, "m2": {"member": 2}, "seed1": {"seed": 1}}
+    runs |= {"n0": noisy, "n1": {**noisy, "member": 1}, "n2": {**noisy, "member": 2, "out_dir": str(folder / "x")}}
+    for name, extra in runs.items():
+        run_experiment(RunConfig.of(**{**base, **extra}), folder / name / "s0")  # a sweep's layout
     return folder, load_data(RunConfig.of(**base))
 
 
@@ -89,6 +94,29 @@ def test_members_of_other_data_or_named_twice_are_refused_by_name(members):
         predict_ensemble([_run(folder, "m0"), _run(folder, "seed1")], x, ids)  # another split: other fitted inputs
     with pytest.raises(KeptError, match="names a run twice"):
         predict_ensemble([_run(folder, "m0"), _run(folder, "m1"), _run(folder, "m0")], x, ids)
+    shutil.copytree(_run(folder, "m0"), folder / "copy" / "s0", dirs_exist_ok=True)
+    with pytest.raises(KeptError, match=r"different members .*: members \[0, 1, 0\]"):
+        predict_ensemble([_run(folder, "m0"), _run(folder, "m1"), _run(folder, "copy")], x, ids)
+    # with noise, a member linked under another out-dir is another noisy release of the same similarities
+    got, _ = predict_ensemble([_run(folder, "n0"), _run(folder, "n1")], x, ids)
+    assert np.isfinite(got.values).all()
+    with pytest.raises(KeptError, match=r"n2/s0 differs from .*n0/s0 in \['out_dir'\]"):
+        predict_ensemble([_run(folder, "n0"), _run(folder, "n2")], x, ids)
+
+
+def test_classification_averages_probabilities_and_reports_as_one_model_would():
+    proba = [np.array([[0.3, 0.7], [0.8, 0.2]]), np.array([[0.5, 0.5], [0.6, 0.4]])]  # (q, C) per member
+    preds = [Prediction(p[:, 1], p, None, {}, 1, {}) for p in proba]
+    values, mean = average(preds, "binary")
+    np.testing.assert_allclose(mean, [[0.4, 0.6], [0.7, 0.3]])
+    np.testing.assert_allclose(values, [0.6, 0.3])  # P(y=1), as TaskHead.predict reports a binary run
+    values, _ = average(preds, "multiclass")  # a multiclass run of two classes reports the class
+    np.testing.assert_array_equal(values, [1, 0])
+    reg = [
+        Prediction(np.array([1.0, 3.0]), None, None, {}, 1, {}),
+        Prediction(np.array([3.0, 5.0]), None, None, {}, 1, {}),
+    ]
+    np.testing.assert_allclose(average(reg, "regression")[0], [2.0, 4.0])
 
 
 def test_fedsim_predict_with_members_writes_the_ensembles_mean(members, capsys):

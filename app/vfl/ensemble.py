@@ -7,8 +7,10 @@ deep ensembles, TabM's members trained apart), their predictions averaged.
 Each member predicts as it would alone (app/vfl/predict.py: its own linkage job, tokens and
 kept models); the ensemble averages regression values, or class probabilities (binary: P(y=1)
 is the mean of the members'; multiclass: the class of the highest mean probability). Refused by
-name, before any member predicts: members of other datasets, tasks, classes or label scales, or
-of other primary features (a CSV is read once, with the first member's recorded preparation).
+name, before any member predicts: members of other datasets, tasks, classes, label scales, seeds
+or primary features (a CSV is read once, with the first member's recorded preparation), the
+same member twice, runs trained through Flower (each secondary keeps its own state), and with
+noise (tau < 1) members of different linkage releases.
 """
 
 from __future__ import annotations
@@ -22,36 +24,57 @@ from app.run_status import require_finished
 from app.vfl.predict import Prediction, predict_in_process
 
 # what every member must share: the same data, task and label scale, the same primary features
-SHARED = ("dataset", "head")
+SHARED = ("mode", "dataset", "head", "secondary_states")
+SHARED_RUN = ("seed", "tau")  # the split's seed; the linkage's noise scale
 SHARED_PRIMARY = ("feature_names", "features", "features_sha256", "identifiers_sha256")
 
 
 def check_members(run_dirs: list[Path]) -> list[dict]:
-    """The members' manifests, every one finished and of the same data and task as the first."""
+    """The members' manifests: every one finished, a different member of the same seed's split,
+    data and task as the first, kept in its run folder (in process); with noise (tau < 1) all
+    of one linkage release (one job, one service secret: trained with the same out-dir), since
+    each release the primary sees is another noisy draw of the same similarities."""
     if len(run_dirs) != len(set(Path(r).resolve() for r in run_dirs)):
         raise KeptError(f"an ensemble names a run twice: {[str(r) for r in run_dirs]}")
     metas = []
     for run_dir in run_dirs:
         require_finished(Path(run_dir))
         metas.append(read_manifest(Path(run_dir)))
+        if metas[-1].get("mode", "vfl") != "vfl":
+            raise KeptError(f"{run_dir} is a {metas[-1]['mode']!r} run: ensembles are of vfl runs (run-config member)")
     first = metas[0]
     for run_dir, meta in zip(run_dirs[1:], metas[1:], strict=True):
         differ = [k for k in SHARED if meta.get(k) != first.get(k)]
+        differ += [k for k in SHARED_RUN if meta["run"].get(k) != first["run"].get(k)]
         differ += [f"primary {k}" for k in SHARED_PRIMARY if meta["primary"].get(k) != first["primary"].get(k)]
+        if first["run"].get("tau", 1.0) < 1.0:
+            differ += [k for k in ("job_id", "out_dir") if _release(meta)[k] != _release(first)[k]]
         if differ:
             raise KeptError(
                 f"ensemble member {run_dir} differs from {run_dirs[0]} in {differ}: the members of an "
                 "ensemble are runs of one dataset, task and seed's split (run-config member: 0, 1, 2, ...)"
+                ", kept in their run folders, and with tau < 1 of one linkage release (the same out-dir)"
             )
+    members = [m["run"].get("member", 0) for m in metas]  # a run from before `member` was member 0
+    if len(set(members)) != len(members) or first.get("secondary_states", "run") != "run":
+        raise KeptError(
+            f"an ensemble's runs must be different members (run-config member), kept in their run folders "
+            f"(in process): members {members}, secondary states {first.get('secondary_states', 'run')!r}"
+        )
     return metas
 
 
-def average(predictions: list[Prediction]) -> tuple[np.ndarray, np.ndarray | None]:
-    """(values (q,), proba (q, C) | None) of the members' mean, as one model reports them."""
-    if predictions[0].proba is None:  # regression: the mean value
+def _release(meta: dict) -> dict:
+    return {"job_id": meta["job_id"], "out_dir": meta["run"].get("out_dir", "")}
+
+
+def average(predictions: list[Prediction], task: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values (q,), proba (q, C) | None) of the members' mean, as one model of ``task`` reports
+    them (strategies/heads.py TaskHead.predict)."""
+    if task == "regression":  # the mean value
         return np.mean([p.values for p in predictions], axis=0), None
     proba = np.mean([p.proba for p in predictions], axis=0)  # (q, C)
-    values = proba[:, 1] if proba.shape[1] == 2 else proba.argmax(axis=1)  # binary: P(y=1); else the class
+    values = proba[:, 1] if task == "binary" else proba.argmax(axis=1)  # binary: P(y=1); else the class
     return values, proba
 
 
@@ -60,9 +83,9 @@ def predict_ensemble(
 ) -> tuple[Prediction, list[Prediction]]:
     """(the ensemble's prediction, each member's). The ensemble's best_epoch is the first member's;
     its linkage and weights are the first member's (an explanation is per member)."""
-    check_members(run_dirs)
+    metas = check_members(run_dirs)
     members = [predict_in_process(r, features, identifiers, batch=batch) for r in run_dirs]
-    values, proba = average(members)
+    values, proba = average(members, metas[0]["head"]["task"])
     seconds = {k: sum(m.seconds[k] for m in members) for k in members[0].seconds}
     first = members[0]
     return Prediction(values, proba, first.linkage, first.weights, first.best_epoch, seconds), members

@@ -35,7 +35,7 @@ from strategies.vfl.protocol import fit
 def run_dir_for(cfg: RunConfig) -> Path:
     name = (
         cfg.runtime.run_name
-        or f"{cfg.data.dataset}-{cfg.train.method}-s{cfg.train.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        or f"{cfg.data.dataset}-{cfg.train.method}-s{cfg.train.seed}{cfg.train.member_tag}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     folder = cfg.out_path() / name
     if cfg.train.resume and not (folder / "checkpoint" / checkpoint.MANIFEST).exists():
