@@ -8,7 +8,9 @@ path the run was trained on:
   in predict mode (deploy/predict.py);
 - Entity Augmentation runs: entities named by id (NEW holds the ids), in process
   (app/entity_aug/predict.py) or, for a run trained through `flwr run` (each secondary kept its own
-  state), through `flwr run` in predict mode (fedsim/predict_ea.py, app/entity_aug/predict_server.py).
+  state), through `flwr run` in predict mode (fedsim/predict_ea.py, app/entity_aug/predict_server.py);
+- an ensemble (--member RUN, repeated): each member by its own path, their mean at --out
+  (fedsim/predict_ensemble.py).
 
 Exit 0 only with the output written. Bad input is refused here, before any Flower process
 starts: exit 2, one line; a failed run: exit 1. The output replaces --out only when whole, so a
@@ -59,8 +61,8 @@ def add_parser(sub) -> None:
         type=Path,
         action="append",
         default=[],
-        help="another trained member of an ensemble (run-config member; repeat): predict their mean "
-        "(runs kept in their folders, in process)",
+        help="another trained member of an ensemble (run-config member; repeat): each member predicts "
+        "by its own path, the output is their mean (fedsim/predict_ensemble.py)",
     )
     s.add_argument("--deployment", type=Path, default=None, help="the `fedsim deploy up` folder it trained on")
     s.add_argument(
@@ -95,11 +97,11 @@ def command(args: argparse.Namespace) -> int:
         from app.entity_aug.kept import upgrade  # a manifest from before issue 30 says "guest_states"
 
         meta = upgrade(meta)
-    path = _path(meta, args)
-    if args.member and path != "in process":
-        print(f"fedsim predict: --member: an ensemble predicts in process only; this run is {path!r}", file=sys.stderr)
-        return 2
-    return PATHS[path](meta, args)
+    if args.member:
+        from fedsim.predict_ensemble import predict_members  # lazy: numpy, torch, pandas
+
+        return predict_members(args, lambda m, member_args: PATHS[_path(m, member_args)](m, member_args))
+    return PATHS[_path(meta, args)](meta, args)
 
 
 def _refused(args: argparse.Namespace) -> str | None:
@@ -162,7 +164,6 @@ def _in_process(meta: dict, args: argparse.Namespace) -> int:
             args.unknown,
             *(["--explain"] if args.explain else []),
             *(["--skip-invalid"] if args.skip_invalid else []),
-            *[a for m in args.member for a in ("--member", str(m))],
         ]
     )
 

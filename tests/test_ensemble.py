@@ -135,6 +135,18 @@ def test_fedsim_predict_with_members_writes_the_ensembles_mean(members, capsys):
     assert fedsim_main([*argv, "--member", str(_run(folder, "seed1"))]) == 1  # a member of another split
     assert "seed1/s0 differs" in capsys.readouterr().err
     assert out.read_bytes() == before  # a refused or failed predict keeps the older output
+    bad = pd.read_csv(new).astype({"rooms": object})
+    bad.loc[3, "rooms"] = "n/a"
+    bad.to_csv(new, index=False)
+    assert fedsim_main([*argv, "--skip-invalid"]) == 0  # every member leaves the same record out
+    kept = np.delete(rows, 3)
+    assert list(pd.read_csv(out)["row"]) == list(kept)
+    want = predict_ensemble([_run(folder, "m0"), _run(folder, "m1")], x[kept], ids[kept])[0].values
+    np.testing.assert_allclose(pd.read_csv(out)["prediction"].to_numpy(), want, rtol=1e-6)
+    assert list(pd.read_csv(folder / "pred.skipped.csv")["line"]) == [5]
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no member's file left
+    skipped = out.read_bytes()
+    assert fedsim_main(argv) == 2 and out.read_bytes() == skipped  # without --skip-invalid: refused, kept
 
 
 def test_the_scoring_script_scores_each_size_and_checks_each_member_alone(members, tmp_path, capsys):

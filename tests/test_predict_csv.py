@@ -333,3 +333,26 @@ def test_fedsim_predict_through_flower_skips_invalid_records_by_their_row(flower
     skipped = pd.read_csv(out.with_name("pred.skipped.csv"))
     assert list(skipped["row"]) == [1] and list(skipped["line"]) == [3]
     assert "skipped 1 record(s)" in capsys.readouterr().err
+
+
+def test_fedsim_predict_an_ensemble_through_flower_or_nothing(flower_run, monkeypatch, capsys):
+    """An ensemble (--member) of runs trained through Flower: each member predicts by its own
+    `flwr run`, the output is their mean; one failed member fails the ensemble, older output kept."""
+    import json
+    import shutil
+
+    run, out, folder, ds = flower_run
+    member = run.with_name("flwr-m1")
+    shutil.copytree(run, member)
+    manifest = member / "kept" / "federation.json"
+    meta = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**meta, "run": {**meta["run"], "member": 1}}))
+    new = _new_csv(folder, ds.split.test[:5])
+    seen = _fake_flower(monkeypatch, write=True)
+    assert _fedsim_predict(run, new, "--out", out, "--member", member) == 0
+    assert [Path(v["predict-run"]).name for v in seen] == ["flwr", "flwr-m1"]  # each member by its own run
+    assert out.read_text() == "row,prediction\n7,2.5\n" and "the mean of 2 members" in capsys.readouterr().out
+    _fake_flower(monkeypatch, write=False)
+    assert _fedsim_predict(run, new, "--out", out, "--member", member) == 1
+    assert out.read_text() == "row,prediction\n7,2.5\n" and "member 0" in capsys.readouterr().err
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []  # no member's file left

@@ -29,9 +29,10 @@ SHARED_RUN = ("seed", "tau")  # the split's seed; the linkage's noise scale
 SHARED_PRIMARY = ("feature_names", "features", "features_sha256", "identifiers_sha256")
 
 
-def check_members(run_dirs: list[Path]) -> list[dict]:
+def check_members(run_dirs: list[Path], *, in_process: bool = True) -> list[dict]:
     """The members' manifests: every one finished, a different member of the same seed's split,
-    data and task as the first, kept in its run folder (in process); with noise (tau < 1) all
+    data and task as the first, trained alike (``in_process``: kept in their run folders, for
+    :func:`predict_ensemble`; else each predicts by its own path); with noise (tau < 1) all
     of one linkage release (one job, one service secret: trained with the same out-dir), since
     each release the primary sees is another noisy draw of the same similarities."""
     if len(run_dirs) != len(set(Path(r).resolve() for r in run_dirs)):
@@ -56,10 +57,10 @@ def check_members(run_dirs: list[Path]) -> list[dict]:
                 ", kept in their run folders, and with tau < 1 of one linkage release (the same out-dir)"
             )
     members = [m["run"].get("member", 0) for m in metas]  # a run from before `member` was member 0
-    if len(set(members)) != len(members) or first.get("secondary_states", "run") != "run":
+    if len(set(members)) != len(members) or (in_process and first.get("secondary_states", "run") != "run"):
         raise KeptError(
-            f"an ensemble's runs must be different members (run-config member), kept in their run folders "
-            f"(in process): members {members}, secondary states {first.get('secondary_states', 'run')!r}"
+            f"an ensemble's runs must be different members (run-config member){', kept in their run folders' if in_process else ''}"
+            f": members {members}, secondary states {first.get('secondary_states', 'run')!r}"
         )
     return metas
 

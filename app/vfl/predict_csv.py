@@ -1,7 +1,7 @@
 """Predict from a CSV of new primary records into a CSV, with a kept federation in process.
 
     python -m app.vfl.predict_csv RUN_DIR NEW.csv --out predictions.csv [--id-column id]
-                                  [--explain] [--unknown ignore|refuse] [--member RUN ...]
+                                  [--explain] [--unknown ignore|refuse]
 
 NEW.csv holds the primary's raw columns as in training: its identifier columns and the feature
 columns its recorded preparation names (federation.json; runs of the `csv` dataset record it).
@@ -14,8 +14,7 @@ with --explain, per secondary and neighbour k = 1..K the opaque `token`, the noi
 with the output written; bad input is refused before anything runs (exit 2), a failure after
 that exits 1; the output replaces --out only when whole, so a failed predict leaves an older
 file there byte-identical and says so (app/predict_files.py). --skip-invalid: the records that
-cannot be predicted are left out and listed in <out stem>.skipped.csv. --member RUN (repeated):
-an ensemble with the other members' kept federations (app/vfl/ensemble.py), their mean.
+cannot be predicted are left out and listed in <out stem>.skipped.csv.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import pandas as pd
 from app.kept import KeptError, predict_command, read_manifest, write_csv
 from app.predict_files import closing, kept_rows_input, left_note, run_to_output
 from app.run_status import require_finished
-from app.vfl.ensemble import check_members, predict_ensemble
 from app.vfl.predict import Prediction, check_new, predict_in_process
 from datasets.base import DatasetError
 from datasets.cells import bad_rows, cell_problems, read_table, refuse_problems, row_reasons
@@ -177,33 +175,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave out the records that cannot be predicted and list them in <out stem>.skipped.csv",
     )
-    ap.add_argument(
-        "--member",
-        type=Path,
-        action="append",
-        default=[],
-        help="another member of an ensemble (run-config member; repeat): the prediction is the members' mean",
-    )
     args = ap.parse_args(argv)
-    if args.member and args.explain:
-        print("predict refused: --explain is per run; an ensemble (--member) predicts without it", file=sys.stderr)
-        return 2
 
     def check() -> None:
         require_finished(args.run_dir)
         read_manifest(args.run_dir)
-        if args.member:
-            check_members([args.run_dir, *args.member])
 
     def read():
         return read_input(args.run_dir, args.new, args.id_column, args.unknown, args.skip_invalid)
 
     def predict(data) -> str:
         keys, features, ids, report = data
-        if args.member:
-            pred = predict_ensemble([args.run_dir, *args.member], features, ids)[0]
-        else:
-            pred = predict_in_process(args.run_dir, features, ids, explain=args.explain)
+        pred = predict_in_process(args.run_dir, features, ids, explain=args.explain)
         write_csv(table(keys, args.id_column, pred, args.explain), args.out)
         return closing(args.out, len(keys), pred.best_epoch, report, args.skip_invalid, args.id_column)
 
