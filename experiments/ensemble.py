@@ -26,8 +26,7 @@ import numpy as np
 from app.config import RunConfig
 from app.data import load_data
 from app.kept import read_manifest
-from app.vfl.ensemble import average, check_members
-from app.vfl.predict import predict_in_process
+from app.vfl.ensemble import average, predict_ensemble
 from strategies.heads import TaskHead
 
 SETUP = ("metric", "config", "max_iter", "learning_rate")  # a reference row's configuration (experiments/reference.py)
@@ -35,12 +34,12 @@ SETUP = ("metric", "config", "max_iter", "learning_rate")  # a reference row's c
 
 def score_seed(run_dirs: list[Path]) -> dict:
     """{"val": [metric of the first 1, 2, ... members], "test": [...]}, key metric, one seed."""
-    metas = check_members(run_dirs)
-    head = TaskHead(**metas[0]["head"])
-    ds = load_data(RunConfig.of(**metas[0]["run"]))
+    meta = read_manifest(Path(run_dirs[0]))
+    head = TaskHead(**meta["head"])
+    ds = load_data(RunConfig.of(**meta["run"]))
     rows = {"val": ds.split.val, "test": ds.split.test}
     both = np.concatenate(list(rows.values()))
-    preds = [predict_in_process(r, ds.primary.features[both], ds.primary.identifiers[both]) for r in run_dirs]
+    _, preds = predict_ensemble(run_dirs, ds.primary.features[both], ds.primary.identifiers[both])  # each member's
     key, out = head.key_metric, {}
     start = 0
     for part, idx in rows.items():
@@ -101,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", type=Path, default=None, help="experiments.reference's CSV of these seeds")
     args = ap.parse_args(argv)
     scores = {s: score_seed([v / f"s{s}" for v in args.variants]) for s in args.seeds}
-    head = TaskHead(**read_manifest(args.variants[0] / f"s{args.seeds[0]}")["head"])
+    meta = read_manifest(args.variants[0] / f"s{args.seeds[0]}")
+    head = TaskHead(**meta["head"])
     key = head.key_metric
     n = len(args.variants)
     print(f"| seed | {' | '.join(f'{k} member(s): val / test' for k in range(1, n + 1))} |")
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| mean ({key}) | {' | '.join(f'{v:.4f} / {t:.4f}' for v, t in zip(mean['val'], mean['test'], strict=True))} |"
     )
     if args.reference:
-        dataset = read_manifest(args.variants[0] / f"s{args.seeds[0]}")["dataset"]
-        against_reference(scores, reference_tests(args.reference, dataset, args.seeds), head)
+        against_reference(scores, reference_tests(args.reference, meta["dataset"], args.seeds), head)
     if args.json:
         args.json.write_text(json.dumps({str(s): sc for s, sc in scores.items()}, indent=1))
     return 0
