@@ -37,7 +37,6 @@ from app.config_groups import (
     split_flat,
 )
 from datasets.options import DATASET_MISSING, DATASET_SCALES, PLE_BINS
-from linkage.contracts import Defences
 from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
 from strategies.vfl.model import ModelConfig
@@ -331,10 +330,6 @@ class RunConfig:
         if self.model.attention_lr > 0:
             return "run config"
         return "default" if value == 1.0 else f"dataset default ({self.data.dataset}, chosen on validation)"
-
-    def defences(self) -> Defences:
-        """The linkage's noise calibration (linkage.contracts.Defences)."""
-        return Defences(radius=self.link.privacy_radius, compose=self.link.privacy_compose)
 
     def torch_device(self) -> torch.device:
         if self.runtime.device == "cuda" and not torch.cuda.is_available():

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 
 from app.messages import PLAIN_NAME
 from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
+from linkage.protection import DEFAULT_LEVEL, LEVELS
 from strategies.vfl.methods import UnknownMethod, method
 
 Need = Callable[[bool, str], None]
@@ -204,11 +205,12 @@ class LinkOptions:
 
     k: int = 0
     tau: float = 1.0
+    privacy: str = DEFAULT_LEVEL  # the secondaries' floor in a simulation (linkage.protection): off | standard | strict
     encoding: str = "raw"  # "bloom": the parties link on keyed Bloom filters (strings) / FEDERAL filters (numbers)
     layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
     linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
     privacy_report: bool = True  # attack the job's release and report the success (linkage/privacy.py)
-    privacy_radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
+    privacy_radius: float = 0.0  # Theorem 2's success radius, identifier units; 0 = half each secondary's spacing
     privacy_compose: bool = False  # noise on a link scaled by sqrt(the secondary record's links) (Defences)
 
     def check(self, need: Need) -> None:
@@ -217,16 +219,17 @@ class LinkOptions:
         need(self.layout in LAYOUTS, f"run-config 'layout' must be one of {LAYOUTS}, got {self.layout!r}")
         need(self.encoding in ENCODINGS, f"run-config 'encoding' must be one of {ENCODINGS}, got {self.encoding!r}")
         need(
-            0.0 < self.privacy_radius < float("inf"),
-            f"run-config 'privacy-radius' must be a positive number, got {self.privacy_radius}",
+            0.0 <= self.privacy_radius < float("inf"),
+            f"run-config 'privacy-radius' must be >= 0 (0: half the secondary's spacing), got {self.privacy_radius}",
         )
+        need(self.privacy in LEVELS, f"run-config 'privacy' must be one of {list(LEVELS)}, got {self.privacy!r}")
         need(
             not (self.encoding == "bloom" and self.linkage_dir),
             "run-config encoding='bloom' encodes before linking here; with 'linkage-dir' the linkage service "
             "already linked (the parties encode for it with `python -m linkage_server.cli --key-file`)",
         )
         need(
-            not ((self.privacy_compose or self.privacy_radius != 0.5) and self.linkage_dir),
+            not ((self.privacy_compose or self.privacy_radius) and self.linkage_dir),
             "run-config 'privacy-radius' / 'privacy-compose' set the noise of a linkage linked here; with "
             "'linkage-dir' the linkage service already linked (pass --radius / --compose to its start command)",
         )

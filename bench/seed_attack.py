@@ -136,7 +136,7 @@ def run(
             with LinkageClient(url, job, "p", keys["p"]) as p, LinkageClient(url, job, "s", keys["s"]) as s:
                 p.upload(query)
                 s.upload(base)
-                start(url, job, keys["p"], {"metric": "euclidean", "k": k, "tau": tau, "seed": seed})
+                start(url, job, keys["p"], {"metric": "euclidean", "k": k, "tau": tau, "radius": 0.5, "seed": seed})
                 status = p.wait(timeout=120)
                 p.fetch(root / "primary")
                 s.fetch(root / "judge")  # the truth: the secondary's own map, never the attacker's

@@ -49,14 +49,37 @@ class Defences:
 
     radius: float = 0.5
     compose: bool = False
+    # per secondary, from its privacy floor (linkage.protection.resolve): (party, the least noise
+    # on a distance in identifier units, the radius its attacks count success within)
+    parties: tuple[tuple[str, float, float], ...] = ()
+    spacings: tuple[tuple[str, float], ...] = ()  # each floored party's nearest-neighbour spacing (reported)
 
     def __post_init__(self) -> None:
         if not (self.radius > 0 and self.radius < float("inf")):
             raise LinkageError(f"the privacy radius must be a positive number, got {self.radius!r}")
+        for party, noise, radius in self.parties:
+            if not (0 <= noise < float("inf") and 0 < radius < float("inf")):
+                raise LinkageError(f"party {party!r}: noise {noise!r} and radius {radius!r} must be finite, radius > 0")
+
+    @property
+    def noisy(self) -> bool:
+        """Some party's floor asks for noise, whatever tau (the pool is then linkage.release's noisy one)."""
+        return any(noise > 0 for _, noise, _ in self.parties)
+
+    def noise_of(self, party: str) -> float:
+        """The least noise on a distance to this party's records, identifier units (0: none asked)."""
+        return next((noise for p, noise, _ in self.parties if p == party), 0.0)
+
+    def radius_of(self, party: str) -> float:
+        """The radius Theorem 2 and the attacks speak of for this party's records."""
+        return next((radius for p, _, radius in self.parties if p == party), self.radius)
 
     def tag(self) -> str:
         """Their part of a job's content id: '' for the defaults (ids of earlier jobs unchanged)."""
-        return ("" if self.radius == 0.5 else f"|radius={self.radius!r}") + ("|compose" if self.compose else "")
+        floors = "".join(f"|{p}:noise={n!r},radius={r!r}" for p, n, r in self.parties)
+        return (
+            ("" if self.radius == 0.5 else f"|radius={self.radius!r}") + ("|compose" if self.compose else "") + floors
+        )
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,9 @@ def job_id_of(
         h.update(identifier_bytes(arr))
     if train_rows is not None:
         h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
-    tail = f"|{pool}" if pool and pool != default_pool(0, k, tau) else ""  # the default pool, named or not: one job
+    tail = (
+        f"|{pool}" if pool and pool != default_pool(0, k, tau, defences.noisy) else ""
+    )  # the default pool, named or not: one job
     h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}{defences.tag()}{approx.tag()}".encode())
     return h.hexdigest()[:16]
 
@@ -179,7 +181,7 @@ def link(
     neighbours, sizes, recalls = {}, {}, {}
     for party, base in secondary_ids.items():
         query, base = check_identifiers(primary_ids, base, k, party, metric)
-        p = min(max(default_pool(pool, k, tau), k), len(base))
+        p = min(max(default_pool(pool, k, tau, defences.noisy), k), len(base))
         neighbours[party], recalls[party] = approximate_search(query, base, metric, p, party, approx, secret)
         sizes[party] = len(base)
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, metric, pool, train_rows, defences, approx)
@@ -251,7 +253,7 @@ def link_chain(
         raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {sorted(secondary_ids)}")
     base = secondary_ids[anchor]
     check_identifiers(primary_ids, base, k, anchor, metric)
-    p = min(max(default_pool(pool, k, tau), k), len(base))
+    p = min(max(default_pool(pool, k, tau, defences.noisy), k), len(base))
     neighbours = {anchor: search(primary_ids, base, metric=metric, k=p, party=anchor)}
     job = job_id or job_id_of(primary_ids, secondary_ids, k, tau, chain_tag(metric, anchor), pool, train_rows, defences)
     result = release(

@@ -145,6 +145,7 @@ def party_report(
     entry = {
         "sigma": link.sigma,
         "noise_per_distance": link.sigma * link.sim_std,
+        "radius": link.radius,
         "theorem1_epsilon": theorem1_epsilon(link),
         "links_per_record": link_counts(counts),
         "tokens_attacked": int(len(only)),
@@ -239,15 +240,36 @@ def secondary_view(report: dict | None, party: str) -> dict | None:
         return None
     own = report.get("parties", {}).get(party, {})
     entry = {"attacks": own.get("attacks", {}), "strongest": own.get("strongest")}
-    return {k: report[k] for k in ("job_id", "tau", "metric", "defences", "success", "error") if k in report} | {
-        "parties": {party: entry}
-    }
+    protection = report.get("protection")
+    if protection:  # its own floor and noise, none of another party's
+        own_floor = protection.get("parties", {}).get(party)
+        protection = {**protection, "parties": {party: own_floor} if own_floor else {}}
+    return (
+        {k: report[k] for k in ("job_id", "tau", "metric", "defences", "success", "error") if k in report}
+        | {"parties": {party: entry}}
+        | ({"protection": protection} if protection else {})
+    )
 
 
 def _interval(attack: dict) -> str:
     """ " (95 % CI lo-hi %)" for a sampled rate; "" for an exact one or an older report."""
     lo, hi = attack.get("ci95", (None, None))
     return "" if lo is None or lo == hi else f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f} %)"
+
+
+def protection_lines(protection: dict | None) -> list[str]:
+    """The protection a job got (linkage.protection: each secondary's floor), as text lines."""
+    if not protection:
+        return []
+    lines = [f"  protection: level {protection.get('level', '?')} (the secondaries' floors; docs/privacy.md)"]
+    for party, p in sorted(protection.get("parties", {}).items()):
+        draws = p["floor"].get("draws")
+        lines.append(
+            f"  {party}: noise on a distance >= {p['noise']:.4g} (spacing {p['spacing']:.4g}), radius "
+            f"{p['radius']:.4g}, composed {p['compose']}, query draws per record "
+            f"{'unbounded' if draws is None else f'<= {draws:g} x its links'}"
+        )
+    return lines
 
 
 def report_lines(report: dict) -> list[str]:
@@ -257,7 +279,7 @@ def report_lines(report: dict) -> list[str]:
     lines = [
         f"privacy: tau={report['tau']:g} K={report['k']} metric={report['metric']} "
         f"radius={report['defences']['radius']:g} compose={report['defences']['compose']}"
-    ]
+    ] + protection_lines(report.get("protection"))
     for party, e in report["parties"].items():
         eps = e["theorem1_epsilon"]
         lc = e["links_per_record"]

@@ -106,7 +106,8 @@ def _query_party(
     link = trained.links[party]
     n = len(np.asarray(base_ids))
     token_of_row = tokens_of_rows(row_of_token, party, n)
-    p = min(max(trained.k, default_pool(pool, trained.k, trained.tau)), n)  # the job's pool, as link() clips it
+    noisy = any(lk.sigma > 0 for lk in trained.links.values())  # a floor's noise, whatever tau
+    p = min(max(trained.k, default_pool(pool, trained.k, trained.tau, noisy)), n)  # the job's pool, as link() clips it
     dist, idx = search(new_ids, base_ids, metric=trained.metric, k=p, party=party)
     counts = None
     if link.composed:  # the job's links per row: its release's tokens mapped back to rows

@@ -41,14 +41,15 @@ EDGE = 3.0  # the pool's edge is smoothed over EDGE sigma of standardised simila
 BLOCK_CELLS = 1 << 17  # candidates released at a time (released_rows): 1 MB per float64 array
 
 
-def default_pool(pool: int, k: int, tau: float) -> int:
+def default_pool(pool: int, k: int, tau: float, noisy: bool = False) -> int:
     """Candidates per record before noise: ``pool`` when set (> 0); else K without noise (tau = 1,
     the release of old) and POOL_FACTOR K under noise, so that the K kept are chosen under noise
     (:func:`noisy_choice`) and the released set, not only its similarities, carries it.
-    Clipped to the secondary's size by the caller."""
+    ``noisy``: noise comes from a privacy floor (linkage.protection) whatever tau. Clipped to
+    the secondary's size by the caller."""
     if pool:
         return pool
-    return k if tau >= 1.0 else POOL_FACTOR * k
+    return k if tau >= 1.0 and not noisy else POOL_FACTOR * k
 
 
 def similarity(dist: np.ndarray) -> np.ndarray:
@@ -258,7 +259,14 @@ class PartyPlan:
     def link(self, tokens: np.ndarray, sims: np.ndarray) -> PartyLink:
         """The primary's PartyLink holding the released rows."""
         return PartyLink(
-            tokens, sims, self.sigma, self.mean, self.std, self.dp_sigma, self.defences.radius, self.defences.compose
+            tokens,
+            sims,
+            self.sigma,
+            self.mean,
+            self.std,
+            self.dp_sigma,
+            self.defences.radius_of(self.party),
+            self.defences.compose,
         )
 
 
@@ -290,7 +298,8 @@ def plan_party(
     # over each record's K nearest (the pool's first K columns, ascending), whatever the pool: the
     # statistics, and so sigma and the noise on a distance, are those of the K neighbours released
     mean, std = standardise(lambda: ((lo, similarity(d[:, :k])) for lo, d, _ in chunks()), m, rows)
-    sigma = sigma_from_tau(tau, std, defences.radius)  # Theorem 2 counting a distance within the radius
+    # Theorem 2 counting a distance within the party's radius, raised to its floor's noise on a distance
+    sigma = max(sigma_from_tau(tau, std, defences.radius_of(party)), defences.noise_of(party) / std)
     counts, chosen_later = None, defences.compose and width > k and sigma > 0
     if defences.compose and not chosen_later:  # pool = K (or no noise): the links are the candidates
         counts = np.zeros(size, np.int64)

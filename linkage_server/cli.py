@@ -37,6 +37,7 @@ from linkage_server.cli_options import (
     HelpFormatter,
     command,
     connection,
+    floor_options,
     identifier_options,
     job_options,
     serve_options,
@@ -54,6 +55,7 @@ from linkage_server.cli_party import (
     read_secret,
     verify,
 )
+from linkage_server.floors import Floors
 from linkage_server.limits import Limits
 from linkage_server.queries import QueryLimits
 from linkage_server.uploads import UploadError
@@ -98,6 +100,7 @@ def cmd_serve(args) -> None:
         query_limits=QueryLimits(args.query_budget, args.query_max_records, max_cells=args.query_max_cells),
         ray=args.ray,
         limits=limits,
+        floors=Floors(args.privacy_floor),
     )
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
     config = uvicorn.Config(
@@ -193,6 +196,7 @@ def _add_party_commands(sub) -> None:
         help="(primary) start the job after uploading (every other party must have uploaded; else use `start` later)",
     )
     job_options(s)
+    floor_options(s)
     wait_options(s)
     s.add_argument(
         "--record",

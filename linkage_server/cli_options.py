@@ -8,6 +8,7 @@ import argparse
 import os
 
 from linkage.contracts import DEFAULT_STRING_METRIC, METRICS
+from linkage.protection import DEFAULT_LEVEL, LEVELS
 from linkage_server.limits import QUERY_MAX_CELLS, Limits
 
 DEFAULT_URL = "http://127.0.0.1:8471"
@@ -95,21 +96,7 @@ def job_options(p) -> None:
         "levenshtein_norm, jaro_winkler, token_sort, qgram_cosine are normalised to [0, 1]",
     )
     p.add_argument("--k", type=int, default=100, help="neighbours per record")
-    p.add_argument("--tau", type=float, default=1.0, help="attack-success bound of the noise (1 = no noise)")
-    p.add_argument(
-        "--pool", type=int, default=0, help="candidates per record before noise (0 = K at tau 1, 4 K under noise)"
-    )
-    p.add_argument(
-        "--radius",
-        type=float,
-        default=0.5,
-        help="tau bounds guessing a distance within this radius, in identifier units (docs/privacy.md)",
-    )
-    p.add_argument(
-        "--compose",
-        action="store_true",
-        help="noise on each link scaled by sqrt(the links of its secondary record) (docs/privacy.md)",
-    )
+    noise_options(p)
     p.add_argument(
         "--search",
         choices=["exact", "hnsw", "ivf", "qgram", "auto"],
@@ -139,6 +126,59 @@ def job_options(p) -> None:
     p.add_argument("--anchor", default="", help="the chain's anchor secondary (default: '' = the first by name)")
     p.add_argument(
         "--train-rows", help="(primary) .npy of training row numbers to standardise on (default: none, all rows)"
+    )
+
+
+def noise_options(p) -> None:
+    """The noise the primary asks for (raised to the secondaries' floors by the service)."""
+    p.add_argument(
+        "--tau",
+        type=float,
+        default=None,
+        help="attack-success bound of the noise; 1 asks for an exact release, refused where a secondary's "
+        "privacy floor forbids one (default: none asked, the secondaries' floors set the noise)",
+    )
+    p.add_argument(
+        "--pool", type=int, default=0, help="candidates per record before noise (0 = K at tau 1, 4 K under noise)"
+    )
+    p.add_argument(
+        "--radius",
+        type=float,
+        default=0.0,
+        help="tau bounds guessing a distance within this radius, in identifier units; 0 = half of each "
+        "secondary's nearest-neighbour spacing (docs/privacy.md)",
+    )
+    p.add_argument(
+        "--compose",
+        action="store_true",
+        help="noise on each link scaled by sqrt(the links of its secondary record), also when no floor asks "
+        "(docs/privacy.md)",
+    )
+
+
+def floor_options(p) -> None:
+    """A secondary's privacy floor for its own records (linkage_server.floors), sent by `link`."""
+    p.add_argument(
+        "--privacy",
+        choices=LEVELS,
+        default=DEFAULT_LEVEL,
+        help="(secondary) the least protection your records get, whatever the primary asks: off = an "
+        "exact release allowed; standard = noise of one nearest-neighbour spacing on every distance, "
+        "composed, queries may draw 1 x each record's links; strict = twice the noise, half the draws "
+        "(docs/privacy.md). The service's operator may set a higher floor",
+    )
+    p.add_argument(
+        "--min-noise",
+        type=float,
+        default=None,
+        help="(secondary) also at least this noise on a distance, in your identifiers' units (default: the level's)",
+    )
+    p.add_argument(
+        "--query-draws",
+        type=float,
+        default=None,
+        help="(secondary) the query similarities a primary may draw against each of your records, in "
+        "multiples of its links in the release (default: the level's)",
     )
 
 
@@ -188,9 +228,16 @@ def serve_options(s) -> None:
         "--query-budget",
         type=int,
         default=1_000_000,
-        help="cells (records x K) each job answers queries for, over all its queries (0 = no queries)",
+        help="cells (records x K x secondaries) each job answers queries for, over all its queries (0 = no queries)",
     )
     s.add_argument("--query-max-records", type=int, default=100_000, help="records per query")
+    s.add_argument(
+        "--privacy-floor",
+        choices=LEVELS,
+        default=DEFAULT_LEVEL,
+        help="the least protection every secondary's records get, whatever a party asks (off: a party may "
+        "ask for an exact release; docs/privacy.md)",
+    )
     limit_options(s)
     s.add_argument(
         "--certfile", help="TLS certificate (PEM); with --keyfile the service speaks HTTPS (default: none, plain HTTP)"

@@ -213,9 +213,18 @@ def _fetched(path: Path) -> None:
         )
 
 
+def _floor(c, args) -> None:
+    """A secondary states its privacy floor before its identifiers leave it (linkage_server.floors)."""
+    if c.status().get("role") != "secondary":
+        return
+    got = c.set_floor(args.privacy, noise=args.min_noise, draws=args.query_draws)
+    print(json.dumps({"privacy_floor": got["level"], "effective": got["effective"]}))
+
+
 def cmd_link(args) -> None:
     with client(args) as c:
         ids, raw_sha256 = identifiers(args)
+        _floor(c, args)
         with Bar("upload", bytes=True) as bar:
             summary = c.upload(ids, raw_sha256, fingerprint=fingerprint(args), on_sent=bar.update)
         print(json.dumps({"uploaded": summary}))

@@ -183,11 +183,11 @@ class LinkageClient:
         self,
         metric: str,
         k: int,
-        tau: float = 1.0,
+        tau: float | None = None,
         pool: int = 0,
         layout: str = "independent",
         anchor: str = "",
-        radius: float = 0.5,
+        radius: float = 0.0,
         compose: bool = False,
         search: str = "exact",
         recall_floor: float = 0.0,
@@ -196,11 +196,12 @@ class LinkageClient:
         """Start the job (the primary). Its randomness is the service's own secret: no seed here.
         radius, compose: the noise's calibration (linkage.contracts.Defences); search,
         recall_floor, width: an approximate top-K, the recall it must reach and how widely it
-        searches (IVF cells probed, HNSW beam, q-gram candidates; 0 = default; linkage.approx)."""
+        searches (IVF cells probed, HNSW beam, q-gram candidates; 0 = default; linkage.approx).
+        tau None: none asked (the secondaries' privacy floors set the noise; linkage_server.floors)."""
         body = {
             "metric": metric,
             "k": k,
-            "tau": tau,
+            **({} if tau is None else {"tau": tau}),
             "pool": pool,
             "layout": layout,
             "anchor": anchor,
@@ -211,6 +212,12 @@ class LinkageClient:
             "width": width,
         }
         return self._request("POST", f"/jobs/{self.job}/start", json=body).json()
+
+    def set_floor(self, level: str = "standard", **fields) -> dict:
+        """(A secondary) the least protection its records get (linkage_server.floors): a level and
+        any field of linkage.protection.Floor in place of the level's."""
+        body = {"level": level, **{k: v for k, v in fields.items() if v is not None}}
+        return self._request("PUT", f"/jobs/{self.job}/parties/{self.party}/floor", json=body).json()
 
     def query(self, identifiers: np.ndarray, *, fingerprint: str = "", out: Path | None = None) -> PrimaryLinkage:
         """(The primary) new records' tokens and noisy similarities from the finished job, as its

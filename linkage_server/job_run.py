@@ -6,6 +6,7 @@ the job folder's (layout: linkage_server.jobs).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 import traceback
@@ -14,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from linkage.approx import sample_rows, tie_aware_recall
-from linkage.contracts import LinkageError
+from linkage.contracts import Defences, LinkageError
 from linkage.job import JobSpec
 from linkage.job_secret import SecretError, operator_secret, read_secret
 from linkage.pipeline import check_identifiers, under_floor
+from linkage.protection import chained, record, resolve
 from linkage_server.chunk_search import ChunkFiles, cache_key, chunked_search, fresh_cache
 from linkage_server.params import JobError, JobParams
 from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
@@ -87,11 +89,11 @@ class JobRunner:
         train_rows = self._train_rows_of(folder, meta, len(query))
         step = self.limits.chunk_rows(self.chunk_rows, max(params.k, params.pool))  # rows x pool bounded
         chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
-        spec = params.spec()  # the job as the in-process linker names it (linkage.job)
-        anchor, searched = searched_layout(spec, meta["secondaries"])
+        anchor, searched = searched_layout(params.spec(), meta["secondaries"])
         tick = self._progress(job, len(chunks) * len(searched), lambda: carried + time.perf_counter() - t0)
         ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
-        secret = self._secret(meta, params, query, ids, train_rows)  # also draws the recall sample
+        spec = params.spec(self._defences(job, meta, params, ids, anchor))  # as the in-process linker names it
+        secret = self._secret(meta, spec, query, ids, train_rows)  # also draws the recall sample
         found, recalls = {}, {}
         for party in searched:
             found[party], recalls[party] = self._party_search(
@@ -101,11 +103,11 @@ class JobRunner:
         done = Job(
             job,
             params.k,
-            params.tau,
+            params.bound,
             params.metric,
             secret,
             train_rows,
-            params.defences(),
+            spec.defences,
             recalls,
             (anchor, ids) if spec.chain else None,
             step,
@@ -114,6 +116,7 @@ class JobRunner:
         skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
         stats, t2 = link_stats(skeleton), time.perf_counter()
         privacy = safe_privacy_report(skeleton, files, query, ids, done, spec.attacked(meta["secondaries"]))
+        privacy["protection"] = self.meta(job)["protection"]
         self._update(
             job,
             state="done",
@@ -145,15 +148,28 @@ class JobRunner:
             raise LinkageError(f"training rows must lie in [0, {m}) for the primary's {m} rows")
         return rows
 
-    def _secret(
-        self, meta: dict, params: JobParams, query: np.ndarray, ids: dict, train_rows: np.ndarray | None
-    ) -> bytes:
+    def _defences(self, job: str, meta: dict, params: JobParams, ids: dict, anchor: str) -> Defences:
+        """The job's defences from the secondaries' floors and their identifiers (linkage.protection),
+        recorded in job.json ("defences", and "protection": what each secondary's records got)."""
+        floors = self.floors.of(meta)
+        if params.layout == "chain":
+            floors = chained(floors, anchor)
+        defences = resolve(floors, ids, params.metric, radius=params.radius, compose=params.compose, tau=params.bound)
+        levels = self.floors.levels(meta)
+        self._update(
+            job,
+            defences=dataclasses.asdict(defences),
+            protection=record({p: levels.get(p, "strictest of the chain") for p in floors}, floors, defences),
+        )
+        return defences
+
+    def _secret(self, meta: dict, spec: JobSpec, query: np.ndarray, ids: dict, train_rows: np.ndarray | None) -> bytes:
         """The job's secret; under an operator seed, derived from the seed and the job's content
         (the same content id as the in-process linker's, so both release alike): query and the
         secondaries' identifiers ``ids`` as uploaded."""
         if self.operator_seed is None:
             return read_secret(self._dir(meta["job"]) / SECRET)
-        return operator_secret(self.operator_seed, params.spec().content_id(query, ids, train_rows))
+        return operator_secret(self.operator_seed, spec.content_id(query, ids, train_rows))
 
     def _party_search(
         self,

@@ -33,6 +33,7 @@ import numpy as np
 from linkage.job_secret import new_secret, write_secret
 from linkage.private import private_dir
 from linkage.store import write_atomic
+from linkage_server.floors import Floors, parse_floor
 from linkage_server.job_run import SECRET, TRAIN_ROWS, JobRunner
 from linkage_server.limits import Limits, job_cells
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
@@ -71,9 +72,11 @@ class JobStore(JobRunner):
         operator_seed: int | None = None,
         ray: str = "",
         limits: Limits = Limits(),
+        floors: Floors | None = None,
     ) -> None:
         self.root = Path(root) / "jobs"
         self.limits = limits  # the operator's (linkage_server.limits): K, cells per job and per chunk
+        self.floors = floors or Floors()  # the operator's privacy floor, and each secondary's (linkage_server.floors)
         self.ray = ray  # "": search chunks in this process; "local" or an address: on Ray (chunk_search)
         self.operator_seed = operator_seed  # the operator's, for reproducible experiments; no party sees it
         private_dir(self.root)
@@ -218,6 +221,18 @@ class JobStore(JobRunner):
             raise UploadError(f"training rows must be a non-empty 1-D integer array; got {arr.dtype} {arr.shape}")
         return {"train_rows": int(len(arr))}
 
+    def set_floor(self, job: str, party: str, body) -> dict:
+        """A secondary's privacy floor for its records (linkage_server.floors), while uploads are open."""
+        level, floor = parse_floor(body)
+        with self._lock:
+            meta = self._open(job)
+            if party not in meta["secondaries"]:
+                raise JobError(403, "only a secondary party states a privacy floor (for its own records)")
+            meta.setdefault("floors", {})[party] = {"level": level, "floor": floor.as_dict()}
+            self._save(meta)
+        got = self.floors.of(meta)[party]
+        return {"party": party, "level": level, "stated": floor.as_dict(), "effective": got.as_dict()}
+
     # ------------------------------------------------------------------ start / cancel
     def start(self, job: str, params: JobParams) -> dict:
         with self._lock:
@@ -237,6 +252,8 @@ class JobStore(JobRunner):
                 rows = meta["uploads"][p]["rows"]
                 if params.k > rows:
                     raise JobError(422, f"K={params.k} must be between 1 and the size of party {p!r} ({rows} rows)")
+            floors = self.floors.check_start(meta, params)  # a request for less than a floor: refused by name
+            params = params.with_pool(0.0 < params.tau < 1.0 or any(f.noisy for f in floors.values()))
             self.limits.check_job(meta, params)  # K and the job's cells, before it is queued
             return self._update(
                 job,

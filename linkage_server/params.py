@@ -3,6 +3,7 @@ error a job request is refused with, and the header an encoded upload's key fing
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import MISSING, dataclass, fields
 
 from linkage.approx import METHODS as METHODS_SEARCH
@@ -27,36 +28,41 @@ class JobError(Exception):
 class JobParams:
     metric: str
     k: int
-    tau: float = 1.0
+    tau: float = 0.0  # the attack bound the primary asks for; 0 = none asked (the secondaries' floors decide)
     pool: int = 0  # candidates per record before noise; 0 = the default (linkage.release.default_pool), resolved
     layout: str = "independent"  # or "chain": paper App. C, secondaries linked one-to-one to `anchor`
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
-    radius: float = 0.5  # Theorem 2's success radius, identifier units (linkage.contracts.Defences)
+    radius: float = 0.0  # Theorem 2's success radius, identifier units; 0 = half each secondary's spacing
     compose: bool = False  # noise on a link scaled by sqrt(its secondary record's links) (Defences)
     search: str = "exact"  # or an approximate index: "hnsw" / "ivf", or "auto" by size (linkage.approx)
     recall_floor: float = 0.0  # an approximate search under this tie-aware recall fails the job
     width: int = 0  # the approximate search's width: IVF's nprobe, HNSW's ef_search, qgram's candidates; 0 = default
 
-    def __post_init__(self) -> None:
-        """pool = 0 becomes the job's default pool (K at tau = 1, 4 K under noise), so that the
-        search, the release, a query and the status all name the pool the job really used."""
-        if self.pool == 0 and isinstance(self.k, int) and isinstance(self.tau, (int, float)):
-            object.__setattr__(self, "pool", default_pool(0, self.k, self.tau))
+    @property
+    def bound(self) -> float:
+        """Theorem 2's tau the noise is calibrated to: the primary's, else 1 (the floors' noise only)."""
+        return self.tau or 1.0
 
-    def defences(self) -> Defences:
-        return Defences(radius=self.radius, compose=self.compose)
+    def with_pool(self, noisy: bool) -> "JobParams":
+        """pool = 0 made the job's default pool (K without noise, 4 K under noise: ``noisy`` when
+        the primary's tau or a secondary's floor asks for it), so that the search, the release, a
+        query and the status all name the pool the job really used (linkage_server.jobs.start)."""
+        if self.pool:
+            return self
+        return dataclasses.replace(self, pool=default_pool(0, self.k, self.bound, noisy))
 
-    def spec(self) -> JobSpec:
+    def spec(self, defences: Defences | None = None) -> JobSpec:
         """The job as the linkage library names it (linkage.job): what decides its content id,
-        shared with the in-process linker; always a top-K job (the service runs no baseline)."""
+        shared with the in-process linker; always a top-K job (the service runs no baseline).
+        ``defences``: the job's, resolved from the floors (linkage.protection.resolve)."""
         return JobSpec(
             self.metric,
             self.k,
-            self.tau,
+            self.bound,
             layout=self.layout,
             anchor=self.anchor,
             pool=self.pool,
-            defences=self.defences(),
+            defences=defences or Defences(radius=self.radius or 0.5, compose=self.compose),
             approx=self.approx(),
         )
 
@@ -86,12 +92,12 @@ def _check(p: JobParams) -> JobParams:
         raise JobError(422, f"k must be >= 1, got {p.k}")
     if p.layout not in ("independent", "chain"):
         raise JobError(422, f"layout must be 'independent' or 'chain', got {p.layout!r}")
-    if not 0.0 < p.tau <= 1.0:
-        raise JobError(422, f"tau must be in (0, 1], got {p.tau}")
+    if not 0.0 <= p.tau <= 1.0:
+        raise JobError(422, f"tau must be in (0, 1] (0: none asked, the secondaries' floors decide), got {p.tau}")
     if p.pool and p.pool < p.k:
         raise JobError(422, f"pool ({p.pool}) must be 0 or >= k ({p.k})")
-    if p.radius <= 0:
-        raise JobError(422, f"radius must be > 0, got {p.radius}")
+    if p.radius < 0:
+        raise JobError(422, f"radius must be >= 0 (0: half each secondary's spacing), got {p.radius}")
     if p.search not in METHODS_SEARCH or p.search not in ("exact", "auto", *metric_named(p.metric).approx):
         raise JobError(
             422,

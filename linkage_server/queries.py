@@ -9,9 +9,11 @@ which each secondary resolves with the token -> row map it already holds. The an
 primary.npz of the q new records (linkage.store.primary_bytes): tokens, noisy similarities and
 the job's statistics, as a training release holds, never rows or raw distances.
 
-Each job has a query budget in cells, records x K (the answer's noisy similarities: what a query
-can reveal, bench/query_bisection.py), over all accepted queries (``serve --query-budget``), and
-each query a cap (``serve --query-max-records``); the records used are kept in job.json
+Each job has a query budget in cells, records x K x secondaries (the answer's noisy similarities:
+what a query can reveal, bench/query_bisection.py), over all accepted queries (``serve
+--query-budget``), each query a cap (``serve --query-max-records``), and each secondary record an
+allowance its floor sets (linkage.protection ``draws``: the similarities queries may draw
+against it, in multiples of its links in the release; counted in query-draws/<party>.npy); the records used are kept in job.json
 ("queried"), so a restart does not reset them. A reservation is taken under the store's lock
 before the search and given back if the search fails: two concurrent queries cannot both
 spend the last of a budget.
@@ -36,13 +38,15 @@ import numpy as np
 from linkage.binding import identifier_digest
 from linkage.contracts import LinkageError
 from linkage.job_secret import SecretError, read_secret
+from linkage.private import private_dir
+from linkage.protection import defences_from
 from linkage.query import query
-from linkage.store import primary_bytes, read_primary, read_secondary
+from linkage.store import primary_bytes, read_primary, read_secondary, write_atomic
 from linkage_server.jobs import SECRET, TRAIN_ROWS
 from linkage_server.limits import QUERY_MAX_CELLS
 from linkage_server.link_counts import links_per_row
 from linkage_server.params import FINGERPRINT_HEADER, JobError, JobParams
-from linkage_server.uploads import UploadError, kind_of, parse_npy, validate
+from linkage_server.uploads import UploadError, kind_of, parse_npy, to_npy, validate
 
 FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 DIFFERENT_KEY = "encoded with a different key or parameters than the job's training upload"
@@ -59,7 +63,7 @@ def fingerprint_of(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class QueryLimits:
-    budget: int = 1_000_000  # cells (records x K) per job, over all its queries; 0 = no queries
+    budget: int = 1_000_000  # cells (records x K x secondaries) per job, over all its queries; 0 = no queries
     max_records: int = 100_000  # records per query
     max_cells: int = QUERY_MAX_CELLS  # records x max(K, pool) x secondaries per query (serve --query-max-cells)
 
@@ -82,11 +86,12 @@ class Queries:
         meta = self._queryable(job)
         new = self._parse(meta, data)
         self._check_encoding(meta, kind_of(new), fingerprint)
-        budget = self._spend(job, len(new), meta["params"]["k"])
+        per_record = meta["params"]["k"] * len(meta["secondaries"])  # similarities a record's answer returns
+        budget = self._spend(job, len(new), per_record)
         try:
             return self._compute(job, meta, new), budget
         except BaseException:
-            self._spend(job, -len(new), meta["params"]["k"])  # a query that was not answered is not counted
+            self._spend(job, -len(new), per_record)  # a query that was not answered is not counted
             raise
 
     def _queryable(self, job: str) -> dict:
@@ -111,7 +116,7 @@ class Queries:
                 429,
                 f"a query of {len(arr)} records exceeds the service's cap of {cap} records per "
                 f"query (serve --query-max-records); job {meta['job']} has {self._left(meta)} of "
-                f"its query budget of {self.limits.budget} cells (records x K) left",
+                f"its query budget of {self.limits.budget} cells (records x K x secondaries) left",
             )
         self._check_cells(meta, arr)
         validate(arr, max_rows=cap)  # dimensions, zero rows, NaN/inf, empty strings, by name
@@ -177,15 +182,16 @@ class Queries:
     def _left(self, meta: dict) -> int:
         return max(self.limits.budget - self._used(meta)["cells"], 0)
 
-    def _spend(self, job: str, records: int, k: int) -> dict:
-        """Reserve `records` x K cells of the job's budget (negative: give them back), persisted in job.json."""
+    def _spend(self, job: str, records: int, per_record: int) -> dict:
+        """Reserve `records` x K x secondaries cells of the job's budget (negative: give them back),
+        persisted in job.json: every similarity returned counts, one per secondary."""
         with self.store._lock:
             meta = self.store.meta(job)
-            used, left, cells = self._used(meta), self._left(meta), records * k
+            used, left, cells = self._used(meta), self._left(meta), records * per_record
             if cells > left:
                 raise JobError(
                     429,
-                    f"a query of {records} records ({cells} cells, records x K) exceeds job {job}'s "
+                    f"a query of {records} records ({cells} cells, records x K x secondaries) exceeds job {job}'s "
                     f"query budget: {used['cells']} of {self.limits.budget} cells used, {left} left "
                     "(the operator's serve --query-budget)",
                 )
@@ -220,16 +226,46 @@ class Queries:
             )
         except LinkageError as e:
             raise UploadError(str(e)) from None
+        self._draw(job, meta, got, maps)  # each secondary's per-record allowance, or refused
         return primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))
+
+    def _draw(self, job: str, meta: dict, got, maps: dict) -> None:
+        """Count the answer's similarities against each secondary record; refuse (429, naming the
+        secondary) an answer that takes any record past its floor's allowance: ``draws`` x the
+        record's links in the release (at least 1), kept in ``query-draws/<party>.npy`` (0600)."""
+        folder, floors = self.store._dir(job), self.store.floors.of(meta)
+        with self.store._lock:
+            totals = {}
+            for party, link in sorted(got.links.items()):
+                allowance = floors[party].draws
+                if allowance == float("inf"):
+                    continue
+                n = len(maps[party])
+                drawn = np.bincount(np.asarray(maps[party])[link.tokens.ravel()], minlength=n)  # (n,)
+                path = folder / "query-draws" / f"{party}.npy"
+                totals[party] = (np.load(path) if path.exists() else np.zeros(n, np.int64)) + drawn
+                cap = allowance * np.maximum(links_per_row(folder, party, maps[party]), 1)  # (n,)
+                over = int((totals[party] > cap).sum())
+                if over:
+                    raise JobError(
+                        429,
+                        f"secondary {party!r}'s privacy floor allows queries to draw at most {allowance:g} x "
+                        f"each of its records' links in the release; this query would take {over} of its "
+                        "records past that (the averaging attack's budget: docs/privacy.md); query fewer "
+                        "or other records",
+                    )
+            for party, total in totals.items():
+                write_atomic(private_dir(folder / "query-draws") / f"{party}.npy", to_npy(total))
 
     def _secret(self, folder: Path, meta: dict, params: JobParams, ids: dict) -> bytes:
         """The job's secret as its release used it (under an operator seed: from the job's content,
-        ``ids`` the secondaries' uploads)."""
+        ``ids`` the secondaries' uploads, and the defences it recorded)."""
         try:
             if self.store.operator_seed is None:
                 return read_secret(folder / SECRET)
             primary = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
             rows = np.load(folder / TRAIN_ROWS) if meta.get("train_rows") else None
-            return self.store._secret(meta, params, primary, ids, rows)
+            spec = params.spec(defences_from(meta.get("defences"), params.radius, params.compose))
+            return self.store._secret(meta, spec, primary, ids, rows)
         except SecretError as e:
             raise JobError(500, f"{e}; no query is answered under another secret") from None

@@ -6,6 +6,9 @@ Endpoints (JSON unless noted; ``Authorization: Bearer <secret>`` on every call):
                                              (linkage_server.views: state, progress, parameters, ...)
   PUT  /jobs/{job}/parties/{p}/identifiers   party p, body: one .npy array -> upload summary
   PUT  /jobs/{job}/parties/{p}/train-rows    the primary, body: .npy int array (standardisation rows)
+  PUT  /jobs/{job}/parties/{p}/floor         secondary p, {level, spacing_share, noise, exact, compose,
+                                             draws}: the least protection its records get
+                                             (linkage_server.floors), raised to the operator's
   POST /jobs/{job}/start                     the primary, {metric, k, tau, pool, layout, anchor}
   POST /jobs/{job}/cancel                    the primary or the admin -> the job's status (a queued job
                                              ends now, a running one at its next chunk: "failed",
@@ -27,6 +30,7 @@ refused by those limits, whoever else failed from its address.
 from __future__ import annotations
 
 import hmac
+import json
 import os
 from contextlib import asynccontextmanager
 from functools import partial
@@ -37,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from linkage_server.floors import Floors
 from linkage_server.jobs import JobError, JobParams, JobStore, Worker
 from linkage_server.limits import BodySlots, Limits
 from linkage_server.params import FINGERPRINT_HEADER
@@ -138,6 +143,22 @@ class Gate:
         return self._guarded(request, attempt, lambda: [])  # no one party was tried: the address counts
 
 
+SMALL_JSON = 64 << 10  # the largest JSON body a party sends (a job's parameters, a floor)
+
+
+async def small_json(request: Request):
+    """A small JSON body, read at most SMALL_JSON bytes (413 past it), parsed (422 if it is not JSON)."""
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > SMALL_JSON:
+            raise JobError(413, f"a JSON body of more than {SMALL_JSON} bytes; this request's is at most that")
+    try:
+        return json.loads(bytes(data))
+    except ValueError:
+        raise JobError(422, "expected a JSON body") from None
+
+
 async def _body_file(request: Request, cap: int, path: Path) -> Path:
     """The request body streamed to ``path`` (created 0600, never over a file; written 1 MiB at a
     time off the event loop), refused as soon as it passes ``cap`` bytes. The caller removes it."""
@@ -205,8 +226,8 @@ def _job_routes(app: FastAPI, store: JobStore, gate: Gate) -> None:
     @app.post("/jobs")
     async def create_job(request: Request) -> dict:
         gate.admin(request)
+        body = await small_json(request)
         try:
-            body = await request.json()
             primary, secondaries = body["primary"], list(body["secondaries"])
         except (ValueError, KeyError, TypeError) as e:
             raise JobError(422, f"expected JSON {{primary, secondaries: [...]}}: {e}") from None
@@ -240,6 +261,14 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bod
     async def upload(job: str, party: str, request: Request) -> dict:
         return await _upload(job, party, request, train_rows=False)
 
+    @app.put("/jobs/{job}/parties/{party}/floor")
+    async def floor(job: str, party: str, request: Request) -> dict:
+        gate.party(request, job, party)
+        body = await small_json(request)
+        got = store.set_floor(job, party, body)
+        event(f"job {job}: secondary {party!r} stated its privacy floor ({got['level']})")
+        return got
+
     @app.put("/jobs/{job}/parties/{party}/train-rows")
     async def upload_train_rows(job: str, party: str, request: Request) -> dict:
         return await _upload(job, party, request, train_rows=True)
@@ -247,10 +276,7 @@ def _party_routes(app: FastAPI, store: JobStore, worker: Worker, gate: Gate, bod
     @app.post("/jobs/{job}/start")
     async def start(job: str, request: Request) -> dict:
         gate.party(request, job)  # only the primary starts its job
-        try:
-            body = await request.json()
-        except ValueError:
-            raise JobError(422, "expected a JSON body {metric, k, tau, pool, layout, anchor}") from None
+        body = await small_json(request)
         if not isinstance(body, dict):
             raise JobError(422, "expected a JSON object {metric, k, tau, pool, layout, anchor}")
         meta = store.start(job, JobParams.parse(body))
@@ -306,12 +332,20 @@ def create_app(
     query_limits: QueryLimits = QueryLimits(),
     ray: str = "",
     limits: Limits = Limits(),
+    floors: Floors | None = None,
 ) -> FastAPI:
-    """The service's app; ``limits``: the operator's (linkage_server.limits)."""
+    """The service's app; ``limits``: the operator's (linkage_server.limits); ``floors``: the
+    operator's privacy floor (linkage_server.floors; default: the "standard" level)."""
     if len(admin_token) < 16:
         raise ValueError("the admin token must be at least 16 characters")
     store = JobStore(
-        Path(data_dir), max_rows=max_rows, chunk_rows=chunk_rows, operator_seed=operator_seed, ray=ray, limits=limits
+        Path(data_dir),
+        max_rows=max_rows,
+        chunk_rows=chunk_rows,
+        operator_seed=operator_seed,
+        ray=ray,
+        limits=limits,
+        floors=floors,
     )
     worker = Worker(store)
     bodies = partial(_received, store, BodySlots(limits.max_uploads_per_party), max_upload_bytes)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from app.config import ConfigError, RunConfig
+from app.vfl.linking import job_defences
 from linkage.attacks import aggregation_attack
 from linkage.contracts import Defences, LinkageError
 from linkage.pipeline import job_id_of, link
@@ -88,12 +89,13 @@ def test_composition_cuts_what_trilateration_recovers():
 
 def test_the_service_and_the_run_config_take_the_defences_and_refuse_bad_ones():
     p = JobParams.parse({"metric": "euclidean", "k": 5, "radius": 0.001, "compose": True})
-    assert p.defences() == Defences(0.001, True)
-    for body, match in [({"compose": 1}, "'compose' must be bool"), ({"radius": 0}, "radius must be > 0")]:
+    assert p.spec().defences == Defences(0.001, True)
+    for body, match in [({"compose": 1}, "'compose' must be bool"), ({"radius": -1}, "radius must be >= 0")]:
         with pytest.raises(JobError, match=match):
             JobParams.parse({"metric": "euclidean", "k": 5, **body})
-    assert RunConfig.of(privacy_radius=0.001, privacy_compose=True).defences() == Defences(0.001, True)
-    with pytest.raises(ConfigError, match="'privacy-radius' must be a positive number"):
+    off = RunConfig.of(privacy="off", privacy_radius=0.001, privacy_compose=True)
+    assert job_defences(off, {"s": BASE}, "euclidean", "s") == Defences(0.001, True)
+    with pytest.raises(ConfigError, match="'privacy-radius' must be >= 0"):
         RunConfig.of(privacy_radius=-1.0).validate()
     with pytest.raises(ConfigError, match="with 'linkage-dir' the linkage service already linked"):
         RunConfig.of(privacy_compose=True, linkage_dir="/somewhere").validate()

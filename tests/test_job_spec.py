@@ -21,6 +21,7 @@ from linkage.contracts import Defences, LinkageError
 from linkage.job import JobSpec
 from linkage.job_secret import OPERATOR_SEED_ENV, operator_secret
 from linkage.pipeline import chain_tag, job_id_of, link_exact
+from linkage.protection import defences_from
 from linkage.store import load_primary, load_secondary
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.uploads import to_npy
@@ -48,14 +49,18 @@ def test_the_simulation_and_the_service_name_and_release_a_job_alike(tmp_path, m
     cfg = RunConfig.of(dataset=dataset, n_rows=300, k=3, tau=tau, layout=layout, seed=1, out_dir=str(tmp_path / "runs"))
     ds, settings = load_data(cfg), cfg.resolve()
     simulated, _ = link_and_report(ds, cfg, settings, report=False)
-    params = JobParams("euclidean", settings.k, tau=tau, layout=layout)
+    params = JobParams("euclidean", settings.k, tau=tau if tau < 1 else 0.0, layout=layout)  # 0: none asked
     job, store = _service(tmp_path, ds, params)
 
     ids = {p: t.identifiers for p, t in ds.secondaries.items()}
-    content = params.spec().content_id(ds.primary.identifiers, ids, ds.split.train)
+    recorded = defences_from(store.meta(job)["defences"])  # the floors, sized from the secondaries' data
+    content = params.spec(recorded).content_id(ds.primary.identifiers, ids, ds.split.train)
     assert simulated.primary.job_id == content  # the same job id, so the same secret under the operator seed
-    if layout == "chain":  # the id today's jobs were named by, unchanged
-        assert content == job_id_of(
+    assert recorded.noisy and recorded.compose  # both at the default level: standard
+    off = dataclasses.replace(cfg.link, privacy="off")
+    if layout == "chain":  # at privacy "off", the id today's jobs were named by, unchanged
+        plain = link_and_report(ds, dataclasses.replace(cfg, link=off), settings, report=False)[0]
+        assert plain.primary.job_id == job_id_of(
             ds.primary.identifiers, ids, 3, tau, chain_tag("euclidean", min(ids)), 0, ds.split.train
         )
     results = store.root / job / "results"

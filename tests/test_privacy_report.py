@@ -140,21 +140,33 @@ def test_a_run_reports_its_privacy_in_the_summary_and_fedsim_report(tmp_path, ca
     from fedsim.report import one_run
 
     cfg = RunConfig.of(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, out_dir=str(tmp_path / "runs"))
-    summary = run_experiment(cfg, tmp_path / "run")
+    summary = run_experiment(cfg.replace(privacy="off"), tmp_path / "run")  # the exact release of old
     entry = summary["privacy"]["parties"]["school"]
     assert summary["privacy"]["tau"] == 1.0 and entry["attacks"]["dictionary"]["exact"] > 0.9
     assert one_run(tmp_path / "run") == 0
     assert "privacy: tau=1 K=5" in capsys.readouterr().out
-    off = run_experiment(
-        RunConfig.of(
-            dataset="hdb",
-            n_rows=400,
-            k=5,
-            epochs=1,
-            batch_size=64,
-            privacy_report=False,
-            out_dir=str(tmp_path / "runs"),
-        ),
-        tmp_path / "off",
-    )
+    off = run_experiment(cfg.replace(privacy_report=False), tmp_path / "off")
     assert off["privacy"] is None
+
+
+def test_a_run_with_no_privacy_option_reports_the_defended_settings_it_used(tmp_path, capsys):
+    """No option set: the schools' floor is the standard level, sized from their own spacing."""
+    from app.config import RunConfig
+    from app.modes import run_experiment
+    from fedsim.report import one_run
+    from linkage.protection import spacing
+
+    cfg = RunConfig.of(dataset="hdb", n_rows=400, k=5, epochs=1, batch_size=64, out_dir=str(tmp_path / "runs"))
+    summary = run_experiment(cfg, tmp_path / "run")
+    protection, entry = summary["privacy"]["protection"], summary["privacy"]["parties"]["school"]
+    got = protection["parties"]["school"]
+    assert protection["level"] == "standard" and got["compose"] and not got["floor"]["exact"]
+    assert got["spacing"] > 0 and got["noise"] == pytest.approx(got["spacing"])
+    assert got["radius"] == pytest.approx(got["spacing"] / 2)
+    assert entry["noise_per_distance"] >= got["noise"] * (1 - 1e-9) and entry["sigma"] > 0
+    from app.data import load_data
+
+    schools = load_data(cfg).secondaries["school"].identifiers
+    assert got["spacing"] == pytest.approx(spacing(schools, "euclidean"))  # from the schools' own table
+    assert one_run(tmp_path / "run") == 0
+    assert "protection: level standard" in capsys.readouterr().out

@@ -62,7 +62,7 @@ def _tokens(cfg: RunConfig) -> np.ndarray:
 
 def test_the_in_process_linker_keeps_its_own_secret(tmp_path, monkeypatch):
     monkeypatch.delenv(OPERATOR_SEED_ENV, raising=False)
-    cfg = RunConfig.of(dataset="synthetic", n_rows=300, k=3, tau=0.5, seed=0, out_dir=str(tmp_path / "a"))
+    cfg = RunConfig.of(dataset="synthetic", n_rows=300, k=3, seed=0, out_dir=str(tmp_path / "a"))  # noisy by default
     link_a, secs_a = _tokens(cfg)
     again, _ = _tokens(cfg)  # the same job on the same service folder: the same release
     np.testing.assert_array_equal(again.tokens, link_a.tokens)
@@ -79,13 +79,13 @@ def test_the_in_process_linker_keeps_its_own_secret(tmp_path, monkeypatch):
 
 def test_the_operator_seed_reproduces_a_release(tmp_path, monkeypatch):
     monkeypatch.setenv(OPERATOR_SEED_ENV, "11")
-    cfg = RunConfig.of(dataset="synthetic", n_rows=300, k=3, tau=0.5, seed=0, out_dir=str(tmp_path / "a"))
+    cfg = RunConfig.of(dataset="synthetic", n_rows=300, k=3, seed=0, out_dir=str(tmp_path / "a"))  # noisy by default
     link_a, _ = _tokens(cfg)
     link_b, _ = _tokens(cfg.replace(out_dir=str(tmp_path / "b")))
     np.testing.assert_array_equal(link_b.tokens, link_a.tokens)
     np.testing.assert_array_equal(link_b.sims, link_a.sims)
     # another job under the same seed draws other noise and tokens (no differencing two releases)
-    link_c, _ = _tokens(cfg.replace(tau=0.6, out_dir=str(tmp_path / "b")))
+    link_c, _ = _tokens(cfg.replace(privacy="strict", out_dir=str(tmp_path / "b")))
     assert not np.array_equal(link_c.tokens, link_a.tokens)
     assert not list((tmp_path / "a").glob("linkage-service/*.key"))  # derived, not stored
     monkeypatch.setenv(OPERATOR_SEED_ENV, "twelve")

@@ -16,8 +16,10 @@ from linkage.contracts import Defences
 from linkage.job_secret import read_secret
 from linkage.pipeline import link
 from linkage.privacy import privacy_report
+from linkage.protection import defences_from
 from linkage.release import in_memory, plan_party, rng_from_secret, standardise
 from linkage.store import load_primary, load_secondary, primary_bytes
+from linkage_server.floors import Floors
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.uploads import to_npy
 
@@ -118,7 +120,7 @@ def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, p
         secret=read_secret(folder / "secret.key"),
         train_rows=train,
         job_id=job,
-        defences=params.defences(),
+        defences=defences_from(store.meta(job)["defences"]),  # the floors', as the job recorded them
     )
     got = load_primary(folder / "results")
     for party in bases:
@@ -128,7 +130,9 @@ def test_a_job_released_by_chunks_equals_link_and_its_privacy_report(tmp_path, p
             load_secondary(folder / "results", party).row_of_token, want.secondaries[party].row_of_token
         )
     assert (folder / "results" / "primary.npz").read_bytes() == primary_bytes(bind_result(want, query).primary)
-    assert store.meta(job)["privacy"] == privacy_report(want, query, bases, "euclidean")
+    got_report = dict(store.meta(job)["privacy"])
+    assert got_report.pop("protection")["level"] == "standard"  # the default floor, recorded with the report
+    assert got_report == privacy_report(want, query, bases, "euclidean")
     assert not (folder / "work" / ".release").exists()  # the release's working files are gone
     assert len(list((folder / "work" / "release").glob("*/*.npz"))) == 11  # party "release" keeps its chunks
 
@@ -154,7 +158,7 @@ def test_a_jobs_memory_is_bounded_by_its_chunks_not_its_release(tmp_path):
     m, n, k = 120_000, 100_000, 20  # tau 0.9: a pool of 4 K (linkage.release.default_pool)
     query, base = planted(m, n, seed=3)
     release_bytes = m * k * 8  # one (m, K) array of tokens; the search's (dist, idx) are two more of it
-    store = JobStore(tmp_path, chunk_rows=2000)
+    store = JobStore(tmp_path, chunk_rows=2000, floors=Floors("off"))  # tau's noise only, as it was measured
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))

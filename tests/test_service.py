@@ -15,8 +15,10 @@ import pytest
 
 from linkage.job_secret import read_secret
 from linkage.pipeline import link
+from linkage.protection import defences_from
 from linkage.store import load_primary, load_secondary
 from linkage_server.client import LinkageClient, ServiceError, create_job
+from linkage_server.floors import Floors
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
 from linkage_server.uploads import to_npy
@@ -25,8 +27,11 @@ ADMIN = "admin-token-for-tests-0123456789"
 
 
 @contextlib.contextmanager
-def service(data_dir: Path, port: int, *extra: str):
-    with local_service(data_dir, port, ADMIN, *extra) as url:
+def service(data_dir: Path, port: int, *extra: str, floor: str = "off"):
+    """A `serve` process; its operator's privacy floor ``floor``: "off" by default here, so that
+    these tests of the service's mechanics compare exact releases (tests/test_privacy_floors.py
+    and test_service_query's floor tests run at the product's default, "standard")."""
+    with local_service(data_dir, port, ADMIN, "--privacy-floor", floor, *extra) as url:
         yield url
 
 
@@ -99,7 +104,10 @@ def test_service_round_trip_restart_and_refusals(tmp_path):
 
     # the oracle: the service's result is the in-process pipeline's, bit for bit
     secret = read_secret(data / "jobs" / job / "secret.key")  # the operator's view of the job's randomness
-    want = link(query, {"s": base}, k=5, tau=0.9, secret=secret, train_rows=train, job_id=job)
+    recorded = json.loads((data / "jobs" / job / "job.json").read_text())["defences"]  # tau's radius: from the data
+    want = link(
+        query, {"s": base}, k=5, tau=0.9, secret=secret, train_rows=train, job_id=job, defences=defences_from(recorded)
+    )
     got = load_primary(first)
     np.testing.assert_array_equal(got.tokens["s"], want.primary.tokens["s"])
     np.testing.assert_array_equal(got.sims, want.primary.sims)
@@ -139,7 +147,7 @@ def test_an_interrupted_job_resumes_from_its_finished_chunks(tmp_path):
 
 def test_a_failing_job_reports_why_and_can_be_restarted(tmp_path):
     query, base = planted()
-    store = JobStore(tmp_path)
+    store = JobStore(tmp_path, floors=Floors("off"))  # it restarts as an exact release
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))
@@ -173,7 +181,7 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
     ds, settings = load_data(base_cfg), base_cfg.resolve()
     ((party, table),) = ds.secondaries.items()
     fetched = tmp_path / "fetched"
-    with service(tmp_path / "svc", free_port(), "--operator-seed", "5") as url:
+    with service(tmp_path / "svc", free_port(), "--operator-seed", "5", floor="standard") as url:  # both defaults
         made = create_job(url, ADMIN, "primary", [party])
         with (
             LinkageClient(url, made["job"], "primary", made["secrets"]["primary"]) as p,
@@ -213,7 +221,7 @@ def test_a_chain_job_equals_the_in_process_chain_linkage(tmp_path):
     query, base = planted(m=120, n=60)
     rng = np.random.default_rng(5)
     ids = {"a": base, "b": base[rng.permutation(60)], "c": base[rng.permutation(60)] + 1e-6}
-    store = JobStore(tmp_path, chunk_rows=50)
+    store = JobStore(tmp_path, chunk_rows=50, floors=Floors("off"))  # at the default: tests/test_job_spec.py
     job, _ = store.create("p", sorted(ids))
     store.upload(job, "p", to_npy(query))
     for party, x in ids.items():

@@ -75,15 +75,15 @@ def test_k_and_a_jobs_cells_over_the_operators_limits_are_refused_by_name_before
             ({"k": 9}, "k=9 exceeds the service's limit of 8 neighbours per record (the operator's serve --max-k)"),
             ({"k": 2, "pool": 33}, "pool=33 exceeds the service's limit of 32 candidates"),
             (
-                {"k": 6},
-                "the job is 1,200 cells (primary records x candidates x secondaries), more than the "
+                {"k": 2},  # under the default floor's noise the pool is 4 K: 100 x 8 x 2
+                "the job is 1,600 cells (primary records x candidates x secondaries), more than the "
                 "service's limit of 1,000 (the operator's serve --max-cells)",
             ),
         ):
             r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", **body}, headers=_auth(keys["p"]))
             assert r.status_code == 422 and words in r.json()["detail"], r.text
         assert _state(c, job)["state"] == "created"  # nothing was queued
-        r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", "k": 5}, headers=_auth(keys["p"]))
+        r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", "k": 5, "pool": 5}, headers=_auth(keys["p"]))
         assert r.is_success, r.text  # 100 x 5 x 2 = 1000 cells: at the limit
         assert _until(c, job)["state"] == "done"
 

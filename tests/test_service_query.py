@@ -65,8 +65,8 @@ def test_a_query_of_the_training_records_is_the_jobs_release_and_new_records_the
         got = prim.query(primary, out=tmp_path / "again.npz")
         new = np.random.default_rng(7).uniform(0, 10, (25, 2))
         answered = prim.query(new, out=tmp_path / "new.npz")
-        assert prim.query_budget == {"budget": 1_000_000, "left": 1_000_000 - 225 * 4}  # cells: records x K
-        assert prim.status()["queried"] == {"records": 225, "queries": 2, "cells": 900}
+        assert prim.query_budget == {"budget": 1_000_000, "left": 1_000_000 - 225 * 4 * 2}  # records x K x parties
+        assert prim.status()["queried"] == {"records": 225, "queries": 2, "cells": 1800}
     released = load_primary(tmp_path / "trained")
     assert released.links["a"].sigma > 0  # the noise is on
     # the training records, asked again: the release itself, noise, statistics and digest included
@@ -86,7 +86,7 @@ def test_a_query_of_the_training_records_is_the_jobs_release_and_new_records_the
 def test_queries_are_refused_by_name(tmp_path):
     primary, base = planted(m=60, n=40)
     data, port = tmp_path / "svc", free_port()
-    with service(data, port, "--query-budget", "30", "--query-max-records", "6") as url:  # cells: records x K
+    with service(data, port, "--query-budget", "30", "--query-max-records", "6") as url:  # cells: records x K x parties
         job, prim, secs = _job(url, ("s",))
         prim.upload(primary)
         secs["s"].upload(base)
@@ -114,7 +114,7 @@ def test_queries_are_refused_by_name(tmp_path):
         assert prim.query_budget == {"budget": 30, "left": 12}  # K = 3: 6 records are 18 cells
         with pytest.raises(
             ServiceError,
-            match=r"a query of 5 records \(15 cells, records x K\) exceeds job .* query "
+            match=r"a query of 5 records \(15 cells, records x K x secondaries\) exceeds job .* query "
             "budget: 18 of 30 cells used, 12 left",
         ) as e:
             prim.query(primary[:5])

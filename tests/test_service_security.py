@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from linkage.pipeline import fit_standardizer, similarity, topk_bruteforce
 from linkage.store import load_primary, load_secondary
+from linkage_server.floors import Floors
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
 from linkage_server.service import create_app
@@ -56,7 +57,7 @@ def _auth(secret) -> dict:
 
 def _failed_after_caching(tmp_path, query, base) -> tuple[JobStore, str]:
     """A job whose every chunk was searched and cached before its release failed (tau unreachable)."""
-    store = JobStore(tmp_path, chunk_rows=40)
+    store = JobStore(tmp_path, chunk_rows=40, floors=Floors("off"))  # an exact release: brute force compares
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))
@@ -276,7 +277,7 @@ def test_party_names_are_matched_in_full_and_cannot_collide(tmp_path, primary, s
 def test_a_secondary_named_like_a_primary_file_overwrites_nothing(tmp_path):
     query, base = points(80, 40, seed=4)
     train = np.arange(0, 80, 3)
-    store = JobStore(tmp_path)
+    store = JobStore(tmp_path, floors=Floors("off"))  # an exact release: brute force compares
     job, _ = store.create("p", ["p.train"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "p", to_npy(train), train_rows=True)

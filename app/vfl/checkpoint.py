@@ -179,6 +179,7 @@ ADDED = {
     "attention_lr": 1.0,
     "ple_bins": PLE_BINS,
     "member": 0,
+    "privacy": "off",
 }
 
 

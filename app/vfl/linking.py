@@ -22,11 +22,12 @@ from app.config import RunConfig, Settings
 from app.config_groups import plain_run_name
 from app.node import simulated_linkage_dir
 from linkage.binding import bind_result, check_binding, upload_record, write_record
-from linkage.contracts import DEFAULT_STRING_METRIC, LinkageError, LinkageResult, PrimaryLinkage
+from linkage.contracts import DEFAULT_STRING_METRIC, Defences, LinkageError, LinkageResult, PrimaryLinkage
 from linkage.encode import encode_with_key, federal_key
 from linkage.job_secret import operator_secret, operator_seed_from_env, secret_for
 from linkage.metrics import DEFAULT_OF_KIND
 from linkage.metrics import metric as metric_named
+from linkage.protection import Floor, chained, record, resolve
 from linkage.store import load_primary, load_privacy, save_job, save_privacy
 from strategies.vfl.methods import method as registered
 
@@ -76,14 +77,10 @@ def link_and_report(
             primary, ids = encode_parties(primary, ids, metric, cfg.train.seed, settings.k)
             metric = DEFAULT_OF_KIND["bits"]
         train = ds.split.train
-        spec = JobSpec(
-            metric,
-            settings.k,
-            cfg.link.tau,
-            kind=job_kind(cfg.train.method),
-            layout=cfg.link.layout,
-            defences=cfg.defences(),
-        )
+        kind = job_kind(cfg.train.method)
+        spec = JobSpec(metric, settings.k, cfg.link.tau, kind=kind, layout=cfg.link.layout)
+        defences = job_defences(cfg, ids, metric, spec.anchor_of(ids)) if kind == "topk" else spec.defences
+        spec = dataclasses.replace(spec, defences=defences)
         job = spec.content_id(primary, ids, train)
         result = spec.run(primary, ids, secret=service_secret(cfg, job), train_rows=train, job_id=job)
         if not report:
@@ -94,7 +91,7 @@ def link_and_report(
         )
 
         own = spec.attacked(ids)  # chain: the anchor's sims
-        return result, safe_report(
+        report = safe_report(
             result,
             primary,
             ids,
@@ -103,6 +100,34 @@ def link_and_report(
             max_tokens=max_tokens or MAX_TOKENS,
             secret=service_secret(cfg, result.primary.job_id),
         )  # keys the attacked sample
+        return result, report | {"protection": protection_of(cfg, ids, spec)}
+
+
+def job_floors(cfg: RunConfig, ids: dict, anchor: str) -> dict[str, Floor]:
+    """Each secondary's privacy floor in a simulation, which plays every party: the run's
+    ``privacy`` level for every one (a chain's anchor: the strictest, linkage.protection.chained)."""
+    floors = {p: Floor.of_level(cfg.link.privacy) for p in ids}
+    return chained(floors, anchor) if cfg.link.layout == "chain" and len(ids) > 1 else floors
+
+
+def job_defences(cfg: RunConfig, ids: dict, metric: str, anchor: str) -> Defences:
+    """The linkage's noise calibration (linkage.contracts.Defences): the floors sized from the
+    secondaries' identifiers ``ids`` (linkage.protection.resolve), with the run's radius and compose."""
+    link = cfg.link
+    return resolve(
+        job_floors(cfg, ids, anchor),
+        ids,
+        metric,
+        radius=link.privacy_radius,
+        compose=link.privacy_compose,
+        tau=link.tau,
+    )
+
+
+def protection_of(cfg: RunConfig, ids: dict, spec) -> dict:
+    """What the job's release records of the protection it got (linkage.protection.record)."""
+    floors = job_floors(cfg, ids, spec.anchor_of(ids))
+    return record({p: cfg.link.privacy for p in floors}, floors, spec.defences)
 
 
 def job_kind(method: str) -> str:
