@@ -36,11 +36,17 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("link", help="link every party through the linkage service; each fetches its own result")
     s.add_argument("folder", type=Path)
     s.add_argument("--k", type=int, required=True)
-    s.add_argument("--tau", type=float, default=1.0)
+    s.add_argument("--tau", type=float, default=None, help="the primary's attack bound (default: none, the floors')")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--n-rows", type=int, default=0, help="as the run's n-rows")
     s.add_argument("--layout", choices=["independent", "chain"], default="independent")
-    s.add_argument("--radius", type=float, default=0.5, help="what tau bounds, identifier units (docs/privacy.md)")
+    s.add_argument("--radius", type=float, default=0.0, help="what tau bounds, identifier units; 0 = half the spacing")
+    s.add_argument(
+        "--privacy",
+        choices=["off", "standard", "strict"],
+        default="standard",
+        help="the floor each secondary states for its records (docs/privacy.md)",
+    )
     s.add_argument("--compose", action="store_true", help="noise composed over each secondary record's links")
     s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
     s.add_argument("folder", type=Path)
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
                 n_rows=args.n_rows,
                 radius=args.radius,
                 compose=args.compose,
+                privacy=args.privacy,
             ),
         )
     elif args.command == "run":

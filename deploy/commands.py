@@ -260,16 +260,18 @@ def link(
     dep: Deployment,
     *,
     k: int,
-    tau: float = 1.0,
+    tau: float | None = None,
     seed: int = 0,
     layout: str = "independent",
     n_rows: int = 0,
     timeout: float = 600.0,
-    radius: float = 0.5,
+    radius: float = 0.0,
     compose: bool = False,
+    privacy: str = "standard",
 ) -> str:
-    """Every party uploads its identifiers to the linkage service (over TLS), the primary starts
-    the job (radius, compose: the noise's calibration, docs/privacy.md; the job's files carry
+    """Every secondary states its privacy floor (``privacy``, linkage_server.floors) and uploads
+    its identifiers to the linkage service (over TLS), the primary starts the job (tau None: none
+    asked, the floors set the noise; radius, compose: docs/privacy.md; the job's files carry
     them), and each party fetches only its own result into its own folder."""
     from app.vfl.linking import metric_of  # lazy: torch and flwr, for `link` only
     from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
@@ -282,6 +284,7 @@ def link(
     save_primary_secret(dep, job["secrets"][PRIMARY])  # the primary's own, for its later queries (predict)
     for party in dep.parties:
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
+            c.set_floor(privacy)  # before its identifiers leave it
             c.upload(ds.secondaries[party].identifiers)
     with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
         c.upload(ds.primary.identifiers)
@@ -295,7 +298,7 @@ def link(
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
             c.fetch(dep.linkage_dir(party))
     dep.job = job["job"]
-    dep.link_params = {"k": k, "tau": tau, "seed": seed, "n-rows": n_rows, "layout": layout}
+    dep.link_params = {"k": k, "tau": tau or 1.0, "seed": seed, "n-rows": n_rows, "layout": layout}
     dep.save()
     return job["job"]
 

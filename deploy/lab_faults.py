@@ -126,7 +126,7 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
         restart_s = time.monotonic() - t0
         with client(PRIMARY) as c:
             c.uploaded, after = uploaded, c.status()  # the same primary, its client's record kept
-            c.start(metric_of(ds), k, 1.0)
+            c.start(metric_of(ds), k)  # the secondaries' floors set the noise
             state = c.wait(timeout=600)
             if state["state"] != "done":
                 raise RuntimeError(f"linkage job {job['job']} {state['state']} after a restart: {state.get('error')}")

@@ -48,11 +48,16 @@ def _files(home: Path) -> set[str]:
 
 
 def _every_record_finds_its_true_partner_on_every_host(linked):
+    """At the default floor (standard: noise of one spacing on every distance, the K chosen under
+    it from 4 K) a record's true partner, at distance ~0, stays among the K it is linked to for
+    nearly every record (the noise is the secondaries' protection; an exact release was top-1 for all)."""
     lab, data, _, _ = linked
     p = load_primary(lab.hosts[PRIMARY].home / "linkage")
     for party in SECONDARIES:
         s = load_secondary(lab.hosts[party].home / "linkage", party)
-        np.testing.assert_array_equal(s.row_of_token[p.tokens[party][:, 0]], data.row_of[party])
+        assert p.links[party].sigma > 0  # the floor's noise, stated by each secondary
+        found = (s.row_of_token[p.tokens[party]] == np.asarray(data.row_of[party])[:, None]).any(axis=1)
+        assert found.mean() >= 0.9, (party, found.mean())
 
 
 def _each_home_holds_only_its_own_organisations_files(linked):
