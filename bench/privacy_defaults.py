@@ -54,10 +54,12 @@ def linked(root: Path, values: dict, level: str, seed: int):
     metric = metric_of(ds)
     store = JobStore(root / f"svc-{level}", floors=Floors(level))
     job, _ = store.create("primary", sorted(ds.secondaries))
-    store.upload(job, "primary", to_npy(ds.primary.identifiers))
+    own = np.asarray(ds.primary.identifiers)
+    store.upload(job, "primary", to_npy(own.astype(str) if own.dtype == object else own))
     store.upload(job, "primary", to_npy(np.asarray(ds.split.train, np.int64)), train_rows=True)
     for party, table in ds.secondaries.items():
-        store.upload(job, party, to_npy(table.identifiers))
+        ids = np.asarray(table.identifiers)
+        store.upload(job, party, to_npy(ids.astype(str) if ids.dtype == object else ids))  # strings as the CLI sends them
     # off: the attacks counted within the same radius as the other levels (half the spacing), not the paper's 0.5
     radius = 0.0 if level != "off" else min(spacing(t.identifiers, metric) for t in ds.secondaries.values()) / 2
     store.start(job, JobParams(metric, settings.k, radius=radius))
@@ -134,7 +136,7 @@ def row(name: str, level: str, store: JobStore, job: str, ds, metric: str, args,
             radius = got["radius"]
             avg = f"{np.median(errors) / radius:.2f} radii ({answered} queries)"
         cells.append(
-            f"| {name} | {level} | {party} | {got['spacing']:.4g} | {entry['noise_per_distance']:.4g} | "
+            f"| {name} | {level} | {party} | {got['spacing'] or '-':.4} | {entry['noise_per_distance']:.4g} | "
             f"{got['radius']:.4g} | {attacks.get('dictionary', float('nan')):.1f} % | "
             f"{attacks.get('greedy', float('nan')):.1f} % | {attacks.get('aggregation', float('nan')):.1f} % | "
             f"{attacks.get('centroid', float('nan')):.1f} % | {avg} |"
