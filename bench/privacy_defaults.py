@@ -59,7 +59,9 @@ def linked(root: Path, values: dict, level: str, seed: int):
     store.upload(job, "primary", to_npy(np.asarray(ds.split.train, np.int64)), train_rows=True)
     for party, table in ds.secondaries.items():
         ids = np.asarray(table.identifiers)
-        store.upload(job, party, to_npy(ids.astype(str) if ids.dtype == object else ids))  # strings as the CLI sends them
+        store.upload(
+            job, party, to_npy(ids.astype(str) if ids.dtype == object else ids)
+        )  # strings as the CLI sends them
     # off: the attacks counted within the same radius as the other levels (half the spacing), not the paper's 0.5
     radius = 0.0 if level != "off" else min(spacing(t.identifiers, metric) for t in ds.secondaries.values()) / 2
     store.start(job, JobParams(metric, settings.k, radius=radius))

@@ -55,6 +55,7 @@ from linkage_server.cli_party import (
     read_secret,
     verify,
 )
+from linkage_server.connections import ConnectionLimits, guarded_h11
 from linkage_server.floors import Floors
 from linkage_server.limits import Limits
 from linkage_server.queries import QueryLimits
@@ -111,6 +112,8 @@ def cmd_serve(args) -> None:
         proxy_headers=False,
         ssl_certfile=args.certfile,
         ssl_keyfile=args.keyfile,
+        # no client holds a connection without sending a request head (linkage_server.connections)
+        http=guarded_h11(ConnectionLimits(args.header_timeout, args.max_connections_per_address, args.max_connections)),
     )
     sock = config.bind_socket()  # bound here: the URL printed is the real one (also for --port 0)
     requestlog.enable()

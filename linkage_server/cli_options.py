@@ -9,6 +9,7 @@ import os
 
 from linkage.contracts import DEFAULT_STRING_METRIC, METRICS
 from linkage.protection import DEFAULT_LEVEL, LEVELS
+from linkage_server.connections import ConnectionLimits
 from linkage_server.limits import QUERY_MAX_CELLS, Limits
 
 DEFAULT_URL = "http://127.0.0.1:8471"
@@ -246,8 +247,27 @@ def serve_options(s) -> None:
     s.add_argument("--log-level", default="warning", help="uvicorn's log level")
 
 
+def connection_options(s) -> None:
+    """What a client may hold before it authenticates (linkage_server.connections)."""
+    d = ConnectionLimits()
+    s.add_argument(
+        "--header-timeout",
+        type=float,
+        default=d.header_timeout,
+        help="seconds a connection has to send a request's head before it is closed",
+    )
+    s.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=d.per_address,
+        help="connections open at once from one client address; more are closed at once",
+    )
+    s.add_argument("--max-connections", type=int, default=d.total, help="connections open at once in all")
+
+
 def limit_options(s) -> None:
     """The operator's limits on what one party can make the service hold (linkage_server.limits)."""
+    connection_options(s)
     d = Limits()
     s.add_argument("--query-max-cells", type=int, default=QUERY_MAX_CELLS, help="records x K x secondaries per query")
     s.add_argument("--max-k", type=int, default=d.max_k, help="largest K (and candidate pool) a job may ask for")

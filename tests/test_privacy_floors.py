@@ -204,3 +204,42 @@ def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radiu
         errors.append(float(np.linalg.norm(guess - BASE[row_of_token[token]])))
     radius = meta["protection"]["parties"]["s"]["radius"]
     assert np.median(errors) >= radius, (errors, radius)
+
+
+# ------------------------------------------------------------------ through the real service and the CLI
+
+
+def test_a_secondarys_link_states_its_floor_and_the_primarys_exact_start_is_refused_naming_it(tmp_path):
+    """`serve` at the product's default (standard), `link --privacy strict` by the secondary, then the
+    primary's `start --tau 1` fails (exit 1, naming the secondary) and `start` without tau links at strict."""
+    import json
+
+    from tests.test_service import ADMIN, free_port, service
+    from tests.test_service_cli import cli
+
+    np.savetxt(tmp_path / "p.csv", PRIMARY, delimiter=",", header="x,y", comments="")
+    np.savetxt(tmp_path / "s.csv", BASE, delimiter=",", header="x,y", comments="")
+    (tmp_path / "admin.token").write_text(ADMIN)
+    with service(tmp_path / "svc", free_port(), floor="standard") as url:
+        made = json.loads(
+            cli(
+                "create-job", "--url", url, "--admin-token-file", str(tmp_path / "admin.token"),
+                "--primary", "p", "--secondary", "s", "--secrets-dir", str(tmp_path),
+            ).stdout
+        )  # fmt: skip
+
+        def party(name: str, *args: str, check: bool = True):
+            own = ("--url", url, "--job", made["job"], "--party", name, "--secret-file")
+            return cli(*args, *own, str(tmp_path / f"{made['job']}-{name}.secret"), check=check)
+
+        stated = party("s", "link", "--csv", str(tmp_path / "s.csv"), "--columns", "x,y", "--privacy", "strict")
+        assert '"privacy_floor": "strict"' in stated.stdout
+        party("p", "link", "--csv", str(tmp_path / "p.csv"), "--columns", "x,y")
+        refused = party("p", "start", "--k", "3", "--tau", "1", check=False)
+        assert refused.returncode == 1 and "secondary 's' does not allow an exact release" in refused.stderr
+        party("p", "start", "--k", "3", "--fetch", str(tmp_path / "linkage"))
+        status = json.loads(party("p", "status").stdout)
+        got = status["privacy"]["protection"]["parties"]["s"]
+        assert got["level"] == "strict" and got["noise"] == pytest.approx(2 * got["spacing"])
+        seen = json.loads(party("s", "status").stdout)["privacy"]["protection"]["parties"]
+        assert list(seen) == ["s"]  # a secondary sees its own protection
