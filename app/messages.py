@@ -13,15 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from strategies.vfl.exchange_checks import NonFiniteValues  # noqa: F401 - re-exported: the readers' refusal
 from strategies.vfl.fedsim import GradBlock
 
 
 class ProtocolError(ValueError):
     """A message with a field the protocol does not have (e.g. a path), or a name that is not plain."""
-
-
-class NonFiniteValues(ValueError):
-    """A tensor in a message with NaN or infinite values; refused before it touches any weights."""
 
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
@@ -145,10 +142,17 @@ def _run_epoch(content: RecordDict, prefix: str) -> tuple[str, int] | None:
 def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
     """The step's gradient blocks, tokens to embed and meta. The party checks the blocks (finite
     in its own dtype, shapes, tokens) before it applies any (app/vfl/secondary.py:apply)."""
+    if "step" not in content.array_records or "meta" not in content.config_records:
+        raise ProtocolError("train.step lacks its 'step' arrays or its 'meta' record")
     arrays = content.array_records["step"]
     meta = content.config_records["meta"]
     expect_fields(meta, STEP_FIELDS, "train.step")
     n = int(meta["n_apply"])
+    want = {"tokens"} | {f"apply_{f}_{j}" for j in range(n) for f in ("tokens", "grad")}
+    if set(arrays) != want:
+        raise ProtocolError(
+            f"train.step: n_apply = {n} but the arrays are {sorted(arrays)}; expected exactly {sorted(want)}"
+        )
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
     scale = require_lr_scale(float(meta.get("lr_scale", 1.0)), "train.step")
     meta_ = StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]), scale)
@@ -211,7 +215,13 @@ def read_state(content: RecordDict) -> dict | None:
 
 
 def read_embeddings(content: RecordDict, party: str = "", message: str = "train.step") -> np.ndarray:
-    emb = content.array_records["out"]["emb"].numpy()
+    """The reply's embeddings (U, c); its shape, dtype and values are checked against what was
+    asked by the receiver (strategies/vfl/exchange_checks.py)."""
+    record = content.array_records.get("out")
+    if record is None or set(record) != {"emb"}:
+        found = "no 'out' record" if record is None else f"'out' holding {sorted(record)}"
+        raise ProtocolError(f"party {party!r}'s reply to {message} has {found}; expected 'out' with 'emb' only")
+    emb = record["emb"].numpy()
     require_finite(emb, party, "embeddings", f"the reply to {message}")
     return emb
 

@@ -25,6 +25,7 @@ from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer, set_lr
 from strategies.vfl.defences import ClipNoise, clipped_rows, secret_generator
+from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
 
 
@@ -72,6 +73,11 @@ class SecondaryParty:
     # ------------------------------------------------------------------ protocol steps
 
     def rows(self, tokens: np.ndarray) -> torch.Tensor:
+        if not isinstance(tokens, np.ndarray) or tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+            found = f"{tokens.dtype} {tokens.shape}" if isinstance(tokens, np.ndarray) else type(tokens).__name__
+            raise PeerValueError(
+                f"party {self.party!r}: tokens from the primary must be one vector of integers, got {found}"
+            )
         if len(tokens) and (tokens.min() < 0 or tokens.max() >= len(self.row_of_token)):
             raise ValueError(f"party {self.party!r}: token out of range [0, {len(self.row_of_token)})")
         return torch.as_tensor(self.row_of_token[tokens], device=self.device)
@@ -99,6 +105,13 @@ class SecondaryParty:
         arrays (a message's) or tensors (an in-process primary's); all blocks' finiteness is read
         back in one host sync, not one per block."""
         require_lr_scale(lr_scale, f"party {self.party!r}")
+        for j, block in enumerate(blocks):  # a message's arrays: exactly (U, c) in this party's dtype, bounded
+            self.rows(block.tokens)
+            shape = (len(block.tokens), self.cut_dim)
+            check_block(
+                block.grad,
+                Expect("the primary", f"gradient block {j}", "train.step", shape, self.dtype, self.party),
+            )
         grads = [torch.as_tensor(b.grad, device=self.device, dtype=self.dtype) for b in blocks]  # each (U, c)
         finite = torch.stack([g.isfinite().all() for g in grads]).tolist() if grads else []
         for j, (block, grad) in enumerate(zip(blocks, grads)):

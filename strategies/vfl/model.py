@@ -167,6 +167,7 @@ class SimilarityModel(nn.Module):
     ) -> None:
         super().__init__()
         self.parties = sorted(secondary_cuts)
+        self.cuts = dict(secondary_cuts)  # each secondary's embedding width c: what its replies must hold
         self.cfg = cfg
         self.shared_sims = shared_sims or len(self.parties) <= 1
         self.local = local_model(d_primary, cfg)

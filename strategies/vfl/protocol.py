@@ -31,6 +31,7 @@ import torch
 from strategies.records import EpochRecord, Progress, early_stop, lr_scale
 from strategies.schedule import epoch_batches, windows
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
+from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block, check_losses
 from strategies.vfl.fedsim import FedSimStrategy, GradBlock, distinct
 
 ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank record averages over (one forward)
@@ -149,7 +150,7 @@ def train_epoch(
         if w == 0 and first is not None and parties:
             emb = {p: first[p][1][np.searchsorted(first[p][0], window.union[p])] for p in parties}  # (U, c) each
         else:
-            emb = channel.receive(request) if parties else {}
+            emb = checked(strategy, channel.receive(request), window.union, "train.step") if parties else {}
         more = parties and w + 1 < len(plan_windows)
         if more and plan.pipeline:
             send(w + 1)  # answered while this window computes
@@ -165,9 +166,32 @@ def train_epoch(
             read = step_losses[-1] if step_losses else float("nan")  # no host read here
             progress(len(step_losses) + len(losses) - n0, len(batches), read)
         if len(losses) >= LOSS_READS or w + 1 == len(plan_windows):
-            step_losses.extend(torch.stack(losses).tolist())  # one host sync for these steps
+            read = torch.stack(losses).tolist()  # one host sync for these steps
+            check_losses(read, len(step_losses))
+            step_losses.extend(read)
             losses.clear()
     return exchanges, pending
+
+
+def checked(strategy: FedSimStrategy, emb: dict, asked: dict[str, np.ndarray], message: str) -> dict:
+    """Each party's reply (U, c) to the tokens it was ``asked``, refused by name unless exactly
+    that shape, in the primary's dtype, finite and within the bound (strategies/vfl/exchange_checks.py)."""
+    missing = sorted(set(asked) - set(emb))
+    if missing:
+        raise PeerValueError(f"no embeddings from {missing} in the replies to {message}")
+    return {
+        p: check_block(
+            emb[p],
+            Expect(
+                f"party {p!r}",
+                "embeddings",
+                f"its reply to {message}",
+                (len(asked[p]), strategy.model.cuts[p]),
+                strategy.dtype,
+            ),
+        )
+        for p in asked
+    }
 
 
 def eval_embeddings(
@@ -194,7 +218,12 @@ def eval_embeddings(
     parts: dict[str, list[np.ndarray]] = {p: [] for p in tokens}
     for i in range(n_chunks):
         chunk = {p: t[i * plan.eval_chunk : (i + 1) * plan.eval_chunk] for p, t in tokens.items()}
-        out = channel.step(deliverable(channel, pending), chunk, save if i == 0 else None, scale)
+        out = checked(
+            strategy,
+            channel.step(deliverable(channel, pending), chunk, save if i == 0 else None, scale),
+            chunk,
+            "train.step",
+        )
         pending = {p: [] for p in tokens}
         for p in tokens:
             parts[p].append(host(out[p]))
