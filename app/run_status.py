@@ -11,7 +11,10 @@ Every engine (app/vfl/server.py, app/vfl/inprocess.py, app/entity_aug/server.py 
 name left that could look current (a fresh run: summary, metrics, model, config; a resumed run:
 its summary), then writes "running"; the block's end writes "finished" (after summary.json) and
 an exception writes "failed" with the error, removes this run's summary, and propagates. A run
-refused before it starts (a resume with nothing to resume or another config) touches no file.
+that fails where a finished run was never destroys it: the finished run's files wait in
+``.previous/`` while the new run is under way and are put back if it fails (its failure then in
+``last-attempt.json``, which :func:`problem` reports). A run refused before it starts (a resume
+with nothing to resume or another config) touches no file.
 summary.json exists only for a finished run. Tools check with :func:`require_finished` or
 
     python -m app.run_status check RUN_DIR [--since UNIX_TIME]  # exit 1 unless finished; the error on stderr
@@ -56,9 +59,14 @@ class RunStatus:
         self.record: dict | None = None
 
     def start(self, *, resume: bool = False) -> None:
-        """The run begins: an earlier run's files go first (all for a fresh run, the summary for
-        a resumed one, whose metrics and checkpoints go on), then "running"."""
+        """The run begins: an earlier run's files go first (a fresh run: a finished run's are set
+        aside in PREVIOUS until this one finishes, any other's removed; a resumed run: its summary,
+        its metrics and checkpoints go on), then "running"."""
         private_dir(self.folder)
+        _recover(self.folder)  # an attempt killed while a finished run was set aside: put it back
+        (self.folder / LAST_ATTEMPT).unlink(missing_ok=True)
+        if not resume and is_finished(self.folder):
+            _move(self.folder, private_dir(self.folder / PREVIOUS))
         for name in ((SUMMARY,) if resume else FILES) + (STATUS,):
             (self.folder / name).unlink(missing_ok=True)
         for name in () if resume else FOLDERS:
@@ -82,15 +90,21 @@ class RunStatus:
     def _end(self, error: BaseException | None) -> None:
         if error is None:
             self.record.update(state="finished", ended=time.time())
+            self._write()
+            shutil.rmtree(self.folder / PREVIOUS, ignore_errors=True)  # replaced by a finished run
+            return
+        (self.folder / SUMMARY).unlink(missing_ok=True)  # no summary for a failed run
+        self.record.update(
+            state="failed",
+            ended=time.time(),
+            error=f"{type(error).__name__}: {error}",
+            traceback="".join(traceback.format_exception(error))[-8000:],
+        )
+        if (self.folder / PREVIOUS).is_dir():  # the finished run this one was to replace stays the folder's
+            write_atomic(self.folder / LAST_ATTEMPT, json.dumps(self.record, indent=2).encode())
+            _recover(self.folder)
         else:
-            (self.folder / SUMMARY).unlink(missing_ok=True)  # no summary for a failed run
-            self.record.update(
-                state="failed",
-                ended=time.time(),
-                error=f"{type(error).__name__}: {error}",
-                traceback="".join(traceback.format_exception(error))[-8000:],
-            )
-        self._write()
+            self._write()
 
     @contextmanager
     def recording(self):
@@ -104,6 +118,30 @@ class RunStatus:
             raise
         if self.record is not None:
             self._end(None)
+
+
+PREVIOUS = ".previous"  # a finished run's files while a new run under its name is under way
+LAST_ATTEMPT = "last-attempt.json"  # the status of a run that failed over a finished one, which was kept
+
+
+def _move(src: Path, dst: Path) -> None:
+    """A run's files (FILES, FOLDERS, its status) from ``src`` into ``dst``, each renamed."""
+    for name in (*FILES, *FOLDERS, STATUS):
+        if (src / name).exists():
+            os.replace(src / name, dst / name)
+
+
+def _recover(folder: Path) -> None:
+    """Put a finished run set aside in PREVIOUS back in place of whatever an attempt left."""
+    previous = folder / PREVIOUS
+    if not previous.is_dir():
+        return
+    for name in (*FILES, STATUS):
+        (folder / name).unlink(missing_ok=True)
+    for name in FOLDERS:
+        shutil.rmtree(folder / name, ignore_errors=True)
+    _move(previous, folder)
+    shutil.rmtree(previous, ignore_errors=True)
 
 
 @contextmanager
@@ -126,7 +164,18 @@ def problem(folder: Path, since: float | None = None) -> str | None:
     """Why the run in ``folder`` is not a finished run (None when it is); with ``since`` (unix s),
     a status written by a run that started earlier is another run's."""
     folder = Path(folder)
-    st = read(folder)
+    st, attempt = read(folder), _read_attempt(folder)
+    if (
+        attempt is not None
+        and (since is None or attempt["started"] >= since)
+        and attempt["started"] > (st or {}).get("started", 0)
+    ):
+        return (
+            f"run {folder} failed: {attempt['error']} (the earlier finished run in the folder, started "
+            f"{_when(st['started'])}, is kept as it was)"
+            if st
+            else f"run {folder} failed: {attempt['error']}"
+        )
     if st is None:
         return f"run {folder} did not start: no {STATUS}"
     if since is not None and st["started"] < since:
@@ -144,6 +193,11 @@ def problem(folder: Path, since: float | None = None) -> str | None:
     if not (folder / SUMMARY).exists():
         return f"run {folder} finished but its {SUMMARY} is gone"
     return None
+
+
+def _read_attempt(folder: Path) -> dict | None:
+    path = Path(folder) / LAST_ATTEMPT
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def require_finished(folder: Path, since: float | None = None, output: str = "") -> dict:

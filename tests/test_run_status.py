@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app import modes
+from app import modes, run_status
 from app.config import ConfigError, RunConfig
 from app.entity_aug import inprocess as ea_inprocess
 from app.entity_aug import server as ea_server
@@ -88,10 +88,15 @@ def test_every_engine_marks_a_failed_rerun_failed_and_leaves_no_stale_summary(en
     with pytest.raises(RuntimeError, match="disk on fire"):
         run(RunConfig.of(**base, out_dir=str(tmp_path), run_name="old"), out)
     assert seen["status"]["state"] == "running" and seen["status"]["started"] > time.time() - 60
-    assert not set(OLD) & set(seen["files"])  # the earlier run's results went before anything else
-    st = status(out)
-    assert st["state"] == "failed" and st["error"] == "RuntimeError: disk on fire" and st["ended"] >= st["started"]
-    assert not set(OLD) & {p.name for p in out.iterdir()}
+    assert not set(OLD) & set(seen["files"])  # the earlier run's results were set aside before anything else
+    # the failed attempt destroyed nothing: the earlier finished run is the folder's again, and the
+    # attempt's failure is what the folder reports
+    assert status(out)["state"] == "finished" and set(OLD) <= {p.name for p in out.iterdir()}
+    assert json.loads((out / "summary.json").read_text()) == {"old": True}
+    attempt = json.loads((out / "last-attempt.json").read_text())
+    assert attempt["state"] == "failed" and attempt["error"] == "RuntimeError: disk on fire"
+    why = run_status.problem(out, since=attempt["started"])
+    assert "failed: RuntimeError: disk on fire" in why and "is kept as it was" in why
 
 
 def test_a_run_is_finished_only_after_its_summary_and_a_real_failure_is_recorded(tmp_path):
@@ -101,6 +106,13 @@ def test_a_run_is_finished_only_after_its_summary_and_a_real_failure_is_recorded
     assert st["state"] == "finished" and st["error"] is None and st["engine"] == "inprocess"
     assert st["ended"] >= (out / "summary.json").stat().st_mtime - 1
     assert json.loads((out / "summary.json").read_text()) == summary
+    with pytest.raises(LinkageError, match="K=10000"):
+        modes.run_experiment(RunConfig.of(**TINY, k=10000, out_dir=str(tmp_path)), out)
+    attempt = json.loads((out / "last-attempt.json").read_text())  # the finished solo run is kept
+    assert attempt["state"] == "failed" and attempt["error"] == f"LinkageError: {TOO_BIG_K}"
+    assert status(out) == st and json.loads((out / "summary.json").read_text()) == summary
+    (out / "summary.json").unlink()  # a folder without a finished run: a failure leaves no summary
+    (out / "status.json").write_text(json.dumps({**st, "state": "failed"}))
     with pytest.raises(LinkageError, match="K=10000"):
         modes.run_experiment(RunConfig.of(**TINY, k=10000, out_dir=str(tmp_path)), out)
     st = status(out)
@@ -304,5 +316,7 @@ def test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run(tmp_path)
     )
     assert r.returncode != 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"failed: LinkageError: {TOO_BIG_K}" in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
-    assert status(run)["state"] == "failed" and not set(OLD) & {p.name for p in run.iterdir()}
+    # the finished run under that name is kept, the attempt's failure recorded beside it
+    assert status(run)["state"] == "finished" and set(OLD) <= {p.name for p in run.iterdir()}
+    assert json.loads((run / "last-attempt.json").read_text())["error"] == f"LinkageError: {TOO_BIG_K}"
     assert processes_mentioning(str(tmp_path / "home")) == []

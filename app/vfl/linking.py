@@ -45,7 +45,8 @@ def run_linkage(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> LinkageRe
 
 def require_linkable(ds: VFLDataset, cfg: RunConfig) -> None:
     """What the linkage would refuse about the data for this run's method (also checked by
-    fedsim train before Flower starts): method 'combine' needs every record's true alignment."""
+    fedsim train before Flower starts): method 'combine' needs every record's true alignment, a
+    top-K method K records in every secondary."""
     if cfg.training_method.links == "known" and (
         not ds.true_match or any((r < 0).any() for r in ds.true_match.values())
     ):
@@ -53,6 +54,15 @@ def require_linkable(ds: VFLDataset, cfg: RunConfig) -> None:
             f"method 'combine' needs the true alignment of every record, which dataset "
             f"{ds.name!r} does not have (synthetic sets only)"
         )
+    if job_kind(cfg.train.method) == "topk" and cfg.training_method.federated and not cfg.link.linkage_dir:
+        k = cfg.resolve().k
+        small = {p: t.n_rows for p, t in ds.secondaries.items() if t.n_rows < k}
+        if small:
+            p, rows = min(small.items(), key=lambda kv: kv[1])
+            raise ValueError(
+                f"run-config k = {k} is more than secondary {p!r}'s {rows} rows: each record links to K of "
+                f"its records; set -c k=<at most {rows}>"
+            )
 
 
 def link_and_report(
