@@ -31,7 +31,10 @@ def header(path: Path, where: str) -> list[str]:
     path = Path(path).absolute()
     if not path.exists():
         raise DatasetError(f"{where}: file {path} not found")
-    return list(pd.read_csv(path, nrows=0).columns)
+    try:
+        return list(pd.read_csv(path, nrows=0).columns)
+    except pd.errors.EmptyDataError:
+        raise DatasetError(f"{where}: file {path} is empty (no header line, no rows)") from None
 
 
 def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequence[str] = ()) -> pd.DataFrame:
@@ -43,7 +46,10 @@ def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequen
     path = Path(path).absolute()
     columns, blank_only = header(path, where), set(numeric) | set(text)
     na = {c: [""] if c in blank_only else list(STR_NA_VALUES) for c in columns}
-    return pd.read_csv(path, keep_default_na=False, na_values=na, dtype={c: str for c in text if c in columns})
+    df = pd.read_csv(path, keep_default_na=False, na_values=na, dtype={c: str for c in text if c in columns})
+    if df.empty:
+        raise DatasetError(f"{where}: file {path} has a header line but no rows")
+    return df
 
 
 def cell_problems(

@@ -15,7 +15,10 @@ starts it (`start`, or `link --start` when the others uploaded first), each part
   estimate    the training-free improvement estimate of Definition 1 from a primary result, with
               what it means (alias: delta)
 
-Exit status 0 only when the command did what it says; otherwise the reason is on stderr.
+Exit status: 0 when the command did what it says; 2 when the input was refused (a bad option,
+file, identifier or value, or a request the service refused as such: 400-422), naming it; 1 when
+something failed (the service or the network, a job that failed, a timeout, a limit to retry
+after); the reason is on stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import secrets
 import sys
+import time
 from pathlib import Path
 
 from linkage.contracts import LinkageError
@@ -125,14 +129,40 @@ def cmd_serve(args) -> None:
 
 
 def cmd_create_job(args) -> None:
+    import httpx
+
     from linkage_server.client import create_job  # lazy: httpx, for the commands that call the service
 
-    token = read_secret(args.admin_token_file, "FEDSIM_LINKAGE_ADMIN_TOKEN")
-    out = create_job(args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=verify(args))
+    token = read_secret(_token_when_written(args), "FEDSIM_LINKAGE_ADMIN_TOKEN", "--admin-token-file")
+    deadline = time.monotonic() + args.wait_for_service
+    while True:  # a service that has just written its token may not listen yet
+        try:
+            out = create_job(
+                args.url, token, args.primary, args.secondary, duplicates=args.duplicates, verify=verify(args)
+            )
+            break
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
     folder = Path(args.secrets_dir)
     for party, secret in out["secrets"].items():  # 0600 from the first byte; never over an existing file
         create_secret(folder / f"{out['job']}-{party}.secret", secret, "party secret")
     print(json.dumps({"job": out["job"], "secret_files": sorted(str(p) for p in folder.glob(f"{out['job']}-*"))}))
+
+
+def _token_when_written(args) -> str | None:
+    """--admin-token-file once it exists: `serve` writes it as it starts, so a `create-job` run right
+    after `serve &` waits for it (--wait-for-service seconds at most), then says what is missing."""
+    path, deadline = args.admin_token_file, time.monotonic() + args.wait_for_service
+    while path and not Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if path and not Path(path).exists():
+        raise FileNotFoundError(
+            f"--admin-token-file {path}: no such file after {args.wait_for_service:g} s; `fedsim serve "
+            "--data-dir DIR` writes DIR/admin-token when it starts: is the service running, with that folder?"
+        )
+    return path
 
 
 def cmd_cancel(args) -> None:
@@ -175,6 +205,12 @@ def _add_setup_commands(sub) -> None:
         "--duplicates", choices=["allow", "refuse"], default="allow", help="duplicate identifiers in an upload"
     )
     s.add_argument("--secrets-dir", default=".", help="where <job>-<party>.secret files are written")
+    s.add_argument(
+        "--wait-for-service",
+        type=float,
+        default=30.0,
+        help="seconds to wait for --admin-token-file to appear (a `serve &` just started writes it)",
+    )
 
     s = command(sub, "make-key", cmd_make_key, "(parties) a shared secret (+ FEDERAL parameters) for private mode")
     s.add_argument("--out", required=True, help="the key file to write")
@@ -297,9 +333,34 @@ def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") 
         args.parser.error(problem)
     try:
         args.func(args)
-    except (ServiceError, LinkageError, UploadError, TimeoutError) as e:
-        raise SystemExit(f"error: {e}") from None
+    except ServiceError as e:  # a request the service refused (4xx but a timeout, a conflict, a limit): the input's
+        _exit(e, USER if 400 <= e.status < 500 and e.status not in (408, 409, 429) else FAILED)
+    except (LinkageError, UploadError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        _exit(e, USER)  # an identifier file, a key or a value the user gave
     except httpx.TransportError as e:
-        raise SystemExit(f"error: cannot reach the linkage service at {getattr(args, 'url', '?')}: {e}") from None
-    except (OSError, ValueError) as e:  # a file that is not there or not readable, a key that is not JSON
-        raise SystemExit(f"error: {type(e).__name__}: {e}") from None
+        _exit(f"cannot reach the linkage service at {getattr(args, 'url', '?')}: {e}", FAILED)
+    except (TimeoutError, OSError) as e:
+        _exit(e, FAILED)
+
+
+USER, FAILED = 2, 1  # the exit status: 2 = the user's input (named), 1 = a failure (the service, the network, a job)
+
+
+class CommandFailed(SystemExit):
+    """A command's end with its exit status (module docstring); str() is the reason, as printed."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(status)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _exit(error, status: int) -> None:
+    """The reason on stderr, and the exit status (module docstring)."""
+    text = error if isinstance(error, str) else str(error)
+    if isinstance(error, (OSError, ValueError)) and not isinstance(error, (LinkageError, UploadError)):
+        text = f"{type(error).__name__}: {error}"
+    print(f"error: {text}", file=sys.stderr)
+    raise CommandFailed(f"error: {text}", status)

@@ -23,8 +23,10 @@ from linkage_server.uploads import METRIC_OF_KIND, to_npy
 SOURCE = ".source.json"  # beside an encoded .npy (`encode`): the digest of the raw identifiers it came from
 
 
-def read_secret(path: str | None, env: str) -> str:
+def read_secret(path: str | None, env: str, what: str = "--secret-file") -> str:
     if path:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{what} {path}: no such file (the secret `create-job` wrote for this party)")
         warn_if_exposed(Path(path), "secret file")
         return Path(path).read_text().strip()
     if os.environ.get(env):

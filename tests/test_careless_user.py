@@ -30,3 +30,53 @@ def test_k_over_a_secondarys_rows_is_refused_before_flower_and_the_finished_run_
     assert "k = 1000 is more than secondary 'listings''s 400 rows" in refused.stderr
     assert "Traceback" not in refused.stderr and "Exit Code" not in refused.stdout + refused.stderr
     assert _digests(run) == before  # nothing touched
+
+
+def test_the_readmes_service_block_works_as_pasted_create_job_waits_for_serve(tmp_path):
+    """`fedsim serve ... &` then at once `fedsim create-job`: it waits for the token and the port."""
+    import subprocess
+
+    from linkage_server.local import free_port
+    from tests.test_cli import FEDSIM
+
+    port = free_port()
+    serve = subprocess.Popen(
+        [FEDSIM, "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path / "svc")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        made = fedsim(
+            "create-job", "--url", f"http://127.0.0.1:{port}", "--admin-token-file", str(tmp_path / "svc" / "admin-token"),
+            "--primary", "sales", "--secondary", "listings", "--secrets-dir", str(tmp_path / "secrets"),
+            cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        assert made.returncode == 0 and '"job"' in made.stdout, made.stderr
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    late = fedsim(
+        "create-job", "--admin-token-file", str(tmp_path / "nowhere" / "admin-token"), "--wait-for-service", "0.5",
+        "--primary", "a", "--secondary", "b", cwd=tmp_path,
+    )  # fmt: skip
+    assert late.returncode == 2 and "is the service running" in late.stderr and "Traceback" not in late.stderr
+
+
+def test_input_mistakes_are_named_and_exit_2(tmp_path):
+    (tmp_path / "d").mkdir()
+    for name in ("parties.toml", "listings.csv"):
+        (tmp_path / "d" / name).write_bytes((REPO / "examples" / "housing" / name).read_bytes())
+    data = ("--dataset", "csv", "--data-dir", str(tmp_path / "d"), "--engine", "inprocess", "--out-dir", str(tmp_path))
+    (tmp_path / "d" / "sales.csv").write_text("")
+    empty = fedsim("train", *data, cwd=tmp_path)
+    assert empty.returncode == 2 and "sales.csv is empty (no header line, no rows)" in empty.stderr, empty.stderr
+    (tmp_path / "d" / "sales.csv").write_text((REPO / "examples/housing/sales.csv").read_text().splitlines()[0] + "\n")
+    header_only = fedsim("train", *data, cwd=tmp_path)
+    assert header_only.returncode == 2 and "sales.csv has a header line but no rows" in header_only.stderr
+    nowhere = fedsim("predict", str(tmp_path / "runs" / "nope"), str(REPO / "examples/housing/sales.csv"), "--out",
+                     str(tmp_path / "p.csv"), cwd=tmp_path)  # fmt: skip
+    assert nowhere.returncode == 2 and "no run folder" in nowhere.stderr
+    secret = fedsim("link", "--url", "http://127.0.0.1:1", "--job", "0123456789abcdef", "--party", "p", "--secret-file",
+                    "nope.secret", "--csv", str(REPO / "examples/housing/sales.csv"), "--columns", "lat,lon", cwd=tmp_path)  # fmt: skip
+    assert secret.returncode == 2 and "--secret-file nope.secret: no such file" in secret.stderr, secret.stderr
+    assert not any("Traceback" in r.stderr for r in (empty, header_only, nowhere, secret))

@@ -186,7 +186,7 @@ def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_p
         for tag, suffix, rule in (("skip", "", "skip"), ("clean", "_clean", "refuse")):
             party = _job(capsys, url, tmp_path, tag)
             refused = party("s", "link", "--csv", str(tmp_path / "s.csv"), *ids, check=False)
-            assert refused.returncode == 1 and "--missing skip" in refused.stderr
+            assert refused.returncode == 2 and "--missing skip" in refused.stderr  # the user's input
             sent = party(
                 "s",
                 "link",

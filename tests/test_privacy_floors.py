@@ -211,7 +211,7 @@ def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radiu
 
 def test_a_secondarys_link_states_its_floor_and_the_primarys_exact_start_is_refused_naming_it(tmp_path):
     """`serve` at the product's default (standard), `link --privacy strict` by the secondary, then the
-    primary's `start --tau 1` fails (exit 1, naming the secondary) and `start` without tau links at strict."""
+    primary's `start --tau 1` is refused (exit 2, naming the secondary) and `start` without tau links at strict."""
     import json
 
     from tests.test_service import ADMIN, free_port, service
@@ -236,7 +236,7 @@ def test_a_secondarys_link_states_its_floor_and_the_primarys_exact_start_is_refu
         assert '"privacy_floor": "strict"' in stated.stdout
         party("p", "link", "--csv", str(tmp_path / "p.csv"), "--columns", "x,y")
         refused = party("p", "start", "--k", "3", "--tau", "1", check=False)
-        assert refused.returncode == 1 and "secondary 's' does not allow an exact release" in refused.stderr
+        assert refused.returncode == 2 and "secondary 's' does not allow an exact release" in refused.stderr
         party("p", "start", "--k", "3", "--fetch", str(tmp_path / "linkage"))
         status = json.loads(party("p", "status").stdout)
         got = status["privacy"]["protection"]["parties"]["s"]

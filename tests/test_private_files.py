@@ -200,7 +200,7 @@ def _private_mode_job(root: Path, url: str, inputs: Path) -> None:
     other = root / "keys" / "other.key"
     _run("-m", "linkage_server", "make-key", "--out", str(other))
     refused = party("s", "link", "--npy", str(root / "s-enc" / "s.npy"), "--key-file", str(other), check=False)
-    assert refused.returncode == 1 and "encoded with another key" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "encoded with another key" in refused.stderr, refused.stderr
 
 
 def test_nothing_the_service_and_the_parties_write_is_readable_by_another_user(shared_host):
