@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from linkage.private import private_ray_tmp
 from linkage_server.local import free_port  # noqa: F401 - deploy.commands and the tests take it from here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,9 @@ def write_federation(home: Path, num_supernodes: int, cpus_per_client: int = 1) 
 
 
 def _processes() -> list[tuple[int, int, int, str]]:
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,sid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-u", str(os.getuid()), "-o", "pid=,ppid=,sid=,args="], capture_output=True, text=True
+    ).stdout
     rows = []
     for line in out.splitlines():
         pid, ppid, sid, args = line.split(None, 3) if len(line.split(None, 3)) == 4 else (*line.split(), "")
@@ -65,7 +68,7 @@ def processes_mentioning(text: str) -> list[int]:
 def stop_superlink(port: int, timeout: float = 10.0) -> int:
     """Kill the local SuperLink listening on ``port`` and everything it started; returns
     the number of processes signalled."""
-    procs = _processes()
+    procs = _processes()  # this user's only: another user's SuperLink on that port is theirs
     links = [p for p in procs if "flower-superlink" in p[3] and f"--port {port}" in p[3]]
     sessions = {p[2] for p in links}
     sessions |= {p[2] for p in procs if p[1] in {link[0] for link in links}}
@@ -132,6 +135,7 @@ def start_simulation(
         "FLWR_HOME": str(home),
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(control),
+        "RAY_TMPDIR": private_ray_tmp(),  # the simulation's Ray: its 0777 session folders in a 0700 one
     }
     flwr = shutil.which("flwr", path=bin_dir) or "flwr"
     cmd = [

@@ -32,6 +32,7 @@ import numpy as np
 from linkage.approx import Approx, approx_searcher
 from linkage.contracts import LinkageError
 from linkage.pipeline import searcher
+from linkage.private import private_ray_tmp
 from linkage.store import npz_bytes, write_atomic
 
 RETRIES = 3  # a chunk whose Ray worker died is run again this many times
@@ -136,6 +137,7 @@ def connect(address: str) -> None:
     if not ray.is_initialized():
         ray.init(
             address=None if address == "local" else address,
+            _temp_dir=private_ray_tmp() if address == "local" else None,  # its session folders are 0777
             include_dashboard=False,
             ignore_reinit_error=True,
             log_to_driver=False,

@@ -12,7 +12,12 @@ base="run-name='demo-$(date +%Y%m%d-%H%M%S)' data-dir='$PWD/data' out-dir='$PWD/
 # the overrides win over $base (as in flwr run); a bad or unknown key is named here, Flower would not name it
 run_dir="$(python -m app.run_status folder "$base" "$*")"
 since="$(python -c 'import time; print(time.time())')"
-trap 'python -m deploy.localsim stop' EXIT   # flwr run leaves its local SuperLink running
+# this demo's own ports and Ray folder: another user's (or checkout's) demo on this host is left alone
+port() { python -c 'from linkage_server.local import free_port; print(free_port())'; }
+export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT="${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-$(port)}"
+export FLWR_LOCAL_CONTROL_API_PORT="${FLWR_LOCAL_CONTROL_API_PORT:-$(port)}"
+export RAY_TMPDIR="$(python -c 'from linkage.private import private_ray_tmp; print(private_ray_tmp())')"
+trap 'python -m deploy.localsim stop; rm -rf "$(dirname "$RAY_TMPDIR")"' EXIT   # the SuperLink flwr run leaves running: ours only
 python -m deploy.localsim start               # started here: Flower gives it only 15 s (too few under load)
 flwr run . --stream --federation-config "$FEDERATION" --run-config "$base" --run-config "$*"
 python -m app.run_status check "$run_dir" --since "$since"

@@ -21,3 +21,5 @@ default = "local"
 address = ":local:"
 TOML
 fi
+# Ray (the simulation's backend) makes its session folders 0777: give it one inside a 0700 folder of ours
+export RAY_TMPDIR="${RAY_TMPDIR:-$(mktemp -d /tmp/fedsim-ray-XXXXXX)/r}"
