@@ -14,6 +14,7 @@ from pathlib import Path
 from flwr.app import Context
 
 from app.config import RunConfig
+from app.messages import ProtocolError
 
 DEFENCE_KEYS = ("embedding-clip", "embedding-noise")  # node config: the secondary's own embedding defence
 DEFAULT_DIRS = {"linkage-dir": "linkage", "checkpoint-dir": "checkpoints"}  # under the party's working folder
@@ -70,10 +71,28 @@ def linkage_dir(cfg: RunConfig, context: Context, job_id: str) -> Path:
     return Path(cfg.link.linkage_dir).resolve() if cfg.link.linkage_dir else simulated_linkage_dir(cfg, job_id)
 
 
+MAX_RUNS = 32  # run folders a deployed party keeps for the primary in each of its folders (node config max-runs)
+
+
+def bounded_run_dir(root: Path, run: str, context: Context) -> Path:
+    """<root>/<run>, refused when it would be one run folder more than the party keeps (its node
+    config ``max-runs``, default MAX_RUNS): every run name a primary sends (a checkpoint, a kept
+    model, a final model) is a folder on this party's disk, so their count is bounded."""
+    cap = int(context.node_config.get("max-runs", MAX_RUNS))
+    folder = root / run
+    if not folder.exists() and root.is_dir() and sum(1 for p in root.iterdir() if p.is_dir()) >= cap:
+        raise ProtocolError(
+            f"the primary asked for run folder {run!r}, but {root} already holds {cap} runs' folders, "
+            "the most this party keeps for others (node config max-runs): remove finished runs' folders "
+            "or raise max-runs"
+        )
+    return folder
+
+
 def checkpoint_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Path:
     """Deployed: <checkpoint-dir>/<run>/<party>; simulation: <out-dir>/<run>/checkpoint/<party>."""
     if deployed(context):
-        return own_dir(context, "checkpoint-dir") / run / party
+        return bounded_run_dir(own_dir(context, "checkpoint-dir"), run, context) / party
     return cfg.out_path() / run / "checkpoint" / party
 
 
@@ -83,4 +102,4 @@ def model_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Path:
     if not deployed(context):
         return cfg.out_path() / run / party
     key = "model-dir" if context.node_config.get("model-dir") else "checkpoint-dir"
-    return own_dir(context, key) / run / party
+    return bounded_run_dir(own_dir(context, key), run, context) / party

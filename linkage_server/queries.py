@@ -84,11 +84,12 @@ class Queries:
     def answer(self, job: str, data: bytes, fingerprint: str | None) -> tuple[bytes, dict]:
         """(primary.npz bytes of the new records, the job's budget after this query)."""
         meta = self._queryable(job)
-        new = self._parse(meta, data)
+        new = self._parse(meta, data)  # from its header: records, cells, kind, width (no value read yet)
         self._check_encoding(meta, kind_of(new), fingerprint)
         per_record = meta["params"]["k"] * len(meta["secondaries"])  # similarities a record's answer returns
-        budget = self._spend(job, len(new), per_record)
+        budget = self._spend(job, len(new), per_record)  # before any value is read: a refused query costs nothing
         try:
+            validate(new, max_rows=self.limits.max_records)  # NaN/inf, empty strings, by name, block by block
             return self._compute(job, meta, new), budget
         except BaseException:
             self._spend(job, -len(new), per_record)  # a query that was not answered is not counted
@@ -119,7 +120,8 @@ class Queries:
                 f"its query budget of {self.limits.budget} cells (records x K x secondaries) left",
             )
         self._check_cells(meta, arr)
-        validate(arr, max_rows=cap)  # dimensions, zero rows, NaN/inf, empty strings, by name
+        if arr.ndim not in (1, 2) or not len(arr):
+            raise UploadError(f"a query must be a non-empty 1-D or 2-D array of identifiers; got shape {arr.shape}")
         trained, kind = meta["uploads"][meta["primary"]], kind_of(arr)
         if kind != trained["kind"]:
             raise UploadError(

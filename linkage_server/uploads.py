@@ -88,6 +88,31 @@ def kind_of(arr: np.ndarray) -> str:
     )
 
 
+BLOCK_VALUES = 1 << 20  # numbers checked at a time: the check's working memory is a block's, not the upload's
+
+
+def _check_numbers(arr: np.ndarray) -> None:
+    """Refuse rows with NaN/inf or beyond +/-MAX_ABS_NUMBER, a block of rows at a time (an upload
+    memory-mapped from disk is read once, never copied whole, whatever its dtype)."""
+    step = max(1, BLOCK_VALUES // max(arr.shape[1], 1))
+    counts, first = {"nan": 0, "huge": 0}, {"nan": [], "huge": []}
+    for lo in range(0, len(arr), step):
+        block = np.asarray(arr[lo : lo + step])  # (b, d) in its own dtype
+        nan = ~np.isfinite(block).all(axis=1)
+        wide = np.finfo(block.dtype).max > MAX_ABS_NUMBER  # float32 cannot hold a number beyond the bound
+        huge = ~nan & (np.abs(block) > MAX_ABS_NUMBER).any(axis=1) if wide else np.zeros(len(block), bool)
+        for name, rows in (("nan", nan), ("huge", huge)):
+            counts[name] += int(rows.sum())
+            first[name] += (lo + np.flatnonzero(rows)[:5]).tolist()
+    if counts["nan"]:
+        raise UploadError(f"{counts['nan']} identifier row(s) are NaN/inf (first rows: {first['nan'][:5]})")
+    if counts["huge"]:  # finite, but their squared distances overflow to inf and the job could not run
+        raise UploadError(
+            f"{counts['huge']} identifier row(s) hold a number beyond +/-{MAX_ABS_NUMBER:g} (first "
+            f"rows: {first['huge'][:5]}): rescale the identifiers"
+        )
+
+
 def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
     """Check shape, dtype, NaN/empty identifiers and size; count duplicate identifiers."""
     kind = kind_of(arr)
@@ -101,19 +126,8 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
         raise UploadError(f"the upload has {len(arr)} rows, more than the service's cap of {max_rows}")
     if arr.ndim == 2 and arr.shape[1] == 0:
         raise UploadError("identifiers have zero columns")
-    if kind == "numbers":
-        values = arr.astype(np.float64, copy=False)
-        bad = ~np.isfinite(values).all(axis=1)
-        if bad.any():
-            raise UploadError(
-                f"{int(bad.sum())} identifier row(s) are NaN/inf (first rows: {np.flatnonzero(bad)[:5].tolist()})"
-            )
-        huge = (values.max(axis=1) > MAX_ABS_NUMBER) | (values.min(axis=1) < -MAX_ABS_NUMBER)  # (n,): no copy
-        if huge.any():  # finite, but their squared distances overflow to inf and the job could not run
-            raise UploadError(
-                f"{int(huge.sum())} identifier row(s) hold a number beyond +/-{MAX_ABS_NUMBER:g} (first "
-                f"rows: {np.flatnonzero(huge)[:5].tolist()}): rescale the identifiers"
-            )
+    if kind == "numbers" and arr.dtype.kind == "f":  # integers are finite and within +/-1e100 by their type
+        _check_numbers(arr)
     if kind == "strings":  # several columns: a row may have empty cells, not only empty ones
         empty = np.char.str_len(arr) == 0
         empty = empty if arr.ndim == 1 else empty.all(axis=1)
