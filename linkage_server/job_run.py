@@ -21,6 +21,7 @@ from linkage.job_secret import SecretError, operator_secret, read_secret
 from linkage.pipeline import check_identifiers, under_floor
 from linkage.protection import chained, record, resolve
 from linkage_server.chunk_search import ChunkFiles, cache_key, chunked_search, fresh_cache
+from linkage_server.limits import cell_cost
 from linkage_server.params import JobError, JobParams
 from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
 from linkage_server.uploads import UploadError
@@ -87,7 +88,9 @@ class JobRunner:
         t0, carried = time.perf_counter(), meta.get("searched_seconds", 0.0)  # an earlier process's search
         query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
         train_rows = self._train_rows_of(folder, meta, len(query))
-        step = self.limits.chunk_rows(self.chunk_rows, max(params.k, params.pool))  # rows x pool bounded
+        cost = max(params.k, params.pool) * cell_cost(meta)  # a row's cost: long strings make a chunk fewer rows
+        step = self.limits.chunk_rows(self.chunk_rows, int(min(cost, 2**62)))  # rows x pool x cost bounded: a
+        # cancel waits at most one such chunk
         chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
         anchor, searched = searched_layout(params.spec(), meta["secondaries"])
         tick = self._progress(job, len(chunks) * len(searched), lambda: carried + time.perf_counter() - t0)

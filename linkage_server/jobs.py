@@ -35,7 +35,7 @@ from linkage.private import private_dir
 from linkage.store import write_atomic
 from linkage_server.floors import Floors, parse_floor
 from linkage_server.job_run import SECRET, TRAIN_ROWS, JobRunner
-from linkage_server.limits import Limits, job_cells
+from linkage_server.limits import Limits, job_cost
 from linkage_server.params import (  # JobParams re-exported: the service and tests import it here
     JobError,
     JobParams,
@@ -265,10 +265,10 @@ class JobStore(JobRunner):
                 searched_seconds=0.0,
             )
 
-    def cells(self, job: str) -> int:
-        """The job's size in cells (linkage_server.limits.job_cells): the scheduler's lane."""
+    def cells(self, job: str) -> float:
+        """The job's cost in coordinate cells (linkage_server.limits.job_cost): the scheduler's lane."""
         meta = self.meta(job)
-        return job_cells(meta, JobParams(**meta["params"]))
+        return job_cost(meta, JobParams(**meta["params"]))
 
     def cancel(self, job: str, by: str) -> dict:
         """Cancel a queued job now (the worker skips it), or a running one at its next chunk

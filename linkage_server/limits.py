@@ -77,6 +77,38 @@ def job_cells(meta: dict, params: JobParams) -> int:
     return int(records) * max(params.k, params.pool) * len(meta["secondaries"])
 
 
+REFERENCE_CHARS = 20  # a string record of this many characters costs what a coordinate cell costs (a title)
+
+
+def cell_cost(meta: dict) -> float:
+    """What one cell of the job costs, in coordinate cells: 1 for numbers and bits; for strings the
+    pair of mean record lengths over REFERENCE_CHARS squared (an edit distance is quadratic in them;
+    q-gram scorers cost less, so this is an upper bound), at least 1."""
+    uploads = meta["uploads"]
+    chars = [uploads[p].get("chars", 0.0) for p in (meta["primary"], *meta["secondaries"]) if p in uploads]
+    if not chars or max(chars) <= 0:
+        return 1.0
+    primary = uploads[meta["primary"]].get("chars", REFERENCE_CHARS) or REFERENCE_CHARS
+    widest = max(chars[1:] or [REFERENCE_CHARS])
+    return max(1.0, primary * widest / REFERENCE_CHARS**2)
+
+
+STRING_PAIRS_PER_CELL = 4  # string comparisons of REFERENCE_CHARS records that cost one coordinate cell (estimate)
+
+
+def job_cost(meta: dict, params: JobParams) -> float:
+    """A job's cost in coordinate cells: :func:`job_cells` x :func:`cell_cost`, and for string
+    identifiers at least every pair the exact search compares (primary records x each secondary's,
+    at :data:`STRING_PAIRS_PER_CELL` pairs a cell): the scheduler's lane goes by it, so a job of
+    few cells but long strings or a large secondary is not a "small" job."""
+    cost = job_cells(meta, params) * cell_cost(meta)
+    uploads = meta["uploads"]
+    if uploads.get(meta["primary"], {}).get("kind") == "strings":
+        pairs = uploads[meta["primary"]]["rows"] * sum(uploads[p]["rows"] for p in meta["secondaries"] if p in uploads)
+        cost = max(cost, pairs * cell_cost(meta) / STRING_PAIRS_PER_CELL)
+    return cost
+
+
 class BodySlots:
     """At most ``limit`` request bodies per party in flight at once (uploads and queries alike):
     ``with slots.hold(job, party): ...``; one more is refused 429 before its body is read."""

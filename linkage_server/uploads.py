@@ -23,6 +23,7 @@ METRIC_OF_KIND = DEFAULT_OF_KIND  # when none is given
 
 
 MAX_ABS_NUMBER = 1e100  # numeric identifiers beyond this are refused: squared distances must stay finite
+MAX_CHARS = 1000  # string identifiers longer than this are refused: an edit distance costs length squared
 
 
 class UploadError(ValueError):
@@ -36,6 +37,7 @@ class UploadSummary:
     shape: tuple[int, ...]
     dtype: str
     duplicates: int
+    chars: float = 0.0  # strings: the mean characters of a record (all its columns); what a comparison costs
 
     def as_dict(self) -> dict:
         return {
@@ -44,6 +46,7 @@ class UploadSummary:
             "shape": list(self.shape),
             "dtype": self.dtype,
             "duplicates": self.duplicates,
+            **({"chars": round(self.chars, 2)} if self.kind == "strings" else {}),
         }
 
 
@@ -129,6 +132,16 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
     if kind == "numbers" and arr.dtype.kind == "f":  # integers are finite and within +/-1e100 by their type
         _check_numbers(arr)
     if kind == "strings":  # several columns: a row may have empty cells, not only empty ones
+        if arr.dtype.itemsize // 4 > MAX_CHARS:  # the widest string, from the dtype: no pass over the values
+            lengths = np.char.str_len(arr)
+            long = lengths > MAX_CHARS
+            if long.any():
+                rows = np.flatnonzero(long if arr.ndim == 1 else long.any(axis=1))
+                raise UploadError(
+                    f"{len(rows)} identifier(s) are longer than {MAX_CHARS} characters (first rows: "
+                    f"{rows[:5].tolist()}, up to {int(lengths.max())}): a name, title or address is shorter, "
+                    "and comparing strings costs their length squared"
+                )
         empty = np.char.str_len(arr) == 0
         empty = empty if arr.ndim == 1 else empty.all(axis=1)
         if empty.any():
@@ -141,4 +154,5 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
         else np.ascontiguousarray(arr).view(np.dtype((np.void, arr.dtype.itemsize * arr.shape[1]))).ravel()
     )
     duplicates = int(len(arr) - len(np.unique(keys)))
-    return UploadSummary(kind, int(len(arr)), tuple(int(s) for s in arr.shape), str(arr.dtype), duplicates)
+    chars = float(np.char.str_len(arr).mean()) * (arr.shape[1] if arr.ndim == 2 else 1) if kind == "strings" else 0.0
+    return UploadSummary(kind, int(len(arr)), tuple(int(s) for s in arr.shape), str(arr.dtype), duplicates, chars)

@@ -58,3 +58,32 @@ def test_a_query_is_refused_for_its_width_or_budget_before_its_values_are_read(t
         r = c.post(f"/jobs/{job}/query", content=to_npy(nan), headers=_auth(keys["p"]))
         assert r.status_code == 422 and "NaN" in r.text  # refused, and its reservation given back
         assert c.get(f"/jobs/{job}", headers=_auth(keys["p"])).json()["queried"]["cells"] == 0
+
+
+def test_a_string_job_of_few_cells_but_costly_comparisons_is_not_in_the_small_lane(tmp_path):
+    """The small lane is for jobs of small *cost*: 100 cells of 900-character strings against 2,000
+    records (the search compares 200,000 long pairs) go to the large lane; a 10 x 10 coordinate job
+    stays small. Strings over 1,000 characters are refused at upload, by name."""
+    import pytest
+
+    from linkage_server.jobs import JobParams, JobStore
+    from linkage_server.scheduler import Worker
+    from linkage_server.uploads import UploadError
+
+    store = JobStore(tmp_path)
+    rng = np.random.default_rng(0)
+    words = np.array(["".join(rng.choice(list("abcdefgh"), 900)) for _ in range(20)])
+    strings, _ = store.create("p", ["s"])
+    store.upload(strings, "p", to_npy(words[rng.integers(0, 20, 100)]))
+    store.upload(strings, "s", to_npy(words[rng.integers(0, 20, 2000)]))
+    store.start(strings, JobParams("edit", 1, pool=1))
+    numbers, _ = store.create("p", ["s"])
+    store.upload(numbers, "p", to_npy(rng.uniform(0, 1, (10, 2))))
+    store.upload(numbers, "s", to_npy(rng.uniform(0, 1, (10, 2))))
+    store.start(numbers, JobParams("euclidean", 10, pool=10))
+    worker = Worker(store, small_cells=1_000_000)
+    assert store.meta(strings)["uploads"]["p"]["chars"] == 900.0
+    assert worker.lane(strings) == "large" and worker.lane(numbers) == "small"
+    too_long, _ = store.create("p", ["s"])
+    with pytest.raises(UploadError, match="longer than 1000 characters"):
+        store.upload(too_long, "s", to_npy(np.array(["x" * 1001, "y"])))
