@@ -14,33 +14,10 @@ import torch
 from app.config import RunConfig
 from app.vfl.inprocess import _local_parties, _setup
 from app.vfl.parties import build_strategy
-from strategies.vfl.channel import LocalChannel, host
+from bench.poisoning import CFG, Tampered, _set
 from strategies.vfl.exchange_checks import EXCHANGE_BOUND, PeerValueError
 from strategies.vfl.fedsim import GradBlock
 from strategies.vfl.protocol import fit
-
-CFG = dict(dataset="hdb", n_rows=400, k=5, batch_size=64, epochs=1, max_steps=6, steps_per_exchange=1)
-
-
-class Tampered(LocalChannel):
-    """The secondaries' honest replies as host arrays, with ``tamper(emb (U, c)) -> anything``
-    applied to party ``who``'s replies from the ``after``-th on (training or evaluation)."""
-
-    tensors = False
-
-    def __init__(self, parties, who, tamper, after=0) -> None:
-        super().__init__(parties)
-        self.who, self.tamper, self.after, self.replies = who, tamper, after, 0
-
-    def step(self, apply, embed, save=None, lr_scale=1.0):
-        out = {p: host(e) for p, e in super().step(apply, embed, save, lr_scale).items()}
-        self.replies += 1
-        if self.replies > self.after:
-            out[self.who] = self.tamper(out[self.who])
-        return out
-
-    def send(self, apply, embed, save=None, lr_scale=1.0):
-        return self.step(apply, embed, save, lr_scale)
 
 
 def _run(tmp_path, tamper, after=0):
@@ -53,15 +30,6 @@ def _run(tmp_path, tamper, after=0):
         strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None, lambda *a: None
     )
     return records, losses, strategy, before
-
-
-def _set(value, dtype=None):
-    def tamper(emb):
-        emb = emb.astype(dtype) if dtype else emb.copy()
-        emb[0, 0] = value
-        return emb
-
-    return tamper
 
 
 POISON = {
