@@ -73,16 +73,11 @@ def linked(root: Path, values: dict, level: str, seed: int):
 
 
 def trilaterate(points: np.ndarray, dist: np.ndarray) -> np.ndarray:
-    """Least squares (Gauss-Newton) position from noisy distances to known points."""
-    guess = points.mean(axis=0)
-    for _ in range(100):
-        delta = guess - points
-        norm = np.maximum(np.linalg.norm(delta, axis=1), 1e-12)
-        step = np.linalg.lstsq(delta / norm[:, None], dist - norm, rcond=None)[0]
-        guess = guess + step
-        if np.linalg.norm(step) < 1e-12 * max(1.0, float(np.abs(guess).max())):
-            break
-    return guess
+    """The least-squares position from noisy distances to known points: the privacy report's own
+    trilateration (linkage.attacks.best_fit: Levenberg-Marquardt from the centroid and the linear fit)."""
+    from linkage.attacks import best_fit  # lazy: scipy's optimiser, for the averaging attack only
+
+    return best_fit(np.zeros(len(points), np.int64), points, dist, points.mean(axis=0, keepdims=True))[0]
 
 
 def averaging_attack(

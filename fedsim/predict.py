@@ -106,8 +106,6 @@ def command(args: argparse.Namespace) -> int:
 
 def _refused(args: argparse.Namespace) -> str | None:
     """Why the command cannot start (exit 2): no such run folder, --out where it may not go; else None."""
-    if not args.run_dir.is_dir():
-        return f"no run folder {args.run_dir} (RUN names the folder a `fedsim train` wrote, e.g. runs/<run-name>)"
     if args.out.resolve() == args.new.resolve():
         return "--out names the input NEW"
     if inside_source(args.out):
@@ -115,6 +113,8 @@ def _refused(args: argparse.Namespace) -> str | None:
             f"--out {args.out}: {inside_source(args.out)}; write predictions into a work folder outside the "
             "source (git ignores work/ and runs/)"
         )
+    if not args.run_dir.is_dir():
+        return f"no run folder {args.run_dir} (RUN names the folder a `fedsim train` wrote, e.g. runs/<run-name>)"
     return None
 
 

@@ -118,14 +118,17 @@ def test_bad_input_is_refused_by_name(tmp_path):
         predict_in_process(tmp_path / "never-ran", x, ids)
 
 
-def test_a_fresh_run_under_an_old_name_drops_the_old_kept_federation(tmp_path):
+def test_a_failed_run_under_an_old_name_keeps_the_finished_runs_kept_federation_with_it(tmp_path):
+    """The kept federation belongs to the finished run: a failed rerun under its name puts both back
+    together (app/run_status.py), so predict keeps using the run whose evaluation it matches."""
     _trained(tmp_path, dict(CASES["avgsim"], epochs=1))
-    assert (tmp_path / "run" / "kept" / "federation.json").exists()
+    federation = (tmp_path / "run" / "kept" / "federation.json").read_bytes()
     with pytest.raises(LinkageError):
         run_experiment(
             RunConfig.of(**dict(CASES["avgsim"], k=100_000), out_dir=str(tmp_path / "out")), tmp_path / "run"
         )
-    assert not (tmp_path / "run" / "kept").exists()
+    assert (tmp_path / "run" / "kept" / "federation.json").read_bytes() == federation
+    assert "LinkageError" in (tmp_path / "run" / "last-attempt.json").read_text()
 
 
 def test_the_keeper_keeps_the_best_validation_epoch_and_the_first_on_ties():

@@ -152,16 +152,11 @@ def test_a_query_over_a_secondarys_per_record_allowance_is_refused_by_name(tmp_p
 
 
 def _trilaterate(points: np.ndarray, dist: np.ndarray) -> np.ndarray:
-    """Least squares (Gauss-Newton) position from noisy distances to known points."""
-    guess = points.mean(axis=0)
-    for _ in range(100):
-        delta = guess - points
-        norm = np.maximum(np.linalg.norm(delta, axis=1), 1e-12)
-        step = np.linalg.lstsq(delta / norm[:, None], dist - norm, rcond=None)[0]
-        guess = guess + step
-        if np.linalg.norm(step) < 1e-12:
-            break
-    return guess
+    """The least-squares position from noisy distances to known points: the privacy report's own
+    trilateration (linkage.attacks.best_fit: Levenberg-Marquardt from the centroid and the linear fit)."""
+    from linkage.attacks import best_fit  # lazy: as in bench/privacy_defaults.py
+
+    return best_fit(np.zeros(len(points), np.int64), points, dist, points.mean(axis=0, keepdims=True))[0]
 
 
 def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radius(tmp_path):
