@@ -378,3 +378,30 @@ def test_every_torch_load_in_the_repo_says_weights_only_true():
                     if not (isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True):
                         loose.append(f"{path.relative_to(repo)}:{node.lineno}")
     assert loose == [], f"torch.load without weights_only=True at {loose}"
+
+
+def test_a_workers_step_that_fails_after_applying_its_blocks_leaves_no_party_holding_them(
+    tmp_path, job, monkeypatch, run_identity
+):
+    """The direct transport's worker keeps its party in memory (app/vfl/worker.py LiveContext): a
+    step whose checkpoint or embedding fails after its blocks were applied must not leave that
+    party to answer the next step as if the failed one had not happened."""
+    from app.vfl.worker import LiveContext
+
+    ctx, _ = simulated(tmp_path, job)
+    live = LiveContext(run_id=1, node_id=1, node_config=ctx.node_config, state=RecordDict(), run_config=ctx.run_config)
+    live.live_party = introduce(live, job)
+    tokens = np.arange(0, 40, 2)
+    block = GradBlock(tokens, np.random.default_rng(0).normal(size=(20, 100)).astype(np.float32))
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    honest = SecondaryParty.embed
+    monkeypatch.setattr(SecondaryParty, "embed", broken)
+    content = messages.step_content([block], tokens, live.live_party.job_id, 0)
+    err = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), live))
+    assert isinstance(err, OSError) and live.live_party is None
+    monkeypatch.setattr(SecondaryParty, "embed", honest)
+    again = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), live))
+    assert again is not None and "has not been introduced" in str(again)  # not applied a second time

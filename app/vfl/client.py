@@ -91,12 +91,17 @@ def _step(content: RecordDict, context: Context) -> RecordDict:
         run, epoch = keep_first
         party.keep(node.model_dir(cfg, context, run, party.party), epoch, cfg)
     party.apply(blocks, meta.lr_scale)
-    state = None
-    if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
-        run, epoch = save
-        digest = party.save_checkpoint(node.checkpoint_dir(cfg, context, run, party.party), epoch)
-        state = {"digest": digest, "applied": party.applied, "epoch": epoch}
-    emb = party.embed(tokens)
+    try:
+        state = None
+        if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
+            run, epoch = save
+            digest = party.save_checkpoint(node.checkpoint_dir(cfg, context, run, party.party), epoch)
+            state = {"digest": digest, "applied": party.applied, "epoch": epoch}
+        emb = party.embed(tokens)
+    except BaseException:  # the step failed after its blocks were applied: no party keeps them
+        if getattr(context, "live_party", None) is not None:  # a direct-transport worker's, in memory
+            context.live_party = None  # refuses further steps until introduced or restored again
+        raise
     party.persist(context)
     return messages.embeddings_content(emb, state)
 
