@@ -101,11 +101,16 @@ def warn_if_exposed(path: Path, what: str) -> None:
 
 def private_ray_tmp() -> str:
     """A fresh folder inside a 0700 one of this user's, for a Ray this project starts
-    (``RAY_TMPDIR`` or ``ray.init(_temp_dir=...)``): Ray makes its session folders (logs, sockets, runtime resources)
-    0777 without a sticky bit under its temporary folder, so under the shared /tmp another user
-    could create and delete files in a run's sockets/. Inside this folder no other user can reach
-    them. Short (Ray's socket paths must fit 107 bytes): /tmp/fedsim-ray-XXXXXXXX."""
+    (``RAY_TMPDIR`` or ``ray.init(_temp_dir=...)``): Ray makes its session folders (logs, sockets,
+    runtime resources) 0777 without a sticky bit under its temporary folder, so under the shared
+    /tmp another user could create and delete files in a run's sockets/. Inside this folder no
+    other user can reach them. Short (Ray's socket paths must fit 107 bytes):
+    /tmp/fedsim-ray-XXXXXXXX/r; removed when the process that asked for it exits (a shell script
+    makes and removes its own: scripts/demo.sh)."""
+    import atexit
+    import shutil
     import tempfile
 
-    # Ray makes the folder it is given 0777 itself: it gets one inside the 0700 one
-    return os.path.join(tempfile.mkdtemp(prefix="fedsim-ray-", dir="/tmp" if os.path.isdir("/tmp") else None), "r")
+    folder = tempfile.mkdtemp(prefix="fedsim-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)  # 0700
+    atexit.register(shutil.rmtree, folder, True)  # gone with the process that started its Ray
+    return os.path.join(folder, "r")  # Ray makes the folder it is given 0777 itself: one inside the 0700 one

@@ -16,7 +16,7 @@ since="$(python -c 'import time; print(time.time())')"
 port() { python -c 'from linkage_server.local import free_port; print(free_port())'; }
 export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT="${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-$(port)}"
 export FLWR_LOCAL_CONTROL_API_PORT="${FLWR_LOCAL_CONTROL_API_PORT:-$(port)}"
-export RAY_TMPDIR="$(python -c 'from linkage.private import private_ray_tmp; print(private_ray_tmp())')"
+export RAY_TMPDIR="$(mktemp -d /tmp/fedsim-ray-XXXXXX)/r"
 trap 'python -m deploy.localsim stop; rm -rf "$(dirname "$RAY_TMPDIR")"' EXIT   # the SuperLink flwr run leaves running: ours only
 python -m deploy.localsim start               # started here: Flower gives it only 15 s (too few under load)
 flwr run . --stream --federation-config "$FEDERATION" --run-config "$base" --run-config "$*"

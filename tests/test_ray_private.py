@@ -4,6 +4,7 @@ delete a file in a run's sockets/."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -12,11 +13,21 @@ from pathlib import Path
 
 from linkage.private import private_ray_tmp
 
+REPO = Path(__file__).resolve().parents[1]
+
 CHILD = """
-import os, ray
+import json, os, ray, stat
+from pathlib import Path
 from linkage_server.chunk_search import connect
+from tests.test_ray_private import _reachable_by_others
 connect("local")
-print(ray._private.worker._global_node.get_session_dir_path())
+session = Path(ray._private.worker._global_node.get_session_dir_path())
+private = next(p for p in session.parents if p.name.startswith("fedsim-ray-"))
+print(json.dumps({
+    "private_mode": stat.S_IMODE(private.stat().st_mode), "private_uid": private.stat().st_uid,
+    "open_inside": any(stat.S_IMODE(p.stat().st_mode) & 0o002 for p in session.rglob("*") if p.is_dir()),
+    "reachable": _reachable_by_others(session / "sockets"),
+}))
 ray.shutdown()
 """
 
@@ -34,14 +45,12 @@ def _reachable_by_others(path: Path) -> list[str]:
 
 
 def test_a_local_ray_keeps_its_session_folders_in_a_private_folder(tmp_path):
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180, env=env)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
-    session = Path(r.stdout.strip().splitlines()[-1])
-    private = next(p for p in session.parents if p.name.startswith("fedsim-ray-"))
-    assert stat.S_IMODE(private.stat().st_mode) == 0o700 and private.stat().st_uid == os.getuid()
-    assert any(stat.S_IMODE(p.stat().st_mode) & 0o002 for p in session.rglob("*") if p.is_dir())  # Ray's 0777 ...
-    assert _reachable_by_others(session / "sockets") == []  # ... behind a folder no one else enters
+    seen = json.loads(r.stdout.strip().splitlines()[-1])  # measured in the child: its folder goes with it
+    assert seen["private_mode"] == 0o700 and seen["private_uid"] == os.getuid()
+    assert seen["open_inside"] and seen["reachable"] == []  # Ray's 0777 folders, behind one no one else enters
 
 
 def test_the_simulation_and_the_demo_give_their_ray_a_fresh_private_folder():
