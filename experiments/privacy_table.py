@@ -51,7 +51,9 @@ def configs(base: RunConfig, encodings, radii, composes, taus):
         for radius in radii:
             for compose in composes:
                 for tau in taus:
-                    yield base.replace(encoding=encoding, tau=tau, privacy_radius=radius, privacy_compose=compose)
+                    yield base.replace(  # tau's own noise, no floor (the table speaks of tau)
+                        encoding=encoding, tau=tau, privacy="off", privacy_radius=radius, privacy_compose=compose
+                    )
 
 
 def table(
