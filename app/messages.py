@@ -148,11 +148,11 @@ def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMet
     meta = content.config_records["meta"]
     expect_fields(meta, STEP_FIELDS, "train.step")
     n = int(meta["n_apply"])
+    if n < 0 or len(arrays) != 2 * n + 1:  # before naming any: n_apply is the sender's number
+        raise ProtocolError(f"train.step: n_apply = {n} but the step holds {len(arrays)} arrays (expected 2 n + 1)")
     want = {"tokens"} | {f"apply_{f}_{j}" for j in range(n) for f in ("tokens", "grad")}
     if set(arrays) != want:
-        raise ProtocolError(
-            f"train.step: n_apply = {n} but the arrays are {sorted(arrays)}; expected exactly {sorted(want)}"
-        )
+        raise ProtocolError(f"train.step: its arrays are not 'tokens' and apply_tokens_j / apply_grad_j for j < {n}")
     blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
     scale = require_lr_scale(float(meta.get("lr_scale", 1.0)), "train.step")
     meta_ = StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]), scale)

@@ -136,6 +136,9 @@ def _recover(folder: Path) -> None:
     previous = folder / PREVIOUS
     if not previous.is_dir():
         return
+    if is_finished(folder):  # a run finished over it and stopped before removing it: the newer run stays
+        shutil.rmtree(previous, ignore_errors=True)
+        return
     for name in (*FILES, STATUS):
         (folder / name).unlink(missing_ok=True)
     for name in FOLDERS:

@@ -155,7 +155,11 @@ def _token_when_written(args) -> str | None:
     """--admin-token-file once it exists: `serve` writes it as it starts, so a `create-job` run right
     after `serve &` waits for it (--wait-for-service seconds at most), then says what is missing."""
     path, deadline = args.admin_token_file, time.monotonic() + args.wait_for_service
-    while path and not Path(path).exists() and time.monotonic() < deadline:
+
+    def written() -> bool:  # `serve` creates the file, then writes the token into it
+        return Path(path).exists() and bool(Path(path).read_text().strip())
+
+    while path and not written() and time.monotonic() < deadline:
         time.sleep(0.2)
     if path and not Path(path).exists():
         raise FileNotFoundError(

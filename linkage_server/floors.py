@@ -18,6 +18,7 @@ import math
 
 from linkage.contracts import LinkageError
 from linkage.protection import DEFAULT_LEVEL, LEVELS, Floor, described, strictest
+from linkage.release import POOL_FACTOR
 from linkage_server.params import JobError, JobParams
 
 FIELDS = ("spacing_share", "noise", "exact", "compose", "draws")
@@ -86,4 +87,12 @@ class Floors:
                     f"floor: {described(floors[p])}. Leave tau out (the floors then set the noise) "
                     "or ask for tau < 1",
                 )
+        noisy = sorted(p for p, f in floors.items() if f.noisy)
+        if noisy and 0 < params.pool < POOL_FACTOR * params.k:
+            raise JobError(
+                422,
+                f"secondary {noisy[0]!r}'s floor asks for noise; a pool of {params.pool} < {POOL_FACTOR} x K = "
+                f"{POOL_FACTOR * params.k} candidates lets the released set go noise-free (the bisection attack, "
+                'docs/privacy.md "Queries"); leave pool out or ask for at least that',
+            )
         return floors

@@ -228,25 +228,25 @@ class Queries:
             )
         except LinkageError as e:
             raise UploadError(str(e)) from None
-        self._draw(job, meta, got, maps)  # each secondary's per-record allowance, or refused
-        return primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))
+        answer = primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))
+        self._draw(job, meta, got, maps)  # each secondary's per-record allowance, or refused: counted last
+        return answer
 
     def _draw(self, job: str, meta: dict, got, maps: dict) -> None:
         """Count the answer's similarities against each secondary record; refuse (429, naming the
         secondary) an answer that takes any record past its floor's allowance: ``draws`` x the
         record's links in the release (at least 1), kept in ``query-draws/<party>.npy`` (0600)."""
         folder, floors = self.store._dir(job), self.store.floors.of(meta)
+        bounded = {p: floors[p].draws for p in got.links if floors[p].draws != float("inf")}
+        links = {p: links_per_row(folder, p, maps[p]) for p in bounded}  # counted once a job, outside the lock
         with self.store._lock:
             totals = {}
-            for party, link in sorted(got.links.items()):
-                allowance = floors[party].draws
-                if allowance == float("inf"):
-                    continue
+            for party, allowance in sorted(bounded.items()):
                 n = len(maps[party])
-                drawn = np.bincount(np.asarray(maps[party])[link.tokens.ravel()], minlength=n)  # (n,)
+                drawn = np.bincount(np.asarray(maps[party])[got.links[party].tokens.ravel()], minlength=n)  # (n,)
                 path = folder / "query-draws" / f"{party}.npy"
                 totals[party] = (np.load(path) if path.exists() else np.zeros(n, np.int64)) + drawn
-                cap = allowance * np.maximum(links_per_row(folder, party, maps[party]), 1)  # (n,)
+                cap = np.maximum(allowance * np.maximum(links[party], 1), 1)  # (n,) at least one draw a record
                 over = int((totals[party] > cap).sum())
                 if over:
                     raise JobError(

@@ -56,6 +56,14 @@ def test_a_primary_asking_for_less_than_a_secondarys_floor_is_refused_by_name(tm
     assert meta["protection"]["parties"]["a"]["noise"] == 0 and meta["stats"]["a"]["sigma"] == 0
 
 
+def test_a_pool_that_would_make_the_released_set_noise_free_is_refused_under_a_noisy_floor(tmp_path):
+    store = JobStore(tmp_path)
+    job = _job(store)
+    with pytest.raises(JobError, match="secondary 's''s floor asks for noise; a pool of 3 < 4 x K"):
+        store.start(job, JobParams(metric="euclidean", k=K, pool=K))
+    assert store.meta(job)["state"] == "created"
+
+
 def test_the_operators_floor_raises_a_secondary_that_asks_for_none(tmp_path):
     store = JobStore(tmp_path)  # the operator's default: standard
     job = _job(store, floors={"s": {"level": "off"}})

@@ -101,7 +101,7 @@ def run_job(root, query, bases: dict, params: JobParams, chunk_rows: int, train=
 @pytest.mark.parametrize(
     "params",
     [
-        JobParams("euclidean", 5, tau=0.95, pool=8, radius=0.3),
+        JobParams("euclidean", 5, tau=0.95, pool=24, radius=0.3),  # an explicit pool (at least 4 K under a floor)
         JobParams("euclidean", 5, tau=0.9, radius=0.3, compose=True),
     ],
 )

@@ -320,3 +320,19 @@ def test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run(tmp_path)
     assert status(run)["state"] == "finished" and set(OLD) <= {p.name for p in run.iterdir()}
     assert json.loads((run / "last-attempt.json").read_text())["error"] == f"LinkageError: {TOO_BIG_K}"
     assert processes_mentioning(str(tmp_path / "home")) == []
+
+
+def test_a_finished_run_whose_predecessor_was_left_aside_is_not_replaced_by_it(tmp_path):
+    """A run that finished over an older one and stopped before removing .previous/: the next
+    start must keep the newer run, not put the older one back."""
+    out = tmp_path / "run"
+    plant_old_run(out)  # the newer finished run
+    (out / ".previous").mkdir()
+    (out / ".previous" / "summary.json").write_text(json.dumps({"older": True}))
+    (out / ".previous" / "status.json").write_text(json.dumps({"state": "finished", "started": 1.0}))
+    st = run_status.RunStatus(out, "inprocess")
+    with pytest.raises(RuntimeError, match="boom"):
+        with st.recording():
+            st.start()
+            raise RuntimeError("boom")
+    assert json.loads((out / "summary.json").read_text()) == {"old": True} and not (out / ".previous").exists()

@@ -405,3 +405,15 @@ def test_a_workers_step_that_fails_after_applying_its_blocks_leaves_no_party_hol
     monkeypatch.setattr(SecondaryParty, "embed", honest)
     again = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), live))
     assert again is not None and "has not been introduced" in str(again)  # not applied a second time
+
+
+def test_a_step_naming_a_huge_n_apply_is_refused_before_anything_is_built():
+    """n_apply = 10**9 with one array: refused by a count, not by a set of 2e9 names (a secondary's memory)."""
+    import time as _time
+
+    content = messages.step_content([], np.arange(3), "j", 0)
+    content.config_records["meta"]["n_apply"] = 10**9
+    t0 = _time.perf_counter()
+    with pytest.raises(messages.ProtocolError, match=r"n_apply = 1000000000 but the step holds 1 arrays"):
+        messages.read_step(content)
+    assert _time.perf_counter() - t0 < 5.0  # a count, not 2e9 names: microseconds; 5 s leaves a loaded machine room

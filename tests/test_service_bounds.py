@@ -76,11 +76,11 @@ def test_a_string_job_of_few_cells_but_costly_comparisons_is_not_in_the_small_la
     strings, _ = store.create("p", ["s"])
     store.upload(strings, "p", to_npy(words[rng.integers(0, 20, 100)]))
     store.upload(strings, "s", to_npy(words[rng.integers(0, 20, 2000)]))
-    store.start(strings, JobParams("edit", 1, pool=1))
+    store.start(strings, JobParams("edit", 1))
     numbers, _ = store.create("p", ["s"])
     store.upload(numbers, "p", to_npy(rng.uniform(0, 1, (10, 2))))
     store.upload(numbers, "s", to_npy(rng.uniform(0, 1, (10, 2))))
-    store.start(numbers, JobParams("euclidean", 10, pool=10))
+    store.start(numbers, JobParams("euclidean", 10))
     worker = Worker(store, small_cells=1_000_000)
     assert store.meta(strings)["uploads"]["p"]["chars"] == 900.0
     assert worker.lane(strings) == "large" and worker.lane(numbers) == "small"

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from linkage.query import query as in_process_query
 from linkage.store import read_primary, read_secondary
 from linkage_server import job_run
+from linkage_server.floors import Floors
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.limits import Limits
 from linkage_server.local import free_port, local_service
@@ -83,8 +84,8 @@ def test_k_and_a_jobs_cells_over_the_operators_limits_are_refused_by_name_before
             r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", **body}, headers=_auth(keys["p"]))
             assert r.status_code == 422 and words in r.json()["detail"], r.text
         assert _state(c, job)["state"] == "created"  # nothing was queued
-        r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", "k": 5, "pool": 5}, headers=_auth(keys["p"]))
-        assert r.is_success, r.text  # 100 x 5 x 2 = 1000 cells: at the limit
+        r = c.post(f"/jobs/{job}/start", json={"metric": "euclidean", "k": 1}, headers=_auth(keys["p"]))
+        assert r.is_success, r.text  # 100 x 4 (the pool under noise) x 2 = 800 cells: under the limit
         assert _until(c, job)["state"] == "done"
 
 
@@ -93,7 +94,9 @@ def test_at_a_large_k_the_search_chunks_shrink_to_the_cell_bound_and_the_release
     query, base = rng.uniform(0, 10, (230, 2)), rng.uniform(0, 10, (90, 2))
     released = {}
     for name, limits in (("wide", Limits()), ("narrow", Limits(chunk_cells=1000))):
-        store = JobStore(tmp_path / name, chunk_rows=100, limits=limits, operator_seed=3)  # one secret for both
+        store = JobStore(  # one secret for both; tau's noise with pool = K (no floor), as measured
+            tmp_path / name, chunk_rows=100, limits=limits, operator_seed=3, floors=Floors("off")
+        )
         job, _ = store.create("p", ["s"])
         store.upload(job, "p", to_npy(query))
         store.upload(job, "s", to_npy(base))
@@ -117,7 +120,7 @@ def test_at_a_large_k_the_search_chunks_shrink_to_the_cell_bound_and_the_release
 def _composed_store(tmp_path, m: int, n: int) -> tuple[JobStore, str, np.ndarray]:
     rng = np.random.default_rng(7)
     query, base = rng.uniform(0, 10, (m, 2)), rng.uniform(0, 10, (n, 2))
-    store = JobStore(tmp_path, chunk_rows=10_000)
+    store = JobStore(tmp_path, chunk_rows=10_000, floors=Floors("off"))  # tau's noise with pool = K, no floor
     job, _ = store.create("p", ["s"])
     store.upload(job, "p", to_npy(query))
     store.upload(job, "s", to_npy(base))

@@ -79,7 +79,7 @@ class SecondaryParty:
                 f"party {self.party!r}: tokens from the primary must be one vector of integers, got {found}"
             )
         if len(tokens) and (tokens.min() < 0 or tokens.max() >= len(self.row_of_token)):
-            raise ValueError(f"party {self.party!r}: token out of range [0, {len(self.row_of_token)})")
+            raise PeerValueError(f"party {self.party!r}: token out of range [0, {len(self.row_of_token)})")
         return torch.as_tensor(self.row_of_token[tokens], device=self.device)
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
