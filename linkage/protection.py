@@ -214,8 +214,3 @@ def described(floor: Floor) -> str:
     if not math.isinf(floor.draws):
         parts.append(f"query draws <= {floor.draws:g} x each record's links")
     return ", ".join(parts)
-
-
-def with_request(floor: Floor, level: str | None) -> Floor:
-    """``floor`` raised to a named ``level`` (None: unchanged)."""
-    return floor if level is None else strictest(floor, Floor.of_level(level))

@@ -85,12 +85,11 @@ def cell_cost(meta: dict) -> float:
     pair of mean record lengths over REFERENCE_CHARS squared (an edit distance is quadratic in them;
     q-gram scorers cost less, so this is an upper bound), at least 1."""
     uploads = meta["uploads"]
-    chars = [uploads[p].get("chars", 0.0) for p in (meta["primary"], *meta["secondaries"]) if p in uploads]
-    if not chars or max(chars) <= 0:
+    primary = uploads.get(meta["primary"], {}).get("chars", 0.0)
+    widest = max((uploads[p].get("chars", 0.0) for p in meta["secondaries"] if p in uploads), default=0.0)
+    if not (primary or widest):  # numbers and bits (every party's kind is the metric's: JobStore.start)
         return 1.0
-    primary = uploads[meta["primary"]].get("chars", REFERENCE_CHARS) or REFERENCE_CHARS
-    widest = max(chars[1:] or [REFERENCE_CHARS])
-    return max(1.0, primary * widest / REFERENCE_CHARS**2)
+    return max(1.0, (primary or REFERENCE_CHARS) * (widest or REFERENCE_CHARS) / REFERENCE_CHARS**2)
 
 
 STRING_PAIRS_PER_CELL = 4  # string comparisons of REFERENCE_CHARS records that cost one coordinate cell (estimate)

@@ -229,16 +229,19 @@ class Queries:
         except LinkageError as e:
             raise UploadError(str(e)) from None
         answer = primary_bytes(dataclasses.replace(got, ids_sha256=identifier_digest(new)))
-        self._draw(job, meta, got, maps)  # each secondary's per-record allowance, or refused: counted last
+        self._draw(job, meta, got, maps, counts)  # each secondary's per-record allowance, or refused: counted last
         return answer
 
-    def _draw(self, job: str, meta: dict, got, maps: dict) -> None:
+    def _draw(self, job: str, meta: dict, got, maps: dict, counted: dict) -> None:
         """Count the answer's similarities against each secondary record; refuse (429, naming the
         secondary) an answer that takes any record past its floor's allowance: ``draws`` x the
-        record's links in the release (at least 1), kept in ``query-draws/<party>.npy`` (0600)."""
+        record's links in the release (at least 1), kept in ``query-draws/<party>.npy`` (0600);
+        ``counted``: the links per row the query already read (composed parties)."""
         folder, floors = self.store._dir(job), self.store.floors.of(meta)
         bounded = {p: floors[p].draws for p in got.links if floors[p].draws != float("inf")}
-        links = {p: links_per_row(folder, p, maps[p]) for p in bounded}  # counted once a job, outside the lock
+        links = {  # links per row: ``counted`` (a composed job's, read for the query) or read now, outside the lock
+            p: counted[p] if p in counted else links_per_row(folder, p, maps[p]) for p in bounded
+        }
         with self.store._lock:
             totals = {}
             for party, allowance in sorted(bounded.items()):

@@ -116,6 +116,27 @@ def _check_numbers(arr: np.ndarray) -> None:
         )
 
 
+def _check_strings(arr: np.ndarray) -> float:
+    """Refuse strings over MAX_CHARS and records whose every column is empty (several columns: a
+    row may have empty cells); returns a record's mean characters (all its columns), one length
+    pass over the values."""
+    lengths = np.char.str_len(arr)  # (n,) or (n, c)
+    long = lengths > MAX_CHARS
+    if long.any():
+        rows = np.flatnonzero(long if arr.ndim == 1 else long.any(axis=1))
+        raise UploadError(
+            f"{len(rows)} identifier(s) are longer than {MAX_CHARS} characters (first rows: "
+            f"{rows[:5].tolist()}, up to {int(lengths.max())}): a name, title or address is shorter, "
+            "and comparing strings costs their length squared"
+        )
+    empty = lengths == 0 if arr.ndim == 1 else (lengths == 0).all(axis=1)
+    if empty.any():
+        raise UploadError(
+            f"{int(empty.sum())} identifier(s) are empty strings (first rows: {np.flatnonzero(empty)[:5].tolist()})"
+        )
+    return float(lengths.mean()) * (arr.shape[1] if arr.ndim == 2 else 1)
+
+
 def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
     """Check shape, dtype, NaN/empty identifiers and size; count duplicate identifiers."""
     kind = kind_of(arr)
@@ -131,28 +152,11 @@ def validate(arr: np.ndarray, *, max_rows: int = 50_000_000) -> UploadSummary:
         raise UploadError("identifiers have zero columns")
     if kind == "numbers" and arr.dtype.kind == "f":  # integers are finite and within +/-1e100 by their type
         _check_numbers(arr)
-    if kind == "strings":  # several columns: a row may have empty cells, not only empty ones
-        if arr.dtype.itemsize // 4 > MAX_CHARS:  # the widest string, from the dtype: no pass over the values
-            lengths = np.char.str_len(arr)
-            long = lengths > MAX_CHARS
-            if long.any():
-                rows = np.flatnonzero(long if arr.ndim == 1 else long.any(axis=1))
-                raise UploadError(
-                    f"{len(rows)} identifier(s) are longer than {MAX_CHARS} characters (first rows: "
-                    f"{rows[:5].tolist()}, up to {int(lengths.max())}): a name, title or address is shorter, "
-                    "and comparing strings costs their length squared"
-                )
-        empty = np.char.str_len(arr) == 0
-        empty = empty if arr.ndim == 1 else empty.all(axis=1)
-        if empty.any():
-            raise UploadError(
-                f"{int(empty.sum())} identifier(s) are empty strings (first rows: {np.flatnonzero(empty)[:5].tolist()})"
-            )
+    chars = _check_strings(arr) if kind == "strings" else 0.0
     keys = (
         arr
         if arr.ndim == 1
         else np.ascontiguousarray(arr).view(np.dtype((np.void, arr.dtype.itemsize * arr.shape[1]))).ravel()
     )
     duplicates = int(len(arr) - len(np.unique(keys)))
-    chars = float(np.char.str_len(arr).mean()) * (arr.shape[1] if arr.ndim == 2 else 1) if kind == "strings" else 0.0
     return UploadSummary(kind, int(len(arr)), tuple(int(s) for s in arr.shape), str(arr.dtype), duplicates, chars)

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from bench.privacy_defaults import trilaterate
 from linkage.protection import Floor, resolve, spacing, strictest
 from linkage_server.floors import Floors, parse_floor
 from linkage_server.jobs import JobError, JobParams, JobStore
@@ -159,14 +160,6 @@ def test_a_query_over_a_secondarys_per_record_allowance_is_refused_by_name(tmp_p
     assert i >= 1  # some queries were answered before the allowance ran out
 
 
-def _trilaterate(points: np.ndarray, dist: np.ndarray) -> np.ndarray:
-    """The least-squares position from noisy distances to known points: the privacy report's own
-    trilateration (linkage.attacks.best_fit: Levenberg-Marquardt from the centroid and the linear fit)."""
-    from linkage.attacks import best_fit  # lazy: as in bench/privacy_defaults.py
-
-    return best_fit(np.zeros(len(points), np.int64), points, dist, points.mean(axis=0, keepdims=True))[0]
-
-
 def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radius(tmp_path):
     """The query-averaging attack of docs/privacy.md, at the defaults (no option set anywhere):
     for each of the 8 most linked records, the attacker reads every noisy similarity to its token
@@ -203,7 +196,7 @@ def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radiu
             mask = got.tokens == token
             points.append(probes[mask.any(axis=1)])
             dist.append(-(got.sims[mask].astype(np.float64) * std + mean))
-        guess = _trilaterate(np.concatenate(points), np.concatenate(dist))
+        guess = trilaterate(np.concatenate(points), np.concatenate(dist))
         errors.append(float(np.linalg.norm(guess - BASE[row_of_token[token]])))
     radius = meta["protection"]["parties"]["s"]["radius"]
     assert np.median(errors) >= radius, (errors, radius)

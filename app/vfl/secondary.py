@@ -117,7 +117,6 @@ class SecondaryParty:
         for j, (block, grad) in enumerate(zip(blocks, grads)):
             if not finite[j]:
                 require_finite(grad, self.party, f"gradient block {j} (as {self.dtype})", "train.step")
-            self.rows(block.tokens)
             want = (len(block.tokens), self.cut_dim)
             if tuple(grad.shape) != want:
                 raise ValueError(
