@@ -13,8 +13,9 @@ from pathlib import Path
 
 from flwr.app import Context
 
-from app.config import RunConfig
+from app.config import ConfigError, RunConfig
 from app.messages import ProtocolError
+from linkage.protection import DEFAULT_LEVEL, LEVELS
 
 DEFENCE_KEYS = ("embedding-clip", "embedding-noise")  # node config: the secondary's own embedding defence
 DEFAULT_DIRS = {"linkage-dir": "linkage", "checkpoint-dir": "checkpoints"}  # under the party's working folder
@@ -41,10 +42,15 @@ def with_node_paths(cfg: RunConfig, context: Context) -> RunConfig:
 
 
 def own_defence(cfg: RunConfig, context: Context) -> RunConfig:
-    """A secondary protects its features itself: its node config's "embedding-clip" and
-    "embedding-noise" (strategies/vfl/defences.py) replace the run config's, which the primary
-    sets; a node config without them leaves the run config's."""
+    """A secondary protects its features itself, never as the primary's run config says: its
+    node config's "embedding-clip" and "embedding-noise" (strategies/vfl/defences.py), else its
+    "privacy" level (a deployed party that states none gets the default level, whatever the run
+    config asks). In a simulation (no node "party") one user plays every party: the run config's."""
     own = {k: context.node_config[k] for k in DEFENCE_KEYS if k in context.node_config}
+    level = str(context.node_config.get("privacy", DEFAULT_LEVEL if deployed(context) else cfg.link.privacy))
+    if level not in LEVELS:
+        raise ConfigError(f"node config 'privacy' must be one of {list(LEVELS)}, got {level!r}")
+    cfg = cfg.replace(privacy=level)
     if not own:
         return cfg
     values = {"embedding_clip": 0.0, "embedding_noise": 0.0} | {k.replace("-", "_"): float(v) for k, v in own.items()}

@@ -31,17 +31,20 @@ from app.vfl.inprocess import run_experiment
 from app.vfl.parties import build_secondary_model
 from experiments.runner import parse_overrides
 from strategies.vfl import exchange_attacks as attacks
-from strategies.vfl.defences import ClipNoise, clipped_rows, secret_generator
+from strategies.vfl.defences import ClipNoise, RowShield, clipped_rows, secret_generator
 
 # median per-record gradient norm, first 50 steps of an undefended run (n_rows 6000, seed 0)
 CLIP = {"hdb": 0.0085, "game": 0.066, "frog": 0.17}
+OFF = {"privacy": "off"}  # each preset alone: no level's defences (linkage noise included) beside it
 DEFENCES = {
-    "none": lambda ds: {},
-    "grad": lambda ds: {"grad-clip": CLIP.get(ds, 0.05), "grad-noise": 1.0},
-    "grad4": lambda ds: {"grad-clip": CLIP.get(ds, 0.05), "grad-noise": 4.0},
-    "marvell": lambda ds: {"marvell": 4.0},
-    "label": lambda ds: {"label-dp": 2.0},
-    "embedding": lambda ds: {"embedding-clip": 1.0, "embedding-noise": 0.1},
+    "none": lambda ds: OFF,
+    "grad": lambda ds: OFF | {"grad-clip": CLIP.get(ds, 0.05), "grad-noise": 1.0},
+    "grad4": lambda ds: OFF | {"grad-clip": CLIP.get(ds, 0.05), "grad-noise": 4.0},
+    "marvell": lambda ds: OFF | {"marvell": 4.0},
+    "label": lambda ds: OFF | {"label-dp": 2.0},
+    "embedding": lambda ds: OFF | {"embedding-clip": 1.0, "embedding-noise": 0.1},
+    "standard": lambda ds: {"privacy": "standard"},  # the default: every mechanism of the level
+    "strict": lambda ds: {"privacy": "strict"},
 }
 ATTACKS = ("norm", "direction", "completion")
 
@@ -52,12 +55,16 @@ def inversion(cfg: RunConfig, run: Path, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     for party, table in ds.secondaries.items():
         model = build_secondary_model(table.n_features, party, cfg, settings)
-        model.load_state_dict(torch.load(run / "kept" / f"{party}.pt", weights_only=True))
+        state = torch.load(run / "kept" / f"{party}.pt", weights_only=True)
+        model.load_state_dict({k: v for k, v in state.items() if not k.startswith("shield.")})
         x = torch.as_tensor(table.features, dtype=torch.float32)
         with torch.no_grad():
             emb = model.to(torch.float32)(x)  # (n, c)
             shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
             emb = clipped_rows(emb, shield, secret_generator(emb.device))
+            if "shield.seed" in state:  # the level's shield as the kept party sends (top-K jobs: no imputed row)
+                kept = {k.removeprefix("shield."): v.item() for k, v in state.items() if k.startswith("shield.")}
+                emb = RowShield.from_state(kept, len(emb), emb[:0]).send(emb, torch.arange(len(emb)))
         aux = np.sort(rng.choice(len(emb), size=max(len(emb) // 5, 10), replace=False))
         out[party] = round(attacks.inversion(emb.numpy(), np.asarray(table.features), aux, seed)["ratio"], 4)
     return out

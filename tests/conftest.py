@@ -7,6 +7,9 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+# The parties' defence noise (on by default) from a known seed, so that a federated run equals its
+# one-process twin and a resumed run its uninterrupted one; tests of the secret itself unset it.
+os.environ.setdefault("FEDSIM_PARTY_SEED", "20261205")
 
 # The pytest-xdist workers (scripts/test.sh) share two cores: one torch thread each. With the
 # default (a thread per core) the workers' OpenMP threads oversubscribe the cores: the tests that

@@ -7,7 +7,7 @@ import pytest
 
 from app import messages
 from app.config import ConfigError, RunConfig
-from app.vfl import checkpoint
+from app.vfl import checkpoint, exchange
 from app.vfl.inprocess import _local_parties, _setup
 from app.vfl.parties import build_strategy
 from app.vfl.secondary import MisalignedStep
@@ -35,6 +35,7 @@ def _run(
     checkpoint."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, None)
     strategy = build_strategy(ds, linkage, cfg, settings)
+    exchange.protect(strategy, ds, cfg, settings, "test")  # the default's gradient noise, resumed too
     channel = LocalChannel(_local_parties(cfg, ds, job, linkage))
     done = checkpoint.resume(folder, strategy, channel, cfg, linkage.job_id) if resume else None
     save = checkpoint.checkpointer(folder, strategy, channel, cfg, linkage.job_id)

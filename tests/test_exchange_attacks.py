@@ -137,7 +137,7 @@ def test_noise_without_a_clip_is_refused_by_name():
 
 # ---------------------------------------------------------------- whole runs, in process
 
-BASE = dict(dataset="synthetic", n_rows=2000, k=1, epochs=2, privacy_report=False)
+BASE = dict(dataset="synthetic", n_rows=2000, k=1, epochs=2, privacy_report=False, privacy="off")  # each defence alone
 
 
 def run(tmp_path, name: str, **extra) -> dict:

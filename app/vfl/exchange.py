@@ -15,7 +15,7 @@ from flwr.common.logger import log
 from app.config import ConfigError, RunConfig
 from strategies.optim import party_seed
 from strategies.vfl import exchange_attacks as attacks
-from strategies.vfl.defences import GradientDefence, epsilon, randomised_labels
+from strategies.vfl.defences import EMBED_NOISE, GradientDefence, epsilon, level_defence, randomised_labels
 from strategies.vfl.exchange_observer import ExchangeObserver, leaks, report_lines
 
 
@@ -47,8 +47,8 @@ def protect(strategy, ds, cfg: RunConfig, settings, tag: str) -> None:
     ex = cfg.exchange
     require_defences(ds, cfg)
     strategy.y = private_labels(ds, cfg, strategy.head)
-    strategy.protect(GradientDefence(ex.grad_clip, ex.grad_noise, ex.marvell))
-    if ex.grad_clip or ex.label_dp or ex.marvell:
+    strategy.protect(gradient_defence(cfg))
+    if strategy.defence.on or ex.label_dp:
         log(INFO, "%s exchange defences: %s", tag, defences(cfg, ds, settings))
     if ex.exchange_report and strategy.parties:
         strategy.observer = ExchangeObserver(
@@ -56,21 +56,39 @@ def protect(strategy, ds, cfg: RunConfig, settings, tag: str) -> None:
         )
 
 
-def defences(cfg: RunConfig, ds, settings, steps: int | None = None) -> dict:
+def gradient_defence(cfg: RunConfig) -> GradientDefence:
+    """The primary's defence of the gradients it sends: an explicit ``grad-clip`` (with its
+    ``grad-noise``) as set, else its privacy level's (a clip calibrated in the run and the level's
+    noise; strategies/vfl/defences.py). The primary's own level: it protects its own labels."""
+    ex = cfg.exchange
+    if ex.grad_clip > 0:
+        return GradientDefence(ex.grad_clip, ex.grad_noise, ex.marvell)
+    return level_defence(cfg.link.privacy, ex.marvell)
+
+
+def defences(cfg: RunConfig, ds, settings, steps: int | None = None, clips: dict | None = None) -> dict:
     """The run's exchange defences as summary.json records them, with the accountant's epsilon of
-    the gradient noise (per secondary, delta = 1 / training rows) once the steps are known."""
-    ex, n = cfg.exchange, len(ds.split.train)
+    the gradient noise (per secondary, delta = 1 / training rows) once the steps are known, and
+    the clips calibrated in the run (``clips``: per secondary, the last step's)."""
+    ex, n, grad = cfg.exchange, len(ds.split.train), gradient_defence(cfg)
     out = {
-        "grad_clip": ex.grad_clip,
-        "grad_noise": ex.grad_noise,
+        "privacy": cfg.link.privacy,
+        "grad_clip": "auto" if grad.auto is not None else grad.clip,
+        "grad_noise": grad.noise,
         "marvell": ex.marvell,
         "label_dp_epsilon": ex.label_dp or None,
         "embedding_clip": ex.embedding_clip,
         "embedding_noise": ex.embedding_noise,
     }
-    if ex.grad_clip and ex.grad_noise and steps:
-        eps = epsilon(ex.grad_noise, settings.batch_size / n, steps, 1.0 / n)
+    if not ex.embedding_clip and EMBED_NOISE[cfg.link.privacy]:  # the secondaries' level shield (a simulation's)
+        out["embedding_shield"] = {"clip": "auto", "noise_norm": EMBED_NOISE[cfg.link.privacy], "per_record": True}
+    if grad.auto is not None and clips:
+        out["grad_clip_calibrated"] = {p: round(v, 6) for p, v in clips.items()}
+    if grad.on and grad.noise and steps:
+        eps = epsilon(grad.noise, settings.batch_size / n, steps, 1.0 / n)
         out["grad_epsilon"] = {"epsilon": round(eps, 3), "delta": 1.0 / n, "steps": steps, "end_to_end": False}
+        if grad.auto is not None:  # the clip follows earlier steps' norms: the accountant's figure is approximate
+            out["grad_epsilon"]["clip_from_data"] = True
     return out
 
 
@@ -81,7 +99,7 @@ def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: 
     sent with its finish reply (``measured``), or here for in-process parties (``local``)."""
     if not strategy.parties:
         return None
-    out = {"defences": defences(cfg, ds, settings, steps), "attacks": None}
+    out = {"defences": defences(cfg, ds, settings, steps, strategy.clip_values()), "attacks": None}
     if cfg.exchange.exchange_report:
         seed = lambda p: party_seed(cfg.train.seed, f"inversion-{p}")  # noqa: E731
         out["inversion"] = measured or {p: inversion(party, seed(p)) for p, party in local.items()}

@@ -30,6 +30,7 @@ from linkage.contracts import LinkageError
 from linkage.store import load_secondary
 from strategies.optim import party_seed
 from strategies.vfl.channel import LocalChannel
+from strategies.vfl.defences import RowShield, level_shield
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.protocol import fit
 from strategies.vfl.twin import TwinParties, train_twin
@@ -117,12 +118,24 @@ def run_twin(
         secondaries,
         {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
         row_of_token,
+        twin_shields(cfg, ds, row_of_token, device, dtype),
     )
     losses = train_twin(parties, ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype, lr_scales)
     seconds = time.perf_counter() - t0
     return OneProcessRun(
         np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()}, seconds
     )
+
+
+def twin_shields(cfg: RunConfig, ds, row_of_token: dict, device, dtype) -> dict[str, RowShield]:
+    """The secondaries' level embedding defences as each party builds its own (app/vfl/secondary.py),
+    from the same secrets: the twin sees the values they send."""
+    like = torch.empty(0, cfg.resolve().model.cut_dim, device=device, dtype=dtype)  # (0, c)
+    shields = {
+        p: level_shield(cfg.link.privacy, cfg.exchange.embedding_clip > 0, len(x), like, p)
+        for p, x in ((p, with_imputed_row(t.features, row_of_token[p], p)) for p, t in ds.secondaries.items())
+    }
+    return {p: s for p, s in shields.items() if s is not None}
 
 
 def max_param_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -232,7 +232,7 @@ def _embed_here(kept: KeptRun, linkage, seconds: dict[str, float]) -> dict:
     lookup = {}
     for p in kept.ds.secondaries:
         party = SecondaryParty(kept.cfg, p, str(folder))
-        party.model.load_state_dict(kept.states[p])  # embedded as in training's evaluation (no dropout there)
+        party.load_state_dict(kept.states[p])  # embedded as in training's evaluation (no dropout there)
         tokens = np.unique(linkage.links[p].tokens)
         lookup[p] = (tokens, party.embed(tokens))
     seconds["embed"] = time.perf_counter() - t0

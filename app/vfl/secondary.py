@@ -24,7 +24,7 @@ from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer, set_lr
-from strategies.vfl.defences import ClipNoise, clipped_rows, secret_generator
+from strategies.vfl.defences import ClipNoise, RowShield, clipped_rows, level_shield, secret_generator
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
 
@@ -66,9 +66,36 @@ class SecondaryParty:
         self.cut_dim = settings.model.cut_dim  # c: the width of its embeddings and of their gradients
         self.lr = settings.lr  # its own; a step's lr_scale (the primary's schedule) only lowers it
         self.optimizer = make_optimizer(self.model.parameters(), settings.lr, settings.weight_decay)
-        # the embeddings it sends clipped and noised (strategies/vfl/defences.py), from its own secret
+        # the embeddings it sends clipped and noised (strategies/vfl/defences.py), from its own secret:
+        # as its explicit embedding-clip / -noise say, else as its privacy level says (a RowShield)
         self.shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
-        self.noise = secret_generator(self.device) if self.shield.noise > 0 else None
+        self.noise = secret_generator(self.device, f"embedding-noise/{party}") if self.shield.noise > 0 else None
+        self.row_shield = self._level_shield(cfg.link.privacy, len(features))
+
+    def _level_shield(self, level: str, n_rows: int) -> RowShield | None:
+        like = torch.empty(0, self.cut_dim, device=self.device, dtype=self.dtype)  # (0, c)
+        return level_shield(level, self.shield.on, n_rows, like, self.party)
+
+    def shield_state(self) -> dict:
+        return self.row_shield.state() if self.row_shield is not None else {}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """What an in-process run keeps of this party (app/kept.py Keeper): its model's state and
+        its shield's (seed and clip, as tensors), so predict sends what the evaluation sent."""
+        shield = {f"shield.{k}": torch.tensor(v, dtype=torch.float64) for k, v in self.shield_state().items()}
+        if "shield.seed" in shield:
+            shield["shield.seed"] = torch.tensor(self.row_shield.seed, dtype=torch.int64)  # 63 bits: exact
+        return {**self.model.state_dict(), **shield}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """:meth:`state_dict`'s inverse (a state without a shield: the model's alone)."""
+        shield = {k.removeprefix("shield."): v.item() for k, v in state.items() if k.startswith("shield.")}
+        self.model.load_state_dict({k: v for k, v in state.items() if not k.startswith("shield.")})
+        self.load_shield_state(shield)
+
+    def load_shield_state(self, state: dict) -> None:
+        if self.row_shield is not None and state:
+            self.row_shield = RowShield.from_state(state, self.row_shield.n_rows, self.row_shield.like)
 
     # ------------------------------------------------------------------ protocol steps
 
@@ -95,6 +122,9 @@ class SecondaryParty:
     def embed_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """(R,) rows of this party -> (R, c) embeddings as it sends them: clipped and noised where
         the run's embedding defence says."""
+        if self.row_shield is not None:
+            self._calibrated()
+            return self.row_shield.send(self.model(self.x[rows]), rows)
         return clipped_rows(self.model(self.x[rows]), self.shield, self.noise)
 
     def apply(self, blocks: list[GradBlock], lr_scale: float = 1.0) -> None:
@@ -127,10 +157,22 @@ class SecondaryParty:
         for block, grad in zip(blocks, grads):
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
             out = clipped_rows(out, ClipNoise(self.shield.clip), None)  # the clip's own gradient (noise: a constant)
+            if self.row_shield is not None:
+                out = self._calibrated().clipped(out)
             self.optimizer.zero_grad(set_to_none=True)
             out.backward(grad)
             self.optimizer.step()
             self.applied += 1
+            if self.row_shield is not None and self.row_shield.due(self.applied):
+                self._calibrated(again=True)
+
+    @torch.no_grad()
+    def _calibrated(self, again: bool = False) -> RowShield:
+        """The level's shield with its clip from this party's embeddings of all its records
+        (at the first need, and ``again`` when due)."""
+        if self.row_shield.clip is None or again:
+            self.row_shield.calibrate(self.model(self.x))
+        return self.row_shield
 
     def check(self, meta: StepMeta, blocks: list[GradBlock], tokens: np.ndarray) -> None:
         """Refuse a step that belongs to another linkage job, another training position, or
@@ -167,6 +209,7 @@ class SecondaryParty:
                 "applied": self.applied,
                 "job_id": self.job_id,
                 "epoch": epoch,
+                "shield": self.shield_state(),
             },
         )
 
@@ -184,6 +227,7 @@ class SecondaryParty:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.applied = int(state["applied"])
+        self.load_shield_state(state.get("shield", {}))
         return hashlib.sha256(data).hexdigest()
 
     # ------------------------------------------------------------------ the kept federation
@@ -200,6 +244,7 @@ class SecondaryParty:
                 "job_id": self.job_id,
                 "run": json.dumps(cfg.flat()),
                 "features_sha256": self.features_digest(),
+                "shield": self.shield_state(),  # its secret noise and clip: predict sends what evaluation sent
             },
             buf,
         )
@@ -234,6 +279,7 @@ class SecondaryParty:
                 "predict with the data the federation was trained on, or train again"
             )
         self.model.load_state_dict(kept["model"])
+        self.load_shield_state(kept.get("shield", {}))
         return self
 
     def save(self, folder: Path) -> Path:
@@ -255,6 +301,7 @@ class SecondaryParty:
             raise RuntimeError("this node has not been introduced: the primary must send query.hello first")
         party = cls(cfg, str(meta["party"]), str(meta["job_dir"]), str(meta.get("cache_dir", "")))
         party.applied = int(meta.get("applied", 0))
+        party.load_shield_state(dict(context.state.config_records.get("shield", {})))
         if "model" in context.state.array_records:
             party.model.load_state_dict(context.state.array_records["model"].to_torch_state_dict())
             load_optimizer_state(
@@ -271,6 +318,8 @@ class SecondaryParty:
         context.state.config_records["party"] = ConfigRecord(
             {"party": self.party, "job_dir": self.job_dir, "cache_dir": self.cache_dir, "applied": self.applied}
         )
+        if self.row_shield is not None:
+            context.state.config_records["shield"] = ConfigRecord(self.shield_state())
         context.state.array_records["model"] = ArrayRecord({k: v.cpu() for k, v in self.model.state_dict().items()})
         arrays, scalars = optimizer_state_records(self.optimizer)
         context.state.array_records["optim_arrays"] = arrays  # keys are unique across record types

@@ -164,7 +164,7 @@ def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper,
     the keeper holds every party's state until the run saves it."""
     if not engine.remote:
         local = getattr(channel, "parties", {})  # a LocalChannel's party objects
-        models = {"primary": strategy.model, **{p: s.model for p, s in local.items()}}
+        models = {"primary": strategy.model, **local}  # a party's state: its model's and its shield's
         keeper = Keeper(strategy.head)
         return keeper, lambda rec: keeper.offer(rec, models)  # the states the evaluation just used
     keeper = Keeper(strategy.head, out / KEPT)

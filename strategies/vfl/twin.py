@@ -11,7 +11,7 @@ one from the previous window's start (each epoch's first two windows: the epoch'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
+from strategies.vfl.defences import RowShield
 from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
 
@@ -38,6 +39,7 @@ class TwinParties:
     secondary_models: dict[str, nn.Module]
     secondary_x: dict[str, np.ndarray]
     row_of_token: dict[str, np.ndarray]
+    shields: dict[str, RowShield] = field(default_factory=dict)  # per secondary its level's embedding defence
 
 
 def train_twin(
@@ -62,6 +64,7 @@ def train_twin(
     optimizers = [make_optimizer(model.optimizer_groups(), lr, weight_decay)]
     optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
     losses: list[float] = []
+    _calibrate(parties, sx, list(parties.shields))
     for epoch in range(plan.epochs):
         for opt in optimizers:
             set_lr(opt, lr * (lr_scales[epoch] if lr_scales else 1.0))
@@ -71,7 +74,7 @@ def train_twin(
         previous = None
         for window in windows(batches, plan.steps_per_exchange):
             with torch.no_grad():
-                fresh = {p: m(sx[p]) for p, m in secondary_models.items()}  # (n, c) at window start
+                fresh = {p: _sent(parties, p, m(sx[p])) for p, m in secondary_models.items()}  # (n, c) at window start
             # pipelined, window w sees the weights at window w - 1's start (strategies/vfl/protocol.py)
             stale, previous = (previous if plan.pipeline and previous is not None else fresh), fresh
             for rows in window:
@@ -86,6 +89,7 @@ def train_twin(
                 for opt in optimizers:
                     opt.step()
                 losses.append(float(loss.detach()))
+                _calibrate(parties, sx, [p for p, sh in parties.shields.items() if sh.due(len(losses))])
         if plan.max_steps and len(losses) >= plan.max_steps:
             break
     return losses
@@ -103,9 +107,23 @@ def _pairs(
     for p, m in parties.secondary_models.items():
         r = torch.as_tensor(parties.row_of_token[p][parties.linkage.tokens[p][rows]], device=device)  # (B, K)
         live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
+        live = parties.shields[p].clipped(live) if p in parties.shields else live
         pairs[p] = stale[p][r.flatten()] + (live - live.detach())
         index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
     return pairs, index
+
+
+def _sent(parties: TwinParties, p: str, every: torch.Tensor) -> torch.Tensor:
+    """(n, c) party p's embeddings of all its records as it sends them (its shield applied)."""
+    shield = parties.shields.get(p)
+    return every if shield is None else shield.send(every, torch.arange(len(every), device=every.device))
+
+
+@torch.no_grad()
+def _calibrate(parties: TwinParties, sx: dict[str, torch.Tensor], due: list[str]) -> None:
+    """The shields of ``due`` calibrated on their party's current embeddings, as the party does."""
+    for p in due:
+        parties.shields[p].calibrate(parties.secondary_models[p](sx[p]))
 
 
 def _sims(
