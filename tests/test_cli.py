@@ -109,7 +109,8 @@ def test_train_predict_and_report_through_flower(user):
     r = fedsim("report", "runs/mine", cwd=user)
     assert r.returncode == 0 and "best epoch" in r.stdout, r.stderr
     # issue 33: a run through Flower scores the label attacks on what it sent, and says so
-    assert "exchange privacy: defences none" in r.stdout and "shops's label attacks (Spearman" in r.stdout, r.stdout
+    assert "exchange privacy: defences privacy=standard, grad_clip=auto" in r.stdout, r.stdout  # the default's
+    assert "shops's label attacks (Spearman" in r.stdout, r.stdout
     assert summary["exchange_privacy"]["attacks"]["shops"]["records_scored"] > 0
     # the feature inversion against the shops, measured by the shops' ClientApp on its own data
     assert 0 <= summary["exchange_privacy"]["inversion"]["shops"]["ratio"] < 10

@@ -68,7 +68,9 @@ def test_the_oracle_tells_schedules_apart(tmp_path):
     )
     fed, twin = run_in_process(cfg), run_twin(cfg, steps_per_exchange=1)
     assert np.abs(fed.losses - twin.losses).max() > 1e-6  # float noise between equal runs is < 1e-7
-    assert max_param_gap(fed.secondaries["school"], twin.secondaries["school"]) > 1e-4
+    # the secondary's gap: 2.8e-5 at the default (its gradients clipped at their median norm),
+    # 100 x the float noise between equal runs (< 1e-7)
+    assert max_param_gap(fed.secondaries["school"], twin.secondaries["school"]) > 1e-5
 
 
 def test_solo_trains_the_primary_alone(tmp_path):

@@ -28,13 +28,13 @@ def test_a_run_with_no_privacy_option_defends_the_labels_in_its_gradients(tmp_pa
     (AUC sd ~0.016 over 1,380 records: 0.1 is 6 sd), and the report names what was used."""
     default = run(tmp_path, "default")["exchange_privacy"]
     used = default["defences"]
-    assert used["privacy"] == "standard" and used["grad_clip"] == "auto" and used["grad_noise"] == 1.0
+    assert used["privacy"] == "standard" and used["grad_clip"] == "auto" and used["grad_noise"] == 4.0
     assert used["grad_clip_calibrated"]["secondary"] > 0
     assert used["grad_epsilon"]["clip_from_data"] and not used["grad_epsilon"]["end_to_end"]
     assert abs(default["attacks"]["secondary"]["direction"] - 0.5) < 0.1
     assert abs(default["attacks"]["secondary"]["norm"] - 0.5) < 0.1
     strict = run(tmp_path, "strict", privacy="strict", max_steps=5)["exchange_privacy"]["defences"]
-    assert strict["grad_noise"] == 4.0 and strict["grad_epsilon"]["epsilon"] < used["grad_epsilon"]["epsilon"]
+    assert strict["grad_noise"] == 8.0 and strict["grad_epsilon"]["epsilon"] < used["grad_epsilon"]["epsilon"]
     off = run(tmp_path, "off", privacy="off", max_steps=5)["exchange_privacy"]["defences"]
     assert off["grad_clip"] == 0.0 and off["grad_noise"] == 0.0 and "grad_epsilon" not in off
 

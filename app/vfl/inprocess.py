@@ -16,6 +16,7 @@ from app import run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.run_record import Seconds
+from app.vfl.exchange import gradient_defence
 from app.vfl.linking import linkage_job
 from app.vfl.parties import (
     build_primary_model,
@@ -78,6 +79,8 @@ def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> One
     """The federated protocol with in-process secondaries (LocalChannel)."""
     cfg, settings, ds, linkage, job, plan = _setup(cfg, steps_per_exchange)
     strategy = build_strategy(ds, linkage, cfg, settings)
+    if strategy.parties:
+        strategy.protect(gradient_defence(cfg))  # the run's default defence, as the ServerApp's
     parties = _local_parties(cfg, ds, job, linkage)
     records, losses = fit(
         strategy,
@@ -119,6 +122,7 @@ def run_twin(
         {p: with_imputed_row(t.features, row_of_token[p], p) for p, t in ds.secondaries.items()},
         row_of_token,
         twin_shields(cfg, ds, row_of_token, device, dtype),
+        gradient_defence(cfg),
     )
     losses = train_twin(parties, ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype, lr_scales)
     seconds = time.perf_counter() - t0

@@ -53,7 +53,7 @@ class ClipNoise:
         return self.clip > 0
 
 
-GRAD_NOISE = {"off": 0.0, "standard": 1.0, "strict": 4.0}  # a level's gradient noise, in units of the clip
+GRAD_NOISE = {"off": 0.0, "standard": 4.0, "strict": 8.0}  # a level's gradient noise, in units of the clip
 EMBED_NOISE = {"off": 0.0, "standard": 1.0, "strict": 2.0}  # a level's embedding noise: its norm per row / the clip
 PARTY_SEED_ENV = "FEDSIM_PARTY_SEED"
 

@@ -11,7 +11,7 @@ one from the previous window's start (each epoch's first two windows: the epoch'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
-from strategies.vfl.defences import RowShield
+from strategies.vfl.defences import AutoClip, GradientDefence, RowShield, defended_block, secret_generator
 from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
 
@@ -40,6 +40,7 @@ class TwinParties:
     secondary_x: dict[str, np.ndarray]
     row_of_token: dict[str, np.ndarray]
     shields: dict[str, RowShield] = field(default_factory=dict)  # per secondary its level's embedding defence
+    defence: GradientDefence = GradientDefence()  # the primary's defence of the gradients it sends
 
 
 def train_twin(
@@ -65,6 +66,7 @@ def train_twin(
     optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
     losses: list[float] = []
     _calibrate(parties, sx, list(parties.shields))
+    defended = _Defended(parties, device) if parties.defence.on and secondary_models else None
     for epoch in range(plan.epochs):
         for opt in optimizers:
             set_lr(opt, lr * (lr_scales[epoch] if lr_scales else 1.0))
@@ -79,13 +81,15 @@ def train_twin(
             stale, previous = (previous if plan.pipeline and previous is not None else fresh), fresh
             for rows in window:
                 model.train()
-                pairs, index = _pairs(parties, sx, stale, rows, device)
-                sims = _sims(parties, rows, device, dtype)
-                out = model(xt[rows], pairs, index, sims)
-                loss = head.loss(out, head.target(parties.y[rows], device, dtype))
+                target = head.target(parties.y[rows], device, dtype)
+                pairs, index = _pairs(parties, sx, stale, rows, device, defended is None)
+                out = model(xt[rows], pairs, index, _sims(parties, rows, device, dtype))
+                loss = head.loss(out, target)
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if defended is not None:
+                    defended.backward(sx, rows, pairs, target)
                 for opt in optimizers:
                     opt.step()
                 losses.append(float(loss.detach()))
@@ -101,16 +105,46 @@ def _pairs(
     stale: dict[str, torch.Tensor],
     rows: np.ndarray,
     device: torch.device,
+    straight: bool = True,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Per secondary, one embedding per (record, neighbour) pair with the window's straight-through value."""
+    """Per secondary, one embedding per (record, neighbour) pair with the window's straight-through
+    value; not ``straight``: the stale values as leaves, whose gradients :class:`_Defended` sends."""
     pairs, index = {}, {}
     for p, m in parties.secondary_models.items():
         r = torch.as_tensor(parties.row_of_token[p][parties.linkage.tokens[p][rows]], device=device)  # (B, K)
+        index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
+        if not straight:
+            pairs[p] = stale[p][r.flatten()].detach().requires_grad_(True)  # (B*K, c)
+            continue
         live = m(sx[p][r.flatten()])  # (B*K, c): one row per pair, duplicates included
         live = parties.shields[p].clipped(live) if p in parties.shields else live
         pairs[p] = stale[p][r.flatten()] + (live - live.detach())
-        index[p] = torch.arange(r.numel(), device=device).view(r.shape)  # (B, K)
     return pairs, index
+
+
+class _Defended:
+    """The primary's gradient defence in the twin: per party (in the primary's order) each
+    record's pair gradients clipped and noised into one block row per distinct token
+    (strategies/vfl/defences.py, the same secret stream and calibrated clips as the primary's),
+    and the block backpropagated through a fresh forward of the token's row, as the secondary
+    does. The math of the block is the primary's own (an oracle of the protocol around it)."""
+
+    def __init__(self, parties: TwinParties, device: torch.device) -> None:
+        self.parties, self.device = parties, device
+        noisy = parties.defence.noise > 0 or parties.defence.marvell > 0
+        self.noise = secret_generator(device, "grad-noise") if noisy else None
+        self.clips = {p: parties.defence.auto and AutoClip() for p in parties.model.parties}
+
+    def backward(self, sx: dict[str, torch.Tensor], rows: np.ndarray, pairs: dict, target: torch.Tensor) -> None:
+        tw = self.parties
+        for p in tw.model.parties:
+            tokens, inverse = np.unique(tw.linkage.tokens[p][rows], return_inverse=True)  # (U,), (B * K,)
+            b, k = len(rows), tw.linkage.tokens[p].shape[1]
+            index = torch.as_tensor(inverse.reshape(b, k), device=self.device)  # (B, K)
+            defence = replace(tw.defence, auto=self.clips[p]) if self.clips[p] else tw.defence
+            block = defended_block(pairs[p].grad.view(b, k, -1), index, len(tokens), defence, self.noise, target)
+            live = tw.secondary_models[p](sx[p][torch.as_tensor(tw.row_of_token[p][tokens], device=self.device)])
+            (tw.shields[p].clipped(live) if p in tw.shields else live).backward(block)  # (U, c)
 
 
 def _sent(parties: TwinParties, p: str, every: torch.Tensor) -> torch.Tensor:
