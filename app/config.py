@@ -331,6 +331,10 @@ class RunConfig:
             return "run config"
         return "default" if value == 1.0 else f"dataset default ({self.data.dataset}, chosen on validation)"
 
+    def exchange_level(self) -> str:
+        """The privacy level of what training exchanges: ``exchange-privacy``, else ``privacy``."""
+        return self.exchange.exchange_privacy or self.link.privacy
+
     def torch_device(self) -> torch.device:
         if self.runtime.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("run-config device='cuda' but no CUDA device is available")

@@ -205,7 +205,7 @@ class LinkOptions:
 
     k: int = 0
     tau: float = 1.0
-    privacy: str = DEFAULT_LEVEL  # the secondaries' floor in a simulation (linkage.protection): off | standard | strict
+    privacy: str = DEFAULT_LEVEL  # off | standard | strict: the floors (a simulation's), the exchange's defences
     encoding: str = "raw"  # "bloom": the parties link on keyed Bloom filters (strings) / FEDERAL filters (numbers)
     layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
     linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
@@ -240,15 +240,20 @@ class ExchangeOptions:
     """Defences of what training exchanges (strategies/vfl/defences.py, docs/privacy.md) and the
     report of the attacks on it (strategies/vfl/exchange_observer.py)."""
 
-    grad_clip: float = 0.0  # the primary clips each record's cut-layer gradients to this L2 norm; 0 = off
+    grad_clip: float = 0.0  # the primary clips each record's cut-layer gradients to this L2 norm; 0 = the level's
     grad_noise: float = 0.0  # ... and adds Gaussian noise of std grad-noise * grad-clip to the blocks it sends
     marvell: float = 0.0  # binary labels: Marvell's noise, power budget in units of |Delta|^2; 0 = off
     label_dp: float = 0.0  # epsilon of randomised training labels (label DP); 0 = off
-    embedding_clip: float = 0.0  # each secondary clips each embedding it sends to this L2 norm; 0 = off
+    embedding_clip: float = 0.0  # each secondary clips each embedding it sends to this L2 norm; 0 = its level's
     embedding_noise: float = 0.0  # ... and adds Gaussian noise of std embedding-noise * embedding-clip
     exchange_report: bool = True  # score label attacks on the exchanged gradients (summary.json exchange_privacy)
+    exchange_privacy: str = ""  # the exchange's level when it differs from `privacy` ("" = the same)
 
     def check(self, need: Need) -> None:
+        need(
+            self.exchange_privacy in ("", *LEVELS),
+            f"run-config 'exchange-privacy' must be one of {['', *LEVELS]}, got {self.exchange_privacy!r}",
+        )
         _nonnegative(need, self, "grad_clip", "grad_noise", "marvell", "label_dp", "embedding_clip", "embedding_noise")
         for clip, noise in (("grad_clip", "grad_noise"), ("embedding_clip", "embedding_noise")):
             need(

@@ -47,10 +47,10 @@ def own_defence(cfg: RunConfig, context: Context) -> RunConfig:
     "privacy" level (a deployed party that states none gets the default level, whatever the run
     config asks). In a simulation (no node "party") one user plays every party: the run config's."""
     own = {k: context.node_config[k] for k in DEFENCE_KEYS if k in context.node_config}
-    level = str(context.node_config.get("privacy", DEFAULT_LEVEL if deployed(context) else cfg.link.privacy))
+    level = str(context.node_config.get("privacy", DEFAULT_LEVEL if deployed(context) else cfg.exchange_level()))
     if level not in LEVELS:
         raise ConfigError(f"node config 'privacy' must be one of {list(LEVELS)}, got {level!r}")
-    cfg = cfg.replace(privacy=level)
+    cfg = cfg.replace(exchange_privacy=level)
     if not own:
         return cfg
     values = {"embedding_clip": 0.0, "embedding_noise": 0.0} | {k.replace("-", "_"): float(v) for k, v in own.items()}

@@ -43,6 +43,7 @@ DEFENCES = {
     "marvell": lambda ds: OFF | {"marvell": 4.0},
     "label": lambda ds: OFF | {"label-dp": 2.0},
     "embedding": lambda ds: OFF | {"embedding-clip": 1.0, "embedding-noise": 0.1},
+    "exchange": lambda ds: OFF | {"exchange-privacy": "standard"},  # the default's exchange, an exact linkage
     "standard": lambda ds: {"privacy": "standard"},  # the default: every mechanism of the level
     "strict": lambda ds: {"privacy": "strict"},
 }

@@ -204,7 +204,8 @@ def test_a_secondarys_node_config_sets_its_own_embedding_defence():
         return Context(run_id=1, node_id=1, node_config={"party": "school", **own}, state=RecordDict(), run_config={})
 
     run_cfg = RunConfig.of(embedding_clip=2.0, embedding_noise=1.0)
-    assert with_node_paths(run_cfg, node()).exchange == run_cfg.exchange  # nothing of its own: the run's
+    mine = with_node_paths(run_cfg, node()).exchange  # nothing of its own: the run's values, its own level
+    assert (mine.embedding_clip, mine.embedding_noise) == (2.0, 1.0) and mine.exchange_privacy == "standard"
     own = with_node_paths(RunConfig.of(), node(**{"embedding-clip": 1.0, "embedding-noise": 0.5})).exchange
     assert (own.embedding_clip, own.embedding_noise) == (1.0, 0.5)
     off = with_node_paths(run_cfg, node(**{"embedding-clip": 3.0})).exchange

@@ -95,10 +95,12 @@ def test_a_deployed_secondary_sets_its_own_level_and_the_primary_cannot_lower_it
     own node config's level, the default level when it states none; a simulation's parties are
     one user's, who sets the run config."""
     primary_says_off = RunConfig.of(privacy="off")
-    assert with_node_paths(primary_says_off, node(party="school")).link.privacy == "standard"
-    assert with_node_paths(primary_says_off, node(party="school", privacy="strict")).link.privacy == "strict"
-    assert with_node_paths(RunConfig.of(), node(party="school", privacy="off")).link.privacy == "off"
-    assert with_node_paths(primary_says_off, node()).link.privacy == "off"  # a simulation: the run config's
+    assert with_node_paths(primary_says_off, node(party="school")).exchange_level() == "standard"
+    assert with_node_paths(primary_says_off, node(party="school", privacy="strict")).exchange_level() == "strict"
+    assert with_node_paths(RunConfig.of(), node(party="school", privacy="off")).exchange_level() == "off"
+    assert with_node_paths(primary_says_off, node()).exchange_level() == "off"  # a simulation: the run config's
+    exchange_only = RunConfig.of(privacy="off", exchange_privacy="strict")
+    assert with_node_paths(exchange_only, node()).exchange_level() == "strict"
     with pytest.raises(ConfigError, match="node config 'privacy' must be one of"):
         with_node_paths(RunConfig.of(), node(party="school", privacy="lax"))
 

@@ -182,6 +182,7 @@ ADDED = {
     "ple_bins": PLE_BINS,
     "member": 0,
     "privacy": "off",
+    "exchange_privacy": "off",  # a run from before the exchange's defences had none
 }
 
 

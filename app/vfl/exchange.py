@@ -63,7 +63,7 @@ def gradient_defence(cfg: RunConfig) -> GradientDefence:
     ex = cfg.exchange
     if ex.grad_clip > 0:
         return GradientDefence(ex.grad_clip, ex.grad_noise, ex.marvell)
-    return level_defence(cfg.link.privacy, ex.marvell)
+    return level_defence(cfg.exchange_level(), ex.marvell)
 
 
 def defences(cfg: RunConfig, ds, settings, steps: int | None = None, clips: dict | None = None) -> dict:
@@ -72,7 +72,7 @@ def defences(cfg: RunConfig, ds, settings, steps: int | None = None, clips: dict
     the clips calibrated in the run (``clips``: per secondary, the last step's)."""
     ex, n, grad = cfg.exchange, len(ds.split.train), gradient_defence(cfg)
     out = {
-        "privacy": cfg.link.privacy,
+        "privacy": cfg.exchange_level(),
         "grad_clip": "auto" if grad.auto is not None else grad.clip,
         "grad_noise": grad.noise,
         "marvell": ex.marvell,
@@ -80,8 +80,8 @@ def defences(cfg: RunConfig, ds, settings, steps: int | None = None, clips: dict
         "embedding_clip": ex.embedding_clip,
         "embedding_noise": ex.embedding_noise,
     }
-    if not ex.embedding_clip and EMBED_NOISE[cfg.link.privacy]:  # the secondaries' level shield (a simulation's)
-        out["embedding_shield"] = {"clip": "auto", "noise_norm": EMBED_NOISE[cfg.link.privacy], "per_record": True}
+    if not ex.embedding_clip and EMBED_NOISE[cfg.exchange_level()]:  # the secondaries' level shield (a simulation's)
+        out["embedding_shield"] = {"clip": "auto", "noise_norm": EMBED_NOISE[cfg.exchange_level()], "per_record": True}
     if grad.auto is not None and clips:
         out["grad_clip_calibrated"] = {p: round(v, 6) for p, v in clips.items()}
     if grad.on and grad.noise and steps:

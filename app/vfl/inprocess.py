@@ -136,7 +136,7 @@ def twin_shields(cfg: RunConfig, ds, row_of_token: dict, device, dtype) -> dict[
     from the same secrets: the twin sees the values they send."""
     like = torch.empty(0, cfg.resolve().model.cut_dim, device=device, dtype=dtype)  # (0, c)
     shields = {
-        p: level_shield(cfg.link.privacy, cfg.exchange.embedding_clip > 0, len(x), like, p)
+        p: level_shield(cfg.exchange_level(), cfg.exchange.embedding_clip > 0, len(x), like, p)
         for p, x in ((p, with_imputed_row(t.features, row_of_token[p], p)) for p, t in ds.secondaries.items())
     }
     return {p: s for p, s in shields.items() if s is not None}

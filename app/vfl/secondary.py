@@ -70,7 +70,7 @@ class SecondaryParty:
         # as its explicit embedding-clip / -noise say, else as its privacy level says (a RowShield)
         self.shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
         self.noise = secret_generator(self.device, f"embedding-noise/{party}") if self.shield.noise > 0 else None
-        self.row_shield = self._level_shield(cfg.link.privacy, len(features))
+        self.row_shield = self._level_shield(cfg.exchange_level(), len(features))
 
     def _level_shield(self, level: str, n_rows: int) -> RowShield | None:
         like = torch.empty(0, self.cut_dim, device=self.device, dtype=self.dtype)  # (0, c)
