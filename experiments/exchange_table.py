@@ -30,8 +30,9 @@ from app.data import load_data
 from app.vfl.inprocess import run_experiment
 from app.vfl.parties import build_secondary_model
 from experiments.runner import parse_overrides
+from strategies.shields import RowShield, secret_generator, split_shield
 from strategies.vfl import exchange_attacks as attacks
-from strategies.vfl.defences import ClipNoise, RowShield, clipped_rows, secret_generator
+from strategies.vfl.defences import ClipNoise, clipped_rows
 
 # median per-record gradient norm, first 50 steps of an undefended run (n_rows 6000, seed 0)
 CLIP = {"hdb": 0.0085, "game": 0.066, "frog": 0.17}
@@ -56,15 +57,14 @@ def inversion(cfg: RunConfig, run: Path, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     for party, table in ds.secondaries.items():
         model = build_secondary_model(table.n_features, party, cfg, settings)
-        state = torch.load(run / "kept" / f"{party}.pt", weights_only=True)
-        model.load_state_dict({k: v for k, v in state.items() if not k.startswith("shield.")})
+        state, kept = split_shield(torch.load(run / "kept" / f"{party}.pt", weights_only=True))
+        model.load_state_dict(state)
         x = torch.as_tensor(table.features, dtype=torch.float32)
         with torch.no_grad():
             emb = model.to(torch.float32)(x)  # (n, c)
             shield = ClipNoise(cfg.exchange.embedding_clip, cfg.exchange.embedding_noise)
             emb = clipped_rows(emb, shield, secret_generator(emb.device))
-            if "shield.seed" in state:  # the level's shield as the kept party sends (top-K jobs: no imputed row)
-                kept = {k.removeprefix("shield."): v.item() for k, v in state.items() if k.startswith("shield.")}
+            if kept:  # the level's shield as the kept party sends (top-K jobs: no imputed row)
                 emb = RowShield.from_state(kept, len(emb), emb[:0]).send(emb, torch.arange(len(emb)))
         aux = np.sort(rng.choice(len(emb), size=max(len(emb) // 5, 10), replace=False))
         out[party] = round(attacks.inversion(emb.numpy(), np.asarray(table.features), aux, seed)["ratio"], 4)

@@ -20,14 +20,7 @@ from app.config import ConfigError, RunConfig
 from app.node import with_node_paths
 from app.vfl.inprocess import run_experiment
 from strategies.vfl import exchange_attacks as attacks
-from strategies.vfl.defences import (
-    ClipNoise,
-    GradientDefence,
-    clipped_rows,
-    defended_block,
-    epsilon,
-    randomised_labels,
-)
+from strategies.vfl.defences import ClipNoise, GradientDefence, clipped_rows, defended_block, epsilon, randomised_labels
 from strategies.vfl.exchange_observer import direction
 from strategies.vfl.marvell import marvell_noise, optimal_noise, power, sum_kl
 

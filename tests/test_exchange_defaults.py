@@ -12,7 +12,8 @@ from flwr.app import Context, RecordDict
 from app.config import ConfigError, RunConfig
 from app.node import with_node_paths
 from app.vfl.inprocess import run_experiment
-from strategies.vfl.defences import PARTY_SEED_ENV, AutoClip, GradientDefence, defended_block, secret_generator
+from strategies.shields import PARTY_SEED_ENV, AutoClip, secret_generator
+from strategies.vfl.defences import GradientDefence, defended_block
 
 BASE = dict(dataset="synthetic", n_rows=2000, k=1, epochs=2, privacy_report=False)
 
@@ -116,3 +117,25 @@ def test_the_default_embedding_defence_raises_the_inversions_error(tmp_path):
     default = run(tmp_path, "default", **extra)["exchange_privacy"]["inversion"]["secondary"]["ratio"]
     strict = run(tmp_path, "strict", privacy="strict", **extra)["exchange_privacy"]["inversion"]["secondary"]["ratio"]
     assert off < 0.8 and default > 0.85 and strict > default - 0.02
+
+
+def test_entity_augmentation_defends_its_exchange_by_default():
+    """The second mode alike: each secondary's activations shielded at its level (not the
+    primary's own block), and the gradients the primary returns clipped per record with noise."""
+    from app.entity_aug.parties import build_party, build_primary, ea_data  # lazy: the EA stack, this test only
+
+    on, off = (RunConfig.of(dataset="digits", n_rows=300, mode="entity-aug", privacy=p) for p in ("standard", "off"))
+    data = ea_data(on)
+    assert build_party(on, "left", data).shield is not None and build_party(off, "left", data).shield is None
+    acts = {p: np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32) for p in data.parties}
+    ids = {p: np.arange(16) for p in data.parties}
+    grads = {}
+    for name, cfg in (("on", on), ("off", off)):
+        primary = build_primary(cfg, data)
+        assert sorted(primary.clips) == (data.secondaries if name == "on" else [])
+        primary.model = torch.nn.Linear(8 * len(data.parties), 10)  # the activations' width here
+        primary.optimizer = torch.optim.SGD(primary.model.parameters(), lr=0.0)
+        grads[name] = primary.train_step(acts, ids)[1]
+    for p in data.secondaries:  # the first step's clip: its own median row norm, so half the rows bind
+        norms_off = np.linalg.norm(grads["off"][p], axis=1)
+        assert not np.allclose(grads["on"][p], grads["off"][p]) and np.median(norms_off) > 0

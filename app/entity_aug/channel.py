@@ -15,7 +15,7 @@ from app.entity_aug import parties as wire
 from app.messages import named_content
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.entity_aug.channel import LocalChannel, StepReply, StepRequest
-from strategies.entity_aug.model import SecondaryParty
+from strategies.entity_aug.secondary import SecondaryParty
 
 
 class FlowerChannel:

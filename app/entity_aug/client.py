@@ -30,7 +30,8 @@ from app.entity_aug.parties import (
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
 from linkage.private import private_dir
-from strategies.entity_aug.model import BatchSchedule, SecondaryParty
+from strategies.entity_aug.model import BatchSchedule
+from strategies.entity_aug.secondary import SecondaryParty
 
 
 def secondary_name(cfg: RunConfig, context: Context) -> str:
@@ -54,6 +55,8 @@ def restore(cfg: RunConfig, context: Context) -> SecondaryParty:
         )
         pending = context.state.array_records["ea_pending"]["ids"].numpy()
         party.pending = pending if bool(meta["has_pending"]) else None
+        party.applied = int(meta.get("applied", 0))
+    party.load_shield_state(dict(context.state.config_records.get("ea_shield", {})))
     return party
 
 
@@ -90,8 +93,10 @@ def _persist_inputs(party: SecondaryParty, context: Context) -> None:
 def persist(party: SecondaryParty, context: Context) -> None:
     _persist_inputs(party, context)
     context.state.config_records["ea_party"] = ConfigRecord(
-        {"party": party.name, "has_pending": party.pending is not None}
+        {"party": party.name, "has_pending": party.pending is not None, "applied": party.applied}
     )
+    if party.shield is not None:
+        context.state.config_records["ea_shield"] = ConfigRecord(party.shield.state())
     context.state.array_records["ea_model"] = ArrayRecord({k: v.cpu() for k, v in party.model.state_dict().items()})
     arrays, scalars = optimizer_state_records(party.optimizer)
     context.state.array_records["ea_optim_arrays"] = arrays
@@ -154,7 +159,7 @@ def keep(msg: Message, context: Context) -> Message:
     save_secondary_state(
         node.model_dir(cfg, context, got["run"], party.name),
         got["epoch"],
-        party.model.state_dict(),
+        party.state_dict(),  # its model's and its shield's
         party.x.cpu().numpy(),
     )
     return Message(RecordDict(), reply_to=msg)
@@ -181,7 +186,7 @@ def embed_kept(msg: Message, context: Context) -> Message:
         _, state = load_secondary_state(
             node.model_dir(cfg, context, run, party.name), party.name, party.x.cpu().numpy()
         )
-        party.model.load_state_dict(state)
+        party.load_state_dict(state)
         n = party.x.shape[0]
         if len(ids) and (ids.min() < 0 or ids.max() >= n):
             raise ValueError(f"secondary {party.name!r}: entity ids outside its 0..{n - 1}")

@@ -25,15 +25,16 @@ from strategies.entity_aug.model import (
     EntityAugError,
     Layer,
     PrimaryParty,
-    SecondaryParty,
     TrainPlan,
     layers,
     out_width,
     party_records,
     require_classification,
 )
+from strategies.entity_aug.secondary import SecondaryParty
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
+from strategies.shields import GRAD_NOISE, level_shield
 
 if TYPE_CHECKING:
     from datasets.overlap import EntityData
@@ -217,7 +218,13 @@ def build_party(
         device, dtype
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    return SecondaryParty(party, inputs.x, inputs.schedule, model, optimizer, device, dtype, inputs.delay)
+    built = SecondaryParty(party, inputs.x, inputs.schedule, model, optimizer, device, dtype, inputs.delay)
+    from datasets.overlap import PRIMARY_BLOCK  # lazy: pandas; as ea_data's import
+
+    if party != PRIMARY_BLOCK:  # a secondary's activations defended at its level (the primary's own block: not)
+        like = torch.empty(0, out_width(d, settings.secondary), device=device, dtype=dtype)  # (0, c)
+        built.protect(level_shield(cfg.exchange_level(), False, len(inputs.x), like, party))
+    return built
 
 
 def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
@@ -230,7 +237,9 @@ def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
         lambda: layers(d_in, settings.primary, head.d_out),
     ).to(device, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    return PrimaryParty(data.parties, data.labels, head, model, optimizer, device, dtype)
+    primary = PrimaryParty(data.parties, data.labels, head, model, optimizer, device, dtype)
+    primary.protect(GRAD_NOISE[cfg.exchange_level()], data.secondaries)  # its own block's gradient stays here
+    return primary
 
 
 def simulation_secondary(cfg: RunConfig, partition_id: int) -> str:

@@ -121,7 +121,7 @@ def rebuild(cfg: RunConfig, data: EntityData, meta: dict, states: dict, local: l
     primary.model.load_state_dict(states[PRIMARY_MODEL])  # built in the run's dtype first: no float32 round trip
     parties = {p: build_party(cfg, p, data) for p in (data.parties if local is None else local)}
     for p, party in parties.items():
-        party.model.load_state_dict(states[state_name(p)])
+        party.load_state_dict(states[state_name(p)])  # its model and its shield
     return primary, LocalChannel(parties)
 
 

@@ -183,7 +183,7 @@ def kept_models(primary: PrimaryParty, channel: FlowerChannel | LocalChannel) ->
     its own block's always; the secondaries' only in process. Over Flower each secondary keeps its
     own (told from on_epoch when keeper.offer returns True: FlowerChannel.keep, ``query.ea_keep``)."""
     local = channel.members if isinstance(channel, LocalChannel) else channel.local.members
-    return {PRIMARY_MODEL: primary.model, **{state_name(p): party.model for p, party in local.items()}}
+    return {PRIMARY_MODEL: primary.model, **{state_name(p): party for p, party in local.items()}}  # with shields
 
 
 def _exchange(channel, exchanger: Exchanger) -> dict | None:

@@ -14,8 +14,9 @@ from flwr.common.logger import log
 
 from app.config import ConfigError, RunConfig
 from strategies.optim import party_seed
+from strategies.shields import EMBED_NOISE
 from strategies.vfl import exchange_attacks as attacks
-from strategies.vfl.defences import EMBED_NOISE, GradientDefence, epsilon, level_defence, randomised_labels
+from strategies.vfl.defences import GradientDefence, epsilon, level_defence, randomised_labels
 from strategies.vfl.exchange_observer import ExchangeObserver, leaks, report_lines
 
 

@@ -30,8 +30,8 @@ from app.vfl.server import Engine, drive, link
 from linkage.contracts import LinkageError
 from linkage.store import load_secondary
 from strategies.optim import party_seed
+from strategies.shields import RowShield, level_shield
 from strategies.vfl.channel import LocalChannel
-from strategies.vfl.defences import RowShield, level_shield
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.protocol import fit
 from strategies.vfl.twin import TwinParties, train_twin

@@ -24,7 +24,8 @@ from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer, set_lr
-from strategies.vfl.defences import ClipNoise, RowShield, clipped_rows, level_shield, secret_generator
+from strategies.shields import RowShield, level_shield, secret_generator, split_shield, with_shield
+from strategies.vfl.defences import ClipNoise, clipped_rows
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
 
@@ -81,16 +82,13 @@ class SecondaryParty:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """What an in-process run keeps of this party (app/kept.py Keeper): its model's state and
-        its shield's (seed and clip, as tensors), so predict sends what the evaluation sent."""
-        shield = {f"shield.{k}": torch.tensor(v, dtype=torch.float64) for k, v in self.shield_state().items()}
-        if "shield.seed" in shield:
-            shield["shield.seed"] = torch.tensor(self.row_shield.seed, dtype=torch.int64)  # 63 bits: exact
-        return {**self.model.state_dict(), **shield}
+        its shield's, so predict sends what the evaluation sent."""
+        return with_shield(self.model.state_dict(), self.row_shield)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """:meth:`state_dict`'s inverse (a state without a shield: the model's alone)."""
-        shield = {k.removeprefix("shield."): v.item() for k, v in state.items() if k.startswith("shield.")}
-        self.model.load_state_dict({k: v for k, v in state.items() if not k.startswith("shield.")})
+        model, shield = split_shield(state)
+        self.model.load_state_dict(model)
         self.load_shield_state(shield)
 
     def load_shield_state(self, state: dict) -> None:

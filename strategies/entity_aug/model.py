@@ -13,7 +13,7 @@ activation and ids received from each party: a party that does not answer within
 ones, and the run counts how often (``stale``).
 
 This module holds the labels, models, record orders (:class:`BatchSchedule`), the parties
-(:class:`SecondaryParty`, :class:`PrimaryParty`) and the training loop; the channel to the
+(:class:`PrimaryParty`; the secondary in strategies/entity_aug/secondary.py) and the training loop; the channel to the
 secondaries (payloads, :class:`~strategies.entity_aug.channel.SecondaryChannel`, the in-process
 LocalChannel) lives in ``strategies.entity_aug.channel``, the queue and its fallback in
 ``strategies.entity_aug.exchange``.
@@ -32,10 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strategies.entity_aug.channel import SecondaryChannel, StepReply, StepRequest
+from strategies.entity_aug.channel import SecondaryChannel
 from strategies.entity_aug.exchange import Exchanger
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord, Progress, early_stop
+from strategies.shields import AutoClip, defended_rows, secret_generator
 
 __all__ = [
     "ACTIVATIONS",
@@ -44,7 +45,6 @@ __all__ = [
     "EntityAugError",
     "Layer",
     "PrimaryParty",
-    "SecondaryParty",
     "TrainPlan",
     "evaluate",
     "fit_ea",
@@ -169,62 +169,6 @@ class BatchSchedule:
         return record_stream(self.records, self.steps_per_epoch * self.batch_size, rng)
 
 
-# ---------------------------------------------------------------------------- a party
-
-
-class SecondaryParty:
-    """A secondary's side (the EA paper's guest; also the primary's own feature block, served in
-    process as one more party): its local model over its own records. Each step it first applies
-    the primary's gradient for its
-    previous activation (fresh forward pass of the same entities, then one optimiser step),
-    then sends the activations of its next batch.
-
-    ``fault_delay``: test hook, seconds to sleep before answering odd training steps."""
-
-    def __init__(
-        self,
-        name: str,
-        features: np.ndarray,
-        schedule: BatchSchedule,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        device: torch.device,
-        dtype: torch.dtype,
-        fault_delay: float = 0.0,
-    ) -> None:
-        self.name, self.schedule, self.model, self.optimizer = name, schedule, model, optimizer
-        self.device, self.dtype, self.fault_delay = device, dtype, fault_delay
-        self.x = torch.as_tensor(features, device=device, dtype=dtype)  # (n, d_p) by entity id
-        self.pending: np.ndarray | None = None  # ids of the last activation sent
-        self._stream: tuple[int, np.ndarray] | None = None
-
-    def step(self, req: StepRequest) -> StepReply:
-        if self.fault_delay and req.step % 2 == 1:
-            time.sleep(self.fault_delay)
-        if req.grad is not None and self.pending is not None:
-            self.apply(self.pending, req.grad)
-        self.pending = None
-        if req.step < 0:
-            return StepReply(np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=np.float32))
-        if self._stream is None or self._stream[0] != req.epoch:
-            self._stream = (req.epoch, self.schedule.stream(req.epoch))
-        ids = self.schedule.batch(self._stream[1], req.step)
-        with torch.no_grad():
-            act = self.model(self.x[torch.as_tensor(ids, device=self.device)]).cpu().numpy()  # (B, c)
-        self.pending = ids
-        return StepReply(ids, act)
-
-    def apply(self, ids: np.ndarray, grad: np.ndarray) -> None:
-        out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
-        self.optimizer.zero_grad(set_to_none=True)
-        out.backward(torch.as_tensor(grad, device=self.device, dtype=self.dtype))
-        self.optimizer.step()
-
-    @torch.no_grad()
-    def embed(self, ids: np.ndarray) -> np.ndarray:
-        return self.model(self.x[torch.as_tensor(ids, device=self.device)]).cpu().numpy()  # (n, c)
-
-
 # ---------------------------------------------------------------------------- the primary
 
 
@@ -244,6 +188,19 @@ class PrimaryParty:
     ) -> None:
         self.parties, self.labels, self.head = list(parties), labels, head
         self.model, self.optimizer, self.device, self.dtype = model, optimizer, device, dtype
+        self.noise_scale, self.noise, self.clips = 0.0, None, {}  # :meth:`protect`
+
+    def protect(self, noise: float, parties: Sequence[str]) -> None:
+        """Send the gradients of ``parties``' activations defended per record from now on: each
+        row clipped at a clip calibrated in the run (per party), N(0, (noise x clip)^2) added
+        (strategies/shields.py), from a secret of this party; noise 0 = undefended."""
+        self.noise_scale = noise
+        self.noise = secret_generator(self.device, "ea-grad-noise") if noise > 0 else None
+        self.clips = {p: AutoClip() for p in parties} if noise > 0 else {}
+
+    def _defended(self, p: str, grad: torch.Tensor) -> torch.Tensor:
+        """(B, c) party p's gradient as sent (its rows' records defended, where :meth:`protect` says)."""
+        return defended_rows(grad, self.clips[p], self.noise_scale, self.noise) if p in self.clips else grad
 
     def _cat(self, acts: dict[str, np.ndarray], grad: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
         xs = [torch.as_tensor(acts[p], device=self.device, dtype=self.dtype).requires_grad_(grad) for p in self.parties]
@@ -260,7 +217,7 @@ class PrimaryParty:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return loss.item(), {p: t.grad.cpu().numpy() for p, t in zip(self.parties, xs)}
+        return loss.item(), {p: self._defended(p, t.grad).cpu().numpy() for p, t in zip(self.parties, xs)}
 
     @torch.no_grad()
     def outputs(self, acts: dict[str, np.ndarray]) -> torch.Tensor:

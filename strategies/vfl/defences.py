@@ -20,24 +20,20 @@ the run config).
 - **Embedding clipping + noise** (a secondary, protecting its features from the primary): each
   embedding row it sends is clipped to L2 norm ``clip`` and gets N(0, (noise * clip)^2) per entry.
 
-A privacy level (``privacy``: off / standard / strict, linkage/protection.py) turns the gradient
-defence on without a calibration run: the clip is :class:`AutoClip` (the median per-record norm
-the party clipped at its previous step) and the noise :data:`GRAD_NOISE` of the level.
-``$FEDSIM_PARTY_SEED`` (a party's own environment, never the run config) makes a party's draws
-reproducible for tests and twin oracles: a guessable seed lets the others undo the noise.
+A privacy level turns the gradient defence on without a calibration run (:func:`level_defence`:
+a clip calibrated in the run and the level's noise, strategies/shields.py); a secondary's
+embeddings get the level's :class:`~strategies.shields.RowShield`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from strategies.shields import GRAD_NOISE, AutoClip, clip_records, gaussian
 from strategies.vfl.label_dp import randomised_response, rr_on_bins
 
 
@@ -51,111 +47,6 @@ class ClipNoise:
     @property
     def on(self) -> bool:
         return self.clip > 0
-
-
-GRAD_NOISE = {"off": 0.0, "standard": 4.0, "strict": 8.0}  # a level's gradient noise, in units of the clip
-EMBED_NOISE = {"off": 0.0, "standard": 1.0, "strict": 2.0}  # a level's embedding noise: its norm per row / the clip
-PARTY_SEED_ENV = "FEDSIM_PARTY_SEED"
-
-
-def party_secret(purpose: str) -> int:
-    """A 63-bit secret of this party for ``purpose``: from the OS's CSPRNG, or, where the
-    party's own environment sets ``$FEDSIM_PARTY_SEED``, from that seed and ``purpose`` (two
-    purposes never share a stream)."""
-    raw = os.environ.get(PARTY_SEED_ENV, "").strip()
-    if not raw:
-        return secrets.randbits(63)
-    return int.from_bytes(hashlib.sha256(f"{raw}/{purpose}".encode()).digest()[:8], "little") >> 1
-
-
-def secret_generator(device: torch.device, purpose: str = "") -> torch.Generator:
-    """A torch generator on ``device`` seeded with :func:`party_secret` of ``purpose``."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(party_secret(purpose))
-    return gen
-
-
-@dataclass
-class AutoClip:
-    """A clip calibrated within the run, without an undefended run first: the median L2 norm of
-    the rows the party clipped at its previous step (at its first step, its own). The clip
-    depends on earlier steps' data, so an accountant's epsilon over it is approximate
-    (docs/privacy.md). ``last`` stays on the device: no host sync per step."""
-
-    last: torch.Tensor | None = None
-
-    def take(self, norms: torch.Tensor) -> torch.Tensor:
-        """The clip for rows of ``norms`` (R,): the previous step's median; this step's is kept."""
-        median = norms.detach().median()
-        clip = median if self.last is None else self.last
-        self.last = median
-        return clip
-
-    @property
-    def value(self) -> float:
-        """The clip the next step will use (0 before any step)."""
-        return float(self.last) if self.last is not None else 0.0
-
-
-class RowShield:
-    """A secondary's level defence of the embeddings it sends (its features, against the
-    primary's inversion): each row clipped to a clip calibrated in the run, the median norm of
-    the party's embeddings of all its records (at its first send, then after every
-    :data:`RECALIBRATE` training steps), plus its record's own noise, N(0, (noise * clip)^2 / c)
-    per entry (a row's noise norm ~ noise x the clip). The noise is fixed per record, drawn
-    once from the party's secret ``seed``: sending a record again never gives a fresh draw to
-    average, and a prediction sees what the evaluation saw. :meth:`state` is what the party
-    keeps to rebuild it (checkpoint, kept model, message state). The one-process twin
-    (strategies/vfl/twin.py) calibrates at the same steps, so it sees the same values."""
-
-    RECALIBRATE = 50
-
-    def __init__(self, noise: float, n_rows: int, like: torch.Tensor, seed: int) -> None:
-        self.noise, self.seed, self.n_rows, self.like = noise, seed, n_rows, like  # like: (0, c) device, dtype
-        self._mask: torch.Tensor | None = None  # (n, c) drawn at the first send (a message's state rebuilds it)
-        self.clip: torch.Tensor | None = None  # None until :meth:`calibrate`
-
-    @property
-    def mask(self) -> torch.Tensor:
-        """(n, c) each record's noise direction, N(0, 1 / c) per entry, from the party's secret."""
-        if self._mask is None:
-            width, like = self.like.shape[1], self.like
-            gen = torch.Generator(device=like.device).manual_seed(self.seed)
-            self._mask = torch.randn(self.n_rows, width, generator=gen, device=like.device, dtype=like.dtype)
-            self._mask /= width**0.5
-        return self._mask
-
-    def calibrate(self, every: torch.Tensor) -> None:
-        """The clip from (n, c) embeddings of all the party's records: their median norm."""
-        self.clip = every.detach().norm(dim=1).median()
-
-    def due(self, applied: int) -> bool:
-        """Whether the clip is recalibrated after ``applied`` training steps."""
-        return applied % self.RECALIBRATE == 0
-
-    def send(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """(R, c) embeddings of rows ``rows`` (R,) as sent: clipped and given their noise."""
-        return self.clipped(out) + self.mask[rows] * (self.noise * self.clip)
-
-    def clipped(self, out: torch.Tensor) -> torch.Tensor:
-        """(R, c) rows clipped to the clip (differentiable: a backward's fresh forward)."""
-        return out * (self.clip / out.norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)[:, None]
-
-    def state(self) -> dict:
-        """Plain numbers (a message state's ConfigRecord, a kept file): clip -1 before calibration."""
-        return {"noise": self.noise, "seed": self.seed, "clip": -1.0 if self.clip is None else float(self.clip)}
-
-    @classmethod
-    def from_state(cls, state: dict, n_rows: int, like: torch.Tensor) -> "RowShield":
-        shield = cls(float(state["noise"]), n_rows, like, int(state["seed"]))
-        clip = float(state["clip"])
-        shield.clip = None if clip < 0 else torch.tensor(clip, device=like.device, dtype=like.dtype)
-        return shield
-
-
-def gaussian(shape, std: float, like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """N(0, std^2) of ``shape`` in ``like``'s device and dtype, drawn from ``gen``."""
-    return torch.randn(shape, generator=gen, device=like.device, dtype=like.dtype) * std
 
 
 @dataclass(frozen=True)
@@ -178,16 +69,6 @@ class GradientDefence:
         return self.auto.take(norms) if self.auto is not None else self.clip
 
 
-def level_shield(level: str, explicit: bool, n_rows: int, like: torch.Tensor, party: str) -> RowShield | None:
-    """Secondary ``party``'s embedding defence at privacy ``level`` (None at "off" or where it set
-    an ``explicit`` embedding clip), its noise from the party's secret; ``like`` (0, c) gives
-    the embeddings' width, device and dtype."""
-    noise = EMBED_NOISE[level]
-    if explicit or noise == 0:
-        return None
-    return RowShield(noise, n_rows, like, party_secret(f"embedding-mask/{party}"))
-
-
 def level_defence(level: str, marvell: float = 0.0) -> GradientDefence:
     """The gradient defence a privacy level gives when no clip is set: :class:`AutoClip` and
     the level's noise (none at "off", where only an explicit Marvell remains)."""
@@ -207,9 +88,7 @@ def defended_block(
     per = pair_grad * b  # (B, K, c) each record's gradient of its own loss
     clip = 0.0
     if defence.clip > 0 or defence.auto is not None:
-        norms = per.flatten(1).norm(dim=1)  # (B,)
-        clip = defence.clip_for(norms)
-        per = per * (clip / norms.clamp_min(1e-12)).clamp(max=1.0)[:, None, None]
+        per, clip = clip_records(per, defence.clip_for)
     if defence.marvell > 0:
         from strategies.vfl.marvell import marvell_noise  # lazy: scipy's optimiser, for this defence only
 

@@ -17,7 +17,8 @@ import torch
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
-from strategies.vfl.defences import AutoClip, GradientDefence, defended_block, secret_generator
+from strategies.shields import AutoClip, secret_generator
+from strategies.vfl.defences import GradientDefence, defended_block
 from strategies.vfl.model import SimilarityModel
 
 

@@ -21,7 +21,8 @@ from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
-from strategies.vfl.defences import AutoClip, GradientDefence, RowShield, defended_block, secret_generator
+from strategies.shields import AutoClip, RowShield, secret_generator
+from strategies.vfl.defences import GradientDefence, defended_block
 from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
 

@@ -1,0 +1,103 @@
+"""Entity Augmentation's secondary (the EA paper's guest; also the primary's own feature block,
+served in process as one more party): its local model over its own records, the activations it
+sends (defended at its privacy level: strategies/shields.py) and the gradients it applies.
+Shapes: B entities per step, c activation width, n the party's records."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from strategies.entity_aug.channel import StepReply, StepRequest
+from strategies.entity_aug.model import BatchSchedule
+from strategies.shields import RowShield, split_shield, with_shield
+
+
+class SecondaryParty:
+    """A secondary's side (the EA paper's guest; also the primary's own feature block, served in
+    process as one more party): its local model over its own records. Each step it first applies
+    the primary's gradient for its
+    previous activation (fresh forward pass of the same entities, then one optimiser step),
+    then sends the activations of its next batch.
+
+    ``fault_delay``: test hook, seconds to sleep before answering odd training steps."""
+
+    def __init__(
+        self,
+        name: str,
+        features: np.ndarray,
+        schedule: BatchSchedule,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        dtype: torch.dtype,
+        fault_delay: float = 0.0,
+    ) -> None:
+        self.name, self.schedule, self.model, self.optimizer = name, schedule, model, optimizer
+        self.device, self.dtype, self.fault_delay = device, dtype, fault_delay
+        self.x = torch.as_tensor(features, device=device, dtype=dtype)  # (n, d_p) by entity id
+        self.pending: np.ndarray | None = None  # ids of the last activation sent
+        self._stream: tuple[int, np.ndarray] | None = None
+        self.shield: RowShield | None = None  # its privacy level's defence of what it sends (:meth:`protect`)
+        self.applied = 0  # gradients applied: the shield recalibrates every RowShield.RECALIBRATE
+
+    def protect(self, shield: RowShield | None) -> None:
+        """Send activations clipped and noised per record from now on (strategies/vfl/defences.py)."""
+        self.shield = shield
+
+    def step(self, req: StepRequest) -> StepReply:
+        if self.fault_delay and req.step % 2 == 1:
+            time.sleep(self.fault_delay)
+        if req.grad is not None and self.pending is not None:
+            self.apply(self.pending, req.grad)
+        self.pending = None
+        if req.step < 0:
+            return StepReply(np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=np.float32))
+        if self._stream is None or self._stream[0] != req.epoch:
+            self._stream = (req.epoch, self.schedule.stream(req.epoch))
+        ids = self.schedule.batch(self._stream[1], req.step)
+        act = self.embed(ids)  # (B, c)
+        self.pending = ids
+        return StepReply(ids, act)
+
+    def apply(self, ids: np.ndarray, grad: np.ndarray) -> None:
+        out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
+        if self.shield is not None:
+            out = self._calibrated().clipped(out)  # the clip's own gradient (the noise: a constant)
+        self.optimizer.zero_grad(set_to_none=True)
+        out.backward(torch.as_tensor(grad, device=self.device, dtype=self.dtype))
+        self.optimizer.step()
+        self.applied += 1
+        if self.shield is not None and self.shield.due(self.applied):
+            self._calibrated(again=True)
+
+    @torch.no_grad()
+    def embed(self, ids: np.ndarray) -> np.ndarray:
+        """(n,) entity ids -> (n, c) activations as sent (its shield applied)."""
+        rows = torch.as_tensor(ids, device=self.device)
+        out = self.model(self.x[rows])  # (n, c)
+        return (out if self.shield is None else self._calibrated().send(out, rows)).cpu().numpy()
+
+    @torch.no_grad()
+    def _calibrated(self, again: bool = False) -> RowShield:
+        """The shield with its clip from this party's activations of all its records."""
+        if self.shield.clip is None or again:
+            self.shield.calibrate(self.model(self.x))
+        return self.shield
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Its model's state and its shield's (what it keeps: a prediction sends what evaluation sent)."""
+        return with_shield(self.model.state_dict(), self.shield)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        model, shield = split_shield(state)
+        self.model.load_state_dict(model)
+        self.load_shield_state(shield)
+
+    def load_shield_state(self, state: dict) -> None:
+        """The shield as :meth:`RowShield.state` left it (a message state, a kept state)."""
+        if self.shield is not None and state:
+            self.shield = RowShield.from_state(state, self.shield.n_rows, self.shield.like)
