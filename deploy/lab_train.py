@@ -35,6 +35,7 @@ from pathlib import Path
 
 from deploy.hosts import Host, Lab, Running
 from deploy.localsim import QUIET_ENV, REPO, run_config_arg
+from strategies.shields import seed_environment
 
 CONNECTION = "lab"
 LINK_PORT, NODE_PORT, WORKER_PORT = 9092, 9094, 9301  # each in its own host's namespace
@@ -83,8 +84,9 @@ def tool(name: str) -> str:
 
 
 def flwr_env(host: Host) -> dict[str, str]:
-    """Flower's quiet settings, FLWR_HOME in the host's own home, the repository importable."""
-    return {**QUIET_ENV, "FLWR_HOME": str(host.home / "flwr"), "PYTHONPATH": str(REPO)}
+    """Flower's quiet settings, FLWR_HOME in the host's own home, the repository importable, and
+    the host's own party seed where the operator's environment sets one (strategies/shields.py)."""
+    return {**QUIET_ENV, "FLWR_HOME": str(host.home / "flwr"), "PYTHONPATH": str(REPO), **seed_environment(host.name)}
 
 
 def checked(r, what: str):

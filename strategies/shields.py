@@ -37,6 +37,14 @@ def party_secret(purpose: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{raw}/{purpose}".encode()).digest()[:8], "little") >> 1
 
 
+def seed_environment(party: str) -> dict[str, str]:
+    """The environment a launcher gives a party's processes: where its own environment sets
+    ``$FEDSIM_PARTY_SEED`` (tests, the lab), a seed of that party's own derived from it (two
+    parties never share one); else nothing (each party's secrets from the OS)."""
+    raw = os.environ.get(PARTY_SEED_ENV, "").strip()
+    return {PARTY_SEED_ENV: f"{raw}/{party}"} if raw else {}
+
+
 def secret_generator(device: torch.device, purpose: str = "") -> torch.Generator:
     """A torch generator on ``device`` seeded with :func:`party_secret` of ``purpose``."""
     gen = torch.Generator(device=device)
