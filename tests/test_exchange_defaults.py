@@ -120,13 +120,15 @@ def test_the_default_embedding_defence_raises_the_inversions_error(tmp_path):
 
 
 def test_entity_augmentation_defends_its_exchange_by_default():
-    """The second mode alike: each secondary's activations shielded at its level (not the
-    primary's own block), and the gradients the primary returns clipped per record with noise."""
+    """The second mode: the gradients the primary returns clipped per record with noise at the
+    default; each secondary's activations shielded at strict (not the primary's own block)."""
     from app.entity_aug.parties import build_party, build_primary, ea_data  # lazy: the EA stack, this test only
 
     on, off = (RunConfig.of(dataset="digits", n_rows=300, mode="entity-aug", privacy=p) for p in ("standard", "off"))
     data = ea_data(on)
-    assert build_party(on, "left", data).shield is not None and build_party(off, "left", data).shield is None
+    strict = on.replace(privacy="strict")
+    assert build_party(strict, "left", data).shield is not None
+    assert build_party(on, "left", data).shield is None  # a row is the record's whole representation
     acts = {p: np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32) for p in data.parties}
     ids = {p: np.arange(16) for p in data.parties}
     grads = {}

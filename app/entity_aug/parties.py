@@ -34,7 +34,7 @@ from strategies.entity_aug.model import (
 from strategies.entity_aug.secondary import SecondaryParty
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
-from strategies.shields import GRAD_NOISE, level_shield
+from strategies.shields import EA_EMBED_NOISE, GRAD_NOISE, level_shield
 
 if TYPE_CHECKING:
     from datasets.overlap import EntityData
@@ -223,7 +223,7 @@ def build_party(
 
     if party != PRIMARY_BLOCK:  # a secondary's activations defended at its level (the primary's own block: not)
         like = torch.empty(0, out_width(d, settings.secondary), device=device, dtype=dtype)  # (0, c)
-        built.protect(level_shield(cfg.exchange_level(), False, len(inputs.x), like, party))
+        built.protect(level_shield(cfg.exchange_level(), False, len(inputs.x), like, party, EA_EMBED_NOISE))
     return built
 
 
