@@ -72,7 +72,10 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_evaluation(case, t
 
 
 def test_float32_runs_agree_to_float32_precision(tmp_path, monkeypatch):
-    cfg, summary, seen = _trained(tmp_path, CASES["synthetic-primary-block"], "float32", monkeypatch)
+    # undefended: the case was chosen for a trajectory whose best epoch is not the last (the
+    # default's noise moves it; predict == evaluation at the default: the test above, float64)
+    values = {**CASES["synthetic-primary-block"], "exchange_privacy": "off"}
+    cfg, summary, seen = _trained(tmp_path, values, "float32", monkeypatch)
     test = ea_data(cfg).split.test
     head, evaluated = _evaluated_test(tmp_path / "run", summary, seen)
     want = head.probabilities(evaluated)
