@@ -159,6 +159,12 @@ def split_shield(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor
     return {k: v for k, v in state.items() if not k.startswith("shield.")}, shield
 
 
+def reloaded(shield: RowShield | None, state: dict) -> RowShield | None:
+    """``shield`` as ``state`` (:meth:`RowShield.state`: a message state, a kept state) left it;
+    as it is without either."""
+    return RowShield.from_state(state, shield.n_rows, shield.like) if shield is not None and state else shield
+
+
 def level_shield(
     level: str, explicit: bool, n_rows: int, like: torch.Tensor, party: str, noise_of: dict = EMBED_NOISE
 ) -> RowShield | None:

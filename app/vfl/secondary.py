@@ -24,7 +24,7 @@ from app.vfl.parties import build_secondary_model, secondary_features
 from linkage.private import private_dir
 from linkage.store import load_secondary, write_atomic
 from strategies.optim import make_optimizer, set_lr
-from strategies.shields import RowShield, level_shield, secret_generator, split_shield, with_shield
+from strategies.shields import RowShield, level_shield, reloaded, secret_generator, split_shield, with_shield
 from strategies.vfl.defences import ClipNoise, clipped_rows
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
@@ -92,8 +92,7 @@ class SecondaryParty:
         self.load_shield_state(shield)
 
     def load_shield_state(self, state: dict) -> None:
-        if self.row_shield is not None and state:
-            self.row_shield = RowShield.from_state(state, self.row_shield.n_rows, self.row_shield.like)
+        self.row_shield = reloaded(self.row_shield, state)
 
     # ------------------------------------------------------------------ protocol steps
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import BatchSchedule
-from strategies.shields import RowShield, split_shield, with_shield
+from strategies.shields import RowShield, reloaded, split_shield, with_shield
 
 
 class SecondaryParty:
@@ -98,6 +98,4 @@ class SecondaryParty:
         self.load_shield_state(shield)
 
     def load_shield_state(self, state: dict) -> None:
-        """The shield as :meth:`RowShield.state` left it (a message state, a kept state)."""
-        if self.shield is not None and state:
-            self.shield = RowShield.from_state(state, self.shield.n_rows, self.shield.like)
+        self.shield = reloaded(self.shield, state)
