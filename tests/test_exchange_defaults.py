@@ -14,6 +14,7 @@ from app.node import with_node_paths
 from app.vfl.inprocess import run_experiment
 from strategies.shields import PARTY_SEED_ENV, AutoClip, secret_generator
 from strategies.vfl.defences import GradientDefence, defended_block
+from strategies.vfl.exchange_observer import report_lines
 
 BASE = dict(dataset="synthetic", n_rows=2000, k=1, epochs=2, privacy_report=False)
 
@@ -36,8 +37,11 @@ def test_a_run_with_no_privacy_option_defends_the_labels_in_its_gradients(tmp_pa
     assert abs(default["attacks"]["secondary"]["norm"] - 0.5) < 0.1
     strict = run(tmp_path, "strict", privacy="strict", max_steps=5)["exchange_privacy"]["defences"]
     assert strict["grad_noise"] == 8.0 and strict["grad_epsilon"]["epsilon"] < used["grad_epsilon"]["epsilon"]
-    off = run(tmp_path, "off", privacy="off", max_steps=5)["exchange_privacy"]["defences"]
+    off_report = run(tmp_path, "off", privacy="off", max_steps=5)["exchange_privacy"]
+    off = off_report["defences"]
     assert off["grad_clip"] == 0.0 and off["grad_noise"] == 0.0 and "grad_epsilon" not in off
+    assert report_lines(off_report)[0] == "exchange privacy: defences none (privacy off)"
+    assert report_lines(default)[0].startswith("exchange privacy: defences privacy=standard, grad_clip=auto")
 
 
 def test_an_explicit_clip_replaces_the_levels(tmp_path):

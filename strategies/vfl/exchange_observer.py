@@ -157,11 +157,11 @@ def leaks(report: dict) -> bool:
 def report_lines(report: dict) -> list[str]:
     """The report as `fedsim report` and the run's log say it."""
     d = report["defences"]
-    on = [f"{k}={v}" for k, v in d.items() if v and k != "grad_epsilon"]
+    on = [f"{k}={v}" for k, v in d.items() if v and k != "grad_epsilon" and d.get(k) != "off"]
     eps = d.get("grad_epsilon")
     out = [
         "exchange privacy: defences "
-        + (", ".join(on) if on else "none (the default)")
+        + (", ".join(on) if on else "none (privacy off)")
         + (
             f"; gradient noise epsilon {eps['epsilon']} at delta {eps['delta']:.1e} (per secondary, DP-SGD "
             "accounting of the sent blocks, not end to end: docs/privacy.md)"
