@@ -106,13 +106,21 @@ class RowShield:
             self._mask /= width**0.5
         return self._mask
 
-    def calibrate(self, every: torch.Tensor) -> None:
-        """The clip from (n, c) embeddings of all the party's records: their median norm."""
-        self.clip = every.detach().norm(dim=1).median()
+    @torch.no_grad()
+    def calibrate(self, every) -> None:
+        """The clip from ``every()``, (n, c) embeddings of all the party's records: their median norm."""
+        self.clip = every().norm(dim=1).median()
 
-    def due(self, applied: int) -> bool:
-        """Whether the clip is recalibrated after ``applied`` training steps."""
-        return applied % self.RECALIBRATE == 0
+    def ready(self, every) -> "RowShield":
+        """This shield with a clip: calibrated on ``every()`` at the first need."""
+        if self.clip is None:
+            self.calibrate(every)
+        return self
+
+    def stepped(self, applied: int, every) -> None:
+        """After the party's ``applied``-th training step: recalibrated every :data:`RECALIBRATE`."""
+        if applied % self.RECALIBRATE == 0:
+            self.calibrate(every)
 
     def send(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """(R, c) embeddings of rows ``rows`` (R,) as sent: clipped and given their noise."""

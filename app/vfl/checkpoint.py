@@ -79,7 +79,7 @@ def save_primary(
             "model": strategy.model.state_dict(),
             "optimizer": strategy.optimizer.state_dict(),
             "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
-            "defence": strategy.defence_state(),
+            "defence": strategy.sent.state(),
             "records": [dataclasses.asdict(r) for r in records],
             "step_losses": list(step_losses),
         },
@@ -108,7 +108,7 @@ def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> 
     strategy.optimizer.load_state_dict(state["optimizer"])
     for d, g in zip([d for d in _dropouts(strategy) if d.generator is not None], state["dropout"]):
         d.generator.set_state(g)
-    strategy.load_defence_state(state.get("defence", {}))
+    strategy.sent.load_state(state.get("defence", {}), strategy.dtype)
     return [EpochRecord(**r) for r in state["records"]], list(state["step_losses"])
 
 

@@ -100,7 +100,7 @@ def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: 
     sent with its finish reply (``measured``), or here for in-process parties (``local``)."""
     if not strategy.parties:
         return None
-    out = {"defences": defences(cfg, ds, settings, steps, strategy.clip_values()), "attacks": None}
+    out = {"defences": defences(cfg, ds, settings, steps, strategy.sent.clip_values()), "attacks": None}
     if cfg.exchange.exchange_report:
         seed = lambda p: party_seed(cfg.train.seed, f"inversion-{p}")  # noqa: E731
         out["inversion"] = measured or {p: inversion(party, seed(p)) for p, party in local.items()}

@@ -120,8 +120,7 @@ class SecondaryParty:
         """(R,) rows of this party -> (R, c) embeddings as it sends them: clipped and noised where
         the run's embedding defence says."""
         if self.row_shield is not None:
-            self._calibrated()
-            return self.row_shield.send(self.model(self.x[rows]), rows)
+            return self.row_shield.ready(self._every).send(self.model(self.x[rows]), rows)
         return clipped_rows(self.model(self.x[rows]), self.shield, self.noise)
 
     def apply(self, blocks: list[GradBlock], lr_scale: float = 1.0) -> None:
@@ -155,21 +154,17 @@ class SecondaryParty:
             out = self.model(self.x[self.rows(block.tokens)])  # (U, c)
             out = clipped_rows(out, ClipNoise(self.shield.clip), None)  # the clip's own gradient (noise: a constant)
             if self.row_shield is not None:
-                out = self._calibrated().clipped(out)
+                out = self.row_shield.ready(self._every).clipped(out)
             self.optimizer.zero_grad(set_to_none=True)
             out.backward(grad)
             self.optimizer.step()
             self.applied += 1
-            if self.row_shield is not None and self.row_shield.due(self.applied):
-                self._calibrated(again=True)
+            if self.row_shield is not None:
+                self.row_shield.stepped(self.applied, self._every)
 
-    @torch.no_grad()
-    def _calibrated(self, again: bool = False) -> RowShield:
-        """The level's shield with its clip from this party's embeddings of all its records
-        (at the first need, and ``again`` when due)."""
-        if self.row_shield.clip is None or again:
-            self.row_shield.calibrate(self.model(self.x))
-        return self.row_shield
+    def _every(self) -> torch.Tensor:
+        """(n, c) this party's embeddings of all its records (its shield's calibration)."""
+        return self.model(self.x)
 
     def check(self, meta: StepMeta, blocks: list[GradBlock], tokens: np.ndarray) -> None:
         """Refuse a step that belongs to another linkage job, another training position, or

@@ -66,27 +66,24 @@ class SecondaryParty:
     def apply(self, ids: np.ndarray, grad: np.ndarray) -> None:
         out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
         if self.shield is not None:
-            out = self._calibrated().clipped(out)  # the clip's own gradient (the noise: a constant)
+            out = self.shield.ready(self._every).clipped(out)  # the clip's own gradient (the noise: a constant)
         self.optimizer.zero_grad(set_to_none=True)
         out.backward(torch.as_tensor(grad, device=self.device, dtype=self.dtype))
         self.optimizer.step()
         self.applied += 1
-        if self.shield is not None and self.shield.due(self.applied):
-            self._calibrated(again=True)
+        if self.shield is not None:
+            self.shield.stepped(self.applied, self._every)
 
     @torch.no_grad()
     def embed(self, ids: np.ndarray) -> np.ndarray:
         """(n,) entity ids -> (n, c) activations as sent (its shield applied)."""
         rows = torch.as_tensor(ids, device=self.device)
         out = self.model(self.x[rows])  # (n, c)
-        return (out if self.shield is None else self._calibrated().send(out, rows)).cpu().numpy()
+        return (out if self.shield is None else self.shield.ready(self._every).send(out, rows)).cpu().numpy()
 
-    @torch.no_grad()
-    def _calibrated(self, again: bool = False) -> RowShield:
-        """The shield with its clip from this party's activations of all its records."""
-        if self.shield.clip is None or again:
-            self.shield.calibrate(self.model(self.x))
-        return self.shield
+    def _every(self) -> torch.Tensor:
+        """(n, c) this party's activations of all its records (its shield's calibration)."""
+        return self.model(self.x)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Its model's state and its shield's (what it keeps: a prediction sends what evaluation sent)."""

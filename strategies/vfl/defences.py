@@ -28,12 +28,12 @@ embeddings get the level's :class:`~strategies.shields.RowShield`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from strategies.shields import GRAD_NOISE, AutoClip, clip_records, gaussian
+from strategies.shields import GRAD_NOISE, AutoClip, clip_records, gaussian, secret_generator
 from strategies.vfl.label_dp import randomised_response, rr_on_bins
 
 
@@ -97,6 +97,40 @@ def defended_block(
     if defence.noise > 0:
         block = block + gaussian(block.shape, 1.0, block, gen) * (defence.noise * clip)
     return block / b
+
+
+class SentGradients:
+    """The primary's defence of the gradient blocks it sends, per secondary: one noise stream from
+    its secret (purpose "grad-noise") and, for a clip calibrated in the run, each secondary's own
+    :class:`AutoClip`. The primary's strategy and the one-process twin each hold one built alike,
+    so they draw alike; :meth:`state` is what a checkpoint keeps of it."""
+
+    def __init__(self, defence: GradientDefence, parties, device: torch.device) -> None:
+        self.defence, self.device = defence, device
+        noisy = defence.noise > 0 or defence.marvell > 0
+        self.noise = secret_generator(device, "grad-noise") if noisy else None
+        self.clips = {p: AutoClip() for p in parties} if defence.auto is not None else {}
+
+    def block(self, p: str, pair_grad: torch.Tensor, index: torch.Tensor, n: int, labels=None) -> torch.Tensor:
+        """Party p's defended block (n, c) (:func:`defended_block`) with p's own calibrated clip."""
+        defence = replace(self.defence, auto=self.clips[p]) if p in self.clips else self.defence
+        return defended_block(pair_grad, index, n, defence, self.noise, labels)
+
+    def clip_values(self) -> dict[str, float]:
+        """Per secondary the clip calibrated in the run so far (empty with a fixed clip or none)."""
+        return {p: c.value for p, c in self.clips.items()}
+
+    def state(self) -> dict:
+        """The noise generator's state and each calibrated clip: a resumed run draws as it would have."""
+        clips = {p: c.last.cpu() for p, c in self.clips.items() if c.last is not None}
+        return {"noise": self.noise.get_state() if self.noise is not None else None, "clips": clips}
+
+    def load_state(self, state: dict, dtype: torch.dtype) -> None:
+        if self.noise is not None and state.get("noise") is not None:
+            self.noise.set_state(state["noise"])
+        for p, value in state.get("clips", {}).items():
+            if p in self.clips:
+                self.clips[p].last = value.to(self.device, dtype)
 
 
 def clipped_rows(rows: torch.Tensor, defence: ClipNoise, gen) -> torch.Tensor:

@@ -9,7 +9,7 @@ sorting (:func:`distinct`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -17,8 +17,7 @@ import torch
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
-from strategies.shields import AutoClip, secret_generator
-from strategies.vfl.defences import GradientDefence, defended_block
+from strategies.vfl.defences import GradientDefence, SentGradients
 from strategies.vfl.model import SimilarityModel
 
 
@@ -86,8 +85,7 @@ class FedSimStrategy:
         if self.parties:
             self.sims = {"all": linkage.sims} if model.shared_sims else {p: linkage.links[p].sims for p in self.parties}
             self.n_tokens = {p: int(linkage.tokens[p].max(initial=-1)) + 1 for p in self.parties}
-        self.defence, self.noise = GradientDefence(), None  # the cut-layer gradients' defence (:meth:`protect`)
-        self.clips: dict[str, AutoClip | None] = {}  # per party its clip calibrated in the run (:meth:`protect`)
+        self.sent = SentGradients(GradientDefence(), self.parties, device)  # the blocks' defence (:meth:`protect`)
         self.observer = None  # an ExchangeObserver (strategies/vfl/exchange_observer.py) sees each step's exchange
         self._seen = None  # the last backward's (index, target, embeddings, blocks), for the observer
 
@@ -98,26 +96,11 @@ class FedSimStrategy:
     def protect(self, defence: GradientDefence) -> None:
         """Send defended gradient blocks from now on (strategies/vfl/defences.py), the noise from
         a secret of this process; a clip calibrated in the run is calibrated per secondary."""
-        noisy = defence.noise > 0 or defence.marvell > 0
-        self.defence, self.noise = defence, secret_generator(self.device, "grad-noise") if noisy else None
-        self.clips = {p: defence.auto and AutoClip() for p in self.parties}
+        self.sent = SentGradients(defence, self.parties, self.device)
 
-    def defence_state(self) -> dict:
-        """What a checkpoint keeps of the defence, so a resumed run draws the noise it would have
-        drawn: the noise generator's state and each party's calibrated clip (the primary's own file)."""
-        clips = {p: c.last.cpu() for p, c in self.clips.items() if c and c.last is not None}
-        return {"noise": self.noise.get_state() if self.noise is not None else None, "clips": clips}
-
-    def load_defence_state(self, state: dict) -> None:
-        if self.noise is not None and state.get("noise") is not None:
-            self.noise.set_state(state["noise"])
-        for p, value in state.get("clips", {}).items():
-            if self.clips.get(p):
-                self.clips[p].last = value.to(self.device, self.dtype)
-
-    def clip_values(self) -> dict[str, float]:
-        """Per secondary the clip calibrated in the run so far (empty with a fixed clip or none)."""
-        return {p: c.value for p, c in self.clips.items() if c}
+    @property
+    def defence(self) -> GradientDefence:
+        return self.sent.defence
 
     def needs(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Distinct tokens per party that the records ``rows`` are linked to."""
@@ -212,8 +195,7 @@ class FedSimStrategy:
             return grad
         b, k = step.index[p].shape
         n = len(step.tokens[p])
-        defence = replace(self.defence, auto=self.clips[p]) if self.clips.get(p) else self.defence
-        return defended_block(grad.view(b, k, -1), step.index[p], n, defence, self.noise, step.target)
+        return self.sent.block(p, grad.view(b, k, -1), step.index[p], n, step.target)
 
     @torch.no_grad()
     def outputs(self, rows: np.ndarray, lookup: dict[str, tuple[np.ndarray, np.ndarray]]) -> torch.Tensor:

@@ -11,7 +11,7 @@ one from the previous window's start (each epoch's first two windows: the epoch'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,8 +21,8 @@ from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
-from strategies.shields import AutoClip, RowShield, secret_generator
-from strategies.vfl.defences import GradientDefence, defended_block
+from strategies.shields import RowShield
+from strategies.vfl.defences import GradientDefence, SentGradients
 from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
 
@@ -66,7 +66,6 @@ def train_twin(
     optimizers = [make_optimizer(model.optimizer_groups(), lr, weight_decay)]
     optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
     losses: list[float] = []
-    _calibrate(parties, sx, list(parties.shields))
     defended = _Defended(parties, device) if parties.defence.on and secondary_models else None
     for epoch in range(plan.epochs):
         for opt in optimizers:
@@ -94,7 +93,8 @@ def train_twin(
                 for opt in optimizers:
                     opt.step()
                 losses.append(float(loss.detach()))
-                _calibrate(parties, sx, [p for p, sh in parties.shields.items() if sh.due(len(losses))])
+                for p, shield in parties.shields.items():  # as each party after its step
+                    shield.stepped(len(losses), lambda p=p: secondary_models[p](sx[p]))
         if plan.max_steps and len(losses) >= plan.max_steps:
             break
     return losses
@@ -132,9 +132,7 @@ class _Defended:
 
     def __init__(self, parties: TwinParties, device: torch.device) -> None:
         self.parties, self.device = parties, device
-        noisy = parties.defence.noise > 0 or parties.defence.marvell > 0
-        self.noise = secret_generator(device, "grad-noise") if noisy else None
-        self.clips = {p: parties.defence.auto and AutoClip() for p in parties.model.parties}
+        self.sent = SentGradients(parties.defence, parties.model.parties, device)
 
     def backward(self, sx: dict[str, torch.Tensor], rows: np.ndarray, pairs: dict, target: torch.Tensor) -> None:
         tw = self.parties
@@ -142,23 +140,18 @@ class _Defended:
             tokens, inverse = np.unique(tw.linkage.tokens[p][rows], return_inverse=True)  # (U,), (B * K,)
             b, k = len(rows), tw.linkage.tokens[p].shape[1]
             index = torch.as_tensor(inverse.reshape(b, k), device=self.device)  # (B, K)
-            defence = replace(tw.defence, auto=self.clips[p]) if self.clips[p] else tw.defence
-            block = defended_block(pairs[p].grad.view(b, k, -1), index, len(tokens), defence, self.noise, target)
+            block = self.sent.block(p, pairs[p].grad.view(b, k, -1), index, len(tokens), target)
             live = tw.secondary_models[p](sx[p][torch.as_tensor(tw.row_of_token[p][tokens], device=self.device)])
             (tw.shields[p].clipped(live) if p in tw.shields else live).backward(block)  # (U, c)
 
 
 def _sent(parties: TwinParties, p: str, every: torch.Tensor) -> torch.Tensor:
-    """(n, c) party p's embeddings of all its records as it sends them (its shield applied)."""
+    """(n, c) party p's embeddings of all its records as it sends them (its shield applied,
+    calibrated on them at the first send, as the party does)."""
     shield = parties.shields.get(p)
-    return every if shield is None else shield.send(every, torch.arange(len(every), device=every.device))
-
-
-@torch.no_grad()
-def _calibrate(parties: TwinParties, sx: dict[str, torch.Tensor], due: list[str]) -> None:
-    """The shields of ``due`` calibrated on their party's current embeddings, as the party does."""
-    for p in due:
-        parties.shields[p].calibrate(parties.secondary_models[p](sx[p]))
+    if shield is None:
+        return every
+    return shield.ready(lambda: every).send(every, torch.arange(len(every), device=every.device))
 
 
 def _sims(
