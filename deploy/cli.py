@@ -33,6 +33,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", default="", help="where the parties' data lives ('' = the loaders' default)")
     s.add_argument("--parties", default="", help="comma-separated secondaries ('' = all of the dataset's)")
     s.add_argument("--insecure", action="store_true", help="plain HTTP and no node auth (local experiments only)")
+    s.add_argument(
+        "--privacy",
+        default="",
+        help="each secondary's own level: 'strict' for all or 'a=strict,b=off' ('' = standard; docs/privacy.md)",
+    )
     s = sub.add_parser("link", help="link every party through the linkage service; each fetches its own result")
     s.add_argument("folder", type=Path)
     s.add_argument("--k", type=int, required=True)
@@ -44,8 +49,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--privacy",
         choices=["off", "standard", "strict"],
-        default="standard",
-        help="the floor each secondary states for its records (docs/privacy.md)",
+        default=None,
+        help="the floor every secondary states for its records (default: each its own level from `up`)",
     )
     s.add_argument("--compose", action="store_true", help="noise composed over each secondary record's links")
     s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
@@ -65,10 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.command == "up":
         parties = [p for p in args.parties.split(",") if p] or None
-        dep = up(args.folder, args.dataset, args.data_dir, parties, secure=not args.insecure)
+        dep = up(args.folder, args.dataset, args.data_dir, parties, secure=not args.insecure, privacy=args.privacy)
         print(
             f"SuperLink 127.0.0.1:{dep.superlink.port} ({'TLS + node auth' if dep.secure else 'INSECURE'}), "
-            f"SuperNodes {sorted(dep.nodes)}, linkage service {dep.service_url}"
+            f"SuperNodes {sorted(dep.nodes)} (privacy {dep.privacy}), linkage service {dep.service_url}"
         )
         print(f"next: python -m deploy link {args.folder} --k K ; python -m deploy run {args.folder}")
     elif args.command == "link":

@@ -24,10 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment
+from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, node_config, party_levels
 from deploy.localsim import REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
 from linkage.private import private_dir
+from linkage.protection import DEFAULT_LEVEL
 from linkage.source_tree import exit_if_source
 from linkage.store import write_atomic
 from strategies.vfl.methods import REGISTRY
@@ -115,14 +116,8 @@ def register_node(dep: Deployment, party: str) -> None:
 
 
 def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
-    """One party's SuperNode, configured by its own node config: party name and every folder it
-    reads or writes (data, linkage result, feature cache, checkpoints, final models)."""
+    """One party's SuperNode, configured by its own node config (node_config)."""
     port = free_port()
-    own = dep.party_dir(party)
-    node_config = (
-        f'party="{party}" data-dir="{dep.data_dir}" linkage-dir="{dep.linkage_dir(party)}" '
-        f'cache-dir="{own / "cache"}" checkpoint-dir="{own / "checkpoints"}" model-dir="{own / "models"}"'
-    )
     cmd = [
         _tool("flower-supernode"),
         "--superlink",
@@ -132,7 +127,7 @@ def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
         "--port",
         str(port),
         "--node-config",
-        node_config,
+        node_config(dep, party),
         "--max-retries",
         "3",
         "--max-wait-time",
@@ -186,7 +181,10 @@ def up(
     *,
     secure: bool = True,
     timeout: float = 60.0,
+    privacy: str = "",
 ) -> Deployment:
+    """Start SuperLink, the linkage service and one SuperNode per secondary; ``privacy`` is each
+    secondary's own level (party_levels), in its node config and its floor at `link`."""
     from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
     from deploy.certs import make_credentials  # lazy: cryptography, for `up` only
 
@@ -200,7 +198,9 @@ def up(
         parties = sorted(load_dataset(dataset, data_dir).secondaries)
     if len(set(parties)) != len(parties):
         raise SystemExit(f"a party is named twice in {parties}")
+    levels = party_levels(privacy, list(parties))  # refused by name before anything starts
     dep = Deployment(str(folder), dataset, str(Path(data_dir).resolve()) if data_dir else "", secure, list(parties))
+    dep.privacy = levels
     try:
         if secure:
             make_credentials(dep.creds, parties)
@@ -267,9 +267,10 @@ def link(
     timeout: float = 600.0,
     radius: float = 0.0,
     compose: bool = False,
-    privacy: str = "standard",
+    privacy: str | None = None,
 ) -> str:
-    """Every secondary states its privacy floor (``privacy``, linkage_server.floors) and uploads
+    """Every secondary states its privacy floor (``privacy`` for all; None: each its own level
+    from `up`, linkage_server.floors) and uploads
     its identifiers to the linkage service (over TLS), the primary starts the job (tau None: none
     asked, the floors set the noise; radius, compose: docs/privacy.md; the job's files carry
     them), and each party fetches only its own result into its own folder."""
@@ -284,7 +285,7 @@ def link(
     save_primary_secret(dep, job["secrets"][PRIMARY])  # the primary's own, for its later queries (predict)
     for party in dep.parties:
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
-            c.set_floor(privacy)  # before its identifiers leave it
+            c.set_floor(privacy or dep.privacy.get(party, DEFAULT_LEVEL))  # before its identifiers leave it
             c.upload(ds.secondaries[party].identifiers)
     with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
         c.upload(ds.primary.identifiers)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from deploy.localsim import QUIET_ENV
 from deploy.processes import Proc
+from linkage.protection import DEFAULT_LEVEL, LEVELS
 from linkage.store import write_atomic
 
 CONNECTION = "fedsim-deploy"  # the SuperLink connection's name in the deployment's Flower config
@@ -31,6 +32,7 @@ class Deployment:
     service: Proc | None = None
     job: str = ""  # the linkage job of `link`
     link_params: dict = field(default_factory=dict)  # run-config values the job was linked with
+    privacy: dict[str, str] = field(default_factory=dict)  # each secondary's own level ({} = the default)
 
     # ------------------------------------------------------------------ paths
 
@@ -84,3 +86,35 @@ class Deployment:
         raw["service"] = Proc(**raw["service"]) if raw["service"] else None
         raw["nodes"] = {p: Proc(**v) for p, v in raw["nodes"].items()}
         return cls(**raw)
+
+
+def party_levels(spec: str, parties: list[str]) -> dict[str, str]:
+    """Each secondary's own privacy level from ``--privacy``: one level for all ("strict") or
+    per party ("bus=strict,school=off"; a party not named states none and gets the default).
+    An unknown level or party, or a party named twice, is refused by name."""
+    items = [x.strip() for x in spec.split(",") if x.strip()]
+    if len(items) == 1 and "=" not in items[0]:
+        items = [f"{p}={items[0]}" for p in parties]
+    levels = dict.fromkeys(parties, DEFAULT_LEVEL)
+    named: set[str] = set()
+    for item in items:
+        party, _, level = (x.strip() for x in item.partition("="))
+        if party not in levels or party in named:
+            why = "named twice" if party in named else f"not one of the deployment's secondaries {parties}"
+            raise SystemExit(f"--privacy: party {party!r} is {why}")
+        if level not in LEVELS:
+            raise SystemExit(f"--privacy: level {level!r} for {party!r} is not one of {list(LEVELS)}")
+        levels[party] = level
+        named.add(party)
+    return levels
+
+
+def node_config(dep: Deployment, party: str) -> str:
+    """A party's own node config: its name, its privacy level (its embedding defence; a
+    deployment recorded before levels gets the default) and every folder it reads or writes."""
+    own = dep.party_dir(party)
+    return (
+        f'party="{party}" privacy="{dep.privacy.get(party, DEFAULT_LEVEL)}" data-dir="{dep.data_dir}" '
+        f'linkage-dir="{dep.linkage_dir(party)}" cache-dir="{own / "cache"}" '
+        f'checkpoint-dir="{own / "checkpoints"}" model-dir="{own / "models"}"'
+    )
