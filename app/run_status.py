@@ -35,7 +35,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.run_record import FILES, FOLDERS, SUMMARY
+from app.run_record import FILES, FOLDERS, SUMMARY, YARDSTICK
 from linkage.private import private_dir
 from linkage.store import write_atomic
 
@@ -67,7 +67,7 @@ class RunStatus:
         (self.folder / LAST_ATTEMPT).unlink(missing_ok=True)
         if not resume and is_finished(self.folder):
             _move(self.folder, private_dir(self.folder / PREVIOUS))
-        for name in ((SUMMARY,) if resume else FILES) + (STATUS,):
+        for name in ((SUMMARY, YARDSTICK) if resume else FILES) + (STATUS,):
             (self.folder / name).unlink(missing_ok=True)
         for name in () if resume else FOLDERS:
             shutil.rmtree(self.folder / name, ignore_errors=True)

@@ -45,17 +45,26 @@ def neighbour_means(ds, cfg: RunConfig) -> dict[int, np.ndarray]:
     return {k: np.hstack(v) for k, v in means.items()}
 
 
-def boost(task: str, seed: int, max_iter: int = MAX_ITER, learning_rate: float = LEARNING_RATE):
+def boost(task: str, seed: int, max_iter: int = MAX_ITER, learning_rate: float = LEARNING_RATE, stop_after: int = 0):
+    """Gradient boosting; ``stop_after`` > 0: stop once the validation loss (fit's X_val) has not
+    improved for that many iterations (bounds the time; validation only ever chooses)."""
     kind = HistGradientBoostingRegressor if task == "regression" else HistGradientBoostingClassifier
-    return kind(max_iter=max_iter, learning_rate=learning_rate, early_stopping=False, random_state=seed)
+    return kind(
+        max_iter=max_iter,
+        learning_rate=learning_rate,
+        early_stopping=stop_after > 0,
+        n_iter_no_change=max(stop_after, 1),
+        random_state=seed,
+    )
 
 
-def fit_one(
-    ds, head: TaskHead, x: np.ndarray, seed: int, max_iter: int, learning_rate: float
-) -> tuple[float, float, int]:
-    """(val, test) metric at the boosting iteration that is best on validation, and that iteration."""
+def fit_best(ds, head: TaskHead, x: np.ndarray, seed: int, boosting: tuple = (MAX_ITER, LEARNING_RATE, 0)):
+    """(val metric, test prediction, iterations) at the boosting iteration best on validation;
+    ``boosting``: (max_iter, learning_rate, stop_after). The test rows never choose."""
     sp, y = ds.split, ds.labels
-    model = boost(ds.task, seed, max_iter, learning_rate).fit(x[sp.train], y[sp.train])
+    model = boost(ds.task, seed, *boosting)
+    stopping = {"X_val": x[sp.val], "y_val": y[sp.val]} if boosting[2] > 0 else {}
+    model.fit(x[sp.train], y[sp.train], **stopping)
     stages = model.staged_predict_proba if ds.task != "regression" else model.staged_predict
     best = (None, -1)
     for i, pred in enumerate(stages(x[sp.val])):
@@ -63,7 +72,15 @@ def fit_one(
         if best[0] is None or head.better(value, best[0]):
             best = (value, i)
     test = _as_prediction(ds.task, list(stages(x[sp.test]))[best[1]])
-    return best[0], head.metrics(test, y[sp.test])[head.key_metric], best[1] + 1
+    return best[0], test, best[1] + 1
+
+
+def fit_one(
+    ds, head: TaskHead, x: np.ndarray, seed: int, max_iter: int, learning_rate: float
+) -> tuple[float, float, int]:
+    """(val, test) metric at the boosting iteration that is best on validation, and that iteration."""
+    val, test, iters = fit_best(ds, head, x, seed, (max_iter, learning_rate, 0))
+    return val, head.metrics(test, ds.labels[ds.split.test])[head.key_metric], iters
 
 
 def _as_prediction(task: str, out: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.run_record import hyperparameter_lines, read_metrics
+from app.run_record import YARDSTICK, hyperparameter_lines, read_metrics
 from app.run_status import problem
 from linkage.privacy import report_lines
 from linkage.store import atomic_path
@@ -29,6 +29,10 @@ def one_run(run_dir: Path) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     for line in headline(summary):
         print(line)
+    if (run_dir / YARDSTICK).exists():
+        from fedsim.yardstick import lines  # lazy: scikit-learn, only for a run that has a yardstick
+
+        print("\n".join(lines(json.loads((run_dir / YARDSTICK).read_text()))))
     rows = read_metrics(run_dir)
     title = f"run {run_dir.name}: {summary.get('method')} on {summary.get('dataset')}"
     print(f"plots: {learning_curve(rows, summary, run_dir / 'learning_curve.png', title)}")

@@ -74,6 +74,11 @@ def add_parser(sub) -> None:
     s.add_argument("--deployment", type=Path, default=None, help="a `fedsim deploy up` folder to train on")
     s.add_argument("--resume", action="store_true", help="go on from the run's last checkpoint (needs --run-name)")
     s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
+    s.add_argument(
+        "--no-yardstick",
+        action="store_true",
+        help="skip the primary-alone and pooled-data references printed beside the run (their boosting time)",
+    )
 
 
 def run_values(args: argparse.Namespace) -> dict[str, object]:
@@ -167,7 +172,32 @@ def command(args: argparse.Namespace) -> int:
         outcome = _in_process(cfg, run_dir)
     else:
         outcome = _flower(values, run_dir, nodes, args)
-    return report_outcome(run_dir, since, outcome)
+    code = report_outcome(run_dir, since, outcome)
+    return yardstick(cfg, run_dir, args) if code == 0 and not args.no_yardstick else code
+
+
+def yardstick(cfg, run_dir: Path, args: argparse.Namespace) -> int:
+    """The finished run's yardstick (fedsim/yardstick.py), printed and kept in its folder; one that
+    fails exits 1 with why (the run itself is kept as it finished)."""
+    from fedsim import yardstick as ys  # lazy: scikit-learn and the loaders, after training only
+
+    why = ""
+    if args.deployment:
+        why = "a deployment's secondaries keep their data on their own hosts"
+    elif cfg.link.linkage_dir:
+        why = "this primary reads only its own file (linkage-dir)"
+    print(
+        "yardstick: boosting the primary alone" + ("" if why else " and the pooled data") + " on the run's split",
+        flush=True,
+    )
+    try:
+        result = ys.measure(cfg, run_dir, why)
+    except Exception as e:  # noqa: BLE001 - named, the run kept
+        print(f"fedsim train: the run finished; its yardstick failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    ys.write(run_dir, result)
+    print("\n".join(ys.lines(result)) + f"  ({result['seconds']} s)")
+    return 0
 
 
 def hyperparameter_text(cfg, listed: bool = True) -> list[str]:

@@ -84,6 +84,11 @@ def test_train_predict_and_report_through_flower(user):
     assert "finished: best epoch" in r.stdout
     run = user / "runs" / "mine"
     summary = json.loads((run / "summary.json").read_text())
+    # the yardstick on the run's own split: the primary alone and the pooled data beside the run
+    yard = json.loads((run / "yardstick.json").read_text())
+    assert yard["federated"] == summary["test"]["rmse"] and yard["test_rows"] == summary["split"]["sizes"]["test"]
+    assert yard["primary_alone"]["model"] == "boosting" and yard["pooled"]["joined"].startswith("top-")
+    assert "primary alone" in r.stdout and "verdict:" in r.stdout
     assert (run / "shops" / "kept.pt").exists()  # the secondary's own kept model (simulation layout)
 
     from app.config import RunConfig
@@ -107,7 +112,7 @@ def test_train_predict_and_report_through_flower(user):
     assert rmse == pytest.approx(summary["test"]["rmse"], rel=1e-5)  # float32: predict's batches vs evaluation's
 
     r = fedsim("report", "runs/mine", cwd=user)
-    assert r.returncode == 0 and "best epoch" in r.stdout, r.stderr
+    assert r.returncode == 0 and "best epoch" in r.stdout and "pooled reference" in r.stdout, r.stderr
     # issue 33: a run through Flower scores the label attacks on what it sent, and says so
     assert "exchange privacy: defences privacy=standard, grad_clip=auto" in r.stdout, r.stdout  # the default's
     assert "shops's label attacks (Spearman" in r.stdout, r.stdout
@@ -160,6 +165,8 @@ def test_entity_augmentation_on_csv_guests_with_id_columns(tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+    yard = json.loads((tmp_path / "runs" / "ea" / "yardstick.json").read_text())
+    assert yard["pooled"]["joined"] == "entity" and "verdict:" in r.stdout  # EA's pooled table: by entity id
     from tests.test_private_files import _readable_by_others
 
     assert _readable_by_others(tmp_path / "runs") == []  # issue 28: the run is the user's alone

@@ -1,0 +1,94 @@
+"""The yardstick `fedsim train` prints beside a run (fedsim/yardstick.py): boosting's iteration
+and the pooled K are chosen on validation rows only; a planted test set that would change the
+choice if it were read does not; the verdict calls a gap only beyond the test rows' noise."""
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from datasets.base import Split
+from fedsim import yardstick as ys
+from strategies.heads import TaskHead
+
+
+@dataclass
+class Tiny:
+    task: str
+    labels: np.ndarray
+    split: Split
+    n_classes: int = 1
+    primary: object = None
+
+
+def _planted(n=600, seed=0):
+    """Regression: y = x0 on every row. Two candidate pooled tables: 'val' carries y on the
+    validation rows (noise on test), 'test' carries y on the test rows (noise on validation)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 1))
+    y = (x[:, 0] * 0.1).astype(np.float64)  # the primary's feature: a weak signal
+    y = y + rng.normal(size=n)
+    idx = rng.permutation(n)
+    split = Split(np.sort(idx[:400]), np.sort(idx[400:500]), np.sort(idx[500:]))
+    for_val, for_test = rng.normal(size=(n, 1)), rng.normal(size=(n, 1))
+    for_val[split.train, 0] = for_val[split.val, 0] = 0.0
+    for_test[split.train, 0] = for_test[split.val, 0] = 0.0
+    both = np.concatenate([split.train, split.val])
+    for_val[both, 0] = y[both]  # informative on train and validation, noise on test
+    for_test[split.train, 0] = y[split.train]
+    for_test[split.test, 0] = y[split.test]  # informative on train and test, noise on validation
+    return Tiny("regression", y, split, primary=SimpleNamespace(features=x)), for_val, for_test
+
+
+def test_the_pooled_k_is_chosen_on_validation_even_where_test_rows_would_choose_otherwise(monkeypatch):
+    ds, for_val, for_test = _planted()
+    monkeypatch.setattr(ys, "neighbour_means", lambda ds, cfg: {1: for_val, 5: for_test})
+    cfg = SimpleNamespace(train=SimpleNamespace(seed=0, mode="vfl"))
+    head = TaskHead.fit("regression", ds.labels[ds.split.train], 1)
+    chosen = ys.pooled(ds, cfg, head)
+    assert chosen["joined"] == "top-1 mean"  # validation's choice
+    by_test = {
+        k: ys.score(ds, head, np.hstack([ds.primary.features, m]), 0)["test"] for k, m in ((1, for_val), (5, for_test))
+    }
+    assert by_test[5] < by_test[1]  # the planted test set would have chosen K = 5, had it been read
+
+
+def test_changing_the_test_labels_changes_no_choice_and_no_validation_number():
+    ds, for_val, _ = _planted()
+    head = TaskHead.fit("regression", ds.labels[ds.split.train], 1)
+    x = np.hstack([ds.primary.features, for_val])
+    a = ys.score(ds, head, x, 0)
+    flipped = ds.labels.copy()
+    flipped[ds.split.test] = -flipped[ds.split.test]  # a test set that prefers the first iterations
+    b = ys.score(Tiny("regression", flipped, ds.split, primary=ds.primary), head, x, 0)
+    assert (a["val"], a["iterations"]) == (b["val"], b["iterations"]) and a["test"] != b["test"]
+
+
+def test_the_verdict_calls_a_gap_only_beyond_the_test_rows_noise():
+    head = TaskHead.fit("regression", np.array([0.0, 1.0]), 1)
+    alone = {"test": 10.0, "error": 1.0}  # noise of a difference: 2 x sqrt(2) x 1 = 2.83
+    assert ys.verdict(head, 6.0, alone).startswith("federating helps")  # RMSE: lower is better
+    assert ys.verdict(head, 8.0, alone).startswith("level")
+    assert ys.verdict(head, 13.0, alone).startswith("federating does not pay")
+    acc = TaskHead.fit("binary", np.array([0, 1]), 2)
+    assert ys.verdict(acc, 0.9, {"test": 0.8, "error": 0.01}).startswith("federating helps")  # accuracy: higher
+
+
+def test_the_sampling_error_shrinks_with_more_test_rows():
+    head = TaskHead.fit("regression", np.array([0.0, 1.0]), 1)
+    rng = np.random.default_rng(0)
+    small, large = (ys.sampling_error(head, rng.normal(size=n), np.zeros(n), 0) for n in (100, 10_000))
+    # the standard error of an RMSE falls as 1 / sqrt(rows): 10x fewer at 100x the rows, within 2x
+    assert 5 < small / large < 20
+
+
+def test_a_primary_without_features_is_measured_against_the_constant():
+    y = np.array([0, 1, 1, 1, 0, 1, 1, 1], dtype=np.int64)
+    split = Split(np.arange(4), np.array([4]), np.arange(5, 8))
+    ds = Tiny("binary", y, split, n_classes=2)
+    head = TaskHead.fit("binary", y[split.train], 2)
+    out = ys.constant(ds, head)
+    assert out["model"] == "constant" and out["test"] == pytest.approx(
+        1.0
+    )  # P(y=1) = 0.75 on train: every test row called 1
