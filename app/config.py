@@ -278,7 +278,7 @@ class RunConfig:
         return {name: {"value": value, "source": src} for name, (value, src) in rows.items()}
 
     def _recipe_rows(self, attention_start: str) -> dict[str, tuple]:
-        """:meth:`hyperparameters`' rows for issue 34's choices: the input recipe, how a numeric NaN
+        """:meth:`hyperparameters`' rows for the recipe's choices: the input recipe, how a numeric NaN
         is filled, the learning-rate schedule and where fedsim_attn's attention starts."""
         return {
             "input_scale": (

@@ -4,8 +4,7 @@ torch's default (a thread per core) is the slow setting for this project's model
 small (hdb, fedsim_attn: 1.9 M parameters, the primary's and the school's), so an op's work is
 split into slivers whose barriers cost more than they save, and on a machine whose cores are
 shared (other jobs, or the other parties of a simulation) one descheduled thread stalls every op:
-a held-out run took 277 s with the default threads against 33 s with one (issue 31;
-docs/benchmarks.md "Threads").
+a held-out run took 277 s with the default threads against 33 s with one (docs/benchmarks.md "Threads").
 
 :func:`choose_threads` (pure) decides from what the process knows or measures: the CPUs it may
 use (:func:`usable_cpus`: its affinity mask and its cgroup's CPU quota), how many processes of

@@ -1,4 +1,4 @@
-"""What the exchange-privacy observer adds to a training step (issue 33): in-process runs with
+"""What the exchange-privacy observer adds to a training step: in-process runs with
 `exchange-report` on and off, interleaved per round, and the observer's own time per step.
 
     python -m bench.exchange_cost --dataset hdb --steps 150 --rounds 3 [--toggle exchange-privacy]

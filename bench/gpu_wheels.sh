@@ -20,7 +20,7 @@ done
 # Ray (Flower's simulation engine) for `flwr run` there: its wheel (74 MB) is over the 64 MiB a call
 # carries, so it travels unpacked without its Java jars, dashboard UI, RLlib, Serve, LLM and tests,
 # as one xz archive (25 MB) that the device script unpacks into its site folder. NO_RAY=1: not
-# fetched (the in-process sweeps of bench/gpu_issue34.sh need no Ray).
+# fetched (the in-process sweeps of bench/gpu_recipe.sh need no Ray).
 if [ "${NO_RAY:-0}" != 1 ] && [ ! -s .whl/ray-site.tar.xz ]; then
     v=$(.venv/bin/pip show ray | awk '/^Version/{print $2}'); t=$(mktemp -d)
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -1,5 +1,5 @@
-"""Seconds per optimiser step: torch_optimizer.Lamb (the old optimiser) vs strategies.lamb.Lamb
-(issue 31), on hdb's models: the primary's SimilarityModel (57 primary features, one secondary
+"""Seconds per optimiser step: torch_optimizer.Lamb (the old optimiser) vs strategies.lamb.Lamb,
+on hdb's models: the primary's SimilarityModel (57 primary features, one secondary
 "school" with a 100-wide cut, K = 50, CNN merge, hdb's ModelConfig; fedsim_attn, the default
 method, and fedsim, the paper's) and the school party's local model (4 features).
 

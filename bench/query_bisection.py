@@ -1,4 +1,4 @@
-"""The query bisection attack (issue 28, item 3): chosen query records locate a secondary record.
+"""The query bisection attack: chosen query records locate a secondary record.
 
 A primary that may query a finished job (``POST /jobs/{job}/query``, linkage.query.query) picks
 the query records itself. With pool = K the *set* of K tokens a query returns is noise-free: it

@@ -1,4 +1,4 @@
-"""The seed attack (issue 13, item 1): the primary rebuilds its linkage job's randomness.
+"""The seed attack: the primary rebuilds its linkage job's randomness.
 
 Until the service drew a job's randomness from its own secret, every draw came from
 ``default_rng([seed, 7])`` with a seed the primary chose when starting the job: first the noise

@@ -1,4 +1,4 @@
-"""What one party can make the shared linkage service hold (issue 28 item 5), per case.
+"""What one party can make the shared linkage service hold, per case.
 
     python -m bench.service_limits [--case uploads|queries|queue|bigk|all] [--upload-mib 400]
 

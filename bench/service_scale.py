@@ -1,4 +1,4 @@
-"""The linkage service's whole job at scale (issue 20): upload, chunked search, the release written
+"""The linkage service's whole job at scale: upload, chunked search, the release written
 chunk by chunk, the privacy report; wall time per stage, peak memory, disk.
 
     python -m bench.service_scale --case euclid --m 10000000 --n 1000000 --k 50

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The in-process training step of two (or more) trees against each other, interleaved round by
-# round so that a machine's changing load falls on each alike (issue 31):
+# round so that a machine's changing load falls on each alike:
 #
 #     bench/step_ab.sh ROUNDS STEPS TREE... [-- bench.step_profile options, e.g. --dataset game]
 #

@@ -1,4 +1,4 @@
-"""Issue 31's candidates for the fixed-shape step: the primary's model under torch.compile, and
+"""Candidates for the fixed-shape step: the primary's model under torch.compile, and
 under CUDA graphs (torch.compile mode "reduce-overhead"), against the eager step, on the
 in-process protocol (bench.step_profile's pieces: train_epoch behind a LocalChannel).
 

@@ -1,11 +1,11 @@
-"""Where an in-process training step's time goes (issue 31): the first N steps of an epoch of the
+"""Where an in-process training step's time goes: the first N steps of an epoch of the
 federated protocol with in-process secondaries (strategies/vfl/protocol.py:train_epoch behind a
 LocalChannel, as app/vfl/inprocess.py builds it), timed, then once more under torch.profiler.
 
     python -m bench.step_profile --dataset hdb --steps 100 [--set steps-per-exchange=8 ...] [--rows 25]
 
 Runs from whichever tree is the working folder (train_epoch's signature is the same before and
-after issue 31), so two trees compare on one machine with the same command.
+after the step was reworked), so two trees compare on one machine with the same command.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training across hosts over an emulated WAN (issue 32): exact split learning (S = 1) over the
+"""Training across hosts over an emulated WAN: exact split learning (S = 1) over the
 direct transport between the primary's host and the school's (deploy/lab_train.py on a
 deploy.hosts.Lab), with a deploy/wan_relay.py relay in the primary's namespace between it and the
 school's worker (one-way delay = RTT / 2 each way, optional rate cap). Only the direct transport's

@@ -186,7 +186,7 @@ def read_csv(path: Path, where: str, party: dict | None = None, label: str | Non
     text = _roles_ids(party) if party.get("kind") == "string" else []  # declared: read as text
     df = read_table(path, where, numeric, text)
     refuse_text(df, numeric, where)
-    ids = [c for c in _roles_ids(party) if c]  # a missing identifier named by its file line too (issue 29)
+    ids = [c for c in _roles_ids(party) if c]  # a missing identifier named by its file line too
     kind = party.get("kind") or (
         "string"
         if "identifiers" not in party

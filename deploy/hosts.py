@@ -1,4 +1,4 @@
-"""Separate hosts on one machine, for the multi-host harness (issue 32): the host layer only.
+"""Separate hosts on one machine, for the multi-host harness: the host layer only.
 
 A ``Lab`` gives each named host (``primary``, ``service``, ``party_a``...) its own network
 namespace, joined to the others by a bridge in a dedicated "switch" namespace (the root

@@ -1,4 +1,4 @@
-"""The whole lifecycle across separate hosts (issue 32): link, train, predict, each organisation on
+"""The whole lifecycle across separate hosts: link, train, predict, each organisation on
 its own ``deploy.hosts.Lab`` host with only its own data.
 
 The organisations' data is a shipped dataset written out as the parties' own CSVs (``dataset =

@@ -1,4 +1,4 @@
-"""Faults across hosts (issue 32): a deployment on a :class:`deploy.hosts.Lab` (deploy/lab_train.py's
+"""Faults across hosts: a deployment on a :class:`deploy.hosts.Lab` (deploy/lab_train.py's
 pieces) that loses a secondary's network mid-epoch, or its SuperLink, and a linkage service that
 restarts between the uploads and the job's start. Each fault is measured from the user's side:
 the error the run records (status.json) and `flwr run` prints, the seconds from the fault until

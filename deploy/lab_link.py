@@ -1,4 +1,4 @@
-"""Linking through the linkage service across separate hosts (issue 32), on a ``deploy.hosts.Lab``.
+"""Linking through the linkage service across separate hosts, on a ``deploy.hosts.Lab``.
 
 The service runs on its own host as its own user; each party (the primary and every secondary)
 runs the same ``fedsim`` commands README "The linkage service" gives, on its own host, as its own

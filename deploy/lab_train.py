@@ -1,4 +1,4 @@
-"""Training across separate hosts (issue 32): a deployment on a :class:`deploy.hosts.Lab`.
+"""Training across separate hosts: a deployment on a :class:`deploy.hosts.Lab`.
 
 The primary's host runs the SuperLink (TLS, SuperNode authentication) and the ServerApp as its
 own user; each secondary's host runs its SuperNode as its own user, with every folder it reads or

@@ -99,7 +99,7 @@ PRESTART = (
 def start_superlink(env: dict[str, str], timeout: float = STARTUP_S) -> None:
     """The local SuperLink that `flwr run` would start (Flower's own launcher, so the same command
     and files), started now and waited for up to ``timeout`` s instead of Flower's fixed 15 s
-    (issue 28: under load `flwr run` failed "Failed to start local SuperLink within 15s");
+    (under load `flwr run` failed "Failed to start local SuperLink within 15s");
     `flwr run` then finds it running. Nothing is done when one is running on the env's port."""
     r = subprocess.run(
         [sys.executable, "-c", PRESTART, str(timeout)],

@@ -1,5 +1,5 @@
 """A WAN between hosts (or network namespaces) where kernel netem is not available: a user-space
-TCP relay adding a one-way delay, jitter and a bandwidth cap to each direction (issue 32). For
+TCP relay adding a one-way delay, jitter and a bandwidth cap to each direction. For
 each accepted connection it connects to the target and forwards bytes both ways ("up": client ->
 target, "down": back). Each chunk read (at most ``chunk_bytes``) is released to the other side at
 

@@ -1,4 +1,4 @@
-"""Attack what the linkage releases (issue 19): play the primary of a coordinate dataset (hdb,
+"""Attack what the linkage releases: play the primary of a coordinate dataset (hdb,
 house) with its release and its own identifiers, run the paper's greedy attack and the
 aggregation attack (linkage/attacks.py), and score both against the secondary's true locations.
 

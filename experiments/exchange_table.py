@@ -1,4 +1,4 @@
-"""Attacks on what training exchanges against defences and K (issue 33): in-process runs (the
+"""Attacks on what training exchanges against defences and K: in-process runs (the
 protocol every engine runs), each scored by its own exchange-privacy report (the secondary's
 label attacks, app/vfl/exchange.py) and, for the primary's feature inversion, by an inversion
 model fitted on an auxiliary fifth of each secondary's records (features known to the primary)

@@ -1,4 +1,4 @@
-"""Input recipes against each other on validation (issue 34): the same runs (dataset, seed, budget)
+"""Input recipes against each other on validation: the same runs (dataset, seed, budget)
 with each party's numeric inputs standardised ("standard") or mapped through their training
 quantiles to a normal ("quantile", datasets/transform.py), in process.
 

@@ -1,4 +1,4 @@
-"""Issue 17's tables: one variant against the others, paired by seed, from a sweep's results.csv
+"""Paired tables: one variant against the others, paired by seed, from a sweep's results.csv
 (and the gradient-boosting reference of experiments/reference.py, if it ran on the same seeds).
 
     python -m experiments.paired runs/sweeps/attn_game/results.csv --ours fedsim_attn \

@@ -1,4 +1,4 @@
-"""Attack success against tau, per dataset and encoding (issue 19): each job linked as a run links
+"""Attack success against tau, per dataset and encoding: each job linked as a run links
 it (app.vfl.linking.link_and_report: the run config's tau and encoding, the in-process service's
 fresh secret) and measured by its privacy report (linkage/privacy.py), no training.
 

@@ -1,4 +1,4 @@
-"""The non-federated reference row of issue 17's tables: gradient boosting on the primary's
+"""The non-federated reference row of the results tables: gradient boosting on the primary's
 features plus the mean features of its K nearest linked records of each secondary, on the same
 splits and linkage as the federated runs (one pooled table, which no federation may build).
 

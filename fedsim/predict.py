@@ -94,7 +94,7 @@ def command(args: argparse.Namespace) -> int:
         print(f"fedsim predict: {type(e).__name__}: {e}{left_note(args.out)}", file=sys.stderr)
         return 1
     if meta.get("mode") == "entity-aug":
-        from app.entity_aug.kept import upgrade  # a manifest from before issue 30 says "guest_states"
+        from app.entity_aug.kept import upgrade  # a manifest from an older version says "guest_states"
 
         meta = upgrade(meta)
     if args.member:

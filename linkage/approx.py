@@ -1,4 +1,4 @@
-"""Approximate top-K with faiss (issue 20), behind the exact search's contract, and the tie-aware
+"""Approximate top-K with faiss, behind the exact search's contract, and the tie-aware
 recall every approximate result reports.
 
     Approx(method, recall_floor, sample, ...)           how a job searches (method "exact": as before)
@@ -124,7 +124,7 @@ def _binary_index(bits: int, n: int, approx: Approx):
         return index
     # sqrt(n) cells, not 4 sqrt(n): faiss trains a binary IVF by k-means on the bits as floats (d =
     # bits), cost ~ cells^2 d; 1M x 1M 1024-bit, 1,024 cells: 53 s to build, recall 0.9999 at
-    # nprobe 4; 4,000 cells would take ~15x that to train (docs/benchmarks.md, issue 20)
+    # nprobe 4; 4,000 cells would take ~15x that to train (docs/benchmarks.md)
     return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, _nlist(n, approx, per_root=1.0))
 
 

@@ -1,4 +1,4 @@
-"""Attacks on what a linkage job releases to the primary (issue 19): the paper's greedy attack
+"""Attacks on what a linkage job releases to the primary: the paper's greedy attack
 and the aggregation attack (trilateration) on coordinates (Euclidean), and the dictionary attack
 on identifiers of any metric (coordinates, strings, Bloom filters).
 

@@ -35,7 +35,7 @@ class PartyLink:
 
 @dataclass(frozen=True)
 class Defences:
-    """How a job calibrates its noise against the attacks of linkage/attacks.py (issue 19).
+    """How a job calibrates its noise against the attacks of linkage/attacks.py.
 
     radius: Theorem 2 counts a distance guessed within ``radius`` (identifier units) as the
             attacker's success; the paper's half a unit is 0.5. On coordinates in degrees 0.5 is

@@ -1,4 +1,4 @@
-"""The linkage metrics, one object each (issue 30): what identifiers a metric links, how they
+"""The linkage metrics, one object each: what identifiers a metric links, how they
 are checked, its exact and approximate searches, and what the privacy report attacks with it.
 
     metric(name) -> Metric                 the registered one; LinkageError naming the known ones

@@ -1,4 +1,4 @@
-"""A job's privacy report (issue 19): what its release lets the primary learn about each
+"""A job's privacy report: what its release lets the primary learn about each
 secondary's records, measured by running linkage.attacks on that very release against the truth.
 
 Only the holder of both parties' identifiers can score an attack: the linkage service (or the

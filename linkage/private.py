@@ -1,7 +1,7 @@
 """Files only their owner can read: 0600 files in 0700 folders, whatever the umask.
 
 Every file the service, the parties' commands, training and the deployment write may hold
-identifiers, linkage, secrets or models, so every one is its owner's alone (issue 28):
+identifiers, linkage, secrets or models, so every one is its owner's alone:
 
     private_umask()                 the process's umask -> 0o077 (called first by every entry point:
                                     `fedsim`, `python -m linkage_server`, `python -m deploy`, the

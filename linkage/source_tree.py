@@ -1,4 +1,4 @@
-"""Results never go into the project's source tree (issue 29).
+"""Results never go into the project's source tree.
 
 A command that writes results (linkage, secrets, the service's data, runs, predictions) refuses
 a target inside a folder that holds the project's source: the project root itself, and every

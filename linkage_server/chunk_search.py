@@ -1,4 +1,4 @@
-"""The service's resumable chunked top-K search, in this process or on Ray (issue 20).
+"""The service's resumable chunked top-K search, in this process or on Ray.
 
     chunked_search(cache, query (m, ..), base (n, ..), metric, k, party, chunks, tick, ray="", approx)
         -> ChunkFiles: () -> (lo, dist (c, k), idx (c, k)) per chunk, read from disk one at a time

@@ -1,4 +1,4 @@
-"""The operator's limits on what one party can make the shared service hold (issue 28 item 5).
+"""The operator's limits on what one party can make the shared service hold.
 
     Limits(max_k, max_cells, chunk_cells, max_uploads_per_party, small_cells)
     job_cells(meta, params)       primary records x candidates (max(K, pool)) x secondaries: a job's size

@@ -1,5 +1,5 @@
 """A composed job's links per secondary row, counted once per job and kept on disk, so that a
-query (linkage_server.queries) never loads the job's whole release (issue 28 item 5: 8 concurrent
+query (linkage_server.queries) never loads the job's whole release (8 concurrent
 one-record queries of a composed job held +3 GB, each reading every token of primary.npz).
 
     links_per_row(folder, party, row_of_token) -> (n,) int64

@@ -1,4 +1,4 @@
-"""Queries of new primary records against a finished job (predict, issue 15): ``POST /jobs/{job}/query``.
+"""Queries of new primary records against a finished job (predict): ``POST /jobs/{job}/query``.
 
 The primary sends the new records' identifiers (one .npy array, as its training upload: same
 kind, same width, Bloom filters of the same length, key and parameters); the service answers

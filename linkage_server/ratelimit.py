@@ -4,7 +4,7 @@ A client address, or a party (or the admin), with ``max_failures`` failed authen
 ``window_s`` seconds answers further failures 429 (Retry-After), each still counting. The limits
 are checked only after a failure (linkage_server.service.Gate), so a request holding a right
 secret is always accepted: nobody can lock a party out, neither from a clean address nor from
-an address it shares with the attacker (loopback, a NAT, a proxy: issue 28 found one wrong
+an address it shares with the attacker (loopback, a NAT, a proxy: an attack review found one wrong
 secret per 6 s from the same address refusing a third of the right party's requests). So the
 limits do not slow guessing: the 256-bit party secrets are what make guessing hopeless; the
 limits make an attack visible (429s) and tell a misconfigured client to stop. The address is the

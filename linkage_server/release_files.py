@@ -1,5 +1,5 @@
 """A job's release written to disk chunk by chunk: the service's memory is bounded by a chunk,
-whatever the number of primary records (issue 20).
+whatever the number of primary records.
 
     write_release(results, scratch, searched {party: ChunkFiles}, sizes, query, job) -> (skeleton, privacy)
 

@@ -1,4 +1,4 @@
-"""LAMB with torch_optimizer.Lamb's exact semantics (torch-optimizer 0.3.0, every party's optimiser before issue 31),
+"""LAMB with torch_optimizer.Lamb's exact semantics (torch-optimizer 0.3.0, every party's optimiser before this one),
 as multi-tensor ``torch._foreach_*`` ops and without a host synchronisation per step.
 
 torch_optimizer.Lamb loops over the parameters in Python and reads each norm back to the host

@@ -68,6 +68,22 @@ def test_no_module_over_400_lines():
     assert not long, f"modules over {MAX_MODULE} lines: {long}"
 
 
+TRACKER = __import__("re").compile(r"\b[Ii]ssues?[ _-]?\d")  # "issue 31", "issue31"
+
+
+def test_the_product_names_no_tracker_issue():
+    """The issue tracker is not in the repository: code, sweeps and scripts say what a thing is
+    for, not which ticket asked for it."""
+    files = [p for p in _modules(CHECKED)] + sorted((ROOT / "conf").rglob("*.toml")) + sorted(ROOT.glob("*/*.sh"))
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in files
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if TRACKER.search(line)
+    ]
+    assert not hits, f"issue numbers in the product: {hits[:10]}"
+
+
 def test_no_function_over_60_lines():
     long = {}
     for path in _modules(CHECKED):

@@ -12,7 +12,7 @@ whose test metric the run reports) and what predict needs to rebuild the parties
     <run>/kept/<secondary>.pt    each secondary's local model (in process)
 
 (Primary and secondaries are the EA paper's host and guests; the file names keep "host".) A
-manifest written before issue 30 says "guests" and "guest_states": "guests" | "run";
+manifest written by an older version says "guests" and "guest_states": "guests" | "run";
 :func:`upgrade` reads it with the new keys.
 
 The Keeper and the manifest's reading are both modes' (app/kept.py). Over Flower the primary
@@ -87,7 +87,7 @@ def manifest(cfg, data: EntityData, head: TaskHead, best_epoch: int, secondary_s
 
 
 def upgrade(meta: dict) -> dict:
-    """A manifest with this version's keys: one written before issue 30 says "guests" and
+    """A manifest with this version's keys: one written by an older version says "guests" and
     "guest_states" ("guests" = each kept its own), read as "secondaries" and "secondary_states"
     ("parties")."""
     meta = dict(meta)

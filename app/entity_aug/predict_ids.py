@@ -1,5 +1,5 @@
 """Which of a user's entity ids an Entity Augmentation run can predict, named by the user's own
-ids and the lines of their file (issue 29), before anything runs.
+ids and the lines of their file, before anything runs.
 
     screen_ids(raw (q,), cfg, data) -> (keep (q,) bool, [(line, id, reason)] of the others)
     read_screened(run_dir, ids_csv, column, skip) -> (the ids to predict, the skipped)

@@ -1,9 +1,9 @@
-# bench/gpu_issue31.sh on a lent GPU: issue 31's table, before and after, on one warm machine.
+# bench/gpu_step.sh on a lent GPU: the step-speed table, before and after, on one warm machine.
 #
 #   here:   bash bench/gpu_wheels.sh      # wheels for the device's Python 3.12 (+ a slim Ray) -> .whl, data -> .gpudata
 #           rm -rf .before && mkdir .before && git archive 4824eaa | tar -x -C .before && rm -rf .before/{tests,docs}
-#   device: `run` with carry [".whl", ".gpudata", ".before"], command `bash bench/gpu_issue31.sh`,
-#           timeout_s 580; the log comes back as $OUT/gpu-issue31.log (keep it in docs/device-logs/).
+#   device: `run` with carry [".whl", ".gpudata", ".before"], command `bash bench/gpu_step.sh`,
+#           timeout_s 580; the log comes back as $OUT/gpu-step.log (keep it in docs/device-logs/).
 #
 # Rows (hdb all flats, K = 50, batch 128, fedsim_attn, one epoch = 489 steps, train s/epoch), most
 # important first (a run cut at its limit keeps what it logged): in process at S = 1 on cuda and
@@ -12,7 +12,7 @@
 # the CUDA tests; the optimiser step alone.
 set -o pipefail
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 FEDSIM_DATA_DIR=$PWD/.gpudata
-L=$OUT/gpu-issue31.log
+L=$OUT/gpu-step.log
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 tar -xJf .whl/ray-site.tar.xz -C /tmp/site || echo "no Ray: the flwr run row fails" | tee -a $L
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH

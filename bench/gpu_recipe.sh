@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_issue34.sh on a lent GPU box (the `run` tool): issue 34's hdb runs that two CPU cores
+# bench/gpu_recipe.sh on a lent GPU box (the `run` tool): the hdb recipe runs that two CPU cores
 # cannot afford, three sweeps side by side, each pinned to its own cores:
 #   cores 0-10   hdb_baselines_ple (AvgSim, Top1Sim, Solo; device cpu, one thread each)
 #   cores 11-13  hdb_gpu_ple       (the paper's FedSim; device cuda, three runs at once)
@@ -8,17 +8,17 @@
 # "Sweeps on a GPU box"; five here, each host-bound at ~9 ms of host work to ~1.2 ms of kernels.)
 #
 #   here:   NO_RAY=1 bash bench/gpu_wheels.sh   # wheels for the device's Python 3.12 -> .whl, data -> .gpudata
-#   device: `run` with carry [".whl", ".gpudata"], command `bash bench/gpu_issue34.sh`, timeout_s 590
-#   back:   $OUT/gpu-issue34.log (keep it in docs/device-logs/), each sweep's log, and runs.tgz: every
+#   device: `run` with carry [".whl", ".gpudata"], command `bash bench/gpu_recipe.sh`, timeout_s 590
+#   back:   $OUT/gpu-recipe.log (keep it in docs/device-logs/), each sweep's log, and runs.tgz: every
 #           run's summary, config, metrics and status (no models), to tabulate here.
-#   a local rehearsal on a CPU: QUICK=1 OUT=/tmp/out bash bench/gpu_issue34.sh (the sweeps' --quick,
+#   a local rehearsal on a CPU: QUICK=1 OUT=/tmp/out bash bench/gpu_recipe.sh (the sweeps' --quick,
 #   on cores 0-1, with .venv's Python). Exits non-zero when any sweep failed or ran out of time.
 set -o pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the logs go to}"
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 OMP_NUM_THREADS=1
 export FEDSIM_DATA_DIR=${FEDSIM_DATA_DIR:-$PWD/.gpudata}
-L=$OUT/gpu-issue34.log R=/tmp/issue34-runs LIMIT=${LIMIT:-505} Q=${QUICK:+--quick} PY=python3
+L=$OUT/gpu-recipe.log R=/tmp/recipe-runs LIMIT=${LIMIT:-505} Q=${QUICK:+--quick} PY=python3
 [ -n "$QUICK" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python
 if [ -d .whl ] && [ -z "$QUICK" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
