@@ -1,7 +1,7 @@
 """A predict command's files: the input checked before anything starts, the output replaced only
 when the new one is whole, the records left out listed beside it.
 
-The rule for every predict path (docs/own-data.md, README "Predict for new records"):
+The rule for every predict path (docs/own-data.md, docs/reference.md "Predict for new records"):
 - bad input (a missing column, a non-number in a numeric column, a missing identifier, ...) is
   refused by the command itself, before any Flower process starts: exit 2, one line naming it;
 - a failure after that (the run, Flower, a timeout): exit 1;

@@ -25,7 +25,7 @@ in config.json; an environment variable reaches none of a deployment's other mac
 global limit on the BLAS/OpenMP pools); it logs the choice once per process (and again only if it
 changes) and :func:`recorded` gives it to summary.json. The thread count changes results only
 through the order of float summations (last digits); with the same count a CPU run is repeatable
-(README "Reproducibility").
+(docs/reference.md "Threads and reproducibility").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ restarts between the uploads and the job's start. Each fault is measured from th
 the error the run records (status.json) and `flwr run` prints, the seconds from the fault until
 the run is known failed, what the operator had to restart, and whether the resumed run
 (``resume = true``, same run name) ends bit for bit like an uninterrupted run of the same config
-on the same linkage files (``threads = 1``: CPU runs repeat bit for bit, README).
+on the same linkage files (``threads = 1``: CPU runs repeat bit for bit, docs/reference.md).
 
     python -m deploy.lab_faults --base /tmp/lab-faults --n-rows 1500 --epochs 3
 """

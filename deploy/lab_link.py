@@ -1,7 +1,7 @@
 """Linking through the linkage service across separate hosts, on a ``deploy.hosts.Lab``.
 
 The service runs on its own host as its own user; each party (the primary and every secondary)
-runs the same ``fedsim`` commands README "The linkage service" gives, on its own host, as its own
+runs the same ``fedsim`` commands docs/reference.md "The linkage service" gives, on its own host, as its own
 user, against the service's address over HTTPS. Every step is a command an operator would type
 on that host; every file that goes from one organisation to another is a ``Lab.transfer``
 (recorded), and nothing else is shared:

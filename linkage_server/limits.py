@@ -11,7 +11,7 @@ defaults to 4 K under noise, linkage.release.default_pool). A job's chunk of the
 (16 bytes a cell) and the release a chunk's tokens and similarities (12 bytes a cell), so the
 chunk's cells bound a job's memory whatever its size; the job's cells bound its disk (about 28
 bytes a cell: the search's chunks and the release) and its time. Defaults: K at most 1,000 (the
-pool 4,000); 500M cells per job (the README's 10M x 1M top-50 case: about 14 GB of disk);
+pool 4,000); 500M cells per job (docs/reference.md's 10M x 1M top-50 case: about 14 GB of disk);
 chunks of at most 4M cells (64 MB of search results: at K = 100, the 20,000-row default chunk is
 2M cells and unchanged; at K = 1,000 a chunk is 4,000 rows); 2 concurrent bodies per party (each
 streamed to disk, then validated memory-mapped). Jobs of at most 10M cells run in a lane of their

@@ -1,7 +1,7 @@
 """The house rules, checked: module and function sizes, and which package may import which.
 
 Limits from the developers' guide: no module over 400 lines, no function over 60. Layering
-(README "Where things live"): the linkage library imports no web framework and nothing of ours
+(docs/design.md "Where things live"): the linkage library imports no web framework and nothing of ours
 but itself; the Flower-free training core (strategies/) and the data loaders (datasets/) import
 no Flower and nothing of the app; the Flower app (app/) reads linkages through the library, not
 the service; no product package imports the operator tooling (deploy/), the experiment runner

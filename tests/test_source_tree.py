@@ -52,8 +52,9 @@ def test_a_fetch_into_the_linkage_package_is_refused_before_anything_is_written(
 
 
 def _readme_outputs() -> list[tuple[str, str]]:
-    """(option, path) of every output option in the README's bash blocks, $W expanded."""
-    text = (ROOT / "README.md").read_text()
+    """(option, path) of every output option in the bash blocks of the README and the manual behind
+    it (docs/reference.md), $W expanded."""
+    text = (ROOT / "README.md").read_text() + (ROOT / "docs" / "reference.md").read_text()
     found = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         variables = dict(re.findall(r"\b([A-Z])=(\S+?)(?:;|\s|$)", block))

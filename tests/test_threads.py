@@ -81,7 +81,7 @@ def _run(out_dir, name: str, **extra) -> tuple[np.ndarray, dict]:
 
 @pytest.fixture
 def same_job_secret(monkeypatch):
-    """The linkage job's secret from the operator seed (README "The linkage service"), not drawn per
+    """The linkage job's secret from the operator seed (docs/reference.md "The linkage service"), not drawn per
     out-dir: the runs below link the same tokens in different folders."""
     monkeypatch.setenv("FEDSIM_LINKAGE_OPERATOR_SEED", "7")
     before = torch.get_num_threads()

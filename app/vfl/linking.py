@@ -168,8 +168,8 @@ def service_secret(cfg: RunConfig, job_id: str, *, create: bool = True) -> bytes
 def encode_parties(
     primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int, k: int
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Run config encoding="bloom": what each party does locally before uploading (README
-    "Privacy-preserving linkage"): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
+    """Run config encoding="bloom": what each party does locally before uploading (docs/reference.md
+    "The linkage service", private mode): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
     interval filters; the service then links by Hamming distance. In one simulation process the
     parties' shared secret is derived from the seed; FEDERAL's bounds are the box holding every
     party's values and its t comes from the first secondary's values (encode.federal_key)."""
