@@ -170,7 +170,14 @@ def encode_parties(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Run config encoding="bloom": what each party does locally before uploading (docs/reference.md
     "The linkage service", private mode): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
-    interval filters; the service then links by Hamming distance. In one simulation process the
+    interval filters; the service then links by Hamming distance (the key: :func:`parties_key`)."""
+    key = parties_key(primary, secondaries, metric, seed, k)
+    return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}
+
+
+def parties_key(primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int, k: int) -> dict:
+    """The parties' shared encoding key of a simulated run, from the training data as every party
+    holds it (predict derives the same key from the same data): in one simulation process the
     parties' shared secret is derived from the seed; FEDERAL's bounds are the box holding every
     party's values and its t comes from the first secondary's values (encode.federal_key)."""
     key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
@@ -184,7 +191,7 @@ def encode_parties(
         lo = np.min([v.min(axis=0) for v in values], axis=0)  # (d,) the box holding every party's values
         hi = np.max([v.max(axis=0) for v in values], axis=0)
         key["federal"] = federal_key(values[1], k=k, lo=lo, hi=hi)
-    return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}
+    return key
 
 
 def metric_of(ds: VFLDataset) -> str:

@@ -26,10 +26,11 @@ from app.kept import KeptError
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
 from app.vfl.kept import features_digest, load_kept
-from app.vfl.linking import service_secret, unsorted
+from app.vfl.linking import metric_of, parties_key, service_secret, unsorted
 from app.vfl.parties import build_primary_model
 from app.vfl.secondary import SecondaryParty
 from linkage.binding import identifier_digest
+from linkage.encode import encode_with_key
 from linkage.query import query
 from linkage.store import load_primary, load_secondary
 from strategies.heads import TaskHead
@@ -58,17 +59,12 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
     cfg = RunConfig.of(**meta["run"])
     settings = cfg.resolve()
     order_dependent = not settings.model.sort_gate and settings.model.merge in ("cnn", "mlp")
-    if (
-        cfg.train.method in UNSUPPORTED
-        or cfg.link.encoding != "raw"
-        or cfg.link.layout != "independent"
-        or order_dependent
-    ):
+    if cfg.train.method in UNSUPPORTED or cfg.link.layout != "independent" or order_dependent:
         raise KeptError(
-            f"predict does not support this run yet: method {cfg.train.method!r}, encoding {cfg.link.encoding!r}, "
+            f"predict does not support this run yet: method {cfg.train.method!r}, "
             f"layout {cfg.link.layout!r}, sort gate "
-            f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: raw "
-            f"identifiers linked in the run, independent layout, not {sorted(UNSUPPORTED)}, and no "
+            f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: "
+            f"independent layout, not {sorted(UNSUPPORTED)}, and no "
             "order-dependent merge without the sort gate: its neighbour order is per batch)"
         )
     return meta, states, cfg, settings
@@ -219,9 +215,22 @@ def link_here(kept: KeptRun, identifiers: np.ndarray, seconds: dict[str, float])
     t0 = time.perf_counter()
     secret = service_secret(cfg, trained.job_id, create=False)
     maps = {p: load_secondary(folder, p).row_of_token for p in ds.secondaries}  # the service holds every map
-    linkage = query(identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}, trained, maps, secret=secret)
+    identifiers, base = as_uploaded(kept, identifiers)
+    linkage = query(identifiers, base, trained, maps, secret=secret)
     seconds["query"] = time.perf_counter() - t0
     return linkage if kept.settings.model.sort_gate else unsorted(linkage, cfg.train.seed)
+
+
+def as_uploaded(kept: KeptRun, identifiers: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(the new records' identifiers, each secondary's) as the run's parties uploaded them: raw, or
+    (encoding bloom) encoded with the parties' key of the run, derived from the training data
+    as training derived it (app.vfl.linking.parties_key), never a new one."""
+    ds, cfg = kept.ds, kept.cfg
+    base = {p: t.identifiers for p, t in ds.secondaries.items()}
+    if cfg.link.encoding != "bloom":
+        return identifiers, base
+    key = parties_key(ds.primary.identifiers, base, metric_of(ds), cfg.train.seed, kept.settings.k)
+    return encode_with_key(identifiers, key), {p: encode_with_key(v, key) for p, v in base.items()}
 
 
 def _embed_here(kept: KeptRun, linkage, seconds: dict[str, float]) -> dict:
