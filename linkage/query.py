@@ -61,6 +61,21 @@ def query(
     ``links_per_row[party]`` (n,): a composed job's links per secondary row, counted once
     (:func:`links_per_row`); without it they are counted from ``trained``'s tokens."""
     _check_query(trained, base, row_of_token)
+    if trained.layout == "chain":  # every party shares the anchor's tokens (linkage.pipeline.chain_to)
+        anchor = min(trained.links)  # linkage.job.JobSpec.anchor_of's default, the simulation's chain
+        link = _query_party(
+            new_ids,
+            base[anchor],
+            trained,
+            anchor,
+            row_of_token[anchor],
+            secret=secret,
+            pool=pool,
+            links_per_row=links_per_row,
+        )
+        return PrimaryLinkage(
+            trained.job_id, trained.k, trained.tau, dict.fromkeys(trained.links, link), trained.metric, "chain"
+        )
     links = {
         party: _query_party(
             new_ids,
@@ -78,12 +93,13 @@ def query(
 
 
 def _check_query(trained: PrimaryLinkage, base: dict, row_of_token: dict) -> None:
-    """A query can be answered: the job links independently, and it names exactly the job's parties."""
-    if trained.layout != "independent":
-        raise LinkageError(
-            f"linkage job {trained.job_id} is a {trained.layout!r} job; querying new records "
-            "is supported for independently linked secondaries only"
-        )
+    """A query can be answered: the job links independently or as a chain whose parties share its
+    anchor's tokens, and it names exactly the job's parties."""
+    if trained.layout not in ("independent", "chain"):
+        raise LinkageError(f"linkage job {trained.job_id} is a {trained.layout!r} job; it cannot be queried")
+    shared = trained.links[min(trained.links)].tokens if trained.layout == "chain" else None
+    if shared is not None and any(not np.array_equal(x.tokens, shared) for x in trained.links.values()):
+        raise LinkageError(f"linkage job {trained.job_id}: a chain whose parties do not share the anchor's tokens")
     if set(base) != set(trained.links) or set(row_of_token) != set(trained.links):
         raise LinkageError(
             f"the query names parties {sorted(base)} with maps {sorted(row_of_token)}, but job "

@@ -59,12 +59,11 @@ def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
     cfg = RunConfig.of(**meta["run"])
     settings = cfg.resolve()
     order_dependent = not settings.model.sort_gate and settings.model.merge in ("cnn", "mlp")
-    if cfg.train.method in UNSUPPORTED or cfg.link.layout != "independent" or order_dependent:
+    if cfg.train.method in UNSUPPORTED or order_dependent:
         raise KeptError(
-            f"predict does not support this run yet: method {cfg.train.method!r}, "
-            f"layout {cfg.link.layout!r}, sort gate "
+            f"predict does not support this run: method {cfg.train.method!r}, sort gate "
             f"{settings.model.sort_gate} with merge {settings.model.merge!r} (supported: "
-            f"independent layout, not {sorted(UNSUPPORTED)}, and no "
+            f"every method but {sorted(UNSUPPORTED)}, and no "
             "order-dependent merge without the sort gate: its neighbour order is per batch)"
         )
     return meta, states, cfg, settings
