@@ -35,7 +35,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.run_record import FILES, FOLDERS, SUMMARY, YARDSTICK
+from app.run_record import DERIVED, FILES, FOLDERS, SUMMARY
 from linkage.private import private_dir
 from linkage.store import write_atomic
 
@@ -67,7 +67,7 @@ class RunStatus:
         (self.folder / LAST_ATTEMPT).unlink(missing_ok=True)
         if not resume and is_finished(self.folder):
             _move(self.folder, private_dir(self.folder / PREVIOUS))
-        for name in ((SUMMARY, YARDSTICK) if resume else FILES) + (STATUS,):
+        for name in ((SUMMARY, *DERIVED) if resume else FILES + DERIVED) + (STATUS,):
             (self.folder / name).unlink(missing_ok=True)
         for name in () if resume else FOLDERS:
             shutil.rmtree(self.folder / name, ignore_errors=True)
@@ -126,7 +126,7 @@ LAST_ATTEMPT = "last-attempt.json"  # the status of a run that failed over a fin
 
 def _move(src: Path, dst: Path) -> None:
     """A run's files (FILES, FOLDERS, its status) from ``src`` into ``dst``, each renamed."""
-    for name in (*FILES, *FOLDERS, STATUS):
+    for name in (*FILES, *DERIVED, *FOLDERS, STATUS):
         if (src / name).exists():
             os.replace(src / name, dst / name)
 

@@ -325,7 +325,7 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
         "data-dir": dep.data_dir,
         "out-dir": str(dep.root / "runs"),
         "steps-per-exchange": DEPLOY_S,
-        "transport": DEPLOY_TRANSPORT,
+        **({"transport": DEPLOY_TRANSPORT} if run_config.get("mode", "vfl") == "vfl" else {}),  # EA: Flower's messages
         **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}),
         **dep.link_params,
         **run_config,

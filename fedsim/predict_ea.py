@@ -15,14 +15,7 @@ from fedsim.predict_flower import predict_through_flower
 def fedsim_predict(meta: dict, args) -> int:
     """`fedsim predict RUN IDS --out P` of a run trained through `flwr run` (its options ``args``):
     the ids screened here first (exit 2 naming them, or with --skip-invalid left out and listed),
-    then :func:`simulate`; a deployment is refused by name (`fedsim deploy` runs FedSim's parties)."""
-    if args.deployment:
-        print(
-            "fedsim predict: Entity Augmentation on a deployment is not supported (`fedsim deploy` runs "
-            "FedSim's parties); predict a run trained in simulation, without --deployment",
-            file=sys.stderr,
-        )
-        return 2
+    then :func:`simulate`, or on the deployment it was trained on (``--deployment``)."""
     column = args.id_column or "entity"
     try:
         _, skipped = read_screened(args.run_dir, args.new, column, args.skip_invalid)
@@ -31,7 +24,9 @@ def fedsim_predict(meta: dict, args) -> int:
         return 2
     copy = kept_rows_input(args.new, skipped, column, args.out)[0] if skipped else None
     try:
-        code = simulate(args.run_dir, copy or args.new, args.out, args.id_column, meta, args.timeout)
+        code = simulate(
+            args.run_dir, copy or args.new, args.out, args.id_column, meta, args.timeout, deployment=args.deployment
+        )
     finally:
         if copy is not None:
             copy.unlink(missing_ok=True)
@@ -41,11 +36,14 @@ def fedsim_predict(meta: dict, args) -> int:
     return code
 
 
-def simulate(run_dir: Path, new: Path, out: Path, id_column: str, meta: dict, timeout: float) -> int:
-    """Predict mode on a local simulation (fedsim/predict_flower.py) with the training's run
-    config, one SuperNode per secondary; exit 0 only with ``out`` written. The run writes beside
-    ``out`` and the file replaces ``out`` only when whole (app/predict_files.py run_to_output):
-    a failed predict leaves an older one as it was (and says so)."""
+def simulate(
+    run_dir: Path, new: Path, out: Path, id_column: str, meta: dict, timeout: float, deployment: Path | None = None
+) -> int:
+    """Predict mode with the training's run config, on a local simulation (fedsim/predict_flower.py,
+    one SuperNode per secondary) or on ``deployment`` (each SuperNode embeds with the state it kept
+    in its own folder); exit 0 only with ``out`` written. The run writes beside ``out`` and the
+    file replaces ``out`` only when whole (app/predict_files.py run_to_output): a failed predict
+    leaves an older one as it was (and says so)."""
 
     def start(partial: Path) -> bool:
         keys = {
@@ -53,9 +51,30 @@ def simulate(run_dir: Path, new: Path, out: Path, id_column: str, meta: dict, ti
             "predict-output": str(partial),
             "predict-id-column": id_column,
         }
-        return predict_through_flower(run_dir, meta, keys, len(meta["secondaries"]), timeout, partial)
+        if deployment is None:
+            return predict_through_flower(run_dir, meta, keys, len(meta["secondaries"]), timeout, partial)
+        return _on_deployment(Path(deployment), Path(run_dir), meta, keys, timeout, partial)
 
     code = run_to_output(out, start)
     if code == 0:
         print(f"predictions (best epoch {meta['best_epoch']}) -> {out}")
     return code
+
+
+def _on_deployment(deployment: Path, run_dir: Path, meta: dict, keys: dict, timeout: float, out: Path) -> bool:
+    """`flwr run` in predict mode against the deployment the run was trained on; True when it
+    wrote ``out``, otherwise its output's tail on stderr."""
+    from app.config import RunConfig  # lazy: torch, for a prediction only
+    from deploy.commands import Deployment, flwr_run  # lazy: httpx, for --deployment only
+
+    values = {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
+    values.update({"run-name": "", "resume": False, "predict-run": Path(run_dir).name, **keys})
+    values.pop("out-dir", None)  # the deployment's runs folder, where the run was trained
+    r = flwr_run(Deployment.load(deployment), values, timeout)
+    if not out.exists():
+        print(
+            f"fedsim predict: the run wrote no output; `flwr run` said:\n{(r.stdout + r.stderr)[-4000:]}",
+            file=sys.stderr,
+        )
+        return False
+    return True
