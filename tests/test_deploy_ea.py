@@ -1,0 +1,71 @@
+"""Entity Augmentation on a real deployment on loopback (SuperLink + one SuperNode per guest, TLS
+and SuperNode authentication): trained through `flwr run` against it, each guest's state kept in
+its own folder (node config), and predicted through the same SuperNodes.
+
+Oracle: the deployed run equals the same run config trained in process, step by step (float64),
+and the test entities predicted as new get the outputs training's evaluation computed at its best
+epoch (as tests/test_predict_ea_flower.py for the simulation)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.config import RunConfig
+from app.entity_aug.parties import ea_data
+from deploy import commands as deploy
+from fedsim.cli import main
+from tests.test_deploy import _down
+from tests.test_predict_ea import _evaluated_test, _trained
+
+pytestmark = pytest.mark.slow
+
+# Flower spawns a ClientApp process per message on a deployment (seconds each: docs/benchmarks.md
+# "Deployment: what each message costs"), so the run is a few steps: 300 rows, one epoch
+VALUES = dict(dataset="digits", n_rows=300, mode="entity-aug", epochs=1, ea_variant="augment", overlap=0.1)
+
+
+def test_entity_augmentation_trains_and_predicts_on_a_deployment_as_in_one_process(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "dep"
+    dep = deploy.up(root, "digits")
+    try:
+        assert dep.secure and sorted(dep.nodes) == ["left", "right"]
+        run_config = {k.replace("_", "-"): v for k, v in VALUES.items()} | {"dtype": "float64", "run-name": "ea"}
+        r = deploy.flwr_run(dep, run_config, timeout=900)
+        run = root / "runs" / "ea"
+        assert (run / "summary.json").exists(), (r.stdout + r.stderr)[-5000:]
+        summary = json.loads((run / "summary.json").read_text())
+        for guest in dep.parties:  # each guest's best-epoch state on its own disk, none in the primary's run
+            assert (dep.party_dir(guest) / "models" / "ea" / guest / "kept.pt").exists()
+            assert not (run / guest).exists()
+
+        cfg = RunConfig.of(**VALUES, dtype="float64", data_dir=dep.data_dir)
+        test = ea_data(cfg).split.test
+        pd.DataFrame({"image": test}).to_csv(tmp_path / "ids.csv", index=False)
+        args = [
+            "predict",
+            str(run),
+            str(tmp_path / "ids.csv"),
+            "--out",
+            str(tmp_path / "p.csv"),
+            "--id-column",
+            "image",
+        ]
+        assert main([*args, "--deployment", str(root)]) == 0, capsys.readouterr().err[-3000:]
+        got = pd.read_csv(tmp_path / "p.csv")
+        assert list(got["image"]) == list(test)
+        proba = got[[c for c in got.columns if c.startswith("p_")]].to_numpy()
+    finally:
+        _down(root)
+
+    _, twin, seen = _trained(tmp_path / "twin", VALUES, "float64", monkeypatch)  # the same run, in process
+    assert summary["steps"] == twin["steps"] > 0 and summary["exchange"]["bytes_up"] > 0
+    np.testing.assert_allclose(  # deployed == one process, step by step (float64)
+        np.load(run / "step_losses.npy"), np.load(tmp_path / "twin" / "run" / "step_losses.npy"), rtol=1e-9, atol=1e-12
+    )
+    assert twin["best_epoch"] == summary["best_epoch"] and twin["test"] == summary["test"]
+    head, evaluated = _evaluated_test(tmp_path / "twin" / "run", twin, seen)
+    assert np.abs(proba - head.probabilities(evaluated)).max() <= 1e-6
