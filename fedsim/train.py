@@ -103,6 +103,7 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
         from deploy.commands import run_values as deployment_values  # lazy: httpx and numpy, for --deployment only
 
         values = deployment_values(Deployment.load(args.deployment), values)
+    _built_in_data(values)
     for key in ("data-dir", "out-dir", "linkage-dir"):
         if values.get(key):
             values[key] = str(Path(str(values[key])).expanduser().resolve())
@@ -110,6 +111,23 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
         what = values["mode"] if values["mode"] != "vfl" else values["method"]
         values["run-name"] = args.run_name or f"{values['dataset']}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
     return values
+
+
+def _built_in_data(values: dict[str, object]) -> None:
+    """A built-in dataset without a data-dir: the folder its loader finds from here, made explicit,
+    since Flower runs the app from its own install folder where the defaults do not resolve
+    (one not found here is left for the check to name)."""
+    from datasets.errors import DatasetError  # lazy: off `fedsim --help`
+    from datasets.options import find_data_dir  # lazy: off `fedsim --help`
+    from datasets.registry import data_folder, dataset_names  # lazy: off `fedsim --help`
+
+    folder = data_folder(str(values.get("dataset", "")))
+    if values.get("data-dir") or not folder or values.get("dataset") not in dataset_names():
+        return
+    try:
+        values["data-dir"] = str(find_data_dir(folder, None).parent)
+    except DatasetError:
+        return
 
 
 def _own_parties(values: dict[str, object], dataset_given: bool) -> None:

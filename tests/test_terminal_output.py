@@ -333,3 +333,18 @@ def test_setup_phases_are_said_with_the_time_and_a_clock_while_they_run():
         "compiling the linkage kernels",
     ):
         assert phase in setup
+
+
+def test_a_built_in_dataset_trained_from_another_folder_tells_flower_where_its_data_is(tmp_path, monkeypatch):
+    """Flower runs the app from its own install folder, where the loaders' default data folders
+    (the checkout's data/, ../shared/data, the working folder's) do not resolve: `fedsim train
+    --dataset hdb` from any folder passes the folder it found to the run (it failed in the
+    simulation with "data folder 'hdb' not found", though the check before Flower had found it)."""
+    from fedsim.cli import parser
+    from fedsim.train import run_values
+
+    monkeypatch.chdir(tmp_path)
+    values = run_values(parser().parse_args(["train", "--dataset", "hdb"]))
+    assert (Path(str(values["data-dir"])) / "hdb").is_dir()
+    values = run_values(parser().parse_args(["train", "--dataset", "synthetic"]))
+    assert "data-dir" not in values  # generated: reads no folder
