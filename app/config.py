@@ -166,7 +166,7 @@ class RunConfig:
             f"run-config layout='chain' does not apply to method {train.method!r} (its linkage is per party)",
         )
         need(
-            self.runtime.transport == "flower" or train.mode == "vfl",
+            self.runtime.transport != "direct" or train.mode == "vfl",
             f"run-config transport='direct' carries FedSim's steps (mode 'vfl'), not mode {train.mode!r}",
         )
         if self.predicting():

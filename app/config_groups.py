@@ -27,7 +27,7 @@ Need = Callable[[bool, str], None]
 HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
-TRANSPORTS = ("flower", "direct")  # how a run's steps travel (app/vfl/direct.py)
+TRANSPORTS = ("auto", "flower", "direct")  # how a run's steps travel (app/vfl/direct.py); auto: RunConfig.transport
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.model.VARIANTS
 LAYOUTS = ("independent", "chain")
 ENCODINGS = ("raw", "bloom")
@@ -121,7 +121,7 @@ class TrainOptions:
     # an ensemble member: the same split and linkage as `seed`, its own initial weights, dropout and
     # batch order (:attr:`model_seed`); 0 = the run's own, as before
     member: int = 0
-    steps_per_exchange: int = 8
+    steps_per_exchange: int = 1  # exact split learning; more: a stale window (docs/reference.md "Steps per exchange")
     pipeline: bool = (
         False  # request the next window's embeddings before computing this one (strategies/vfl/protocol.py)
     )
@@ -268,12 +268,21 @@ class RuntimeOptions:
 
     out_dir: str = ""
     run_name: str = ""
-    transport: str = "flower"  # "direct": the steps go over each party worker's own link (app/vfl/worker.py)
+    transport: str = "auto"  # "direct": the steps go over each party worker's own link (app/vfl/worker.py)
     device: str = "auto"
     dtype: str = "float32"
     eval_chunk: int = 50_000
     node_timeout: float = 120.0
     threads: int = 0  # torch / BLAS threads of every party's process; 0 = chosen per process (app/threads.py)
+
+    def transport_for(self, mode: str) -> str:
+        """How the run's steps travel: ``transport``, where ``auto`` (the default) is the direct
+        transport for FedSim (exact S = 1 near the in-process engine's pace: each party's worker on
+        its own encrypted link; docs/benchmarks.md "Simulation at S = 1") and Flower's messages
+        for Entity Augmentation (mode ``mode``), which has no direct transport."""
+        if self.transport != "auto":
+            return self.transport
+        return "direct" if mode == "vfl" else "flower"
 
     def check(self, need: Need) -> None:
         need(self.threads >= 0, f"run-config 'threads' must be >= 0 (0 = chosen per process), got {self.threads}")

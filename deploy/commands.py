@@ -36,7 +36,6 @@ from strategies.vfl.methods import REGISTRY
 # A deployed run unless its run config says otherwise: exact split learning (S = 1) over the
 # direct transport, each party worker's encrypted link (a Flower exchange costs 6-8 s, the link
 # milliseconds: docs/deployment.md "Direct transport", docs/benchmarks.md "Deployment").
-DEPLOY_S, DEPLOY_TRANSPORT = 1, "direct"
 
 
 # ---------------------------------------------------------------------- processes
@@ -324,8 +323,6 @@ def run_values(dep: Deployment, run_config: dict[str, object]) -> dict[str, obje
         "dataset": dep.dataset,
         "data-dir": dep.data_dir,
         "out-dir": str(dep.root / "runs"),
-        "steps-per-exchange": DEPLOY_S,
-        **({"transport": DEPLOY_TRANSPORT} if run_config.get("mode", "vfl") == "vfl" else {}),  # EA: Flower's messages
         **({"linkage-dir": str(dep.linkage_dir(PRIMARY))} if dep.job else {}),
         **dep.link_params,
         **run_config,
