@@ -61,15 +61,18 @@ def test_protocol_equals_one_process_twin(case, steps_per_exchange, tmp_path):
         assert max_param_gap(fed.secondaries[party], twin.secondaries[party]) < 1e-9
 
 
-def test_the_oracle_tells_schedules_apart(tmp_path):
-    """The comparison can fail: a twin on another S-step schedule gives other losses."""
+def test_the_oracle_tells_schedules_apart(tmp_path, monkeypatch):
+    """The comparison can fail: a twin on another S-step schedule gives other losses. The linkage's
+    noise is fixed by the operator's seed: the gap below depends on the release, and a fresh
+    service secret per run drew a release where it was 3.5e-6, another where it was 2.8e-5."""
+    monkeypatch.setenv("FEDSIM_LINKAGE_OPERATOR_SEED", "7")
     cfg = RunConfig.of(
         **CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=14, steps_per_exchange=4, out_dir=str(tmp_path)
     )
     fed, twin = run_in_process(cfg), run_twin(cfg, steps_per_exchange=1)
     assert np.abs(fed.losses - twin.losses).max() > 1e-6  # float noise between equal runs is < 1e-7
-    # the secondary's gap: 2.8e-5 at the default (its gradients clipped at their median norm),
-    # 100 x the float noise between equal runs (< 1e-7)
+    # the secondary's gap: 1.3e-4 with this release (its gradients clipped at their median norm),
+    # 1,000 x the float noise between equal runs (< 1e-7)
     assert max_param_gap(fed.secondaries["school"], twin.secondaries["school"]) > 1e-5
 
 

@@ -4,6 +4,8 @@ the record so repeated queries cannot be averaged; maps and jobs that do not mat
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -73,10 +75,25 @@ def test_a_map_or_identifiers_from_another_job_are_refused():
     with pytest.raises(LinkageError, match="NaN"):
         query(np.array([[np.nan, 1.0]]), BASE, job.primary, maps, secret=secret)
     chain = link_chain(PRIMARY, BASE, anchor="a", k=3, tau=1.0, secret=secret)
-    with pytest.raises(LinkageError, match="'chain' job"):
-        query(
-            PRIMARY[:3], BASE, chain.primary, {p: s.row_of_token for p, s in chain.secondaries.items()}, secret=secret
-        )
+    chain_maps = {p: s.row_of_token for p, s in chain.secondaries.items()}
+    broken = dataclasses.replace(
+        chain.primary, links={**chain.primary.links, "b": job.primary.links["b"]}
+    )  # b's tokens are not the anchor's
+    with pytest.raises(LinkageError, match="do not share the anchor's tokens"):
+        query(PRIMARY[:3], BASE, broken, chain_maps, secret=secret)
+
+
+def test_a_chain_job_is_queried_through_its_anchor():
+    """Paper App. C: the training records queried again get the chain's release, every party the
+    anchor's tokens, which each party's own map resolves to the row chained to the anchor's."""
+    job, _, secret = _job()
+    chain = link_chain(PRIMARY, BASE, anchor="a", k=3, tau=1.0, secret=secret)
+    maps = {p: s.row_of_token for p, s in chain.secondaries.items()}
+    got = query(PRIMARY, BASE, chain.primary, maps, secret=secret)
+    assert got.layout == "chain"
+    for party in ("a", "b"):
+        np.testing.assert_array_equal(got.links[party].tokens, chain.primary.links[party].tokens)
+        np.testing.assert_array_equal(got.links[party].sims, chain.primary.links[party].sims)
 
 
 def test_under_noise_the_default_pool_chooses_the_k_and_a_query_reproduces_it_composed_too():
