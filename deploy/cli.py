@@ -53,6 +53,11 @@ def parser() -> argparse.ArgumentParser:
         help="the floor every secondary states for its records (default: each its own level from `up`)",
     )
     s.add_argument("--compose", action="store_true", help="noise composed over each secondary record's links")
+    s.add_argument(
+        "--private",
+        action="store_true",
+        help="every party uploads keyed Bloom / FEDERAL filters of its identifiers (a key the service never sees)",
+    )
     s = sub.add_parser("run", help="flwr run against the deployment (prints the run's log)")
     s.add_argument("folder", type=Path)
     s.add_argument("--run-config", default="", help="extra run-config values, 'key=value key2=value2'")
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                 radius=args.radius,
                 compose=args.compose,
                 privacy=args.privacy,
+                private=args.private,
             ),
         )
     elif args.command == "run":

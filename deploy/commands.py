@@ -267,29 +267,37 @@ def link(
     radius: float = 0.0,
     compose: bool = False,
     privacy: str | None = None,
+    private: bool = False,
 ) -> str:
     """Every secondary states its privacy floor (``privacy`` for all; None: each its own level
     from `up`, linkage_server.floors) and uploads
     its identifiers to the linkage service (over TLS), the primary starts the job (tau None: none
     asked, the floors set the noise; radius, compose: docs/privacy.md; the job's files carry
-    them), and each party fetches only its own result into its own folder."""
+    them), and each party fetches only its own result into its own folder. ``private``: every
+    party uploads its identifiers encoded with the parties' key (deploy/private_mode.py)."""
     from app.vfl.linking import metric_of  # lazy: torch and flwr, for `link` only
     from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
     from datasets.registry import DatasetOptions  # lazy: pandas, for `link` only
+    from deploy.private_mode import as_uploaded, forget_key, make_key  # lazy: the encoders, for `link` only
+    from linkage.metrics import DEFAULT_OF_KIND  # lazy: with the linkage library, for `link` only
     from linkage_server.client import LinkageClient, create_job  # lazy: httpx and scipy, for `link` only
 
     ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=seed, n_rows=n_rows))
+    key = make_key(dep, ds, metric_of(ds), k) if private else forget_key(dep)
     token = (dep.root / "admin.token").read_text().strip()
     job = create_job(dep.service_url, token, PRIMARY, dep.parties, verify=dep.verify)
     save_primary_secret(dep, job["secrets"][PRIMARY])  # the primary's own, for its later queries (predict)
     for party in dep.parties:
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
             c.set_floor(privacy or dep.privacy.get(party, DEFAULT_LEVEL))  # before its identifiers leave it
-            c.upload(ds.secondaries[party].identifiers)
+            ids, raw, fingerprint = as_uploaded(key, ds.secondaries[party].identifiers)
+            c.upload(ids, raw, fingerprint=fingerprint)
     with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
-        c.upload(ds.primary.identifiers)
+        ids, raw, fingerprint = as_uploaded(key, ds.primary.identifiers)
+        c.upload(ids, raw, fingerprint=fingerprint)
         c.upload_train_rows(ds.split.train)
-        c.start(metric_of(ds), k, tau, layout=layout, radius=radius, compose=compose)  # the service's randomness
+        metric = DEFAULT_OF_KIND["bits"] if key else metric_of(ds)
+        c.start(metric, k, tau, layout=layout, radius=radius, compose=compose)  # the service's randomness
         st = c.wait(timeout=timeout)
         if st["state"] != "done":
             raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")

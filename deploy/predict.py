@@ -30,9 +30,14 @@ def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:
     secret_file = dep.party_dir(PRIMARY) / SECRET
     if not secret_file.exists():
         raise SystemExit(f"no primary secret at {secret_file}: link with `python -m deploy link {dep.folder}` first")
+    from deploy.private_mode import as_uploaded, party_key  # lazy: the encoders, when a deployment predicts
+    from linkage.binding import write_query_record  # lazy: with the encoders, when a deployment predicts
+
     answer = dep.party_dir(PRIMARY) / "queries" / f"{run}.npz"
+    sent, _, fingerprint = as_uploaded(party_key(dep, PRIMARY), ids)  # encoded as training's upload was
     with LinkageClient(dep.service_url, dep.job, PRIMARY, secret_file.read_text().strip(), verify=dep.verify) as c:
-        c.query(ids, out=answer)
+        c.query(sent, fingerprint=fingerprint, out=answer)
+    write_query_record(answer, sent, ids)  # binds the answer to the raw records predict reads
     return answer
 
 
@@ -49,7 +54,22 @@ def predict(
     """Query, then `flwr run` in predict mode; the caller checks ``out`` (a fresh name: command)."""
     new, out = Path(new).resolve(), Path(out).resolve()
     answer = query(dep, run, new, id_column)
-    return flwr_run(dep, predict_values(run, new, out, answer, id_column, explain), timeout)
+    return flwr_run(
+        dep, {**trained_values(dep, run), **predict_values(run, new, out, answer, id_column, explain)}, timeout
+    )
+
+
+def trained_values(dep: Deployment, run: str) -> dict:
+    """The run config the run was trained with (its kept manifest), as predict mode needs it:
+    the parties, method and model it was trained with, not the deployment's defaults."""
+    from app.config import RunConfig  # lazy: torch, when a deployment predicts
+    from app.kept import read_manifest  # lazy: torch, when a deployment predicts
+
+    meta = read_manifest(dep.root / "runs" / run)
+    values = {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
+    for key in ("out-dir", "run-name", "resume", "linkage-dir", "data-dir", "dataset"):
+        values.pop(key, None)  # the deployment's own folders and data
+    return values
 
 
 def predict_values(run: str, new: Path, out: Path, answer: Path, id_column: str = "", explain: bool = False) -> dict:

@@ -110,3 +110,27 @@ def check_binding(linkage: PrimaryLinkage, folder: Path, raw_ids) -> None:
             f"has {len(raw_ids)} with digest {own[:16]} (another dataset, data-dir, n-rows or seed?); "
             "run with the data it was linked from, or link again"
         )
+
+
+def query_record(answer: Path) -> Path:
+    """Beside a query's answer (predict-linkage): what the primary queried, when it sent encoded
+    identifiers (private mode), so the answer binds to the raw records predict reads."""
+    answer = Path(answer)
+    return answer.with_name(answer.stem + ".record.json")
+
+
+def write_query_record(answer: Path, sent, raw_ids) -> None:
+    """Record that the answer at ``answer`` was queried with ``sent``, encoded from ``raw_ids``."""
+    body = {"ids_sha256": identifier_digest(sent), "raw_sha256": identifier_digest(raw_ids)}
+    write_atomic(query_record(answer), json.dumps(body).encode())
+
+
+def queried_raw_digest(answer: Path, linkage: PrimaryLinkage) -> str:
+    """The digest of the raw identifiers an answer was queried for: the answer's own (raw query),
+    or its query record's (encoded query) when that record names the identifiers the answer carries."""
+    path = query_record(answer)
+    if path.exists():
+        rec = json.loads(path.read_text())
+        if rec.get("ids_sha256") == linkage.ids_sha256:
+            return str(rec.get("raw_sha256", ""))
+    return linkage.ids_sha256

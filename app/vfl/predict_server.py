@@ -30,7 +30,7 @@ from app.vfl.channel import FlowerChannel
 from app.vfl.linking import unsorted
 from app.vfl.predict import KeptRun, Prediction, check_new, forward, link_here, open_kept
 from app.vfl.predict_csv import read_input, table
-from linkage.binding import identifier_digest
+from linkage.binding import identifier_digest, queried_raw_digest
 from linkage.store import read_primary
 
 
@@ -98,7 +98,7 @@ def _linkage(cfg: RunConfig, kept: KeptRun, ids: np.ndarray, seconds: dict[str, 
             f"predict-linkage {path} answers linkage job {linkage.job_id}, but run {cfg.predict.run!r} "
             f"was trained on job {job}; query that job"
         )
-    if linkage.ids_sha256 != identifier_digest(ids):
+    if queried_raw_digest(path, linkage) != identifier_digest(ids):
         raise KeptError(
             f"predict-linkage {path} was queried with other identifiers than the {len(ids)} records of "
             f"{cfg.predict.input} (digest differs); query the service with this input"
