@@ -52,12 +52,12 @@ def _predict_on_the_deployment(dep, summary: dict, tmp_path) -> None:
     assert (dep.party_dir("primary") / "queries" / "ok.npz").exists()
 
 
-def _linked_deployment(tmp_path):
+def _linked_deployment(tmp_path, private: bool = False):
     root = tmp_path / "dep"
     dep = deploy.up(root, "house3")
     assert dep.secure and sorted(dep.nodes) == ["airbnb_a", "airbnb_b", "airbnb_c"]
     assert dep.service_url.startswith("https://127.0.0.1:")
-    deploy.link(dep, k=RUN["k"], n_rows=RUN["n-rows"])
+    deploy.link(dep, k=RUN["k"], n_rows=RUN["n-rows"], private=private)
     for party in dep.parties:  # each party holds only its own token -> row map
         assert [f.name for f in dep.linkage_dir(party).iterdir()] == [f"secondary-{party}.npz"]
     return dep, root
@@ -75,9 +75,18 @@ def _down(root, timeout: float = 30.0) -> None:
 
 
 def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path):
-    """Train through `flwr run` on the deployment, then predict with the kept federation."""
-    dep, root = _linked_deployment(tmp_path)
+    """Train through `flwr run` on the deployment, then predict with the kept federation. Linked in
+    private mode (`deploy link --private`): every party uploads keyed Bloom / FEDERAL filters under
+    one parties' key the service never sees, and predict encodes the new records with the
+    primary's copy (the raw path: the refusals test below, tests/test_lab_deploy.py)."""
+    from deploy.private_mode import KEY
+    from linkage.store import load_primary
+
+    dep, root = _linked_deployment(tmp_path, private=True)
     try:
+        assert load_primary(dep.linkage_dir("primary")).metric == "hamming"  # linked on the filters
+        keys = {(dep.party_dir(p) / KEY).read_text() for p in ("primary", *dep.parties)}
+        assert len(keys) == 1 and not list((root / "linkage-service").rglob(KEY))  # one key; none at the service
         r = deploy.flwr_run(dep, {**RUN, "epochs": 1, "run-name": "ok"}, timeout=900)
         run_dir = root / "runs" / "ok"
         log = r.stdout + r.stderr
