@@ -92,3 +92,21 @@ def test_a_primary_without_features_is_measured_against_the_constant():
     assert out["model"] == "constant" and out["test"] == pytest.approx(
         1.0
     )  # P(y=1) = 0.75 on train: every test row called 1
+
+
+def test_a_yardstick_that_cannot_be_computed_warns_and_keeps_the_runs_exit_status(tmp_path, monkeypatch, capsys):
+    """The run finished: a yardstick that fails (here: its data cannot be read) says why on stderr,
+    writes no yardstick.json, and the exit status stays 0."""
+    import argparse
+
+    from fedsim import train
+
+    def unreadable(cfg, run_dir, why):
+        raise FileNotFoundError("the guests' files are on their own hosts")
+
+    monkeypatch.setattr(ys, "measure", unreadable)
+    cfg = SimpleNamespace(link=SimpleNamespace(linkage_dir=""))
+    assert train.yardstick(cfg, tmp_path, argparse.Namespace(deployment=None)) == 0
+    err = capsys.readouterr().err
+    assert "yardstick was not computed: FileNotFoundError: the guests' files" in err
+    assert not (tmp_path / "yardstick.json").exists()
