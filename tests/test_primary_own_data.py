@@ -59,8 +59,9 @@ def _linked(folders: dict[str, Path], tmp_path: Path) -> Path:
 def _own_engine(secondary_dirs: dict[str, Path]):
     """The primary's driver (app/vfl/server.py drive) with each secondary reading its own folder
     (as a deployed SuperNode does with its node config's data-dir) behind an in-process channel."""
+    from app.vfl.engine import Engine
     from app.vfl.secondary import SecondaryParty
-    from app.vfl.server import Engine, link
+    from app.vfl.server import link
     from strategies.vfl.channel import LocalChannel
 
     def connect(ds, cfg, settings):

@@ -16,6 +16,7 @@ from app import run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.run_record import Seconds
+from app.vfl.engine import Engine
 from app.vfl.exchange import gradient_defence
 from app.vfl.linking import linkage_job
 from app.vfl.parties import (
@@ -26,7 +27,7 @@ from app.vfl.parties import (
     train_plan,
 )
 from app.vfl.secondary import SecondaryParty, with_imputed_row
-from app.vfl.server import Engine, drive, link
+from app.vfl.server import drive, link
 from linkage.contracts import LinkageError
 from linkage.store import load_secondary
 from strategies.optim import party_seed

@@ -9,7 +9,6 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from app.transport import handshake
 from app.vfl import checkpoint, exchange
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
+from app.vfl.engine import Engine
 from app.vfl.kept import Keeper
 from app.vfl.linking import job_privacy, linkage_job
 from app.vfl.parties import build_strategy, epochs_note, train_plan
@@ -52,25 +52,6 @@ def fmt(metrics: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
 
 
-@dataclass(frozen=True)
-class Engine:
-    """How a VFL run reaches its secondaries. ``name``: the run record's engine ("flower" |
-    "inprocess"); ``tag``: its log lines' prefix; ``connect(ds, cfg, settings)`` -> (linkage, channel,
-    linkage seconds, privacy report), all None / 0 for a method that links nothing. Over Flower
-    (``remote``) each party keeps and checkpoints its own state and the channel counts traffic; in
-    process the primary keeps every party's state and nothing is checkpointed (a sweep resumes
-    whole runs)."""
-
-    name: str
-    tag: str
-    connect: Callable
-    processes: int = 1  # processes of the run sharing this machine's CPUs (app/threads.py)
-
-    @property
-    def remote(self) -> bool:
-        return self.name == "flower"
-
-
 def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     """The ServerApp's run, recorded in <run>/status.json (app/run_status.py): a fresh run from
     its start, a resumed one once its checkpoint is accepted (a refused resume touches no file)."""
@@ -79,7 +60,8 @@ def run_primary(grid: Grid, cfg: RunConfig) -> dict:
     with status.recording():
         if not cfg.train.resume:
             status.start()
-        engine = Engine("flower", "[primary]", functools.partial(_connect, grid), threads.same_host(grid))
+        sharing = threads.same_host(grid) if cfg.train.pipeline else 1  # unpipelined, the parties take turns
+        engine = Engine("flower", "[primary]", functools.partial(_connect, grid), sharing)
         return drive(cfg, out, engine, status)
 
 
