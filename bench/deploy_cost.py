@@ -135,7 +135,7 @@ def main() -> None:
         up_s = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
-            deploy.link(dep, k=args.k, n_rows=args.n_rows)
+            deploy.link(dep, deploy.LinkRequest(k=args.k, n_rows=args.n_rows))
             link_s = time.perf_counter() - t0
             dep_rows, dep_epochs, dep_run = deployed(dep, base, args)
         finally:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from app import run_status
 from deploy.commands import Deployment, _procs, down, flwr_run, link, run_values, up
+from deploy.deployment import LinkRequest
 from deploy.predict import add_parser as add_predict_parser
 from deploy.predict import command as predict_command
 from deploy.processes import running
@@ -87,15 +88,17 @@ def main(argv: list[str] | None = None) -> None:
             "linkage job",
             link(
                 dep,
-                k=args.k,
-                tau=args.tau,
-                seed=args.seed,
-                layout=args.layout,
-                n_rows=args.n_rows,
-                radius=args.radius,
-                compose=args.compose,
-                privacy=args.privacy,
-                private=args.private,
+                LinkRequest(
+                    k=args.k,
+                    tau=args.tau,
+                    seed=args.seed,
+                    layout=args.layout,
+                    n_rows=args.n_rows,
+                    radius=args.radius,
+                    compose=args.compose,
+                    privacy=args.privacy,
+                    private=args.private,
+                ),
             ),
         )
     elif args.command == "run":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, node_config, party_levels
+from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, LinkRequest, node_config, party_levels
 from deploy.localsim import REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
 from linkage.private import private_dir
@@ -255,26 +255,13 @@ def save_primary_secret(dep: Deployment, secret: str) -> None:
     write_atomic(dep.party_dir(PRIMARY) / SECRET, secret.encode())
 
 
-def link(
-    dep: Deployment,
-    *,
-    k: int,
-    tau: float | None = None,
-    seed: int = 0,
-    layout: str = "independent",
-    n_rows: int = 0,
-    timeout: float = 600.0,
-    radius: float = 0.0,
-    compose: bool = False,
-    privacy: str | None = None,
-    private: bool = False,
-) -> str:
-    """Every secondary states its privacy floor (``privacy`` for all; None: each its own level
-    from `up`, linkage_server.floors) and uploads
-    its identifiers to the linkage service (over TLS), the primary starts the job (tau None: none
-    asked, the floors set the noise; radius, compose: docs/privacy.md; the job's files carry
-    them), and each party fetches only its own result into its own folder. ``private``: every
-    party uploads its identifiers encoded with the parties' key (deploy/private_mode.py)."""
+def link(dep: Deployment, request: LinkRequest, timeout: float = 600.0) -> str:
+    """Every secondary states its privacy floor (``request.privacy`` for all; None: each its own
+    level from `up`, linkage_server.floors) and uploads its identifiers to the linkage service
+    (over TLS; ``request.private``: encoded with the parties' key, deploy/private_mode.py), the
+    primary starts the job (tau None: none asked, the floors set the noise; radius, compose:
+    docs/privacy.md; the job's files carry them), and each party fetches only its own result
+    into its own folder."""
     from app.vfl.linking import metric_of  # lazy: torch and flwr, for `link` only
     from datasets import load_dataset  # lazy: pandas (the loaders), not for status / down
     from datasets.registry import DatasetOptions  # lazy: pandas, for `link` only
@@ -282,14 +269,14 @@ def link(
     from linkage.metrics import DEFAULT_OF_KIND  # lazy: with the linkage library, for `link` only
     from linkage_server.client import LinkageClient, create_job  # lazy: httpx and scipy, for `link` only
 
-    ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=seed, n_rows=n_rows))
-    key = make_key(dep, ds, metric_of(ds), k) if private else forget_key(dep)
+    ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=request.seed, n_rows=request.n_rows))
+    key = make_key(dep, ds, metric_of(ds), request.k) if request.private else forget_key(dep)
     token = (dep.root / "admin.token").read_text().strip()
     job = create_job(dep.service_url, token, PRIMARY, dep.parties, verify=dep.verify)
     save_primary_secret(dep, job["secrets"][PRIMARY])  # the primary's own, for its later queries (predict)
     for party in dep.parties:
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
-            c.set_floor(privacy or dep.privacy.get(party, DEFAULT_LEVEL))  # before its identifiers leave it
+            c.set_floor(request.privacy or dep.privacy.get(party, DEFAULT_LEVEL))  # before its identifiers leave it
             ids, raw, fingerprint = as_uploaded(key, ds.secondaries[party].identifiers)
             c.upload(ids, raw, fingerprint=fingerprint)
     with LinkageClient(dep.service_url, job["job"], PRIMARY, job["secrets"][PRIMARY], verify=dep.verify) as c:
@@ -297,7 +284,9 @@ def link(
         c.upload(ids, raw, fingerprint=fingerprint)
         c.upload_train_rows(ds.split.train)
         metric = DEFAULT_OF_KIND["bits"] if key else metric_of(ds)
-        c.start(metric, k, tau, layout=layout, radius=radius, compose=compose)  # the service's randomness
+        c.start(
+            metric, request.k, request.tau, layout=request.layout, radius=request.radius, compose=request.compose
+        )  # the service's randomness
         st = c.wait(timeout=timeout)
         if st["state"] != "done":
             raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")
@@ -306,7 +295,7 @@ def link(
         with LinkageClient(dep.service_url, job["job"], party, job["secrets"][party], verify=dep.verify) as c:
             c.fetch(dep.linkage_dir(party))
     dep.job = job["job"]
-    dep.link_params = {"k": k, "tau": tau or 1.0, "seed": seed, "n-rows": n_rows, "layout": layout}
+    dep.link_params = request.run_values()
     dep.save()
     return job["job"]
 

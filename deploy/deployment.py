@@ -20,6 +20,28 @@ PRIMARY = "primary"
 SECRET = "linkage-secret"  # the primary's party secret of the deployment's job, 0600 in its own folder
 
 
+@dataclass(frozen=True)
+class LinkRequest:
+    """What `deploy link` asks of the linkage service: K and the job's shape (tau: the primary's
+    attack bound, None = the floors'; layout; the rows and seed the run will sample), the noise's
+    radius and composition (docs/privacy.md), the floor every secondary states (None: each its own
+    level from `up`) and whether the parties upload encoded identifiers (private mode)."""
+
+    k: int
+    tau: float | None = None
+    seed: int = 0
+    layout: str = "independent"
+    n_rows: int = 0
+    radius: float = 0.0
+    compose: bool = False
+    privacy: str | None = None
+    private: bool = False
+
+    def run_values(self) -> dict:
+        """The run-config values a run on the job must share (deploy.commands.run_values)."""
+        return {"k": self.k, "tau": self.tau or 1.0, "seed": self.seed, "n-rows": self.n_rows, "layout": self.layout}
+
+
 @dataclass
 class Deployment:
     folder: str

@@ -152,7 +152,7 @@ def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: P
     """The linkage job through the linkage service on root's loopback (deploy.commands.link);
     each party's own result files go to its home's linkage/ only. Returns the link values."""
     from deploy.commands import link, start_service, stop_all  # lazy: the linkage client and pandas
-    from deploy.deployment import Deployment  # lazy: with deploy.commands
+    from deploy.deployment import Deployment, LinkRequest  # lazy: with deploy.commands
     from deploy.processes import _wait_port  # lazy: with deploy.commands
 
     folder = Path(tempfile.mkdtemp(prefix="lab-link-"))
@@ -161,7 +161,7 @@ def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: P
     try:
         start_service(dep)
         _wait_port(dep.service.port, dep.service, "the linkage service", 120)
-        link(dep, k=k, n_rows=n_rows, timeout=600)
+        link(dep, LinkRequest(k=k, n_rows=n_rows), timeout=600)
         place_linkage(lab, dep, hosts)
         return dict(dep.link_params)
     finally:

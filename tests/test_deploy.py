@@ -57,7 +57,7 @@ def _linked_deployment(tmp_path, private: bool = False):
     dep = deploy.up(root, "house3")
     assert dep.secure and sorted(dep.nodes) == ["airbnb_a", "airbnb_b", "airbnb_c"]
     assert dep.service_url.startswith("https://127.0.0.1:")
-    deploy.link(dep, k=RUN["k"], n_rows=RUN["n-rows"], private=private)
+    deploy.link(dep, deploy.LinkRequest(k=RUN["k"], n_rows=RUN["n-rows"], private=private))
     for party in dep.parties:  # each party holds only its own token -> row map
         assert [f.name for f in dep.linkage_dir(party).iterdir()] == [f"secondary-{party}.npz"]
     return dep, root

@@ -176,7 +176,7 @@ def test_a_deployment_with_one_data_folder_per_party(tmp_path, monkeypatch):
     root = tmp_path / "dep"
     dep = deploy.up(root, "csv", str(folders["full"]), ["shops", "cafes"])
     try:
-        deploy.link(dep, k=3)
+        deploy.link(dep, deploy.LinkRequest(k=3))
         dep.data_dir = str(folders["primary"])  # the run config's data-dir: the primary's own folder
         run = {"k": 3, "epochs": 1, "batch-size": 64, "run-name": "own", "node-timeout": 60.0}
         r = deploy.flwr_run(dep, run, timeout=900)
