@@ -65,23 +65,9 @@ def score(ds, head, x: np.ndarray, seed: int) -> dict:
     return {"val": val, "test": test, "error": sampling_error(head, pred, y, seed), "iterations": iters}
 
 
-def entity_features(ds) -> np.ndarray:
-    """(m, sum of d_S) each primary record's same-entity record's features per secondary, NaN where
-    that party holds none (boosting takes NaN as missing)."""
-    blocks = []
-    for party, table in sorted(ds.secondaries.items()):
-        match = ds.true_match[party]  # (m,) a row of the party, -1: none
-        block = np.full((len(match), table.features.shape[1]), np.nan, dtype=np.float64)
-        block[match >= 0] = table.features[match[match >= 0]]
-        blocks.append(block)
-    return np.hstack(blocks)
-
-
 def pooled(ds, cfg, head) -> dict:
-    """The pooled reference: K (FedSim) chosen on validation, or the same entity's records (EA)."""
+    """FedSim's pooled reference, K chosen on validation (Entity Augmentation's: :func:`ea_tables`)."""
     seed = cfg.train.seed
-    if cfg.train.mode == "entity-aug":
-        return {**score(ds, head, np.hstack([ds.primary.features, entity_features(ds)]), seed), "joined": "entity"}
     best = None
     for k, means in neighbour_means(ds, cfg).items():
         row = {**score(ds, head, np.hstack([ds.primary.features, means]), seed), "joined": f"top-{k} mean"}
@@ -104,12 +90,8 @@ def verdict(head, federated: float, alone: dict) -> str:
 def constant(ds, head) -> dict:
     """A primary with no features of its own: alone it has only the training labels' constant."""
     y_train, y = ds.labels[ds.split.train], ds.labels[ds.split.test]
-    if ds.task == "regression":
-        value = float(np.mean(y_train))
-    elif ds.task == "binary":
-        value = float(np.mean(y_train))  # P(y = 1)
-    else:
-        value = float(np.bincount(y_train).argmax())
+    # the mean: regression's value, binary's P(y = 1); multiclass: the most frequent class
+    value = float(np.bincount(y_train).argmax()) if ds.task == "multiclass" else float(np.mean(y_train))
     pred = np.full(len(y), value)
     return {
         "test": head.metrics(pred, y)[head.key_metric],
