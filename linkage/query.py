@@ -61,22 +61,10 @@ def query(
     ``links_per_row[party]`` (n,): a composed job's links per secondary row, counted once
     (:func:`links_per_row`); without it they are counted from ``trained``'s tokens."""
     _check_query(trained, base, row_of_token)
-    if trained.layout == "chain":  # every party shares the anchor's tokens (linkage.pipeline.chain_to)
-        anchor = min(trained.links)  # linkage.job.JobSpec.anchor_of's default, the simulation's chain
-        link = _query_party(
-            new_ids,
-            base[anchor],
-            trained,
-            anchor,
-            row_of_token[anchor],
-            secret=secret,
-            pool=pool,
-            links_per_row=links_per_row,
-        )
-        return PrimaryLinkage(
-            trained.job_id, trained.k, trained.tau, dict.fromkeys(trained.links, link), trained.metric, "chain"
-        )
-    links = {
+    # a chain's parties share its anchor's tokens (linkage.pipeline.chain_to): only the anchor is
+    # searched (linkage.job.JobSpec.anchor_of's default, the simulation's chain), every party gets its link
+    searched = [min(trained.links)] if trained.layout == "chain" else sorted(trained.links)
+    found = {
         party: _query_party(
             new_ids,
             base[party],
@@ -87,8 +75,9 @@ def query(
             pool=pool,
             links_per_row=links_per_row,
         )
-        for party in sorted(trained.links)
+        for party in searched
     }
+    links = {party: found.get(party, found[searched[0]]) for party in sorted(trained.links)}
     return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout)
 
 
