@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from app.config import RunConfig
 from app.predict_files import left_note
 from linkage.private import private_dir
 from linkage.store import write_atomic
@@ -98,6 +99,12 @@ def read_manifest(run_dir: Path) -> dict:
             "finish, or it was trained before runs kept their best epoch; train it again"
         )
     return json.loads((folder / MANIFEST).read_text())
+
+
+def trained_values(meta: dict) -> dict[str, object]:
+    """A kept run's run config (its manifest ``meta``) as Flower's run-config table holds it
+    (dashed keys): what a predict run of it starts from."""
+    return {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
 
 
 def load_states(folder: Path, names: list[str]) -> dict[str, dict[str, torch.Tensor]]:

@@ -62,11 +62,9 @@ def predict(
 def trained_values(dep: Deployment, run: str) -> dict:
     """The run config the run was trained with (its kept manifest), as predict mode needs it:
     the parties, method and model it was trained with, not the deployment's defaults."""
-    from app.config import RunConfig  # lazy: torch, when a deployment predicts
-    from app.kept import read_manifest  # lazy: torch, when a deployment predicts
+    from app.kept import read_manifest, trained_values  # lazy: torch, when a deployment predicts
 
-    meta = read_manifest(dep.root / "runs" / run)
-    values = {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
+    values = trained_values(read_manifest(dep.root / "runs" / run))
     for key in ("out-dir", "run-name", "resume", "linkage-dir", "data-dir", "dataset"):
         values.pop(key, None)  # the deployment's own folders and data
     return values

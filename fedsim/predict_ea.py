@@ -53,7 +53,7 @@ def simulate(
         }
         if deployment is None:
             return predict_through_flower(run_dir, meta, keys, len(meta["secondaries"]), timeout, partial)
-        return _on_deployment(Path(deployment), Path(run_dir), meta, keys, timeout, partial)
+        return _on_deployment(Path(deployment), Path(run_dir), keys, timeout, partial)
 
     code = run_to_output(out, start)
     if code == 0:
@@ -61,16 +61,16 @@ def simulate(
     return code
 
 
-def _on_deployment(deployment: Path, run_dir: Path, meta: dict, keys: dict, timeout: float, out: Path) -> bool:
-    """`flwr run` in predict mode against the deployment the run was trained on; True when it
-    wrote ``out``, otherwise its output's tail on stderr."""
-    from app.config import RunConfig  # lazy: torch, for a prediction only
+def _on_deployment(deployment: Path, run_dir: Path, keys: dict, timeout: float, out: Path) -> bool:
+    """`flwr run` in predict mode against the deployment the run was trained on, with the training's
+    run config less the deployment's own folders and data; True when it wrote ``out``, otherwise
+    its output's tail on stderr."""
     from deploy.commands import Deployment, flwr_run  # lazy: httpx, for --deployment only
+    from deploy.predict import trained_values  # lazy: httpx, for --deployment only
 
-    values = {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
-    values.update({"run-name": "", "resume": False, "predict-run": Path(run_dir).name, **keys})
-    values.pop("out-dir", None)  # the deployment's runs folder, where the run was trained
-    r = flwr_run(Deployment.load(deployment), values, timeout)
+    dep = Deployment.load(deployment)
+    values = {**trained_values(dep, Path(run_dir).name), "run-name": "", "predict-run": Path(run_dir).name, **keys}
+    r = flwr_run(dep, values, timeout)
     if not out.exists():
         print(
             f"fedsim predict: the run wrote no output; `flwr run` said:\n{(r.stdout + r.stderr)[-4000:]}",

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from app.config import RunConfig
+from app.kept import trained_values
 from fedsim.watch import tail, watch
 
 
@@ -24,7 +24,7 @@ def predict_through_flower(
     )
 
     run_dir = Path(run_dir).resolve()
-    values = {k.replace("_", "-"): v for k, v in RunConfig.of(**meta["run"]).flat().items()}
+    values = trained_values(meta)
     values.update(
         {"out-dir": str(run_dir.parent), "run-name": "", "resume": False, "predict-run": run_dir.name, **predict}
     )
