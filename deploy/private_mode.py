@@ -28,8 +28,7 @@ def make_key(dep: Deployment, ds, metric: str, k: int) -> dict:
     from app.vfl.linking import parties_key  # lazy: torch and flwr, for a private link only
 
     ids = {p: ds.secondaries[p].identifiers for p in dep.parties}
-    key = parties_key(ds.primary.identifiers, ids, metric, 0, k)
-    key["secret"] = secrets.token_urlsafe(32)  # the parties' own, never a function of a seed
+    key = parties_key(ds.primary.identifiers, ids, metric, k, secrets.token_urlsafe(32))  # the parties' own secret
     if "federal" in key:
         key["federal"] = {n: _plain(key["federal"][n]) for n in ("bits_per_dim", "t", "lo", "hi")}
     for party in (PRIMARY, *dep.parties):

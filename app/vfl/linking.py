@@ -171,16 +171,24 @@ def encode_parties(
     """Run config encoding="bloom": what each party does locally before uploading (docs/reference.md
     "The linkage service", private mode): strings -> keyed q-gram Bloom filters, numbers -> FEDERAL
     interval filters; the service then links by Hamming distance (the key: :func:`parties_key`)."""
-    key = parties_key(primary, secondaries, metric, seed, k)
+    key = parties_key(primary, secondaries, metric, k, simulated_secret(seed))
     return encode_with_key(primary, key), {p: encode_with_key(v, key) for p, v in secondaries.items()}
 
 
-def parties_key(primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, seed: int, k: int) -> dict:
-    """The parties' shared encoding key of a simulated run, from the training data as every party
-    holds it (predict derives the same key from the same data): in one simulation process the
-    parties' shared secret is derived from the seed; FEDERAL's bounds are the box holding every
-    party's values and its t comes from the first secondary's values (encode.federal_key)."""
-    key: dict = {"secret": hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()}
+def simulated_secret(seed: int) -> bytes:
+    """The parties' shared encoding secret in one simulation process, which plays every party:
+    derived from the run's seed (a deployment's parties draw theirs: deploy/private_mode.py)."""
+    return hashlib.sha256(f"fedsim-simulated-parties-{seed}".encode()).digest()
+
+
+def parties_key(
+    primary: np.ndarray, secondaries: dict[str, np.ndarray], metric: str, k: int, secret: bytes | str
+) -> dict:
+    """The parties' shared encoding key under ``secret``, from the training data as every party
+    holds it (predict derives the same key from the same data): FEDERAL's bounds are the box
+    holding every party's values and its t comes from the first secondary's values
+    (encode.federal_key)."""
+    key: dict = {"secret": secret}
     if metric_named(metric).kind == "numbers":  # (strings: any of linkage.contracts.STRING_METRICS)
         values = [np.asarray(v, np.float64) for v in (primary, *secondaries.values())]  # each (n_p, d)
         if len(values[1]) <= k:

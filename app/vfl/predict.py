@@ -26,7 +26,7 @@ from app.kept import KeptError
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
 from app.vfl.kept import features_digest, load_kept
-from app.vfl.linking import metric_of, parties_key, service_secret, unsorted
+from app.vfl.linking import metric_of, parties_key, service_secret, simulated_secret, unsorted
 from app.vfl.parties import build_primary_model
 from app.vfl.secondary import SecondaryParty
 from linkage.binding import identifier_digest
@@ -228,7 +228,7 @@ def as_uploaded(kept: KeptRun, identifiers: np.ndarray) -> tuple[np.ndarray, dic
     base = {p: t.identifiers for p, t in ds.secondaries.items()}
     if cfg.link.encoding != "bloom":
         return identifiers, base
-    key = parties_key(ds.primary.identifiers, base, metric_of(ds), cfg.train.seed, kept.settings.k)
+    key = parties_key(ds.primary.identifiers, base, metric_of(ds), kept.settings.k, simulated_secret(cfg.train.seed))
     return encode_with_key(identifiers, key), {p: encode_with_key(v, key) for p, v in base.items()}
 
 
