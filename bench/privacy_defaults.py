@@ -3,7 +3,8 @@
 For each data set and level (off / standard / strict) the dataset's identifiers are linked as
 the service links them (a JobStore whose operator floor is the level, the secondaries stating
 nothing more), with the dataset's K and the seed's training rows; the job's own privacy report
-gives the release attacks on a sample of 300 tokens (register identification, greedy,
+gives the release attacks on a sample of 300 tokens (register identification from the
+similarities and from which records link a token, greedy,
 trilateration of the links, the links' centroid). Then the query-averaging attack with the
 whole default budget (coordinates only): for the T most linked secondary records, jittered
 query records around each one's linked records are asked (batches of 256, halved at each
@@ -135,6 +136,7 @@ def row(name: str, level: str, store: JobStore, job: str, ds, metric: str, args,
         cells.append(
             f"| {name} | {level} | {party} | {got['spacing'] or '-':.4} | {entry['noise_per_distance']:.4g} | "
             f"{got['radius']:.4g} | {attacks.get('dictionary', float('nan')):.1f} % | "
+            f"{attacks.get('membership', float('nan')):.1f} % | "
             f"{attacks.get('greedy', float('nan')):.1f} % | {attacks.get('aggregation', float('nan')):.1f} % | "
             f"{attacks.get('centroid', float('nan')):.1f} % | {avg} |"
         )
@@ -149,10 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     print(
-        "| data | level | secondary | spacing | noise on a distance | radius | register named | greedy "
-        "within radius | trilateration within radius | centroid within radius | query averaging: median error |"
+        "| data | level | secondary | spacing | noise on a distance | radius | register named: similarities | "
+        "register named: who links it | greedy within radius | trilateration within radius | centroid within radius | query averaging: median error |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.datasets:
         for level in args.levels:
             t0 = time.perf_counter()

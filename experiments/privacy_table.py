@@ -26,7 +26,7 @@ from app.data import load_data
 from app.vfl.linking import link_and_report
 from linkage.contracts import LinkageError
 
-ATTACKS = ("dictionary", "greedy", "aggregation", "centroid")
+ATTACKS = ("dictionary", "membership", "greedy", "aggregation", "centroid")
 HEADER = [
     "| dataset | encoding | radius | compose | tau | party | sigma | noise per distance | links per record "
     "(median / max) | records attacked | " + " | ".join(ATTACKS) + " | s (link + report) |",

@@ -1,6 +1,6 @@
-"""Attacks on what a linkage job releases to the primary: the paper's greedy attack
-and the aggregation attack (trilateration) on coordinates (Euclidean), and the dictionary attack
-on identifiers of any metric (coordinates, strings, Bloom filters).
+"""Attacks on what a linkage job releases to the primary: the paper's greedy attack and the
+aggregation attack (trilateration) on coordinates (Euclidean). The attacks of a primary that
+holds a register of every secondary identifier are linkage.register_attacks.
 
 The attacker plays the primary with exactly what it holds: one secondary party's
 :class:`~linkage.contracts.PartyLink` (tokens, noisy standardised similarities, and the job's
@@ -16,7 +16,6 @@ Array contracts (m primary records, K links per record, d identifier dims, T dis
   trilaterate(tok (L,), pts (L, d), dist (L,), start (T, d)) -> (T, d) least-squares points
   linear_start(tok (L,), pts (L, d), dist (L,), T) -> (T, d) closed-form (linearised) points
   best_fit(tok (L,), pts (L, d), dist (L,), start (T, d)) -> (T, d) the better of both starts
-  dictionary_attack(link, primary_ids (m, ..), dictionary (n, ..), metric) -> (T,) dictionary rows
   haversine_m(a (T, 2), b (T, 2))             -> (T,) metres between [lat, lon] degree pairs
   reidentification(err_m (T,), radii_m)      -> {"n", "within": {radius: rate}, "median_m"}
 """
@@ -28,13 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, identifier_bytes
-from linkage.pairwise import Pairwise
 
 # The mean Earth radius (IUGG): haversine on this sphere is within 0.5 % of the ellipsoid's distance
 EARTH_RADIUS_M = 6_371_008.8
 MIN_LINKS = 3  # distinct links a 2-D trilateration needs (d + 1 in general; the caller may raise it)
-DICT_LINKS = 64  # distinct links per token a dictionary attack scores its candidates on
-DICT_SEEDS = 3  # links whose top-K in the dictionary are a token's candidates
 
 
 @dataclass(frozen=True)
@@ -291,49 +287,6 @@ def trilaterate(
         if moved < tol and not searching.any():
             break
     return x * scale + shift
-
-
-def dictionary_attack(
-    link: PartyLink,
-    primary_ids,
-    dictionary,
-    metric: str,
-    *,
-    only=None,
-    max_links: int = DICT_LINKS,
-    seeds: int = DICT_SEEDS,
-    pre: Released | None = None,
-) -> np.ndarray:
-    """(T,) per released token the dictionary row the attacker names as its record (any metric).
-
-    The attacker holds a dictionary of candidate identifiers (a public register; with the key the
-    parties share, the candidates encoded as the parties encode: linkage.encode) and matches each
-    token's *similarity profile*: candidates are the top-K dictionary rows of the token's `seeds`
-    most similar linked records (where the token's record must be, as it was linked among them),
-    and the one whose standardised similarities to up to `max_links` distinct linked records
-    (the most similar first) are nearest in squared error to the released ones is named. Without
-    noise the true record has error 0; with noise this is the maximum-likelihood candidate. Tokens
-    in ascending order, as :class:`TokenGuess`'s."""
-    from linkage.pipeline import check_identifiers, search  # lazy: scipy/numba, only when attacked
-
-    r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
-    rows, sims, ids, uniq, tok_idx, first = r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.first
-    k = min(link.tokens.shape[1], len(dictionary))
-    ids, base = check_identifiers(ids, dictionary, k, "dictionary", metric)  # once: the loop trusts them
-    sel = np.flatnonzero(first)
-    sel = sel[np.lexsort((-sims[sel].astype(np.float64), tok_idx[sel]))]  # by token, most similar first
-    starts = np.searchsorted(tok_idx[sel], np.arange(len(uniq) + 1))
-    seed_pairs = [sel[starts[t] : starts[t + 1]][:seeds] for t in range(len(uniq))]  # each (<= seeds,)
-    near = search(ids[rows[np.concatenate(seed_pairs)]], base, metric=metric, k=k, party="dictionary")[1]  # one index
-    first_seed = np.cumsum([0] + [len(x) for x in seed_pairs])  # token t's seeds: near[first_seed[t]:..[t + 1]]
-    scored = [sel[starts[t] : starts[t + 1]][:max_links] for t in range(len(uniq))]  # (L_t,) distinct draws each
-    pairwise = Pairwise(metric, ids, base, rows[np.concatenate(scored)], near.ravel())  # only the rows scored
-    guess = np.empty(len(uniq), np.int64)
-    for t, pairs in enumerate(scored):
-        cand = np.unique(near[first_seed[t] : first_seed[t + 1]])  # (C,) the seeds' top-K in the dictionary
-        pred = -(pairwise(rows[pairs], cand) + link.sim_mean) / link.sim_std  # (L_t, C) every distance
-        guess[t] = cand[np.argmin(((pred - sims[pairs, None]) ** 2).sum(0))]
-    return guess
 
 
 # ----------------------------------------------------------------------------- scoring (ground truth)

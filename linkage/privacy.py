@@ -11,9 +11,10 @@ counts, so the service hands it to the primary and to each secondary (about its 
 Per party: sigma and the noise it puts on a distance (identifier units), Theorem 1's epsilon at
 that sigma, links per secondary record (median / p90 / max over the released tokens), and the
 attacks' success on a seeded sample of up to ``max_tokens`` tokens:
-- dictionary (any metric): the share of tokens whose record the attacker names exactly, holding
-  a dictionary that contains every true identifier (the strongest prior: a public register, or
-  the shared encoding key plus such a register);
+- dictionary and membership (any metric): the share of tokens whose record the attacker names
+  exactly, holding a dictionary that contains every true identifier (the strongest prior: a
+  public register, or the shared encoding key plus such a register), from the token's released
+  similarities and from which records link it (linkage.register_attacks);
 - coordinates only (Euclidean, at most 3 dimensions): the paper's greedy attack, the aggregation attack (trilateration) and the
   links' centroid, each as the share of tokens located within the job's privacy radius
   (linkage.contracts.Defences; half an identifier unit by default), the event Theorem 2 bounds by
@@ -28,16 +29,10 @@ import math
 
 import numpy as np
 
-from linkage.attacks import (
-    Released,
-    aggregation_attack,
-    dictionary_attack,
-    greedy_attack,
-    identifier_groups,
-    released,
-)
+from linkage.attacks import Released, aggregation_attack, greedy_attack, identifier_groups, released
 from linkage.contracts import LinkageResult, PartyLink
 from linkage.metrics import metric as metric_named
+from linkage.register_attacks import dictionary_attack, membership_attack
 
 MAX_TOKENS = 300  # tokens attacked per party: a seeded sample, so a report costs seconds
 
@@ -156,7 +151,12 @@ def party_report(
     pre = released(link, primary_ids, only)  # the attacked tokens' pairs and counts, shared by every attack
     guess = dictionary_attack(link, primary_ids, base, metric, only=only, pre=pre)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
-    attacks = {"dictionary": {"exact": float((group[guess] == group[row_of_token[only]]).mean())}}
+    named = membership_attack(link, primary_ids, base, metric, only=only, pre=pre)  # (T',) by who links them
+    truth = group[row_of_token[only]]
+    attacks = {
+        "dictionary": {"exact": float((group[guess] == truth).mean())},
+        "membership": {"exact": float((group[named] == truth).mean())},
+    }
     if metric_named(metric).coordinate_attacks(base):  # locations; the virtual row's truth (never attacked) clamped
         attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only, pre)
     for v in attacks.values():  # the rate first (strongest, report_lines read it), then its sampling error
@@ -203,7 +203,7 @@ def privacy_report(
         "metric": metric,
         "defences": {"radius": first.radius, "compose": first.composed},
         "success": (
-            "dictionary: the record named exactly; greedy / aggregation / centroid: located "
+            "dictionary / membership: the record named exactly (from the similarities / from which records link the token); greedy / aggregation / centroid: located "
             f"within the radius {first.radius:g} (identifier units; Theorem 2's event); ci95: "
             "the rate's 95 % interval over the attackable tokens, of which a sample was attacked"
         ),

@@ -55,15 +55,17 @@ def query(
     secret: bytes,
     pool: int = 0,
     links_per_row: dict | None = None,
+    anchor: str = "",
 ) -> PrimaryLinkage:
     """Tokens and noisy similarities of the new records' K neighbours in each secondary, as the
     job ``trained`` released them for its own records (``pool``: the job's candidate pool).
     ``links_per_row[party]`` (n,): a composed job's links per secondary row, counted once
-    (:func:`links_per_row`); without it they are counted from ``trained``'s tokens."""
+    (:func:`links_per_row`); without it they are counted from ``trained``'s tokens. ``anchor``: a
+    chain job's anchor, as the job named it."""
     _check_query(trained, base, row_of_token)
     # a chain's parties share its anchor's tokens (linkage.pipeline.chain_to): only the anchor is
-    # searched (linkage.job.JobSpec.anchor_of's default, the simulation's chain), every party gets its link
-    searched = [min(trained.links)] if trained.layout == "chain" else sorted(trained.links)
+    # searched (``anchor``; "" = the first by name, linkage.job.JobSpec.anchor_of), every party gets its link
+    searched = [anchor or min(trained.links)] if trained.layout == "chain" else sorted(trained.links)
     found = {
         party: _query_party(
             new_ids,
@@ -77,7 +79,8 @@ def query(
         )
         for party in searched
     }
-    links = {party: found.get(party, found[searched[0]]) for party in sorted(trained.links)}
+    order = searched + [p for p in trained.links if p not in searched]  # the release's: a chain's anchor first
+    links = {party: found.get(party, found[searched[0]]) for party in order}
     return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout)
 
 

@@ -99,11 +99,6 @@ class Queries:
         meta = self.store.meta(job)
         if meta["state"] != "done":
             raise JobError(409, f"job {job} is {meta['state']}: only a finished (done) job answers queries")
-        layout = meta["params"]["layout"]
-        if layout != "independent":
-            raise JobError(
-                409, f"job {job} is a {layout!r} job: queries are answered for independently linked secondaries only"
-            )
         if self.limits.budget <= 0:
             raise JobError(429, "this service answers no queries (its query budget is 0: serve --query-budget)")
         return meta
@@ -225,6 +220,7 @@ class Queries:
                 secret=self._secret(folder, meta, params, base),
                 pool=meta["params"]["pool"] or params.k,  # a job stored with pool 0 searched K
                 links_per_row=counts,
+                anchor=params.spec().anchor_of(meta["secondaries"]),
             )
         except LinkageError as e:
             raise UploadError(str(e)) from None

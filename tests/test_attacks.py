@@ -16,7 +16,6 @@ from linkage.attacks import (
     TokenGuess,
     aggregation_attack,
     best_fit,
-    dictionary_attack,
     distances,
     greedy_attack,
     haversine_m,
@@ -25,6 +24,7 @@ from linkage.attacks import (
 )
 from linkage.contracts import PartyLink
 from linkage.pipeline import link
+from linkage.register_attacks import dictionary_attack
 
 SECRET = b"attack-test-secret-0123456789abcdef"
 

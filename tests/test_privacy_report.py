@@ -10,11 +10,12 @@ import json
 import numpy as np
 import pytest
 
-from linkage.attacks import dictionary_attack, identifier_groups
+from linkage.attacks import identifier_groups
 from linkage.contracts import LinkageError
 from linkage.encode import encode_with_key
 from linkage.pipeline import link
 from linkage.privacy import privacy_report, report_lines
+from linkage.register_attacks import dictionary_attack, membership_attack
 from linkage.store import PRIVACY, load_privacy, save_privacy
 
 SECRET = b"privacy-report-test-secret-0123456789"
@@ -170,3 +171,27 @@ def test_a_run_with_no_privacy_option_reports_the_defended_settings_it_used(tmp_
     assert got["spacing"] == pytest.approx(spacing(schools, "euclidean"))  # from the schools' own table
     assert one_run(tmp_path / "run") == 0
     assert "protection: level standard" in capsys.readouterr().out
+
+
+def membership_rate(result, primary, base) -> float:
+    party_link = result.primary.links["s"]
+    guess = membership_attack(party_link, primary, base, "euclidean")  # (T,) register rows, tokens ascending
+    tokens = np.unique(party_link.tokens)
+    return float((guess == result.secondaries["s"].row_of_token[tokens]).mean())
+
+
+def test_which_records_link_a_token_names_it_whatever_the_noise_on_the_similarities():
+    """A primary holding the register links its own records to it and compares each token's set
+    of linked records with each register row's: the similarities' noise does not enter. On the
+    data where the dictionary attack falls to a third at tau 0.05 (above), the link sets still
+    name nearly every record, and the report's strongest attack must say so."""
+    primary, base = coordinates(2, m=600, n=150, scale=200.0)
+    exact = link(primary, {"s": base}, k=8, tau=1.0, secret=SECRET)
+    assert membership_rate(exact, primary, base) == 1.0  # no two of 150 uniform points share a link set
+    noisy = link(primary, {"s": base}, k=8, tau=0.05, secret=SECRET)
+    named = membership_rate(noisy, primary, base)
+    assert named > 0.6 > hit_rate(noisy, primary, base, "euclidean"), named
+    report = privacy_report(noisy, primary, {"s": base}, "euclidean")
+    entry = report["parties"]["s"]
+    assert entry["attacks"]["membership"]["exact"] == pytest.approx(named)  # every token attacked (150 < 300)
+    assert entry["strongest"] == {"attack": "membership", "rate": pytest.approx(named)}

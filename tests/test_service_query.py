@@ -3,8 +3,8 @@
 
 Oracle: the job's own training records, queried, get the job's release byte for byte (a
 predicted record tells the primary no more than a training record did), and new records get
-linkage.query.query's answer under the job's secret. Refusals by name: a job not finished, a
-chain job, a secondary's secret or the admin token, another kind or width, NaN, the per-query
+linkage.query.query's answer under the job's secret (a chain's: its anchor's). Refusals by name: a job
+not finished, a secondary's secret or the admin token, another kind or width, NaN, the per-query
 cap and the job's budget (kept across a restart), and Bloom queries whose key or parameters
 differ from the training upload's, or cannot be checked.
 """
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from linkage.encode import bloom_strings, key_fingerprint
+from linkage.errors import LinkageError
 from linkage.job_secret import read_secret
 from linkage.query import query
 from linkage.store import load_primary, load_secondary, read_primary
@@ -135,20 +136,37 @@ def _refusal(client: LinkageClient, job: str, ids, headers: dict):
     return _check(client._http.post(f"/jobs/{job}/query", content=to_npy(ids), headers=headers))
 
 
-def test_a_chain_job_and_a_service_without_queries_refuse_by_name(tmp_path):
+def test_a_chain_job_answers_its_training_records_with_its_release_whatever_its_anchor(tmp_path):
+    """A chain (paper App. C) searches only its anchor, here "b" (not the first by name), and
+    hands every party the anchor's link: its training records, queried, are its release byte for
+    byte, and new records the in-process query of that anchor."""
+    primary, base_a = planted(m=120, n=50, seed=2)
+    _, base_b = planted(m=120, n=40, seed=3)
+    bases = {"a": base_a, "b": base_b}
+    data = tmp_path / "svc"
+    with service(data, free_port()) as url:
+        job, prim, secs = _linked(url, primary, bases, k=3, layout="chain", anchor="b")
+        prim.fetch(tmp_path / "trained")
+        for s in secs.values():
+            s.fetch(tmp_path / "trained")
+        prim.query(primary, out=tmp_path / "again.npz")
+        new = np.random.default_rng(8).uniform(0, 10, (9, 2))
+        answered = prim.query(new, out=tmp_path / "new.npz")
+    assert (tmp_path / "again.npz").read_bytes() == (tmp_path / "trained" / "primary.npz").read_bytes()
+    released = load_primary(tmp_path / "trained")
+    maps = {p: load_secondary(tmp_path / "trained", p).row_of_token for p in bases}
+    secret = read_secret(data / "jobs" / job / "secret.key")
+    want = query(new, bases, released, maps, secret=secret, pool=released.k, anchor="b")
+    for party in bases:
+        np.testing.assert_array_equal(answered.links[party].tokens, want.links[party].tokens)
+        np.testing.assert_array_equal(answered.links[party].sims, want.links[party].sims)
+    with pytest.raises(LinkageError, match="party 'a': its token map covers 40 rows"):  # the tokens are b's rows
+        query(new, bases, released, maps, secret=secret, pool=released.k, anchor="a")
+
+
+def test_a_service_without_queries_refuses_by_name(tmp_path):
     primary, base = planted(m=60, n=40)
     with service(tmp_path / "svc", free_port(), "--query-budget", "0") as url:
-        job, prim, secs = _job(url)
-        prim.upload(primary)
-        for s in secs.values():
-            s.upload(base)
-        prim.start("euclidean", 3, layout="chain")
-        prim.wait(timeout=60)
-        with pytest.raises(
-            ServiceError,
-            match=f"job {job} is a 'chain' job: queries are answered for independently linked secondaries only",
-        ):
-            prim.query(primary[:2])
         _, other, _ = _linked(url, primary, {"a": base, "b": base}, k=3)
         with pytest.raises(ServiceError, match="this service answers no queries \\(its query budget is 0"):
             other.query(primary[:2])
