@@ -14,7 +14,8 @@ attacks' success on a seeded sample of up to ``max_tokens`` tokens:
 - dictionary and membership (any metric): the share of tokens whose record the attacker names
   exactly, holding a dictionary that contains every true identifier (the strongest prior: a
   public register, or the shared encoding key plus such a register), from the token's released
-  similarities and from which records link it (linkage.register_attacks);
+  similarities and from which records link it (linkage.register_attacks; over the records that
+  link an attacked token, a lower bound on the whole release's rate, in seconds);
 - coordinates only (Euclidean, at most 3 dimensions): the paper's greedy attack, the aggregation attack (trilateration) and the
   links' centroid, each as the share of tokens located within the job's privacy radius
   (linkage.contracts.Defences; half an identifier unit by default), the event Theorem 2 bounds by
@@ -151,7 +152,9 @@ def party_report(
     pre = released(link, primary_ids, only)  # the attacked tokens' pairs and counts, shared by every attack
     guess = dictionary_attack(link, primary_ids, base, metric, only=only, pre=pre)  # (T',) dictionary rows
     group = identifier_groups(base)  # a guess with the true identifier is a hit, duplicates included
-    named = membership_attack(link, primary_ids, base, metric, only=only, pre=pre)  # (T',) by who links them
+    named = membership_attack(
+        link, primary_ids, base, metric, only=only, pre=pre, linked_only=True
+    )  # (T',) a lower bound
     truth = group[row_of_token[only]]
     attacks = {
         "dictionary": {"exact": float((group[guess] == truth).mean())},

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from linkage.attacks import Released, released
+from linkage.attacks import Released, identifier_groups, released
 from linkage.contracts import PartyLink
 from linkage.pairwise import Pairwise
 from linkage.release import default_pool, edge_penalty
@@ -84,6 +84,7 @@ def membership_attack(
     only=None,
     pre: Released | None = None,
     rng: np.random.Generator | None = None,
+    linked_only: bool = False,
 ) -> np.ndarray:
     """(T,) per released token the register row most likely to have been linked to exactly the
     primary records that link the token.
@@ -94,23 +95,30 @@ def membership_attack(
     score, sigma = the release's), which estimates p_ic, the chance that record i keeps row c.
     A token linked to the records O_t is named as the row c maximising the log-likelihood
     sum_{i in O_t} log p_ic + sum_{i not in O_t} log(1 - p_ic) (rows outside a record's pool
-    have p = :data:`OUTSIDE`). Without noise this names every record whose link set no other row
-    shares, whatever the noise on the similarities. The universe is the primary records given (a
+    have p = :data:`OUTSIDE`), counting records with equal identifiers once (they keep the same K:
+    the release's choice is keyed by the pool). Without noise this names every record whose link
+    set no other row shares, whatever the noise on the similarities. The universe is the primary records given (a
     release restricted to some tokens' records gives a lower bound on the whole release's).
     Tokens in ascending order."""
     from linkage.pipeline import search  # lazy: scipy/numba, only when attacked
 
     r = pre or released(link, primary_ids, only)
-    m, n, k = len(r.ids), len(dictionary), link.tokens.shape[1]
+    ids, members = r.ids, r.rows  # (m, ..) the universe, (L,) each pair's record in it
+    if linked_only:  # the records that link an attacked token: less work, a weaker attack
+        keep, members = np.unique(r.rows, return_inverse=True)
+        ids = ids[keep]
+    group = identifier_groups(ids)  # (m,) records with equal identifiers keep the same K: one draw
+    _, one = np.unique(group, return_index=True)  # (u,) a record of each identifier, by group code
+    u, n, k = len(one), len(dictionary), link.tokens.shape[1]
     p = min(default_pool(0, k, 1.0, noisy=link.sigma > 0), n)
-    dist, near = search(r.ids, dictionary, metric=metric, k=p, party="dictionary")  # (m, P) each record's pool
-    kept = kept_rate(dist, link, k, p < n, rng or np.random.default_rng(0))  # (m, P) p_ic
-    rows = np.repeat(np.arange(m), p)
-    gain = sparse.csr_matrix((_logit(kept).ravel() - _logit(OUTSIDE), (rows, near.ravel())), shape=(m, n))
-    absent = np.bincount(near.ravel(), np.log1p(-kept).ravel(), minlength=n)  # (n,) every record keeps c out
-    seen = sparse.csr_matrix((np.ones(len(r.rows)), (r.tok_idx, r.rows)), shape=(len(r.uniq), m))
-    seen.data[:] = 1.0  # a record linking a token twice is one member
-    score = (seen @ gain).tocoo()  # (T, n) where some linked record has c in its pool
+    dist, near = search(ids[one], dictionary, metric=metric, k=p, party="dictionary")  # (u, P) the pools
+    kept = kept_rate(dist, link, k, p < n, rng or np.random.default_rng(0))  # (u, P) p_ic
+    rows = np.repeat(np.arange(u), p)
+    gain = sparse.csr_matrix((_logit(kept).ravel() - _logit(OUTSIDE), (rows, near.ravel())), shape=(u, n))
+    absent = np.bincount(near.ravel(), np.log1p(-kept).ravel(), minlength=n)  # (n,) every identifier keeps c out
+    seen = sparse.csr_matrix((np.ones(len(members)), (r.tok_idx, group[members])), shape=(len(r.uniq), u))
+    seen.data[:] = 1.0  # an identifier linking a token from several records is one member
+    score = (seen @ gain).tocoo()  # (T, n) where some linked identifier has c in its pool
     loglik = score.data + absent[score.col]  # less the members' log(1 - p), which the gain's logit holds
     best = np.lexsort((score.col, -loglik, score.row))  # per token: the most likely first, then the lowest row
     first = np.unique(score.row[best], return_index=True)[1]
@@ -127,7 +135,7 @@ def kept_rate(dist: np.ndarray, link: PartyLink, k: int, edge: bool, rng: np.ran
     count = np.zeros(dist.shape)
     penalty = edge_penalty(dist, link.sim_std, link.sigma) if edge else 0.0
     for _ in range(DRAWS):
-        score = -dist / link.sim_std + rng.normal(0.0, link.sigma, dist.shape) - penalty  # (m, P)
+        score = -dist / link.sim_std + link.sigma * rng.standard_normal(dist.shape, np.float32) - penalty  # (m, P)
         kept = np.zeros(dist.shape)
         np.put_along_axis(kept, np.argpartition(-score, k - 1, axis=1)[:, :k], 1.0, axis=1)
         count += kept
