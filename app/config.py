@@ -165,10 +165,6 @@ class RunConfig:
             not (link.layout == "chain" and m.per_party_linkage),
             f"run-config layout='chain' does not apply to method {train.method!r} (its linkage is per party)",
         )
-        need(
-            self.runtime.transport != "direct" or train.mode == "vfl",
-            f"run-config transport='direct' carries FedSim's steps (mode 'vfl'), not mode {train.mode!r}",
-        )
         if self.predicting():
             need(not train.resume, "run-config 'predict-run' and 'resume' exclude each other")
             need(

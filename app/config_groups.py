@@ -27,7 +27,7 @@ Need = Callable[[bool, str], None]
 HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
-TRANSPORTS = ("auto", "flower", "direct")  # how a run's steps travel (app/vfl/direct.py); auto: RunConfig.transport
+TRANSPORTS = ("auto", "flower", "direct")  # how a run's steps travel (app/direct_links.py); auto = direct
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.model.VARIANTS
 LAYOUTS = ("independent", "chain")
 ENCODINGS = ("raw", "bloom")
@@ -268,21 +268,19 @@ class RuntimeOptions:
 
     out_dir: str = ""
     run_name: str = ""
-    transport: str = "auto"  # "direct": the steps go over each party worker's own link (app/vfl/worker.py)
+    transport: str = "auto"  # "direct": the steps go over each party worker's own link (app/party_worker.py)
     device: str = "auto"
     dtype: str = "float32"
     eval_chunk: int = 50_000
     node_timeout: float = 120.0
     threads: int = 0  # torch / BLAS threads of every party's process; 0 = chosen per process (app/threads.py)
 
-    def transport_for(self, mode: str) -> str:
-        """How the run's steps travel: ``transport``, where ``auto`` (the default) is the direct
-        transport for FedSim (exact S = 1 near the in-process engine's pace: each party's worker on
-        its own encrypted link; docs/benchmarks.md "Simulation at S = 1") and Flower's messages
-        for Entity Augmentation (mode ``mode``), which has no direct transport."""
-        if self.transport != "auto":
-            return self.transport
-        return "direct" if mode == "vfl" else "flower"
+    @property
+    def direct(self) -> bool:
+        """The run's steps travel over each party worker's own encrypted link: ``transport`` =
+        ``auto`` (the default, in both modes: exact S = 1 near the in-process engine's pace;
+        docs/benchmarks.md "Simulation at S = 1") or ``direct``; ``flower``: one Flower exchange each."""
+        return self.transport in ("auto", "direct")
 
     def check(self, need: Need) -> None:
         need(self.threads >= 0, f"run-config 'threads' must be >= 0 (0 = chosen per process), got {self.threads}")

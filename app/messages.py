@@ -6,15 +6,28 @@ reader refuses a field it does not know and a non-finite tensor, naming the part
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from strategies.vfl.exchange_checks import NonFiniteValues  # noqa: F401 - re-exported: the readers' refusal
 from strategies.vfl.fedsim import GradBlock
+
+
+def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
+    """A content handler, (RecordDict, Context) -> RecordDict, as a ClientApp handler: its reply
+    goes back through Flower; the direct transport's party worker calls the content handler itself."""
+
+    @functools.wraps(handler)
+    def on_message(msg: Message, context: Context) -> Message:
+        return Message(handler(msg.content, context), reply_to=msg)
+
+    return on_message
 
 
 class ProtocolError(ValueError):

@@ -1,5 +1,5 @@
 """A direct, encrypted and mutually authenticated link between the primary and one secondary's
-party worker (app/vfl/worker.py), for the tensors of a deployed run (run config
+party worker (app/party_worker.py), for the tensors of a deployed run (run config
 ``transport = "direct"``; docs/deployment.md "Direct transport").
 
 Both ends hold a fresh 32-byte key that the primary drew for this run and party and sent over

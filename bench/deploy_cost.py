@@ -11,7 +11,7 @@ B. Deployment (deploy.commands: SuperLink + SuperNode + linkage service on 127.0
    B1. S = 1 for `--steps` steps: the per-step latency of exact split learning;
    B2. the same `--epochs` epochs at S = `--s` (with --pipeline, A and B2 pipelined);
    both over `--transport` (flower: a Flower exchange per window; direct: each party worker's
-   own encrypted link, app/vfl/worker.py).
+   own encrypted link, app/party_worker.py).
 C. In process at S = 1 (no Flower; the twin oracles prove it equal to `flwr run`): the fastest
    exact epoch, and its test metric next to the deployment's.
 Prints a markdown table; docs/benchmarks.md records it with the command, machine and date.

@@ -23,8 +23,8 @@ from tests.test_predict_ea import _evaluated_test, _trained
 
 pytestmark = pytest.mark.slow
 
-# Flower spawns a ClientApp process per message on a deployment (seconds each: docs/benchmarks.md
-# "Deployment: what each message costs"), so the run is a few steps: 300 rows, one epoch
+# the steps go over the direct transport (the default); the deployment's start, the handshake and
+# predict's Flower run are most of the time, so the run is a few steps: 300 rows, one epoch
 VALUES = dict(dataset="digits", n_rows=300, mode="entity-aug", epochs=1, ea_variant="augment", overlap=0.1)
 
 

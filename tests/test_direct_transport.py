@@ -1,5 +1,5 @@
 """The direct transport (run config transport = "direct"): the encrypted, mutually authenticated
-link (app/secure_link.py) and the party worker behind it (app/vfl/worker.py). The run through
+link (app/secure_link.py) and the party worker behind it (app/party_worker.py). The run through
 `flwr run` equals the one-process twin: tests/test_flower_run.py "hdb-S1-direct"; through a TLS
 deployment: tests/test_deploy.py."""
 
@@ -14,17 +14,17 @@ import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
 from app import secure_link
+from app.party_worker import decode, encode, spawn
 from app.secure_link import LinkClosed, LinkError, SecureLink, new_key
 from app.transport import PartyError
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
-from app.vfl.worker import decode, encode, spawn
 from deploy.localsim import _processes
 
 
 def _workers() -> list[int]:
     """The party workers this test process started (their parent until they exit)."""
-    return [pid for pid, ppid, _, args in _processes() if "app.vfl.worker" in args and ppid == os.getpid()]
+    return [pid for pid, ppid, _, args in _processes() if "app.party_worker" in args and ppid == os.getpid()]
 
 
 def _ended(timeout: float = 20.0) -> bool:
@@ -172,10 +172,10 @@ import subprocess, sys, time
 subprocess.run([sys.executable, "-c", '''
 import os, sys
 from flwr.app import Context, RecordDict
-from app.vfl.worker import spawn
+from app.party_worker import spawn
 from deploy.localsim import _processes
 print(spawn(Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}), sys.argv[1], 60), flush=True)
-print(*[p for p, ppid, _, args in _processes() if ppid == os.getpid() and "app.vfl.worker" in args], flush=True)
+print(*[p for p, ppid, _, args in _processes() if ppid == os.getpid() and "app.party_worker" in args], flush=True)
 ''', sys.argv[1]])
 time.sleep(120)
 """
@@ -207,7 +207,7 @@ def test_the_worker_ends_with_the_supernode_that_started_it(tmp_path):
             while time.monotonic() < deadline:
                 channel._exchange("query.ping", {"bank": RecordDict()})
                 time.sleep(0.2)
-        assert worker not in [pid for pid, _, _, args in _processes() if "app.vfl.worker" in args]
+        assert worker not in [pid for pid, _, _, args in _processes() if "app.party_worker" in args]
     finally:
         node.kill()
 

@@ -35,7 +35,7 @@ def _workers_of(flwr_home: str) -> list[int]:
     from pathlib import Path
 
     found = []
-    for pid in processes_mentioning("app.vfl.worker"):
+    for pid in processes_mentioning("app.party_worker"):
         try:
             if f"FLWR_HOME={flwr_home}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 found.append(pid)

@@ -383,10 +383,10 @@ def test_every_torch_load_in_the_repo_says_weights_only_true():
 def test_a_workers_step_that_fails_after_applying_its_blocks_leaves_no_party_holding_them(
     tmp_path, job, monkeypatch, run_identity
 ):
-    """The direct transport's worker keeps its party in memory (app/vfl/worker.py LiveContext): a
+    """The direct transport's worker keeps its party in memory (app/party_worker.py LiveContext): a
     step whose checkpoint or embedding fails after its blocks were applied must not leave that
     party to answer the next step as if the failed one had not happened."""
-    from app.vfl.worker import LiveContext
+    from app.party_worker import LiveContext
 
     ctx, _ = simulated(tmp_path, job)
     live = LiveContext(run_id=1, node_id=1, node_config=ctx.node_config, state=RecordDict(), run_config=ctx.run_config)

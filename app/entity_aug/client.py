@@ -6,6 +6,10 @@ The secondary's model, optimiser state and the ids of its last activation live i
 ``query.ea_hello``, ``train.ea_step``, ``query.ea_embed``, ``query.ea_keep`` (the state of a best
 epoch into the secondary's own model folder) and ``query.ea_finish``; predict over Flower:
 ``query.ea_predict_hello`` and ``query.ea_embed_kept`` (embeddings from the kept state).
+
+The training handlers are content handlers made ClientApp handlers by app.messages.flower; the
+direct transport's party worker (app/party_worker.py) answers the same ones (:data:`DIRECT`)
+over its own link, with the party in memory; ``query.ea_direct_open`` starts it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from app import messages, node
+from app import messages, node, party_worker
 from app.config import RunConfig
 from app.entity_aug.parties import (
     PartyInputs,
@@ -42,6 +46,11 @@ def secondary_name(cfg: RunConfig, context: Context) -> str:
 
 
 def restore(cfg: RunConfig, context: Context) -> SecondaryParty:
+    """The party as the last message left it: in memory in a direct transport's worker
+    (app/party_worker.py:LiveContext), else rebuilt from ``context.state``."""
+    live = getattr(context, "live_party", None)
+    if live is not None:
+        return live
     meta = context.state.config_records.get("ea_party")
     if meta is None:
         raise RuntimeError("this node has not been introduced: the primary must send query.ea_hello first")
@@ -91,6 +100,9 @@ def _persist_inputs(party: SecondaryParty, context: Context) -> None:
 
 
 def persist(party: SecondaryParty, context: Context) -> None:
+    if hasattr(context, "live_party"):  # the worker outlives the message: nothing to copy
+        context.live_party = party
+        return
     _persist_inputs(party, context)
     context.state.config_records["ea_party"] = ConfigRecord(
         {"party": party.name, "has_pending": party.pending is not None, "applied": party.applied}
@@ -107,19 +119,18 @@ def persist(party: SecondaryParty, context: Context) -> None:
     )
 
 
-def hello(msg: Message, context: Context) -> Message:
-    messages.expect_fields(msg.content.config_records["ea_hello"], set(), "query.ea_hello")
+def _hello(content: RecordDict, context: Context) -> RecordDict:
+    messages.expect_fields(content.config_records["ea_hello"], set(), "query.ea_hello")
     cfg = node_run_config(context)
     party = build_party(cfg, secondary_name(cfg, context))
     persist(party, context)
-    reply = ConfigRecord({"party": party.name, "records": int(len(party.schedule.records))})
-    return Message(RecordDict({"ea_hello": reply}), reply_to=msg)
+    return RecordDict({"ea_hello": ConfigRecord({"party": party.name, "records": int(len(party.schedule.records))})})
 
 
-def step(msg: Message, context: Context) -> Message:
+def _step(content: RecordDict, context: Context) -> RecordDict:
     with torch_threads(1):
         party = restore(node_run_config(context), context)
-        req = read_request(msg.content)
+        req = read_request(content)
         if req.grad is not None:  # finite in this secondary's dtype (a float64 1e300 overflows float32)
             messages.require_finite(
                 torch.as_tensor(req.grad, dtype=party.dtype),
@@ -129,30 +140,30 @@ def step(msg: Message, context: Context) -> Message:
             )
         reply = party.step(req)
         persist(party, context)
-    return Message(reply_content(reply), reply_to=msg)
+    return reply_content(reply)
 
 
-def embed(msg: Message, context: Context) -> Message:
+def _embed(content: RecordDict, context: Context) -> RecordDict:
     party = restore(node_run_config(context), context)
-    return Message(act_content(party.embed(read_ids(msg.content))), reply_to=msg)
+    return act_content(party.embed(read_ids(content)))
 
 
-def finish(msg: Message, context: Context) -> Message:
+def _finish(content: RecordDict, context: Context) -> RecordDict:
     """The secondary's final model into its own folder for the run (app/node.py:model_dir)."""
     cfg = node_run_config(context)
-    run = messages.read_named(msg.content, "ea_finish", "query.ea_finish", names=("run",))["run"]
+    run = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",))["run"]
     party = restore(cfg, context)
     folder = node.model_dir(cfg, context, run, party.name)
     private_dir(folder)
     torch.save(party.model.state_dict(), folder / "model.pt")
-    return Message(RecordDict(), reply_to=msg)
+    return RecordDict()
 
 
-def keep(msg: Message, context: Context) -> Message:
+def _keep(content: RecordDict, context: Context) -> RecordDict:
     """The primary's evaluation of ``epoch`` was the best so far: this secondary's state as that
     evaluation used it into its own model folder for the run (app/entity_aug/kept.py)."""
     cfg = node_run_config(context)
-    got = messages.read_named(msg.content, "ea_keep", "query.ea_keep", names=("run",), ints=("epoch",))
+    got = messages.read_named(content, "ea_keep", "query.ea_keep", names=("run",), ints=("epoch",))
     party = restore(cfg, context)
     from app.entity_aug.kept import save_secondary_state  # lazy: the kept state module loads the data stack
 
@@ -162,7 +173,30 @@ def keep(msg: Message, context: Context) -> Message:
         party.state_dict(),  # its model's and its shield's
         party.x.cpu().numpy(),
     )
-    return Message(RecordDict(), reply_to=msg)
+    return RecordDict()
+
+
+def direct_open(msg: Message, context: Context) -> Message:
+    """The direct transport's handshake: start this node's party worker (app/party_worker.py)
+    with the run key the primary drew for it; the reply names the party (this node's own config)
+    and the address the worker listens at. The worker builds the party on the link's hello."""
+    cfg = node_run_config(context)
+    key = messages.read_named(msg.content, "ea_direct_open", "query.ea_direct_open", names=("key",))["key"]
+    address = party_worker.spawn(context, key, cfg.runtime.node_timeout, "app.entity_aug.client")
+    reply = ConfigRecord({"party": secondary_name(cfg, context), "address": address})
+    return Message(RecordDict({"ea_direct_open": reply}), reply_to=msg)
+
+
+hello, step, embed, finish, keep = map(messages.flower, (_hello, _step, _embed, _finish, _keep))
+
+# what the party worker answers over the direct link: the same handlers, its own context
+DIRECT = {
+    "query.ea_hello": _hello,
+    "train.ea_step": _step,
+    "query.ea_embed": _embed,
+    "query.ea_keep": _keep,
+    "query.ea_finish": _finish,
+}
 
 
 def predict_hello(msg: Message, context: Context) -> Message:

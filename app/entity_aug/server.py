@@ -21,6 +21,7 @@ from app import run_status
 from app.config import RunConfig
 from app.data import load_data
 from app.entity_aug.channel import FlowerChannel
+from app.entity_aug.direct import DirectChannel
 from app.entity_aug.kept import PRIMARY_MODEL, Keeper, state_name
 from app.entity_aug.parties import (
     aligned_share,
@@ -208,11 +209,25 @@ def run_ea_primary(grid: Grid, cfg: RunConfig) -> dict:
     with run_status.tracked(out, "flower"):
         log(INFO, "[primary] run dir %s", out)
         data = ea_data(cfg)
-        nodes = handshake(grid, data.secondaries, "", cfg.runtime.node_timeout, action="ea_hello")
-        log(INFO, "[primary] secondaries: %s", nodes)
         local = {PRIMARY_BLOCK: build_party(cfg, PRIMARY_BLOCK, data)} if PRIMARY_BLOCK in data.blocks else {}
-        channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, local)
-        summary = run_ea(cfg, data, channel, out, "flower", say=lambda m, *a: log(INFO, m, *a))
-        channel.finish(str(out))
+        channel = _channel(grid, cfg, data.secondaries, local)
+        try:
+            log(INFO, "[primary] secondaries: %s", channel.nodes)
+            summary = run_ea(cfg, data, channel, out, "flower", say=lambda m, *a: log(INFO, m, *a))
+            channel.finish(str(out))
+        finally:
+            if isinstance(channel, DirectChannel):
+                channel.close()  # a worker ends with its link, however the run ends
         log(INFO, "[primary] results in %s", out)
         return summary
+
+
+def _channel(grid: Grid, cfg: RunConfig, parties: list[str], local: dict) -> FlowerChannel:
+    """The secondaries over the run's transport: each one's direct link (the default), or
+    Flower's messages (``transport = "flower"``)."""
+    if cfg.runtime.direct:
+        channel = DirectChannel.connect(grid, parties, cfg.runtime.node_timeout, local)
+        log(INFO, "[primary] direct links to the party workers: %s", sorted(channel.links))
+        return channel
+    nodes = handshake(grid, parties, "", cfg.runtime.node_timeout, action="ea_hello")
+    return FlowerChannel(grid, nodes, cfg.runtime.node_timeout, local)

@@ -5,20 +5,17 @@ registered in app/client_app.py as ``query.hello``, ``train.step``, ``query.keep
 messages (app/vfl/secondary.py).
 
 The training steps are content handlers, (RecordDict, Context) -> RecordDict, made ClientApp
-handlers by :func:`flower`; the direct transport's party worker (app/vfl/worker.py) answers the
+handlers by :func:`app.messages.flower`; the direct transport's party worker (app/party_worker.py) answers the
 same ones (:data:`DIRECT`) over its own link, ``query.direct_open`` starts it."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from app import messages, node, threads
+from app import party_worker as worker
 from app.config import RunConfig
 from app.node import node_run_config
-from app.vfl import worker
 from app.vfl.parties import simulation_party
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from strategies.optim import party_seed
@@ -41,16 +38,6 @@ def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> No
     threads.use(threads.decide(cfg.runtime.threads, processes, [party.model]), "[secondary]", cpu)
 
 
-def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
-    """A content handler as a ClientApp handler: its reply goes back through Flower."""
-
-    @functools.wraps(handler)
-    def on_message(msg: Message, context: Context) -> Message:
-        return Message(handler(msg.content, context), reply_to=msg)
-
-    return on_message
-
-
 def _hello(content: RecordDict, context: Context) -> RecordDict:
     """The primary names its linkage job; the party reads its own copy of it (app/node.py)."""
     cfg = node_run_config(context)
@@ -70,7 +57,7 @@ def _hello(content: RecordDict, context: Context) -> RecordDict:
 
 def direct_open(msg: Message, context: Context) -> Message:
     """The direct transport's handshake: start this node's party worker with the run key the
-    primary drew for it (app/vfl/worker.py); the reply names the party (this node's own config)
+    primary drew for it (app/party_worker.py); the reply names the party (this node's own config)
     and the address the worker listens at. The worker loads the party's data on the link's hello."""
     cfg = node_run_config(context)
     key = messages.read_named(msg.content, "direct_open", "query.direct_open", names=("key",))["key"]
@@ -174,7 +161,7 @@ def _ping(content: RecordDict, context: Context) -> RecordDict:
     return RecordDict()
 
 
-hello, step, keep, finish, restore, ping = map(flower, (_hello, _step, _keep, _finish, _restore, _ping))
+hello, step, keep, finish, restore, ping = map(messages.flower, (_hello, _step, _keep, _finish, _restore, _ping))
 
 # what the party worker answers over the direct link: the same handlers, its own context
 DIRECT = {

@@ -284,7 +284,7 @@ class SecondaryParty:
     @classmethod
     def restore(cls, cfg: RunConfig, context: Context) -> "SecondaryParty":
         """The party as the last message left it: a direct transport's worker holds it in memory
-        (app/vfl/worker.py:LiveContext); a ClientApp process rebuilds it from ``context.state``."""
+        (app/party_worker.py:LiveContext); a ClientApp process rebuilds it from ``context.state``."""
         live = getattr(context, "live_party", None)
         if live is not None:
             return live

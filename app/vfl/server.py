@@ -311,9 +311,7 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
     linkage, _, link_seconds, privacy = link(ds, cfg, settings, "[primary]")
     if linkage is None:
         return None, None, 0.0, None
-    if (
-        cfg.runtime.transport_for(cfg.train.mode) == "direct"
-    ):  # the last step: nothing between opening the links and closing them with the run
+    if cfg.runtime.direct:  # the last step: nothing between opening the links and closing them with the run
         channel = DirectChannel.connect(grid, sorted(ds.party_names), linkage.job_id, cfg.runtime.node_timeout)
         log(INFO, "[primary] parties: %s", channel.nodes)
         log(INFO, "[primary] direct links to the party workers: %s", sorted(channel.links))

@@ -1,7 +1,7 @@
 """A secondary's party worker for the direct transport (run config ``transport = "direct"``):
 one long-lived process per run that holds the party in memory and answers the primary's steps
 over an encrypted, authenticated link (app/secure_link.py), with the ClientApp's own handlers
-(app/vfl/client.py:DIRECT). A deployed Flower exchange costs seconds (a fresh ClientApp process
+(``DIRECT`` of app/vfl/client.py for FedSim, of app/entity_aug/client.py for Entity Augmentation). A deployed Flower exchange costs seconds (a fresh ClientApp process
 per message, the SuperNode's 3 s idle poll); this link costs milliseconds, so exact split
 learning (S = 1) runs at the simulation's speed (docs/deployment.md "Direct transport").
 
@@ -11,7 +11,7 @@ config, the run config and the run key through a pipe. It listens where the node
 ``direct-address`` (default: the listening one). It serves one authenticated connection and
 exits when the primary closes it, or when nobody authenticates within ``node-timeout``.
 
-    python -m app.vfl.worker   (config as JSON on standard input; started by spawn only)
+    python -m app.party_worker   (config as JSON on standard input; started by spawn only)
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ APP_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the app's p
 START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded machine)
 MAX_WAIT = 600.0  # a worker waits at most this long for the primary, whatever node-timeout says
 HANDSHAKE = 5.0  # seconds a connection has to prove the run key
+HANDLERS = ("app.vfl.client", "app.entity_aug.client")  # the modules whose DIRECT table a worker may serve
 
 
 class LiveContext(Context):
@@ -59,9 +60,12 @@ def decode(body: bytes) -> RecordDict:
     return recorddict_from_proto(proto)
 
 
-def spawn(context: Context, key: str, timeout: float) -> str:
+def spawn(context: Context, key: str, timeout: float, handlers: str = HANDLERS[0]) -> str:
     """Start this node's party worker for the run; returns the address the primary connects to.
-    The worker exits unless the primary authenticates within ``timeout`` seconds."""
+    The worker exits unless the primary authenticates within ``timeout`` seconds. ``handlers``:
+    the ClientApp module (one of :data:`HANDLERS`) whose ``DIRECT`` table the worker answers."""
+    if handlers not in HANDLERS:
+        raise ValueError(f"a party worker serves one of {HANDLERS}, not {handlers!r}")
     listen = str(context.node_config.get("direct-listen", "127.0.0.1:0"))
     host, _ = host_port(listen, "node config 'direct-listen'")
     advertise = str(context.node_config.get("direct-address", ""))
@@ -79,11 +83,12 @@ def spawn(context: Context, key: str, timeout: float) -> str:
         "listen": listen,
         "timeout": min(timeout, MAX_WAIT),
         "node": _started(os.getppid()),
+        "handlers": handlers,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APP_ROOT), os.environ.get("PYTHONPATH", "")])}
     # the ClientApp's working folder: default and relative node-config folders resolve alike
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.vfl.worker"],
+        [sys.executable, "-m", "app.party_worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=os.getcwd(),
@@ -207,7 +212,10 @@ def main() -> int:
     # torch and the party's code load while the primary connects and proves the key: the accept
     # loop does not wait on the import (seconds on a busy host), so neither does the primary
     with ThreadPoolExecutor(1) as loader:
-        client = loader.submit(importlib.import_module, "app.vfl.client")
+        module = spec.get("handlers", HANDLERS[0])
+        if module not in HANDLERS:
+            raise SystemExit(f"[party worker] refusing to serve {module!r}: not one of {HANDLERS}")
+        client = loader.submit(importlib.import_module, module)
         try:
             link = _authenticated(server, spec["key"], float(spec["timeout"]))
         finally:

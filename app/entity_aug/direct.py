@@ -1,0 +1,88 @@
+"""The primary's channel to Entity Augmentation's secondaries over the direct transport (run
+config ``transport = "direct"``, the default): the contract of app/entity_aug/channel.py, its
+requests carried by each secondary's encrypted, authenticated link to its party worker
+(app/direct_links.py, app/party_worker.py) instead of one Flower exchange each. Algorithm 1's
+deadline holds as over Flower: a step whose reply has not begun to arrive by ``until`` is left
+out (the queue's fallback), and a party still busy gets no new request, so each link carries at
+most one outstanding step and its late reply is the next one read."""
+
+from __future__ import annotations
+
+import select
+import time
+
+from flwr.app import RecordDict
+from flwr.serverapp import Grid
+
+from app.direct_links import close_all, open_links, read_reply
+from app.entity_aug import parties as wire
+from app.entity_aug.channel import FlowerChannel
+from app.messages import named_content
+from app.party_worker import encode
+from app.secure_link import SecureLink
+from app.transport import PartyError, payload_bytes
+from strategies.entity_aug.channel import StepReply, StepRequest
+from strategies.entity_aug.secondary import SecondaryParty
+
+
+class DirectChannel(FlowerChannel):
+    """The secondaries behind their direct links (plus the primary's own block, if any, in process)."""
+
+    def __init__(
+        self, grid: Grid, nodes: dict[str, int], patience: float, local: dict[str, SecondaryParty], links: dict
+    ) -> None:
+        super().__init__(grid, nodes, patience, local)
+        self.links: dict[str, SecureLink] = links
+        self._seq = 0
+        self._waiting: dict[str, int] = {}  # party -> the sequence number of its outstanding step
+
+    @classmethod
+    def connect(cls, grid: Grid, parties: list[str], patience: float, local: dict) -> "DirectChannel":
+        """Start every secondary's worker and link to it in one Flower exchange, then each worker
+        builds its party on the link's hello (``query.ea_hello``, as over Flower)."""
+        nodes, links = open_links(grid, parties, patience, "ea_direct_open")
+        try:
+            channel = cls(grid, nodes, patience, local, links)
+            channel._ask_all("query.ea_hello", named_content("ea_hello"))
+            return channel
+        except BaseException:
+            close_all(links)
+            raise
+
+    def _send(self, party: str, message_type: str, content: RecordDict) -> int:
+        self._seq += 1
+        try:
+            self.links[party].settimeout(self.patience)
+            self.links[party].send(b"Q", self._seq, message_type, encode(content))
+        except OSError as e:
+            raise PartyError(f"secondary {party!r}: the direct link failed sending {message_type}: {e}") from e
+        self.traffic.bytes_down += payload_bytes(content)
+        return self._seq
+
+    def _read(self, party: str, seq: int, message_type: str) -> RecordDict:
+        content = read_reply(self.links[party], party, seq, message_type, self.patience)
+        self.traffic.bytes_up += payload_bytes(content)
+        return content
+
+    def send(self, party: str, request: StepRequest) -> None:
+        if party in self.local.members:
+            self.local.send(party, request)
+            return
+        self._waiting[party] = self._send(party, "train.ea_step", wire.request_content(request))
+
+    def collect(self, parties: set[str], until: float) -> dict[str, StepReply]:
+        """The replies that begin to arrive by ``until`` (each then read whole within the
+        patience); a party whose reply has not begun is left out, as over Flower."""
+        out = self.local.collect(parties & set(self.local.members), until)
+        for party in sorted(p for p in parties if p in self._waiting):
+            ready, _, _ = select.select([self.links[party].sock], [], [], max(0.0, until - time.monotonic()))
+            if ready:
+                out[party] = wire.read_reply(self._read(party, self._waiting.pop(party), "train.ea_step"), party)
+        return out
+
+    def _ask_all(self, message_type: str, content: RecordDict) -> dict[str, RecordDict]:
+        asked = {p: self._send(p, message_type, content) for p in sorted(self.nodes)}
+        return {p: self._read(p, seq, message_type) for p, seq in asked.items()}
+
+    def close(self) -> None:
+        close_all(self.links)
