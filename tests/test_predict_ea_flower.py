@@ -47,6 +47,8 @@ def test_a_run_trained_through_flower_predicts_through_flower_as_it_evaluated(tm
             "overlap=0.1",
             "-c",
             "dtype='float64'",
+            "-c",  # Flower's messages: the direct transport's twin is tests/test_deploy_ea.py's
+            "transport='flower'",
         ]
     )
     run = runs / "ea"
