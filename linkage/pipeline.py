@@ -10,7 +10,7 @@ Array contracts (m primary records, n secondary records, d identifier dims, K ne
   fit_standardizer(sim (m, K), rows)         -> (mean, std) over the given rows' K similarities
   record_noise(secret, party, ids (m, ..), (m, P), sigma) -> N(0, sigma) (m, P), row i keyed by record i
   select_top(sim (m, P), idx (m, P), k)      -> the K largest (noisy) similarities per row, descending
-  noisy_choice(dist, idx (m, P), ...)        -> under noise, which K of a pool of P > K are kept (release.py)
+  noisy_choice(dist, idx (m, P), draws, k)   -> under noise, which K of a pool of P > K are kept (release.py)
   make_tokens(n, rng)                        -> token_of_row (n,) a random permutation
 :func:`search` is the expensive, noise-free stage (cacheable, resumable in chunks);
 :func:`release` (linkage/release.py: the stages after the search, in memory or by chunks) turns
@@ -55,7 +55,6 @@ from linkage.release import (  # noqa: F401 - re-exported: the pipeline's stages
     default_pool,
     fit_standardizer,
     make_tokens,
-    noisy_similarities,
     release,
     rng_from_secret,
     select_top,

@@ -25,7 +25,7 @@ import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, PrimaryLinkage
 from linkage.pipeline import search
-from linkage.release import default_pool, released_rows
+from linkage.release import Draws, default_pool, released_rows
 
 
 def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndarray:
@@ -120,19 +120,8 @@ def _query_party(
     counts = None
     if link.composed:  # the job's links per row: its release's tokens mapped back to rows
         counts = links_per_row[party] if links_per_row is not None else links_of_rows(link.tokens, row_of_token, n)
-    sims, chosen = released_rows(
-        dist,
-        idx,
-        k=trained.k,
-        mean=link.sim_mean,
-        std=link.sim_std,
-        sigma=link.sigma,
-        secret=secret,
-        party=party,
-        primary_ids=new_ids,
-        links_per_row=counts,
-        size=n,
-    )  # (q, K) descending, with the job's training statistics and sigma
+    draws = Draws(secret, party, link.sim_mean, link.sim_std, link.sigma, counts, n)  # the job's statistics and sigma
+    sims, chosen = released_rows(dist, idx, draws, trained.k, new_ids)  # (q, K) descending
     return PartyLink(
         token_of_row[chosen],
         sims.astype(np.float32),

@@ -30,6 +30,7 @@ DICT_LINKS = 64  # distinct links per token a dictionary attack scores its candi
 DICT_SEEDS = 3  # links whose top-K in the dictionary are a token's candidates
 DRAWS = 32  # noisy choices the membership attack simulates per record to estimate what it keeps
 OUTSIDE = 1e-6  # the chance the attacker grants a row outside a record's pool (its search may differ)
+BLOCK_CELLS = 1 << 15  # pool cells the membership attack holds at a time (~10 arrays of them: a few MB)
 
 
 def dictionary_attack(
@@ -83,7 +84,6 @@ def membership_attack(
     *,
     only=None,
     pre: Released | None = None,
-    rng: np.random.Generator | None = None,
     linked_only: bool = False,
 ) -> np.ndarray:
     """(T,) per released token the register row most likely to have been linked to exactly the
@@ -100,8 +100,6 @@ def membership_attack(
     set no other row shares, whatever the noise on the similarities. The universe is the primary records given (a
     release restricted to some tokens' records gives a lower bound on the whole release's).
     Tokens in ascending order."""
-    from linkage.pipeline import search  # lazy: scipy/numba, only when attacked
-
     r = pre or released(link, primary_ids, only)
     ids, members = r.ids, r.rows  # (m, ..) the universe, (L,) each pair's record in it
     if linked_only:  # the records that link an attacked token: less work, a weaker attack
@@ -109,22 +107,37 @@ def membership_attack(
         ids = ids[keep]
     group = identifier_groups(ids)  # (m,) records with equal identifiers keep the same K: one draw
     _, one = np.unique(group, return_index=True)  # (u,) a record of each identifier, by group code
-    u, n, k = len(one), len(dictionary), link.tokens.shape[1]
-    p = min(default_pool(0, k, 1.0, noisy=link.sigma > 0), n)
-    dist, near = search(ids[one], dictionary, metric=metric, k=p, party="dictionary")  # (u, P) the pools
-    kept = kept_rate(dist, link, k, p < n, rng or np.random.default_rng(0))  # (u, P) p_ic
-    rows = np.repeat(np.arange(u), p)
-    gain = sparse.csr_matrix((_logit(kept).ravel() - _logit(OUTSIDE), (rows, near.ravel())), shape=(u, n))
-    absent = np.bincount(near.ravel(), np.log1p(-kept).ravel(), minlength=n)  # (n,) every identifier keeps c out
-    seen = sparse.csr_matrix((np.ones(len(members)), (r.tok_idx, group[members])), shape=(len(r.uniq), u))
+    seen = sparse.csc_matrix((np.ones(len(members)), (r.tok_idx, group[members])), shape=(len(r.uniq), len(one)))
     seen.data[:] = 1.0  # an identifier linking a token from several records is one member
-    score = (seen @ gain).tocoo()  # (T, n) where some linked identifier has c in its pool
+    score, absent = _likelihoods(seen, ids[one], dictionary, metric, link)
     loglik = score.data + absent[score.col]  # less the members' log(1 - p), which the gain's logit holds
     best = np.lexsort((score.col, -loglik, score.row))  # per token: the most likely first, then the lowest row
     first = np.unique(score.row[best], return_index=True)[1]
     guess = np.zeros(len(r.uniq), np.int64)  # every token has a linked record, so every row has a candidate
     guess[score.row[best][first]] = score.col[best][first]
     return guess
+
+
+def _likelihoods(seen, ids, dictionary, metric: str, link: PartyLink) -> tuple[sparse.coo_matrix, np.ndarray]:
+    """(T, n) sum over each token's linked identifiers of logit(p_ic) - logit(OUTSIDE), where
+    some has c in its pool, and (n,) sum over every identifier of log(1 - p_ic): ``seen`` (T, u)
+    the tokens' linked identifiers ``ids`` (u, ..). The pools a block of BLOCK_CELLS at a time,
+    so the attack's memory is bounded whatever the universe (a job's report runs it)."""
+    from linkage.pipeline import searcher  # lazy: scipy/numba, only when attacked
+
+    n, k = len(dictionary), link.tokens.shape[1]
+    p = min(default_pool(0, k, 1.0, noisy=link.sigma > 0), n)
+    find, rng = searcher(dictionary, metric=metric, k=p, party="dictionary"), np.random.default_rng(0)
+    score, absent = sparse.csr_matrix((seen.shape[0], n)), np.zeros(n)
+    step = max(1, BLOCK_CELLS // p)
+    for lo in range(0, len(ids), step):
+        dist, near = find(ids[lo : lo + step])  # (b, P) the pools
+        kept = kept_rate(dist, link, k, p < n, rng)  # (b, P) p_ic; the attacker's own draws
+        rows = np.repeat(np.arange(len(dist)), p)
+        gain = sparse.csr_matrix((_logit(kept).ravel() - _logit(OUTSIDE), (rows, near.ravel())), shape=(len(dist), n))
+        absent += np.bincount(near.ravel(), np.log1p(-kept).ravel(), minlength=n)  # every identifier keeps c out
+        score = score + seen[:, lo : lo + len(dist)] @ gain  # where some linked identifier has c in its pool
+    return score.tocoo(), absent
 
 
 def kept_rate(dist: np.ndarray, link: PartyLink, k: int, edge: bool, rng: np.random.Generator) -> np.ndarray:

@@ -41,6 +41,22 @@ EDGE = 3.0  # the pool's edge is smoothed over EDGE sigma of standardised simila
 BLOCK_CELLS = 1 << 17  # candidates released at a time (released_rows): 1 MB per float64 array
 
 
+@dataclass(frozen=True)
+class Draws:
+    """What keys and scales one secondary's noise, in a job's release and in every query of it:
+    the job's secret and the party (the keys), the standardisation of its similarities (mean,
+    std) and sigma, the links of each of its rows where the noise is composed (None otherwise),
+    and its row count (``size``: a pool smaller than it has an edge, :func:`edge_penalty`)."""
+
+    secret: bytes
+    party: str
+    mean: float
+    std: float
+    sigma: float
+    links_per_row: np.ndarray | None
+    size: int
+
+
 def default_pool(pool: int, k: int, tau: float, noisy: bool = False) -> int:
     """Candidates per record before noise: ``pool`` when set (> 0); else K without noise (tau = 1,
     the release of old) and POOL_FACTOR K under noise, so that the K kept are chosen under noise
@@ -100,40 +116,37 @@ def edge_penalty(dist: np.ndarray, std: float, sigma: float) -> np.ndarray:
         return sigma * np.square(np.maximum(1.0 / gap - 1.0, 0.0))
 
 
-def noisy_choice(
-    dist: np.ndarray, idx: np.ndarray, std: float, sigma: float, secret: bytes, party: str, k: int, edge: bool
-) -> np.ndarray:
+def noisy_choice(dist: np.ndarray, idx: np.ndarray, draws: Draws, k: int) -> np.ndarray:
     """(c, K) the columns of the K candidates kept of each record's pool dist, idx (c, P > K):
     the K largest standardised similarities plus selection noise of sigma (noise.selection_noise:
-    a report-noisy-max), less the :func:`edge_penalty` where the pool is not the whole secondary
-    (``edge``). Needs no identifier: the release's plan counts the links it keeps before any row
-    is released (composed noise)."""
-    score = -dist / std + selection_noise(secret, party, dist, idx, sigma)  # the similarity's order, plus noise
-    if edge:
-        score = score - edge_penalty(dist, std, sigma)
+    a report-noisy-max), less the :func:`edge_penalty` where the pool is not the whole secondary.
+    Needs no identifier: the release's plan counts the links it keeps before any row is released
+    (composed noise)."""
+    noise = selection_noise(draws.secret, draws.party, dist, idx, draws.sigma)
+    score = -dist / draws.std + noise  # the similarity's order, plus noise
+    if dist.shape[1] < draws.size:
+        score = score - edge_penalty(dist, draws.std, draws.sigma)
     return np.argpartition(-score, k - 1, axis=1)[:, :k]
 
 
-def released_rows(dist: np.ndarray, idx: np.ndarray, *, k: int, primary_ids, **job) -> tuple[np.ndarray, np.ndarray]:
+def released_rows(
+    dist: np.ndarray, idx: np.ndarray, draws: Draws, k: int, primary_ids
+) -> tuple[np.ndarray, np.ndarray]:
     """sims (c, K) float64 descending and rows (c, K) of c records' pools dist, idx (c, P): the
     one step a job's release (PartyPlan.rows) and every query (linkage/query.py) take, a block of
     BLOCK_CELLS at a time (row by row alike, so the working memory is bounded whatever P).
 
-    Noisy similarities (:func:`noisy_similarities`, composed by ``links_per_row`` if given);
-    under noise with P > K the K kept are :func:`noisy_choice`'s, else the K largest (P = K or
-    no noise: the release of old, bit for bit); released in the order of their noisy similarity.
-    ``job``: mean, std, sigma, secret, party, links_per_row, size (the secondary's rows)."""
+    Noisy similarities (:func:`noisy_similarities`, composed by ``draws.links_per_row`` if
+    given); under noise with P > K the K kept are :func:`noisy_choice`'s, else the K largest
+    (P = K or no noise: the release of old, bit for bit); released in the order of their noisy
+    similarity. ``primary_ids``: the c records' identifiers, which key their noise."""
     step = max(1, BLOCK_CELLS // max(dist.shape[1], 1))
     if len(dist) <= step:
-        return _released_block(dist, idx, k=k, primary_ids=primary_ids, **job)
+        return _released_block(dist, idx, draws, k, primary_ids)
     ids = None if primary_ids is None else np.asarray(primary_ids)
     parts = [
         _released_block(
-            dist[lo : lo + step],
-            idx[lo : lo + step],
-            k=k,
-            **job,
-            primary_ids=None if ids is None else ids[lo : lo + step],
+            dist[lo : lo + step], idx[lo : lo + step], draws, k, None if ids is None else ids[lo : lo + step]
         )
         for lo in range(0, len(dist), step)
     ]
@@ -141,49 +154,29 @@ def released_rows(dist: np.ndarray, idx: np.ndarray, *, k: int, primary_ids, **j
 
 
 def _released_block(
-    dist: np.ndarray,
-    idx: np.ndarray,
-    *,
-    k: int,
-    mean: float,
-    std: float,
-    sigma: float,
-    secret: bytes,
-    party: str,
-    primary_ids,
-    links_per_row: np.ndarray | None,
-    size: int,
+    dist: np.ndarray, idx: np.ndarray, draws: Draws, k: int, primary_ids
 ) -> tuple[np.ndarray, np.ndarray]:
-    scale = None if links_per_row is None else composition(idx, links_per_row)  # (c, P)
-    noisy = noisy_similarities(similarity(dist), mean, std, sigma, secret, party, primary_ids, scale)
-    if sigma > 0 and dist.shape[1] > k:
-        cols = noisy_choice(dist, idx, std, sigma, secret, party, k, edge=dist.shape[1] < size)
+    scale = None if draws.links_per_row is None else composition(idx, draws.links_per_row)  # (c, P)
+    noisy = noisy_similarities(similarity(dist), draws, primary_ids, scale)
+    if draws.sigma > 0 and dist.shape[1] > k:
+        cols = noisy_choice(dist, idx, draws, k)
         noisy, idx = np.take_along_axis(noisy, cols, 1), np.take_along_axis(idx, cols, 1)
     return select_top(noisy, idx, k)
 
 
-def noisy_similarities(
-    raw: np.ndarray,
-    mean: float,
-    std: float,
-    sigma: float,
-    secret: bytes,
-    party: str,
-    primary_ids,
-    scale: np.ndarray | None = None,
-) -> np.ndarray:
-    """(m, P) raw similarities standardised with (mean, std), plus each record's noise of scale
-    sigma (noise.record_noise, keyed by ``primary_ids``' rows), times ``scale`` (m, P) where the
-    noise is composed (:func:`composition`): a job's release and every later query of its records
-    (linkage/query.py) go through this one step."""
-    standardised = (raw - mean) / std
-    if sigma == 0.0:
+def noisy_similarities(raw: np.ndarray, draws: Draws, primary_ids, scale: np.ndarray | None = None) -> np.ndarray:
+    """(m, P) raw similarities standardised with (draws.mean, draws.std), plus each record's
+    noise of scale draws.sigma (noise.record_noise, keyed by ``primary_ids``' rows), times
+    ``scale`` (m, P) where the noise is composed (:func:`composition`): a job's release and every
+    later query of its records (linkage/query.py) go through this one step."""
+    standardised = (raw - draws.mean) / draws.std
+    if draws.sigma == 0.0:
         return standardised
     if primary_ids is None:
         raise LinkageError(
             "a noisy release (tau < 1) needs the primary identifiers: each record's noise is keyed by them"
         )
-    noise = record_noise(secret, party, primary_ids, standardised.shape, sigma)  # (m, P)
+    noise = record_noise(draws.secret, draws.party, primary_ids, standardised.shape, draws.sigma)  # (m, P)
     return standardised + (noise if scale is None else noise * scale)
 
 
@@ -224,6 +217,10 @@ class PartyPlan:
     chunks: Chunks | None = None  # the candidates, when the composed noise counts a noisy choice
     counted: dict = field(default_factory=dict, compare=False, repr=False)  # secret -> those counts
 
+    def draws(self, secret: bytes, links_per_row: np.ndarray | None = None) -> Draws:
+        """The party's noise under the job's ``secret`` (composed by ``links_per_row`` if given)."""
+        return Draws(secret, self.party, self.mean, self.std, self.sigma, links_per_row, len(self.token_of_row))
+
     def links(self, secret: bytes) -> np.ndarray | None:
         """(n,) the links each secondary row is released in, when the noise is composed."""
         if self.chunks is None:
@@ -231,9 +228,7 @@ class PartyPlan:
         if secret not in self.counted:
             counts = np.zeros(len(self.token_of_row), np.int64)
             for _, dist, idx in self.chunks():
-                cols = noisy_choice(
-                    dist, idx, self.std, self.sigma, secret, self.party, self.k, dist.shape[1] < len(self.token_of_row)
-                )
+                cols = noisy_choice(dist, idx, self.draws(secret), self.k)
                 counts += np.bincount(np.take_along_axis(idx, cols, 1).ravel(), minlength=len(counts))
             self.counted[secret] = counts
         return self.counted[secret]
@@ -241,19 +236,8 @@ class PartyPlan:
     def rows(self, dist: np.ndarray, idx: np.ndarray, secret: bytes, primary_ids) -> tuple[np.ndarray, np.ndarray]:
         """tokens (c, K) int64 and sims (c, K) float32 of c records' candidates dist, idx (c, P)
         (``primary_ids``: those records' identifiers, keying their noise)."""
-        sims, chosen = released_rows(
-            dist,
-            idx,
-            k=self.k,
-            mean=self.mean,
-            std=self.std,
-            sigma=self.sigma,
-            secret=secret,
-            party=self.party,
-            primary_ids=primary_ids,
-            links_per_row=self.links(secret),
-            size=len(self.token_of_row),
-        )  # (c, K) each
+        draws = self.draws(secret, self.links(secret))
+        sims, chosen = released_rows(dist, idx, draws, self.k, primary_ids)  # (c, K) each
         return self.token_of_row[chosen], sims.astype(np.float32)
 
     def link(self, tokens: np.ndarray, sims: np.ndarray) -> PartyLink:
