@@ -1,6 +1,6 @@
 """Training across hosts over an emulated WAN: exact split learning (S = 1) over the
-direct transport between the primary's host and the school's (deploy/lab_train.py on a
-deploy.hosts.Lab), with a deploy/wan_relay.py relay in the primary's namespace between it and the
+direct transport between the primary's host and the school's (lab/training.py on a
+lab.hosts.Lab), with a lab/wan_relay.py relay in the primary's namespace between it and the
 school's worker (one-way delay = RTT / 2 each way, optional rate cap). Only the direct transport's
 link crosses the relay: Flower's own messages (one exchange an epoch) go straight to the SuperLink.
 
@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from deploy.hosts import Lab
-from deploy.lab_train import PRIMARY, REPO, WORKER_PORT, train_across_hosts
+from lab.hosts import Lab
+from lab.training import PRIMARY, REPO, WORKER_PORT, train_across_hosts
 
 RELAY_PORT = 9400  # in the primary's namespace
 
@@ -28,7 +28,7 @@ def one(rtt_ms: float, rate_mbit: float, n_rows: int, epochs: int, data_dir: Pat
     try:
         with Lab(base, [PRIMARY, "school"]) as lab:
             school = lab.hosts["school"]
-            relay = [sys.executable, "-m", "deploy.wan_relay", "--listen", f"127.0.0.1:{RELAY_PORT}"]
+            relay = [sys.executable, "-m", "lab.wan_relay", "--listen", f"127.0.0.1:{RELAY_PORT}"]
             relay += ["--to", f"{school.address}:{WORKER_PORT}", "--delay-ms", str(rtt_ms / 2)]
             relay += ["--rate-mbit", str(rate_mbit), "--lifetime", "3000"]
             proc = lab.start(lab.hosts[PRIMARY], relay, logs / "relay.log", env={"PYTHONPATH": str(REPO)})

@@ -1,4 +1,4 @@
-"""deploy/hosts.py (issue 32, the host layer): hosts in their own network namespaces, as their own
+"""lab/hosts.py (issue 32, the host layer): hosts in their own network namespaces, as their own
 users, with their own homes; nothing shared through the file system; a teardown that leaves the
 machine as it found it. Needs root and `ip netns` (CI runs as root); skipped otherwise."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.hosts import Lab, main
+from lab.hosts import Lab, main
 
 PORT = 8765  # inside the lab's namespaces only
 

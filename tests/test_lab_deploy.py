@@ -1,4 +1,4 @@
-"""Issue 32's CI test: the whole lifecycle across separate hosts (deploy/lab_deploy.py): the
+"""Issue 32's CI test: the whole lifecycle across separate hosts (lab/lifecycle.py): the
 linkage service, the primary and house3's three secondaries each in its own network namespace, as
 its own OS user, with only its own data (a parties.toml and its own CSV); link through the service over
 verified HTTPS, train two epochs (SuperLink + SuperNode, TLS + node authentication, the direct
@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from deploy import lab_deploy
-from deploy.hosts import Lab
-from deploy.lab_deploy import PRIMARY, SERVICE
+from lab import lifecycle
+from lab.hosts import Lab
+from lab.lifecycle import PRIMARY, SERVICE
 from tests.test_hosts import _why_not, read_by_others
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
@@ -30,10 +30,10 @@ DATA = Path(os.environ.get("FEDSIM_DATA_DIR", Path(__file__).resolve().parents[2
 def deployed():
     base, tmp = Path(tempfile.mkdtemp(dir="/tmp")), Path(tempfile.mkdtemp())
     try:
-        exported = lab_deploy.export_parties("house3", DATA, tmp / "data", n_rows=1000)
+        exported = lifecycle.export_parties("house3", DATA, tmp / "data", n_rows=1000)
         assert len(exported.parties) == 3
         with Lab(base, [SERVICE, PRIMARY, *exported.parties]) as lab:
-            yield lab, exported, lab_deploy.lifecycle(lab, exported, tmp, epochs=2, k=5)
+            yield lab, exported, lifecycle.lifecycle(lab, exported, tmp, epochs=2, k=5)
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)

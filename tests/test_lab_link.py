@@ -1,5 +1,5 @@
-"""Issue 32: linking through the service across separate hosts (deploy/lab_link.py on a
-deploy.hosts.Lab): the service and every party on its own network namespace, user and home; the
+"""Issue 32: linking through the service across separate hosts (lab/linking.py on a
+lab.hosts.Lab): the service and every party on its own network namespace, user and home; the
 true partner found for every record; each home holds only its own organisation's files, none
 readable by another party's user; a stranger's CA, a wrong secret and a wrong address refused by
 name. Needs root and `ip netns` (CI runs as root)."""
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy import lab_link
-from deploy.hosts import Lab
-from deploy.lab_link import PRIMARY, SERVICE
+from lab import linking
+from lab.hosts import Lab
+from lab.linking import PRIMARY, SERVICE
 from linkage.store import load_primary, load_secondary
 from tests.test_hosts import _why_not, read_by_others
 
@@ -29,12 +29,12 @@ def linked():
     base, logs = Path(tempfile.mkdtemp(dir="/tmp")), Path(tempfile.mkdtemp())
     try:
         with Lab(base, [SERVICE, PRIMARY, *SECONDARIES]) as lab:
-            data = lab_link.planted(SECONDARIES)
-            lab_link.place_own_data(lab, data, logs)
-            url, service = lab_link.start_service(lab, logs)
+            data = linking.planted(SECONDARIES)
+            linking.place_own_data(lab, data, logs)
+            url, service = linking.start_service(lab, logs)
             try:
-                job = lab_link.create_job(lab, url, SECONDARIES)
-                lab_link.link_all(lab, url, job, SECONDARIES, k=3)
+                job = linking.create_job(lab, url, SECONDARIES)
+                linking.link_all(lab, url, job, SECONDARIES, k=3)
                 yield lab, data, url, job
             finally:
                 service.stop()
@@ -94,14 +94,14 @@ def _a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name(linked
     lab, _, url, job = linked
     party = SECONDARIES[0]
     host = lab.hosts[party]
-    made = lab.run(host, [sys.executable, "-m", "deploy.certs", "stranger", "--parties", ""], env=lab_link.ENV)
+    made = lab.run(host, [sys.executable, "-m", "deploy.certs", "stranger", "--parties", ""], env=linking.ENV)
     assert made.returncode == 0, made.stderr
 
     def status(*change: str):
-        args = dict(zip(lab_link.party_args(url, job, party)[::2], lab_link.party_args(url, job, party)[1::2]))
+        args = dict(zip(linking.party_args(url, job, party)[::2], linking.party_args(url, job, party)[1::2]))
         args.update(dict(zip(change[::2], change[1::2])))
         argv = [sys.executable, "-m", "fedsim", "status", *(x for kv in args.items() for x in kv)]
-        return lab.run(host, argv, env=lab_link.ENV, timeout=120)
+        return lab.run(host, argv, env=linking.ENV, timeout=120)
 
     assert status().returncode == 0  # the right CA, secret and address work
     stranger = status("--ca-cert", "stranger/ca.crt")
@@ -109,7 +109,7 @@ def _a_stranger_ca_a_wrong_secret_and_a_wrong_address_are_refused_by_name(linked
     lab.run(host, ["sh", "-c", "echo not-the-secret > wrong.secret"])
     wrong = status("--secret-file", "wrong.secret")
     assert wrong.returncode != 0 and "403" in wrong.stderr and "parties" in wrong.stderr, wrong.stderr[-800:]
-    nowhere = status("--url", url.replace(str(lab_link.PORT), "9"))
+    nowhere = status("--url", url.replace(str(linking.PORT), "9"))
     assert nowhere.returncode != 0 and "refused" in nowhere.stderr.lower(), nowhere.stderr[-800:]
 
 

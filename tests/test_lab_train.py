@@ -1,4 +1,4 @@
-"""deploy/lab_train.py (issue 32, training): the SuperLink and the primary on one host as one user,
+"""lab/training.py (issue 32, training): the SuperLink and the primary on one host as one user,
 each secondary's SuperNode on its own host as its own user, TLS verified and SuperNode auth; two
 epochs over the direct transport; then each home holds only its own files, readable by no other
 host. Needs root and `ip netns` (as tests/test_hosts.py); slow (about 1.5 min)."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.hosts import Lab
-from deploy.lab_train import PRIMARY, WORKER_PORT, refused_supernode, register, start_superlink, train_across_hosts
+from lab.hosts import Lab
+from lab.training import PRIMARY, WORKER_PORT, refused_supernode, register, start_superlink, train_across_hosts
 from tests.test_hosts import _leftovers, _why_not, read_by_others
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]

@@ -1,4 +1,4 @@
-"""Issue 32: the user-space WAN relay (deploy/wan_relay.py), on loopback only. Time is asserted as
+"""Issue 32: the user-space WAN relay (lab/wan_relay.py), on loopback only. Time is asserted as
 lower bounds (the relay never releases a chunk early), never as an upper bound on the wall time;
 every server a test starts is stopped by it, and every socket has a timeout (no hang)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.wan_relay import Link, RelaySettings, Schedule, start_relay
+from lab.wan_relay import Link, RelaySettings, Schedule, start_relay
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 30.0  # a socket's timeout: only to fail instead of hanging, never a measure
@@ -191,7 +191,7 @@ def test_a_target_that_refuses_closes_the_client():
 
 def test_the_command_line_names_a_bad_listen_address():
     r = subprocess.run(
-        [sys.executable, "-m", "deploy.wan_relay", "--listen", "nowhere", "--to", "127.0.0.1:9"],
+        [sys.executable, "-m", "lab.wan_relay", "--listen", "nowhere", "--to", "127.0.0.1:9"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -203,7 +203,7 @@ def test_the_command_line_names_a_bad_listen_address():
 def test_the_command_line_says_what_it_does_and_stops_at_its_lifetime():
     with _server(_Echo) as target:
         r = subprocess.run(
-            [sys.executable, "-m", "deploy.wan_relay", "--listen", "127.0.0.1:0", "--to", f"127.0.0.1:{target}"]
+            [sys.executable, "-m", "lab.wan_relay", "--listen", "127.0.0.1:0", "--to", f"127.0.0.1:{target}"]
             + ["--delay-ms", "25", "--jitter-ms", "2", "--rate-mbit", "100", "--lifetime", "0.5"],
             cwd=ROOT,
             capture_output=True,

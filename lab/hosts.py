@@ -23,8 +23,8 @@ makes per command it covers the closed ancestor (/root) with an empty tmpfs, bin
 interpreter's prefix back in (folders 0755 whatever the caller's umask), then becomes the
 host's user. The hosts see no /root at all.
 
-    python -m deploy.hosts up   --base DIR --hosts primary,service,party_a,party_b,party_c
-    python -m deploy.hosts down --base DIR      # cleans a lab left by a crashed run (DIR/lab.json)
+    python -m lab.hosts up   --base DIR --hosts primary,service,party_a,party_b,party_c
+    python -m lab.hosts down --base DIR      # cleans a lab left by a crashed run (DIR/lab.json)
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_enter"]:
         return _enter(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m deploy.hosts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.hosts", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--base", type=Path, required=True, help="folder for the homes and lab.json")
     parser.add_argument("--hosts", default="primary,service,party_a,party_b,party_c")

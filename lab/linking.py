@@ -1,4 +1,4 @@
-"""Linking through the linkage service across separate hosts, on a ``deploy.hosts.Lab``.
+"""Linking through the linkage service across separate hosts, on a ``lab.hosts.Lab``.
 
 The service runs on its own host as its own user; each party (the primary and every secondary)
 runs the same ``fedsim`` commands docs/reference.md "The linkage service" gives, on its own host, as its own
@@ -15,7 +15,7 @@ on that host; every file that goes from one organisation to another is a ``Lab.t
     primary:   fedsim link ... --start --k K --wait --fetch linkage
     party:     fedsim fetch ... --out linkage
 
-    python -m deploy.lab_link --base /tmp/lab --secondaries a,b,c     # the whole of it, then teardown
+    python -m lab.linking --base /tmp/lab --secondaries a,b,c     # the whole of it, then teardown
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deploy.hosts import Lab
+from lab.hosts import Lab
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICE, PRIMARY = "service", "primary"

@@ -1,4 +1,4 @@
-"""Faults across hosts: a deployment on a :class:`deploy.hosts.Lab` (deploy/lab_train.py's
+"""Faults across hosts: a deployment on a :class:`lab.hosts.Lab` (lab/training.py's
 pieces) that loses a secondary's network mid-epoch, or its SuperLink, and a linkage service that
 restarts between the uploads and the job's start. Each fault is measured from the user's side:
 the error the run records (status.json) and `flwr run` prints, the seconds from the fault until
@@ -6,7 +6,7 @@ the run is known failed, what the operator had to restart, and whether the resum
 (``resume = true``, same run name) ends bit for bit like an uninterrupted run of the same config
 on the same linkage files (``threads = 1``: CPU runs repeat bit for bit, docs/reference.md).
 
-    python -m deploy.lab_faults --base /tmp/lab-faults --n-rows 1500 --epochs 3
+    python -m lab.faults --base /tmp/lab-faults --n-rows 1500 --epochs 3
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from deploy.hosts import IP, Host, Lab, Running
-from deploy.lab_train import (
+from deploy.localsim import REPO, run_config_arg
+from lab.hosts import IP, Host, Lab, Running
+from lab.training import (
     CONNECTION,
     PRIMARY,
     credentials,
@@ -39,7 +40,6 @@ from deploy.lab_train import (
     tail,
     tool,
 )
-from deploy.localsim import REPO, run_config_arg
 
 PARTY = "school"  # hdb's secondary
 
@@ -87,7 +87,7 @@ class Outcome:
 
 
 def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: Path, k: int, n_rows: int):
-    """lab_train.link_as_operator's linkage job, its service stopped after every upload and
+    """training.link_as_operator's linkage job, its service stopped after every upload and
     started again on the same data folder before the primary starts the job (no re-upload).
     Returns (the link values, what the restart showed: the job's uploads seen by the new service)."""
     from app.vfl.linking import metric_of  # lazy: torch and flwr

@@ -1,17 +1,17 @@
 """The whole lifecycle across separate hosts: link, train, predict, each organisation on
-its own ``deploy.hosts.Lab`` host with only its own data.
+its own ``lab.hosts.Lab`` host with only its own data.
 
 The organisations' data is a shipped dataset written out as the parties' own CSVs (``dataset =
 "csv"``, one ``parties.toml`` each, docs/own-data.md): every home gets ``data/parties.toml`` and
 its own CSV, nothing else. Then, each step on its own host as its own user:
 
-1. linkage (deploy/lab_link.py): the service on its host, each party's `fedsim link` from its own;
-2. training (deploy/lab_train.py): the SuperLink + ServerApp on the primary's host, a SuperNode on
+1. linkage (lab/linking.py): the service on its host, each party's `fedsim link` from its own;
+2. training (lab/training.py): the SuperLink + ServerApp on the primary's host, a SuperNode on
    each secondary's, TLS + node authentication, S = 1 over the direct transport;
 3. predict: the primary asks the service for its new records' links (`fedsim query`) and runs
    `flwr run` in predict mode; each SuperNode embeds with the model it kept in its own home.
 
-    python -m deploy.lab_deploy --base /tmp/lab [--n-rows 1500] [--epochs 2]
+    python -m lab.lifecycle --base /tmp/lab [--n-rows 1500] [--epochs 2]
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deploy import lab_link, lab_train
-from deploy.hosts import Lab
+from lab import linking, training
+from lab.hosts import Lab
 
-SERVICE, PRIMARY = lab_link.SERVICE, lab_link.PRIMARY
-RUN = lab_train.RUN_NAME
+SERVICE, PRIMARY = linking.SERVICE, linking.PRIMARY
+RUN = training.RUN_NAME
 IDS = ["lat", "lon"]
 
 
@@ -87,11 +87,11 @@ def predict(lab: Lab, url: str, job: str, values: dict, commands: dict, timeout:
     from deploy.predict import predict_values  # lazy: deploy.commands, for predict only
 
     primary = lab.hosts[PRIMARY]
-    query = ["query", *lab_link.party_args(url, job, PRIMARY), "--csv", "new-records.csv", "--columns", "lat,lon"]
-    lab_link.fedsim(lab, PRIMARY, *query, "--out", "queries/new.npz", timeout=timeout)
+    query = ["query", *linking.party_args(url, job, PRIMARY), "--csv", "new-records.csv", "--columns", "lat,lon"]
+    linking.fedsim(lab, PRIMARY, *query, "--out", "queries/new.npz", timeout=timeout)
     home = primary.home
     asked = predict_values(RUN, home / "new-records.csv", home / "predictions.csv", home / "queries" / "new.npz")
-    output = lab_train.flwr_run(lab, primary, {**values, **asked}, commands, timeout)
+    output = training.flwr_run(lab, primary, {**values, **asked}, commands, timeout)
     if not (primary.home / "predictions.csv").exists():
         raise RuntimeError(f"predict wrote no predictions; its output ends:\n{output[-4000:]}")
     return primary.home / "predictions.csv"
@@ -103,16 +103,16 @@ def lifecycle(lab: Lab, exported: Exported, logs: Path, *, epochs: int = 2, k: i
     hosts = {p: lab.hosts[p] for p in exported.parties}
     commands: dict[str, list[list[str]]] = {primary.name: []}
     place(lab, exported)
-    url, service = lab_link.start_service(lab, logs)
+    url, service = linking.start_service(lab, logs)
     try:
-        job = lab_link.create_job(lab, url, exported.parties)
-        lab_link.link_all(lab, url, job, exported.parties, k, data="data/")
+        job = linking.create_job(lab, url, exported.parties)
+        linking.link_all(lab, url, job, exported.parties, k, data="data/")
         linked = time.monotonic()
-        lab_train.credentials(lab, primary, hosts)
-        with lab_train.federation(lab, hosts, logs, commands):
+        training.credentials(lab, primary, hosts)
+        with training.federation(lab, hosts, logs, commands):
             extra = {"epochs": epochs, "node-timeout": 120.0, "threads": 1}
-            values = lab_train.run_values(primary, "csv", {"k": k, "tau": 1.0}, extra)
-            summary, run_dir, _ = lab_train.train(lab, values, commands, timeout)
+            values = training.run_values(primary, "csv", {"k": k, "tau": 1.0}, extra)
+            summary, run_dir, _ = training.train(lab, values, commands, timeout)
             trained = time.monotonic()
             predictions = predict(lab, url, job, values, commands, timeout)
     finally:
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", type=Path, required=True, help="where the homes go (not under a 0700 folder)")
     ap.add_argument("--dataset", default="hdb", help="a shipped dataset with 2-D numeric identifiers")
-    ap.add_argument("--data-dir", type=Path, default=lab_train.REPO.parent / "shared" / "data")
+    ap.add_argument("--data-dir", type=Path, default=training.REPO.parent / "shared" / "data")
     ap.add_argument("--n-rows", type=int, default=1500)
     ap.add_argument("--epochs", type=int, default=2)
     args = ap.parse_args(argv)

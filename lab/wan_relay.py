@@ -22,7 +22,7 @@ reaches the sender through TCP), a connection idle either way for ``idle_timeout
 after ``lifetime_s`` it closes everything and exits. An end of stream (half-close) or a reset
 reaches the other side after the delayed data; a target that refuses closes the client.
 
-    python -m deploy.wan_relay --listen 10.0.0.1:9000 --to 10.0.0.2:9092 \\
+    python -m lab.wan_relay --listen 10.0.0.1:9000 --to 10.0.0.2:9092 \\
         --delay-ms 25 --jitter-ms 2 --rate-mbit 100 --lifetime 3600 [--seed 0]
     with start_relay(RelaySettings(target_port=9092, up=Link(25), down=Link(25))) as relay: ...relay.port
 """
@@ -349,7 +349,7 @@ def number(value: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m deploy.wan_relay", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lab.wan_relay", description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT", help="where to listen")
     p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT", help="the target")
     for flag, what in LINK_FLAGS.items():

@@ -1,4 +1,4 @@
-"""Training across separate hosts: a deployment on a :class:`deploy.hosts.Lab`.
+"""Training across separate hosts: a deployment on a :class:`lab.hosts.Lab`.
 
 The primary's host runs the SuperLink (TLS, SuperNode authentication) and the ServerApp as its
 own user; each secondary's host runs its SuperNode as its own user, with every folder it reads or
@@ -17,7 +17,7 @@ machine's loopback, as ``python -m deploy link`` does; each party's own result f
 placed in its home (``lab.copy_in``). The shipped datasets' loaders need all of the public
 dataset's files, so each home gets a copy of the dataset folder (docs/deployment.md).
 
-    python -m deploy.lab_train --base /tmp/lab --dataset hdb --epochs 2 --n-rows 2000
+    python -m lab.training --base /tmp/lab --dataset hdb --epochs 2 --n-rows 2000
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.hosts import Host, Lab, Running
 from deploy.localsim import QUIET_ENV, REPO, run_config_arg
+from lab.hosts import Host, Lab, Running
 from strategies.shields import seed_environment
 
 CONNECTION = "lab"
