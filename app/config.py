@@ -12,8 +12,6 @@ trains until validation stops improving: patience :data:`UNTUNED_PATIENCE`, at m
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +20,6 @@ import torch
 from app.config_groups import (
     FLAT,
     GROUPS,
-    KIND,
     MODES,
     RENAMED,
     RETIRED,
@@ -36,16 +33,13 @@ from app.config_groups import (
     TrainOptions,
     split_flat,
 )
+from app.config_keys import ConfigError, did_you_mean, parse_pairs, refuse_old_keys, typed
 from datasets.options import DATASET_MISSING, DATASET_SCALES, PLE_BINS
 from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
 from strategies.vfl.model import ModelConfig
 
 __all__ = ["MODES", "ConfigError", "RunConfig", "Settings", "DATASET_DEFAULTS", "parse_pairs"]
-
-
-class ConfigError(ValueError):
-    """A run-config value of the wrong type or out of range; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -130,13 +124,13 @@ class RunConfig:
     @classmethod
     def from_flower(cls, run_config: dict) -> "RunConfig":
         known = {name.replace("_", "-"): name for name in FLAT}
-        _refuse_old_keys(run_config)
+        refuse_old_keys(run_config)
         unknown = sorted(set(run_config) - set(known))
         if unknown:
             raise ConfigError(
                 f"unknown run-config key(s) {unknown}{did_you_mean(unknown, known)}; known: {sorted(known)}"
             )
-        values = {known[key]: _typed(key, value) for key, value in run_config.items()}
+        values = {known[key]: typed(key, value) for key, value in run_config.items()}
         cfg = cls.of(**values)
         cfg.validate()
         return cfg
@@ -346,45 +340,3 @@ class RunConfig:
 
     def out_path(self) -> Path:
         return Path(self.runtime.out_dir).expanduser().resolve() if self.runtime.out_dir else Path.cwd() / "runs"
-
-
-def _refuse_old_keys(run_config: dict) -> None:
-    """A key an earlier version took is refused with what replaced it."""
-    for key in run_config:
-        name = key.replace("-", "_")
-        if name in RENAMED:
-            raise ConfigError(f"run-config {key!r} was renamed {RENAMED[name].replace('_', '-')!r}")
-        if name in RETIRED:
-            raise ConfigError(f"run-config {key!r} is no longer a run-config key: it is {RETIRED[name]}")
-
-
-def _typed(key: str, value: object) -> object:
-    """``value`` of flat ``key`` checked against the field's type (an int is taken as a float)."""
-    kind = KIND[key.replace("-", "_")]
-    want = {"int": int, "float": float, "str": str, "bool": bool}[kind]
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-        raise ConfigError(f"run-config {key!r} must be {kind}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def did_you_mean(unknown: list[str], known) -> str:
-    """ " (did you mean 'batch-size'?)" for the unknown keys close to a known one, else ""."""
-    close = {u: difflib.get_close_matches(u.replace("_", "-"), list(known), n=1) for u in unknown}
-    hints = [f"{m[0]!r} for {u!r}" for u, m in close.items() if m]
-    return f" (did you mean {', '.join(hints)}?)" if hints else ""
-
-
-def parse_pairs(pairs: list[str]) -> dict[str, object]:
-    """`key=value` strings: values read as TOML (numbers, true/false, "quoted"), else as text."""
-    values: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"-c {pair!r}: expected KEY=VALUE")
-        try:
-            values[key.strip()] = tomllib.loads(f"v = {raw.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
-            values[key.strip()] = raw.strip()
-    return values

@@ -18,7 +18,7 @@ runs/, 0700), shared like an installed package; the data is not. iproute2's firs
 add`` bind-mounts /run/netns once in the root mount namespace; nothing else touches it.
 
 The venv's interpreter is a symlink into /root/.pyenv (/root is 0700: EACCES for other users).
-So every command enters through ``_enter``: in the private mount namespace ``ip netns exec``
+So every command enters through ``lab/enter.py``: in the private mount namespace ``ip netns exec``
 makes per command it covers the closed ancestor (/root) with an empty tmpfs, binds the
 interpreter's prefix back in (folders 0755 whatever the caller's umask), then becomes the
 host's user. The hosts see no /root at all.
@@ -30,7 +30,6 @@ host's user. The hosts see no /root at all.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import ipaddress
 import json
 import os
@@ -53,7 +52,7 @@ PREFIX = "fsl"
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 STD_PATH = "/usr/local/bin:/usr/bin:/bin"
 NOLOGIN = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin") if Path(s).exists()), "/bin/false")
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
+ENTER = Path(__file__).resolve().with_name("enter.py")  # the root-side step into a host (module docstring)
 
 
 @dataclass(frozen=True)
@@ -231,7 +230,7 @@ class Lab:
     # --- running things on a host ---
     def command(self, host: Host, argv: list[str]) -> list[str]:
         """The root-side argument list that runs ``argv`` in the host's namespace as its user."""
-        enter = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "_enter"]
+        enter = [sys.executable, "-I", "-S", str(ENTER)]  # stdlib only: no site, no path of ours
         who = [str(host.uid), str(host.gid), str(host.home), *self._shadow]
         return [IP, "netns", "exec", host.netns, *enter, *who, "--", *argv]
 
@@ -347,42 +346,8 @@ def _drop_netns(ns: str) -> None:
     _sh(IP, "netns", "delete", ns, check=False)
 
 
-# --- the root-side step between `ip netns exec` and the host's command ---
-def _cover(blocked: str, prefix: str) -> None:
-    """In this (private) mount namespace: an empty tmpfs over ``blocked``, ``prefix`` bound back in."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
-    mounts = (
-        (b"tmpfs", blocked, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755"),
-        (f"/proc/self/fd/{fd}".encode(), prefix, None, MS_BIND | MS_REC, None),
-    )
-    for source, target, fstype, flags, data in mounts:
-        os.makedirs(target, mode=0o755, exist_ok=True)
-        if libc.mount(source, os.fsencode(target), fstype, ctypes.c_ulong(flags), data) != 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), target)
-    os.close(fd)
-
-
-def _enter(argv: list[str]) -> None:
-    """uid gid home blocked prefix -- command...: becomes the host's user and execs the command."""
-    uid, gid, home, blocked, prefix, sep, *command = argv
-    if sep != "--" or not command:
-        raise SystemExit("usage: _enter UID GID HOME BLOCKED PREFIX -- COMMAND...")
-    if blocked:
-        os.umask(0o022)  # (module docstring)
-        _cover(blocked, prefix)
-    os.initgroups(pwd.getpwuid(int(uid)).pw_name, int(gid))
-    os.setgid(int(gid))
-    os.setuid(int(uid))
-    os.umask(0o077)
-    os.chdir(home)
-    os.execvp(command[0], command)
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_enter"]:
-        return _enter(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m lab.hosts", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--base", type=Path, required=True, help="folder for the homes and lab.json")
