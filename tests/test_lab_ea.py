@@ -1,0 +1,51 @@
+"""Entity Augmentation across separate hosts (lab/entity_aug.py): the primary and each of the
+digits set's two guests on its own network-namespace host as its own user, TLS and SuperNode
+authentication, the direct transport. Oracle: the run equals the same run config trained in one
+process, step by step (float64; privacy off, so no party's own noise enters), and each guest's
+best-epoch state stays in its own home. Needs root and `ip netns`; slow (about a minute)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.config import RunConfig
+from app.modes import run_experiment
+from lab.entity_aug import GUESTS, train_ea_across_hosts
+from lab.hosts import Lab
+from lab.training import PRIMARY
+from tests.test_hosts import _leftovers, _why_not, read_by_others
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+
+VALUES = {"dataset": "digits", "n-rows": 300, "epochs": 2, "overlap": 0.1, "dtype": "float64", "privacy": "off"}
+
+
+def test_entity_augmentation_across_hosts_equals_one_process(tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="fsl-lab-ea-", dir="/tmp"))  # not under pytest's 0700 tmp
+    logs = Path(tempfile.mkdtemp(prefix="fsl-lab-ea-logs-"))
+    try:
+        with Lab(base, [PRIMARY, *GUESTS]) as lab:
+            run = train_ea_across_hosts(lab, "digits", tmp_path, GUESTS, VALUES, logs)
+            for guest in GUESTS:  # each guest's best epoch in its own home, readable by no other host
+                home = lab.hosts[guest].home
+                kept = home / "models" / "lab" / guest / "kept.pt"
+                assert kept.exists() and not (run.run_dir / guest).exists()
+                assert read_by_others(lab, lab.hosts[guest], [kept]) == []
+            assert {t.name for t in lab.transfers} <= {"ca.crt"} | {f"nodekeys/{g}.pub" for g in GUESTS}
+            losses = np.load(run.run_dir / "step_losses.npy")  # read before the lab's homes go
+        assert not _leftovers(lab)
+        flat = {k.replace("-", "_"): v for k, v in VALUES.items()}
+        twin = run_experiment(RunConfig.of(mode="entity-aug", **flat, out_dir=str(tmp_path)), tmp_path / "twin")
+        np.testing.assert_allclose(  # across hosts == one process, step by step (float64)
+            losses, np.load(tmp_path / "twin" / "step_losses.npy"), rtol=1e-9
+        )
+        assert run.summary["test"] == twin["test"] and run.summary["best_epoch"] == twin["best_epoch"]
+        assert run.summary["exchange"]["bytes_up"] > 0  # the guests' activations crossed hosts
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
