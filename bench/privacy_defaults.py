@@ -86,7 +86,7 @@ def averaging_attack(
 ) -> tuple[list[float], int]:
     """Per target, the localisation error after the whole query budget (or ``max_queries`` queries
     of up to 256 records, where no floor bounds them: level off); and the queries answered."""
-    folder, queries = store._dir(job), Queries(store, QueryLimits())
+    folder, queries = store.folder(job), Queries(store, QueryLimits())
     released = read_primary(folder / "results" / "primary.npz").links[party]
     row_of_token = read_secondary(folder / "results" / f"secondary-{party}.npz", party).row_of_token
     base = np.asarray(ds.secondaries[party].identifiers, np.float64)

@@ -61,24 +61,28 @@ def link_stats(skeleton) -> dict:
 
 
 class JobRunner:
-    """The computation of a job, mixed into JobStore: it reads and records the job through the
-    store's ``_claim``, ``_tick``, ``_update`` and ``_dir``, and sizes it by the store's
-    ``limits``, ``chunk_rows``, ``ray`` and ``operator_seed``."""
+    """The computation of one store's jobs (``store``, a linkage_server.jobs.JobStore): it reads
+    and records a job through the store's ledger (``claim``, ``tick``, ``update``, ``folder``,
+    ``meta``) and sizes it by the store's ``limits``, ``chunk_rows``, ``ray``, ``operator_seed``
+    and ``floors``."""
+
+    def __init__(self, store) -> None:
+        self.store = store
 
     def run(self, job: str) -> None:
         """Compute a queued job: resumable chunked search per secondary, then the release, written
         chunk by chunk (linkage_server.release_files), then its privacy report."""
-        meta = self._claim(job)
+        meta = self.store.claim(job)
         if meta is None:
             return
-        params, folder = JobParams(**meta["params"]), self._dir(job)
+        params, folder = JobParams(**meta["params"]), self.store.folder(job)
         scratch = folder / "work" / ".release"  # no party's name: a name starts with a letter or digit
         try:
             self._compute(job, meta, params, folder, scratch)
         except (LinkageError, UploadError, JobError, SecretError) as e:
-            self._update(job, state="failed", error=str(e))
+            self.store.update(job, state="failed", error=str(e))
         except Exception as e:  # keep the service alive; report the failure to the parties
-            self._update(job, state="failed", error=f"internal error: {type(e).__name__}: {e}")
+            self.store.update(job, state="failed", error=f"internal error: {type(e).__name__}: {e}")
             traceback.print_exc()
         finally:
             clear(scratch)
@@ -89,14 +93,16 @@ class JobRunner:
         query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
         train_rows = self._train_rows_of(folder, meta, len(query))
         cost = max(params.k, params.pool) * cell_cost(meta)  # a row's cost: long strings make a chunk fewer rows
-        step = self.limits.chunk_rows(self.chunk_rows, int(min(cost, 2**62)))  # rows x pool x cost bounded: a
+        step = self.store.limits.chunk_rows(
+            self.store.chunk_rows, int(min(cost, 2**62))
+        )  # rows x pool x cost bounded: a
         # cancel waits at most one such chunk
         chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
         anchor, searched = searched_layout(params.spec(), meta["secondaries"])
         tick = self._progress(job, len(chunks) * len(searched), lambda: carried + time.perf_counter() - t0)
         ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
         spec = params.spec(self._defences(job, meta, params, ids, anchor))  # as the in-process linker names it
-        secret = self._secret(meta, spec, query, ids, train_rows)  # also draws the recall sample
+        secret = self.secret(meta, spec, query, ids, train_rows)  # also draws the recall sample
         found, recalls = {}, {}
         for party in searched:
             found[party], recalls[party] = self._party_search(
@@ -119,8 +125,8 @@ class JobRunner:
         skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
         stats, t2 = link_stats(skeleton), time.perf_counter()
         privacy = safe_privacy_report(skeleton, files, query, ids, done, spec.attacked(meta["secondaries"]))
-        privacy["protection"] = self.meta(job)["protection"]
-        self._update(
+        privacy["protection"] = self.store.meta(job)["protection"]
+        self.store.update(
             job,
             state="done",
             stats=stats,
@@ -132,10 +138,10 @@ class JobRunner:
         """The total of chunks recorded now (before the first one ends); returns the ``tick()``
         each finished chunk calls, with the search's seconds so far from ``searched()``."""
         steps = iter(range(1, total + 1))
-        self._update(job, progress={"done": 0, "total": total})
+        self.store.update(job, progress={"done": 0, "total": total})
 
         def tick() -> None:
-            self._tick(job, next(steps), total, searched())
+            self.store.tick(job, next(steps), total, searched())
 
         return tick
 
@@ -154,25 +160,25 @@ class JobRunner:
     def _defences(self, job: str, meta: dict, params: JobParams, ids: dict, anchor: str) -> Defences:
         """The job's defences from the secondaries' floors and their identifiers (linkage.protection),
         recorded in job.json ("defences", and "protection": what each secondary's records got)."""
-        floors = self.floors.of(meta)
+        floors = self.store.floors.of(meta)
         if params.layout == "chain":
             floors = chained(floors, anchor)
         defences = resolve(floors, ids, params.metric, radius=params.radius, compose=params.compose, tau=params.bound)
-        levels = self.floors.levels(meta)
-        self._update(
+        levels = self.store.floors.levels(meta)
+        self.store.update(
             job,
             defences=dataclasses.asdict(defences),
             protection=record({p: levels.get(p, "strictest of the chain") for p in floors}, floors, defences),
         )
         return defences
 
-    def _secret(self, meta: dict, spec: JobSpec, query: np.ndarray, ids: dict, train_rows: np.ndarray | None) -> bytes:
+    def secret(self, meta: dict, spec: JobSpec, query: np.ndarray, ids: dict, train_rows: np.ndarray | None) -> bytes:
         """The job's secret; under an operator seed, derived from the seed and the job's content
         (the same content id as the in-process linker's, so both release alike): query and the
         secondaries' identifiers ``ids`` as uploaded."""
-        if self.operator_seed is None:
-            return read_secret(self._dir(meta["job"]) / SECRET)
-        return operator_secret(self.operator_seed, spec.content_id(query, ids, train_rows))
+        if self.store.operator_seed is None:
+            return read_secret(self.store.folder(meta["job"]) / SECRET)
+        return operator_secret(self.store.operator_seed, spec.content_id(query, ids, train_rows))
 
     def _party_search(
         self,
@@ -208,7 +214,7 @@ class JobRunner:
             party,
             chunks,
             tick,
-            self.ray,
+            self.store.ray,
             approx,
         )
         if approx.method == "exact":

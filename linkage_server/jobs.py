@@ -59,9 +59,9 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class JobStore(JobRunner):
+class JobStore:
     """Jobs under one data folder; thread-safe; the only code that touches the files. Computing
-    a job (:meth:`run`) is linkage_server.job_run's."""
+    a job (:meth:`run`) is linkage_server.job_run's JobRunner, over this store's ledger."""
 
     def __init__(
         self,
@@ -81,28 +81,32 @@ class JobStore(JobRunner):
         self.operator_seed = operator_seed  # the operator's, for reproducible experiments; no party sees it
         private_dir(self.root)
         self.max_rows, self.chunk_rows = max_rows, chunk_rows
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
 
     # ------------------------------------------------------------------ metadata
-    def _dir(self, job: str) -> Path:
+    def run(self, job: str) -> None:
+        """Compute a queued job (linkage_server.job_run.JobRunner)."""
+        JobRunner(self).run(job)
+
+    def folder(self, job: str) -> Path:
         if not re.fullmatch(r"[0-9a-f]{16}", job):
             raise JobError(404, f"unknown job {job!r}")
         return self.root / job
 
     def meta(self, job: str) -> dict:
-        path = self._dir(job) / "job.json"
+        path = self.folder(job) / "job.json"
         if not path.exists():
             raise JobError(404, f"unknown job {job!r}")
         return json.loads(path.read_text())
 
-    def _save(self, meta: dict) -> None:
-        write_atomic(self._dir(meta["job"]) / "job.json", json.dumps(meta, indent=1).encode())
+    def save(self, meta: dict) -> None:
+        write_atomic(self.folder(meta["job"]) / "job.json", json.dumps(meta, indent=1).encode())
 
-    def _update(self, job: str, **changes) -> dict:
-        with self._lock:
+    def update(self, job: str, **changes) -> dict:
+        with self.lock:
             meta = self.meta(job)
             meta.update(changes)
-            self._save(meta)
+            self.save(meta)
             return meta
 
     def create(self, primary: str, secondaries: list[str], duplicates: str = "allow") -> tuple[str, dict[str, str]]:
@@ -133,11 +137,11 @@ class JobStore(JobRunner):
             "seconds": {},
             "created": time.time(),
         }
-        with self._lock:
-            self._dir(job).mkdir(mode=0o700)  # private_dir made its parent (the umask may add bits: not 0700)
-            os.chmod(self._dir(job), 0o700)
-            write_secret(self._dir(job) / SECRET, new_secret())  # 0600, never served
-            self._save(meta)
+        with self.lock:
+            self.folder(job).mkdir(mode=0o700)  # private_dir made its parent (the umask may add bits: not 0700)
+            os.chmod(self.folder(job), 0o700)
+            write_secret(self.folder(job) / SECRET, new_secret())  # 0600, never served
+            self.save(meta)
         return job, keys
 
     def authenticate(self, job: str, party: str, secret: str | None) -> dict:
@@ -173,7 +177,7 @@ class JobStore(JobRunner):
     def body_path(self, job: str) -> Path:
         """A fresh name for a request body streamed to disk (the service's), in the job's folder:
         an upload renames it into place, so it never passes through memory (BodyFile)."""
-        return private_dir(self._dir(job) / "incoming") / f"{secrets.token_hex(8)}.npy"
+        return private_dir(self.folder(job) / "incoming") / f"{secrets.token_hex(8)}.npy"
 
     def upload(
         self, job: str, party: str, data: bytes | Path, *, train_rows: bool = False, fingerprint: str | None = None
@@ -185,7 +189,7 @@ class JobStore(JobRunner):
         meta = self._open(job)
         arr = parse_npy(data)
         if train_rows:
-            summary, data, path = self._train_rows(meta, party, arr), to_npy(arr), self._dir(job) / TRAIN_ROWS
+            summary, data, path = self._train_rows(meta, party, arr), to_npy(arr), self.folder(job) / TRAIN_ROWS
         else:
             checked = validate(arr, max_rows=self.max_rows)
             if meta["duplicates"] == "refuse" and checked.duplicates:
@@ -193,7 +197,7 @@ class JobStore(JobRunner):
             summary = checked.as_dict() | {"sha256": npy_sha256(data)}
             if fingerprint:
                 summary["fingerprint"] = fingerprint
-            path = self._dir(job) / "uploads" / f"{party}.npy"
+            path = self.folder(job) / "uploads" / f"{party}.npy"
         del arr  # a memory map of the body file
         staged = path.with_name(f"{path.name}.staged-{secrets.token_hex(6)}")
         try:
@@ -201,14 +205,14 @@ class JobStore(JobRunner):
                 os.replace(data, private_dir(staged.parent) / staged.name)
             else:
                 write_atomic(staged, data)
-            with self._lock:
+            with self.lock:
                 meta = self._open(job)
                 staged.replace(path)
                 if train_rows:
                     meta["train_rows"] = summary["train_rows"]
                 else:
                     meta["uploads"][party] = summary
-                self._save(meta)
+                self.save(meta)
         finally:
             staged.unlink(missing_ok=True)
         return summary
@@ -224,18 +228,18 @@ class JobStore(JobRunner):
     def set_floor(self, job: str, party: str, body) -> dict:
         """A secondary's privacy floor for its records (linkage_server.floors), while uploads are open."""
         level, floor = parse_floor(body)
-        with self._lock:
+        with self.lock:
             meta = self._open(job)
             if party not in meta["secondaries"]:
                 raise JobError(403, "only a secondary party states a privacy floor (for its own records)")
             meta.setdefault("floors", {})[party] = {"level": level, "floor": floor.as_dict()}
-            self._save(meta)
+            self.save(meta)
         got = self.floors.of(meta)[party]
         return {"party": party, "level": level, "stated": floor.as_dict(), "effective": got.as_dict()}
 
     # ------------------------------------------------------------------ start / cancel
     def start(self, job: str, params: JobParams) -> dict:
-        with self._lock:
+        with self.lock:
             meta = self.meta(job)
             if meta["state"] not in ("created", "failed"):
                 raise JobError(409, f"job {job} is already {meta['state']}")
@@ -255,7 +259,7 @@ class JobStore(JobRunner):
             floors = self.floors.check_start(meta, params)  # a request for less than a floor: refused by name
             params = params.with_pool(0.0 < params.tau < 1.0 or any(f.noisy for f in floors.values()))
             self.limits.check_job(meta, params)  # K and the job's cells, before it is queued
-            return self._update(
+            return self.update(
                 job,
                 state="queued",
                 params=params.__dict__,
@@ -273,7 +277,7 @@ class JobStore(JobRunner):
     def cancel(self, job: str, by: str) -> dict:
         """Cancel a queued job now (the worker skips it), or a running one at its next chunk
         boundary; either ends "failed" with the error "cancelled by <by>". 409 for any other state."""
-        with self._lock:
+        with self.lock:
             meta = self.meta(job)
             if meta["state"] == "queued":
                 meta.update(state="failed", error=f"cancelled by {by}", cancel=None)
@@ -281,28 +285,28 @@ class JobStore(JobRunner):
                 meta["cancel"] = by  # read by the job at its next chunk (JobStore.run's tick)
             else:
                 raise JobError(409, f"job {job} is {meta['state']}: only a queued or running job can be cancelled")
-            self._save(meta)
+            self.save(meta)
             return meta
 
-    def _claim(self, job: str) -> dict | None:
+    def claim(self, job: str) -> dict | None:
         """The job's metadata, marked running, if it is queued (or was running when a previous
         process stopped); None when it is not to run: cancelled while queued, or finished."""
-        with self._lock:
+        with self.lock:
             meta = self.meta(job)
             if meta["state"] not in ("queued", "running"):
                 return None
             if meta.get("cancel"):  # cancelled while running, and the service stopped before it ended
                 meta.update(state="failed", error=f"cancelled by {meta['cancel']}", cancel=None)
-                self._save(meta)
+                self.save(meta)
                 return None
             meta["state"] = "running"
-            self._save(meta)
+            self.save(meta)
             return meta
 
-    def _tick(self, job: str, done: int, total: int, searched: float) -> None:
+    def tick(self, job: str, done: int, total: int, searched: float) -> None:
         """One chunk done: the progress and the search's seconds so far (over every process that
         ran the job: a resumed job counts its earlier ones) saved; stopped here if cancelled."""
-        meta = self._update(job, progress={"done": done, "total": total}, searched_seconds=searched)
+        meta = self.update(job, progress={"done": done, "total": total}, searched_seconds=searched)
         if meta.get("cancel"):
             raise JobError(409, f"cancelled by {meta['cancel']}")
 
@@ -317,4 +321,4 @@ class JobStore(JobRunner):
             shown = meta.get("error") if party == meta["primary"] else (meta.get("error") and HIDDEN_FAILURE)
             raise JobError(409, f"job {job} is {meta['state']}: no result yet" + (f" ({shown})" if shown else ""))
         name = "primary.npz" if party == meta["primary"] else f"secondary-{party}.npz"
-        return self._dir(job) / "results" / name
+        return self.folder(job) / "results" / name

@@ -42,6 +42,7 @@ from linkage.private import private_dir
 from linkage.protection import defences_from
 from linkage.query import query
 from linkage.store import primary_bytes, read_primary, read_secondary, write_atomic
+from linkage_server.job_run import JobRunner
 from linkage_server.jobs import SECRET, TRAIN_ROWS
 from linkage_server.limits import QUERY_MAX_CELLS
 from linkage_server.link_counts import links_per_row
@@ -182,7 +183,7 @@ class Queries:
     def _spend(self, job: str, records: int, per_record: int) -> dict:
         """Reserve `records` x K x secondaries cells of the job's budget (negative: give them back),
         persisted in job.json: every similarity returned counts, one per secondary."""
-        with self.store._lock:
+        with self.store.lock:
             meta = self.store.meta(job)
             used, left, cells = self._used(meta), self._left(meta), records * per_record
             if cells > left:
@@ -198,12 +199,12 @@ class Queries:
                 "queries": used["queries"] + step,
                 "cells": used["cells"] + cells,
             }
-            self.store._save(meta)
+            self.store.save(meta)
         return {"budget": self.limits.budget, "used": meta["queried"]["cells"], "left": left - cells}
 
     def _compute(self, job: str, meta: dict, new: np.ndarray) -> bytes:
         """linkage.query.query with the job's stored secret, uploads, released statistics and maps."""
-        folder = self.store._dir(job)
+        folder = self.store.folder(job)
         params = JobParams(**meta["params"])
         trained = read_primary(folder / "results" / "primary.npz", rows=False)  # figures only: bounded memory
         base = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
@@ -233,12 +234,12 @@ class Queries:
         secondary) an answer that takes any record past its floor's allowance: ``draws`` x the
         record's links in the release (at least 1), kept in ``query-draws/<party>.npy`` (0600);
         ``counted``: the links per row the query already read (composed parties)."""
-        folder, floors = self.store._dir(job), self.store.floors.of(meta)
+        folder, floors = self.store.folder(job), self.store.floors.of(meta)
         bounded = {p: floors[p].draws for p in got.links if floors[p].draws != float("inf")}
         links = {  # links per row: ``counted`` (a composed job's, read for the query) or read now, outside the lock
             p: counted[p] if p in counted else links_per_row(folder, p, maps[p]) for p in bounded
         }
-        with self.store._lock:
+        with self.store.lock:
             totals = {}
             for party, allowance in sorted(bounded.items()):
                 n = len(maps[party])
@@ -267,6 +268,6 @@ class Queries:
             primary = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
             rows = np.load(folder / TRAIN_ROWS) if meta.get("train_rows") else None
             spec = params.spec(defences_from(meta.get("defences"), params.radius, params.compose))
-            return self.store._secret(meta, spec, primary, ids, rows)
+            return JobRunner(self.store).secret(meta, spec, primary, ids, rows)
         except SecretError as e:
             raise JobError(500, f"{e}; no query is answered under another secret") from None

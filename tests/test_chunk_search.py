@@ -69,7 +69,7 @@ def test_ray_equals_the_local_path_and_resumes_from_finished_chunks(local_ray, t
     for p in work[2:]:  # a crash after 2 of 6 chunks
         p.unlink()
     before = neighbours(tmp_path / "local", local_job)
-    store._update(job, state="running")
+    store.update(job, state="running")
     JobStore(tmp_path / "ray", chunk_rows=500, ray=local_ray).run(job)
     assert neighbours(tmp_path / "ray", job) == before
     assert all(p.stat().st_mtime_ns == stamps[p] for p in work[:2])  # finished chunks were not searched again

@@ -174,7 +174,7 @@ def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radiu
     queries = Queries(store, QueryLimits())
     from linkage.store import read_primary, read_secondary
 
-    folder = store._dir(job)
+    folder = store.folder(job)
     released = read_primary(folder / "results" / "primary.npz").links["s"]
     row_of_token = read_secondary(folder / "results" / "secondary-s.npz", "s").row_of_token
     mean, std = released.sim_mean, released.sim_std

@@ -147,7 +147,7 @@ def test_an_interrupted_approximate_job_resumes_from_its_finished_chunks(tmp_pat
     stamps = {p: p.stat().st_mtime_ns for p in work}
     for p in work[3:]:  # a crash after 3 of 6 chunks
         p.unlink()
-    store._update(job, state="running")
+    store.update(job, state="running")
     JobStore(tmp_path, chunk_rows=100).run(job)
     assert (tmp_path / "jobs" / job / "results" / "primary.npz").read_bytes() == result
     assert all(p.stat().st_mtime_ns == stamps[p] for p in work[:3])  # finished chunks were not searched again

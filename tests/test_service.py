@@ -136,7 +136,7 @@ def test_an_interrupted_job_resumes_from_its_finished_chunks(tmp_path):
     for p in work[3:]:
         p.unlink()
     (tmp_path / "jobs" / job / "results" / "primary.npz").unlink()
-    store._update(job, state="running")
+    store.update(job, state="running")
     restarted = JobStore(tmp_path, chunk_rows=50)
     assert restarted.pending() == [job]
     restarted.run(job)

@@ -85,20 +85,20 @@ def test_a_resumed_jobs_seconds_count_every_process_that_ran_it(tmp_path, monkey
         readings = iter(range(1, 10_000))
         return lambda: step * next(readings)
 
-    tick = JobStore._tick
+    tick = JobStore.tick
 
     def stop_after_first(self, *args):
         tick(self, *args)
         raise Stop
 
     monkeypatch.setattr(jobs.time, "perf_counter", clock(1000.0))
-    monkeypatch.setattr(JobStore, "_tick", stop_after_first)
+    monkeypatch.setattr(JobStore, "tick", stop_after_first)
     with pytest.raises(Stop):
         store.run(job)
     first = store.meta(job)
     assert first["state"] == "running" and first["searched_seconds"] >= 1000
     monkeypatch.setattr(jobs.time, "perf_counter", clock(1.0))
-    monkeypatch.setattr(JobStore, "_tick", tick)
+    monkeypatch.setattr(JobStore, "tick", tick)
     store.run(job)  # the restarted service resumes it from its finished chunk
     meta = store.meta(job)
     assert meta["state"] == "done" and meta["seconds"]["search"] >= first["searched_seconds"]

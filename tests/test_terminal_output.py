@@ -258,6 +258,7 @@ def test_serve_prints_where_it_listens_and_logs_requests_without_secrets(tmp_pat
 
 
 def test_a_job_says_its_total_before_its_first_chunk_ends(tmp_path, monkeypatch):
+    from linkage_server.job_run import JobRunner
     from linkage_server.jobs import JobParams, JobStore
     from linkage_server.uploads import to_npy
 
@@ -268,13 +269,13 @@ def test_a_job_says_its_total_before_its_first_chunk_ends(tmp_path, monkeypatch)
     store.upload(job, "s", to_npy(rng.uniform(size=(40, 2))))
     store.start(job, JobParams("euclidean", 3))
     seen = []
-    search = JobStore._party_search
+    search = JobRunner._party_search
 
     def watched(self, *args, **kwargs):
-        seen.append(dict(self.meta(job)["progress"]))
+        seen.append(dict(self.store.meta(job)["progress"]))
         return search(self, *args, **kwargs)
 
-    monkeypatch.setattr(JobStore, "_party_search", watched)
+    monkeypatch.setattr(JobRunner, "_party_search", watched)
     store.run(job)
     assert store.meta(job)["state"] == "done"
     assert seen == [{"done": 0, "total": 1}]
