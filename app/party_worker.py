@@ -36,7 +36,7 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from app.secure_link import LinkClosed, LinkError, SecureLink, host_port
 
-APP_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the app's packages (the FAB's root)
+APP_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the app's packages (the FAB's root)
 START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded machine)
 MAX_WAIT = 600.0  # a worker waits at most this long for the primary, whatever node-timeout says
 HANDSHAKE = 5.0  # seconds a connection has to prove the run key

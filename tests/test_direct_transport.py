@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -160,6 +161,14 @@ def test_the_worker_listens_where_its_own_node_config_says():
         spawn(_context(**{"direct-address": "bank.example.org"}), new_key(), timeout=30)
     assert spawn(_context(**{"direct-address": "bank.example.org:9301"}), new_key(), 2) == "bank.example.org:9301"
     assert _ended()  # nobody authenticated within its timeout: it exited
+
+
+def test_the_worker_runs_the_code_of_the_app_that_started_it():
+    """The worker's PYTHONPATH leads with the folder holding the app's packages (a FAB's root on
+    a SuperNode, where nothing of ours is installed), so it imports that copy, not another."""
+    from app import party_worker
+
+    assert Path(party_worker.__file__).resolve() == party_worker.APP_ROOT / "app" / "party_worker.py"
 
 
 def test_content_survives_the_wire_format():
