@@ -6,6 +6,7 @@ worker, app/party_worker.py), the primary connects to each worker and both prove
 checked to answer it.
 
     open_links(grid, parties, timeout, action) -> ({party: node id}, {party: SecureLink})
+    send_request(link, party, seq, message_type, content, timeout)
     read_reply(link, party, seq, message_type, timeout) -> RecordDict
 """
 
@@ -18,7 +19,7 @@ from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.party_worker import decode
+from app.party_worker import decode, encode
 from app.secure_link import LinkError, SecureLink, new_key
 from app.transport import PartyError, introduce, party_nodes
 
@@ -51,6 +52,18 @@ def open_links(grid: Grid, parties: list[str], timeout: float, action: str) -> t
         linked = {nodes[p] for p in links}
         _release({n: rec for n, rec in met.records.items() if n not in linked}, keys)
         raise
+
+
+def send_request(
+    link: SecureLink, party: str, seq: int, message_type: str, content: RecordDict, timeout: float
+) -> None:
+    """Request ``seq`` of ``message_type`` to the party over its link, sent within ``timeout``
+    seconds; a failed send fails naming the party."""
+    try:
+        link.settimeout(timeout)
+        link.send(b"Q", seq, message_type, encode(content))
+    except OSError as e:
+        raise PartyError(f"party {party!r}: the direct link failed sending {message_type}: {e}") from e
 
 
 def read_reply(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> RecordDict:

@@ -24,7 +24,7 @@ from scipy import sparse
 from linkage.attacks import Released, identifier_groups, released
 from linkage.contracts import PartyLink
 from linkage.pairwise import Pairwise
-from linkage.release import default_pool, edge_penalty
+from linkage.release import default_pool, edge_penalty, kept_columns
 
 DICT_LINKS = 64  # distinct links per token a dictionary attack scores its candidates on
 DICT_SEEDS = 3  # links whose top-K in the dictionary are a token's candidates
@@ -127,7 +127,8 @@ def _likelihoods(seen, ids, dictionary, metric: str, link: PartyLink) -> tuple[s
 
     n, k = len(dictionary), link.tokens.shape[1]
     p = min(default_pool(0, k, 1.0, noisy=link.sigma > 0), n)
-    find, rng = searcher(dictionary, metric=metric, k=p, party="dictionary"), np.random.default_rng(0)
+    find = searcher(dictionary, metric=metric, k=p, party="dictionary")
+    rng = np.random.default_rng(0)  # the attacker's own simulation of the choice: it protects no party
     score, absent = sparse.csr_matrix((seen.shape[0], n)), np.zeros(n)
     step = max(1, BLOCK_CELLS // p)
     for lo in range(0, len(ids), step):
@@ -148,9 +149,9 @@ def kept_rate(dist: np.ndarray, link: PartyLink, k: int, edge: bool, rng: np.ran
     count = np.zeros(dist.shape)
     penalty = edge_penalty(dist, link.sim_std, link.sigma) if edge else 0.0
     for _ in range(DRAWS):
-        score = -dist / link.sim_std + link.sigma * rng.standard_normal(dist.shape, np.float32) - penalty  # (m, P)
+        noise = link.sigma * rng.standard_normal(dist.shape, np.float32)  # (m, P) the attacker's own draw
         kept = np.zeros(dist.shape)
-        np.put_along_axis(kept, np.argpartition(-score, k - 1, axis=1)[:, :k], 1.0, axis=1)
+        np.put_along_axis(kept, kept_columns(dist, noise, link.sim_std, penalty, k), 1.0, axis=1)
         count += kept
     return (count + 0.5) / (DRAWS + 1.0)
 

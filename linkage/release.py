@@ -123,9 +123,18 @@ def noisy_choice(dist: np.ndarray, idx: np.ndarray, draws: Draws, k: int) -> np.
     Needs no identifier: the release's plan counts the links it keeps before any row is released
     (composed noise)."""
     noise = selection_noise(draws.secret, draws.party, dist, idx, draws.sigma)
-    score = -dist / draws.std + noise  # the similarity's order, plus noise
-    if dist.shape[1] < draws.size:
-        score = score - edge_penalty(dist, draws.std, draws.sigma)
+    penalty = edge_penalty(dist, draws.std, draws.sigma) if dist.shape[1] < draws.size else 0.0
+    return kept_columns(dist, noise, draws.std, penalty, k)
+
+
+def kept_columns(dist: np.ndarray, noise: np.ndarray, std: float, penalty, k: int) -> np.ndarray:
+    """(c, K) the K columns of each pool dist (c, P) whose standardised similarity plus ``noise``
+    (c, P), less ``penalty`` (:func:`edge_penalty`'s (c, P), or 0), is largest: the choice
+    :func:`noisy_choice` makes with the job's noise, and an attacker simulates with its own
+    (linkage.register_attacks)."""
+    score = -dist / std + noise  # the similarity's order, plus noise
+    if not np.isscalar(penalty):
+        score = score - penalty
     return np.argpartition(-score, k - 1, axis=1)[:, :k]
 
 

@@ -85,6 +85,11 @@ class FlowerChannel:
         got = self._ask_all("query.ea_embed_kept", wire.kept_request_content(run, ids))
         return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
 
+    def close(self) -> None:
+        """Nothing of Flower's to release (the connection is the ServerApp's); the primary's own
+        block's channel, in process."""
+        self.local.close()
+
     def finish(self, folder: str) -> None:
         """Every secondary saves its model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""

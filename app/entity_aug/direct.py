@@ -14,13 +14,12 @@ import time
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from app.direct_links import close_all, open_links, read_reply
+from app.direct_links import close_all, open_links, read_reply, send_request
 from app.entity_aug import parties as wire
 from app.entity_aug.channel import FlowerChannel
 from app.messages import named_content
-from app.party_worker import encode
 from app.secure_link import SecureLink
-from app.transport import PartyError, payload_bytes
+from app.transport import payload_bytes
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.secondary import SecondaryParty
 
@@ -51,11 +50,7 @@ class DirectChannel(FlowerChannel):
 
     def _send(self, party: str, message_type: str, content: RecordDict) -> int:
         self._seq += 1
-        try:
-            self.links[party].settimeout(self.patience)
-            self.links[party].send(b"Q", self._seq, message_type, encode(content))
-        except OSError as e:
-            raise PartyError(f"secondary {party!r}: the direct link failed sending {message_type}: {e}") from e
+        send_request(self.links[party], party, self._seq, message_type, content, self.patience)
         self.traffic.bytes_down += payload_bytes(content)
         return self._seq
 
@@ -86,3 +81,4 @@ class DirectChannel(FlowerChannel):
 
     def close(self) -> None:
         close_all(self.links)
+        super().close()

@@ -216,8 +216,7 @@ def run_ea_primary(grid: Grid, cfg: RunConfig) -> dict:
             summary = run_ea(cfg, data, channel, out, "flower", say=lambda m, *a: log(INFO, m, *a))
             channel.finish(str(out))
         finally:
-            if isinstance(channel, DirectChannel):
-                channel.close()  # a worker ends with its link, however the run ends
+            channel.close()  # a direct transport's worker ends with its link, however the run ends
         log(INFO, "[primary] results in %s", out)
         return summary
 

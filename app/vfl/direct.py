@@ -13,10 +13,8 @@ from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.direct_links import close_all, open_links, read_reply
-from app.party_worker import encode
+from app.direct_links import close_all, open_links, read_reply, send_request
 from app.secure_link import SecureLink
-from app.transport import PartyError
 from app.vfl.channel import FlowerChannel, _Sent
 
 
@@ -45,11 +43,7 @@ class DirectChannel(FlowerChannel):
         t0, ids = time.perf_counter(), []
         for party, content in contents.items():
             self._seq += 1
-            try:
-                self.links[party].settimeout(self.timeout)
-                self.links[party].send(b"Q", self._seq, message_type, encode(content))
-            except OSError as e:
-                raise PartyError(f"party {party!r}: the direct link failed sending {message_type}: {e}") from e
+            send_request(self.links[party], party, self._seq, message_type, content, self.timeout)
             ids.append(f"{party}:{self._seq}")
         return _Sent(message_type, contents, ids, t0)
 
