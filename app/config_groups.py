@@ -59,6 +59,7 @@ class DataOptions:
     # such column); "" = the dataset's (datasets.options.DATASET_MISSING, else mean)
     missing: str = ""
     ple_bins: int = PLE_BINS  # input-scale ple: bins per numeric column (cut at its training quantiles)
+    val_fold: int = 0  # validate on another tenth of the non-test rows (the recipe search's folds); 0 = the usual
 
     @property
     def recipe(self) -> Recipe:
@@ -76,15 +77,10 @@ class DataOptions:
         return self.missing or DATASET_MISSING.get(self.dataset, "mean")
 
     def check(self, need: Need) -> None:
-        _nonnegative(need, self, "n_rows", "sigma_cf")
+        _nonnegative(need, self, "n_rows", "sigma_cf", "val_fold")
         need(
             self.input_scale in ("", *SCALES),
             f"run-config 'input-scale' must be one of {SCALES}, got {self.input_scale!r}",
-        )
-        need(
-            self.input_scale in ("", "standard") or self.dataset != "csv",
-            "run-config 'input-scale' is for the shipped datasets; with dataset csv each party "
-            'declares its own recipe (scale = "quantile" or "ple" in its parties.toml section)',
         )
         need(self.missing in ("", *MISSING), f"run-config 'missing' must be one of {MISSING}, got {self.missing!r}")
         lo, hi = PLE_BINS_RANGE

@@ -84,4 +84,6 @@ def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:
 def dataset_options(cfg: RunConfig) -> DatasetOptions:
     """What the run's loaders are given (part of a loaded dataset's cache key)."""
     d = cfg.data
-    return DatasetOptions(seed=cfg.train.seed, n_rows=d.n_rows, sigma_cf=d.sigma_cf, recipe=d.recipe)
+    return DatasetOptions(
+        seed=cfg.train.seed, n_rows=d.n_rows, sigma_cf=d.sigma_cf, recipe=d.recipe, val_fold=d.val_fold
+    )

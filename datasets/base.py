@@ -81,8 +81,10 @@ class Split:
         return mask
 
 
-def split_primary(n: int, seed: int, ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)) -> Split:
-    """Seeded train/val/test split of ``n`` primary rows (default 7:1:2)."""
+def split_primary(n: int, seed: int, ratios: tuple[float, float, float] = (0.7, 0.1, 0.2), fold: int = 0) -> Split:
+    """Seeded train/val/test split of ``n`` primary rows (default 7:1:2). ``fold`` > 0 validates
+    on another block of the same size taken from the training rows instead (the recipe search's
+    folds: fedsim/recipe_search.py); the test rows are the same whatever the fold."""
     if n < 3:
         raise DatasetError(f"the primary party needs at least 3 rows to split, got {n}")
     if abs(sum(ratios) - 1.0) > 1e-9 or min(ratios) <= 0:
@@ -90,9 +92,14 @@ def split_primary(n: int, seed: int, ratios: tuple[float, float, float] = (0.7, 
     perm = np.random.default_rng(seed).permutation(n)
     n_train = int(round(ratios[0] * n))
     n_val = max(1, int(round(ratios[1] * n)))
+    if not 0 <= fold <= n_train // n_val:
+        raise DatasetError(f"val-fold must be in [0, {n_train // n_val}] for {n} rows, got {fold}")
+    head = perm[: n_train + n_val]  # every fold's training and validation rows; the rest is test
+    start = n_train - fold * n_val  # fold 0: the block after the training rows, as always
+    val = head[start : start + n_val]
     return Split(
-        train=np.sort(perm[:n_train]),
-        val=np.sort(perm[n_train : n_train + n_val]),
+        train=np.sort(np.concatenate([head[:start], head[start + n_val :]])),
+        val=np.sort(val),
         test=np.sort(perm[n_train + n_val :]),
     )
 
@@ -187,7 +194,7 @@ class VFLDataset:
         remote = [f"{who}: prepared by the party, on its own host" for who in sorted(self.remote)]
         return "; ".join([*(f"{who}: {one(t.preprocessing)}" for who, t in tables), *remote])
 
-    def split_rule(self, seed: int) -> str:
+    def split_rule(self, seed: int, fold: int = 0) -> str:
         """How :attr:`split` was drawn, in one sentence (the run folder's split.csv says which rows)."""
         if self.entity_ids is not None:
             return (
@@ -197,6 +204,7 @@ class VFLDataset:
         return (
             f"seed {seed}: a permutation of the primary's rows, 70% train / 10% validation / 20% test "
             "(datasets/base.py split_primary)"
+            + (f"; validation fold {fold}: another tenth of the rows, taken from the training rows" if fold else "")
         )
 
     @property

@@ -124,7 +124,13 @@ def check_metric(metric, kind: str, path: Path) -> None:
 
 
 def read_party(
-    folder: Path, name: str, party: dict, fit_rows=None, df: pd.DataFrame | None = None, label: str | None = None
+    folder: Path,
+    name: str,
+    party: dict,
+    fit_rows=None,
+    df: pd.DataFrame | None = None,
+    label: str | None = None,
+    scale: str = "standard",
 ) -> PartyTable:
     """One party's table; ``label``: the primary's label column (never a feature)."""
     where = f"party {name!r} ({party['file']})"
@@ -150,13 +156,14 @@ def read_party(
         categorical_cols=categorical,
         fit_rows=fit_rows,
         labels_only=label is not None,
-        recipe=party_recipe(party),  # the party's own input recipe (datasets/transform.py)
+        recipe=party_recipe(party, scale),  # the party's own input recipe (datasets/transform.py)
     )
 
 
-def party_recipe(party: dict) -> Recipe:
-    """The input recipe a party's parties.toml section declares (each key has its default)."""
-    return Recipe(party.get("scale", "standard"), party.get("missing", "mean"), party.get("ple_bins", PLE_BINS))
+def party_recipe(party: dict, scale: str = "standard") -> Recipe:
+    """The input recipe a party's parties.toml section declares; ``scale``: the run's, for a party
+    that declares none (run-config input-scale, the recipe search's candidates)."""
+    return Recipe(party.get("scale", scale), party.get("missing", "mean"), party.get("ple_bins", PLE_BINS))
 
 
 def normalized_strings(df: pd.DataFrame, ids: list[str], where: str) -> pd.DataFrame:
@@ -262,8 +269,8 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     spec = read_spec(folder)
     df, source_rows, labels = _primary_frame(folder, spec, opts)
     frames = secondary_frames(folder, spec, EVERY_FILE)
-    split, entity_ids, true_match = _split(folder, spec, df, frames, opts)
-    return _dataset(folder, spec, (df, source_rows, labels), split, frames, entity_ids, true_match)
+    drawn = _split(folder, spec, df, frames, opts)
+    return _dataset(folder, spec, (df, source_rows, labels), drawn, frames, opts.recipe.scale)
 
 
 def load_primary_view(data_dir: Path | None, options: DatasetOptions) -> VFLDataset:
@@ -276,8 +283,8 @@ def load_primary_view(data_dir: Path | None, options: DatasetOptions) -> VFLData
     spec = read_spec(folder)
     df, source_rows, labels = _primary_frame(folder, spec, options)
     frames = secondary_frames(folder, spec, ENTITY_FILES) if "entity_id" in spec["primary"] else {}
-    split, entity_ids, true_match = _split(folder, spec, df, frames, options)
-    return _dataset(folder, spec, (df, source_rows, labels), split, {}, entity_ids, true_match)
+    drawn = _split(folder, spec, df, frames, options)
+    return _dataset(folder, spec, (df, source_rows, labels), drawn, {}, options.recipe.scale)
 
 
 def _primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.DataFrame, np.ndarray, tuple]:
@@ -313,19 +320,27 @@ def secondary_frames(folder: Path, spec: dict, why: str) -> dict[str, pd.DataFra
 def _split(folder: Path, spec: dict, df: pd.DataFrame, frames: dict, opts: DatasetOptions) -> tuple:
     """(the primary's Split, its entity ids or None, true_match): by entity when declared."""
     if "entity_id" not in spec["primary"]:
-        return split_primary(len(df), opts.seed), None, {}
+        return split_primary(len(df), opts.seed, fold=opts.val_fold), None, {}
+    if opts.val_fold:
+        raise DatasetError(
+            f"val-fold {opts.val_fold}: {folder / SPEC} declares entity_id, whose validation rows are entities "
+            "every party holds (datasets/entity_ids.py), not a block of the training rows"
+        )
     entity_ids, true_match = entity_rows(spec, df, frames)
     held = np.logical_and.reduce([rows >= 0 for rows in true_match.values()])
     return entity_split(held, opts.seed, f"dataset 'csv' ({folder / SPEC})"), entity_ids, true_match
 
 
-def _dataset(folder: Path, spec: dict, primary_rows: tuple, split, frames: dict, entity_ids, true_match) -> VFLDataset:
-    """The VFLDataset: ``primary_rows`` from :func:`_primary_frame`; a table for each secondary
-    whose file is in ``frames``, every other one remote."""
+def _dataset(folder: Path, spec: dict, primary_rows: tuple, drawn: tuple, frames: dict, scale: str) -> VFLDataset:
+    """The VFLDataset: ``primary_rows`` from :func:`_primary_frame`, ``drawn`` from :func:`_split`;
+    a table for each secondary whose file is in ``frames``, every other one remote; ``scale``
+    for each party that declares none."""
     prim, (df, source_rows, (labels, n_classes)) = spec["primary"], primary_rows
-    primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df, label=spec["label"])
+    split, entity_ids, true_match = drawn
+    primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df, label=spec["label"], scale=scale)
     secondaries = {
-        name: read_party(folder, name, spec["secondaries"][name], df=frame) for name, frame in frames.items()
+        name: read_party(folder, name, spec["secondaries"][name], df=frame, scale=scale)
+        for name, frame in frames.items()
     }
     check_metric(spec.get("metric", ""), primary.id_kind, folder / SPEC)
     return VFLDataset(
@@ -345,13 +360,13 @@ def _dataset(folder: Path, spec: dict, primary_rows: tuple, split, frames: dict,
     )
 
 
-def load_secondary_party(data_dir: Path, party: str) -> PartyTable:
+def load_secondary_party(data_dir: Path, party: str, scale: str = "standard") -> PartyTable:
     """One secondary's table alone, from its own CSV: what a deployed party's SuperNode reads
-    (it needs neither the primary's file nor the other secondaries')."""
+    (it needs neither the primary's file nor the other secondaries'); ``scale`` if it declares none."""
     folder = data_folder(data_dir)
     spec = read_spec(folder)
     if party not in spec["secondaries"]:
         raise DatasetError(
             f"party {party!r} is not a secondary of {folder / SPEC}; secondaries: {sorted(spec['secondaries'])}"
         )
-    return read_party(folder, party, spec["secondaries"][party])
+    return read_party(folder, party, spec["secondaries"][party], scale=scale)

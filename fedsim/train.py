@@ -45,10 +45,25 @@ def add_parser(sub) -> None:
     )
     s.add_argument(
         "--method",
-        default="fedsim_attn",
+        default=None,
         help="mode vfl's method (strategies/vfl/methods.py): "
         + "; ".join(f"{m.name}: {m.summary}" for m in REGISTRY.values())
-        + " (default: fedsim_attn)",
+        + " (default: fedsim_attn; on your own parties the recipe search's choice)",
+    )
+    s.add_argument(
+        "--recipe",
+        choices=("search", "given"),
+        default="search",
+        help="on your own parties (dataset csv, mode vfl, every party's data here): search = choose the "
+        "method, input encoding and attention start on validation folds of your data (docs/own-data.md); "
+        "given = train with the values set (or their defaults) as they are",
+    )
+    s.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="the recipe search's size in runs, each about one run's time (default "
+        "4: 2 candidates x 2 validation folds; in process one of them is the run itself)",
     )
     s.add_argument(
         "--epochs",
@@ -83,7 +98,9 @@ def add_parser(sub) -> None:
 
 def run_values(args: argparse.Namespace) -> dict[str, object]:
     """The run config: flags, then -c pairs (which win), paths absolute, a run name always."""
-    values: dict[str, object] = {"mode": args.mode, "method": args.method, "seed": args.seed}
+    values: dict[str, object] = {"mode": args.mode, "seed": args.seed}
+    if args.method:
+        values["method"] = args.method
     if args.dataset or not args.deployment:
         values["dataset"] = args.dataset or "hdb"
     if args.epochs is not None:
@@ -108,7 +125,7 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
         if values.get(key):
             values[key] = str(Path(str(values[key])).expanduser().resolve())
     if not values.get("run-name"):
-        what = values["mode"] if values["mode"] != "vfl" else values["method"]
+        what = values["mode"] if values["mode"] != "vfl" else values.get("method", "fedsim_attn")
         values["run-name"] = args.run_name or f"{values['dataset']}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
     return values
 
@@ -170,6 +187,8 @@ def check(values: dict[str, object]):
 
 def command(args: argparse.Namespace) -> int:
     try:
+        if args.budget is not None and args.budget < 1:
+            raise ValueError(f"--budget must be a whole number of runs >= 1, got {args.budget}")
         values = run_values(args)
         refuse_source(Path(str(values.get("out-dir") or "runs")), "--out-dir")  # runs never land in the source
         cfg, nodes = check(values)
@@ -178,19 +197,32 @@ def command(args: argparse.Namespace) -> int:
         return 2
     run_dir = cfg.out_path() / cfg.runtime.run_name
     since = time.time()
+    in_process = args.engine == "inprocess" and not args.deployment
+    from fedsim.search_step import step  # lazy: the search's modules
+
+    searched = step(cfg, values, run_dir, args, in_process)
+    if isinstance(searched, int):
+        return searched
+    if searched is not None:
+        values, cfg = searched.values, check(searched.values)[0]
     print(
         f"run {cfg.runtime.run_name}: {cfg.train.mode} {cfg.train.method if cfg.train.mode == 'vfl' else cfg.ea.variant} on {cfg.data.dataset} "
         f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}"
     )
-    in_process = args.engine == "inprocess" and not args.deployment
     print(
-        "\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True
+        "\n".join(hyperparameter_text(cfg, listed=not in_process or searched is not None)), flush=True
     )  # in process: the run's log lists them
-    if in_process:
+    if searched is not None and searched.trained:
+        outcome = ""
+    elif in_process:
         outcome = _in_process(cfg, run_dir)
     else:
         outcome = _flower(values, run_dir, nodes, args)
     code = report_outcome(run_dir, since, outcome)
+    if code == 0 and searched is not None:
+        from fedsim.search_step import write  # lazy: the search's modules
+
+        write(run_dir, searched.record)
     return yardstick(cfg, run_dir, args) if code == 0 and not args.no_yardstick else code
 
 

@@ -201,7 +201,9 @@ def _start(record: RunRecord, cfg: RunConfig, settings, hyper: dict, out: Path, 
     log(INFO, "%s run dir %s (working directory %s)", tag, out, Path.cwd())
     log_hyperparameters(tag, hyper)
     ds, seconds = _load(cfg, tag)
-    record.write_split(ds.split, ds.primary.n_rows, ds.split_rule(cfg.train.seed), ds.source_rows, ds.entity_ids)
+    record.write_split(
+        ds.split, ds.primary.n_rows, ds.split_rule(cfg.train.seed, cfg.data.val_fold), ds.source_rows, ds.entity_ids
+    )
     return ds, seconds
 
 

@@ -1,0 +1,116 @@
+"""The default `fedsim train` on an own-data folder nobody here tuned on, against every federated
+baseline, the neural and boosted primary alone, and the pooled reference, paired over seeds: each
+variant is `fedsim train` run as a user would, in process, on the same seed's split.
+
+    OMP_NUM_THREADS=1 python -m bench.recipe_heldout DATA_DIR --out OUT [--seeds 0,1,2,3,4]
+
+Rows go to OUT/rows.jsonl (a rerun skips the seeds and variants already there); the table is
+printed at the end: test metric per variant (mean ± sd over seeds), and the default minus each
+(mean ± sd of the paired differences, and in how many seeds the default is ahead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from fedsim.cli import main as fedsim
+
+VARIANTS = {  # name -> `fedsim train` arguments beyond the data, seed and folders
+    "default (search)": [],
+    "fedsim_attn standard (old default)": ["--recipe", "given"],
+    "fedsim (paper)": ["--recipe", "given", "--method", "fedsim"],
+    "top1sim": ["--recipe", "given", "--method", "top1sim"],
+    "solo (neural, primary alone)": ["--recipe", "given", "--method", "solo"],
+}
+
+
+def run_one(data: Path, out: Path, seed: int, variant: str) -> dict:
+    name = f"s{seed}-{list(VARIANTS).index(variant)}"
+    argv = ["train", "--dataset", "csv", "--data-dir", str(data), "--out-dir", str(out / "runs")]
+    argv += ["--run-name", name, "--seed", str(seed), "--engine", "inprocess", *VARIANTS[variant]]
+    if variant != "default (search)":
+        argv.append("--no-yardstick")
+    t0 = time.monotonic()
+    code = fedsim(argv)
+    seconds = time.monotonic() - t0
+    run = out / "runs" / name
+    if code != 0:
+        return {"seed": seed, "variant": variant, "failed": code, "seconds": seconds}
+    summary = json.loads((run / "summary.json").read_text())
+    row = {"seed": seed, "variant": variant, "test": summary["test"], "val": summary["val"], "seconds": seconds}
+    if (run / "yardstick.json").exists():
+        row["yardstick"] = json.loads((run / "yardstick.json").read_text())
+    if (run / "search.json").exists():
+        row["chosen"] = json.loads((run / "search.json").read_text())["chosen"]
+    return row
+
+
+def table(rows: list[dict]) -> list[str]:
+    key = "rmse" if "rmse" in rows[0]["test"] else "accuracy"
+    lower = key == "rmse"
+    by = {(r["seed"], r["variant"]): r["test"][key] for r in rows if "test" in r}
+    seeds = sorted({r["seed"] for r in rows})
+    refs = {r["seed"]: r["yardstick"] for r in rows if "yardstick" in r}
+    for s, y in refs.items():
+        for field, what in (("primary_alone", "boosting, primary alone"), ("pooled", "pooled reference")):
+            if isinstance(y.get(field), dict) and "test" in y[field]:
+                by[(s, what)] = y[field]["test"]
+    names = list(VARIANTS) + ["boosting, primary alone", "pooled reference"]
+    out = [f"test {key} over seeds {seeds} (mean ± sd); default minus each, paired (mean ± sd, default ahead in)"]
+    for name in names:
+        vals = [by[(s, name)] for s in seeds if (s, name) in by]
+        if not vals:
+            continue
+        line = f"  {name:38s} {statistics.mean(vals):9.4f} ± {statistics.pstdev(vals):7.4f}"
+        pairs = [
+            (by[(s, "default (search)")], by[(s, name)])
+            for s in seeds
+            if (s, name) in by and (s, "default (search)") in by
+        ]
+        if name != "default (search)" and pairs:
+            diffs = [a - b for a, b in pairs]
+            ahead = sum((a < b) if lower else (a > b) for a, b in pairs)
+            line += (
+                f"   diff {statistics.mean(diffs):+8.4f} ± {statistics.pstdev(diffs):7.4f}, ahead {ahead}/{len(pairs)}"
+            )
+        out.append(line)
+    chosen = [f"s{r['seed']}: {r['chosen']}" for r in rows if r.get("chosen")]
+    costs = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "default (search)"}
+    singles = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "fedsim_attn standard (old default)"}
+    ratio = [costs[s] / singles[s] for s in costs if s in singles]
+    out.append(f"  chosen: {', '.join(chosen)}")
+    if ratio:
+        out.append(
+            f"  default's time / one run's (old default): {statistics.mean(ratio):.2f}x (per seed {[round(x, 2) for x in ratio]})"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "rows.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    done = {(r["seed"], r["variant"]) for r in rows if "test" in r}
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for variant in VARIANTS:
+            if (seed, variant) in done:
+                continue
+            row = run_one(args.data.resolve(), args.out.resolve(), seed, variant)
+            rows.append(row)
+            with path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"[{time.strftime('%H:%M:%S')}] seed {seed} {variant}: {row.get('test', 'FAILED')}", flush=True)
+    print("\n".join(table(rows)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""`fedsim train`'s recipe-search step (fedsim/recipe_search.py): whether a run searches, the
+in-process trainer it searches with, and what it leaves: the chosen values for the run, the
+chosen run promoted in process, search.json in the run folder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedsim import recipe_search as rs
+from linkage.private import private_dir
+from linkage.store import write_atomic
+
+
+@dataclass
+class Searched:
+    """What the search decided: the run-config values to train with, whether the run itself was
+    already trained (in process: promoted), and the record to keep in the run folder."""
+
+    values: dict
+    trained: bool
+    record: dict
+
+
+def step(cfg, values: dict, run_dir: Path, args, in_process: bool) -> Searched | int | None:
+    """`fedsim train`'s search: None when this run does not search (why said, on own data), an
+    exit status when it failed, else what it decided."""
+    why = why_not(cfg, args)
+    if why:
+        if cfg.data.dataset == "csv":
+            print(f"recipe search: none ({why})")
+        return None
+    try:
+        return run(values, run_dir, args.budget or rs.DEFAULT_BUDGET, in_process)
+    except RuntimeError as e:
+        print(f"fedsim train: {e}", file=sys.stderr)
+        return 1
+
+
+def why_not(cfg, args) -> str:
+    """Why this run does not search ("" = it does)."""
+    if args.recipe != "search":
+        return "--recipe given: the run config's values (or their defaults) as they are"
+    if cfg.data.dataset != "csv":
+        return f"the built-in data set {cfg.data.dataset!r} has its own settings (docs/fedsim-attn.md)"
+    if cfg.train.mode != "vfl":
+        return "Entity Augmentation has no recipe search yet"
+    if args.deployment or cfg.link.linkage_dir:
+        return "the search trains every party in this process, and here the secondaries' data is on their hosts"
+    if cfg.train.resume:
+        return "a resumed run keeps its recipe"
+    from datasets.csv_parties import read_spec  # lazy: pandas, for own data only
+
+    if "entity_id" in read_spec(Path(cfg.data.data_dir))["primary"]:
+        return "parties with entity ids validate on entities every party holds, which has one split"
+    return ""
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Flower's logger at warnings only, while a candidate trains (each would log every epoch)."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def train_in_process(values: dict, run_dir: Path) -> dict:
+    """One candidate run in this process; its summary.json."""
+    from app.config import RunConfig  # lazy: torch and flwr, after the CLI's checks
+    from app.modes import run_experiment  # lazy: the training stack
+
+    with _quiet():
+        run_experiment(RunConfig.from_flower(values), run_dir)
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Trainer = train_in_process) -> Searched:
+    """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed
+    (the run folder untouched). No plan (under two candidates): the values as given."""
+    given = {k: values[k] for k in rs.SEARCHED if k in values}
+    p = rs.plan(given, budget)
+    if p is None:
+        return Searched(values, False, {"plan": f"budget {budget}: fewer than two candidates, no search"})
+    print(p.text(in_process), flush=True)
+    out, prefix = private_dir(run_dir.parent), f"{run_dir.name}.search"
+    outcomes = rs.search(p, values, out, prefix, train)
+    chosen = rs.choose(outcomes)
+    record = rs.record(p, outcomes, chosen)
+    if chosen is None:  # the candidates' run folders (their status.json) stay, for their reasons
+        failures = "; ".join(f"{o.candidate.name}: {next(iter(o.failed.values()))}" for o in outcomes)
+        raise RuntimeError(f"every candidate of the recipe search failed (runs {out}/{prefix}-*): {failures}")
+    print(
+        f"recipe search chose {chosen.candidate.name}: {chosen.candidate.why} "
+        f"(mean validation {chosen.metric} {chosen.score():.4f})",
+        flush=True,
+    )
+    trained = in_process
+    if in_process:
+        rs.promote(out / rs.run_name(prefix, chosen.candidate, 0), run_dir)
+    runs = [out / rs.run_name(prefix, o.candidate, fold) for fold in range(p.folds) for o in outcomes]
+    rs.keep_evidence(runs, private_dir(run_dir))
+    return Searched({**values, **chosen.candidate.values}, trained, record)
+
+
+def write(run_dir: Path, record: dict) -> None:
+    write_atomic(run_dir / rs.RECORD, (json.dumps(record, indent=2) + "\n").encode())
