@@ -21,11 +21,12 @@ from fedsim.cli import main as fedsim
 
 VARIANTS = {  # name -> `fedsim train` arguments beyond the data, seed and folders
     "default (search)": [],
-    "fedsim_attn standard (old default)": ["--recipe", "given"],
-    "fedsim (paper)": ["--recipe", "given", "--method", "fedsim"],
     "top1sim": ["--recipe", "given", "--method", "top1sim"],
     "solo (neural, primary alone)": ["--recipe", "given", "--method", "solo"],
 }
+# The search's candidates are ordinary runs on the usual split (validation fold 0): each one's
+# test metric is read from its fold-0 run (the chosen one's is the run itself), no separate run.
+CANDIDATE_ROWS = {"attn": "fedsim_attn (old default)", "fedsim": "fedsim (paper)"}
 
 
 def run_one(data: Path, out: Path, seed: int, variant: str) -> dict:
@@ -45,7 +46,15 @@ def run_one(data: Path, out: Path, seed: int, variant: str) -> dict:
     if (run / "yardstick.json").exists():
         row["yardstick"] = json.loads((run / "yardstick.json").read_text())
     if (run / "search.json").exists():
-        row["chosen"] = json.loads((run / "search.json").read_text())["chosen"]
+        search = json.loads((run / "search.json").read_text())
+        row["chosen"] = search["chosen"]
+        first = search["candidates"][0]  # fedsim_attn: its mean time per fold is one run's
+        row["one_run_seconds"] = first["seconds"] / max(1, len(first["val_by_fold"]))
+        row["candidates"] = {}
+        for cand in CANDIDATE_ROWS:
+            f0 = run if cand == row["chosen"] else run / "search" / f"{name}.search-{cand}-f0"
+            if (f0 / "summary.json").exists():
+                row["candidates"][cand] = json.loads((f0 / "summary.json").read_text())["test"]
     return row
 
 
@@ -55,11 +64,21 @@ def table(rows: list[dict]) -> list[str]:
     by = {(r["seed"], r["variant"]): r["test"][key] for r in rows if "test" in r}
     seeds = sorted({r["seed"] for r in rows})
     refs = {r["seed"]: r["yardstick"] for r in rows if "yardstick" in r}
+    for r in rows:
+        for cand, what in CANDIDATE_ROWS.items():
+            if cand in r.get("candidates", {}):
+                by[(r["seed"], what)] = r["candidates"][cand][key]
     for s, y in refs.items():
         for field, what in (("primary_alone", "boosting, primary alone"), ("pooled", "pooled reference")):
             if isinstance(y.get(field), dict) and "test" in y[field]:
                 by[(s, what)] = y[field]["test"]
-    names = list(VARIANTS) + ["boosting, primary alone", "pooled reference"]
+    names = [
+        "default (search)",
+        *CANDIDATE_ROWS.values(),
+        *list(VARIANTS)[1:],
+        "boosting, primary alone",
+        "pooled reference",
+    ]
     out = [f"test {key} over seeds {seeds} (mean ± sd); default minus each, paired (mean ± sd, default ahead in)"]
     for name in names:
         vals = [by[(s, name)] for s in seeds if (s, name) in by]
@@ -80,7 +99,7 @@ def table(rows: list[dict]) -> list[str]:
         out.append(line)
     chosen = [f"s{r['seed']}: {r['chosen']}" for r in rows if r.get("chosen")]
     costs = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "default (search)"}
-    singles = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "fedsim_attn standard (old default)"}
+    singles = {r["seed"]: r["one_run_seconds"] for r in rows if r.get("one_run_seconds")}
     ratio = [costs[s] / singles[s] for s in costs if s in singles]
     out.append(f"  chosen: {', '.join(chosen)}")
     if ratio:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from app.run_record import YARDSTICK, hyperparameter_lines, read_metrics
 from app.run_status import problem
+from fedsim.recipe_search import RECORD as SEARCH
+from fedsim.recipe_search import lines as search_lines
 from linkage.privacy import report_lines
 from linkage.store import atomic_path
 from strategies.vfl.exchange_observer import report_lines as exchange_lines
@@ -29,6 +31,8 @@ def one_run(run_dir: Path) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     for line in headline(summary):
         print(line)
+    if (run_dir / SEARCH).exists():
+        print("\n".join(search_lines(json.loads((run_dir / SEARCH).read_text()))))
     if (run_dir / YARDSTICK).exists():
         from fedsim.yardstick import lines  # lazy: scikit-learn, only for a run that has a yardstick
 

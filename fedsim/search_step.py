@@ -82,17 +82,23 @@ def train_in_process(values: dict, run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def given(values: dict) -> dict:
+    """The searched keys the user set (held at their value)."""
+    return {k: values[k] for k in rs.SEARCHED if k in values}
+
+
 def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Trainer = train_in_process) -> Searched:
     """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed
     (the run folder untouched). No plan (under two candidates): the values as given."""
-    given = {k: values[k] for k in rs.SEARCHED if k in values}
-    p = rs.plan(given, budget)
+    p = rs.plan(given(values), budget)
     if p is None:
-        return Searched(values, False, {"plan": f"budget {budget}: fewer than two candidates, no search"})
+        why = f"budget {budget} runs affords fewer than two candidates on {rs.FOLDS} folds (or the keys you set leave one)"
+        print(f"recipe search: none ({why})", flush=True)
+        return Searched(values, False, {"plan": why})
     print(p.text(in_process), flush=True)
     out, prefix = private_dir(run_dir.parent), f"{run_dir.name}.search"
     outcomes = rs.search(p, values, out, prefix, train)
-    chosen = rs.choose(outcomes)
+    chosen = rs.choose(outcomes, p.folds)
     record = rs.record(p, outcomes, chosen)
     if chosen is None:  # the candidates' run folders (their status.json) stay, for their reasons
         failures = "; ".join(f"{o.candidate.name}: {next(iter(o.failed.values()))}" for o in outcomes)
@@ -110,5 +116,17 @@ def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Tr
     return Searched({**values, **chosen.candidate.values}, trained, record)
 
 
-def write(run_dir: Path, record: dict) -> None:
-    write_atomic(run_dir / rs.RECORD, (json.dumps(record, indent=2) + "\n").encode())
+SOURCES = {"input-scale": "input_scale", "attention-start": "attention_start"}  # key -> hyperparameter row
+
+
+def write(run_dir: Path, searched: Searched, given: dict) -> None:
+    """search.json in the finished run, and the rows of its config.json the search chose (not
+    the user: ``given``) said to come from it."""
+    write_atomic(run_dir / rs.RECORD, (json.dumps(searched.record, indent=2) + "\n").encode())
+    chosen = searched.record.get("chosen_values") or {}
+    path = run_dir / "config.json"
+    config = json.loads(path.read_text())
+    for key, row in SOURCES.items():
+        if key in chosen and key not in given and row in config.get("hyperparameters", {}):
+            config["hyperparameters"][row]["source"] = f"recipe search ({rs.RECORD})"
+    write_atomic(path, (json.dumps(config, indent=2) + "\n").encode())

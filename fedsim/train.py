@@ -50,6 +50,33 @@ def add_parser(sub) -> None:
         + "; ".join(f"{m.name}: {m.summary}" for m in REGISTRY.values())
         + " (default: fedsim_attn; on your own parties the recipe search's choice)",
     )
+    s.add_argument("--seed", type=int, default=0, help="the run's seed (data split, initial weights, batches)")
+    s.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other run-config key (pyproject.toml [tool.flwr.app.config]), repeatable",
+    )
+    s.add_argument(
+        "--engine",
+        choices=("simulation", "inprocess"),
+        default="simulation",
+        help="simulation: `flwr run` on a local simulation; inprocess: every party in this process",
+    )
+    _search_arguments(s)
+    s.add_argument("--deployment", type=Path, default=None, help="a `fedsim deploy up` folder to train on")
+    s.add_argument("--resume", action="store_true", help="go on from the run's last checkpoint (needs --run-name)")
+    s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
+    s.add_argument(
+        "--no-yardstick",
+        action="store_true",
+        help="skip the primary-alone and pooled-data references printed beside the run (their boosting time)",
+    )
+
+
+def _search_arguments(s) -> None:
     s.add_argument(
         "--recipe",
         choices=("search", "given"),
@@ -70,29 +97,6 @@ def add_parser(sub) -> None:
         type=int,
         default=None,
         help="epochs (the maximum with early stopping); unset = the run config's default",
-    )
-    s.add_argument("--seed", type=int, default=0, help="the run's seed (data split, initial weights, batches)")
-    s.add_argument(
-        "-c",
-        "--config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other run-config key (pyproject.toml [tool.flwr.app.config]), repeatable",
-    )
-    s.add_argument(
-        "--engine",
-        choices=("simulation", "inprocess"),
-        default="simulation",
-        help="simulation: `flwr run` on a local simulation; inprocess: every party in this process",
-    )
-    s.add_argument("--deployment", type=Path, default=None, help="a `fedsim deploy up` folder to train on")
-    s.add_argument("--resume", action="store_true", help="go on from the run's last checkpoint (needs --run-name)")
-    s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
-    s.add_argument(
-        "--no-yardstick",
-        action="store_true",
-        help="skip the primary-alone and pooled-data references printed beside the run (their boosting time)",
     )
 
 
@@ -198,9 +202,9 @@ def command(args: argparse.Namespace) -> int:
     run_dir = cfg.out_path() / cfg.runtime.run_name
     since = time.time()
     in_process = args.engine == "inprocess" and not args.deployment
-    from fedsim.search_step import step  # lazy: the search's modules
+    from fedsim.search_step import given, step  # lazy: the search's modules
 
-    searched = step(cfg, values, run_dir, args, in_process)
+    searched, user = step(cfg, values, run_dir, args, in_process), given(values)
     if isinstance(searched, int):
         return searched
     if searched is not None:
@@ -222,7 +226,7 @@ def command(args: argparse.Namespace) -> int:
     if code == 0 and searched is not None:
         from fedsim.search_step import write  # lazy: the search's modules
 
-        write(run_dir, searched.record)
+        write(run_dir, searched, user)
     return yardstick(cfg, run_dir, args) if code == 0 and not args.no_yardstick else code
 
 

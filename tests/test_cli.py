@@ -68,7 +68,8 @@ def test_a_failed_run_exits_non_zero_with_its_error(user, monkeypatch, capsys):
 
     monkeypatch.chdir(user)
     monkeypatch.setattr(app.vfl.server, "build_strategy", broken)  # the run itself fails (the one VFL driver)
-    assert main(["train", *TINY, "--engine", "inprocess", "--run-name", "bad", "-c", "parties=shops"]) == 1
+    argv = ["train", *TINY, "--engine", "inprocess", "--recipe", "given", "--run-name", "bad", "-c", "parties=shops"]
+    assert main(argv) == 1  # the run itself, not a recipe search's candidates
     err = capsys.readouterr().err
     assert "run " in err and "failed" in err and "a planted failure inside the run" in err, err
     assert json.loads((user / "runs" / "bad" / "status.json").read_text())["state"] == "failed"
