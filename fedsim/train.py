@@ -227,10 +227,10 @@ def command(args: argparse.Namespace) -> int:
         from fedsim.search_step import write  # lazy: the search's modules
 
         write(run_dir, searched, user)
-    return yardstick(cfg, run_dir, args) if code == 0 and not args.no_yardstick else code
+    return yardstick(cfg, run_dir, args, values) if code == 0 and not args.no_yardstick else code
 
 
-def yardstick(cfg, run_dir: Path, args: argparse.Namespace) -> int:
+def yardstick(cfg, run_dir: Path, args: argparse.Namespace, values: dict) -> int:
     """The finished run's yardstick (fedsim/yardstick.py), printed and kept in its folder. One that
     cannot be computed (e.g. a deployment's primary host without the data the EA tables need) is a
     warning with its reason, and no yardstick.json: the exit status stays the run's (finished)."""
@@ -241,12 +241,16 @@ def yardstick(cfg, run_dir: Path, args: argparse.Namespace) -> int:
         why = "a deployment's secondaries keep their data on their own hosts"
     elif cfg.link.linkage_dir:
         why = "this primary reads only its own file (linkage-dir)"
+    solo = cfg.train.mode == "vfl" and cfg.data.dataset == "csv" and not why  # own data: the neural model alone too
     print(
-        "yardstick: boosting the primary alone" + ("" if why else " and the pooled data") + " on the run's split",
+        "yardstick: boosting the primary alone"
+        + (", its neural model alone" if solo else "")
+        + ("" if why else " and the pooled data")
+        + " on the run's split",
         flush=True,
     )
     try:
-        result = ys.measure(cfg, run_dir, why)
+        result = ys.measure(cfg, run_dir, why, ys.neural_alone(values, run_dir) if solo else None)
     except Exception as e:  # noqa: BLE001 - named, the run kept
         print(f"warning: the run finished; its yardstick was not computed: {type(e).__name__}: {e}", file=sys.stderr)
         return 0

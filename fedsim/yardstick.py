@@ -2,7 +2,9 @@
 what the primary would get alone and what pooling every party's data would give, next to the
 federated model's test metric, with a plain verdict.
 
-- **primary alone**: gradient boosting on the primary's own features;
+- **primary alone**: gradient boosting on the primary's own features, and (mode vfl, every
+  party's data here) the neural model on them alone (method solo, trained in process on the same
+  split: :func:`neural_alone`); the verdict is against whichever of the two validates better;
 - **pooled reference**: gradient boosting on the primary's features and, per secondary, the mean
   features of its K most similar linked records (FedSim's linkage; K from 1, 5, 10 and the run's)
   or, in Entity Augmentation, the features of the same entity's record (missing where a party
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -123,9 +127,30 @@ def ea_tables(cfg, data) -> tuple[np.ndarray | None, np.ndarray]:
     return (None if own is None else own.astype(np.float64)), np.hstack(blocks)
 
 
-def measure(cfg, run_dir: Path, pooled_why: str = "") -> dict:
+def neural_alone(values: dict, run_dir: Path) -> dict | None:
+    """The primary's own features through the run's neural model alone (method solo), trained in
+    this process beside the run on its split; only its summary's metrics are kept. None (said on
+    stderr) when it fails: the rest of the yardstick stands without it."""
+    from fedsim.search_step import train_in_process  # lazy: the training stack
+    from linkage.private import private_dir  # lazy: as above
+
+    folder = private_dir(run_dir / "yardstick-solo")
+    name = f"{run_dir.name}.solo"
+    try:
+        summary = train_in_process(
+            {**values, "method": "solo", "run-name": name, "out-dir": str(folder)}, folder / name
+        )
+    except Exception as e:  # noqa: BLE001 - named; the boosted primary-alone still stands
+        print(f"warning: the neural primary-alone was not trained: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"val": summary["val"], "test": summary["test"], "model": "neural (method solo)"}
+
+
+def measure(cfg, run_dir: Path, pooled_why: str = "", neural: dict | None = None) -> dict:
     """The yardstick of a finished run (its summary.json and split.csv); ``pooled_why`` non-empty:
-    the pooled reference is not computed, for that reason."""
+    the pooled reference is not computed, for that reason; ``neural``: :func:`neural_alone`'s."""
     from threadpoolctl import threadpool_limits  # lazy: only where a yardstick is computed
 
     from strategies.heads import TaskHead  # lazy: torch, off `fedsim --help`
@@ -145,14 +170,20 @@ def measure(cfg, run_dir: Path, pooled_why: str = "") -> dict:
                 if x_pooled is None
                 else {**score(ds, head, x_pooled, cfg.train.seed), "joined": "entity"}
             )
-    federated = summary["test"][head.key_metric]
+    federated, key = summary["test"][head.key_metric], head.key_metric
+    against = alone
+    if neural is not None:
+        neural = {"val": neural["val"][key], "test": neural["test"][key], "model": neural["model"]}
+        if "val" in alone and head.better(neural["val"], alone["val"]):  # chosen on validation, as everywhere
+            against = {**neural, "error": alone["error"]}  # its own per-row predictions are not kept
     return {
-        "metric": head.key_metric,
+        "metric": key,
         "test_rows": int(len(ds.split.test)),
         "federated": federated,
         "primary_alone": alone,
+        **({"primary_alone_neural": neural} if neural is not None else {}),
         "pooled": ref if ref is not None else {"not_computed": pooled_why},
-        "verdict": verdict(head, federated, alone),
+        "verdict": verdict(head, federated, against),
         "seconds": round(time.monotonic() - t0, 1),
     }
 
@@ -183,6 +214,10 @@ def lines(y: dict) -> list[str]:
         f"  federated (this run)   {y['federated']:.4f}",
         f"  primary alone          {alone['test']:.4f} ± {alone['error']:.4f}  ({what})",
     ]
+    if "primary_alone_neural" in y:
+        out.append(
+            f"  primary alone, neural  {y['primary_alone_neural']['test']:.4f}  (the run's model on its own features)"
+        )
     if "not_computed" in ref:
         out.append(f"  pooled reference       not computed: {ref['not_computed']}")
     else:

@@ -2,6 +2,7 @@
 and the pooled K are chosen on validation rows only; a planted test set that would change the
 choice if it were read does not; the verdict calls a gap only beyond the test rows' noise."""
 
+import json
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -101,12 +102,31 @@ def test_a_yardstick_that_cannot_be_computed_warns_and_keeps_the_runs_exit_statu
 
     from fedsim import train
 
-    def unreadable(cfg, run_dir, why):
+    def unreadable(cfg, run_dir, why, neural):
         raise FileNotFoundError("the guests' files are on their own hosts")
 
     monkeypatch.setattr(ys, "measure", unreadable)
-    cfg = SimpleNamespace(link=SimpleNamespace(linkage_dir=""))
-    assert train.yardstick(cfg, tmp_path, argparse.Namespace(deployment=None)) == 0
+    cfg = SimpleNamespace(
+        link=SimpleNamespace(linkage_dir=""),
+        train=SimpleNamespace(mode="entity-aug"),
+        data=SimpleNamespace(dataset="csv"),
+    )
+    assert train.yardstick(cfg, tmp_path, argparse.Namespace(deployment=None), {}) == 0
     err = capsys.readouterr().err
     assert "yardstick was not computed: FileNotFoundError: the guests' files" in err
     assert not (tmp_path / "yardstick.json").exists()
+
+
+def test_own_data_gets_its_neural_model_alone_on_the_same_split_and_leaves_no_run_of_it_behind(tmp_path, capsys):
+    from fedsim.cli import main
+    from tests.test_byo import write_parties
+
+    write_parties(tmp_path)
+    argv = ["train", "--dataset", "csv", "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "runs")]
+    argv += ["--run-name", "r", "--recipe", "given", "--engine", "inprocess", "--epochs", "2", "-c", "k=4"]
+    assert main(argv) == 0
+    y = json.loads((tmp_path / "runs" / "r" / "yardstick.json").read_text())
+    neural = y["primary_alone_neural"]
+    assert neural["model"] == "neural (method solo)" and neural["test"] > 0 and neural["val"] > 0
+    assert "primary alone, neural" in capsys.readouterr().out
+    assert not (tmp_path / "runs" / "r" / "yardstick-solo").exists()
