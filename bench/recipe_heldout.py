@@ -2,11 +2,11 @@
 baseline, the neural and boosted primary alone, and the pooled reference, paired over seeds: each
 variant is `fedsim train` run as a user would, in process, on the same seed's split.
 
-    OMP_NUM_THREADS=1 python -m bench.recipe_heldout DATA_DIR --out OUT [--seeds 0,1,2,3,4]
+    OMP_NUM_THREADS=1 python -m bench.recipe_heldout DATA_DIR --out OUT [--seeds 0,1,2,3,4] [--budget N]
 
 Rows go to OUT/rows.jsonl (a rerun skips the seeds and variants already there); the table is
 printed at the end: test metric per variant (mean ± sd over seeds), and the default minus each
-(mean ± sd of the paired differences, and in how many seeds the default is ahead).
+(mean ± sd of the paired differences; in how many seeds the default is ahead, is the same run, is behind).
 """
 
 from __future__ import annotations
@@ -26,15 +26,22 @@ VARIANTS = {  # name -> `fedsim train` arguments beyond the data, seed and folde
 }
 # The search's candidates are ordinary runs on the usual split (validation fold 0): each one's
 # test metric is read from its fold-0 run (the chosen one's is the run itself), no separate run.
-CANDIDATE_ROWS = {"attn": "fedsim_attn (old default)", "fedsim": "fedsim (paper)"}
+CANDIDATE_ROWS = {
+    "attn": "fedsim_attn (old default)",
+    "fedsim": "fedsim (paper)",
+    "attn-ple": "fedsim_attn, ple inputs",
+    "fedsim-ple": "fedsim, ple inputs",
+}
 
 
-def run_one(data: Path, out: Path, seed: int, variant: str) -> dict:
+def run_one(data: Path, out: Path, seed: int, variant: str, budget: int | None = None) -> dict:
     name = f"s{seed}-{list(VARIANTS).index(variant)}"
     argv = ["train", "--dataset", "csv", "--data-dir", str(data), "--out-dir", str(out / "runs")]
     argv += ["--run-name", name, "--seed", str(seed), "--engine", "inprocess", *VARIANTS[variant]]
     if variant != "default (search)":
         argv.append("--no-yardstick")
+    elif budget:
+        argv += ["--budget", str(budget)]
     t0 = time.monotonic()
     code = fedsim(argv)
     seconds = time.monotonic() - t0
@@ -79,7 +86,9 @@ def table(rows: list[dict]) -> list[str]:
         "boosting, primary alone",
         "pooled reference",
     ]
-    out = [f"test {key} over seeds {seeds} (mean ± sd); default minus each, paired (mean ± sd, default ahead in)"]
+    out = [
+        f"test {key} over seeds {seeds} (mean ± sd); default minus each, paired (mean ± sd; seeds the default is ahead, the same run, behind)"
+    ]
     for name in names:
         vals = [by[(s, name)] for s in seeds if (s, name) in by]
         if not vals:
@@ -93,9 +102,8 @@ def table(rows: list[dict]) -> list[str]:
         if name != "default (search)" and pairs:
             diffs = [a - b for a, b in pairs]
             ahead = sum((a < b) if lower else (a > b) for a, b in pairs)
-            line += (
-                f"   diff {statistics.mean(diffs):+8.4f} ± {statistics.pstdev(diffs):7.4f}, ahead {ahead}/{len(pairs)}"
-            )
+            same = sum(a == b for a, b in pairs)  # the same run: the search chose this candidate
+            line += f"   diff {statistics.mean(diffs):+8.4f} ± {statistics.pstdev(diffs):7.4f}, ahead {ahead}, same {same}, behind {len(pairs) - ahead - same}"
         out.append(line)
     chosen = [f"s{r['seed']}: {r['chosen']}" for r in rows if r.get("chosen")]
     costs = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "default (search)"}
@@ -114,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--budget", type=int, default=None, help="the default variant's --budget (unset: its default)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "rows.jsonl"
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         for variant in VARIANTS:
             if (seed, variant) in done:
                 continue
-            row = run_one(args.data.resolve(), args.out.resolve(), seed, variant)
+            row = run_one(args.data.resolve(), args.out.resolve(), seed, variant, args.budget)
             rows.append(row)
             with path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
