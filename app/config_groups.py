@@ -59,7 +59,9 @@ class DataOptions:
     # such column); "" = the dataset's (datasets.options.DATASET_MISSING, else mean)
     missing: str = ""
     ple_bins: int = PLE_BINS  # input-scale ple: bins per numeric column (cut at its training quantiles)
-    val_fold: int = 0  # validate on another tenth of the non-test rows (the recipe search's folds); 0 = the usual
+    search_fold: int = (
+        0  # > 0: a recipe search's run (its "test" a tenth of the training rows; datasets/base.py split_primary)
+    )
 
     @property
     def recipe(self) -> Recipe:
@@ -77,7 +79,7 @@ class DataOptions:
         return self.missing or DATASET_MISSING.get(self.dataset, "mean")
 
     def check(self, need: Need) -> None:
-        _nonnegative(need, self, "n_rows", "sigma_cf", "val_fold")
+        _nonnegative(need, self, "n_rows", "sigma_cf", "search_fold")
         need(
             self.input_scale in ("", *SCALES),
             f"run-config 'input-scale' must be one of {SCALES}, got {self.input_scale!r}",

@@ -85,5 +85,5 @@ def dataset_options(cfg: RunConfig) -> DatasetOptions:
     """What the run's loaders are given (part of a loaded dataset's cache key)."""
     d = cfg.data
     return DatasetOptions(
-        seed=cfg.train.seed, n_rows=d.n_rows, sigma_cf=d.sigma_cf, recipe=d.recipe, val_fold=d.val_fold
+        seed=cfg.train.seed, n_rows=d.n_rows, sigma_cf=d.sigma_cf, recipe=d.recipe, search_fold=d.search_fold
     )

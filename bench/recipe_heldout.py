@@ -21,16 +21,10 @@ from fedsim.cli import main as fedsim
 
 VARIANTS = {  # name -> `fedsim train` arguments beyond the data, seed and folders
     "default (search)": [],
+    "fedsim_attn (old default)": ["--recipe", "given"],
+    "fedsim (paper)": ["--recipe", "given", "--method", "fedsim"],
     "top1sim": ["--recipe", "given", "--method", "top1sim"],
     "solo (neural, primary alone)": ["--recipe", "given", "--method", "solo"],
-}
-# The search's candidates are ordinary runs on the usual split (validation fold 0): each one's
-# test metric is read from its fold-0 run (the chosen one's is the run itself), no separate run.
-CANDIDATE_ROWS = {
-    "attn": "fedsim_attn (old default)",
-    "fedsim": "fedsim (paper)",
-    "attn-ple": "fedsim_attn, ple inputs",
-    "fedsim-ple": "fedsim, ple inputs",
 }
 
 
@@ -38,9 +32,9 @@ def run_one(data: Path, out: Path, seed: int, variant: str, budget: int | None =
     name = f"s{seed}-{list(VARIANTS).index(variant)}"
     argv = ["train", "--dataset", "csv", "--data-dir", str(data), "--out-dir", str(out / "runs")]
     argv += ["--run-name", name, "--seed", str(seed), "--engine", "inprocess", *VARIANTS[variant]]
-    if variant != "default (search)":
+    if variant not in ("default (search)", "fedsim_attn (old default)"):  # both timed with their yardstick
         argv.append("--no-yardstick")
-    elif budget:
+    if variant == "default (search)" and budget:
         argv += ["--budget", str(budget)]
     t0 = time.monotonic()
     code = fedsim(argv)
@@ -55,13 +49,7 @@ def run_one(data: Path, out: Path, seed: int, variant: str, budget: int | None =
     if (run / "search.json").exists():
         search = json.loads((run / "search.json").read_text())
         row["chosen"] = search["chosen"]
-        first = search["candidates"][0]  # fedsim_attn: its mean time per fold is one run's
-        row["one_run_seconds"] = first["seconds"] / max(1, len(first["val_by_fold"]))
-        row["candidates"] = {}
-        for cand in CANDIDATE_ROWS:
-            f0 = run if cand == row["chosen"] else run / "search" / f"{name}.search-{cand}-f0"
-            if (f0 / "summary.json").exists():
-                row["candidates"][cand] = json.loads((f0 / "summary.json").read_text())["test"]
+        row["scores"] = {c["name"]: c["score"] for c in search["candidates"]}
     return row
 
 
@@ -71,21 +59,11 @@ def table(rows: list[dict]) -> list[str]:
     by = {(r["seed"], r["variant"]): r["test"][key] for r in rows if "test" in r}
     seeds = sorted({r["seed"] for r in rows})
     refs = {r["seed"]: r["yardstick"] for r in rows if "yardstick" in r}
-    for r in rows:
-        for cand, what in CANDIDATE_ROWS.items():
-            if cand in r.get("candidates", {}):
-                by[(r["seed"], what)] = r["candidates"][cand][key]
     for s, y in refs.items():
         for field, what in (("primary_alone", "boosting, primary alone"), ("pooled", "pooled reference")):
             if isinstance(y.get(field), dict) and "test" in y[field]:
                 by[(s, what)] = y[field]["test"]
-    names = [
-        "default (search)",
-        *CANDIDATE_ROWS.values(),
-        *list(VARIANTS)[1:],
-        "boosting, primary alone",
-        "pooled reference",
-    ]
+    names = [*VARIANTS, "boosting, primary alone", "pooled reference"]
     out = [
         f"test {key} over seeds {seeds} (mean ± sd); default minus each, paired (mean ± sd; seeds the default is ahead, the same run, behind)"
     ]
@@ -107,7 +85,7 @@ def table(rows: list[dict]) -> list[str]:
         out.append(line)
     chosen = [f"s{r['seed']}: {r['chosen']}" for r in rows if r.get("chosen")]
     costs = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "default (search)"}
-    singles = {r["seed"]: r["one_run_seconds"] for r in rows if r.get("one_run_seconds")}
+    singles = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "fedsim_attn (old default)"}
     ratio = [costs[s] / singles[s] for s in costs if s in singles]
     out.append(f"  chosen: {', '.join(chosen)}")
     if ratio:

@@ -82,9 +82,10 @@ class Split:
 
 
 def split_primary(n: int, seed: int, ratios: tuple[float, float, float] = (0.7, 0.1, 0.2), fold: int = 0) -> Split:
-    """Seeded train/val/test split of ``n`` primary rows (default 7:1:2). ``fold`` > 0 validates
-    on another block of the same size taken from the training rows instead (the recipe search's
-    folds: fedsim/recipe_search.py); the test rows are the same whatever the fold."""
+    """Seeded train/val/test split of ``n`` primary rows (default 7:1:2). ``fold`` > 0: a recipe
+    search's run (fedsim/recipe_search.py): the usual validation rows choose the epoch, the
+    fold-th block of as many rows before them (taken from the training rows) is held out as the
+    run's "test", and the real test rows are in no part at all."""
     if n < 3:
         raise DatasetError(f"the primary party needs at least 3 rows to split, got {n}")
     if abs(sum(ratios) - 1.0) > 1e-9 or min(ratios) <= 0:
@@ -92,16 +93,15 @@ def split_primary(n: int, seed: int, ratios: tuple[float, float, float] = (0.7, 
     perm = np.random.default_rng(seed).permutation(n)
     n_train = int(round(ratios[0] * n))
     n_val = max(1, int(round(ratios[1] * n)))
-    if not 0 <= fold <= n_train // n_val:
-        raise DatasetError(f"val-fold must be in [0, {n_train // n_val}] for {n} rows, got {fold}")
-    head = perm[: n_train + n_val]  # every fold's training and validation rows; the rest is test
-    start = n_train - fold * n_val  # fold 0: the block after the training rows, as always
-    val = head[start : start + n_val]
-    return Split(
-        train=np.sort(np.concatenate([head[:start], head[start + n_val :]])),
-        val=np.sort(val),
-        test=np.sort(perm[n_train + n_val :]),
-    )
+    val = perm[n_train : n_train + n_val]
+    if fold == 0:
+        return Split(train=np.sort(perm[:n_train]), val=np.sort(val), test=np.sort(perm[n_train + n_val :]))
+    if not 1 <= fold < n_train // n_val:  # at least one block of training rows stays training
+        raise DatasetError(f"search-fold must be in [0, {n_train // n_val - 1}] for {n} rows, got {fold}")
+    start = n_train - fold * n_val
+    held = perm[start : start + n_val]
+    train = np.concatenate([perm[:start], perm[start + n_val : n_train]])
+    return Split(train=np.sort(train), val=np.sort(val), test=np.sort(held))
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,12 @@ class VFLDataset:
         return (
             f"seed {seed}: a permutation of the primary's rows, 70% train / 10% validation / 20% test "
             "(datasets/base.py split_primary)"
-            + (f"; validation fold {fold}: another tenth of the rows, taken from the training rows" if fold else "")
+            + (
+                f"; a recipe search's run (fold {fold}): its 'test' is a tenth of the training rows, the "
+                "real test rows are unused"
+                if fold
+                else ""
+            )
         )
 
     @property

@@ -320,11 +320,11 @@ def secondary_frames(folder: Path, spec: dict, why: str) -> dict[str, pd.DataFra
 def _split(folder: Path, spec: dict, df: pd.DataFrame, frames: dict, opts: DatasetOptions) -> tuple:
     """(the primary's Split, its entity ids or None, true_match): by entity when declared."""
     if "entity_id" not in spec["primary"]:
-        return split_primary(len(df), opts.seed, fold=opts.val_fold), None, {}
-    if opts.val_fold:
+        return split_primary(len(df), opts.seed, fold=opts.search_fold), None, {}
+    if opts.search_fold:
         raise DatasetError(
-            f"val-fold {opts.val_fold}: {folder / SPEC} declares entity_id, whose validation rows are entities "
-            "every party holds (datasets/entity_ids.py), not a block of the training rows"
+            f"search-fold {opts.search_fold}: {folder / SPEC} declares entity_id, whose validation and test rows "
+            "are entities every party holds (datasets/entity_ids.py), not blocks of the training rows"
         )
     entity_ids, true_match = entity_rows(spec, df, frames)
     held = np.logical_and.reduce([rows >= 0 for rows in true_match.values()])

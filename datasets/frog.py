@@ -25,7 +25,7 @@ def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     cols = rng.permutation(mfcc)
     id_cols, p_cols, s_cols = list(cols[:N_IDENTIFIERS]), list(cols[N_IDENTIFIERS:19]), list(cols[19:])
     n = len(df)
-    split = split_primary(n, opts.seed, fold=opts.val_fold)
+    split = split_primary(n, opts.seed, fold=opts.search_fold)
     classes, y = np.unique(df["Species"].to_numpy(), return_inverse=True)
 
     order = rng.permutation(n)

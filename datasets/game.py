@@ -84,7 +84,7 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     if opts.n_rows:
         steam = steam.sample(n=min(opts.n_rows, len(steam)), random_state=opts.seed).reset_index(drop=True)
     steam, hot = steam_features(steam)
-    split = split_primary(len(steam), opts.seed, fold=opts.val_fold)
+    split = split_primary(len(steam), opts.seed, fold=opts.search_fold)
     primary = party_table(
         "steam",
         steam,

@@ -57,7 +57,7 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     flats = load_flats(folder)
     if opts.n_rows:
         flats = flats.sample(n=min(opts.n_rows, len(flats)), random_state=opts.seed).reset_index(drop=True)
-    split = split_primary(len(flats), opts.seed, fold=opts.val_fold)
+    split = split_primary(len(flats), opts.seed, fold=opts.search_fold)
     primary = party_table(
         "primary",
         flats,

@@ -61,7 +61,7 @@ def _load(
         sales = sales.sample(n=min(opts.n_rows, len(sales)), random_state=opts.seed).reset_index(drop=True)
     date = pd.to_datetime(sales["Date"], dayfirst=True, errors="coerce")
     sales["sale_time"] = date.dt.year + (date.dt.month - 1) / 12.0
-    split = split_primary(len(sales), opts.seed, fold=opts.val_fold)
+    split = split_primary(len(sales), opts.seed, fold=opts.search_fold)
     primary = party_table(
         "sales",
         sales,

@@ -51,7 +51,7 @@ class DatasetOptions:
     n_rows: int = 0  # 0 = the dataset's full size (synthetic: 60,000)
     sigma_cf: float = 0.0  # Gaussian noise on the secondary's copy of the identifiers (synthetic, frog)
     recipe: Recipe = Recipe()  # every party's numeric input recipe (shipped datasets); csv: each in parties.toml
-    val_fold: int = 0  # which block of the non-test rows validates (datasets/base.py split_primary); 0 = the usual
+    search_fold: int = 0  # > 0: a recipe search's split, the real test rows unused (datasets/base.py split_primary)
 
 
 def find_data_dir(subdir: str, data_dir: str | Path | None) -> Path:

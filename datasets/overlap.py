@@ -184,7 +184,7 @@ def _as_dataset(
     rows = _subsample(len(y), opts)
     y = y[rows]
     n = len(y)
-    split = split_primary(n, opts.seed, fold=opts.val_fold)
+    split = split_primary(n, opts.seed, fold=opts.search_fold)
     entity = np.arange(n, dtype=np.float64)[:, None]  # (n, 1) the shared entity id
     primary = PartyTable(PRIMARY_BLOCK, np.zeros((n, 0), dtype=np.float32), (), entity, ("entity",))
     secondaries = {

@@ -45,7 +45,7 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     ids = x[:, id_cols]
     ids_s = ids + rng.normal(0.0, opts.sigma_cf, size=ids.shape) if opts.sigma_cf > 0 else ids.copy()
     order = rng.permutation(n)  # the secondary's rows are in its own order
-    split = split_primary(n, opts.seed, fold=opts.val_fold)
+    split = split_primary(n, opts.seed, fold=opts.search_fold)
 
     id_names = [f"k{i}" for i in range(N_IDENTIFIERS)]
     p_df = pd.DataFrame(np.c_[x[:, p_cols], ids], columns=[f"p{c}" for c in p_cols] + id_names)

@@ -1,19 +1,19 @@
 """The recipe search of `fedsim train` on a user's own parties: which method and input encoding
-to train with, chosen on the user's validation rows alone.
+to train with, chosen on the user's own rows, never on their test rows.
 
-Candidates (:data:`CANDIDATES`, in order) are trained in this process (federated == one process)
-on splits that share the run's test rows and differ only in which tenth of the other rows
-validates (run-config ``val-fold``, datasets/base.py split_primary): every candidate on fold 0,
-the better half of them (at least two) on fold 1 as well. The choice is the finalist with the
-best mean validation value over both folds: two tenths of the rows choose instead of one. The
-test metrics the runs record are never read here (:func:`choose` and :func:`finalists` take
-validation values only). The chosen candidate's fold-0 run is the usual split's run: in process
-it becomes the run itself (:func:`promote`); otherwise the run is trained again through Flower
-with the chosen values.
+Each candidate (:data:`CANDIDATES`, in order) is trained once in this process (federated == one
+process) on a search split (run-config ``search-fold`` 1, datasets/base.py split_primary): the
+usual validation tenth A and another tenth B taken from the training rows are both held out,
+and the real test rows are in no part of the run at all. The run evaluates A (its validation)
+and B (its "test") after every epoch; the candidate's score is :func:`cross_score`: B's metric
+at the epoch A prefers and A's at the epoch B prefers, averaged. No half scores the epoch it
+chose itself, so a candidate whose curve wobbles gains nothing from a lucky epoch (a best value
+over 100-200 epochs, read on the rows that chose it, is biased exactly that way). The best score
+wins (the earlier candidate on ties); the run itself is then trained with its values, through
+the engine the user chose.
 
-The budget is counted in runs (each about a single run's time: the same number of rows train),
-stated before the first one starts: the most candidates whose runs fit (:meth:`Plan.runs`); under
-two no search is made.
+The budget is counted in runs (each about a single run's time): the run itself and ``budget - 1``
+candidates, stated before the first one starts; under two candidates no search is made.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from linkage.private import private_dir
-from linkage.store import write_atomic
 
-FOLDS = 2  # validation folds per candidate: the usual tenth and the one before it
-DEFAULT_BUDGET = 4  # runs: 2 candidates x 2 folds; in process one of them is the run itself
+SEARCH_FOLD = 1  # the search split: the usual validation tenth and the one before it held out
+DEFAULT_BUDGET = 4  # runs: 3 candidates and the run itself
 RECORD = "search.json"  # in the run folder: the plan, every candidate's scores, the choice
 SEARCHED = ("method", "input-scale", "attention-start")  # the run-config keys a candidate sets
 
@@ -45,9 +44,9 @@ class Candidate:
 
 
 # The order: the inputs as the parties declared them (standard unless a party's parties.toml says
-# otherwise) under the two methods, fedsim_attn and the paper's FedSim (ahead of fedsim_attn in 4 of
-# 5 seeds on a housing set nobody tuned for); then piecewise-linear inputs, which won on validation
-# on all four built-in data sets but lost on both own-data sets it was tried on (docs/own-data.md).
+# otherwise) under the two methods, fedsim_attn (ahead on validation on five of six built-in
+# tables) and the paper's FedSim; then piecewise-linear inputs, which won on validation on all
+# four built-in data sets (docs/fedsim-attn.md).
 CANDIDATES = (
     Candidate("attn", {"method": "fedsim_attn"}, "fedsim_attn, the inputs as declared"),
     Candidate("fedsim", {"method": "fedsim"}, "the paper's FedSim, the inputs as declared"),
@@ -59,37 +58,25 @@ CANDIDATES = (
 @dataclass(frozen=True)
 class Plan:
     candidates: tuple[Candidate, ...]
-    folds: int
     budget: int
 
     @property
-    def finalists(self) -> int:
-        """How many candidates go on to the later folds: the better half of the first, at least two."""
-        return min(len(self.candidates), max(2, math.ceil(len(self.candidates) / 2)))
-
-    @property
     def runs(self) -> int:
-        return len(self.candidates) + (self.folds - 1) * self.finalists
+        return len(self.candidates) + 1  # and the run itself
 
     def text(self, in_process: bool) -> str:
         names = ", ".join(c.name for c in self.candidates)
-        then = (
-            "the chosen one's first run is the run itself"
-            if in_process
-            else "then the run itself is trained through Flower with the chosen one"
-        )
-        halving = (
-            "" if self.finalists == len(self.candidates) else f", the best {self.finalists} of the first on the rest"
-        )
+        engine = "in this process" if in_process else "through Flower"
         return (
-            f"recipe search: {len(self.candidates)} candidate(s) ({names}) on {self.folds} validation folds{halving}: "
-            f"{self.runs} runs in this process, each about one run's time (budget {self.budget}); {then}"
+            f"recipe search: {len(self.candidates)} candidate(s) ({names}), one run each in this process on "
+            f"your training rows with two tenths held out (your test rows unused), then the run itself "
+            f"{engine}: {self.runs} runs, each about one run's time (budget {self.budget})"
         )
 
 
-def plan(given: dict, budget: int, folds: int = FOLDS) -> Plan | None:
-    """The most candidates whose runs the budget affords, with the keys the user set (``given``)
-    held at their value (candidates that then coincide are one); None when fewer than two."""
+def plan(given: dict, budget: int) -> Plan | None:
+    """The candidates the budget affords, with the keys the user set (``given``) held at their
+    value (candidates that then coincide are one); None when fewer than two."""
     seen, kept = set(), []
     for c in CANDIDATES:
         values = {**c.values, **{k: given[k] for k in SEARCHED if k in given}}
@@ -99,22 +86,20 @@ def plan(given: dict, budget: int, folds: int = FOLDS) -> Plan | None:
         if key not in seen:
             seen.add(key)
             kept.append(Candidate(c.name, values, c.why))
-    fits = [n for n in range(2, len(kept) + 1) if Plan(tuple(kept[:n]), folds, budget).runs <= budget]
-    return Plan(tuple(kept[: max(fits)]), folds, budget) if fits else None
+    kept = kept[: budget - 1]
+    return Plan(tuple(kept), budget) if len(kept) >= 2 else None
 
 
 @dataclass
 class Outcome:
-    """One candidate's runs: each fold's best validation value, or why the run failed."""
+    """One candidate's run: its cross-fitted score and the epochs each half chose, or why it failed."""
 
     candidate: Candidate
-    metric: str = ""  # the runs' key metric: rmse (lower is better) or accuracy
-    val: dict[int, float] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
+    metric: str = ""  # the run's key metric: rmse (lower is better) or accuracy
+    score: float = math.nan
+    epochs: dict = field(default_factory=dict)  # {"A": epoch A chose, "B": epoch B chose}
+    failed: str = ""
     seconds: float = 0.0
-
-    def score(self) -> float:
-        return sum(self.val.values()) / len(self.val) if self.val and not self.failed else math.nan
 
 
 def better(a: float, b: float, lower: bool) -> bool:
@@ -123,88 +108,78 @@ def better(a: float, b: float, lower: bool) -> bool:
     return a < b if lower else a > b
 
 
-def choose(outcomes: list[Outcome], folds: int = FOLDS) -> Outcome | None:
-    """Among the candidates run on every fold, the best mean validation value (the first on
-    ties); None when none was. Reads validation values only."""
+def cross_score(rows: list[dict]) -> tuple[str, float, dict]:
+    """(metric, score, epochs) from a search run's metrics.jsonl rows: B's ("test") value at the
+    epoch A ("val") prefers and A's at the epoch B prefers, averaged (first epoch on ties)."""
+    metric = "rmse" if "rmse" in rows[0]["val"] else "accuracy"
+    lower = metric == "rmse"
+
+    def best(part: str) -> dict:
+        top = rows[0]
+        for r in rows[1:]:
+            if better(r[part][metric], top[part][metric], lower):
+                top = r
+        return top
+
+    by_a, by_b = best("val"), best("test")
+    score = (by_a["test"][metric] + by_b["val"][metric]) / 2
+    return metric, score, {"A": by_a["epoch"], "B": by_b["epoch"]}
+
+
+def choose(outcomes: list[Outcome]) -> Outcome | None:
+    """The best cross-fitted score (the first on ties); None when every candidate failed."""
     lower = any(o.metric == "rmse" for o in outcomes)
     best = None
     for o in outcomes:
-        if len(o.val) < folds:
-            continue
-        if not math.isnan(o.score()) and (best is None or better(o.score(), best.score(), lower)):
+        if not math.isnan(o.score) and (best is None or better(o.score, best.score, lower)):
             best = o
     return best
 
 
-Trainer = Callable[[dict, Path], dict]  # (run-config values, run folder) -> its summary.json
+Trainer = Callable[[dict, Path], None]  # (run-config values, run folder): trains it, raises on failure
 
 
 def search(p: Plan, values: dict, out: Path, prefix: str, train: Trainer, say=print) -> list[Outcome]:
-    """Every candidate on fold 0, then the best :attr:`Plan.finalists` of them on each later fold;
-    each run ``out``/<prefix>-<candidate>-f<fold> (beside the run, sharing its linkage and the
-    in-process service's secrets)."""
-    outcomes = [Outcome(c) for c in p.candidates]
-    n = 0
-    for fold in range(p.folds):
-        for o in outcomes if fold == 0 else finalists(outcomes, p.finalists):
-            n += 1
-            say(f"search [{n}/{p.runs}] {o.candidate.name} ({o.candidate.why}), validation fold {fold}")
-            _train_one(o, fold, {**values, "out-dir": str(out)}, run_name(prefix, o.candidate, fold), train, say)
+    """Each candidate's search run, ``out``/<prefix>-<candidate> (beside the run, sharing its
+    linkage and the in-process service's secrets), scored from its metrics.jsonl."""
+    outcomes = []
+    for n, c in enumerate(p.candidates, 1):
+        say(f"search [{n}/{len(p.candidates)}] {c.name} ({c.why})")
+        o, t0, name = Outcome(c), time.monotonic(), run_name(prefix, c)
+        run = {**values, **c.values, "search-fold": SEARCH_FOLD, "run-name": name, "out-dir": str(out)}
+        try:
+            train(run, out / name)
+            rows = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()]
+            o.metric, o.score, o.epochs = cross_score(rows)
+            say(f"  {o.metric} {o.score:.4f} (each held-out tenth at the epoch the other chose)")
+        except Exception as e:  # noqa: BLE001 - a failed candidate is recorded, the others go on
+            o.failed = f"{type(e).__name__}: {e}"
+            say(f"  failed: {o.failed}")
+        o.seconds = time.monotonic() - t0
+        outcomes.append(o)
     return outcomes
 
 
-def finalists(outcomes: list[Outcome], n: int) -> list[Outcome]:
-    """The ``n`` best on fold 0 (validation values only; failed ones last), in the list's order."""
-    lower = any(o.metric == "rmse" for o in outcomes)
-    ranked = sorted(outcomes, key=lambda o: _rank(o.val.get(0, math.nan), lower))  # stable: ties keep the order
-    best = {id(o) for o in ranked[:n]}
-    return [o for o in outcomes if id(o) in best]
-
-
-def _rank(value: float, lower: bool) -> float:
-    return math.inf if math.isnan(value) else value if lower else -value
-
-
-def _train_one(o: Outcome, fold: int, values: dict, name: str, train: Trainer, say) -> None:
-    t0 = time.monotonic()
-    run = {**values, **o.candidate.values, "val-fold": fold, "run-name": name}
-    try:
-        summary = train(run, Path(values["out-dir"]) / name)
-        o.metric = key_metric(summary)
-        o.val[fold] = float(summary["val"][o.metric])
-        say(f"  {o.metric} {o.val[fold]:.4f} on validation fold {fold}")
-    except Exception as e:  # noqa: BLE001 - a failed candidate is recorded, the others go on
-        o.failed[fold] = f"{type(e).__name__}: {e}"
-        say(f"  failed: {o.failed[fold]}")
-    o.seconds += time.monotonic() - t0
-
-
-def run_name(prefix: str, candidate: Candidate, fold: int) -> str:
-    return f"{prefix}-{candidate.name}-f{fold}"
-
-
-def key_metric(summary: dict) -> str:
-    """The metric the run chose its epoch by: rmse (regression) or accuracy."""
-    return "rmse" if "rmse" in summary["val"] else "accuracy"
+def run_name(prefix: str, candidate: Candidate) -> str:
+    return f"{prefix}-{candidate.name}"
 
 
 def record(p: Plan, outcomes: list[Outcome], chosen: Outcome | None) -> dict:
-    """What search.json keeps: the plan, each candidate's values and scores, the choice."""
+    """What search.json keeps: the rule, each candidate's values and score, the choice."""
     metric = next((o.metric for o in outcomes if o.metric), "key metric")
     return {
-        "rule": f"the best mean validation {metric} over {p.folds} folds sharing the run's test rows, among the "
-        f"{p.finalists} best on fold 0 (test metrics are not read); ties keep the earlier candidate",
+        "rule": f"the best validation {metric} over two held-out tenths of the training rows, each read at "
+        "the epoch the other chose (your test rows in no search run); ties keep the earlier candidate",
         "budget_runs": p.budget,
         "runs": p.runs,
-        "folds": p.folds,
         "candidates": [
             {
                 "name": o.candidate.name,
                 "why": o.candidate.why,
                 "values": o.candidate.values,
-                "val_by_fold": {str(k): v for k, v in sorted(o.val.items())},
-                "failed": {str(k): v for k, v in sorted(o.failed.items())},
-                "score": None if math.isnan(o.score()) else o.score(),
+                "score": None if math.isnan(o.score) else o.score,
+                "epochs": o.epochs,
+                "failed": o.failed,
                 "seconds": round(o.seconds, 1),
             }
             for o in outcomes
@@ -215,59 +190,26 @@ def record(p: Plan, outcomes: list[Outcome], chosen: Outcome | None) -> dict:
 
 
 def lines(rec: dict) -> list[str]:
-    """search.json in words: each candidate's validation value per fold and its mean, the choice."""
+    """search.json in words: each candidate's score, the choice."""
     if "candidates" not in rec:
         return [f"recipe search: {rec.get('plan', 'none')}"]
     out = [f"recipe search ({rec['runs']} runs; {rec['rule']}):"]
     for c in rec["candidates"]:
-        folds = ", ".join(f"{v:.4f}" for v in c["val_by_fold"].values())
-        score = (
-            "failed: " + "; ".join(c["failed"].values())
-            if c["failed"]
-            else f"mean {c['score']:.4f} ({folds})"
-            if len(c["val_by_fold"]) == rec["folds"]
-            else f"fold 0 only: {folds}"
-        )
+        score = f"failed: {c['failed']}" if c["failed"] else f"{c['score']:.4f}"
         mark = "  <- chosen" if c["name"] == rec["chosen"] else ""
-        out.append(f"  {c['name']:16s} {score}  {c['why']}{mark}")
+        out.append(f"  {c['name']:12s} {score}  {c['why']}{mark}")
     return out
 
 
-def promote(run: Path, run_dir: Path) -> None:
-    """The chosen candidate's fold-0 run becomes ``run_dir``: moved, and the run name and folder
-    it records made the run's own (its config and its kept federation's manifest). A finished
-    run already under that name is replaced only now, once the new one has finished."""
-    aside = run_dir.parent / f".replaced-{run_dir.name}"
-    if run_dir.exists():
-        run_dir.rename(aside)
-    run.rename(run_dir)
-    shutil.rmtree(aside, ignore_errors=True)
-    for path in (run_dir / "config.json", run_dir / "kept" / "federation.json"):
-        if path.exists():
-            data = _renamed(json.loads(path.read_text()), run_dir)
-            write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
-
-
-def _renamed(data, run_dir: Path):
-    if isinstance(data, dict):
-        return {
-            k: run_dir.name if k == "run_name" else str(run_dir.parent) if k == "out_dir" else _renamed(v, run_dir)
-            for k, v in data.items()
-        }
-    if isinstance(data, list):
-        return [_renamed(v, run_dir) for v in data]
-    return data
-
-
 def keep_evidence(runs: list[Path], run_dir: Path) -> None:
-    """The other candidates' records (config, metrics, summary, status) under ``run_dir``/search,
-    their run folders removed: only the chosen one predicts."""
+    """The candidates' records (config, metrics, summary, status, split) under ``run_dir``/search, their
+    run folders removed: they trained without the test rows and predict nothing."""
     kept = private_dir(run_dir / "search")
     for run in runs:
         if not run.is_dir():
             continue
         private_dir(kept / run.name)
-        for name in ("config.json", "metrics.jsonl", "summary.json", "status.json"):
+        for name in ("config.json", "metrics.jsonl", "summary.json", "status.json", "split.csv"):
             if (run / name).exists():
                 shutil.copy2(run / name, kept / run.name / name)
         shutil.rmtree(run)

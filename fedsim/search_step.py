@@ -1,6 +1,6 @@
 """`fedsim train`'s recipe-search step (fedsim/recipe_search.py): whether a run searches, the
-in-process trainer it searches with, and what it leaves: the chosen values for the run, the
-chosen run promoted in process, search.json in the run folder."""
+in-process trainer it searches with, and what it leaves: the chosen values for the run, and in
+the finished run's folder search.json and the candidates' records."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from linkage.store import write_atomic
 
 @dataclass
 class Searched:
-    """What the search decided: the run-config values to train with, whether the run itself was
-    already trained (in process: promoted), and the record to keep in the run folder."""
+    """What the search decided: the run-config values to train the run with, the candidates'
+    runs (kept as records once the run has finished), and search.json's record."""
 
     values: dict
-    trained: bool
+    runs: list[Path]
     record: dict
 
 
@@ -72,14 +72,13 @@ def _quiet():
         logger.setLevel(level)
 
 
-def train_in_process(values: dict, run_dir: Path) -> dict:
-    """One candidate run in this process; its summary.json."""
+def train_in_process(values: dict, run_dir: Path) -> None:
+    """One candidate run in this process (raises when it fails)."""
     from app.config import RunConfig  # lazy: torch and flwr, after the CLI's checks
     from app.modes import run_experiment  # lazy: the training stack
 
     with _quiet():
         run_experiment(RunConfig.from_flower(values), run_dir)
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 def given(values: dict) -> dict:
@@ -88,41 +87,36 @@ def given(values: dict) -> dict:
 
 
 def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Trainer = train_in_process) -> Searched:
-    """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed
-    (the run folder untouched). No plan (under two candidates): the values as given."""
+    """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed.
+    No plan (under two candidates): the values as given."""
     p = rs.plan(given(values), budget)
     if p is None:
-        why = f"budget {budget} runs affords fewer than two candidates on {rs.FOLDS} folds (or the keys you set leave one)"
+        why = f"budget {budget} runs affords fewer than two candidates beside the run (or the keys you set leave one)"
         print(f"recipe search: none ({why})", flush=True)
-        return Searched(values, False, {"plan": why})
+        return Searched(values, [], {"plan": why})
     print(p.text(in_process), flush=True)
     out, prefix = private_dir(run_dir.parent), f"{run_dir.name}.search"
     outcomes = rs.search(p, values, out, prefix, train)
-    chosen = rs.choose(outcomes, p.folds)
-    record = rs.record(p, outcomes, chosen)
+    runs = [out / rs.run_name(prefix, c) for c in p.candidates]
+    chosen = rs.choose(outcomes)
     if chosen is None:  # the candidates' run folders (their status.json) stay, for their reasons
-        failures = "; ".join(f"{o.candidate.name}: {next(iter(o.failed.values()))}" for o in outcomes)
+        failures = "; ".join(f"{o.candidate.name}: {o.failed}" for o in outcomes)
         raise RuntimeError(f"every candidate of the recipe search failed (runs {out}/{prefix}-*): {failures}")
     print(
-        f"recipe search chose {chosen.candidate.name}: {chosen.candidate.why} "
-        f"(mean validation {chosen.metric} {chosen.score():.4f})",
+        f"recipe search chose {chosen.candidate.name}: {chosen.candidate.why} ({chosen.metric} {chosen.score:.4f})",
         flush=True,
     )
-    trained = in_process
-    if in_process:
-        rs.promote(out / rs.run_name(prefix, chosen.candidate, 0), run_dir)
-    runs = [out / rs.run_name(prefix, o.candidate, fold) for fold in range(p.folds) for o in outcomes]
-    rs.keep_evidence(runs, private_dir(run_dir))
-    return Searched({**values, **chosen.candidate.values}, trained, record)
+    return Searched({**values, **chosen.candidate.values}, runs, rs.record(p, outcomes, chosen))
 
 
 SOURCES = {"input-scale": "input_scale", "attention-start": "attention_start"}  # key -> hyperparameter row
 
 
 def write(run_dir: Path, searched: Searched, given: dict) -> None:
-    """search.json in the finished run, and the rows of its config.json the search chose (not
-    the user: ``given``) said to come from it."""
+    """search.json and the candidates' records in the finished run, and the rows of its
+    config.json the search chose (not the user: ``given``) said to come from it."""
     write_atomic(run_dir / rs.RECORD, (json.dumps(searched.record, indent=2) + "\n").encode())
+    rs.keep_evidence(searched.runs, run_dir)
     chosen = searched.record.get("chosen_values") or {}
     path = run_dir / "config.json"
     config = json.loads(path.read_text())

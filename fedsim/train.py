@@ -89,8 +89,8 @@ def _search_arguments(s) -> None:
         "--budget",
         type=int,
         default=None,
-        help="the recipe search's size in runs, each about one run's time (default "
-        "4: 2 candidates x 2 validation folds; in process one of them is the run itself)",
+        help="the recipe search's size in runs, each about one run's time: the run itself and "
+        "BUDGET - 1 candidates (default 4: fedsim_attn, the paper's FedSim, fedsim_attn on ple inputs)",
     )
     s.add_argument(
         "--epochs",
@@ -214,11 +214,9 @@ def command(args: argparse.Namespace) -> int:
         f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}"
     )
     print(
-        "\n".join(hyperparameter_text(cfg, listed=not in_process or searched is not None)), flush=True
+        "\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True
     )  # in process: the run's log lists them
-    if searched is not None and searched.trained:
-        outcome = ""
-    elif in_process:
+    if in_process:
         outcome = _in_process(cfg, run_dir)
     else:
         outcome = _flower(values, run_dir, nodes, args)

@@ -1,6 +1,7 @@
 """The recipe search of `fedsim train` on own parties (fedsim/recipe_search.py, fedsim/search_step.py):
-folds that never move the test rows, a choice made on validation values alone, the budget's
-plan, and a chosen run that is an ordinary run (predict == its evaluation, whatever is chosen)."""
+search runs that never see the test rows, a score no half reads at the epoch it chose itself,
+the budget's plan, and a run trained with the choice that predicts == its evaluation, whatever
+the search can choose."""
 
 from __future__ import annotations
 
@@ -19,75 +20,81 @@ from fedsim.cli import main as fedsim
 from tests.test_byo import write_parties
 
 
-@pytest.mark.parametrize("n", [10, 400, 1001])
-def test_a_validation_fold_moves_validation_within_the_non_test_rows_and_never_the_test_rows(n):
+@pytest.mark.parametrize("n", [30, 400, 1001])
+def test_a_search_split_holds_out_a_tenth_of_the_training_rows_and_leaves_the_test_rows_out(n):
     usual = split_primary(n, seed=3)
-    others = [split_primary(n, seed=3, fold=f) for f in range(1, 4)]
-    assert np.array_equal(split_primary(n, seed=3, fold=0).val, usual.val)  # fold 0 is the usual split
-    for s in others:
-        np.testing.assert_array_equal(s.test, usual.test)
-        assert len(s.val) == len(usual.val) and len(s.train) == len(usual.train)
-        np.testing.assert_array_equal(
-            np.sort(np.concatenate([s.train, s.val])), np.sort(np.concatenate([usual.train, usual.val]))
-        )
-        assert not set(s.val) & set(usual.val)  # another tenth validates
-    assert not set(others[0].val) & set(others[1].val)
-    with pytest.raises(DatasetError, match="val-fold must be in"):
+    assert np.array_equal(split_primary(n, seed=3, fold=0).train, usual.train)  # fold 0 is the usual split
+    s = split_primary(n, seed=3, fold=1)
+    np.testing.assert_array_equal(s.val, usual.val)  # the usual validation rows choose the epoch
+    assert set(s.test) <= set(usual.train) and len(s.test) == len(usual.val)  # a tenth of training held out
+    assert set(s.train) == set(usual.train) - set(s.test)
+    assert not set(usual.test) & (set(s.train) | set(s.val) | set(s.test))  # the real test rows: no part
+    assert not set(split_primary(n, seed=3, fold=2).test) & set(s.test)
+    with pytest.raises(DatasetError, match="search-fold must be in"):
         split_primary(n, seed=3, fold=n)
 
 
-def test_the_budget_affords_candidates_in_order_and_keys_the_user_set_stay_set():
+def test_the_budget_affords_candidates_in_order_beside_the_run_and_keys_the_user_set_stay_set():
     p = rs.plan({}, rs.DEFAULT_BUDGET)
-    assert [c.name for c in p.candidates] == ["attn", "fedsim"] and p.runs == 4 and p.finalists == 2
-    assert rs.plan({}, 5).runs == 5 and len(rs.plan({}, 5).candidates) == 3  # 3 on fold 0, 2 on fold 1
-    wide = rs.plan({}, 6)
-    assert len(wide.candidates) == len(rs.CANDIDATES) == 4 and wide.finalists == 2 and wide.runs == 6
-    assert rs.plan({}, 3) is None  # not two candidates on both folds: nothing to choose between
+    assert [c.name for c in p.candidates] == ["attn", "fedsim", "attn-ple"] and p.runs == 4
+    assert len(rs.plan({}, 100).candidates) == len(rs.CANDIDATES) == 4
+    assert rs.plan({}, 2) is None  # one candidate beside the run: nothing to choose between
     fixed = rs.plan({"method": "fedsim"}, 100)
     assert [c.values for c in fixed.candidates] == [{"method": "fedsim"}, {"method": "fedsim", "input-scale": "ple"}]
     assert rs.plan({"method": "fedsim", "input-scale": "ple"}, 100) is None
 
 
-def _fake_trainer(val: dict, test: dict, calls: list):
-    """Writes an ordinary-looking run: its summary's validation value is ``val`` per candidate and
-    fold, its test value ``test`` planted to favour another candidate."""
+def _rows(val: list[float], test: list[float]) -> list[dict]:
+    return [{"epoch": e, "val": {"rmse": v}, "test": {"rmse": t}} for e, (v, t) in enumerate(zip(val, test))]
 
-    def train(values: dict, run_dir: Path) -> dict:
-        name = next(c.name for c in rs.CANDIDATES if values["run-name"].endswith(f"-{c.name}-f{values['val-fold']}"))
-        calls.append((name, values["val-fold"]))
+
+def test_each_held_out_tenth_is_read_at_the_epoch_the_other_chose():
+    # A prefers epoch 2 (B reads 9 there); B prefers epoch 0 (A reads 7 there): (9 + 7) / 2
+    assert rs.cross_score(_rows([7.0, 6.0, 5.0], [4.0, 8.0, 9.0])) == ("rmse", 8.0, {"A": 2, "B": 0})
+    acc = [
+        {"epoch": e, "val": {"accuracy": v}, "test": {"accuracy": t}}
+        for e, (v, t) in enumerate([(0.5, 0.9), (0.8, 0.6)])
+    ]
+    assert rs.cross_score(acc) == ("accuracy", (0.6 + 0.5) / 2, {"A": 1, "B": 0})
+
+
+def _fake_trainer(curves: dict, calls: list):
+    """Writes a search run's metrics.jsonl from planted (A, B) curves per candidate, and records
+    the split each run would train on."""
+
+    def train(values: dict, run_dir: Path) -> None:
+        name = next(c.name for c in rs.CANDIDATES if values["run-name"].endswith(f"-{c.name}"))
+        calls.append((name, values["search-fold"]))
         run_dir.mkdir(parents=True)
-        summary = {"val": {"rmse": val[name][values["val-fold"]]}, "test": {"rmse": test[name]}}
-        (run_dir / "summary.json").write_text(json.dumps(summary))
-        (run_dir / "config.json").write_text(json.dumps({"run": {"run_name": values["run-name"]}}))
-        return summary
+        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows(*curves[name])))
+        (run_dir / "config.json").write_text("{}")
 
     return train
 
 
-def test_the_choice_reads_validation_folds_only_and_the_planted_test_rows_would_choose_otherwise(tmp_path):
-    val = {"attn": [10.0, 12.0], "fedsim": [9.0, 14.0]}  # means 11.0 and 11.5
-    test = {"attn": 50.0, "fedsim": 1.0}  # were test read, the second would win
+def test_a_wobbling_candidate_gains_nothing_from_its_lucky_epoch(tmp_path):
+    """fedsim's best validation value (3) is a lucky epoch its other half does not share: read at
+    the epoch the other half chose it scores 9; attn's steadier curve wins."""
+    curves = {
+        "attn": ([6.0, 5.0, 5.0], [6.0, 5.0, 5.0]),
+        "fedsim": ([9.0, 3.0, 9.0], [2.0, 9.0, 9.0]),
+        "attn-ple": ([8.0, 8.0, 8.0], [8.0, 8.0, 8.0]),
+    }
     calls: list = []
-    done = search_step.run({"dataset": "csv"}, tmp_path / "r", 4, True, _fake_trainer(val, test, calls))
-    assert calls == [("attn", 0), ("fedsim", 0), ("attn", 1), ("fedsim", 1)]
-    assert done.record["chosen"] == "attn" and done.values["method"] == "fedsim_attn" and done.trained
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["run"]["run_name"] == "r"
-    # fold 0 on its own would have chosen the other: the second fold is what decided
-    assert min(val, key=lambda c: val[c][0]) == "fedsim"
-    kept = sorted(p.name for p in (tmp_path / "r" / "search").iterdir())
-    assert kept == ["r.search-attn-f1", "r.search-fedsim-f0", "r.search-fedsim-f1"]
+    done = search_step.run({"dataset": "csv"}, tmp_path / "r", 4, True, _fake_trainer(curves, calls))
+    assert calls == [("attn", 1), ("fedsim", 1), ("attn-ple", 1)]  # every candidate on the search split
+    assert done.record["chosen"] == "attn" and done.values["method"] == "fedsim_attn"
+    assert min(curves, key=lambda c: min(curves[c][0])) == "fedsim"  # the best-value rule would have chosen it
+    assert [c["score"] for c in done.record["candidates"]] == [5.0, 9.0, 8.0]
+    (tmp_path / "r").mkdir()  # as the run, trained with the choice, leaves it
+    (tmp_path / "r" / "config.json").write_text('{"hyperparameters": {}}')
+    search_step.write(tmp_path / "r", done, {})
+    assert sorted(p.name for p in (tmp_path / "r" / "search").iterdir()) == [
+        "r.search-attn",
+        "r.search-attn-ple",
+        "r.search-fedsim",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # the candidates' folders are gone
-
-
-def test_only_the_better_half_on_the_first_fold_runs_on_the_second_and_only_they_can_be_chosen(tmp_path):
-    val = {"attn": [30.0, 30.0], "fedsim": [20.0, 25.0], "attn-ple": [10.0, 40.0], "fedsim-ple": [5.0, 1.0]}
-    test = {name: 0.0 for name in val}
-    calls: list = []
-    done = search_step.run({}, tmp_path / "r", 6, True, _fake_trainer(val, test, calls))
-    assert calls[:4] == [("attn", 0), ("fedsim", 0), ("attn-ple", 0), ("fedsim-ple", 0)]
-    assert calls[4:] == [("attn-ple", 1), ("fedsim-ple", 1)]  # the two best of fold 0, in the list's order
-    assert done.record["chosen"] == "fedsim-ple"
-    assert [c["name"] for c in done.record["candidates"] if len(c["val_by_fold"]) == 2] == ["attn-ple", "fedsim-ple"]
 
 
 def test_a_failed_candidate_is_recorded_and_a_search_where_all_fail_fails_by_name(tmp_path):
@@ -97,11 +104,8 @@ def test_a_failed_candidate_is_recorded_and_a_search_where_all_fail_fails_by_nam
     with pytest.raises(RuntimeError, match="every candidate of the recipe search failed.*planted failure"):
         search_step.run({}, tmp_path / "r", 4, True, broken)
     assert not (tmp_path / "r").exists()
-    half = [
-        rs.Outcome(rs.CANDIDATES[0], "rmse", {0: 1.0}, {1: "x"}),
-        rs.Outcome(rs.CANDIDATES[1], "rmse", {0: 5.0, 1: 5.0}),
-    ]
-    assert math.isnan(half[0].score()) and rs.choose(half).candidate.name == "fedsim"
+    outcomes = [rs.Outcome(rs.CANDIDATES[0], "rmse", failed="x"), rs.Outcome(rs.CANDIDATES[1], "rmse", 5.0)]
+    assert math.isnan(outcomes[0].score) and rs.choose(outcomes).candidate.name == "fedsim"
 
 
 def _rmse_of_predicting_its_test_rows(folder: Path, run: Path) -> tuple[float, float]:
@@ -118,25 +122,25 @@ def _rmse_of_predicting_its_test_rows(folder: Path, run: Path) -> tuple[float, f
 TINY = ["--epochs", "2", "-c", "k=4", "-c", "batch-size=32", "--engine", "inprocess", "--no-yardstick"]
 
 
-def test_fedsim_train_searches_by_default_and_its_chosen_run_predicts_its_own_evaluation(tmp_path, capsys):
+def test_fedsim_train_searches_by_default_without_the_test_rows_and_its_run_predicts_its_evaluation(tmp_path, capsys):
     write_parties(tmp_path)
     out = tmp_path / "runs"
     argv = ["train", "--dataset", "csv", "--data-dir", str(tmp_path), "--out-dir", str(out), "--run-name", "r", *TINY]
-    assert fedsim([*argv, "--budget", "6"]) == 0  # every candidate, ple inputs too
-    hyper = json.loads((out / "r" / "config.json").read_text())["hyperparameters"]
-    assert (
-        hyper["input_scale"]["source"] == "recipe search (search.json)" or hyper["input_scale"]["value"] == "standard"
-    )
-    capsys.readouterr()
-    assert fedsim(argv) == 0  # the default budget, over the finished run of that name
+    assert fedsim(argv) == 0
     said = capsys.readouterr().out
-    assert "recipe search: 2 candidate(s) (attn, fedsim) on 2 validation folds: 4 runs" in said
-    assert said.index("search [4/4]") < said.index("recipe search chose") < said.index("finished:")
+    assert "recipe search: 3 candidate(s) (attn, fedsim, attn-ple), one run each" in said
+    assert said.index("search [3/3]") < said.index("recipe search chose") < said.index("finished:")
     record = json.loads((out / "r" / "search.json").read_text())
-    assert [len(c["val_by_fold"]) for c in record["candidates"]] == [2, 2]
+    assert [c["name"] for c in record["candidates"]] == ["attn", "fedsim", "attn-ple"] and record["chosen"]
+    test_rows = set(pd.read_csv(out / "r" / "split.csv").query("part == 'test'")["row"])
+    for c in record["candidates"]:  # every search run left exactly the run's test rows unused
+        split = pd.read_csv(out / "r" / "search" / f"r.search-{c['name']}" / "split.csv")
+        assert set(split.query("part == 'unused'")["row"]) == test_rows
     run_config = json.loads((out / "r" / "config.json").read_text())["run"]
-    assert run_config["run_name"] == "r" and run_config["val_fold"] == 0
-    assert run_config["method"] == {"attn": "fedsim_attn", "fedsim": "fedsim"}[record["chosen"]]
+    assert run_config["search_fold"] == 0
+    assert {"method": run_config["method"]} | (
+        {"input-scale": "ple"} if run_config["input_scale"] == "ple" else {}
+    ) == (record["chosen_values"])
     got, evaluated = _rmse_of_predicting_its_test_rows(tmp_path, out / "r")
     assert got == pytest.approx(evaluated, rel=1e-4)
     capsys.readouterr()
