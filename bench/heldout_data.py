@@ -4,9 +4,11 @@ of block groups with the house-value label and what a sales register would know 
 bedrooms, population, households); the secondary holds *other* block groups' median incomes and
 sizes. A block group is linked by its coordinates to its neighbours' incomes (FedSim).
 
-    python -m bench.heldout_data OUT [--task regression|binary] [--rows 2000] [--seed 0]
+    python -m bench.heldout_data OUT [--task regression|binary|income] [--rows 2000] [--seed 0]
 
-regression: median_house_value in k USD; binary: above the sample's median value.
+regression: median_house_value in k USD; binary: above the sample's median value; income: the
+other way round, each block group's median income (k USD) from its own housing counts, linked to
+its neighbours' house values.
 """
 
 from __future__ import annotations
@@ -36,10 +38,48 @@ numeric = "rest"
 """
 
 
+INCOME_SPEC = """task = "regression"
+label = "income"
+metric = "euclidean"
+
+[primary]
+file = "blocks.csv"
+identifiers = ["lat", "lon"]
+kind = "numeric"
+numeric = ["age", "rooms", "bedrooms", "population", "households"]
+
+[secondaries.values]
+file = "values.csv"
+identifiers = ["latitude", "longitude"]
+kind = "numeric"
+numeric = "rest"
+"""
+
+
+def write_income(out: Path, prim: pd.DataFrame, sec: pd.DataFrame) -> None:
+    own = {"age": "housing_median_age", "rooms": "total_rooms", "bedrooms": "total_bedrooms"}
+    blocks = pd.DataFrame({"lat": prim["latitude"], "lon": prim["longitude"], **{k: prim[v] for k, v in own.items()}})
+    blocks["population"], blocks["households"] = prim["population"], prim["households"]
+    blocks["income"] = prim["median_income"] * 10.0  # the census' unit: 10 k USD
+    blocks.to_csv(out / "blocks.csv", index=False)
+    pd.DataFrame(
+        {
+            "latitude": sec["latitude"],
+            "longitude": sec["longitude"],
+            "house_value": sec["median_house_value"] / 1000.0,
+            "households": sec["households"],
+        }
+    ).to_csv(out / "values.csv", index=False)
+    (out / "parties.toml").write_text(INCOME_SPEC)
+
+
 def write(out: Path, task: str, rows: int, seed: int) -> None:
     src = find_data_dir("california_housing", None) / "cal_housing.csv.gz"
     df = pd.read_csv(src).sample(frac=1.0, random_state=seed).reset_index(drop=True)
     prim, sec = df.iloc[:rows], df.iloc[rows : 2 * rows]  # disjoint block groups
+    if task == "income":
+        out.mkdir(parents=True, exist_ok=True)
+        return write_income(out, prim, sec)
     value = prim["median_house_value"] / 1000.0
     label = value if task == "regression" else (value > value.median()).astype(int)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +110,7 @@ def write(out: Path, task: str, rows: int, seed: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--task", choices=("regression", "binary"), default="regression")
+    ap.add_argument("--task", choices=("regression", "binary", "income"), default="regression")
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
