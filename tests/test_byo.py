@@ -13,6 +13,7 @@ from app.data import load_data
 from app.modes import run_experiment
 from datasets import load_dataset
 from datasets.base import DatasetError
+from datasets.options import DatasetOptions, Recipe
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = """
@@ -168,16 +169,20 @@ def test_a_relative_data_dir_is_shown_absolute_in_every_path_error(tmp_path, mon
 
 def test_each_csv_party_declares_its_own_input_recipe(tmp_path):
     """Issue 34: a party's section says ``scale = "quantile"`` for its own numeric columns (the
-    others keep theirs); an unknown recipe is refused by name, and the run-config key that sets
-    the shipped datasets' recipe is refused for csv (each party decides its own)."""
+    others keep theirs); an unknown recipe is refused by name. Run-config input-scale (the recipe
+    search's candidates) sets the scale of a party that declares none, never a declared one."""
     write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nscale = "quantile"'))
     ds = load_dataset("csv", tmp_path)
     assert ds.secondaries["shops"].transform.quantiles and not ds.primary.transform.quantiles
     write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nscale = "log"'))
     with pytest.raises(DatasetError, match="scale must be one of"):
         load_dataset("csv", tmp_path)
+    write_parties(tmp_path, SPEC.replace('numeric = ["rent"]', 'numeric = ["rent"]\nscale = "quantile"'))
+    ple = load_dataset("csv", tmp_path, DatasetOptions(recipe=Recipe("ple")))
+    assert ple.secondaries["shops"].transform.quantiles and not ple.secondaries["shops"].transform.ple
+    assert ple.primary.transform.ple  # declared nothing: the run's scale
     with pytest.raises(ConfigError, match="input-scale"):
-        RunConfig.from_flower({"dataset": "csv", "input-scale": "quantile"})
+        RunConfig.from_flower({"dataset": "csv", "input-scale": "log"})
 
 
 def test_each_csv_party_declares_how_its_missing_values_are_filled(tmp_path):
