@@ -21,7 +21,7 @@ import pandas as pd
 from datasets.options import find_data_dir
 
 SPEC = """task = "{task}"
-label = "value"
+label = "{label}"
 metric = "euclidean"
 
 [primary]
@@ -30,26 +30,8 @@ identifiers = ["lat", "lon"]
 kind = "numeric"
 numeric = ["age", "rooms", "bedrooms", "population", "households"]
 
-[secondaries.incomes]
-file = "incomes.csv"
-identifiers = ["latitude", "longitude"]
-kind = "numeric"
-numeric = "rest"
-"""
-
-
-INCOME_SPEC = """task = "regression"
-label = "income"
-metric = "euclidean"
-
-[primary]
-file = "blocks.csv"
-identifiers = ["lat", "lon"]
-kind = "numeric"
-numeric = ["age", "rooms", "bedrooms", "population", "households"]
-
-[secondaries.values]
-file = "values.csv"
+[secondaries.{party}]
+file = "{party}.csv"
 identifiers = ["latitude", "longitude"]
 kind = "numeric"
 numeric = "rest"
@@ -70,7 +52,7 @@ def write_income(out: Path, prim: pd.DataFrame, sec: pd.DataFrame) -> None:
             "households": sec["households"],
         }
     ).to_csv(out / "values.csv", index=False)
-    (out / "parties.toml").write_text(INCOME_SPEC)
+    (out / "parties.toml").write_text(SPEC.format(task="regression", label="income", party="values"))
 
 
 def write(out: Path, task: str, rows: int, seed: int) -> None:
@@ -104,7 +86,7 @@ def write(out: Path, task: str, rows: int, seed: int) -> None:
             "house_age": sec["housing_median_age"],
         }
     ).to_csv(out / "incomes.csv", index=False)
-    (out / "parties.toml").write_text(SPEC.format(task=task))
+    (out / "parties.toml").write_text(SPEC.format(task=task, label="value", party="incomes"))
 
 
 def main(argv: list[str] | None = None) -> None:
