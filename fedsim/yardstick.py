@@ -137,9 +137,8 @@ def neural_alone(values: dict, run_dir: Path) -> dict | None:
     folder = private_dir(run_dir / "yardstick-solo")
     name = f"{run_dir.name}.solo"
     try:
-        summary = train_in_process(
-            {**values, "method": "solo", "run-name": name, "out-dir": str(folder)}, folder / name
-        )
+        train_in_process({**values, "method": "solo", "run-name": name, "out-dir": str(folder)}, folder / name)
+        summary = json.loads((folder / name / "summary.json").read_text())
     except Exception as e:  # noqa: BLE001 - named; the boosted primary-alone still stands
         print(f"warning: the neural primary-alone was not trained: {type(e).__name__}: {e}", file=sys.stderr)
         return None

@@ -272,3 +272,24 @@ def test_the_encodings_bin_count_is_each_partys_own_and_refused_where_it_means_n
     rows = RunConfig.from_flower({"dataset": "house", "ple-bins": 8}).hyperparameters()
     assert rows["ple_bins"] == {"value": 8, "source": "run config"}
     assert "ple_bins" not in RunConfig.from_flower({"dataset": "house3"}).hyperparameters()  # standard: none
+
+
+@pytest.mark.parametrize("names", [("values",), ("keys", "items")], ids=["one", "two"])
+def test_a_party_named_like_a_torch_containers_method_trains_fedsim_attn_and_predicts_its_evaluation(names, tmp_path):
+    """A secondary called "values" (a natural name for a party holding house values) crashed
+    fedsim_attn: its parameters were kept in torch dicts keyed by the party's name, and a dict's
+    own method of that name refused the key. With two such parties each has its own path."""
+    write_parties(tmp_path)
+    spec = SPEC.replace("[secondaries.shops]", f"[secondaries.{names[0]}]")
+    for name in names[1:]:
+        spec += f'[secondaries.{name}]\nfile = "shops.csv"\nidentifiers = ["y", "x"]\nnumeric = ["rent"]\n'
+    (tmp_path / "parties.toml").write_text(spec)
+    cfg = RunConfig.of(dataset="csv", data_dir=str(tmp_path), k=4, epochs=2, batch_size=32, out_dir=str(tmp_path / "o"))
+    summary = run_experiment(cfg, tmp_path / "run")
+    ds = load_data(cfg)
+    from app.vfl.predict import predict_in_process
+
+    test = ds.split.test
+    pred = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
+    rmse = float(np.sqrt(np.mean((pred.values - ds.labels[test]) ** 2)))
+    assert rmse == pytest.approx(summary["test"]["rmse"], rel=1e-4)

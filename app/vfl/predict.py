@@ -36,6 +36,7 @@ from linkage.store import load_primary, load_secondary
 from strategies.heads import TaskHead
 from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.methods import REGISTRY
+from strategies.vfl.party_keys import party_key
 
 UNSUPPORTED = {name: m.no_predict for name, m in REGISTRY.items() if m.no_predict}  # method -> why not
 
@@ -187,7 +188,9 @@ def _weights(model, linkage) -> dict[str, np.ndarray]:
     if linkage is None:
         return {}
     param = next(model.parameters())
-    paths = {p: model.paths[p if p in model.paths else "all"] for p in linkage.links}  # "all": one shared path
+    paths = {
+        p: model.paths[party_key(p) if party_key(p) in model.paths else "all"] for p in linkage.links
+    }  # "all": shared
     return {
         p: paths[p].weights(torch.as_tensor(link.sims, dtype=param.dtype, device=param.device)).cpu().numpy()
         for p, link in linkage.links.items()

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from strategies.vfl.gates import factored_first_layer, mlp
+from strategies.vfl.party_keys import party_key
 
 # The rank biases enter the scores times RATE: Adam moves a parameter about lr per step, so their
 # logits move RATE x lr. With RATE 1 at lr 1e-3, rank 1 held 13% of the weight after 5 game epochs.
@@ -50,7 +51,7 @@ class NeighbourAttention(nn.Module):
         self.cuts = cuts  # "primary" first, then the path's parties
         self.parties = [p for p in cuts if p != "primary"]
         self.pair = mlp(sum(cuts.values()), hidden, d_out)  # [h; e_k] -> d_out
-        self.null = nn.ParameterDict({p: nn.Parameter(torch.zeros(cuts[p])) for p in self.parties})
+        self.null = nn.ParameterDict({party_key(p): nn.Parameter(torch.zeros(cuts[p])) for p in self.parties})
         self.score_sim = mlp(2, (score_hidden,), 1)  # [s_k, s_1 - s_k] -> score
         start = torch.zeros(k + 1)
         start[0] = TOP1_START / RATE
@@ -77,7 +78,7 @@ class NeighbourAttention(nn.Module):
         """The pair model up to its last hidden layer for the K pairs and the null slot, (B, K + 1, h1):
         each party's learned null embedding is one more row of its table, which every record's
         extra slot points at."""
-        emb = {p: torch.cat([emb[p], self.null[p].unsqueeze(0)]) for p in self.parties}  # (U_p + 1, c)
+        emb = {p: torch.cat([emb[p], self.null[party_key(p)].unsqueeze(0)]) for p in self.parties}  # (U_p + 1, c)
         index = {p: nn.functional.pad(index[p], (0, 1), value=len(emb[p]) - 1) for p in self.parties}  # (B, K + 1)
         return self.pair[1:-1](factored_first_layer(self.pair[0], self.cuts, h, emb, index))
 

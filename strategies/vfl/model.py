@@ -19,6 +19,7 @@ from strategies.vfl.gates import (
     sort_by_similarity,
     weighted_average,
 )
+from strategies.vfl.party_keys import party_key
 
 Merge = Literal["cnn", "mlp", "avg"]
 
@@ -180,7 +181,7 @@ class SimilarityModel(nn.Module):
             return
         self.paths = nn.ModuleDict(
             {
-                p: PairPath({"primary": cfg.cut_dim, p: secondary_cuts[p]}, k, d_out, cfg, squash_pairs)
+                party_key(p): PairPath({"primary": cfg.cut_dim, p: secondary_cuts[p]}, k, d_out, cfg, squash_pairs)
                 for p in self.parties
             }
         )
@@ -213,7 +214,9 @@ class SimilarityModel(nn.Module):
             return self.agg(h)
         if self.shared_sims:
             return self.paths["all"](h, emb, index, sims["all"])
-        outs = [self.paths[p](h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties]  # P x (B, d_out)
+        outs = [
+            self.paths[party_key(p)](h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties
+        ]  # P x (B, d_out)
         return self.combine(torch.cat(outs, dim=1))
 
     def attention_weights(
@@ -230,4 +233,6 @@ class SimilarityModel(nn.Module):
         if self.shared_sims:
             w = self.paths["all"].attention_weights(h, emb, index, sims["all"])
             return {p: w for p in self.parties}
-        return {p: self.paths[p].attention_weights(h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties}
+        return {
+            p: self.paths[party_key(p)].attention_weights(h, {p: emb[p]}, {p: index[p]}, sims[p]) for p in self.parties
+        }
