@@ -99,8 +99,8 @@ def fill_yardsticks(rows: list[dict], out: Path) -> int:
     """The boosted primary-alone and pooled reference of each default run that has none (its
     yardstick failed, or was skipped), computed now from the run's folder as `fedsim train` does
     (deterministic: the run's split, config and data); returns how many were filled."""
-    from app.config import RunConfig
-    from fedsim import yardstick as ys
+    from app.config import RunConfig  # lazy: the training stack, only when filling
+    from fedsim import yardstick as ys  # lazy: scikit-learn, only when filling
 
     filled = 0
     for r in rows:

@@ -59,4 +59,7 @@ def test_fedsim_train_help_lists_the_registered_methods():
     train = parser()._subparsers._group_actions[0].choices["train"]
     action = next(a for a in train._actions if "--method" in a.option_strings)
     assert all(f"{name}:" in action.help for name in NAMES)
-    assert action.default in REGISTRY
+    # unset: the run config's default method, or on own parties the recipe search's choice
+    from app.config_groups import TrainOptions
+
+    assert action.default is None and TrainOptions().method in REGISTRY and "recipe search" in action.help
