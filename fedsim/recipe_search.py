@@ -18,15 +18,17 @@ candidates, stated before the first one starts; under two candidates no search i
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.run_record import read_metrics
 from linkage.private import private_dir
+from strategies.heads import TaskHead
 
 SEARCH_FOLD = 1  # the search split: the usual validation tenth and the one before it held out
 DEFAULT_BUDGET = 4  # runs: 3 candidates and the run itself
@@ -102,22 +104,22 @@ class Outcome:
     seconds: float = 0.0
 
 
-def better(a: float, b: float, lower: bool) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return not math.isnan(a)
-    return a < b if lower else a > b
+def head_for(metric: str) -> TaskHead:
+    """The task head whose ``better`` orders ``metric`` (rmse: lower is better; accuracy: higher,
+    for binary and multiclass alike)."""
+    return TaskHead("regression" if metric == "rmse" else "multiclass")
 
 
 def cross_score(rows: list[dict]) -> tuple[str, float, dict]:
     """(metric, score, epochs) from a search run's metrics.jsonl rows: B's ("test") value at the
     epoch A ("val") prefers and A's at the epoch B prefers, averaged (first epoch on ties)."""
     metric = "rmse" if "rmse" in rows[0]["val"] else "accuracy"
-    lower = metric == "rmse"
+    head = head_for(metric)
 
     def best(part: str) -> dict:
         top = rows[0]
         for r in rows[1:]:
-            if better(r[part][metric], top[part][metric], lower):
+            if head.better(r[part][metric], top[part][metric]):
                 top = r
         return top
 
@@ -128,10 +130,10 @@ def cross_score(rows: list[dict]) -> tuple[str, float, dict]:
 
 def choose(outcomes: list[Outcome]) -> Outcome | None:
     """The best cross-fitted score (the first on ties); None when every candidate failed."""
-    lower = any(o.metric == "rmse" for o in outcomes)
+    head = head_for(next((o.metric for o in outcomes if o.metric), "rmse"))
     best = None
     for o in outcomes:
-        if not math.isnan(o.score) and (best is None or better(o.score, best.score, lower)):
+        if not math.isnan(o.score) and (best is None or head.better(o.score, best.score)):
             best = o
     return best
 
@@ -149,8 +151,7 @@ def search(p: Plan, values: dict, out: Path, prefix: str, train: Trainer, say=pr
         run = {**values, **c.values, "search-fold": SEARCH_FOLD, "run-name": name, "out-dir": str(out)}
         try:
             train(run, out / name)
-            rows = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()]
-            o.metric, o.score, o.epochs = cross_score(rows)
+            o.metric, o.score, o.epochs = cross_score(read_metrics(out / name))
             say(f"  {o.metric} {o.score:.4f} (each held-out tenth at the epoch the other chose)")
         except Exception as e:  # noqa: BLE001 - a failed candidate is recorded, the others go on
             o.failed = f"{type(e).__name__}: {e}"
@@ -211,5 +212,5 @@ def keep_evidence(runs: list[Path], run_dir: Path) -> None:
         private_dir(kept / run.name)
         for name in ("config.json", "metrics.jsonl", "summary.json", "status.json", "split.csv"):
             if (run / name).exists():
-                shutil.copy2(run / name, kept / run.name / name)
-        shutil.rmtree(run)
+                os.replace(run / name, kept / run.name / name)
+        shutil.rmtree(run)  # what is left: the candidate's models
