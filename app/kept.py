@@ -61,8 +61,7 @@ class Keeper:
     def offer(self, rec: EpochRecord, models: dict[str, torch.nn.Module]) -> bool:
         """``models``: the ones this process keeps (state name -> module), right after the
         epoch's evaluation. True when the epoch is the best so far."""
-        key = self.head.key_metric
-        if self.best is not None and not self.head.better(rec.val[key], self.best.val[key]):
+        if self.best is not None and not self.head.selects(rec.val, self.best.val):
             return False
         self.best = rec
         self.states = {name: _copy(m) for name, m in models.items()}

@@ -20,12 +20,14 @@ summary.json, every run:
     threads     the torch / BLAS threads of the primary's process and what chose them (app/threads.py:
                 threads, cpus, processes, parties, params, source, torch, deterministic); null where none was chosen
                 (Entity Augmentation, whose few small Linears always run on one thread),
-    best_epoch, val, test   the best-validation epoch and its metrics (test never chooses),
+    best_epoch, val, test   the best-validation epoch and its metrics (classifiers: with "log_loss";
+                test never chooses),
     epochs_run, steps,
     seconds     {"total", "load", "linkage", "train_and_eval", "epochs": [training s per epoch]},
     exchange    {"count", "bytes_down", "bytes_up", ...} over Flower; null in process,
-    stopping    {"patience", "max_epochs", "epochs_run", "stopped_early": bool, "reason": a sentence}
-                (strategies/records.py: patience 0 = fixed epochs),
+    stopping    {"patience", "max_epochs", "epochs_run", "stopped_early": bool, "reason": a sentence,
+                "selected_on": the validation value that chose best_epoch (the key metric, or
+                "log_loss" for a classifier that stops early)} (strategies/records.py: patience 0 = fixed epochs),
     hyperparameters  {name: {"value", "source"}}: "run config", "dataset default (...)", "fallback: ...",
                 "paper per-method (...)", "method <m>" (app/config.py RunConfig.hyperparameters),
     constant_predictor  {"prediction": what it predicts, "val": its validation metrics}: the best

@@ -6,7 +6,8 @@ process) on a search split (run-config ``search-fold`` 1, datasets/base.py split
 usual validation tenth A and another tenth B taken from the training rows are both held out,
 and the real test rows are in no part of the run at all. The run evaluates A (its validation)
 and B (its "test") after every epoch; the candidate's score is :func:`cross_score`: B's metric
-at the epoch A prefers and A's at the epoch B prefers, averaged. No half scores the epoch it
+at the epoch A prefers and A's at the epoch B prefers, averaged, in the value the run chooses its
+epoch on (rmse; a classifier's log loss, as it stops early). No half scores the epoch it
 chose itself, so a candidate whose curve wobbles gains nothing from a lucky epoch (a best value
 over 100-200 epochs, read on the rows that chose it, is biased exactly that way). The best score
 wins (the earlier candidate on ties); the run itself is then trained with its values, through
@@ -18,6 +19,7 @@ candidates, stated before the first one starts; under two candidates no search i
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -97,43 +99,40 @@ class Outcome:
     """One candidate's run: its cross-fitted score and the epochs each half chose, or why it failed."""
 
     candidate: Candidate
-    metric: str = ""  # the run's key metric: rmse (lower is better) or accuracy
+    metric: str = ""  # what the run selected on: rmse, log_loss (lower is better) or accuracy
     score: float = math.nan
     epochs: dict = field(default_factory=dict)  # {"A": epoch A chose, "B": epoch B chose}
     failed: str = ""
     seconds: float = 0.0
 
 
-def head_for(metric: str) -> TaskHead:
-    """The task head whose ``better`` orders ``metric`` (rmse: lower is better; accuracy: higher,
-    for binary and multiclass alike)."""
-    return TaskHead("regression" if metric == "rmse" else "multiclass")
+def better(a: float, b: float, key: str) -> bool:
+    """Is value a of ``key`` better than b (rmse and log loss: lower; accuracy: higher)?"""
+    return TaskHead("binary").better(a, b, key)
 
 
-def cross_score(rows: list[dict]) -> tuple[str, float, dict]:
-    """(metric, score, epochs) from a search run's metrics.jsonl rows: B's ("test") value at the
-    epoch A ("val") prefers and A's at the epoch B prefers, averaged (first epoch on ties)."""
-    metric = "rmse" if "rmse" in rows[0]["val"] else "accuracy"
-    head = head_for(metric)
+def cross_score(rows: list[dict], key: str) -> tuple[str, float, dict]:
+    """(key, score, epochs) from a search run's metrics.jsonl rows and the validation value its
+    run selected on (``key``: its summary's stopping.selected_on): B's ("test") value at the epoch
+    A ("val") prefers and A's at the epoch B prefers, averaged (first epoch on ties)."""
 
     def best(part: str) -> dict:
         top = rows[0]
         for r in rows[1:]:
-            if head.better(r[part][metric], top[part][metric]):
+            if better(r[part][key], top[part][key], key):
                 top = r
         return top
 
     by_a, by_b = best("val"), best("test")
-    score = (by_a["test"][metric] + by_b["val"][metric]) / 2
-    return metric, score, {"A": by_a["epoch"], "B": by_b["epoch"]}
+    score = (by_a["test"][key] + by_b["val"][key]) / 2
+    return key, score, {"A": by_a["epoch"], "B": by_b["epoch"]}
 
 
 def choose(outcomes: list[Outcome]) -> Outcome | None:
     """The best cross-fitted score (the first on ties); None when every candidate failed."""
-    head = head_for(next((o.metric for o in outcomes if o.metric), "rmse"))
     best = None
     for o in outcomes:
-        if not math.isnan(o.score) and (best is None or head.better(o.score, best.score)):
+        if not math.isnan(o.score) and (best is None or better(o.score, best.score, o.metric)):
             best = o
     return best
 
@@ -151,7 +150,8 @@ def search(p: Plan, values: dict, out: Path, prefix: str, train: Trainer, say=pr
         run = {**values, **c.values, "search-fold": SEARCH_FOLD, "run-name": name, "out-dir": str(out)}
         try:
             train(run, out / name)
-            o.metric, o.score, o.epochs = cross_score(read_metrics(out / name))
+            selected_on = json.loads((out / name / "summary.json").read_text())["stopping"]["selected_on"]
+            o.metric, o.score, o.epochs = cross_score(read_metrics(out / name), selected_on)
             say(f"  {o.metric} {o.score:.4f} (each held-out tenth at the epoch the other chose)")
         except Exception as e:  # noqa: BLE001 - a failed candidate is recorded, the others go on
             o.failed = f"{type(e).__name__}: {e}"

@@ -9,23 +9,34 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+LOWER_IS_BETTER = ("rmse", "log_loss")
+PROBA_FLOOR = 1e-7  # the least probability the log loss reads: one confident mistake costs at most ~16
+
 
 @dataclass(frozen=True)
 class TaskHead:
     """regression: sigmoid output, MSE on y min-max scaled with the training labels;
-    binary: BCE on a logit; multiclass: cross-entropy on logits."""
+    binary: BCE on a logit; multiclass: cross-entropy on logits.
+
+    ``select``: what chooses the reported epoch and stops a run early: "metric" (the key metric:
+    the paper's rule, kept by fixed-epoch runs) or "loss" (a classifier's validation log loss,
+    for runs that stop early: accuracy on a few hundred validation rows moves by several points
+    by chance, so it stopped runs that were still learning; regression's key metric is its loss
+    already)."""
 
     task: str
     n_classes: int = 1
     y_min: float = 0.0
     y_max: float = 1.0
+    select: str = "metric"
 
     @classmethod
-    def fit(cls, task: str, y_train: np.ndarray, n_classes: int) -> "TaskHead":
+    def fit(cls, task: str, y_train: np.ndarray, n_classes: int, early_stopping: bool = False) -> "TaskHead":
+        """The head for labels ``y_train``; a classifier that stops early (patience > 0) selects on its loss."""
         if task == "regression":
             lo, hi = float(y_train.min()), float(y_train.max())
             return cls(task, 1, lo, hi if hi > lo else lo + 1.0)
-        return cls(task, n_classes)
+        return cls(task, n_classes, select="loss" if early_stopping else "metric")
 
     @property
     def d_out(self) -> int:
@@ -66,7 +77,18 @@ class TaskHead:
             return torch.stack([1 - p1, p1], dim=-1).cpu().numpy()
         return torch.softmax(out, dim=-1).cpu().numpy()
 
-    def metrics(self, pred: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    def evaluation(self, out: torch.Tensor, y: np.ndarray) -> dict[str, float]:
+        """The metrics of raw outputs ``out`` (N, d_out) on labels ``y`` (N,), from their
+        predictions and (a classifier) class probabilities, as predict's output gives them."""
+        return self.metrics(self.predict(out), y, self.probabilities(out))
+
+    def metrics(self, pred: np.ndarray, y: np.ndarray, proba: np.ndarray | None = None) -> dict[str, float]:
+        """Regression: rmse, r2; classification: accuracy, and with the class probabilities
+        ``proba`` (N, C) the log loss: the labels' mean negative log-likelihood, each probability
+        floored at :data:`PROBA_FLOOR` (float32 rounds a confident sigmoid to exactly 1)."""
+        if proba is not None and self.task != "regression":
+            p = proba.astype(np.float64)[np.arange(len(y)), np.asarray(y, dtype=np.int64)]  # (N,)
+            return {**self.metrics(pred, y), "log_loss": float(-np.log(np.maximum(p, PROBA_FLOOR)).mean())}
         if self.task == "regression":
             err = pred - y
             ss_tot = float(((y - y.mean()) ** 2).sum())
@@ -79,12 +101,22 @@ class TaskHead:
     def key_metric(self) -> str:
         return "rmse" if self.task == "regression" else "accuracy"
 
-    def better(self, a: float, b: float) -> bool:
-        """Is metric value a better than b (for best-validation epoch selection)? NaN (a diverged
-        model) is worse than any number."""
+    @property
+    def selection_key(self) -> str:
+        """The validation value that chooses the reported epoch and stops early (``select``)."""
+        return "log_loss" if self.select == "loss" else self.key_metric
+
+    def better(self, a: float, b: float, key: str | None = None) -> bool:
+        """Is value a of ``key`` (default: the key metric) better than b? NaN (a diverged model)
+        is worse than any number."""
         if math.isnan(a) or math.isnan(b):
             return not math.isnan(a)
-        return a < b if self.task == "regression" else a > b
+        return a < b if (key or self.key_metric) in LOWER_IS_BETTER else a > b
+
+    def selects(self, a: dict[str, float], b: dict[str, float]) -> bool:
+        """Are validation values ``a`` better than ``b`` by the selection key?"""
+        key = self.selection_key
+        return self.better(a[key], b[key], key)
 
     def constant_metrics(self, y_train: np.ndarray, y: np.ndarray) -> dict[str, float]:
         """The metrics on labels ``y`` (n,) of the best constant fitted on the training labels only:

@@ -1,5 +1,6 @@
 """What both training modes record per epoch, the choice of the reported epoch (the best
-validation metric; test metrics are reported, never used to choose), and when training stops.
+validation value of the head's selection key: the key metric, or a classifier's log loss in a run
+that stops early; test metrics are reported, never used to choose), and when training stops.
 
 Stopping is a function of the records alone, so every engine (``flwr run``, in process) and a
 run resumed from its checkpoint (which holds the records) stop at the same epoch: with
@@ -41,11 +42,10 @@ class EpochRecord:
 
 
 def best_epoch(records: list[EpochRecord], head: TaskHead) -> EpochRecord:
-    """The epoch with the best validation value of the head's key metric (the first on ties)."""
-    key = head.key_metric
+    """The epoch with the best validation value of the head's selection key (the first on ties)."""
     best = records[0]
     for rec in records[1:]:
-        if head.better(rec.val[key], best.val[key]):
+        if head.selects(rec.val, best.val):
             best = rec
     return best
 
@@ -66,9 +66,8 @@ def lr_scale(records: list[EpochRecord], head: TaskHead, decay: float, patience:
         return 1.0
     scale, waited, best = 1.0, 0, None
     for rec in records:
-        value = rec.val[head.key_metric]
-        if best is None or head.better(value, best):
-            best, waited = value, 0
+        if best is None or head.selects(rec.val, best):
+            best, waited = rec.val, 0
         else:
             waited += 1
             if waited == patience:
@@ -79,12 +78,13 @@ def lr_scale(records: list[EpochRecord], head: TaskHead, decay: float, patience:
 def stopping(
     records: list[EpochRecord], head: TaskHead, patience: int, max_epochs: int, steps: int = 0, max_steps: int = 0
 ) -> dict:
-    """summary.json's ``stopping``: {"patience", "max_epochs", "epochs_run", "stopped_early", "reason"}."""
+    """summary.json's ``stopping``: {"patience", "max_epochs", "epochs_run", "stopped_early", "reason",
+    "selected_on"}."""
     run = len(records)
     early = early_stop(records, head, patience) and run < max_epochs
     if early:
         reason = (
-            f"no better validation {head.key_metric} in the {patience} epochs after the best epoch "
+            f"no better validation {head.selection_key} in the {patience} epochs after the best epoch "
             f"{best_epoch(records, head).epoch} (patience {patience})"
         )
     elif max_steps and steps >= max_steps:
@@ -93,4 +93,11 @@ def stopping(
         reason = f"the maximum of {max_epochs} epochs ran out before the patience ({patience}) did"
     else:
         reason = f"fixed epochs: all {max_epochs} ran (patience 0)"
-    return {"patience": patience, "max_epochs": max_epochs, "epochs_run": run, "stopped_early": early, "reason": reason}
+    return {
+        "patience": patience,
+        "max_epochs": max_epochs,
+        "epochs_run": run,
+        "stopped_early": early,
+        "reason": reason,
+        "selected_on": head.selection_key,  # the validation value that chose the reported epoch
+    }

@@ -10,7 +10,9 @@ import threading
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
 
 from app import modes
 from app.config import RunConfig
@@ -19,9 +21,9 @@ from app.vfl import checkpoint
 from app.vfl import server as primary
 from strategies.entity_aug import model as ea_model
 from strategies.heads import TaskHead
-from strategies.records import EpochRecord, early_stop, stopping
+from strategies.records import EpochRecord, best_epoch, early_stop, stopping
 from strategies.vfl import protocol
-from tests.test_byo import write_parties
+from tests.test_byo import SPEC, write_parties
 from tests.test_checkpoint import Crash
 from tests.test_checkpoint import _run as run_checkpointed
 
@@ -47,7 +49,9 @@ class Script:
     def __call__(self, *args, **kwargs) -> dict[str, float]:
         v = self.values[min(self.calls // 2, len(self.values) - 1)]
         self.calls += 1
-        return {self.key: v}
+        if isinstance(v, tuple):  # a classifier's (accuracy, log loss)
+            return {"accuracy": v[0], "log_loss": v[1]}
+        return {self.key: v} if self.key != "accuracy" else {"accuracy": v, "log_loss": 1.0 - v}
 
 
 @pytest.fixture
@@ -71,6 +75,40 @@ def test_stopping_is_a_function_of_the_records():
     )
     assert not stopping(r, REGRESSION, 3, 5)["stopped_early"]  # it stopped at the maximum all the same
     assert early_stop(recs([0.5, 0.6, 0.6], "accuracy"), TaskHead("binary"), 1)  # a tie is no improvement
+
+
+# a binary run on own data (200 validation rows): accuracy wobbles by chance (one row is 0.005,
+# its sampling error ~0.03) while the log loss of a model still learning keeps falling
+WOBBLY = [(0.67, 0.69), (0.60, 0.68), (0.62, 0.66), (0.61, 0.64), (0.64, 0.62), (0.66, 0.60), (0.70, 0.58)]
+
+
+def test_a_classifier_that_stops_early_selects_on_its_log_loss_not_its_wobbling_accuracy():
+    """Before: a binary run on a held-out own-data set stopped at epoch 14 with its best accuracy
+    at epoch 4 (0.67, a lucky value) while its loss was still falling; trained on, it reached 0.84."""
+    records = [EpochRecord(e, 0.0, 1, 0, 0.0, val={"accuracy": a, "log_loss": ll}) for e, (a, ll) in enumerate(WOBBLY)]
+    y = np.array([0, 1, 1, 0])
+    stops = TaskHead.fit("binary", y, 2, early_stopping=True)
+    fixed = TaskHead.fit("binary", y, 2)  # fixed epochs (the paper's presets): the key metric, as before
+    assert (stops.selection_key, fixed.selection_key) == ("log_loss", "accuracy")
+    assert early_stop(records[:4], fixed, 3) and not early_stop(records[:4], stops, 3)
+    assert best_epoch(records, stops).epoch == 6 and best_epoch(records[:6], fixed).epoch == 0
+    assert "no better validation log_loss" in stopping(records + records[:3], stops, 3, 200)["reason"]
+    assert TaskHead.fit("regression", np.array([1.0, 2.0]), 1, early_stopping=True).selection_key == "rmse"
+
+
+def test_the_evaluations_log_loss_is_the_labels_mean_negative_log_likelihood():
+    binary, logits = TaskHead("binary", 2), np.array([0.0, 2.0, -1.0])
+    p = 1 / (1 + np.exp(-logits))
+    got = binary.evaluation(torch.tensor(logits[:, None]), np.array([1, 1, 0]))
+    assert got["log_loss"] == pytest.approx(-np.mean(np.log([p[0], p[1], 1 - p[2]])))
+    assert got["accuracy"] == binary.metrics(p, np.array([1, 1, 0]))["accuracy"] == pytest.approx(2 / 3)
+    sure = binary.evaluation(torch.tensor([[40.0]], dtype=torch.float32), np.array([0]))  # p(y=0) rounds to 0
+    assert sure["log_loss"] == pytest.approx(-np.log(1e-7))  # floored: finite, the mistake counted
+    multi, logits = TaskHead("multiclass", 3), np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    prob = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    got = multi.evaluation(torch.tensor(logits), np.array([0, 1]))
+    assert got["log_loss"] == pytest.approx(-np.mean(np.log([prob[0, 0], prob[1, 1]]))) and got["accuracy"] == 0.5
+    assert set(TaskHead("regression").evaluation(torch.zeros(2, 1), np.array([0.0, 1.0]))) == {"rmse", "r2"}
 
 
 def test_a_diverged_epoch_is_never_the_best_and_the_constant_predictor_uses_training_labels_only():
@@ -99,6 +137,7 @@ def test_own_data_trains_until_validation_stops_improving_in_every_engine(csv_da
             "epochs_run": 12,
             "stopped_early": True,
             "reason": s["stopping"]["reason"],
+            "selected_on": "rmse",
         }
         assert s["best_epoch"] == 1 and s["warnings"] == []
         assert s["hyperparameters"]["epochs"] == {
@@ -111,6 +150,23 @@ def test_own_data_trains_until_validation_stops_improving_in_every_engine(csv_da
     # a resume of the stopped run trains no further epoch (its checkpoint holds the records)
     resumed = primary.run_primary(None, RunConfig.of(**csv_data, method="solo", run_name="flower", resume=True))
     assert resumed["epochs_run"] == 12 and resumed["steps"] == flower["steps"]
+
+
+def test_a_binary_run_on_own_data_stops_on_its_log_loss_in_every_engine(tmp_path, monkeypatch):
+    write_parties(tmp_path, spec=SPEC.replace('"regression"', '"binary"').replace('"price"', '"dear"'))
+    sales = pd.read_csv(tmp_path / "sales.csv")
+    sales.assign(dear=(sales["price"] > sales["price"].median()).astype(int)).to_csv(
+        tmp_path / "sales.csv", index=False
+    )
+    data = dict(dataset="csv", data_dir=str(tmp_path), k=4, batch_size=64, out_dir=str(tmp_path / "runs"), patience=3)
+    script = Script("", [*WOBBLY, *[(0.65, 0.60)] * 5])  # loss best at 6; accuracy best at 0, then 3 worse
+    monkeypatch.setattr(protocol, "evaluate", script)
+    inproc = modes.run_experiment(RunConfig.of(**data, method="solo"), tmp_path / "inprocess")
+    script.at(0)
+    flower = primary.run_primary(None, RunConfig.of(**data, method="solo", run_name="flower"))
+    for s in (inproc, flower):
+        assert (s["best_epoch"], s["epochs_run"], s["stopping"]["selected_on"]) == (6, 10, "log_loss")
+        assert s["val"] == {"accuracy": 0.70, "log_loss": 0.58}
 
 
 def test_a_resumed_run_stops_at_the_epoch_the_uninterrupted_run_stopped(csv_data, tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_test_metric(case, 
     test = ds.split.test
     got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test], explain=True)
     head = TaskHead(**load_kept(tmp_path / "run")[0]["head"])
-    metrics = head.metrics(got.values, ds.labels[test])
+    metrics = head.metrics(got.values, ds.labels[test], got.proba)
     assert got.best_epoch == summary["best_epoch"]
     for name, value in summary["test"].items():
         assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
@@ -70,7 +70,7 @@ def test_float32_runs_agree_to_float32_precision(tmp_path):
     cfg, summary, ds = _trained(tmp_path, CASES["fedsim-cnn"], dtype="float32")
     test = ds.split.test
     got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
-    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test])
+    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test], got.proba)
     assert metrics["rmse"] == pytest.approx(summary["test"]["rmse"], rel=1e-4)
 
 
@@ -155,5 +155,5 @@ def test_with_noise_the_test_split_still_gets_the_best_epochs_test_metric(tmp_pa
     test = ds.split.test
     got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
     assert got.linkage.links["shops"].sigma > 0
-    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test])
+    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test], got.proba)
     assert metrics["rmse"] == pytest.approx(summary["test"]["rmse"], rel=1e-9)

@@ -61,13 +61,13 @@ def test_the_test_split_predicted_as_new_gets_the_best_epochs_evaluation(case, t
     test = ea_data(cfg).split.test
     head, evaluated = _evaluated_test(tmp_path / "run", summary, seen)
     labels = ea_data(cfg).labels[test]
-    assert head.metrics(head.predict(evaluated), labels) == summary["test"]  # the recording is the reported epoch
+    assert head.evaluation(evaluated, labels) == summary["test"]  # the recording is the reported epoch
     got = predict_ea_in_process(tmp_path / "run", test)
     assert got.best_epoch == summary["best_epoch"]
     assert np.abs(got.proba - head.probabilities(evaluated)).max() <= 1e-6
     np.testing.assert_allclose(got.values, head.predict(evaluated), rtol=0, atol=1e-6)
     for name, value in summary["test"].items():
-        assert head.metrics(got.values, labels)[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+        assert head.metrics(got.values, labels, got.proba)[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
     assert set(got.seconds) == {"prepare", "embed", "forward"}
 
 

@@ -30,7 +30,7 @@ def test_a_bloom_runs_test_split_predicted_as_new_gets_its_test_metric(kind, tmp
     test = ds.split.test
     got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
     assert got.linkage.metric == "hamming"  # linked on the filters, as training was
-    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test])
+    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test], got.proba)
     for name, value in summary["test"].items():
         assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
     assert np.isfinite(got.values).all()
@@ -58,6 +58,6 @@ def test_a_chain_runs_test_split_predicted_as_new_gets_its_test_metric(tmp_path)
     got = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
     assert got.linkage.layout == "chain"
     np.testing.assert_array_equal(got.linkage.links["airbnb_a"].tokens, got.linkage.links["airbnb_b"].tokens)
-    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test])
+    metrics = TaskHead(**load_kept(tmp_path / "run")[0]["head"]).metrics(got.values, ds.labels[test], got.proba)
     for name, value in summary["test"].items():
         assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name

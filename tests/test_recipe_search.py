@@ -50,12 +50,18 @@ def _rows(val: list[float], test: list[float]) -> list[dict]:
 
 def test_each_held_out_tenth_is_read_at_the_epoch_the_other_chose():
     # A prefers epoch 2 (B reads 9 there); B prefers epoch 0 (A reads 7 there): (9 + 7) / 2
-    assert rs.cross_score(_rows([7.0, 6.0, 5.0], [4.0, 8.0, 9.0])) == ("rmse", 8.0, {"A": 2, "B": 0})
+    assert rs.cross_score(_rows([7.0, 6.0, 5.0], [4.0, 8.0, 9.0]), "rmse") == ("rmse", 8.0, {"A": 2, "B": 0})
     acc = [
         {"epoch": e, "val": {"accuracy": v}, "test": {"accuracy": t}}
         for e, (v, t) in enumerate([(0.5, 0.9), (0.8, 0.6)])
     ]
-    assert rs.cross_score(acc) == ("accuracy", (0.6 + 0.5) / 2, {"A": 1, "B": 0})
+    assert rs.cross_score(acc, "accuracy") == ("accuracy", (0.6 + 0.5) / 2, {"A": 1, "B": 0})
+    # a classifier that stops early selects on its log loss (lower is better), and so does its score
+    ll = [
+        {"epoch": e, "val": {"accuracy": 0.5, "log_loss": v}, "test": {"log_loss": t}}
+        for e, (v, t) in enumerate([(0.5, 0.4), (0.3, 0.6)])
+    ]
+    assert rs.cross_score(ll, "log_loss") == ("log_loss", (0.6 + 0.5) / 2, {"A": 1, "B": 0})
 
 
 def _fake_trainer(curves: dict, calls: list):
@@ -68,6 +74,7 @@ def _fake_trainer(curves: dict, calls: list):
         run_dir.mkdir(parents=True)
         (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows(*curves[name])))
         (run_dir / "config.json").write_text("{}")
+        (run_dir / "summary.json").write_text(json.dumps({"stopping": {"selected_on": "rmse"}}))
 
     return train
 

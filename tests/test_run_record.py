@@ -83,6 +83,8 @@ def test_every_engine_and_mode_writes_one_record(key, tmp_path):
         "epochs_run": 2,
         "stopped_early": False,
         "reason": summary["stopping"]["reason"],
+        # the key metric with fixed epochs; a classifier that stops early: its log loss
+        "selected_on": "accuracy" if key[1] == "vfl" else "log_loss",
     }
     assert summary["hyperparameters"]["epochs"] == {"value": 2, "source": "run config"}
     assert config["hyperparameters"] == summary["hyperparameters"]

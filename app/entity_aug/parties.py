@@ -230,7 +230,8 @@ def build_party(
 def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
     settings = ea_settings(cfg)
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
-    head = TaskHead.fit(data.task, data.labels[data.split.train], data.n_classes)
+    early_stopping = hyperparameters(cfg)[1] > 0
+    head = TaskHead.fit(data.task, data.labels[data.split.train], data.n_classes, early_stopping)
     d_in = sum(out_width(b.shape[1], settings.secondary) for b in data.blocks.values())
     model = build_seeded(
         party_seed(cfg.train.seed, "ea-host"),  # the seed's name is kept: same weights as before

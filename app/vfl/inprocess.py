@@ -115,7 +115,7 @@ def run_twin(
     t0 = time.perf_counter()
     parties = TwinParties(
         model,
-        head_for(ds),
+        head_for(ds, settings),
         ds.primary.features,
         ds.labels,
         linkage,

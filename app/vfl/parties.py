@@ -47,12 +47,12 @@ def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
     )
 
 
-def head_for(ds: VFLDataset) -> TaskHead:
-    return TaskHead.fit(ds.task, ds.labels[ds.split.train], ds.n_classes)
+def head_for(ds: VFLDataset, settings: Settings) -> TaskHead:
+    return TaskHead.fit(ds.task, ds.labels[ds.split.train], ds.n_classes, early_stopping=settings.patience > 0)
 
 
 def build_primary_model(ds: VFLDataset, cfg: RunConfig, settings: Settings) -> SimilarityModel:
-    head = head_for(ds)
+    head = head_for(ds, settings)
     parties = {} if not cfg.training_method.federated else {p: settings.model.cut_dim for p in ds.party_names}
     shared = cfg.link.layout == "chain"
     return build_seeded(
@@ -74,7 +74,7 @@ def build_strategy(
     model = build_primary_model(ds, cfg, settings)
     strategy = FedSimStrategy(
         model,
-        head_for(ds),
+        head_for(ds, settings),
         linkage,
         ds.primary.features,
         ds.labels,

@@ -243,8 +243,8 @@ class TrainPlan:
 
 def evaluate(primary: PrimaryParty, channel: SecondaryChannel, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
     """Metrics on aligned entities: every party encodes the same ids, in the same order."""
-    preds = [primary.predict(channel.embed(ids[i : i + eval_batch])) for i in range(0, len(ids), eval_batch)]
-    return primary.head.metrics(np.concatenate(preds), primary.labels[ids])
+    outs = [primary.outputs(channel.embed(ids[i : i + eval_batch])) for i in range(0, len(ids), eval_batch)]
+    return primary.head.evaluation(torch.cat(outs), primary.labels[ids])  # (N, d_out)
 
 
 def fit_ea(

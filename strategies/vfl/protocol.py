@@ -233,10 +233,10 @@ def eval_embeddings(
 def evaluate(
     strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, plan: TrainPlan
 ) -> dict[str, float]:
-    pred = np.concatenate(
-        [strategy.predict(rows[i : i + plan.eval_batch], lookup) for i in range(0, len(rows), plan.eval_batch)]
-    )
-    return strategy.head.metrics(pred, strategy.y[rows])
+    out = torch.cat(
+        [strategy.outputs(rows[i : i + plan.eval_batch], lookup) for i in range(0, len(rows), plan.eval_batch)]
+    )  # (N, d_out)
+    return strategy.head.evaluation(out, strategy.y[rows])
 
 
 def fit(
