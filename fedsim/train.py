@@ -129,9 +129,23 @@ def run_values(args: argparse.Namespace) -> dict[str, object]:
         if values.get(key):
             values[key] = str(Path(str(values[key])).expanduser().resolve())
     if not values.get("run-name"):
-        what = values["mode"] if values["mode"] != "vfl" else values.get("method", "fedsim_attn")
-        values["run-name"] = args.run_name or f"{values['dataset']}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+        values["run-name"] = args.run_name or auto_run_name(values, time.strftime("%Y%m%d-%H%M%S"))
     return values
+
+
+def auto_run_name(values: dict[str, object], stamp: str) -> str:
+    """A run nobody named: ``<dataset>-<method, or the mode>-<stamp>``."""
+    what = values["mode"] if values["mode"] != "vfl" else values.get("method", "fedsim_attn")
+    return f"{values['dataset']}-{what}-{stamp}"
+
+
+def renamed_for(values: dict[str, object], chosen: dict[str, object]) -> dict[str, object]:
+    """``chosen`` (the searched run's values); a run that carries its automatic name is named for
+    the method the search chose (its stamp kept), one the user named keeps its name."""
+    stamp = "-".join(str(values["run-name"]).rsplit("-", 2)[-2:])  # the time, as %Y%m%d-%H%M%S
+    if str(values["run-name"]) != auto_run_name(values, stamp):
+        return chosen
+    return {**chosen, "run-name": auto_run_name(chosen, stamp)}
 
 
 def _built_in_data(values: dict[str, object]) -> None:
@@ -208,7 +222,9 @@ def command(args: argparse.Namespace) -> int:
     if isinstance(searched, int):
         return searched
     if searched is not None:
-        values, cfg = searched.values, check(searched.values)[0]
+        values = renamed_for(values, searched.values)
+        cfg = check(values)[0]
+        run_dir = cfg.out_path() / cfg.runtime.run_name
     print(
         f"run {cfg.runtime.run_name}: {cfg.train.mode} {cfg.train.method if cfg.train.mode == 'vfl' else cfg.ea.variant} on {cfg.data.dataset} "
         f"({nodes} secondary node(s)), engine {'deployment' if args.deployment else args.engine} -> {run_dir}"

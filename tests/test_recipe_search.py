@@ -164,3 +164,12 @@ def test_every_recipe_the_search_can_choose_predicts_its_own_evaluation(candidat
     assert fedsim(argv) == 0
     got, evaluated = _rmse_of_predicting_its_test_rows(tmp_path, tmp_path / "runs" / "r")
     assert got == pytest.approx(evaluated, rel=1e-4)
+
+
+def test_a_run_nobody_named_is_named_for_the_method_the_search_chose():
+    from fedsim.train import renamed_for
+
+    values = {"dataset": "csv", "mode": "vfl", "run-name": "csv-fedsim_attn-20261205-213000"}  # as run_values names it
+    assert renamed_for(values, {**values, "method": "fedsim"})["run-name"] == "csv-fedsim-20261205-213000"
+    named = {**values, "run-name": "mine"}
+    assert renamed_for(named, {**named, "method": "fedsim"})["run-name"] == "mine"  # what the user named stays
