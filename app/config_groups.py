@@ -1,8 +1,11 @@
 """The run config's typed groups: what a run trains on, how, with which model and linkage, where.
 
 ``[tool.flwr.app.config]`` is flat (Flower's run config is one table of keys); each key belongs
-to exactly one group here, under the same name (``tau`` -> ``cfg.link.tau``), except the
-prefixed ones: ``predict-input`` -> ``cfg.predict.input``, ``ea-variant`` -> ``cfg.ea.variant``.
+to exactly one group here (the linkage's and the exchange's: app/config_link.py), under the same
+name (``tau`` -> ``cfg.link.tau``), except the prefixed ones: ``predict-input`` ->
+``cfg.predict.input``, ``ea-variant`` -> ``cfg.ea.variant``. Each is declared once, with
+:func:`app.config_fields.opt` (default, help, resumability); pyproject.toml's table is rendered
+from these declarations (app/config_table.py).
 :data:`GROUPS` maps group names to their classes; :func:`flat_key` and :func:`split_flat` go
 between the two shapes. Each group checks its own values (``check``); the rules that tie two
 groups together live in :meth:`app.config.RunConfig.validate`.
@@ -14,53 +17,54 @@ Benchmark and fault-injection knobs are not here: they are probes read from the 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from app.config_fields import BEFORE, MAY_CHANGE, opt
+from app.config_link import ExchangeOptions, LinkOptions, Need, nonnegative
 from app.messages import PLAIN_NAME
 from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
-from linkage.protection import DEFAULT_LEVEL, LEVELS
 from strategies.vfl.methods import UnknownMethod, method
-
-Need = Callable[[bool, str], None]
 
 HPARAMS = ("dataset", "paper")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
 TRANSPORTS = ("auto", "flower", "direct")  # how a run's steps travel (app/direct_links.py); auto = direct
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.model.VARIANTS
-LAYOUTS = ("independent", "chain")
-ENCODINGS = ("raw", "bloom")
 
 
 def plain_run_name(name: str) -> bool:
     return bool(PLAIN_NAME.fullmatch(name)) and ".." not in name
 
 
-def _nonnegative(need: Need, group, *names: str) -> None:
-    for name in names:
-        value = getattr(group, name)
-        need(value >= 0, f"run-config {name.replace('_', '-')!r} must be >= 0, got {value}")
-
-
 @dataclass(frozen=True)
 class DataOptions:
     """Which data: the dataset, its folder, and how much of it."""
 
-    dataset: str = "hdb"
-    data_dir: str = ""
-    n_rows: int = 0  # subsample the primary (synthetic: generate) to this many rows; 0 = all
-    parties: str = ""  # comma-separated subset of the dataset's secondaries to train with; "" = all
-    sigma_cf: float = 0.0  # noise on the secondary's identifiers (synthetic, frog)
-    # every party's numeric inputs: standard | quantile | ple (datasets/transform.py); "" = the
-    # dataset's (datasets.options.DATASET_SCALES, else standard)
-    input_scale: str = ""
-    # a numeric NaN: "mean" (the training mean) | "indicator" (also a 0/1 "was missing" feature per
-    # such column); "" = the dataset's (datasets.options.DATASET_MISSING, else mean)
-    missing: str = ""
-    ple_bins: int = PLE_BINS  # input-scale ple: bins per numeric column (cut at its training quantiles)
-    search_fold: int = (
-        0  # > 0: a recipe search's run (its "test" a tenth of the training rows; datasets/base.py split_primary)
+    dataset: str = opt(
+        "hdb",
+        "hdb | house | house3 | game | frog | synthetic | csv (your own parties: data-dir holds parties.toml); entity-aug: credit | parkinsons | handwritten | digits | csv",
+    )
+    data_dir: str = opt(
+        "", 'folder holding <dataset>/...; "" = $FEDSIM_DATA_DIR, ./data, ../shared/data', may_change=True
+    )
+    n_rows: int = opt(0, "subsample the primary (synthetic: generate) to this many rows; 0 = all")
+    parties: str = opt("", 'comma-separated subset of the dataset\'s secondaries; "" = all')
+    sigma_cf: float = opt(0.0, "noise on the secondary's identifiers (synthetic, frog)")
+    input_scale: str = opt(
+        "",
+        'numeric inputs of every party: "" (the dataset\'s: ple for hdb, house, game, frog), standard, quantile or ple; csv: of each party whose parties.toml sets no scale',
+        before="standard",
+    )
+    missing: str = opt(
+        "",
+        'a numeric NaN: "" (the dataset\'s), mean (the training mean) or indicator (also a 0/1 "was missing" feature)',
+        before="mean",
+    )
+    ple_bins: int = opt(
+        PLE_BINS, "input-scale ple: bins per numeric column, cut at its training quantiles (2-256)", before=PLE_BINS
+    )
+    search_fold: int = opt(
+        0, '> 0: a recipe search\'s run: its "test" is a tenth of the training rows, the real test rows unused'
     )
 
     @property
@@ -79,7 +83,7 @@ class DataOptions:
         return self.missing or DATASET_MISSING.get(self.dataset, "mean")
 
     def check(self, need: Need) -> None:
-        _nonnegative(need, self, "n_rows", "sigma_cf", "search_fold")
+        nonnegative(need, self, "n_rows", "sigma_cf", "search_fold")
         need(
             self.input_scale in ("", *SCALES),
             f"run-config 'input-scale' must be one of {SCALES}, got {self.input_scale!r}",
@@ -103,29 +107,46 @@ class DataOptions:
 class TrainOptions:
     """Which training mode and method, its optimisation budget, and how the steps are exchanged."""
 
-    mode: str = "vfl"  # vfl (FedSim and its baselines) | entity-aug (app/entity_aug/server.py)
-    method: str = "fedsim_attn"  # the paper's model plus attention (docs/fedsim-attn.md); "fedsim" = the paper's
-    hparams: str = "dataset"  # "dataset": every method uses the dataset's FedSim values; "paper": per method
-    batch_size: int = 0
-    epochs: int = 0  # the maximum with patience > 0; 0 = the dataset's default
-    patience: int = -1  # epochs without a better validation value before stopping; 0 = fixed epochs; -1 = default
-    lr: float = 0.0
-    # every party's lr times lr-decay after lr-patience epochs without a better validation value
-    # (strategies/records.py lr_scale); lr-decay 1 = a constant rate (the paper's)
-    lr_decay: float = 1.0
-    lr_patience: int = 3
-    weight_decay: float = -1.0
-    seed: int = 0
-    # an ensemble member: the same split and linkage as `seed`, its own initial weights, dropout and
-    # batch order (:attr:`model_seed`); 0 = the run's own, as before
-    member: int = 0
-    steps_per_exchange: int = 1  # exact split learning; more: a stale window (docs/reference.md "Steps per exchange")
-    pipeline: bool = (
-        False  # request the next window's embeddings before computing this one (strategies/vfl/protocol.py)
+    mode: str = opt("vfl", "vfl (FedSim and baselines) | entity-aug (Entity Augmentation, classification only)")
+    method: str = opt(
+        "fedsim_attn",
+        "fedsim_attn (default: FedSim + attention, docs/fedsim-attn.md) | fedsim (the paper's) | a baseline",
     )
-    max_steps: int = 0
-    checkpoint: bool = True  # every party saves its state after each epoch (app/vfl/checkpoint.py)
-    resume: bool = False  # go on from the last checkpoint of run `run-name`
+    hparams: str = opt("dataset", "dataset: every method uses the dataset's FedSim values | paper: App. E per method")
+    batch_size: int = opt(0, "hdb: 128")
+    epochs: int = opt(
+        0, "0 = the dataset's (hdb: 100, the paper's); with patience > 0 the maximum (own data: 200)", may_change=True
+    )
+    patience: int = opt(
+        -1,
+        "stop after this many epochs without a better validation value (a classifier's log loss, else the metric); 0 = fixed epochs; -1 = the dataset's: 0 for the built-in ones, 10 for a dataset without tuned defaults (csv)",
+        may_change=True,
+    )
+    lr: float = opt(0.0, "hdb: 1e-3 (LAMB)")
+    lr_decay: float = opt(
+        1.0,
+        "< 1: every party's lr times this after lr-patience epochs without a better validation value (ReduceLROnPlateau; the primary's schedule, sent with each step); 1 = constant",
+        before=1.0,
+    )
+    lr_patience: int = opt(
+        3, "lr-decay's patience: epochs without a better validation value before each decay", before=3
+    )
+    weight_decay: float = opt(-1.0, "hdb: 1e-4")
+    seed: int = opt(0, "the split, the linkage and the measurements draw from it (an ensemble member's model: member)")
+    member: int = opt(
+        0, "an ensemble member: the split of `seed`, its own initial weights, dropout and batch order", before=0
+    )
+    steps_per_exchange: int = opt(
+        1, "S: training steps per exchange; 1 = exact split learning, more = a stale window for WANs"
+    )
+    pipeline: bool = opt(
+        False, "true: request window w + 1 while computing window w (one more window stale; docs/deployment.md)"
+    )
+    max_steps: int = opt(0, "stop after this many training steps (tests); 0 = all epochs")
+    checkpoint: bool = opt(
+        True, "every party saves its state after each epoch; resume with resume=true", may_change=True
+    )
+    resume: bool = opt(False, "go on from the last checkpoint of run `run-name`", may_change=True)
 
     @property
     def model_seed(self) -> int:
@@ -151,7 +172,7 @@ class TrainOptions:
         need(
             self.patience >= -1, f"run-config 'patience' must be >= 0 (-1 = the dataset's default), got {self.patience}"
         )
-        _nonnegative(need, self, "batch_size", "epochs", "max_steps", "member")
+        nonnegative(need, self, "batch_size", "epochs", "max_steps", "member")
         need(
             self.member == 0 or self.mode == "vfl",
             f"run-config 'member' {self.member} applies to mode 'vfl'; mode {self.mode!r} has no ensembles",
@@ -172,14 +193,20 @@ class TrainOptions:
 class ModelOptions:
     """Switches of FedSim's model over the dataset's defaults (app/config.py DATASET_DEFAULTS)."""
 
-    merge: str = ""  # cnn | mlp | avg; "" = the dataset's
-    dropout: float = -1.0  # merge-gate dropout; -1 = the dataset's
-    weight_gate: bool = True
-    sort_gate: bool = True
-    # fedsim_attn's attention branch starts at Top1Sim ("top1") or adds nothing at first ("silent":
-    # the paper's FedSim); "" = the dataset's (app/config.py DATASET_DEFAULTS, chosen on validation)
-    attention_start: str = ""
-    attention_lr: float = 0.0  # the attention branch's learning rate as a fraction of the model's; 0 = the dataset's
+    merge: str = opt("", "cnn | mlp | avg")
+    dropout: float = opt(-1.0, "merge-gate dropout; hdb: 0.2")
+    weight_gate: bool = opt(True, "FedSim's weight gate: each link's similarity weighs its embedding")
+    sort_gate: bool = opt(True, "FedSim's sort gate: the K links ordered by similarity before the merge")
+    attention_start: str = opt(
+        "",
+        "fedsim_attn's attention branch starts at Top1Sim (top1) or adds nothing at first (silent: FedSim); \"\" = the dataset's",
+        before="top1",
+    )
+    attention_lr: float = opt(
+        0.0,
+        "fedsim_attn's attention branch learns at this fraction of lr, in (0, 1]; 0 = the dataset's (1)",
+        before=1.0,
+    )
 
     def check(self, need: Need) -> None:
         need(
@@ -198,80 +225,25 @@ class ModelOptions:
 
 
 @dataclass(frozen=True)
-class LinkOptions:
-    """The linkage: top-K, its privacy (tau and the noise calibration), how identifiers travel."""
-
-    k: int = 0
-    tau: float = 1.0
-    privacy: str = DEFAULT_LEVEL  # off | standard | strict: the floors (a simulation's), the exchange's defences
-    encoding: str = "raw"  # "bloom": the parties link on keyed Bloom filters (strings) / FEDERAL filters (numbers)
-    layout: str = "independent"  # several secondaries: each linked to the primary, or "chain" (paper App. C)
-    linkage_dir: str = ""  # a linkage service's results (primary.npz, secondary-<party>.npz); "" = link here
-    privacy_report: bool = True  # attack the job's release and report the success (linkage/privacy.py)
-    privacy_radius: float = 0.0  # Theorem 2's success radius, identifier units; 0 = half each secondary's spacing
-    privacy_compose: bool = False  # noise on a link scaled by sqrt(the secondary record's links) (Defences)
-
-    def check(self, need: Need) -> None:
-        _nonnegative(need, self, "k")
-        need(0.0 < self.tau <= 1.0, f"run-config 'tau' must be in (0, 1], got {self.tau}")
-        need(self.layout in LAYOUTS, f"run-config 'layout' must be one of {LAYOUTS}, got {self.layout!r}")
-        need(self.encoding in ENCODINGS, f"run-config 'encoding' must be one of {ENCODINGS}, got {self.encoding!r}")
-        need(
-            0.0 <= self.privacy_radius < float("inf"),
-            f"run-config 'privacy-radius' must be >= 0 (0: half the secondary's spacing), got {self.privacy_radius}",
-        )
-        need(self.privacy in LEVELS, f"run-config 'privacy' must be one of {list(LEVELS)}, got {self.privacy!r}")
-        need(
-            not (self.encoding == "bloom" and self.linkage_dir),
-            "run-config encoding='bloom' encodes before linking here; with 'linkage-dir' the linkage service "
-            "already linked (the parties encode for it with `python -m linkage_server.cli --key-file`)",
-        )
-        need(
-            not ((self.privacy_compose or self.privacy_radius) and self.linkage_dir),
-            "run-config 'privacy-radius' / 'privacy-compose' set the noise of a linkage linked here; with "
-            "'linkage-dir' the linkage service already linked (pass --radius / --compose to its start command)",
-        )
-
-
-@dataclass(frozen=True)
-class ExchangeOptions:
-    """Defences of what training exchanges (strategies/vfl/defences.py, docs/privacy.md) and the
-    report of the attacks on it (strategies/vfl/exchange_observer.py)."""
-
-    grad_clip: float = 0.0  # the primary clips each record's cut-layer gradients to this L2 norm; 0 = the level's
-    grad_noise: float = 0.0  # ... and adds Gaussian noise of std grad-noise * grad-clip to the blocks it sends
-    marvell: float = 0.0  # binary labels: Marvell's noise, power budget in units of |Delta|^2; 0 = off
-    label_dp: float = 0.0  # epsilon of randomised training labels (label DP); 0 = off
-    embedding_clip: float = 0.0  # each secondary clips each embedding it sends to this L2 norm; 0 = its level's
-    embedding_noise: float = 0.0  # ... and adds Gaussian noise of std embedding-noise * embedding-clip
-    exchange_report: bool = True  # score label attacks on the exchanged gradients (summary.json exchange_privacy)
-    exchange_privacy: str = ""  # the exchange's level when it differs from `privacy` ("" = the same)
-
-    def check(self, need: Need) -> None:
-        need(
-            self.exchange_privacy in ("", *LEVELS),
-            f"run-config 'exchange-privacy' must be one of {['', *LEVELS]}, got {self.exchange_privacy!r}",
-        )
-        _nonnegative(need, self, "grad_clip", "grad_noise", "marvell", "label_dp", "embedding_clip", "embedding_noise")
-        for clip, noise in (("grad_clip", "grad_noise"), ("embedding_clip", "embedding_noise")):
-            need(
-                getattr(self, clip) > 0 or getattr(self, noise) == 0,
-                f"run-config {noise.replace('_', '-')!r} is in units of {clip.replace('_', '-')!r}: set both",
-            )
-
-
-@dataclass(frozen=True)
 class RuntimeOptions:
     """Where and on what a run executes: its folder and name, transport, device, timeouts."""
 
-    out_dir: str = ""
-    run_name: str = ""
-    transport: str = "auto"  # "direct": the steps go over each party worker's own link (app/party_worker.py)
-    device: str = "auto"
-    dtype: str = "float32"
-    eval_chunk: int = 50_000
-    node_timeout: float = 120.0
-    threads: int = 0  # torch / BLAS threads of every party's process; 0 = chosen per process (app/threads.py)
+    out_dir: str = opt("", 'run directories and linkage jobs; "" = ./runs of the process', may_change=True)
+    run_name: str = opt("", '"" = <dataset>-<method>-s<seed>-<time>', may_change=True)
+    transport: str = opt(
+        "auto",
+        "auto = direct: tensors over each party worker's encrypted link (both modes) | flower: every exchange a Flower message",
+        may_change=True,
+    )
+    device: str = opt("auto", "auto | cpu | cuda")
+    dtype: str = opt("float32", "float32 | float64")
+    eval_chunk: int = opt(50_000, "tokens per evaluation message", may_change=True)
+    node_timeout: float = opt(120.0, "seconds to wait for a secondary before failing", may_change=True)
+    threads: int = opt(
+        0,
+        "torch / BLAS threads per party process; 0 = chosen from its CPUs, their sharing and the model size (app/threads.py)",
+        may_change=True,
+    )
 
     @property
     def direct(self) -> bool:
@@ -303,9 +275,15 @@ class RuntimeOptions:
 class EntityAugOptions:
     """Entity Augmentation's own settings (mode "entity-aug")."""
 
-    overlap: float = 0.05  # fraction of training entities held by every secondary
-    variant: str = "augment"  # aligned | augment | full (strategies/entity_aug/model.py); flat key ea-variant
-    secondary_timeout: float = 0.0  # s to wait for a secondary before reusing its last activation; 0 = no fallback
+    overlap: float = opt(
+        0.05, "entity-aug: fraction of training entities held by every guest (the rest: disjoint shares)"
+    )
+    variant: str = opt(
+        "augment", "entity-aug: aligned (aligned subset only) | augment (+ misaligned rest) | full (all aligned)"
+    )
+    secondary_timeout: float = opt(
+        0.0, "entity-aug: seconds to wait for a secondary before reusing its last activation; 0 = no fallback"
+    )
 
     def check(self, need: Need) -> None:
         need(0.0 < self.overlap <= 1.0, f"run-config 'overlap' must be in (0, 1], got {self.overlap}")
@@ -320,13 +298,13 @@ class EntityAugOptions:
 class PredictOptions:
     """Predict mode: a trained run's kept federation predicts new records (flat keys predict-*)."""
 
-    run: str = ""  # the trained run (under out-dir) whose kept federation predicts; "" = train
-    input: str = ""  # CSV of new primary records (entity-aug: entity ids; primary's own path)
-    output: str = ""  # where the predictions CSV goes (the primary's own path)
-    id_column: str = ""  # a column of the input naming each record ("" = row number)
-    explain: bool = False  # add each record's neighbours, similarities and weights
-    unknown: str = "ignore"  # an unseen category: ignore (no one-hot set) | refuse
-    linkage: str = ""  # the linkage service's answer to the query (npz); "" = link here
+    run: str = opt("", 'predict mode: the trained run (under out-dir) whose kept federation predicts; "" = train')
+    input: str = opt("", "predict mode: CSV of new primary records (the primary's own path)")
+    output: str = opt("", "predict mode: where the predictions CSV goes")
+    id_column: str = opt("", 'predict mode: a column of the input naming each record; "" = row number')
+    explain: bool = opt(False, "predict mode: add each record's neighbours (opaque tokens), similarities, weights")
+    unknown: str = opt("ignore", "predict mode: a category unseen in training: ignore | refuse")
+    linkage: str = opt("", 'predict mode: the linkage service\'s answer to the query (npz); "" = link here')
 
     def check(self, need: Need) -> None:
         need(
@@ -372,6 +350,12 @@ def flat_key(group: str, attr: str) -> str:
 FLAT = {flat_key(g, f.name): (g, f.name) for g, cls in GROUPS.items() for f in fields(cls)}
 # flat name -> its type's name ("int", "float", "str", "bool")
 KIND = {flat_key(g, f.name): f.type for g, cls in GROUPS.items() for f in fields(cls)}
+# flat name -> its field (default, help, resumability: app/config_fields.py)
+FIELDS = {flat_key(g, f.name): f for g, cls in GROUPS.items() for f in fields(cls)}
+# the keys that may differ between a run and its resumption (paths, patience, bookkeeping)
+MAY_CHANGE_ON_RESUME = tuple(k for k, f in FIELDS.items() if f.metadata[MAY_CHANGE])
+# keys added since checkpoints were first written, and the value each had before it existed
+ADDED = {k: f.metadata[BEFORE] for k, f in FIELDS.items() if BEFORE in f.metadata}
 
 
 def split_flat(values: dict) -> dict[str, dict]:

@@ -19,6 +19,15 @@ def test_every_pyproject_key_is_a_field_and_parses():
     assert cfg.data.dataset == "hdb" and cfg.train.steps_per_exchange >= 1
 
 
+def test_pyproject_table_is_the_rendering_of_the_fields():
+    """Each key's one home is its field (default, help, resumability): pyproject.toml's table is
+    rendered from them (`python -m app.config_table --write`), never edited by hand."""
+    from app.config_table import PYPROJECT, with_table
+
+    text = PYPROJECT.read_text()
+    assert text == with_table(text), "pyproject.toml's run-config table differs: python -m app.config_table --write"
+
+
 def test_dataclass_defaults_match_pyproject():
     """RunConfig.of() is used outside Flower (tests, benches); it must mean what `flwr run .` means."""
     assert RunConfig.from_flower(pyproject_config()) == RunConfig.of()

@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from app.config import dataset_defaults
-from app.config_groups import RENAMED, RETIRED, DataOptions
-from datasets.options import PLE_BINS
+from app.config_groups import ADDED, RENAMED, RETIRED, DataOptions
+from app.config_groups import MAY_CHANGE_ON_RESUME as MAY_CHANGE
 from linkage.private import private_dir
 from linkage.store import write_atomic
 from strategies.records import EpochRecord
@@ -152,38 +152,6 @@ def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
                 f"{manifest.epoch} (digest {got['digest'][:12]} vs {want['digest'][:12]}, cursor "
                 f"{got['applied']} vs {want['applied']})"
             )
-
-
-# Run-config keys that may change between a run and its resumption (paths, patience, bookkeeping).
-MAY_CHANGE = (
-    "epochs",
-    "patience",
-    "run_name",
-    "out_dir",
-    "data_dir",
-    "linkage_dir",
-    "resume",
-    "checkpoint",
-    "node_timeout",
-    "eval_chunk",
-    "transport",
-    "threads",
-)
-
-
-# run-config keys added since checkpoints were first written, and the value each had before it existed
-ADDED = {
-    "input_scale": "standard",
-    "missing": "mean",
-    "lr_decay": 1.0,
-    "lr_patience": 3,
-    "attention_start": "top1",
-    "attention_lr": 1.0,
-    "ple_bins": PLE_BINS,
-    "member": 0,
-    "privacy": "off",
-    "exchange_privacy": "off",  # a run from before the exchange's defences had none
-}
 
 
 def resolved(config: dict) -> dict:
