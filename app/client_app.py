@@ -8,12 +8,12 @@ from flwr.clientapp import ClientApp
 
 from app.entity_aug import client as ea_secondary
 from app.vfl import client as vfl
-from linkage.private import private_umask
+from files.private import private_umask
 
 
 def private_files(msg: Message, context: Context, call_next) -> Message:
     """Every handler writes its party's models, checkpoints and caches 0600 in 0700 folders, whatever
-    umask the SuperNode (or simulation) that runs this app was started with (linkage.private)."""
+    umask the SuperNode (or simulation) that runs this app was started with (files.private)."""
     private_umask()
     return call_next(msg, context)
 

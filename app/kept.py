@@ -22,8 +22,8 @@ import torch
 
 from app.config import RunConfig
 from app.predict_files import left_note
-from linkage.private import private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord
 

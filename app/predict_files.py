@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from linkage.store import atomic_path, write_atomic
+from files.atomic import atomic_path, write_atomic
 
 
 def left_note(out: Path) -> str:

@@ -72,8 +72,8 @@ from typing import Any
 import numpy as np
 
 from app import threads
-from linkage.private import private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
 from strategies.records import EpochRecord, best_epoch
 
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"

@@ -36,8 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.run_record import DERIVED, FILES, FOLDERS, SUMMARY
-from linkage.private import private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
 
 STATUS = "status.json"
 

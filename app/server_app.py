@@ -8,7 +8,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from app import modes
 from app.config import RunConfig
-from linkage.private import private_umask
+from files.private import private_umask
 
 app = ServerApp()
 

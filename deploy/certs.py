@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from linkage.private import create_secret
+from files.private import create_secret
 
 LOCAL_NAMES = ("127.0.0.1", "::1", "localhost")
 
@@ -37,7 +37,7 @@ def _name(common: str) -> x509.Name:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Created 0600 (never readable by others, not even for a moment: linkage.private.create_secret);
+    """Created 0600 (never readable by others, not even for a moment: files.private.create_secret);
     an existing file is replaced (new credentials for a new deployment)."""
     path.unlink(missing_ok=True)
     create_secret(path, data, "credential")

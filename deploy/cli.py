@@ -22,7 +22,7 @@ from deploy.deployment import LinkRequest
 from deploy.predict import add_parser as add_predict_parser
 from deploy.predict import command as predict_command
 from deploy.processes import running
-from linkage.private import private_umask
+from files.private import private_umask
 
 
 def parser() -> argparse.ArgumentParser:

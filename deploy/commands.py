@@ -27,10 +27,10 @@ from pathlib import Path
 from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, LinkRequest, node_config, party_levels
 from deploy.localsim import REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
-from linkage.private import private_dir
+from files.atomic import write_atomic
+from files.private import private_dir
+from files.source_tree import exit_if_source
 from linkage.protection import DEFAULT_LEVEL
-from linkage.source_tree import exit_if_source
-from linkage.store import write_atomic
 from strategies.vfl.methods import REGISTRY
 
 # A deployed run unless its run config says otherwise: exact split learning (S = 1) over the

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from deploy.localsim import QUIET_ENV
 from deploy.processes import Proc
+from files.atomic import write_atomic
 from linkage.protection import DEFAULT_LEVEL, LEVELS
-from linkage.store import write_atomic
 
 CONNECTION = "fedsim-deploy"  # the SuperLink connection's name in the deployment's Flower config
 PRIMARY = "primary"

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from linkage.private import private_ray_tmp
+from files.private import private_ray_tmp
 from linkage_server.local import free_port  # noqa: F401 - deploy.commands and the tests take it from here
 
 REPO = Path(__file__).resolve().parents[1]

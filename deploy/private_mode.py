@@ -16,9 +16,9 @@ import secrets
 import numpy as np
 
 from deploy.deployment import PRIMARY, Deployment
+from files.private import create_secret
 from linkage.binding import identifier_digest
 from linkage.encode import encode_with_key, key_fingerprint
-from linkage.private import create_secret
 
 KEY = "parties.key"  # in each party's own folder, beside its linkage secret
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from app.run_record import machine
 from experiments.runner import REPO, git_rev
 from experiments.sweep import SweepFailed, run_sweep
-from linkage.store import write_atomic
+from files.atomic import write_atomic
 
 SWEEPS = [
     "baselines",

@@ -31,7 +31,7 @@ from app.run_record import FILES
 from app.run_status import STATUS, is_finished
 from experiments.runner import REPO, run_flower
 from experiments.sweep_tables import key_metric, markdown, param_plot, plots, tabulate
-from linkage.private import private_umask
+from files.private import private_umask
 
 ENGINES = ("inprocess", "flower")
 KEYS = {"datasets", "seeds", "set", "variants", "quick", "x", "engine", "name"}  # what a sweep file may hold

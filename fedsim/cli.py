@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from fedsim import predict, train
-from linkage.private import private_umask
+from files.private import private_umask
 
 SERVICE = {  # fedsim <name> -> python -m linkage_server <name>
     "serve": "serve",

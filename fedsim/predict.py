@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
-from linkage.source_tree import inside_source
+from files.source_tree import inside_source
 
 
 def add_parser(sub) -> None:

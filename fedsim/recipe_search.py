@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.run_record import read_metrics
-from linkage.private import private_dir
+from files.private import private_dir
 from strategies.heads import TaskHead
 
 SEARCH_FOLD = 1  # the search split: the usual validation tenth and the one before it held out

@@ -12,8 +12,8 @@ from app.run_record import YARDSTICK, hyperparameter_lines, read_metrics
 from app.run_status import problem
 from fedsim.recipe_search import RECORD as SEARCH
 from fedsim.recipe_search import lines as search_lines
+from files.atomic import atomic_path
 from linkage.privacy import report_lines
-from linkage.store import atomic_path
 from strategies.vfl.exchange_observer import report_lines as exchange_lines
 from strategies.vfl.gates import WeightGate
 from strategies.vfl.methods import REGISTRY

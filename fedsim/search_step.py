@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedsim import recipe_search as rs
-from linkage.private import private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
 
 
 @dataclass

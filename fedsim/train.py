@@ -18,8 +18,8 @@ from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
 from fedsim.watch import run_thread, tail, watch
-from linkage.private import private_dir
-from linkage.source_tree import refuse_source
+from files.private import private_dir
+from files.source_tree import refuse_source
 from strategies.vfl.methods import REGISTRY
 
 FLAGS = ("dataset", "data_dir", "out_dir", "run_name", "mode", "method", "epochs", "seed")

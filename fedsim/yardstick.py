@@ -34,7 +34,7 @@ import numpy as np
 
 from app.run_record import YARDSTICK as FILE
 from experiments.reference import fit_best, neighbour_means
-from linkage.store import write_atomic
+from files.atomic import write_atomic
 
 RESAMPLES = 200  # bootstrap resamples of the test rows: the error of a ~0.1 x error estimate, enough to call a gap
 STOP_AFTER = 50  # boosting stops once validation loss has not improved for this many iterations (bounds the time)
@@ -132,7 +132,7 @@ def neural_alone(values: dict, run_dir: Path) -> dict | None:
     this process beside the run on its split; only its summary's metrics are kept. None (said on
     stderr) when it fails: the rest of the yardstick stands without it."""
     from fedsim.search_step import train_in_process  # lazy: the training stack
-    from linkage.private import private_dir  # lazy: as above
+    from files.private import private_dir  # lazy: as above
 
     folder = private_dir(run_dir / "yardstick-solo")
     name = f"{run_dir.name}.solo"

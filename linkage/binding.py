@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
 from linkage.contracts import LinkageError, LinkageResult, PrimaryLinkage, identifier_bytes
-from linkage.store import write_atomic
 
 RECORD = "upload-record.json"
 

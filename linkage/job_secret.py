@@ -22,7 +22,7 @@ import os
 import secrets
 from pathlib import Path
 
-from linkage.private import private_dir
+from files.private import private_dir
 
 OPERATOR_SEED_ENV = "FEDSIM_LINKAGE_OPERATOR_SEED"
 SECRET_BYTES = 32

@@ -7,16 +7,16 @@ secondary its own ``secondary-<party>.npz``, and training reads them from one fo
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import shutil
-import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from files.atomic import atomic_path, write_atomic
+from files.private import create_private, private_dir
 from linkage.contracts import (
     LinkageError,
     LinkageResult,
@@ -24,7 +24,6 @@ from linkage.contracts import (
     PrimaryLinkage,
     SecondaryLinkage,
 )
-from linkage.private import create_private, private_dir
 
 
 def npz_bytes(**arrays) -> bytes:
@@ -97,27 +96,6 @@ def save_job(result: LinkageResult, folder: Path) -> Path:
     for party, s in result.secondaries.items():
         write_atomic(folder / f"secondary-{party}.npz", secondary_bytes(s))
     return folder
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path):
-    """A temporary name beside ``path`` to write, renamed to ``path`` when the block ends without
-    an error and removed when it raises: a crash or failure never leaves half a file. The
-    temporary file is created 0600 (in folders created 0700) before the block writes into it,
-    so the file is its owner's alone whatever the umask (linkage.private)."""
-    tmp = path.with_name(f"{path.name}.tmp{threading.get_ident()}")
-    try:
-        create_private(tmp)
-        yield tmp
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary name, then rename (:func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
 
 
 def write_npz(path: Path, members: dict) -> None:

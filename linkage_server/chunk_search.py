@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
+from files.private import private_ray_tmp
 from linkage.approx import Approx, approx_searcher
 from linkage.contracts import LinkageError
 from linkage.pipeline import searcher
-from linkage.private import private_ray_tmp
-from linkage.store import npz_bytes, write_atomic
+from linkage.store import npz_bytes
 
 RETRIES = 3  # a chunk whose Ray worker died is run again this many times
 

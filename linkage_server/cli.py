@@ -31,11 +31,11 @@ import sys
 import time
 from pathlib import Path
 
+from files.private import create_secret, private_dir, private_umask, warn_if_exposed
+from files.source_tree import inside_source
 from linkage.contracts import LinkageError
 from linkage.job_secret import OPERATOR_SEED_ENV, operator_seed_from_env
-from linkage.private import create_secret, private_dir, private_umask, warn_if_exposed
 from linkage.quality import delta_verdict, improvement_delta
-from linkage.source_tree import inside_source
 from linkage_server import requestlog
 from linkage_server.cli_options import (
     HelpFormatter,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
+from files.private import create_secret, warn_if_exposed
 from linkage.binding import RECORD, identifier_digest
 from linkage.contracts import LinkageError
 from linkage.encode import encode_with_key, federal_key, key_fingerprint
-from linkage.private import create_secret, warn_if_exposed
-from linkage.store import write_atomic
 from linkage_server.csv_ids import read_csv_identifiers, report, skipped_path, write_skipped
 from linkage_server.progress import Bar
 from linkage_server.uploads import METRIC_OF_KIND, to_npy

@@ -12,9 +12,10 @@ from typing import Callable
 import httpx
 import numpy as np
 
+from files.atomic import atomic_path, write_atomic
 from linkage.binding import UploadRecord, upload_record, write_record
 from linkage.contracts import LinkageError, PrimaryLinkage
-from linkage.store import atomic_path, read_primary, save_privacy, write_atomic
+from linkage.store import read_primary, save_privacy
 from linkage_server.params import FINGERPRINT_HEADER
 from linkage_server.uploads import to_npy
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
 from linkage.contracts import LinkageError
-from linkage.store import write_atomic
 from linkage.strings import normalize_strings
 
 MISSING_RULES = ("refuse", "skip", "empty")

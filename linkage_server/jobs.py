@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
+from files.private import private_dir
 from linkage.job_secret import new_secret, write_secret
-from linkage.private import private_dir
-from linkage.store import write_atomic
 from linkage_server.floors import Floors, parse_floor
 from linkage_server.job_run import SECRET, TRAIN_ROWS, JobRunner
 from linkage_server.limits import Limits, job_cost

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linkage.store import write_atomic
+from files.atomic import write_atomic
 from linkage_server.uploads import to_npy
 
 BLOCK = 1 << 20  # tokens read at a time (8 MB)

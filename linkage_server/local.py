@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from linkage.store import write_atomic
+from files.atomic import write_atomic
 
 
 def free_port() -> int:

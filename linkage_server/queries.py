@@ -35,13 +35,14 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
+from files.private import private_dir
 from linkage.binding import identifier_digest
 from linkage.contracts import LinkageError
 from linkage.job_secret import SecretError, read_secret
-from linkage.private import private_dir
 from linkage.protection import defences_from
 from linkage.query import query
-from linkage.store import primary_bytes, read_primary, read_secondary, write_atomic
+from linkage.store import primary_bytes, read_primary, read_secondary
 from linkage_server.job_run import JobRunner
 from linkage_server.jobs import SECRET, TRAIN_ROWS
 from linkage_server.limits import QUERY_MAX_CELLS

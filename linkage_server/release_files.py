@@ -23,13 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from files.atomic import write_atomic
 from linkage.binding import bind_result
 from linkage.contracts import Defences, LinkageResult, PrimaryLinkage, SecondaryLinkage
 from linkage.pipeline import chain_to
 from linkage.privacy import MAX_TOKENS, attacked_tokens, failure_report
 from linkage.privacy import privacy_report as report
 from linkage.release import PartyPlan, plan_party, rng_from_secret
-from linkage.store import NpyWriter, npy_chunks, primary_meta, secondary_bytes, write_atomic, write_npz
+from linkage.store import NpyWriter, npy_chunks, primary_meta, secondary_bytes, write_npz
 from linkage_server.chunk_search import ChunkFiles
 
 

@@ -1,7 +1,8 @@
 """The house rules, checked: module and function sizes, and which package may import which.
 
 Limits from the developers' guide: no module over 400 lines, no function over 60. Layering
-(docs/design.md "Where things live"): the linkage library imports no web framework and nothing of ours
+(docs/design.md "Where things live"): the shared file helpers (files/) import nothing of ours;
+the linkage library imports no web framework and nothing of ours
 but itself; the Flower-free training core (strategies/) and the data loaders (datasets/) import
 no Flower and nothing of the app; the Flower app (app/) reads linkages through the library, not
 the service; no product package imports the operator tooling (deploy/), the experiment runner
@@ -18,13 +19,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("app", "linkage", "linkage_server", "strategies", "datasets")
+PRODUCT = ("app", "files", "linkage", "linkage_server", "strategies", "datasets")
 CHECKED = (*PRODUCT, "deploy", "lab", "experiments", "bench", "fedsim")
 MAX_MODULE, MAX_FUNCTION = 400, 60
 TOOLS = ("deploy", "lab", "experiments", "bench", "fedsim")
 WEB = ("fastapi", "starlette", "uvicorn", "httpx")
 # package -> modules (ours or third-party, matched as dotted prefixes) it must not import
 FORBIDDEN = {
+    "files": ("app", "linkage", "strategies", "datasets", "linkage_server", *TOOLS, *WEB, "flwr"),
     "linkage": ("app", "strategies", "datasets", "linkage_server", *TOOLS, *WEB, "flwr"),
     "linkage_server": ("app", "strategies", "datasets", *TOOLS, "flwr"),
     "datasets": ("app", "strategies", "linkage_server", *TOOLS, "flwr"),

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linkage.private import SecretExists, create_private, create_secret, exposed, private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import SecretExists, create_private, create_secret, exposed, private_dir
 from linkage_server.local import free_port
 from tests.test_service_cli import TITLES
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from linkage.private import private_ray_tmp
+from files.private import private_ray_tmp
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from linkage.source_tree import ROOT, inside_source
+from files.source_tree import ROOT, inside_source
 
 OUTPUT_OPTIONS = ("--out", "--fetch", "--data-dir", "--secrets-dir", "--record", "--out-dir", "--admin-token-file")
 

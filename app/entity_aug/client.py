@@ -33,7 +33,7 @@ from app.entity_aug.parties import (
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
-from linkage.private import private_dir
+from files.private import private_dir
 from strategies.entity_aug.model import BatchSchedule
 from strategies.entity_aug.secondary import SecondaryParty
 

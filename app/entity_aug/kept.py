@@ -38,8 +38,8 @@ import torch
 from app import kept
 from app.kept import KEPT, KeptError
 from datasets.overlap import PRIMARY_BLOCK, EntityData
-from linkage.private import private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
 from strategies.heads import TaskHead
 
 # state names of the primary's model and of its own block's model (the values, file names, are kept)

@@ -30,8 +30,8 @@ import torch
 from app.config import dataset_defaults
 from app.config_groups import ADDED, RENAMED, RETIRED, DataOptions
 from app.config_groups import MAY_CHANGE_ON_RESUME as MAY_CHANGE
-from linkage.private import private_dir
-from linkage.store import write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
 from strategies.records import EpochRecord
 from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.gates import SeededDropout

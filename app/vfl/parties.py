@@ -20,8 +20,8 @@ from torch import nn
 from app.config import RunConfig, Settings
 from app.data import dataset_options, load_data
 from datasets.options import SPEC
+from files.atomic import write_atomic
 from linkage.contracts import PrimaryLinkage
-from linkage.store import write_atomic
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
 from strategies.vfl.fedsim import FedSimStrategy

@@ -21,8 +21,9 @@ from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
 from app.vfl.kept import PARTY_KEPT, features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
-from linkage.private import private_dir
-from linkage.store import load_secondary, write_atomic
+from files.atomic import write_atomic
+from files.private import private_dir
+from linkage.store import load_secondary
 from strategies.optim import make_optimizer, set_lr
 from strategies.shields import RowShield, level_shield, reloaded, secret_generator, split_shield, with_shield
 from strategies.vfl.defences import ClipNoise, clipped_rows

@@ -27,6 +27,8 @@ SOURCE = (
     "examples",
     "experiments",
     "fedsim",
+    "files",
+    "lab",
     "linkage",
     "linkage_server",
     "scripts",
