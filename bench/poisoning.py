@@ -53,7 +53,7 @@ def run(tmp: Path, tamper, after: int = 0):
     cfg, settings, ds, linkage, job, plan = _setup(RunConfig.of(**CFG, out_dir=str(tmp)), None)
     strategy = build_strategy(ds, linkage, cfg, settings)
     channel = Tampered(_local_parties(cfg, ds, job, linkage), "school", tamper, after)
-    return fit(strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None, lambda *a: None)
+    return fit(strategy, channel, ds.split, plan)
 
 
 def _set(value, dtype=None):

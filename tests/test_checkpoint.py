@@ -13,7 +13,7 @@ from app.vfl.parties import build_strategy
 from app.vfl.secondary import MisalignedStep
 from strategies.vfl.channel import LocalChannel
 from strategies.vfl.fedsim import GradBlock
-from strategies.vfl.protocol import fit
+from strategies.vfl.protocol import Hooks, fit
 
 CFG = dict(dataset="hdb", n_rows=1200, k=10, batch_size=64, epochs=3, steps_per_exchange=1)  # CNN merge + dropout
 
@@ -50,17 +50,7 @@ def _run(
             raise Crash
 
     records, losses = fit(
-        strategy,
-        channel,
-        ds.split.train,
-        ds.split.val,
-        ds.split.test,
-        plan,
-        on_epoch,
-        lambda *a: None,
-        after_epoch,
-        done,
-        str(folder),
+        strategy, channel, ds.split, plan, Hooks(on_epoch, after_epoch=after_epoch, checkpoint_dir=str(folder)), done
     )
     return records, losses, strategy, channel
 
@@ -93,18 +83,7 @@ def test_the_resume_oracle_can_fail(tmp_path):
     state = __import__("torch").load(tmp_path / "ckpt" / f"primary-{manifest.epoch}.pt", weights_only=True)
     strategy.model.load_state_dict(state["model"])  # weights only: a fresh optimiser and dropout stream
     channel.restore(str(tmp_path / "ckpt"), manifest.epoch)
-    _, losses = fit(
-        strategy,
-        channel,
-        ds.split.train,
-        ds.split.val,
-        ds.split.test,
-        plan,
-        lambda r: None,
-        lambda *a: None,
-        None,
-        ([None] * (manifest.epoch + 1), state["step_losses"]),
-    )
+    _, losses = fit(strategy, channel, ds.split, plan, done=([None] * (manifest.epoch + 1), state["step_losses"]))
     assert np.abs(np.asarray(losses) - np.asarray(full_losses)).max() > 1e-3
 
 

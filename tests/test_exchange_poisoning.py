@@ -26,9 +26,7 @@ def _run(tmp_path, tamper, after=0):
     parties = _local_parties(cfg, ds, job, linkage)
     before = {k: v.clone() for k, v in strategy.model.state_dict().items()}
     channel = Tampered(parties, "school", tamper, after)
-    records, losses = fit(
-        strategy, channel, ds.split.train, ds.split.val, ds.split.test, plan, lambda r: None, lambda *a: None
-    )
+    records, losses = fit(strategy, channel, ds.split, plan)
     return records, losses, strategy, before
 
 
@@ -114,5 +112,4 @@ def test_a_run_whose_own_loss_stops_being_finite_fails_naming_the_step_not_retur
     with pytest.raises(
         (TrainingDiverged, PeerValueError), match=r"training loss is (nan|inf) at step|from the primary"
     ):
-        fit(strategy, Tampered(parties, "school", lambda e: e), ds.split.train, ds.split.val, ds.split.test, plan,
-            lambda r: None, lambda *a: None)  # fmt: skip
+        fit(strategy, Tampered(parties, "school", lambda e: e), ds.split, plan)

@@ -83,16 +83,7 @@ def run_in_process(cfg: RunConfig, steps_per_exchange: int | None = None) -> One
     if strategy.parties:
         strategy.protect(gradient_defence(cfg))  # the run's default defence, as the ServerApp's
     parties = _local_parties(cfg, ds, job, linkage)
-    records, losses = fit(
-        strategy,
-        LocalChannel(parties) if parties else None,
-        ds.split.train,
-        ds.split.val,
-        ds.split.test,
-        plan,
-        lambda rec: None,
-        lambda *a: None,
-    )
+    records, losses = fit(strategy, LocalChannel(parties) if parties else None, ds.split, plan)
     return OneProcessRun(
         np.asarray(losses),
         strategy.model.state_dict(),

@@ -29,7 +29,7 @@ from app.vfl.kept import Keeper
 from app.vfl.linking import job_privacy, linkage_job
 from app.vfl.parties import build_strategy, epochs_note, train_plan
 from strategies.records import EpochRecord, best_epoch, stopping
-from strategies.vfl.protocol import fit
+from strategies.vfl.protocol import Hooks, fit
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -96,19 +96,8 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         keeper, keep = _keeper(out, strategy, channel, engine, done)
         on_epoch, progress = _epoch_log(record, remote, keep, tag)
         t0 = time.perf_counter()
-        records, step_losses = fit(
-            strategy,
-            channel,
-            ds.split.train,
-            ds.split.val,
-            ds.split.test,
-            plan,
-            on_epoch,
-            progress,
-            after_epoch,
-            done,
-            str(ckpt) if after_epoch else "",
-        )
+        hooks = Hooks(on_epoch, progress, after_epoch, str(ckpt) if after_epoch else "")
+        records, step_losses = fit(strategy, channel, ds.split, plan, hooks, done)
         seconds.train_and_eval = time.perf_counter() - t0
         measured = remote.finish(str(out)) if remote else {}  # each party's own inversion measurement
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)

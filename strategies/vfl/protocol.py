@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -239,128 +240,126 @@ def evaluate(
     return strategy.head.evaluation(out, strategy.y[rows])
 
 
+class Split(Protocol):
+    """Row indices of the primary's table (datasets.base.Split has them)."""
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+
+def _ignore(*args) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a run does around :func:`fit`'s epochs. ``on_epoch(rec)`` hears of each evaluated
+    epoch; ``progress`` of every step and of each evaluation's start; ``after_epoch(epoch,
+    records, step_losses)`` (e.g. a checkpoint) runs once an epoch is evaluated, when every party
+    has applied all of its gradient blocks; with ``checkpoint_dir`` the parties checkpoint in the
+    evaluation's first exchange."""
+
+    on_epoch: Callable[[EpochRecord], None] = _ignore
+    progress: Progress = _ignore
+    after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None
+    checkpoint_dir: str = ""
+
+
 def fit(
     strategy: FedSimStrategy,
     channel: SecondaryChannel | None,
-    train_rows: np.ndarray,
-    val_rows: np.ndarray,
-    test_rows: np.ndarray,
+    split: Split,
     plan: TrainPlan,
-    on_epoch: Callable[[EpochRecord], None],
-    progress: Progress,
-    after_epoch: Callable[[int, list[EpochRecord], list[float]], None] | None = None,
+    hooks: Hooks = Hooks(),
     done: tuple[list[EpochRecord], list[float]] | None = None,
-    checkpoint_dir: str = "",
 ) -> tuple[list[EpochRecord], list[float]]:
-    """Train for at most ``plan.epochs``, and with ``plan.patience`` > 0 only until that many
-    epochs brought no better validation value (strategies/records.py); every epoch evaluate
-    validation and test. ``progress`` hears of every step and of each evaluation's start.
-
-    ``after_epoch`` (e.g. a checkpoint) runs once an epoch is evaluated, when every party has
-    applied all of its gradient blocks; with ``checkpoint_dir`` the parties checkpoint in the
-    evaluation's first exchange. ``done`` = the records and step losses of the epochs a
-    checkpoint already holds: training goes on from the next epoch (the schedule is a function
-    of the seed and the epoch, so it continues exactly). The caller picks the best-validation
-    epoch from the records (test is reported there, never selected on)."""
+    """Train on ``split.train`` for at most ``plan.epochs``, and with ``plan.patience`` > 0 only
+    until that many epochs brought no better validation value (strategies/records.py); every
+    epoch evaluate ``split.val`` and ``split.test``, calling the ``hooks``. ``done`` = the records
+    and step losses of the epochs a checkpoint already holds: training goes on from the next
+    epoch (the schedule is a function of the seed and the epoch, so it continues exactly). The
+    caller picks the best-validation epoch from the records (test is reported there, never
+    selected on)."""
+    run = _Fit(strategy, channel, split, plan, hooks, list(done[1]) if done else [])
     records: list[EpochRecord] = list(done[0]) if done else []
-    step_losses: list[float] = list(done[1]) if done else []
-    if _stopped(records, step_losses, plan, strategy):
-        return records, step_losses  # a resumed run that had already stopped
+    if run.stopped(records):
+        return records, run.step_losses  # a resumed run that had already stopped
     first = None  # the first window's embeddings, fetched with the previous evaluation
     for epoch in range(len(records), plan.epochs):
         scale = lr_scale(records, strategy.head, plan.lr_decay, plan.lr_patience)  # 1 unless scheduled
         strategy.scale_lr(scale)
-        rec, pending = _train_one(strategy, channel, train_rows, plan, epoch, step_losses, progress, first, scale)
-        first = _evaluate_one(
-            strategy, channel, rec, (train_rows, val_rows, test_rows), plan, pending, len(step_losses), checkpoint_dir
-        )
+        rec, pending = run.train_one(epoch, first, scale)
+        first = run.evaluate_one(rec, pending)
         records.append(rec)
-        on_epoch(rec)
-        if after_epoch:
-            after_epoch(epoch, records, step_losses)
-        if _stopped(records, step_losses, plan, strategy):
+        hooks.on_epoch(rec)
+        if hooks.after_epoch:
+            hooks.after_epoch(epoch, records, run.step_losses)
+        if run.stopped(records):
             break
-    return records, step_losses
+    return records, run.step_losses
 
 
-def _train_one(
-    strategy: FedSimStrategy,
-    channel: SecondaryChannel | None,
-    train_rows: np.ndarray,
-    plan: TrainPlan,
-    epoch: int,
-    step_losses: list[float],
-    progress: Progress,
-    first: dict[str, tuple[np.ndarray, np.ndarray]] | None,
-    scale: float,
-) -> tuple[EpochRecord, dict[str, list[GradBlock]]]:
-    """One epoch's training steps (their losses appended to ``step_losses``): the epoch's record,
-    its evaluation still to come, and the gradient blocks still pending."""
-    t0 = time.perf_counter()
-    batches = _batches(train_rows, plan, epoch, len(step_losses))
-    n0 = len(step_losses)
-    exchanges, pending = train_epoch(
-        strategy, channel, batches, plan, step_losses, partial(progress, "training", epoch), first, scale
-    )
-    seconds = time.perf_counter() - t0
-    progress("evaluation", epoch, len(batches), len(batches), step_losses[-1] if step_losses else float("nan"))
-    rec = EpochRecord(
-        epoch,
-        float(np.mean(step_losses[n0:])) if batches else float("nan"),
-        len(batches),
-        exchanges,
-        seconds,
-        lr_scale=scale,
-    )
-    return rec, pending
+@dataclass
+class _Fit:
+    """One :func:`fit`: what every epoch trains and evaluates with, and the step losses so far."""
 
+    strategy: FedSimStrategy
+    channel: SecondaryChannel | None
+    split: Split
+    plan: TrainPlan
+    hooks: Hooks
+    step_losses: list[float]
 
-def _evaluate_one(
-    strategy: FedSimStrategy,
-    channel: SecondaryChannel | None,
-    rec: EpochRecord,
-    rows: tuple,
-    plan: TrainPlan,
-    pending: dict[str, list[GradBlock]],
-    steps_done: int,
-    checkpoint_dir: str,
-) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    """Evaluate the epoch just trained on validation and test (``rows``: train, val, test), into
-    ``rec``, fetching the next epoch's first window in the same exchange (none after the last
-    epoch); returns that window's embeddings, or None."""
-    train_rows, val_rows, test_rows = rows
-    epoch, t1 = rec.epoch, time.perf_counter()
-    ahead = (
-        first_window_tokens(strategy, _batches(train_rows, plan, epoch + 1, steps_done), plan)
-        if epoch + 1 < plan.epochs
-        else {}
-    )
-    lookup, n_eval = eval_embeddings(
-        strategy,
-        channel,
-        [val_rows, test_rows],
-        pending,
-        plan,
-        (checkpoint_dir, epoch) if checkpoint_dir else None,
-        ahead,
-        rec.lr_scale,
-    )
-    rec.exchanges += n_eval
-    rec.val = evaluate(strategy, lookup, val_rows, plan)
-    rec.test = evaluate(strategy, lookup, test_rows, plan)
-    rec.attention = strategy.attention_by_rank(val_rows[:ATTENTION_ROWS], lookup)
-    rec.eval_seconds = time.perf_counter() - t1
-    return lookup if ahead else None
+    def train_one(
+        self, epoch: int, first: dict[str, tuple[np.ndarray, np.ndarray]] | None, scale: float
+    ) -> tuple[EpochRecord, dict[str, list[GradBlock]]]:
+        """One epoch's training steps (their losses appended to ``step_losses``): the epoch's
+        record, its evaluation still to come, and the gradient blocks still pending."""
+        t0, losses, progress = time.perf_counter(), self.step_losses, self.hooks.progress
+        batches = _batches(self.split.train, self.plan, epoch, len(losses))
+        n0 = len(losses)
+        exchanges, pending = train_epoch(
+            self.strategy, self.channel, batches, self.plan, losses, partial(progress, "training", epoch), first, scale
+        )
+        seconds = time.perf_counter() - t0
+        progress("evaluation", epoch, len(batches), len(batches), losses[-1] if losses else float("nan"))
+        mean = float(np.mean(losses[n0:])) if batches else float("nan")
+        return EpochRecord(epoch, mean, len(batches), exchanges, seconds, lr_scale=scale), pending
+
+    def evaluate_one(
+        self, rec: EpochRecord, pending: dict[str, list[GradBlock]]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+        """Evaluate the epoch just trained on validation and test, into ``rec``, fetching the next
+        epoch's first window in the same exchange (none after the last epoch); returns that
+        window's embeddings, or None."""
+        strategy, plan, split, folder = self.strategy, self.plan, self.split, self.hooks.checkpoint_dir
+        epoch, t1 = rec.epoch, time.perf_counter()
+        ahead = (
+            first_window_tokens(strategy, _batches(split.train, plan, epoch + 1, len(self.step_losses)), plan)
+            if epoch + 1 < plan.epochs
+            else {}
+        )
+        save = (folder, epoch) if folder else None
+        lookup, n_eval = eval_embeddings(
+            strategy, self.channel, [split.val, split.test], pending, plan, save, ahead, rec.lr_scale
+        )
+        rec.exchanges += n_eval
+        rec.val = evaluate(strategy, lookup, split.val, plan)
+        rec.test = evaluate(strategy, lookup, split.test, plan)
+        rec.attention = strategy.attention_by_rank(split.val[:ATTENTION_ROWS], lookup)
+        rec.eval_seconds = time.perf_counter() - t1
+        return lookup if ahead else None
+
+    def stopped(self, records: list[EpochRecord]) -> bool:
+        """max-steps reached, or the patience ran out (a function of the records: resumes stop alike)."""
+        plan = self.plan
+        return bool(plan.max_steps and len(self.step_losses) >= plan.max_steps) or early_stop(
+            records, self.strategy.head, plan.patience
+        )
 
 
 def _batches(train_rows: np.ndarray, plan: TrainPlan, epoch: int, steps_done: int) -> list[np.ndarray]:
     """The epoch's batches (a function of the seed and the epoch), cut at ``plan.max_steps``."""
     batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
     return batches[: max(0, plan.max_steps - steps_done)] if plan.max_steps else batches
-
-
-def _stopped(records: list[EpochRecord], step_losses: list[float], plan: TrainPlan, strategy: FedSimStrategy) -> bool:
-    """max-steps reached, or the patience ran out (a function of the records: resumes stop alike)."""
-    return bool(plan.max_steps and len(step_losses) >= plan.max_steps) or early_stop(
-        records, strategy.head, plan.patience
-    )
