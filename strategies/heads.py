@@ -114,8 +114,10 @@ class TaskHead:
         return a < b if (key or self.key_metric) in LOWER_IS_BETTER else a > b
 
     def selects(self, a: dict[str, float], b: dict[str, float]) -> bool:
-        """Are validation values ``a`` better than ``b`` by the selection key?"""
-        key = self.selection_key
+        """Are validation values ``a`` better than ``b`` by the selection key? An epoch recorded
+        before evaluations recorded the log loss (a checkpoint of an older version, resumed) has
+        only its key metric, and is compared on that."""
+        key = self.selection_key if self.selection_key in a and self.selection_key in b else self.key_metric
         return self.better(a[key], b[key], key)
 
     def constant_metrics(self, y_train: np.ndarray, y: np.ndarray) -> dict[str, float]:

@@ -94,6 +94,8 @@ def test_a_classifier_that_stops_early_selects_on_its_log_loss_not_its_wobbling_
     assert best_epoch(records, stops).epoch == 6 and best_epoch(records[:6], fixed).epoch == 0
     assert "no better validation log_loss" in stopping(records + records[:3], stops, 3, 200)["reason"]
     assert TaskHead.fit("regression", np.array([1.0, 2.0]), 1, early_stopping=True).selection_key == "rmse"
+    older = [EpochRecord(e, 0.0, 1, 0, 0.0, val={"accuracy": a}) for e, (a, _) in enumerate(WOBBLY[:3])]  # no log loss
+    assert best_epoch(older + records[3:], stops).epoch == 6  # an older checkpoint's epochs resume, on accuracy
 
 
 def test_the_evaluations_log_loss_is_the_labels_mean_negative_log_likelihood():
