@@ -26,6 +26,12 @@ class _Sent:
 
 
 class FlowerChannel:
+    """The contract of strategies/vfl/channel.py over Flower's messages: each party is elsewhere
+    and keeps its own state; gradient blocks travel as host arrays."""
+
+    tensors = False
+    parties: dict = {}  # no party objects in this process
+
     def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float, job_id: str = "") -> None:
         self.grid, self.nodes, self.timeout, self.job_id = grid, nodes, timeout, job_id
         self.traffic = Traffic()

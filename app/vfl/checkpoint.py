@@ -192,7 +192,7 @@ def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: s
         for party, s in saved.items():
             if s["epoch"] != epoch:
                 raise CheckpointError(f"party {party!r} last checkpointed epoch {s['epoch']}, not {epoch}")
-            if hasattr(channel, "cursor") and s["applied"] != channel.cursor[party]:
+            if s["applied"] != channel.cursor[party]:
                 raise CheckpointError(
                     f"party {party!r} checkpointed at cursor {s['applied']}, the primary is at {channel.cursor[party]}"
                 )

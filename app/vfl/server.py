@@ -79,7 +79,7 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         floor = _floor(remote, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
         exchange.protect(strategy, ds, cfg, settings, tag)  # label DP, gradient defence, attack observer
-        local = {} if engine.remote else getattr(channel, "parties", {})  # in process: every party's model here
+        local = channel.parties if channel else {}  # the party objects in this process (in process: all)
         models = [strategy.model, *(s.model for s in local.values())]
         threads.use(threads.decide(cfg.runtime.threads, engine.processes, models), tag, strategy.device.type == "cpu")
         plan = _plan(cfg, settings, strategy, tag)
@@ -134,7 +134,7 @@ def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper,
     written at each improvement and every party keeps its own (told over the channel); in process
     the keeper holds every party's state until the run saves it."""
     if not engine.remote:
-        local = getattr(channel, "parties", {})  # a LocalChannel's party objects
+        local = channel.parties if channel else {}  # a LocalChannel's party objects
         models = {"primary": strategy.model, **local}  # a party's state: its model's and its shield's
         keeper = Keeper(strategy.head)
         return keeper, lambda rec: keeper.offer(rec, models)  # the states the evaluation just used

@@ -27,14 +27,21 @@ def host(values: np.ndarray | torch.Tensor) -> np.ndarray:
 def deliverable(channel: "SecondaryChannel", blocks: dict[str, list[GradBlock]]) -> dict[str, list[GradBlock]]:
     """The gradient blocks as ``channel`` takes them: as they are where it sets ``tensors``, else
     with host arrays (one copy per block, at the exchange, not at the step)."""
-    if getattr(channel, "tensors", False):
+    if channel.tensors:
         return blocks
     return {p: [GradBlock(b.tokens, host(b.grad)) for b in bl] for p, bl in blocks.items()}
 
 
 class SecondaryChannel(Protocol):
+    """Everything the primary's driver (app/vfl/server.py), its checkpoints (app/vfl/checkpoint.py)
+    and the protocol use of the secondaries; :class:`LocalChannel` implements all of it in process,
+    app/vfl/channel.py over Flower's messages, app/vfl/direct.py over the parties' own links."""
+
+    tensors: bool  # the channel takes gradient blocks as tensors (else host arrays: :func:`deliverable`)
+    parties: dict  # the party objects held in this process ({} when each party is elsewhere)
+    cursor: dict[str, int]  # per party, the gradient blocks it has applied
     saved: dict[str, dict]  # per party {"digest", "applied"} of the last checkpoint a step saved
-    # optional ``tensors: bool`` (absent = False): the channel takes gradient blocks as tensors
+    traffic: object | None  # bytes and seconds of the exchanges (app/transport.py Traffic); None in process
 
     def step(
         self,
@@ -59,6 +66,24 @@ class SecondaryChannel(Protocol):
     def receive(self, request: object) -> dict[str, np.ndarray]:
         """The embeddings a :meth:`send` asked for."""
 
+    def restore(self, folder: str, epoch: int) -> dict[str, dict]:
+        """Every party loads its checkpoint of ``epoch``; per party {"digest", "applied"}."""
+
+    def keep(self, run_dir: Path, epoch: int) -> None:
+        """The epoch just evaluated is the best so far: every party keeps the state it embedded with."""
+
+    def flush_keep(self) -> None:
+        """A keep no step carried goes now."""
+
+    def ping(self) -> float:
+        """Seconds of one empty exchange with every party (the transport's own floor)."""
+
+    def finish(self, folder: str) -> dict[str, dict]:
+        """Every party saves its final model; returns what each measured of its own exposure."""
+
+    def close(self) -> None:
+        """Release what the channel holds (links, workers)."""
+
 
 class LocalChannel:
     """The channel with secondaries in the same process (no Flower): same party objects
@@ -66,6 +91,7 @@ class LocalChannel:
     Gradient blocks and embeddings pass as tensors on the parties' devices (no host round trip)."""
 
     tensors = True
+    traffic = None
 
     def __init__(self, parties: dict) -> None:
         self.parties = parties
@@ -105,3 +131,22 @@ class LocalChannel:
             p: {"digest": s.load_checkpoint(Path(folder) / p, epoch), "applied": s.applied}
             for p, s in self.parties.items()
         }
+
+    @property
+    def cursor(self) -> dict[str, int]:
+        return {p: s.applied for p, s in self.parties.items()}
+
+    def keep(self, run_dir: Path, epoch: int) -> None:
+        """Nothing to send: in process the primary's keeper holds every party's state."""
+
+    def flush_keep(self) -> None:
+        """Nothing outstanding (see :meth:`keep`)."""
+
+    def ping(self) -> float:
+        return 0.0  # nothing travels between parties in one process
+
+    def finish(self, folder: str) -> dict[str, dict]:
+        return {}  # in process the primary measures the exposure of the parties it holds
+
+    def close(self) -> None:
+        """Nothing to release."""
