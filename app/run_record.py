@@ -305,8 +305,12 @@ def constant_predictor(head, y_train: np.ndarray, y_val: np.ndarray) -> dict:
 
 
 def hyperparameter_lines(hyperparameters: dict) -> list[str]:
-    """One line per hyperparameter for the run's log: ``name = value (source)``."""
-    return [f"  {name} = {h['value']} ({h['source']})" for name, h in hyperparameters.items()]
+    """The run's hyperparameters for its log, one line per source (in the order the sources first
+    appear): ``  source: name = value, name = value``; each source said once."""
+    by_source: dict[str, list[str]] = {}
+    for name, h in hyperparameters.items():
+        by_source.setdefault(str(h["source"]), []).append(f"{name} = {h['value']}")
+    return [f"  {source}: {', '.join(values)}" for source, values in by_source.items()]
 
 
 def _finite(x):

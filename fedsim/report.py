@@ -54,7 +54,10 @@ def headline(summary: dict) -> list[str]:
     ]
     if summary.get("stopping"):
         lines.append(f"stopping: {summary['stopping']['reason']}")
-    lines += ["hyperparameters (value, source):", *hyperparameter_lines(summary.get("hyperparameters") or {})]
+    lines += [
+        "hyperparameters (by where each value came from):",
+        *hyperparameter_lines(summary.get("hyperparameters") or {}),
+    ]
     lines += [f"warning: {w}" for w in summary.get("warnings", [])]
     if summary.get("privacy"):
         lines += report_lines(summary["privacy"])

@@ -288,7 +288,7 @@ def hyperparameter_text(cfg, listed: bool = True) -> list[str]:
         hyper = hyperparameters(cfg)[2]
     else:
         hyper = cfg.hyperparameters()
-    return ["hyperparameters (value, source):", *hyperparameter_lines(hyper), numbering]
+    return ["hyperparameters (by where each value came from):", *hyperparameter_lines(hyper), numbering]
 
 
 def _in_process(cfg, run_dir: Path) -> str:

@@ -157,3 +157,15 @@ def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_pat
     quiet = io.StringIO()  # stderr to a file or a pipe: no bar
     sweep.run_all(pending, "inprocess", 1, logged.append, console=Console(file=quiet, force_terminal=False))
     assert quiet.getvalue() == ""
+
+
+def test_the_hyperparameters_are_listed_once_per_source():
+    """A run on own data said "fallback: hdb's defaults — dataset has no tuned defaults" on 11 lines."""
+    from app.run_record import hyperparameter_lines
+
+    hyper = {
+        "k": {"value": 50, "source": "fallback: hdb's defaults"},
+        "epochs": {"value": 2, "source": "run config"},
+        "lr": {"value": 0.001, "source": "fallback: hdb's defaults"},
+    }
+    assert hyperparameter_lines(hyper) == ["  fallback: hdb's defaults: k = 50, lr = 0.001", "  run config: epochs = 2"]

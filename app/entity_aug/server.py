@@ -114,7 +114,7 @@ def _start_record(record: RunRecord, cfg: RunConfig, data: EntityData, settings,
         entity_ids=data.entity_ids,
     )
     record.start_progress(plan.epochs, phase="training")
-    log(INFO, "[primary] hyperparameters (value, source):\n%s", "\n".join(hyperparameter_lines(hyper)))
+    log(INFO, "[primary] hyperparameters (by where each value came from):\n%s", "\n".join(hyperparameter_lines(hyper)))
 
 
 def _say_plan(say, cfg: RunConfig, data: EntityData, n_aligned: int, settings, plan, patience: int) -> None:

@@ -146,7 +146,7 @@ def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper,
 
 
 def log_hyperparameters(tag: str, hyper: dict) -> None:
-    log(INFO, "%s hyperparameters (value, source):\n%s", tag, "\n".join(hyperparameter_lines(hyper)))
+    log(INFO, "%s hyperparameters (by where each value came from):\n%s", tag, "\n".join(hyperparameter_lines(hyper)))
 
 
 def finished_run(
