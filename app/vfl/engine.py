@@ -10,10 +10,12 @@ from dataclasses import dataclass
 class Engine:
     """How a VFL run reaches its secondaries. ``name``: the run record's engine ("flower" |
     "inprocess"); ``tag``: its log lines' prefix; ``connect(ds, cfg, settings)`` -> (linkage, channel,
-    linkage seconds, privacy report), all None / 0 for a method that links nothing. Over Flower
-    (``remote``) each party keeps and checkpoints its own state and the channel counts traffic; in
-    process the primary keeps every party's state and nothing is checkpointed (a sweep resumes
-    whole runs)."""
+    linkage seconds, privacy report), all None / 0 for a method that links nothing. What the
+    parties do (keep, finish, count traffic, close) is the channel's contract
+    (strategies/vfl/channel.py); the engine says only whether the run is ``resumable``: over
+    Flower every party checkpoints its state each epoch and the primary writes its best state as it
+    goes, so an interrupted run resumes; in process nothing is checkpointed (a sweep resumes whole
+    runs) and the primary keeps every party's best state until the run saves it."""
 
     name: str
     tag: str
@@ -21,5 +23,5 @@ class Engine:
     processes: int = 1  # processes of the run sharing this machine's CPUs (app/threads.py)
 
     @property
-    def remote(self) -> bool:
+    def resumable(self) -> bool:
         return self.name == "flower"

@@ -73,10 +73,9 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
     with RunRecord(out, engine.name) as record, contextlib.ExitStack() as links:
         ds, seconds = _start(record, cfg, settings, hyper, out, tag)
         linkage, channel, seconds.linkage, privacy = engine.connect(ds, cfg, settings)
-        remote = channel if engine.remote else None  # parties that keep their own state and count traffic
-        if remote is not None:
-            links.callback(remote.close)  # a direct transport's links close with the run, however it ends
-        floor = _floor(remote, cfg, tag)
+        if channel is not None:
+            links.callback(channel.close)  # a direct transport's links close with the run, however it ends
+        floor = _floor(channel, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
         exchange.protect(strategy, ds, cfg, settings, tag)  # label DP, gradient defence, attack observer
         local = channel.parties if channel else {}  # the party objects in this process (in process: all)
@@ -85,24 +84,26 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         plan = _plan(cfg, settings, strategy, tag)
         ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
         done = (
-            _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings) if engine.remote else None
+            _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
+            if engine.resumable
+            else None
         )
         after_epoch = (
             checkpoint.checkpointer(ckpt, strategy, channel, cfg, job_id)
-            if cfg.train.checkpoint and engine.remote
+            if cfg.train.checkpoint and engine.resumable
             else None
         )
         record.open_metrics(strategy.head, done[0] if done else [])
         keeper, keep = _keeper(out, strategy, channel, engine, done)
-        on_epoch, progress = _epoch_log(record, remote, keep, tag)
+        on_epoch, progress = _epoch_log(record, channel, keep, tag)
         t0 = time.perf_counter()
         hooks = Hooks(on_epoch, progress, after_epoch, str(ckpt) if after_epoch else "")
         records, step_losses = fit(strategy, channel, ds.split, plan, hooks, done)
         seconds.train_and_eval = time.perf_counter() - t0
-        measured = remote.finish(str(out)) if remote else {}  # each party's own inversion measurement
-        keeper.save(out, cfg, settings, ds, job_id, parties_keep=remote is not None)
+        measured = channel.finish(str(out)) if channel else {}  # each party's own inversion measurement
+        keeper.save(out, cfg, settings, ds, job_id, parties_keep=bool(channel) and not local)
         seconds.total = time.perf_counter() - t_start
-        run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(remote, floor))
+        run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(channel, floor))
         exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag, local, measured)
         summary = record.finish(cfg, run, **vfl_fields(cfg, settings, privacy, exchange_privacy))
     log_end(tag, summary, out)
@@ -120,10 +121,10 @@ def vfl_fields(cfg: RunConfig, settings, privacy: dict | None, exchange_privacy:
     }
 
 
-def _floor(remote, cfg: RunConfig, tag: str) -> list[float]:
-    """Flower's empty-exchange floor, measured :func:`app.probes.bench_floor` times (none in process)."""
+def _floor(channel, cfg: RunConfig, tag: str) -> list[float]:
+    """The transport's empty-exchange floor, measured :func:`app.probes.bench_floor` times (none in process)."""
     times = probes.bench_floor()
-    floor = [remote.ping() for _ in range(times)] if remote and times else []
+    floor = [channel.ping() for _ in range(times)] if channel is not None and channel.traffic and times else []
     if floor:
         log(INFO, "%s empty-exchange floor: median %.4f s over %d", tag, statistics.median(floor), len(floor))
     return floor
@@ -133,7 +134,7 @@ def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper,
     """The best epoch's keeper and the per-epoch ``keep(rec)``. Over Flower the primary's state is
     written at each improvement and every party keeps its own (told over the channel); in process
     the keeper holds every party's state until the run saves it."""
-    if not engine.remote:
+    if not engine.resumable:
         local = channel.parties if channel else {}  # a LocalChannel's party objects
         models = {"primary": strategy.model, **local}  # a party's state: its model's and its shield's
         keeper = Keeper(strategy.head)
@@ -318,8 +319,9 @@ def _connect(grid: Grid, ds, cfg: RunConfig, settings) -> tuple:
 
 
 def _exchange(channel, floor: list[float]) -> dict | None:
-    """summary.json's traffic: exchanges, bytes each way, their times, Flower's empty-exchange floor."""
-    if channel is None:
+    """summary.json's traffic: exchanges, bytes each way, their times, Flower's empty-exchange floor
+    (None where nothing travels: in process, or no secondaries)."""
+    if channel is None or channel.traffic is None:
         return None
     traffic, times = channel.traffic, channel.traffic.seconds
     return {
