@@ -19,21 +19,19 @@ import statistics
 from pathlib import Path
 
 from fedsim.cli import main as fedsim
+from strategies.heads import TaskHead
+from strategies.records import EpochRecord, best_epoch, early_stop
 
 PATIENCE = 10  # the default's (app/config.py UNTUNED_PATIENCE)
-RULES = {"accuracy": False, "log_loss": True}  # key -> lower is better
+RULES = {"accuracy": TaskHead("binary"), "log_loss": TaskHead("binary", select="loss")}  # what each selects on
 
 
-def stop(rows: list[dict], key: str, lower: bool, patience: int = PATIENCE) -> tuple[int, dict]:
-    """(epochs the rule runs, the epoch it reports) on one trajectory's metrics rows."""
-    best = 0
-    for i, row in enumerate(rows):
-        v, b = row["val"][key], rows[best]["val"][key]
-        if (v < b) if lower else (v > b):
-            best = i
-        if i - best >= patience:
-            return i + 1, rows[best]
-    return len(rows), rows[best]
+def stop(rows: list[dict], head: TaskHead, patience: int = PATIENCE) -> tuple[int, dict]:
+    """(epochs the rule runs, the epoch it reports) on one trajectory's metrics rows, by the
+    training loop's own rule (strategies/records.py) with ``head``'s selection key."""
+    records = [EpochRecord(r["epoch"], 0.0, 0, 0, 0.0, val=r["val"]) for r in rows]
+    n = next((i for i in range(1, len(records) + 1) if early_stop(records[:i], head, patience)), len(records))
+    return n, rows[best_epoch(records[:n], head).epoch]
 
 
 def train(args, seed: int, method: str) -> Path:
@@ -64,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             run = train(args, seed, method)
             rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-            out = [stop(rows, key, lower) for key, lower in RULES.items()]
+            out = [stop(rows, head) for head in RULES.values()]
             table.setdefault(method, []).append(
                 tuple(x for n, r in out for x in (n, r["val"]["accuracy"], r["test"]["accuracy"]))
             )

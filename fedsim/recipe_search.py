@@ -30,7 +30,7 @@ from pathlib import Path
 
 from app.run_record import read_metrics
 from files.private import private_dir
-from strategies.heads import TaskHead
+from strategies.heads import better
 
 SEARCH_FOLD = 1  # the search split: the usual validation tenth and the one before it held out
 DEFAULT_BUDGET = 4  # runs: 3 candidates and the run itself
@@ -104,11 +104,6 @@ class Outcome:
     epochs: dict = field(default_factory=dict)  # {"A": epoch A chose, "B": epoch B chose}
     failed: str = ""
     seconds: float = 0.0
-
-
-def better(a: float, b: float, key: str) -> bool:
-    """Is value a of ``key`` better than b (rmse and log loss: lower; accuracy: higher)?"""
-    return TaskHead("binary").better(a, b, key)
 
 
 def cross_score(rows: list[dict], key: str) -> tuple[str, float, dict]:

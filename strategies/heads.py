@@ -13,6 +13,14 @@ LOWER_IS_BETTER = ("rmse", "log_loss")
 PROBA_FLOOR = 1e-7  # the least probability the log loss reads: one confident mistake costs at most ~16
 
 
+def better(a: float, b: float, key: str) -> bool:
+    """Is value a of ``key`` better than b (rmse and log loss: lower; accuracy: higher)? NaN (a
+    diverged model) is worse than any number."""
+    if math.isnan(a) or math.isnan(b):
+        return not math.isnan(a)
+    return a < b if key in LOWER_IS_BETTER else a > b
+
+
 @dataclass(frozen=True)
 class TaskHead:
     """regression: sigmoid output, MSE on y min-max scaled with the training labels;
@@ -107,11 +115,8 @@ class TaskHead:
         return "log_loss" if self.select == "loss" else self.key_metric
 
     def better(self, a: float, b: float, key: str | None = None) -> bool:
-        """Is value a of ``key`` (default: the key metric) better than b? NaN (a diverged model)
-        is worse than any number."""
-        if math.isnan(a) or math.isnan(b):
-            return not math.isnan(a)
-        return a < b if (key or self.key_metric) in LOWER_IS_BETTER else a > b
+        """:func:`better` for ``key``, by default the key metric."""
+        return better(a, b, key or self.key_metric)
 
     def selects(self, a: dict[str, float], b: dict[str, float]) -> bool:
         """Are validation values ``a`` better than ``b`` by the selection key? An epoch recorded
