@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, fields
 
-from app.config_fields import BEFORE, MAY_CHANGE, opt
-from app.config_link import ExchangeOptions, LinkOptions, Need, nonnegative
+from app.config_fields import BEFORE, MAY_CHANGE, Need, nonnegative, opt
+from app.config_link import ExchangeOptions, LinkOptions
 from app.messages import PLAIN_NAME
 from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
 from strategies.vfl.methods import UnknownMethod, method

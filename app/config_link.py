@@ -4,21 +4,13 @@ groups and the flat-key registry: app/config_groups.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.config_fields import opt
+from app.config_fields import Need, nonnegative, opt
 from linkage.protection import DEFAULT_LEVEL, LEVELS
 
-Need = Callable[[bool, str], None]
 LAYOUTS = ("independent", "chain")
 ENCODINGS = ("raw", "bloom")
-
-
-def nonnegative(need: Need, group, *names: str) -> None:
-    for name in names:
-        value = getattr(group, name)
-        need(value >= 0, f"run-config {name.replace('_', '-')!r} must be >= 0, got {value}")
 
 
 @dataclass(frozen=True)

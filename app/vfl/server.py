@@ -124,7 +124,9 @@ def vfl_fields(cfg: RunConfig, settings, privacy: dict | None, exchange_privacy:
 def _floor(channel, cfg: RunConfig, tag: str) -> list[float]:
     """The transport's empty-exchange floor, measured :func:`app.probes.bench_floor` times (none in process)."""
     times = probes.bench_floor()
-    floor = [channel.ping() for _ in range(times)] if channel is not None and channel.traffic and times else []
+    floor = (
+        [channel.ping() for _ in range(times)] if channel is not None and channel.traffic is not None and times else []
+    )
     if floor:
         log(INFO, "%s empty-exchange floor: median %.4f s over %d", tag, statistics.median(floor), len(floor))
     return floor
