@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deploy.app_source import app_folder
 from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, LinkRequest, node_config, party_levels
 from deploy.localsim import REPO, free_port, run_config_arg
 from deploy.processes import Proc, _wait_port, running, start_time, stop
@@ -333,7 +334,7 @@ def start_run(dep: Deployment, run_config: dict[str, object], output=None) -> su
 
     values = run_values(dep, run_config)
     RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
-    cmd = [_tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
+    cmd = [_tool("flwr"), "run", str(app_folder(REPO)), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
     return subprocess.Popen(cmd, env=dep.env(), stdout=out, stderr=err, text=True, cwd=dep.root, umask=0o077)
 

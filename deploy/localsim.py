@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from deploy.app_source import app_folder
 from files.private import private_ray_tmp
 from linkage_server.local import free_port  # noqa: F401 - deploy.commands and the tests take it from here
 
@@ -43,10 +44,13 @@ def run_config_arg(values: dict[str, object]) -> str:
 
 def write_federation(home: Path, num_supernodes: int, cpus_per_client: int = 1) -> str:
     """FLWR_HOME's config.toml (the local SuperLink) and the `--federation-config` value that
-    sizes the simulation (Flower 1.41 deprecates `options.` entries in config.toml)."""
+    sizes the simulation (Flower 1.41 deprecates `options.` entries in config.toml). Ray gets
+    the CPUs the simulated nodes take, not the machine's: it starts a worker process per CPU it
+    is given, and each idle one cost 1.6 s of CPU on a 2-core machine (2026-12-06; 16 on a GPU box)."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
-    return f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
+    cpus = num_supernodes * cpus_per_client
+    return f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client} init-args-num-cpus={cpus}"
 
 
 def _processes() -> list[tuple[int, int, int, str]]:
@@ -141,7 +145,7 @@ def start_simulation(
     cmd = [
         flwr,
         "run",
-        str(app_dir),
+        str(app_folder(Path(app_dir))),
         "--stream",
         "--run-config",
         run_config_arg(run_config),

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from deploy.app_source import app_folder
 from deploy.localsim import REPO, run_config_arg
 from lab.hosts import IP, Host, Lab, Running
 from lab.run_watch import compare, settled, wait_failed, wait_mid_epoch
@@ -172,7 +173,7 @@ def launch(stack: Stack, config: dict, log_name: str) -> Running:
     from app.config import RunConfig  # lazy: torch and flwr, for the run only
 
     RunConfig.from_flower(config)  # names an unknown key
-    cmd = [tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(config)]
+    cmd = [tool("flwr"), "run", str(app_folder(REPO)), CONNECTION, "--stream", "--run-config", run_config_arg(config)]
     stack.commands[PRIMARY].append(cmd)
     return stack.lab.start(stack.primary, cmd, stack.logs / f"{log_name}.log", env=flwr_env(stack.primary))
 

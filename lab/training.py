@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.app_source import app_folder
 from deploy.localsim import QUIET_ENV, REPO, run_config_arg
 from lab.hosts import Host, Lab, Running
 from strategies.shields import seed_environment
@@ -280,7 +281,7 @@ def flwr_run(lab: Lab, primary: Host, values: dict, commands: dict, timeout: flo
     from app.config import RunConfig  # lazy: torch and flwr, for the run only
 
     RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
-    cmd = [tool("flwr"), "run", str(REPO), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
+    cmd = [tool("flwr"), "run", str(app_folder(REPO)), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
     commands[primary.name].append(cmd)
     r = lab.run(primary, cmd, env=flwr_env(primary), timeout=timeout)
     return r.stdout + r.stderr
