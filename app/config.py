@@ -3,7 +3,7 @@
 Every key of ``[tool.flwr.app.config]`` in pyproject.toml is a field of one of RunConfig's typed
 groups (app/config_groups.py: data, train, model, link, runtime, ea, predict). Numeric
 "0" (or -1 for weight-decay / dropout / patience, "" for merge) means "the dataset's default"
-from :data:`DATASET_DEFAULTS` (the paper's App. E / the reference's hyperparameters). A dataset
+from app/dataset_defaults.py (the paper's App. E / the reference's hyperparameters). A dataset
 without tuned defaults (``csv``, the user's own) gets hdb's model and optimiser values, but
 trains until validation stops improving: patience :data:`UNTUNED_PATIENCE`, at most
 :data:`UNTUNED_EPOCHS` epochs. :meth:`RunConfig.hyperparameters` says where each value came from.
@@ -34,43 +34,12 @@ from app.config_groups import (
     split_flat,
 )
 from app.config_keys import ConfigError, did_you_mean, parse_pairs, refuse_old_keys, typed
-from datasets.options import DATASET_MISSING, DATASET_SCALES, PLE_BINS
+from app.dataset_defaults import DATASET_DEFAULTS, DATASET_MISSING, DATASET_SCALES, Settings
+from datasets.options import PLE_BINS
 from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
-from strategies.vfl.model import ModelConfig
 
 __all__ = ["MODES", "ConfigError", "RunConfig", "Settings", "DATASET_DEFAULTS", "parse_pairs"]
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Training hyperparameters: a dataset's defaults, or those resolved for one run."""
-
-    k: int
-    batch_size: int
-    epochs: int
-    lr: float
-    weight_decay: float
-    model: ModelConfig
-    patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = fixed epochs
-
-
-_HOUSE = ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.3, attention_start="silent", attention_lr=0.3)
-DATASET_DEFAULTS: dict[str, Settings] = {
-    "hdb": Settings(50, 128, 100, 1e-3, 1e-4, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)),
-    "synthetic": Settings(100, 32, 50, 1e-3, 1e-4, ModelConfig((100,), 50, (100,), 1, "avg", dropout=0.0)),
-    # house and game: fedsim_attn's attention starts silent (at the paper's FedSim), chosen on validation
-    # (house: 5 seeds to convergence; game: 10 seeds, a tie over 5 broken by the rule written first;
-    # docs/fedsim-attn.md "The attention's start per dataset"); elsewhere Top1Sim. house's attention
-    # branch learns at 0.3 of the rate (attn_lr_house.toml, 0.1: validation -6.3 RMSE, 4 of 5 seeds;
-    # attn_lr_house_03.toml, 0.3: 0.04 lower again, by the rule written first)
-    "house": Settings(100, 128, 100, 1e-3, 1e-5, _HOUSE),
-    "house3": Settings(100, 128, 100, 1e-3, 1e-5, ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.3)),
-    "game": Settings(
-        50, 32, 50, 1e-3, 1e-5, ModelConfig((100,), 50, (100,), 10, "cnn", 5, 8, 400, 0.7, attention_start="silent")
-    ),
-    "frog": Settings(100, 32, 100, 3e-3, 1e-3, ModelConfig((100,), 50, (100,), 10, "avg", dropout=0.0)),
-}
 
 
 def dataset_defaults(dataset: str) -> Settings:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, fields
 
 from app.config_fields import BEFORE, MAY_CHANGE, Need, nonnegative, opt
 from app.config_link import ExchangeOptions, LinkOptions
+from app.dataset_defaults import DATASET_MISSING, DATASET_SCALES
 from app.messages import PLAIN_NAME
-from datasets.options import DATASET_MISSING, DATASET_SCALES, MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
+from datasets.options import MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
 from strategies.vfl.methods import UnknownMethod, method
 
 HPARAMS = ("dataset", "paper")
@@ -191,7 +192,7 @@ class TrainOptions:
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """Switches of FedSim's model over the dataset's defaults (app/config.py DATASET_DEFAULTS)."""
+    """Switches of FedSim's model over the dataset's defaults (app/dataset_defaults.py)."""
 
     merge: str = opt("", "cnn | mlp | avg")
     dropout: float = opt(-1.0, "merge-gate dropout; hdb: 0.2")

@@ -22,10 +22,11 @@ import time
 import torch
 import torch_optimizer
 
+from app.dataset_defaults import DATASET_DEFAULTS
 from strategies.lamb import Lamb
-from strategies.vfl.model import ModelConfig, SimilarityModel, local_model
+from strategies.vfl.model import SimilarityModel, local_model
 
-HDB = ModelConfig((200,), 100, (100,), 10, "cnn", 7, 8, 400, 0.2)  # app/config.py DATASET_DEFAULTS["hdb"]
+HDB = DATASET_DEFAULTS["hdb"].model
 D_PRIMARY, D_SCHOOL, K, LR, WD = 57, 4, 50, 1e-3, 1e-4  # hdb's features; its k, lr, weight decay
 
 

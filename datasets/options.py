@@ -10,12 +10,8 @@ from datasets.errors import DatasetError
 
 SPEC = "parties.toml"  # a csv dataset's own spec file, beside its parties' CSVs (datasets/csv_parties.py)
 SCALES = ("standard", "quantile", "ple")  # a party's input recipe for its numeric columns (datasets/transform.py)
-# The recipe each shipped dataset's parties use unless the run config names one: chosen on
-# validation (docs/fedsim-attn.md "Piecewise-linear encodings": ple better on both seeds of all four).
-DATASET_SCALES = {"hdb": "ple", "house": "ple", "game": "ple", "frog": "ple"}
+# (each shipped dataset's own recipe: app/dataset_defaults.py)
 MISSING = ("mean", "indicator")  # a numeric NaN: the training mean; or that plus a 0/1 "was missing" feature
-# The shipped datasets whose parties add the indicator unless the run config says (none yet).
-DATASET_MISSING: dict[str, str] = {}
 PLE_BINS = 16  # bins per numeric column of the piecewise-linear encoding (at most: equal quantiles merge)
 PLE_BINS_RANGE = (2, 256)
 
