@@ -1,4 +1,5 @@
-"""Wire format of the protocol's messages: numpy arrays in ArrayRecords, scalars in ConfigRecords.
+"""Wire format of the protocol's messages over Flower: numpy arrays in ArrayRecords, scalars in
+ConfigRecords (what a step says, and the checks on it, are strategies/vfl/wire.py's).
 
 No message names a path: a party reads and writes only under its own configured folders
 (app/node.py); a message may name a run or a linkage job, each one plain folder name. Every
@@ -7,16 +8,15 @@ reader refuses a field it does not know and a non-finite tensor, naming the part
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from strategies.vfl.exchange_checks import NonFiniteValues  # noqa: F401 - re-exported: the readers' refusal
 from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.wire import ProtocolError, StepMeta, require_finite, require_lr_scale, step_digest
 
 
 def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
@@ -28,10 +28,6 @@ def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Me
         return Message(handler(msg.content, context), reply_to=msg)
 
     return on_message
-
-
-class ProtocolError(ValueError):
-    """A message with a field the protocol does not have (e.g. a path), or a name that is not plain."""
 
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
@@ -57,47 +53,6 @@ def expect_fields(record, allowed: set[str], message: str) -> None:
             f"{message} carries field(s) {unknown} that the protocol does not have (expected "
             f"{sorted(allowed)}); a party reads and writes only under its own configured folders"
         )
-
-
-def require_finite(values, party: str, what: str, message: str) -> None:
-    """Refuse a numpy array or torch tensor holding NaN or infinite values."""
-    if hasattr(values, "isfinite"):  # torch
-        bad, total = int((~values.isfinite()).sum()), values.numel()
-    else:
-        values = np.asarray(values)
-        bad = int((~np.isfinite(values)).sum()) if values.dtype.kind in "fc" else 0
-        total = values.size
-    if bad:
-        raise NonFiniteValues(
-            f"party {party!r}: {what} in {message} has {bad} of {total} values non-finite "
-            "(NaN or inf); refused, nothing applied"
-        )
-
-
-@dataclass(frozen=True)
-class StepMeta:
-    """What a step message says about itself, so a party can tell it is aligned with the primary:
-    the linkage job its tokens belong to and how many gradient blocks the party must have applied
-    before this one (the cursor) catch misalignment between the parties (another job, a lost,
-    replayed or reordered message, a restore from another checkpoint); the digest of the job id,
-    cursor and every token list catches a message altered or mixed up after it was built (TLS
-    guards the wire itself)."""
-
-    job_id: str
-    cursor: int
-    digest: str
-    lr_scale: float = 1.0  # the learning rate of these blocks' updates, a fraction of the party's own (0, 1]
-
-
-def step_digest(job_id: str, cursor: int, apply: list[GradBlock], tokens: np.ndarray, lr_scale: float = 1.0) -> str:
-    h = hashlib.sha256(
-        f"{job_id}|{cursor}|{len(apply)}|".encode() + (b"" if lr_scale == 1.0 else f"{lr_scale!r}|".encode())
-    )
-    for block in apply:
-        h.update(np.ascontiguousarray(block.tokens, dtype=np.int64).tobytes())
-        h.update(b"|")
-    h.update(np.ascontiguousarray(tokens, dtype=np.int64).tobytes())
-    return h.hexdigest()[:32]
 
 
 def step_content(
@@ -170,15 +125,6 @@ def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMet
     scale = require_lr_scale(float(meta.get("lr_scale", 1.0)), "train.step")
     meta_ = StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]), scale)
     return blocks, arrays["tokens"].numpy(), meta_
-
-
-def require_lr_scale(scale: float, where: str) -> float:
-    """``scale`` if it is in (0, 1]: a schedule only lowers a party's own learning rate (NaN fails too)."""
-    if not 0.0 < scale <= 1.0:
-        raise ProtocolError(
-            f"{where}: lr_scale must be in (0, 1] (a fraction of the party's own learning rate), got {scale}"
-        )
-    return scale
 
 
 def named_content(record: str, **fields) -> RecordDict:
