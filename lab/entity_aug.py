@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from lab.hosts import Lab
-from lab.training import PRIMARY, RUN_NAME, LabRun, credentials, federation, place_data, train
+from lab.placement import place_data
+from lab.training import PRIMARY, RUN_NAME, LabRun, credentials, federation, train
 
 GUESTS = ("left", "right")  # the digits set's two guests (datasets/overlap.py)
 

@@ -24,14 +24,13 @@ from pathlib import Path
 from deploy.app_source import app_folder
 from deploy.localsim import REPO, run_config_arg
 from lab.hosts import IP, Host, Lab, Running
+from lab.placement import place_data, place_linkage
 from lab.run_watch import compare, settled, wait_failed, wait_mid_epoch
 from lab.training import (
     CONNECTION,
     PRIMARY,
     credentials,
     flwr_env,
-    place_data,
-    place_linkage,
     register,
     run_values,
     start_superlink,
@@ -87,7 +86,7 @@ class Outcome:
 
 
 def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: Path, k: int, n_rows: int):
-    """training.link_as_operator's linkage job, its service stopped after every upload and
+    """lab.placement.link_as_operator's linkage job, its service stopped after every upload and
     started again on the same data folder before the primary starts the job (no re-upload).
     Returns (the link values, what the restart showed: the job's uploads seen by the new service)."""
     from app.vfl.linking import metric_of  # lazy: torch and flwr

@@ -49,6 +49,7 @@ from subprocess import CompletedProcess
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
 PREFIX = "fsl"
+PRIMARY = "primary"  # the primary party's host in every lab
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 STD_PATH = "/usr/local/bin:/usr/bin:/bin"
 NOLOGIN = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin") if Path(s).exists()), "/bin/false")

@@ -35,12 +35,12 @@ from pathlib import Path
 
 from deploy.app_source import app_folder
 from deploy.localsim import QUIET_ENV, REPO, run_config_arg
-from lab.hosts import Host, Lab, Running
+from lab.hosts import PRIMARY, Host, Lab, Running
+from lab.placement import link_as_operator, place_data
 from strategies.shields import seed_environment
 
 CONNECTION = "lab"
 LINK_PORT, NODE_PORT, WORKER_PORT = 9092, 9094, 9301  # each in its own host's namespace
-PRIMARY = "primary"
 RUN_NAME = "lab"
 
 WAIT = """
@@ -126,48 +126,6 @@ def credentials(lab: Lab, primary: Host, parties: dict[str, Host]) -> None:
         python(lab, host, NODE_KEY, "keys", party, what="node key pair")
         lab.transfer(host, primary, f"keys/{party}.pub", f"nodekeys/{party}.pub")
         lab.transfer(primary, host, "creds/ca.crt", "ca.crt")
-
-
-def place_data(lab: Lab, hosts: list[Host], dataset: str, data_dir: Path) -> None:
-    """The operator copies the public dataset's folder into each home (data/<its folder>)."""
-    from datasets.registry import data_folder  # lazy: the dataset table, for its folder name
-
-    folder = data_folder(dataset)
-    if not folder:
-        return  # the dataset reads no data folder
-    for src in sorted(p for p in (Path(data_dir) / folder).rglob("*") if p.is_file()):
-        for host in hosts:
-            lab.copy_in(host, src, Path("data") / folder / src.relative_to(Path(data_dir) / folder))
-
-
-def place_linkage(lab: Lab, dep, hosts: dict[str, Host]) -> None:
-    """Each party's own result files of the operator's job (``dep``, a deploy.deployment.Deployment)
-    into its home's linkage/, nothing of another party's."""
-    for party, host in hosts.items():
-        own = dep.linkage_dir(party)
-        for src in sorted(p for p in own.rglob("*") if p.is_file()):
-            lab.copy_in(host, src, Path("linkage") / src.relative_to(own))
-
-
-def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: Path, k: int, n_rows: int) -> dict:
-    """The linkage job through the linkage service on root's loopback (deploy.commands.link);
-    each party's own result files go to its home's linkage/ only. Returns the link values."""
-    from deploy.commands import link, start_service, stop_all  # lazy: the linkage client and pandas
-    from deploy.deployment import Deployment, LinkRequest  # lazy: with deploy.commands
-    from deploy.processes import _wait_port  # lazy: with deploy.commands
-
-    folder = Path(tempfile.mkdtemp(prefix="lab-link-"))
-    parties = [p for p in hosts if p != PRIMARY]
-    dep = Deployment(str(folder), dataset, str(Path(data_dir).resolve()), False, parties)
-    try:
-        start_service(dep)
-        _wait_port(dep.service.port, dep.service, "the linkage service", 120)
-        link(dep, LinkRequest(k=k, n_rows=n_rows), timeout=600)
-        place_linkage(lab, dep, hosts)
-        return dict(dep.link_params)
-    finally:
-        stop_all(dep)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def superlink_command(primary: Host) -> list[str]:
