@@ -56,3 +56,16 @@ def test_flower_builds_the_same_fab_from_the_staged_folder_as_from_the_root():
     from flwr.cli.build import build_fab_from_disk
 
     assert build_fab_from_disk(app_folder(REPO)) == build_fab_from_disk(REPO)
+
+
+def test_a_file_gone_while_the_folder_is_made_leaves_no_half_folder(tmp_path, monkeypatch):
+    import deploy.app_source as app_source
+
+    root = _tree(tmp_path / "project")
+
+    def vanished(src, dst):
+        raise FileNotFoundError(src)
+
+    monkeypatch.setattr(app_source, "_link_or_copy", vanished)
+    assert app_folder(root) == root  # Flower walks the root itself, as before
+    assert list((root / ".fedsim-app").iterdir()) == []
