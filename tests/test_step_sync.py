@@ -40,7 +40,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 def test_the_steps_read_nothing_back_but_the_losses_once(steps_per_exchange, device, tmp_path, monkeypatch):
     """16 steps: the primary reads its losses once (at the epoch's end); the secondaries' replay
     reads one finiteness flag per exchange that delivers blocks; nothing else is read, nothing
-    per step. The code before issue 31 read the loss, each gradient block (.cpu, .numpy) and each
+    per step. The code before the step's speed-up read the loss, each gradient block (.cpu, .numpy) and each
     block's finiteness at every step."""
     from app.vfl.inprocess import _local_parties, _setup  # the run's pieces, as run_in_process builds them
     from app.vfl.parties import build_strategy  # the primary's strategy, as the apps build it
@@ -67,7 +67,8 @@ def test_the_steps_read_nothing_back_but_the_losses_once(steps_per_exchange, dev
     monkeypatch.undo()
     assert len(losses) == 16 and np.isfinite(losses).all()
     exchanges_with_blocks = 16 // steps_per_exchange - 1  # the last window's blocks go with the evaluation
-    assert dict(reads) == {("protocol.py", "train_epoch"): 1, ("secondary.py", "apply"): exchanges_with_blocks}
+    # the secondary's one read per exchange: its blocks' finiteness, checked before any is applied
+    assert dict(reads) == {("protocol.py", "train_epoch"): 1, ("secondary.py", "_checked"): exchanges_with_blocks}
 
 
 @pytest.mark.parametrize("n", [40, 100_000])
