@@ -25,7 +25,7 @@ CASES = {
     # the improved model: the paper's path plus attention over the neighbours (issue 17)
     "hdb-fedsim-attn": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, method="fedsim_attn"),
     "house3-chain-no-sort": dict(dataset="house3", n_rows=800, k=6, batch_size=32, layout="chain", sort_gate=False),
-    # issue 34's input recipe: every party's numeric inputs through their training quantiles
+    # the quantile input recipe: every party's numeric inputs through their training quantiles
     "hdb-fedsim-attn-quantile": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, input_scale="quantile"),
     "hdb-fedsim-attn-ple": dict(dataset="hdb", n_rows=1000, k=8, batch_size=32, input_scale="ple"),
     "house3-missing-indicator": dict(dataset="house3", n_rows=800, k=6, batch_size=32, missing="indicator"),

@@ -32,7 +32,7 @@ CASES = {  # FedSim with the CNN merge gate (house3's default), and a baseline
     "fedsim-cnn": dict(TWO_SECONDARIES, method="fedsim", merge="cnn"),
     "avgsim": dict(TWO_SECONDARIES, method="avgsim"),
     "fedsim-attn": dict(TWO_SECONDARIES, method="fedsim_attn"),  # the improved model (issue 17)
-    # issue 34's input recipe: every party's numeric inputs through their training quantiles
+    # the quantile input recipe: every party's numeric inputs through their training quantiles
     "fedsim-attn-quantile": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="quantile"),
     # ple, and a 0/1 "was missing" feature beside each imputed column (house3's sales and listings have NaN)
     "fedsim-attn-ple-missing": dict(TWO_SECONDARIES, method="fedsim_attn", input_scale="ple", missing="indicator"),
