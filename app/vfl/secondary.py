@@ -25,7 +25,7 @@ from files.atomic import write_atomic
 from files.private import private_dir
 from linkage.store import load_secondary
 from strategies.optim import make_optimizer
-from strategies.vfl import secondary as protocol
+from strategies.vfl import secondary as core
 from strategies.vfl.defences import ClipNoise
 from strategies.vfl.secondary import LinkedRows, Local, MisalignedStep, with_imputed_row
 
@@ -38,7 +38,7 @@ def _row_map(job_dir: str, party: str) -> tuple[str, np.ndarray]:
     return s.job_id, s.row_of_token
 
 
-class SecondaryParty(protocol.SecondaryParty):
+class SecondaryParty(core.SecondaryParty):
     def __init__(self, cfg: RunConfig, party: str, job_dir: str, cache_dir: str = "") -> None:
         settings = cfg.resolve()
         device, dtype = cfg.torch_device(), cfg.torch_dtype()

@@ -78,7 +78,7 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         floor = _floor(channel, cfg, tag)
         strategy = build_strategy(ds, linkage, cfg, settings)
         exchange.protect(strategy, ds, cfg, settings, tag)  # label DP, gradient defence, attack observer
-        local = channel.parties if channel else {}  # the party objects in this process (in process: all)
+        local = channel.parties if channel is not None else {}  # the party objects in this process (in process: all)
         models = [strategy.model, *(s.model for s in local.values())]
         threads.use(threads.decide(cfg.runtime.threads, engine.processes, models), tag, strategy.device.type == "cpu")
         plan = _plan(cfg, settings, strategy, tag)
@@ -100,8 +100,8 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         hooks = Hooks(on_epoch, progress, after_epoch, str(ckpt) if after_epoch else "")
         records, step_losses = fit(strategy, channel, ds.split, plan, hooks, done)
         seconds.train_and_eval = time.perf_counter() - t0
-        measured = channel.finish(str(out)) if channel else {}  # each party's own inversion measurement
-        keeper.save(out, cfg, settings, ds, job_id, parties_keep=bool(channel) and not local)
+        measured = channel.finish(str(out)) if channel is not None else {}  # each party's own inversion measurement
+        keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None and not local)
         seconds.total = time.perf_counter() - t_start
         run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(channel, floor))
         exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag, local, measured)
@@ -137,7 +137,7 @@ def _keeper(out: Path, strategy, channel, engine: Engine, done) -> tuple[Keeper,
     written at each improvement and every party keeps its own (told over the channel); in process
     the keeper holds every party's state until the run saves it."""
     if not engine.resumable:
-        local = channel.parties if channel else {}  # a LocalChannel's party objects
+        local = channel.parties if channel is not None else {}  # a LocalChannel's party objects
         models = {"primary": strategy.model, **local}  # a party's state: its model's and its shield's
         keeper = Keeper(strategy.head)
         return keeper, lambda rec: keeper.offer(rec, models)  # the states the evaluation just used
