@@ -32,6 +32,7 @@ app.query("predict_hello")(vfl.predict_hello)
 app.query("embed_kept")(vfl.embed_kept)
 
 # Entity Augmentation (run-config mode = "entity-aug")
+app.query("ea_ids")(ea_secondary.ids)
 app.query("ea_hello")(ea_secondary.hello)
 app.train("ea_step")(ea_secondary.step)
 app.query("ea_embed")(ea_secondary.embed)

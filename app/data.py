@@ -54,7 +54,7 @@ def primary_data(cfg: RunConfig) -> VFLDataset:
 @functools.lru_cache(maxsize=4)
 def _load_primary_view(data_dir: str, options: DatasetOptions) -> VFLDataset:
     # cached as _load is (immutable data); one BLAS thread as there
-    from datasets.csv_parties import load_primary_view  # lazy: the loaders import pandas, as in _load
+    from datasets.csv_views import load_primary_view  # lazy: the loaders import pandas, as in _load
 
     with threadpool_limits(limits=1, user_api="blas"):
         return load_primary_view(data_dir or None, options)

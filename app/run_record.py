@@ -78,7 +78,9 @@ from strategies.records import EpochRecord, best_epoch
 
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
 LOSSES, MODEL, PROGRESS, SPLIT = "step_losses.npy", "primary_model.pt", "progress.json", "split.csv"
-FILES = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS, SPLIT)  # what a fresh run replaces (app/run_status.py)
+ID_MATCHES = "id_matches.npz"  # Entity Augmentation's guests met by their ids (app/entity_aug/id_exchange.py)
+WRITTEN = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS, SPLIT)  # what every finished run writes
+FILES = (*WRITTEN, ID_MATCHES)  # what a fresh run replaces (app/run_status.py): those, and what some runs write
 YARDSTICK = "yardstick.json"  # written after the run by `fedsim train` (fedsim/yardstick.py)
 DERIVED = (YARDSTICK,)  # files a command derives from a finished run: replaced with the run
 FOLDERS = ("kept",)  # likewise: the kept federation of the best epoch (app/vfl/kept.py)

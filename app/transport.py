@@ -78,11 +78,13 @@ def run_name(run_dir: Path) -> str:
 @dataclass
 class Introductions:
     """The nodes' answers to an introduction (``query.<action>``): each answering node's record
-    of that name, the nodes that failed it (node -> reason) and how many did not answer in time."""
+    of that name, the nodes that failed it (node -> reason), how many did not answer in time, and
+    each answering node's whole reply (an answer may carry arrays: app/entity_aug/id_exchange.py)."""
 
     records: dict[int, ConfigRecord]
     failed: dict[int, str]
     silent: int
+    contents: dict[int, RecordDict] = field(default_factory=dict)
 
 
 def introduce(
@@ -106,7 +108,8 @@ def introduce(
     for node_id in [n for n, rec in records.items() if rec is None or "party" not in rec]:
         failed[node_id] = f"it answered query.{action} without naming its party"  # another app version, say
         del records[node_id]
-    return Introductions(records, failed, len(silent))
+    contents = {r.metadata.src_node_id: r.content for r in replies if r.metadata.src_node_id in records}
+    return Introductions(records, failed, len(silent), contents)
 
 
 def party_nodes(met: Introductions, parties: list[str], action: str, timeout: float) -> dict[str, int]:

@@ -131,7 +131,7 @@ class VFLDataset:
     # own CSVs: each primary row's 0-based data row in the primary's file (n,); None otherwise
     source_rows: np.ndarray | None = field(default=None, compare=False, repr=False)
     # secondaries this process knows by name only, their tables held by each party on its own host
-    # (the primary's view: datasets/csv_parties.py load_primary_view); :attr:`party_names` has all
+    # (the primary's view: datasets/csv_views.py load_primary_view); :attr:`party_names` has all
     remote: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

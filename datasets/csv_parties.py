@@ -33,7 +33,7 @@ import pandas as pd
 from datasets.base import TASKS, DatasetError, PartyTable, VFLDataset, split_primary
 from datasets.cells import cell_problems, header, read_table, refuse_problems
 from datasets.columns import feature_columns, refuse_text
-from datasets.entity_ids import entity_split, match_entities, read_entity_ids
+from datasets.entity_ids import entity_rows, entity_split, read_entity_ids
 from datasets.options import PLE_BINS, SPEC, DatasetOptions, Recipe
 from datasets.tables import party_table, require_columns
 from linkage.contracts import STRING_METRICS
@@ -243,16 +243,6 @@ def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tup
     return values.map(code).to_numpy(dtype=np.int64), len(classes)
 
 
-def entity_rows(spec: dict, df: pd.DataFrame, frames: dict[str, pd.DataFrame]) -> tuple[np.ndarray, dict]:
-    """(the primary's entity ids (n,), per secondary its row of each primary entity (n,), -1 none)."""
-    prim = spec["primary"]
-    ids = read_entity_ids(df, prim["entity_id"], f"party {prim.get('name', 'primary')!r} ({prim['file']})")
-    return ids, {
-        name: match_entities(ids, read_entity_ids(frames[name], p["entity_id"], f"party {name!r} ({p['file']})"))
-        for name, p in spec["secondaries"].items()
-    }
-
-
 EVERY_FILE = (
     "the whole dataset needs every party's file (their identifiers are linked in this process); a "
     "primary whose linkage comes from the linkage service (run-config linkage-dir) reads only "
@@ -267,27 +257,13 @@ ENTITY_FILES = (
 def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     folder = data_folder(data_dir)
     spec = read_spec(folder)
-    df, source_rows, labels = _primary_frame(folder, spec, opts)
+    df, source_rows, labels = primary_frame(folder, spec, opts)
     frames = secondary_frames(folder, spec, EVERY_FILE)
-    drawn = _split(folder, spec, df, frames, opts)
-    return _dataset(folder, spec, (df, source_rows, labels), drawn, frames, opts.recipe.scale)
+    drawn = draw_split(folder, spec, df, frames, opts)
+    return assemble(folder, spec, (df, source_rows, labels), drawn, frames, opts.recipe.scale)
 
 
-def load_primary_view(data_dir: Path | None, options: DatasetOptions) -> VFLDataset:
-    """The primary's side alone, as a deployed primary whose linkage comes from the linkage
-    service holds it: parties.toml and its own file; the secondaries known by name only
-    (``VFLDataset.remote``), their files never read. With ``entity_id`` the split needs every
-    party's entity ids, so their files are read (a missing one is named, with why). Not a
-    registered loader (datasets/registry.py): ``options`` as a loader's ``opts``."""
-    folder = data_folder(data_dir)
-    spec = read_spec(folder)
-    df, source_rows, labels = _primary_frame(folder, spec, options)
-    frames = secondary_frames(folder, spec, ENTITY_FILES) if "entity_id" in spec["primary"] else {}
-    drawn = _split(folder, spec, df, frames, options)
-    return _dataset(folder, spec, (df, source_rows, labels), drawn, {}, options.recipe.scale)
-
-
-def _primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.DataFrame, np.ndarray, tuple]:
+def primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.DataFrame, np.ndarray, tuple]:
     """(the primary's rows (sampled to ``n_rows``), each one's data row in its file, (labels,
     class count))."""
     prim = spec["primary"]
@@ -317,8 +293,16 @@ def secondary_frames(folder: Path, spec: dict, why: str) -> dict[str, pd.DataFra
     }
 
 
-def _split(folder: Path, spec: dict, df: pd.DataFrame, frames: dict, opts: DatasetOptions) -> tuple:
-    """(the primary's Split, its entity ids or None, true_match): by entity when declared."""
+def primary_ids(spec: dict, df: pd.DataFrame) -> np.ndarray:
+    prim = spec["primary"]
+    if "entity_id" not in prim:
+        raise DatasetError(f"the primary ({prim['file']}) declares no entity_id in {SPEC}")
+    return read_entity_ids(df, prim["entity_id"], f"party {prim.get('name', 'primary')!r} ({prim['file']})")
+
+
+def draw_split(folder: Path, spec: dict, df: pd.DataFrame, frames: dict, opts: DatasetOptions, matches=None) -> tuple:
+    """(the primary's Split, its entity ids or None, true_match): by entity when declared, from
+    the secondaries' ``frames`` or the exchange's ``matches``."""
     if "entity_id" not in spec["primary"]:
         return split_primary(len(df), opts.seed, fold=opts.search_fold), None, {}
     if opts.search_fold:
@@ -326,13 +310,19 @@ def _split(folder: Path, spec: dict, df: pd.DataFrame, frames: dict, opts: Datas
             f"search-fold {opts.search_fold}: {folder / SPEC} declares entity_id, whose validation and test rows "
             "are entities every party holds (datasets/entity_ids.py), not blocks of the training rows"
         )
-    entity_ids, true_match = entity_rows(spec, df, frames)
+    entity_ids = primary_ids(spec, df)
+    if matches is not None and set(matches) != set(spec["secondaries"]):
+        raise DatasetError(
+            f"the id exchange met {sorted(matches)}; {folder / SPEC} declares {sorted(spec['secondaries'])}: "
+            "the split is drawn from every secondary's ids"
+        )
+    true_match = dict(matches) if matches is not None else entity_rows(spec, entity_ids, frames)
     held = np.logical_and.reduce([rows >= 0 for rows in true_match.values()])
     return entity_split(held, opts.seed, f"dataset 'csv' ({folder / SPEC})"), entity_ids, true_match
 
 
-def _dataset(folder: Path, spec: dict, primary_rows: tuple, drawn: tuple, frames: dict, scale: str) -> VFLDataset:
-    """The VFLDataset: ``primary_rows`` from :func:`_primary_frame`, ``drawn`` from :func:`_split`;
+def assemble(folder: Path, spec: dict, primary_rows: tuple, drawn: tuple, frames: dict, scale: str) -> VFLDataset:
+    """The VFLDataset: ``primary_rows`` from :func:`_primary_frame`, ``drawn`` from :func:`draw_split`;
     a table for each secondary whose file is in ``frames``, every other one remote; ``scale``
     for each party that declares none."""
     prim, (df, source_rows, (labels, n_classes)) = spec["primary"], primary_rows
@@ -358,15 +348,3 @@ def _dataset(folder: Path, spec: dict, primary_rows: tuple, drawn: tuple, frames
         source_rows=source_rows,
         remote=tuple(name for name in spec["secondaries"] if name not in secondaries),
     )
-
-
-def load_secondary_party(data_dir: Path, party: str, scale: str = "standard") -> PartyTable:
-    """One secondary's table alone, from its own CSV: what a deployed party's SuperNode reads
-    (it needs neither the primary's file nor the other secondaries'); ``scale`` if it declares none."""
-    folder = data_folder(data_dir)
-    spec = read_spec(folder)
-    if party not in spec["secondaries"]:
-        raise DatasetError(
-            f"party {party!r} is not a secondary of {folder / SPEC}; secondaries: {sorted(spec['secondaries'])}"
-        )
-    return read_party(folder, party, spec["secondaries"][party], scale=scale)

@@ -3,6 +3,7 @@ is which entity, with no linkage, and the split that keeps evaluation on shared 
 
     read_entity_ids(df, column, where) -> (n,) object, the ids as text
     match_entities(primary_ids, party_ids) -> (n_primary,) int64, the party's row of each entity, -1 none
+    entity_rows(spec, primary_ids, frames) -> {secondary: match_entities of its file}
     entity_split(held_by_all, seed, where) -> Split   (validation / test first, sizes by eval_sizes)
 
 Ids are compared as text, exactly (whole-number floats as integers, surrounding spaces dropped):
@@ -45,6 +46,16 @@ def read_entity_ids(df: pd.DataFrame, column: str, where: str) -> np.ndarray:
 def match_entities(primary_ids: np.ndarray, party_ids: np.ndarray) -> np.ndarray:
     """(n_primary,) int64: for each primary entity the party's row holding it, -1 where none."""
     return pd.Index(party_ids).get_indexer(primary_ids).astype(np.int64)
+
+
+def entity_rows(spec: dict, primary_ids: np.ndarray, frames: dict[str, pd.DataFrame]) -> dict[str, np.ndarray]:
+    """Per secondary (parties.toml ``spec``, its read file in ``frames``) its row of each primary entity (n,), -1 none."""
+    return {
+        name: match_entities(
+            primary_ids, read_entity_ids(frames[name], p["entity_id"], f"party {name!r} ({p['file']})")
+        )
+        for name, p in spec["secondaries"].items()
+    }
 
 
 def entity_split(held_by_all: np.ndarray, seed: int, where: str) -> Split:

@@ -18,7 +18,7 @@ every secondary (aligned) and never trained on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,11 @@ class EntityData:
     # entity and the overlap is the experiment's (run-config overlap, :func:`overlap_split`)
     held: dict[str, np.ndarray] | None = None
     entity_ids: np.ndarray | None = None  # (n,) the parties' id of each entity, with ``held``
+    party_rows: dict[str, np.ndarray] | None = None  # with ``held``: party -> (n,) its row of each entity, -1 none
+    # parties whose features stay on their own node (an id exchange: app/entity_aug/id_exchange.py):
+    # their blocks here are read-only zero views of their width
+    remote: tuple[str, ...] = ()
+    preprocessing: dict = field(default_factory=dict, compare=False, repr=False)  # VFLDataset.preprocessing
 
     @property
     def secondaries(self) -> list[str]:
@@ -68,17 +73,17 @@ class EntityData:
         return self.secondaries + ([PRIMARY_BLOCK] if PRIMARY_BLOCK in self.blocks else [])
 
 
-def entity_data(ds: VFLDataset) -> EntityData:
+def entity_data(ds: VFLDataset, widths: dict[str, int] | None = None) -> EntityData:
     """Any dataset whose every secondary row of every entity is known (``true_match``) as
     entity-indexed blocks; the primary's features, if any, become the primary's own block. With the
     parties' own entity ids (``ds.entity_ids``) a party may hold only some entities: see
-    :func:`entity_data_from_ids`."""
+    :func:`entity_data_from_ids` (``widths``: the feature count of each party remote here)."""
     if PRIMARY_BLOCK in ds.secondaries:
         raise DatasetError(
             f"dataset {ds.name!r}: a secondary may not be called {PRIMARY_BLOCK!r} (the primary's own block)"
         )
     if ds.entity_ids is not None:
-        return entity_data_from_ids(ds)
+        return entity_data_from_ids(ds, widths or {})
     n = ds.primary.n_rows
     missing = [p for p in ds.secondaries if p not in ds.true_match or (ds.true_match[p] < 0).any()]
     if missing:
@@ -94,13 +99,14 @@ def entity_data(ds: VFLDataset) -> EntityData:
     for p, b in blocks.items():
         if len(b) != n:
             raise DatasetError(f"dataset {ds.name!r}: party {p!r} has {len(b)} entity rows, the primary {n}")
-    return EntityData(ds.name, ds.task, ds.n_classes, blocks, ds.labels, ds.split)
+    return EntityData(ds.name, ds.task, ds.n_classes, blocks, ds.labels, ds.split, preprocessing=ds.preprocessing)
 
 
-def entity_data_from_ids(ds: VFLDataset) -> EntityData:
+def entity_data_from_ids(ds: VFLDataset, widths: dict[str, int]) -> EntityData:
     """Entities = the label holder's rows some party holds (its own block counts); a party's
     block row of an entity it lacks is zeros, never sent (``held``). The split is the
-    dataset's (datasets/entity_ids.py: validation and test entities are held by every party)."""
+    dataset's (datasets/entity_ids.py: validation and test entities are held by every party).
+    A party remote here (``ds.remote``) gets a read-only zero view of its width in ``widths``."""
     rows = dict(ds.true_match)  # party -> (n_primary,) its row of each entity, -1 none
     tables = dict(ds.secondaries)
     if ds.primary.n_features:
@@ -112,12 +118,25 @@ def entity_data_from_ids(ds: VFLDataset) -> EntityData:
     for p, r in rows.items():
         r = r[keep]
         held[p] = r >= 0
-        blocks[p] = np.zeros((len(keep), tables[p].n_features), dtype=np.float32)  # (n, d_p)
-        blocks[p][held[p]] = tables[p].features[r[held[p]]]
+        if p in tables:
+            blocks[p] = np.zeros((len(keep), tables[p].n_features), dtype=np.float32)  # (n, d_p)
+            blocks[p][held[p]] = tables[p].features[r[held[p]]]
+        else:
+            blocks[p] = np.broadcast_to(np.zeros((1, widths[p]), dtype=np.float32), (len(keep), widths[p]))
     train = pos[ds.split.train]
     split = Split(train=train[train >= 0], val=pos[ds.split.val], test=pos[ds.split.test])  # val, test: held by all
     return EntityData(
-        ds.name, ds.task, ds.n_classes, blocks, ds.labels[keep], split, held=held, entity_ids=ds.entity_ids[keep]
+        ds.name,
+        ds.task,
+        ds.n_classes,
+        blocks,
+        ds.labels[keep],
+        split,
+        held=held,
+        entity_ids=ds.entity_ids[keep],
+        party_rows={p: r[keep] for p, r in rows.items()},
+        remote=tuple(p for p in rows if p not in tables),
+        preprocessing=ds.preprocessing,
     )
 
 

@@ -3,9 +3,13 @@ own host running the SuperLink and the ServerApp, each guest's SuperNode on its 
 user with every folder in its own home (lab/training.py's federation: TLS, SuperNode
 authentication, each guest's party worker on its own address for the direct transport). Entity
 Augmentation links nothing: records are matched by entity id, so no linkage job runs and no
-linkage file crosses; a built-in data set that reads a data folder gets a copy in each home.
+linkage file crosses; a built-in data set that reads a data folder gets a copy in each home. With
+the parties' own CSVs (``--data-dir`` holding parties.toml with entity ids) each home gets
+parties.toml and its own file only, and the guests' ids meet the primary's in a private set
+intersection (app/entity_aug/id_exchange.py).
 
     python -m lab.entity_aug --base /tmp/lab-ea --epochs 2 --n-rows 300
+    python -m lab.entity_aug --base /tmp/lab-ea --data-dir examples/digits
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from pathlib import Path
 
 from lab.hosts import Lab
-from lab.placement import place_data
+from lab.placement import place_data, place_own_files
 from lab.training import PRIMARY, RUN_NAME, LabRun, credentials, federation, train
 
 GUESTS = ("left", "right")  # the digits set's two guests (datasets/overlap.py)
@@ -33,7 +37,10 @@ def train_ea_across_hosts(
     hosts = {g: lab.hosts[g] for g in guests}
     commands: dict[str, list[list[str]]] = {primary.name: []}
     credentials(lab, primary, hosts)
-    place_data(lab, [primary, *hosts.values()], dataset, data_dir)
+    if dataset == "csv":
+        place_own_files(lab, {PRIMARY: primary, **hosts}, data_dir)
+    else:
+        place_data(lab, [primary, *hosts.values()], dataset, data_dir)
     values = {
         "mode": "entity-aug",
         "dataset": dataset,
@@ -54,11 +61,15 @@ def main() -> None:
     ap.add_argument("--base", type=Path, required=True, help="folder for the hosts' homes")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--n-rows", type=int, default=300)
+    ap.add_argument(
+        "--data-dir", type=Path, help="the parties' own CSVs (parties.toml with entity ids; guests left, right)"
+    )
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="lab-ea-logs-"))
+    dataset, data_dir = ("csv", args.data_dir.resolve()) if args.data_dir else ("digits", Path("."))
     with Lab(args.base, [PRIMARY, *GUESTS]) as lab:
         run = train_ea_across_hosts(
-            lab, "digits", Path("."), GUESTS, {"epochs": args.epochs, "n-rows": args.n_rows}, logs
+            lab, dataset, data_dir, GUESTS, {"epochs": args.epochs, "n-rows": args.n_rows}, logs
         )
     print(json.dumps({"seconds": run.seconds, "test": run.summary["test"], "logs": str(logs)}, indent=1))
 

@@ -1,5 +1,6 @@
-"""What the operator places on each lab host before training: the public dataset's folder, and
-each party's own files of the linkage job it ran through the linkage service on root's loopback."""
+"""What the operator places on each lab host before training: the public dataset's folder (or,
+for parties' own CSVs, each party's own file and parties.toml only), and each party's own files
+of the linkage job it ran through the linkage service on root's loopback."""
 
 from __future__ import annotations
 
@@ -20,6 +21,19 @@ def place_data(lab: Lab, hosts: list[Host], dataset: str, data_dir: Path) -> Non
     for src in sorted(p for p in (Path(data_dir) / folder).rglob("*") if p.is_file()):
         for host in hosts:
             lab.copy_in(host, src, Path("data") / folder / src.relative_to(Path(data_dir) / folder))
+
+
+def place_own_files(lab: Lab, hosts: dict[str, Host], folder: Path) -> None:
+    """Dataset csv: each party's home gets data/parties.toml and its own file of ``folder``
+    (the primary's [primary] file, a secondary's its own), nothing of another party's."""
+    from datasets.csv_parties import read_spec  # lazy: pandas, for parties.toml's file names
+    from datasets.options import SPEC  # lazy: with read_spec
+
+    spec = read_spec(Path(folder))
+    files = {PRIMARY: spec["primary"]["file"], **{p: s["file"] for p, s in spec["secondaries"].items()}}
+    for party, host in hosts.items():
+        lab.copy_in(host, Path(folder) / SPEC, Path("data") / SPEC)
+        lab.copy_in(host, Path(folder) / files[party], Path("data") / files[party])
 
 
 def place_linkage(lab: Lab, dep, hosts: dict[str, Host]) -> None:

@@ -1,6 +1,9 @@
 """Entity Augmentation on a real deployment on loopback (SuperLink + one SuperNode per guest, TLS
-and SuperNode authentication): trained through `flwr run` against it, each guest's state kept in
-its own folder (node config), and predicted through the same SuperNodes.
+and SuperNode authentication) on the organisations' own CSVs (examples/digits: each image named by
+the same id in every file): the guests' ids meet the label holder's in a private set intersection
+(app/entity_aug/id_exchange.py), the run is trained through `flwr run` against the deployment, each
+guest's state and its plan kept in its own folder (node config), and predicted through the same
+SuperNodes by the label holder's own ids.
 
 Oracle: the deployed run equals the same run config trained in process, step by step (float64),
 and the test entities predicted as new get the outputs training's evaluation computed at its best
@@ -9,6 +12,7 @@ epoch (as tests/test_predict_ea_flower.py for the simulation)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,12 +29,13 @@ pytestmark = pytest.mark.slow
 
 # the steps go over the direct transport (the default); the deployment's start, the handshake and
 # predict's Flower run are most of the time, so the run is a few steps: 300 rows, one epoch
-VALUES = dict(dataset="digits", n_rows=300, mode="entity-aug", epochs=1, ea_variant="augment", overlap=0.1)
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+VALUES = dict(dataset="csv", data_dir=str(EXAMPLE), n_rows=300, mode="entity-aug", epochs=1)
 
 
 def test_entity_augmentation_trains_and_predicts_on_a_deployment_as_in_one_process(tmp_path, monkeypatch, capsys):
     root = tmp_path / "dep"
-    dep = deploy.up(root, "digits")
+    dep = deploy.up(root, "csv", str(EXAMPLE))
     try:
         assert dep.secure and sorted(dep.nodes) == ["left", "right"]
         run_config = {k.replace("_", "-"): v for k, v in VALUES.items()} | {"dtype": "float64", "run-name": "ea"}
@@ -42,9 +47,10 @@ def test_entity_augmentation_trains_and_predicts_on_a_deployment_as_in_one_proce
             assert (dep.party_dir(guest) / "models" / "ea" / guest / "kept.pt").exists()
             assert not (run / guest).exists()
 
-        cfg = RunConfig.of(**VALUES, dtype="float64", data_dir=dep.data_dir)
-        test = ea_data(cfg).split.test
-        pd.DataFrame({"image": test}).to_csv(tmp_path / "ids.csv", index=False)
+        assert (run / "id_matches.npz").exists()  # the exchange's result, kept for predict
+        data = ea_data(RunConfig.of(**VALUES, dtype="float64"))
+        test = data.entity_ids[data.split.test]  # the label holder's own ids
+        pd.DataFrame({"image_id": test}).to_csv(tmp_path / "ids.csv", index=False)
         args = [
             "predict",
             str(run),
@@ -52,11 +58,11 @@ def test_entity_augmentation_trains_and_predicts_on_a_deployment_as_in_one_proce
             "--out",
             str(tmp_path / "p.csv"),
             "--id-column",
-            "image",
+            "image_id",
         ]
         assert main([*args, "--deployment", str(root)]) == 0, capsys.readouterr().err[-3000:]
         got = pd.read_csv(tmp_path / "p.csv")
-        assert list(got["image"]) == list(test)
+        assert list(got["image_id"]) == list(test)
         proba = got[[c for c in got.columns if c.startswith("p_")]].to_numpy()
     finally:
         _down(root)

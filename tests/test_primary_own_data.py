@@ -191,7 +191,8 @@ def test_a_deployment_with_one_data_folder_per_party(tmp_path, monkeypatch):
 def test_with_entity_ids_the_primarys_view_needs_every_partys_ids_and_says_why(tmp_path):
     """parties.toml's entity_id: validation and test are entities every party holds, so the
     primary's view reads each party's ids (same split as the whole dataset); a missing file is named."""
-    from datasets.csv_parties import load_csv_parties, load_primary_view
+    from datasets.csv_parties import load_csv_parties
+    from datasets.csv_views import load_primary_view
     from datasets.options import DatasetOptions
     from tests.test_own_data import write_entities
 

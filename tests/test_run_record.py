@@ -11,7 +11,7 @@ import pytest
 
 from app import modes
 from app.config import MODES, RunConfig
-from app.run_record import FILES, read_metrics, read_summary
+from app.run_record import WRITTEN, read_metrics, read_summary
 from app.vfl import server as primary
 
 TINY = dict(dataset="synthetic", n_rows=300, epochs=2, batch_size=64)
@@ -70,7 +70,7 @@ def test_every_engine_and_mode_writes_one_record(key, tmp_path):
     seconds = summary["seconds"]
     assert set(seconds) == SECONDS and all(isinstance(seconds[k], float) for k in SECONDS - {"epochs"})
     assert len(seconds["epochs"]) == summary["epochs_run"] and seconds["total"] >= seconds["train_and_eval"] > 0
-    assert all((folder / name).exists() for name in FILES)
+    assert all((folder / name).exists() for name in WRITTEN)
     assert len(read_metrics(folder)) == summary["epochs_run"] == 2
     assert np.load(folder / "step_losses.npy").shape == (summary["steps"],)
     config = json.loads((folder / "config.json").read_text())

@@ -61,10 +61,19 @@ class FlowerChannel:
             out[party] = wire.read_reply(content, party)
         return out
 
+    def attach_local(self, local: dict[str, SecondaryParty]) -> None:
+        """The primary's own block, built once the run's entities are known (after an id exchange)."""
+        self.local = LocalChannel(local)
+        self.parties = sorted(self.nodes) + self.local.parties
+
     def _ask_all(self, message_type: str, content: RecordDict) -> dict[str, RecordDict]:
-        msgs = {p: Message(content, dst_node_id=n, message_type=message_type) for p, n in self.nodes.items()}
+        return self.ask_each(message_type, {p: content for p in self.nodes})
+
+    def ask_each(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
+        """Every secondary's answer to its own ``contents[party]``; one missing within the patience is an error."""
+        msgs = {p: Message(contents[p], dst_node_id=n, message_type=message_type) for p, n in self.nodes.items()}
         ids = self.grid.push_messages(list(msgs.values()))
-        self.traffic.bytes_down += payload_bytes(content) * len(msgs)
+        self.traffic.bytes_down += sum(payload_bytes(c) for c in contents.values())
         got = self._pull(dict(zip(ids, msgs)), time.monotonic() + self.patience, message_type)
         missing = sorted(set(self.nodes) - set(got))
         if missing:

@@ -20,6 +20,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 
 from app import messages, node, party_worker
 from app.config import RunConfig
+from app.entity_aug import id_exchange
 from app.entity_aug.parties import (
     PartyInputs,
     act_content,
@@ -42,7 +43,8 @@ def secondary_name(cfg: RunConfig, context: Context) -> str:
     """Deployment: --node-config 'party="..."'; simulation: the partition-id-th secondary."""
     if "party" in context.node_config:
         return str(context.node_config["party"])
-    return simulation_secondary(cfg, int(context.node_config["partition-id"]))
+    names = id_exchange.secondaries(cfg) if id_exchange.exchanged(cfg) else None  # parties.toml, not the others' files
+    return simulation_secondary(cfg, int(context.node_config["partition-id"]), names)
 
 
 def restore(cfg: RunConfig, context: Context) -> SecondaryParty:
@@ -119,10 +121,30 @@ def persist(party: SecondaryParty, context: Context) -> None:
     )
 
 
-def _hello(content: RecordDict, context: Context) -> RecordDict:
-    messages.expect_fields(content.config_records["ea_hello"], set(), "query.ea_hello")
+def _ids(content: RecordDict, context: Context) -> RecordDict:
+    """The id exchange (app/entity_aug/id_exchange.py): this party's ids blinded, the label
+    holder's reblinded; how many ids it was sent is kept to bound the plan."""
     cfg = node_run_config(context)
-    party = build_party(cfg, secondary_name(cfg, context))
+    reply, asked = id_exchange.answer(cfg, secondary_name(cfg, context), content)
+    context.state.config_records["ea_ids"] = ConfigRecord({"asked": asked})
+    return reply
+
+
+def _hello(content: RecordDict, context: Context) -> RecordDict:
+    """Build the party: from the run's data, or (parties that met by their ids) from the label
+    holder's plan and this party's own CSV, the plan kept to rebuild its block at predict."""
+    cfg = node_run_config(context)
+    name = secondary_name(cfg, context)
+    if id_exchange.exchanged(cfg):
+        met = context.state.config_records.get("ea_ids")
+        if met is None:
+            raise messages.ProtocolError("query.ea_hello before query.ea_ids: this party meets the run by its ids")
+        inputs, _ = id_exchange.plan_inputs(cfg, name, content, int(met["asked"]))
+        party = build_party(cfg, name, inputs=inputs)
+        id_exchange.store_plan(content, context.state)
+    else:
+        messages.expect_fields(content.config_records["ea_hello"], set(), "query.ea_hello")
+        party = build_party(cfg, name)
     persist(party, context)
     return RecordDict({"ea_hello": ConfigRecord({"party": party.name, "records": int(len(party.schedule.records))})})
 
@@ -172,6 +194,7 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
         got["epoch"],
         party.state_dict(),  # its model's and its shield's
         party.x.cpu().numpy(),
+        id_exchange.stored_plan(context.state),  # a party met by its ids: the plan that rebuilds its block
     )
     return RecordDict()
 
@@ -187,10 +210,11 @@ def direct_open(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"ea_direct_open": reply}), reply_to=msg)
 
 
-hello, step, embed, finish, keep = map(messages.flower, (_hello, _step, _embed, _finish, _keep))
+ids, hello, step, embed, finish, keep = map(messages.flower, (_ids, _hello, _step, _embed, _finish, _keep))
 
 # what the party worker answers over the direct link: the same handlers, its own context
 DIRECT = {
+    "query.ea_ids": _ids,
     "query.ea_hello": _hello,
     "train.ea_step": _step,
     "query.ea_embed": _embed,
@@ -214,12 +238,13 @@ def embed_kept(msg: Message, context: Context) -> Message:
     cfg = node_run_config(context)
     run, ids = read_kept_request(msg.content)
     with torch_threads(1):
-        party = build_party(cfg, secondary_name(cfg, context))
-        from app.entity_aug.kept import load_secondary_state  # lazy: the kept state module loads the data stack
+        from app.entity_aug import kept  # lazy: the kept state module loads the data stack
 
-        _, state = load_secondary_state(
-            node.model_dir(cfg, context, run, party.name), party.name, party.x.cpu().numpy()
-        )
+        name = secondary_name(cfg, context)
+        folder = node.model_dir(cfg, context, run, name)
+        plan = kept.secondary_plan(folder, name) if id_exchange.exchanged(cfg) else None
+        party = build_party(cfg, name, inputs=None if plan is None else id_exchange.replan_inputs(cfg, name, plan))
+        _, state = kept.load_secondary_state(folder, party.name, party.x.cpu().numpy())
         party.load_state_dict(state)
         n = party.x.shape[0]
         if len(ids) and (ids.min() < 0 or ids.max() >= n):

@@ -36,16 +36,20 @@ class DirectChannel(FlowerChannel):
         self._waiting: dict[str, int] = {}  # party -> the sequence number of its outstanding step
 
     @classmethod
-    def connect(cls, grid: Grid, parties: list[str], patience: float, local: dict) -> "DirectChannel":
-        """Start every secondary's worker and link to it in one Flower exchange, then each worker
-        builds its party on the link's hello (``query.ea_hello``, as over Flower)."""
+    def open(cls, grid: Grid, parties: list[str], patience: float, local: dict) -> "DirectChannel":
+        """Start every secondary's worker and link to it, in one Flower exchange."""
         nodes, links = open_links(grid, parties, patience, "ea_direct_open")
+        return cls(grid, nodes, patience, local, links)
+
+    @classmethod
+    def connect(cls, grid: Grid, parties: list[str], patience: float, local: dict) -> "DirectChannel":
+        """:meth:`open`, then each worker builds its party on the link's hello (``query.ea_hello``, as over Flower)."""
+        channel = cls.open(grid, parties, patience, local)
         try:
-            channel = cls(grid, nodes, patience, local, links)
             channel._ask_all("query.ea_hello", named_content("ea_hello"))
             return channel
         except BaseException:
-            close_all(links)
+            channel.close()
             raise
 
     def _send(self, party: str, message_type: str, content: RecordDict) -> int:
@@ -75,8 +79,8 @@ class DirectChannel(FlowerChannel):
                 out[party] = wire.read_reply(self._read(party, self._waiting.pop(party), "train.ea_step"), party)
         return out
 
-    def _ask_all(self, message_type: str, content: RecordDict) -> dict[str, RecordDict]:
-        asked = {p: self._send(p, message_type, content) for p in sorted(self.nodes)}
+    def ask_each(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
+        asked = {p: self._send(p, message_type, contents[p]) for p in sorted(self.nodes)}
         return {p: self._read(p, seq, message_type) for p, seq in asked.items()}
 
     def close(self) -> None:

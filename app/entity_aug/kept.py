@@ -82,7 +82,7 @@ def manifest(cfg, data: EntityData, head: TaskHead, best_epoch: int, secondary_s
         "parties": data.parties,
         "n_entities": int(len(data.labels)),
         "secondary_states": secondary_states,
-        "features_sha256": {p: features_digest(b) for p, b in data.blocks.items()},
+        "features_sha256": {p: features_digest(b) for p, b in data.blocks.items() if p not in data.remote},
     }
 
 
@@ -127,34 +127,49 @@ def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
 SECONDARY_KEPT = "kept.pt"  # a secondary's own kept state, in its model folder of the run
 
 
-def save_secondary_state(folder: Path, epoch: int, state: dict[str, torch.Tensor], features: np.ndarray) -> None:
-    """A secondary's state at the best epoch so far (replacing an earlier one), with the epoch and
-    the digest of the features it was trained on; 0600 in a 0700 folder, written atomically."""
+def save_secondary_state(
+    folder: Path, epoch: int, state: dict[str, torch.Tensor], features: np.ndarray, plan: dict | None = None
+) -> None:
+    """A secondary's state at the best epoch so far (replacing an earlier one), with the epoch,
+    the digest of the features it was trained on and, for a party met by its ids, the plan that
+    built its block (app/entity_aug/id_exchange.py); 0600 in a 0700 folder, written atomically."""
     private_dir(folder)
     buf = io.BytesIO()
-    torch.save(
-        {
-            "epoch": int(epoch),
-            "features_sha256": features_digest(features),
-            "state": {k: v.detach().cpu().clone() for k, v in state.items()},
-        },
-        buf,
-    )
+    kept = {
+        "epoch": int(epoch),
+        "features_sha256": features_digest(features),
+        "state": {k: v.detach().cpu().clone() for k, v in state.items()},
+    }
+    if plan is not None:
+        kept["plan"] = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else int(v) for k, v in plan.items()}
+    torch.save(kept, buf)
     write_atomic(Path(folder) / SECONDARY_KEPT, buf.getvalue())
+
+
+def secondary_plan(folder: Path, party: str) -> dict:
+    """The plan a secondary met by its ids kept with its state ({field: int, array: (m,) int64})."""
+    kept = _read_kept(folder, party)
+    if "plan" not in kept:
+        raise KeptError(f"secondary {party!r} kept no id-exchange plan for this run: it was trained on shared data")
+    return {k: v.numpy() if isinstance(v, torch.Tensor) else int(v) for k, v in kept["plan"].items()}
 
 
 def load_secondary_state(folder: Path, party: str, features: np.ndarray) -> tuple[int, dict[str, torch.Tensor]]:
     """(epoch, state) a secondary kept; refused by name when it kept none or its features changed."""
-    path = Path(folder) / SECONDARY_KEPT
-    if not path.exists():
-        raise KeptError(
-            f"secondary {party!r} keeps no model for this run ({path} is missing): it was trained in "
-            "another place, or before secondaries kept their best epoch"
-        )
-    kept = torch.load(path, map_location="cpu", weights_only=True)
+    kept = _read_kept(folder, party)
     if kept["features_sha256"] != features_digest(features):
         raise KeptError(
             f"secondary {party!r}: its data changed since training (features digest differs); predict "
             "with the data the federation was trained on, or train again"
         )
     return int(kept["epoch"]), kept["state"]
+
+
+def _read_kept(folder: Path, party: str) -> dict:
+    path = Path(folder) / SECONDARY_KEPT
+    if not path.exists():
+        raise KeptError(
+            f"secondary {party!r} keeps no model for this run ({path} is missing): it was trained in "
+            "another place, or before secondaries kept their best epoch"
+        )
+    return torch.load(path, map_location="cpu", weights_only=True)

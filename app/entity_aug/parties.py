@@ -243,9 +243,9 @@ def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
     return primary
 
 
-def simulation_secondary(cfg: RunConfig, partition_id: int) -> str:
-    """In simulation, virtual node i plays secondary i (sorted by name)."""
-    secondaries = ea_data(cfg).secondaries
+def simulation_secondary(cfg: RunConfig, partition_id: int, names: list[str] | None = None) -> str:
+    """In simulation, virtual node i plays secondary i (sorted by name; ``names``, or the run's data's)."""
+    secondaries = names if names is not None else ea_data(cfg).secondaries
     if not 0 <= partition_id < len(secondaries):
         raise ValueError(f"partition-id {partition_id} but dataset {cfg.data.dataset!r} has secondaries {secondaries}")
     return secondaries[partition_id]

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from app.config import RunConfig
-from app.entity_aug.parties import ea_data, overlap_parts
+from app.entity_aug import id_exchange
+from app.entity_aug.parties import overlap_parts
 from app.kept import KeptError, read_manifest
 from datasets.base import require_columns
 from datasets.overlap import EntityData
@@ -127,7 +128,7 @@ def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tupl
     """The ids of ``column`` in ``ids_csv`` the run can predict, and the skipped (line, id, reason);
     without ``skip`` a single unpredictable id raises KeptError naming the first ones."""
     cfg = RunConfig.of(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
-    data = ea_data(cfg)
+    data = id_exchange.run_data(cfg, Path(run_dir))
     raw = read_ids(Path(ids_csv), column, data.entity_ids is not None)
     keep, skipped = screen_ids(raw, cfg, data)
     if skipped and not skip:

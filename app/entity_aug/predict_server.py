@@ -24,9 +24,10 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app.config import RunConfig
+from app.entity_aug import id_exchange
 from app.entity_aug.channel import FlowerChannel
 from app.entity_aug.kept import PRIMARY_MODEL, read_manifest, state_name
-from app.entity_aug.parties import ea_data, ea_plan, ea_settings
+from app.entity_aug.parties import ea_plan, ea_settings
 from app.entity_aug.predict import check_ids, check_parties, predicted, read_ids, rebuild, table, user_entities
 from app.kept import KEPT, KeptError, load_states, predict_mode_files, write_csv
 from app.run_status import require_finished
@@ -52,7 +53,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
         )
     trained = RunConfig.of(**meta["run"])
     _same_parties(cfg, trained)
-    data = ea_data(trained)
+    data = id_exchange.run_data(trained, run_dir)  # guests met by their ids: their files are not read here
     column = cfg.predict.id_column or ID_COLUMN
     raw = read_ids(src, column, data.entity_ids is not None)
     ids = user_entities(raw, data)

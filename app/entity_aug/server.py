@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from app import run_status
 from app.config import RunConfig
-from app.data import load_data
+from app.entity_aug import id_exchange
 from app.entity_aug.channel import FlowerChannel
 from app.entity_aug.direct import DirectChannel
 from app.entity_aug.kept import PRIMARY_MODEL, Keeper, state_name
@@ -35,7 +35,7 @@ from app.entity_aug.parties import (
     torch_threads,
 )
 from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
-from app.transport import handshake
+from app.transport import handshake, introduce, party_nodes
 from datasets.overlap import PRIMARY_BLOCK, EntityData
 from strategies.entity_aug.channel import LocalChannel
 from strategies.entity_aug.exchange import Exchanger
@@ -89,7 +89,7 @@ def run_ea(
             device=primary.device,
             seconds=seconds,
             exchange=_exchange(channel, exchanger),
-            preprocessing=load_data(cfg).preprocessing,  # the loaded parties' (cached), before entity blocks
+            preprocessing=data.preprocessing,  # the loaded parties', before entity blocks
             stopping=stopping(records, primary.head, patience, plan.epochs, len(losses), plan.max_steps),
             hyperparameters=hyper,
             extra_warnings=evaluation_warnings(data),
@@ -208,9 +208,7 @@ def run_ea_primary(grid: Grid, cfg: RunConfig) -> dict:
     out = cfg.out_path() / name
     with run_status.tracked(out, "flower"):
         log(INFO, "[primary] run dir %s", out)
-        data = ea_data(cfg)
-        local = {PRIMARY_BLOCK: build_party(cfg, PRIMARY_BLOCK, data)} if PRIMARY_BLOCK in data.blocks else {}
-        channel = _channel(grid, cfg, data.secondaries, local)
+        data, channel = _meet(grid, cfg, out)
         try:
             log(INFO, "[primary] secondaries: %s", channel.nodes)
             summary = run_ea(cfg, data, channel, out, "flower", say=lambda m, *a: log(INFO, m, *a))
@@ -219,6 +217,48 @@ def run_ea_primary(grid: Grid, cfg: RunConfig) -> dict:
             channel.close()  # a direct transport's worker ends with its link, however the run ends
         log(INFO, "[primary] results in %s", out)
         return summary
+
+
+def _meet(grid: Grid, cfg: RunConfig, out: Path) -> tuple[EntityData, FlowerChannel]:
+    """The run's entities and the channel to the secondaries, each introduced (``query.ea_hello``).
+    CSV parties with entity ids each hold only their own file: their ids meet the primary's in a
+    private set intersection first (app/entity_aug/id_exchange.py), then each gets its plan; the
+    matches are kept in the run folder ``out`` for predict."""
+    if not id_exchange.exchanged(cfg):
+        data = ea_data(cfg)
+        return data, _channel(grid, cfg, data.secondaries, _own_block(cfg, data))
+    exchange, parties, patience = (
+        id_exchange.Exchange.start(cfg),
+        id_exchange.secondaries(cfg),
+        cfg.runtime.node_timeout,
+    )
+    if cfg.runtime.direct:
+        channel = DirectChannel.open(grid, parties, patience, {})
+        answers = channel.ask_each("query.ea_ids", {p: exchange.request for p in parties})
+    else:
+        met = introduce(grid, parties, patience, "ea_ids", lambda _: exchange.request)
+        nodes = party_nodes(met, parties, "ea_ids", patience)
+        channel, answers = FlowerChannel(grid, nodes, patience, {}), {p: met.contents[n] for p, n in nodes.items()}
+    try:
+        matches, widths = exchange.matches(answers)
+        data = id_exchange.matched_data(cfg, matches, widths)
+        id_exchange.save_matches(out, matches, widths)
+        log(
+            INFO,
+            "[primary] ids met: %s of %d entities held",
+            {p: int(h.sum()) for p, h in data.held.items()},
+            len(data.labels),
+        )
+        channel.attach_local(_own_block(cfg, data))
+        channel.ask_each("query.ea_hello", {p: id_exchange.plan_content(cfg, data, p) for p in parties})
+        return data, channel
+    except BaseException:
+        channel.close()
+        raise
+
+
+def _own_block(cfg: RunConfig, data: EntityData) -> dict:
+    return {PRIMARY_BLOCK: build_party(cfg, PRIMARY_BLOCK, data)} if PRIMARY_BLOCK in data.blocks else {}
 
 
 def _channel(grid: Grid, cfg: RunConfig, parties: list[str], local: dict) -> FlowerChannel:

@@ -113,7 +113,7 @@ def secondary_features(cfg: RunConfig, party: str, cache_dir: str = "") -> np.nd
         if path.exists():
             return np.load(path, mmap_mode="r")
     if cfg.data.dataset == "csv":  # a party's own CSV only: a deployed SuperNode needs no other file
-        from datasets.csv_parties import load_secondary_party  # lazy: pandas, off the ClientApp's per-message imports
+        from datasets.csv_views import load_secondary_party  # lazy: pandas, off the ClientApp's per-message imports
 
         features = load_secondary_party(Path(cfg.data.data_dir), party, cfg.data.scale).features
     else:

@@ -1,0 +1,109 @@
+"""Entity Augmentation's guests met by a private set intersection of their ids
+(app/entity_aug/id_exchange.py), each party holding only parties.toml and its own CSV.
+
+Oracle: what the label holder and each guest build from the exchange equals what ea_data builds
+from every party's file in one folder (entities, labels, split, held, each guest's block and batch
+schedule), with the guests' rows in an order of their own. A hostile plan or answer is refused
+by name before it is used."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.app import Array
+
+from app.config import RunConfig
+from app.entity_aug import id_exchange as ex
+from app.entity_aug.parties import batch_schedule, ea_data, ea_settings
+from app.messages import ProtocolError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+SPEC = "parties.toml"
+
+
+def _folders(tmp_path: Path, rows: int = 400) -> dict[str, Path]:
+    """'all': every file; one home per party with parties.toml and its own file only. The
+    guests' rows shuffled (their order is their own) and the run cut to ``rows`` images."""
+    rng = np.random.default_rng(5)
+    full = tmp_path / "all"
+    full.mkdir()
+    shutil.copy(EXAMPLE / SPEC, full / SPEC)
+    labels = pd.read_csv(EXAMPLE / "labels.csv").head(rows)
+    labels.to_csv(full / "labels.csv", index=False)
+    for guest in ("left", "right"):
+        df = pd.read_csv(EXAMPLE / f"{guest}.csv")
+        df = df[df["image_id"].isin(labels["image_id"])]
+        df.iloc[rng.permutation(len(df))].to_csv(full / f"{guest}.csv", index=False)
+    homes = {"all": full}
+    for party, file in (("primary", "labels.csv"), ("left", "left.csv"), ("right", "right.csv")):
+        home = homes[party] = tmp_path / party
+        home.mkdir()
+        shutil.copy(full / SPEC, home / SPEC)
+        shutil.copy(full / file, home / file)
+    return homes
+
+
+def _cfg(folder: Path) -> RunConfig:
+    return RunConfig.of(dataset="csv", data_dir=str(folder), mode="entity-aug", ea_variant="augment", seed=3)
+
+
+def _meet(homes: dict[str, Path]):
+    """The exchange as the ServerApp and the guests' ClientApps run it, in one process."""
+    primary = _cfg(homes["primary"])
+    exchange = ex.Exchange.start(primary)
+    answers, asked = {}, {}
+    for guest in ("left", "right"):
+        answers[guest], asked[guest] = ex.answer(_cfg(homes[guest]), guest, exchange.request)
+    data = ex.matched_data(primary, *exchange.matches(answers))
+    return primary, data, asked
+
+
+def test_the_exchange_gives_every_party_what_one_folder_gives(tmp_path):
+    homes = _folders(tmp_path)
+    with pytest.raises(Exception, match="needs every party's file"):  # today's primary alone cannot
+        ea_data(_cfg(homes["primary"]))
+    primary, data, asked = _meet(homes)
+    whole = ea_data(_cfg(homes["all"]))
+    assert not all(h.all() for h in whole.held.values())  # planted: some images held by one guest only
+    np.testing.assert_array_equal(data.labels, whole.labels)
+    np.testing.assert_array_equal(data.entity_ids, whole.entity_ids)
+    for part in ("train", "val", "test"):
+        np.testing.assert_array_equal(getattr(data.split, part), getattr(whole.split, part))
+    settings = ea_settings(primary)
+    for guest in ("left", "right"):
+        np.testing.assert_array_equal(data.held[guest], whole.held[guest])
+        assert data.blocks[guest].shape == whole.blocks[guest].shape and not data.blocks[guest].any()
+        inputs, plan = ex.plan_inputs(_cfg(homes[guest]), guest, ex.plan_content(primary, data, guest), asked[guest])
+        np.testing.assert_array_equal(inputs.x, whole.blocks[guest])  # its features, by entity
+        want = batch_schedule(_cfg(homes["all"]), whole, settings, guest)
+        np.testing.assert_array_equal(inputs.schedule.records, want.records)
+        assert (inputs.schedule.order_seed, inputs.schedule.steps_per_epoch) == (want.order_seed, want.steps_per_epoch)
+        assert inputs.schedule.batch_size == want.batch_size and len(plan.entities) == whole.held[guest].sum()
+
+
+def test_a_hostile_plan_or_answer_is_refused_by_name(tmp_path):
+    homes = _folders(tmp_path, rows=120)
+    primary, data, asked = _meet(homes)
+    left = _cfg(homes["left"])
+    content = ex.plan_content(primary, data, "left")
+    held = int(data.held["left"].sum())
+    content["ea_plan"]["rows"] = Array(np.full(held, 10**6, dtype=np.int64))  # rows it does not have
+    with pytest.raises(ProtocolError, match="rows repeated or outside this party's"):
+        ex.plan_inputs(left, "left", content, asked["left"])
+    content = ex.plan_content(primary, data, "left")
+    content["ea_hello"]["entities_total"] = asked["left"] + 1  # more entities than ids it was sent
+    with pytest.raises(ProtocolError, match="entities, 120 ids sent"):
+        ex.plan_inputs(left, "left", content, asked["left"])
+    exchange = ex.Exchange.start(primary)
+    answer, _ = ex.answer(left, "left", exchange.request)
+    answer["ea_ids"]["width"] = 0
+    with pytest.raises(ProtocolError, match="secondary 'left': declared 0 features"):
+        exchange.matches({"left": answer})
+    answer, _ = ex.answer(left, "left", exchange.request)
+    answer["ea_ids_points"]["theirs"] = answer["ea_ids_points"]["own"]  # not the ids it was sent
+    with pytest.raises(ProtocolError, match="secondary 'left': reblinded"):
+        exchange.matches({"left": answer})
