@@ -189,9 +189,9 @@ def check(values: dict[str, object]):
     cfg = RunConfig.from_flower(values)
     if cfg.train.mode == "entity-aug":
         # also what the ServerApp would refuse about the data
-        from app.entity_aug.parties import ea_check  # lazy: torch and flwr, off `fedsim --help`
+        from app.entity_aug.id_exchange import check as ea_check  # lazy: torch and flwr, off `fedsim --help`
 
-        return cfg, len(ea_check(cfg).secondaries)
+        return cfg, len(ea_check(cfg))
     # require_linkable: what the ServerApp's linkage would refuse
     from app.data import primary_data  # lazy: torch, off `fedsim --help`
     from app.vfl.exchange import require_defences  # lazy: torch and flwr, off `fedsim --help`

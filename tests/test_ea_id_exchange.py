@@ -107,3 +107,13 @@ def test_a_hostile_plan_or_answer_is_refused_by_name(tmp_path):
     answer["ea_ids_points"]["theirs"] = answer["ea_ids_points"]["own"]  # not the ids it was sent
     with pytest.raises(ProtocolError, match="secondary 'left': reblinded"):
         exchange.matches({"left": answer})
+
+
+def test_fedsim_trains_check_on_a_label_holder_holding_only_its_own_file(tmp_path):
+    homes = _folders(tmp_path, rows=120)
+    assert ex.check(_cfg(homes["primary"])) == ["left", "right"]  # the guests' files are on their hosts
+    assert ex.check(_cfg(homes["all"])) == ["left", "right"]  # every file here: the whole check
+    spec = homes["primary"] / SPEC
+    spec.write_text(spec.read_text().replace('task = "multiclass"', 'task = "regression"'))
+    with pytest.raises(Exception, match="regression"):
+        ex.check(_cfg(homes["primary"]))

@@ -4,6 +4,7 @@ intersection (linkage/psi.py), never in one process, and each guest gets its pla
 the run's entities, its batch schedule) from the label holder. No party reads another's file.
 
     exchanged(cfg) -> bool                                 a run whose guests are met this way
+    check(cfg) -> [secondary]                              fedsim train's check, with the files at hand
   the label holder (app/entity_aug/server.py):
     Exchange.start(cfg); exchange.request                  its ids blinded: what every guest is asked
     exchange.matches(answers {party: content})             -> ({party: (n_p,) its row of each of the
@@ -31,7 +32,14 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from app import probes
 from app.config import RunConfig
-from app.entity_aug.parties import PartyInputs, batch_schedule, ea_data, ea_settings, require_classification
+from app.entity_aug.parties import (
+    PartyInputs,
+    batch_schedule,
+    ea_check,
+    ea_data,
+    ea_settings,
+    require_classification,
+)
 from app.messages import ProtocolError, expect_fields
 from app.run_record import ID_MATCHES
 from files.atomic import write_atomic
@@ -59,6 +67,25 @@ def secondaries(cfg: RunConfig) -> list[str]:
     """The guests by name (sorted), from parties.toml alone."""
     names = sorted(_spec(cfg)["secondaries"])
     return sorted(cfg.party_subset()) if cfg.party_subset() else names
+
+
+def check(cfg: RunConfig) -> list[str]:
+    """`fedsim train`'s check before Flower (the secondaries, by name): ea_check where this host
+    holds every party's file; a label holder holding only its own (the guests' on their hosts)
+    checks what its own file tells (its ids, the task), and the rest is checked at the exchange."""
+    from app.data import dataset_options  # lazy: the loaders, as app.data's
+    from datasets.csv_views import primary_entity_ids  # lazy: pandas
+
+    if not exchanged(cfg):
+        return ea_check(cfg).secondaries
+    from datasets.csv_parties import data_folder  # lazy: pandas
+
+    spec, folder = _spec(cfg), data_folder(cfg.data.data_dir or None)
+    if all((folder / p["file"]).exists() for p in spec["secondaries"].values()):
+        return ea_check(cfg).secondaries
+    require_classification(spec["task"], "csv")
+    primary_entity_ids(cfg.data.data_dir or None, dataset_options(cfg))
+    return secondaries(cfg)
 
 
 # ---------------------------------------------------------------------------- the label holder
