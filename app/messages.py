@@ -1,5 +1,6 @@
 """Wire format of the protocol's messages over Flower: numpy arrays in ArrayRecords, scalars in
-ConfigRecords (what a step says, and the checks on it, are strategies/vfl/wire.py's).
+ConfigRecords. A step's request and reply are strategies/vfl/wire.py's types with their codec:
+here they are only wrapped in records.
 
 No message names a path: a party reads and writes only under its own configured folders
 (app/node.py); a message may name a run or a linkage job, each one plain folder name. Every
@@ -8,15 +9,22 @@ reader refuses a field it does not know and a non-finite tensor, naming the part
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from strategies.vfl.exchange_checks import NonFiniteValues  # noqa: F401 - re-exported: the readers' refusal
-from strategies.vfl.fedsim import GradBlock
-from strategies.vfl.wire import ProtocolError, StepMeta, require_finite, require_lr_scale, step_digest
+from strategies.vfl.wire import (  # noqa: F401 - re-exported: the checks every reader of a message applies
+    PLAIN_NAME,
+    ProtocolError,
+    StepReply,
+    StepRequest,
+    expect_fields,
+    plain_name,
+    require_finite,
+    require_lr_scale,
+)
 
 
 def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Message, Context], Message]:
@@ -30,101 +38,33 @@ def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Me
     return on_message
 
 
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
-STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "lr_scale", "save_run", "save_epoch", "keep_run", "keep_epoch"}
+def step_content(req: StepRequest) -> RecordDict:
+    """train.step's content: the request's arrays and scalars (strategies/vfl/wire.py's codec)."""
+    arrays, fields = req.encode()
+    return RecordDict({"step": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "meta": ConfigRecord(fields)})
 
 
-def plain_name(value: object, what: str, message: str) -> str:
-    """``value`` if it is one plain folder name (no separator, not '.' or '..', no leading dot or dash)."""
-    name = str(value)
-    if not PLAIN_NAME.fullmatch(name) or ".." in name:
-        raise ProtocolError(
-            f"{message}: refusing {what} {name!r}: it must be one plain folder name "
-            "(letters, digits, _ . + = , @ -; no path)"
-        )
-    return name
-
-
-def expect_fields(record, allowed: set[str], message: str) -> None:
-    """Refuse fields the protocol does not define (a primary must not steer a party's paths)."""
-    unknown = sorted(set(record) - allowed)
-    if unknown:
-        raise ProtocolError(
-            f"{message} carries field(s) {unknown} that the protocol does not have (expected "
-            f"{sorted(allowed)}); a party reads and writes only under its own configured folders"
-        )
-
-
-def step_content(
-    apply: list[GradBlock],
-    tokens: np.ndarray,
-    job_id: str = "",
-    cursor: int = 0,
-    save: tuple[str, int] | None = None,
-    keep: tuple[str, int] | None = None,
-    lr_scale: float = 1.0,
-) -> RecordDict:
-    """A step: gradient blocks to apply (``lr_scale``: at that fraction of the party's learning
-    rate, the primary's schedule: strategies/records.py lr_scale), then tokens to embed; ``save``
-    = (run name, epoch) asks the party to checkpoint between the two (into its own folder for that run); ``keep`` =
-    (run name, epoch) asks it first to keep its current state (the one the epoch's evaluation
-    embedded with, at ``cursor`` blocks) as its model for the run (app/vfl/channel.py:keep)."""
-    arrays = {"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}
-    for j, block in enumerate(apply):
-        arrays[f"apply_tokens_{j}"] = Array(np.ascontiguousarray(block.tokens, dtype=np.int64))
-        arrays[f"apply_grad_{j}"] = Array(np.ascontiguousarray(block.grad))
-    meta = {
-        "n_apply": len(apply),
-        "job_id": job_id,
-        "cursor": cursor,
-        "digest": step_digest(job_id, cursor, apply, tokens, lr_scale),
-    }
-    if lr_scale != 1.0:
-        meta["lr_scale"] = float(lr_scale)
-    if save is not None:
-        meta.update(save_run=save[0], save_epoch=save[1])
-    if keep is not None:
-        meta.update(keep_run=keep[0], keep_epoch=keep[1])
-    return RecordDict({"step": ArrayRecord(arrays), "meta": ConfigRecord(meta)})
-
-
-def read_save(content: RecordDict) -> tuple[str, int] | None:
-    """(run name, epoch) of a step that asks for a checkpoint, else None."""
-    return _run_epoch(content, "save")
-
-
-def read_keep(content: RecordDict) -> tuple[str, int] | None:
-    """(run name, epoch) of a step that asks the party to keep its state first, else None."""
-    return _run_epoch(content, "keep")
-
-
-def _run_epoch(content: RecordDict, prefix: str) -> tuple[str, int] | None:
-    """A step's optional (``<prefix>_run``, ``<prefix>_epoch``) request, checked."""
-    meta = content.config_records["meta"]
-    expect_fields(meta, STEP_FIELDS, "train.step")
-    if f"{prefix}_epoch" not in meta:
-        return None
-    return plain_name(meta[f"{prefix}_run"], "run name", "train.step"), int(meta[f"{prefix}_epoch"])
-
-
-def read_step(content: RecordDict) -> tuple[list[GradBlock], np.ndarray, StepMeta]:
-    """The step's gradient blocks, tokens to embed and meta. The party checks the blocks (finite
-    in its own dtype, shapes, tokens) before it applies any (app/vfl/secondary.py:apply)."""
+def read_step(content: RecordDict) -> StepRequest:
+    """The step, checked as StepRequest.decode checks it; the party checks the blocks' values
+    (finite in its own dtype, shapes, tokens) before it applies any."""
     if "step" not in content.array_records or "meta" not in content.config_records:
         raise ProtocolError("train.step lacks its 'step' arrays or its 'meta' record")
-    arrays = content.array_records["step"]
-    meta = content.config_records["meta"]
-    expect_fields(meta, STEP_FIELDS, "train.step")
-    n = int(meta["n_apply"])
-    if n < 0 or len(arrays) != 2 * n + 1:  # before naming any: n_apply is the sender's number
-        raise ProtocolError(f"train.step: n_apply = {n} but the step holds {len(arrays)} arrays (expected 2 n + 1)")
-    want = {"tokens"} | {f"apply_{f}_{j}" for j in range(n) for f in ("tokens", "grad")}
-    if set(arrays) != want:
-        raise ProtocolError(f"train.step: its arrays are not 'tokens' and apply_tokens_j / apply_grad_j for j < {n}")
-    blocks = [GradBlock(arrays[f"apply_tokens_{j}"].numpy(), arrays[f"apply_grad_{j}"].numpy()) for j in range(n)]
-    scale = require_lr_scale(float(meta.get("lr_scale", 1.0)), "train.step")
-    meta_ = StepMeta(str(meta["job_id"]), int(meta["cursor"]), str(meta["digest"]), scale)
-    return blocks, arrays["tokens"].numpy(), meta_
+    arrays = {k: v.numpy() for k, v in content.array_records["step"].items()}
+    return StepRequest.decode(arrays, dict(content.config_records["meta"]))
+
+
+def reply_content(reply: StepReply) -> RecordDict:
+    """A secondary's answer to train.step or query.embed_kept (the codec of StepReply)."""
+    arrays, fields = reply.encode()
+    return RecordDict({"out": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "reply": ConfigRecord(fields)})
+
+
+def read_reply(content: RecordDict, party: str = "", message: str = "train.step") -> StepReply:
+    """The answer of ``party``, checked as StepReply.decode checks it."""
+    if set(content) != {"out", "reply"} or "out" not in content.array_records:
+        raise ProtocolError(f"party {party!r}'s reply to {message} holds {sorted(content)}; expected 'out' and 'reply'")
+    arrays = {k: v.numpy() for k, v in content.array_records["out"].items()}
+    return StepReply.decode(arrays, dict(content.config_records["reply"]), party, message)
 
 
 def named_content(record: str, **fields) -> RecordDict:
@@ -155,34 +95,6 @@ def read_exposure(content: RecordDict, party: str) -> dict:
     if set(values) != EXPOSURE or not all(np.isfinite(v) for v in values.values()):
         raise ProtocolError(f"party {party!r}'s query.finish reply: exposure needs finite {sorted(EXPOSURE)}")
     return values | {"auxiliary_records": int(values["auxiliary_records"])}
-
-
-def embeddings_content(emb: np.ndarray, state: dict | None = None) -> RecordDict:
-    content = RecordDict({"out": ArrayRecord({"emb": Array(np.ascontiguousarray(emb))})})
-    if state is not None:
-        content["state"] = ConfigRecord(state)
-    return content
-
-
-def read_state(content: RecordDict) -> dict | None:
-    rec = content.config_records.get("state")
-    return (
-        None
-        if rec is None
-        else {"digest": str(rec["digest"]), "applied": int(rec["applied"]), "epoch": int(rec["epoch"])}
-    )
-
-
-def read_embeddings(content: RecordDict, party: str = "", message: str = "train.step") -> np.ndarray:
-    """The reply's embeddings (U, c); its shape, dtype and values are checked against what was
-    asked by the receiver (strategies/vfl/exchange_checks.py)."""
-    record = content.array_records.get("out")
-    if record is None or set(record) != {"emb"}:
-        found = "no 'out' record" if record is None else f"'out' holding {sorted(record)}"
-        raise ProtocolError(f"party {party!r}'s reply to {message} has {found}; expected 'out' with 'emb' only")
-    emb = record["emb"].numpy()
-    require_finite(emb, party, "embeddings", f"the reply to {message}")
-    return emb
 
 
 def kept_embed_content(run: str, job_id: str, tokens: np.ndarray) -> RecordDict:

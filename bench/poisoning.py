@@ -12,6 +12,7 @@ as the code before them behaved; "with checks" is the code as it is.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -38,10 +39,10 @@ class Tampered(LocalChannel):
         self.who, self.tamper, self.after, self.replies = who, tamper, after, 0
 
     def step(self, apply, embed, save=None, lr_scale=1.0):
-        out = {p: host(e) for p, e in super().step(apply, embed, save, lr_scale).items()}
+        out = {p: replace(r, emb=host(r.emb)) for p, r in super().step(apply, embed, save, lr_scale).items()}
         self.replies += 1
         if self.replies > self.after:
-            out[self.who] = self.tamper(out[self.who])
+            out[self.who] = replace(out[self.who], emb=self.tamper(out[self.who].emb))
         return out
 
     def send(self, apply, embed, save=None, lr_scale=1.0):

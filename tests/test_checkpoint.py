@@ -113,18 +113,18 @@ def test_a_party_refuses_a_misaligned_step(tmp_path):
     block = GradBlock(np.unique(tokens), np.zeros((len(np.unique(tokens)), settings.model.cut_dim), np.float32))
 
     def check(content):
-        blocks, toks, meta = messages.read_step(content)
-        party.check(meta, blocks, toks)
-        party.apply(blocks)
+        req = messages.read_step(content)
+        party.check(req.meta, req.apply, req.tokens)
+        party.apply(req.apply)
 
-    check(messages.step_content([], tokens, party.job_id, 0))  # aligned: accepted
-    check(messages.step_content([block], tokens, party.job_id, 0))
+    check(messages.step_content(messages.StepRequest.build([], tokens, party.job_id, 0)))  # aligned: accepted
+    check(messages.step_content(messages.StepRequest.build([block], tokens, party.job_id, 0)))
     assert party.applied == 1
     with pytest.raises(MisalignedStep, match="step for linkage job 'other'"):
-        check(messages.step_content([block], tokens, "other", 1))
+        check(messages.step_content(messages.StepRequest.build([block], tokens, "other", 1)))
     with pytest.raises(MisalignedStep, match="the primary is at step 0 but this party has applied 1"):
-        check(messages.step_content([block], tokens, party.job_id, 0))  # a replayed message
-    tampered = messages.step_content([block], tokens, party.job_id, 1)
+        check(messages.step_content(messages.StepRequest.build([block], tokens, party.job_id, 0)))  # a replayed message
+    tampered = messages.step_content(messages.StepRequest.build([block], tokens, party.job_id, 1))
     tampered.array_records["step"]["tokens"] = messages.Array(tokens[::-1].copy())
     with pytest.raises(MisalignedStep, match="do not match their digest"):
         check(tampered)

@@ -22,9 +22,12 @@ from strategies.heads import TaskHead
 from strategies.records import lr_scale
 from strategies.vfl import protocol
 from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.wire import StepRequest, step_digest
 from tests.test_early_stopping import Script, recs
 from tests.test_secondary_security import introduce, refused, simulated, weights
 from tests.test_secondary_security import job as job  # a module fixture: the linkage job its parties hold
+
+R = StepRequest.build  # a step as the primary builds it
 
 REGRESSION, CLASSIFY = TaskHead("regression"), TaskHead("binary")
 
@@ -68,14 +71,14 @@ def test_config_refuses_a_schedule_by_name():
 def test_the_scale_travels_in_the_step_and_is_checked():
     block = [GradBlock(np.array([1, 2]), np.ones((2, 3), dtype=np.float32))]
     tokens = np.array([0, 4])
-    _, _, meta = messages.read_step(messages.step_content(block, tokens, "job", 5, lr_scale=0.25))
+    meta = messages.read_step(messages.step_content(R(block, tokens, "job", 5, lr_scale=0.25))).meta
     assert meta.lr_scale == 0.25
-    assert meta.digest == messages.step_digest("job", 5, block, tokens, 0.25)
-    assert meta.digest != messages.step_digest("job", 5, block, tokens)  # an altered scale fails the digest
-    _, _, plain = messages.read_step(messages.step_content(block, tokens, "job", 5))
-    assert plain.lr_scale == 1.0 and plain.digest == messages.step_digest("job", 5, block, tokens)
+    assert meta.digest == step_digest("job", 5, block, tokens, 0.25)
+    assert meta.digest != step_digest("job", 5, block, tokens)  # an altered scale fails the digest
+    plain = messages.read_step(messages.step_content(R(block, tokens, "job", 5))).meta
+    assert plain.lr_scale == 1.0 and plain.digest == step_digest("job", 5, block, tokens)
     for bad in (2.0, 0.0, -0.5, math.nan):
-        content = messages.step_content(block, tokens, "job", 5, lr_scale=0.5)
+        content = messages.step_content(R(block, tokens, "job", 5, lr_scale=0.5))
         content.config_records["meta"]["lr_scale"] = bad  # a primary asking for more than the party's rate
         with pytest.raises(messages.ProtocolError, match="lr_scale"):
             messages.read_step(content)
@@ -132,12 +135,12 @@ def test_a_step_message_trains_at_its_lr_scale_and_a_larger_one_is_refused(tmp_p
     tokens = np.arange(0, 40, 2)
     block = GradBlock(tokens, np.random.default_rng(1).normal(size=(20, 100)).astype(np.float32))
     before = weights(ctx)
-    greedy = messages.step_content([block], tokens, party.job_id, 0, lr_scale=0.5)
+    greedy = messages.step_content(R([block], tokens, party.job_id, 0, lr_scale=0.5))
     greedy.config_records["meta"]["lr_scale"] = 2.0
     err = refused(lambda: client_app.step(Message(greedy, dst_node_id=1, message_type="train.step"), ctx))
     assert isinstance(err, messages.ProtocolError) and "lr_scale" in str(err), err
     assert all(torch.equal(before[k], v) for k, v in weights(ctx).items())
-    content = messages.step_content([block], tokens, party.job_id, 0, lr_scale=0.5)
+    content = messages.step_content(R([block], tokens, party.job_id, 0, lr_scale=0.5))
     client_app.step(Message(content, dst_node_id=1, message_type="train.step"), ctx)
     got = weights(ctx)
     for scale, equal in ((0.5, True), (1.0, False)):

@@ -51,7 +51,7 @@ def embed_kept(ctx, job_id, tokens, run="r1") -> np.ndarray:
     msg = Message(
         messages.kept_embed_content(run, job_id, np.asarray(tokens)), dst_node_id=1, message_type="query.embed_kept"
     )
-    return messages.read_embeddings(client_app.embed_kept(msg, ctx).content)
+    return messages.read_reply(client_app.embed_kept(msg, ctx).content).emb
 
 
 def test_a_kept_state_embeds_as_the_party_did_when_it_was_kept(party):

@@ -151,7 +151,7 @@ def test_checkpoints_are_saved_and_restored_only_under_the_partys_own_folder(whe
     run = f"r-{where}"
 
     def step_msg(**save) -> Message:
-        content = messages.step_content([], tokens, party.job_id, 0)
+        content = messages.step_content(messages.StepRequest.build([], tokens, party.job_id, 0))
         content.config_records["meta"] = ConfigRecord({**content.config_records["meta"], **save})
         return Message(content, dst_node_id=1, message_type="train.step")
 
@@ -159,7 +159,7 @@ def test_checkpoints_are_saved_and_restored_only_under_the_partys_own_folder(whe
     assert files_under(evil) == [], "the primary's message chose where the party wrote"
     assert isinstance(err, messages.ProtocolError) and "'save_folder'" in str(err), err
     reply = client_app.step(step_msg(save_run=run, save_epoch=0), ctx)
-    saved = messages.read_state(reply.content)
+    saved = messages.read_reply(reply.content).state
     folder = type(tmp_path)(str(own["checkpoint"]).format(run=run))
     assert [p.name for p in files_under(folder)] == ["epoch-0.pt"] and saved["epoch"] == 0
 
@@ -221,7 +221,9 @@ def test_a_non_finite_gradient_is_refused_and_the_weights_stay_intact(bad, tmp_p
     grad = rng.normal(size=(20, 100))
     grad[[3, 7, 11], [0, 5, 9]] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "float32-overflow": 1e300}[bad]
     grad = grad if bad == "float32-overflow" else grad.astype(np.float32)
-    content = messages.step_content([good, GradBlock(tokens, grad)], tokens, party.job_id, 0)
+    content = messages.step_content(
+        messages.StepRequest.build([good, GradBlock(tokens, grad)], tokens, party.job_id, 0)
+    )
     err = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), ctx))
     after = weights(ctx)
     assert all(torch.isfinite(v).all() for v in after.values()), "a non-finite gradient reached the weights"
@@ -236,7 +238,12 @@ def test_a_non_finite_gradient_is_refused_and_the_weights_stay_intact(bad, tmp_p
     assert direct.applied == 0 and all(torch.equal(before[k], v) for k, v in direct.model.state_dict().items())
     # the same step without the bad block is applied
     client_app.step(
-        Message(messages.step_content([good], tokens, party.job_id, 0), dst_node_id=1, message_type="train.step"), ctx
+        Message(
+            messages.step_content(messages.StepRequest.build([good], tokens, party.job_id, 0)),
+            dst_node_id=1,
+            message_type="train.step",
+        ),
+        ctx,
     )
     assert any(not torch.equal(before[k], v) for k, v in weights(ctx).items())
 
@@ -270,7 +277,7 @@ class EmbeddingGrid:
         return [
             SimpleNamespace(
                 has_error=lambda: False,
-                content=messages.embeddings_content(self.emb[m.metadata.dst_node_id]),
+                content=messages.reply_content(messages.StepReply(self.emb[m.metadata.dst_node_id])),
                 metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=m.metadata.dst_node_id),
             )
             for i, m in self.sent.items()
@@ -397,12 +404,12 @@ def test_a_workers_step_that_fails_after_applying_its_blocks_leaves_no_party_hol
     def broken(*a, **k):
         raise OSError("disk full")
 
-    honest = SecondaryParty.embed
-    monkeypatch.setattr(SecondaryParty, "embed", broken)
-    content = messages.step_content([block], tokens, live.live_party.job_id, 0)
+    honest = SecondaryParty.embed_tensor  # what a step embeds with (strategies/vfl/secondary.py step)
+    monkeypatch.setattr(SecondaryParty, "embed_tensor", broken)
+    content = messages.step_content(messages.StepRequest.build([block], tokens, live.live_party.job_id, 0))
     err = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), live))
     assert isinstance(err, OSError) and live.live_party is None
-    monkeypatch.setattr(SecondaryParty, "embed", honest)
+    monkeypatch.setattr(SecondaryParty, "embed_tensor", honest)
     again = refused(lambda: client_app.step(Message(content, dst_node_id=1, message_type="train.step"), live))
     assert again is not None and "has not been introduced" in str(again)  # not applied a second time
 
@@ -411,7 +418,7 @@ def test_a_step_naming_a_huge_n_apply_is_refused_before_anything_is_built():
     """n_apply = 10**9 with one array: refused by a count, not by a set of 2e9 names (a secondary's memory)."""
     import time as _time
 
-    content = messages.step_content([], np.arange(3), "j", 0)
+    content = messages.step_content(messages.StepRequest.build([], np.arange(3), "j", 0))
     content.config_records["meta"]["n_apply"] = 10**9
     t0 = _time.perf_counter()
     with pytest.raises(messages.ProtocolError, match=r"n_apply = 1000000000 but the step holds 1 arrays"):

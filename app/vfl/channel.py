@@ -83,7 +83,7 @@ class FlowerChannel:
         embed: dict[str, np.ndarray],
         save: tuple[str, int] | None = None,
         lr_scale: float = 1.0,
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, messages.StepReply]:
         """``save`` = (<run dir>/checkpoint, epoch): each party checkpoints into its own folder
         for the run; only the run's name travels (app/node.py:checkpoint_dir)."""
         return self.receive(self.send(apply, embed, save, lr_scale))
@@ -100,7 +100,9 @@ class FlowerChannel:
         sent = self._push(
             "train.step",
             {
-                p: messages.step_content(apply[p], embed[p], self.job_id, self.cursor[p], run, keep, lr_scale)
+                p: messages.step_content(
+                    messages.StepRequest.build(apply[p], embed[p], self.job_id, self.cursor[p], lr_scale, run, keep)
+                )
                 for p in embed
             },
         )
@@ -108,12 +110,12 @@ class FlowerChannel:
             self.cursor[p] += len(apply[p])
         return sent, save is not None
 
-    def receive(self, request: tuple["_Sent", bool]) -> dict[str, np.ndarray]:
+    def receive(self, request: tuple["_Sent", bool]) -> dict[str, messages.StepReply]:
         sent, saving = request
-        replies = self._pull(sent)
+        replies = {p: messages.read_reply(c, p) for p, c in self._pull(sent).items()}
         if saving:
-            self.saved = {p: messages.read_state(c) for p, c in replies.items()}
-        return {p: messages.read_embeddings(c, p) for p, c in replies.items()}
+            self.saved = {p: r.state for p, r in replies.items()}
+        return replies
 
     def ping(self) -> float:
         """One empty exchange with every party: Flower's own floor per exchange."""
@@ -161,7 +163,7 @@ class FlowerChannel:
         replies = self._exchange(
             "query.embed_kept", {p: messages.kept_embed_content(run, self.job_id, t) for p, t in tokens.items()}
         )
-        return {p: messages.read_embeddings(c, p, "query.embed_kept") for p, c in replies.items()}
+        return {p: messages.read_reply(c, p, "query.embed_kept").emb for p, c in replies.items()}
 
     def close(self) -> None:
         """Nothing to release: the Flower connection is the ServerApp's."""

@@ -67,30 +67,32 @@ def direct_open(msg: Message, context: Context) -> Message:
     )
 
 
+class _NodeFolders:
+    """A step's keep and save, into this node's own folders for the run (app/node.py)."""
+
+    def __init__(self, cfg, context: Context) -> None:
+        self.cfg, self.context = cfg, context
+
+    def keep(self, party: SecondaryParty, run: str, epoch: int) -> None:
+        party.keep(node.model_dir(self.cfg, self.context, run, party.party), epoch, self.cfg)
+
+    def save(self, party: SecondaryParty, run: str, epoch: int) -> str:
+        return party.save_checkpoint(node.checkpoint_dir(self.cfg, self.context, run, party.party), epoch)
+
+
 def _step(content: RecordDict, context: Context) -> RecordDict:
     cfg = node_run_config(context)
     party = SecondaryParty.restore(cfg, context)
     party_threads(cfg, context, party)
-    blocks, tokens, meta = messages.read_step(content)
-    save, keep_first = messages.read_save(content), messages.read_keep(content)
-    party.check(meta, blocks, tokens)  # the cursor matches: the state to keep is the one asked for
-    if keep_first is not None:  # the last evaluated epoch is the best so far: keep it before training on
-        run, epoch = keep_first
-        party.keep(node.model_dir(cfg, context, run, party.party), epoch, cfg)
-    party.apply(blocks, meta.lr_scale)
+    req, applied = messages.read_step(content), party.applied
     try:
-        state = None
-        if save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
-            run, epoch = save
-            digest = party.save_checkpoint(node.checkpoint_dir(cfg, context, run, party.party), epoch)
-            state = {"digest": digest, "applied": party.applied, "epoch": epoch}
-        emb = party.embed(tokens)
+        reply = party.step(req, _NodeFolders(cfg, context))
     except BaseException:  # the step failed after its blocks were applied: no party keeps them
-        if getattr(context, "live_party", None) is not None:  # a direct-transport worker's, in memory
-            context.live_party = None  # refuses further steps until introduced or restored again
+        if party.applied != applied and getattr(context, "live_party", None) is not None:
+            context.live_party = None  # a direct-transport worker's, in memory: refuses further steps until restored
         raise
     party.persist(context)
-    return messages.embeddings_content(emb, state)
+    return messages.reply_content(reply)
 
 
 def _keep(content: RecordDict, context: Context) -> RecordDict:
@@ -129,7 +131,7 @@ def embed_kept(msg: Message, context: Context) -> Message:
         lambda kept: node.with_node_paths(kept, context),
         str(context.node_config.get("cache-dir", "")),
     )
-    return Message(messages.embeddings_content(party.embed(tokens)), reply_to=msg)
+    return Message(messages.reply_content(messages.StepReply(party.embed(tokens))), reply_to=msg)
 
 
 def _finish(content: RecordDict, context: Context) -> RecordDict:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.wire import StepReply, StepRequest
 
 
 def host(values: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -49,9 +50,10 @@ class SecondaryChannel(Protocol):
         embed: dict[str, np.ndarray],
         save: tuple[str, int] | None = None,
         lr_scale: float = 1.0,
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, StepReply]:
         """Apply the gradient blocks in order at ``lr_scale`` of each party's learning rate, then
-        (``save`` = (folder, epoch)) checkpoint, then return embeddings (U, c) of the tokens (U,)."""
+        (``save`` = (folder, epoch)) checkpoint, then return each party's reply: the embeddings
+        (U, c) of the tokens (U,) and what else a step answers (strategies/vfl/wire.py)."""
 
     def send(
         self,
@@ -63,8 +65,8 @@ class SecondaryChannel(Protocol):
         """:meth:`step` without waiting: returns a request for :meth:`receive`. At most one is
         outstanding; the parties handle requests in the order they are sent."""
 
-    def receive(self, request: object) -> dict[str, np.ndarray]:
-        """The embeddings a :meth:`send` asked for."""
+    def receive(self, request: object) -> dict[str, StepReply]:
+        """The replies to what a :meth:`send` asked."""
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
         """Every party loads its checkpoint of ``epoch``; per party {"digest", "applied"}."""
@@ -103,16 +105,18 @@ class LocalChannel:
         embed: dict[str, np.ndarray],
         save: tuple[str, int] | None = None,
         lr_scale: float = 1.0,
-    ) -> dict[str, torch.Tensor]:
-        for p, blocks in apply.items():
-            self.parties[p].apply(blocks, lr_scale)
+    ) -> dict[str, StepReply]:
+        """Each party's step (SecondaryParty.step, as a node answers it); ``save`` = (the run's
+        checkpoint folder, epoch): each party checkpoints into its own sub-folder."""
+        folders, asked = _RunFolders(Path(save[0]) if save else None), ("", save[1]) if save else None
+        replies = {}
+        for p, tokens in embed.items():
+            party = self.parties[p]
+            req = StepRequest.build(apply[p], tokens, party.job_id, party.applied, lr_scale, asked)
+            replies[p] = party.step(req, folders)
         if save is not None:
-            folder, epoch = save
-            self.saved = {
-                p: {"digest": s.save_checkpoint(Path(folder) / p, epoch), "applied": s.applied, "epoch": epoch}
-                for p, s in self.parties.items()
-            }
-        return {p: self.parties[p].embed_tensor(t) for p, t in embed.items()}
+            self.saved = {p: r.state for p, r in replies.items()}
+        return replies
 
     def send(
         self,
@@ -120,10 +124,10 @@ class LocalChannel:
         embed: dict[str, np.ndarray],
         save: tuple[str, int] | None = None,
         lr_scale: float = 1.0,
-    ) -> dict[str, torch.Tensor]:
+    ) -> dict[str, StepReply]:
         return self.step(apply, embed, save, lr_scale)  # in process the parties answer at once, in order
 
-    def receive(self, request: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def receive(self, request: dict[str, StepReply]) -> dict[str, StepReply]:
         return request
 
     def restore(self, folder: str, epoch: int) -> dict[str, dict]:
@@ -150,3 +154,17 @@ class LocalChannel:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class _RunFolders:
+    """In process, a step's checkpoint goes into the run's checkpoint folder, one sub-folder per
+    party; no keep travels (the primary's keeper holds every party's state)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+
+    def keep(self, party, run: str, epoch: int) -> None:
+        raise RuntimeError("in process the primary's keeper keeps the parties' states; no step asks a party to")
+
+    def save(self, party, run: str, epoch: int) -> str:
+        return party.save_checkpoint(self.folder / party.party, epoch)

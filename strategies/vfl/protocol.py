@@ -174,9 +174,11 @@ def train_epoch(
     return exchanges, pending
 
 
-def checked(strategy: FedSimStrategy, emb: dict, asked: dict[str, np.ndarray], message: str) -> dict:
-    """Each party's reply (U, c) to the tokens it was ``asked``, refused by name unless exactly
-    that shape, in the primary's dtype, finite and within the bound (strategies/vfl/exchange_checks.py)."""
+def checked(strategy: FedSimStrategy, replies: dict, asked: dict[str, np.ndarray], message: str) -> dict:
+    """Each party's embeddings (U, c) of the tokens it was ``asked`` from its reply (a StepReply),
+    refused by name unless exactly that shape, in the primary's dtype, finite and within the
+    bound (strategies/vfl/exchange_checks.py)."""
+    emb = {p: r.emb for p, r in replies.items()}
     missing = sorted(set(asked) - set(emb))
     if missing:
         raise PeerValueError(f"no embeddings from {missing} in the replies to {message}")

@@ -1,12 +1,14 @@
 """A secondary party's part of the protocol, with no transport and no run config: its rows (the
 linkage's token -> row map), its local model and optimiser, and the defence on what it sends.
-It embeds the rows a step asks for and applies the primary's gradient blocks, each checked
-before any is applied, in order. app/vfl/secondary.py builds it from a run config and keeps it
-between Flower messages; the in-process channel calls it directly."""
+It answers a step (:meth:`SecondaryParty.step`: a StepRequest in, a StepReply out): applies the
+primary's gradient blocks, each checked before any is applied, in order, and embeds the rows the
+step asks for. app/vfl/secondary.py builds it from a run config and keeps it between Flower
+messages (its folders: :class:`StepFolders`); the in-process channel calls it directly."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ from strategies.shields import RowShield, level_shield, reloaded, secret_generat
 from strategies.vfl.defences import ClipNoise, clipped_rows
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
-from strategies.vfl.wire import StepMeta, require_finite, require_lr_scale, step_digest
+from strategies.vfl.wire import StepMeta, StepReply, StepRequest, require_finite, require_lr_scale, step_digest
 
 
 class MisalignedStep(RuntimeError):
@@ -55,6 +57,17 @@ class Local:
     optimizer: torch.optim.Optimizer
     lr: float  # its own learning rate; a step's lr_scale (the primary's schedule) only lowers it
     cut_dim: int  # c: the width of its embeddings and of their gradients
+
+
+class StepFolders(Protocol):
+    """Where a step's keep and save go: the party's own folders for the run (app/vfl/client.py on
+    a node; the run's checkpoint folder in process)."""
+
+    def keep(self, party: "SecondaryParty", run: str, epoch: int) -> None:
+        """Keep the party's current state as its model of ``run`` (the best epoch so far)."""
+
+    def save(self, party: "SecondaryParty", run: str, epoch: int) -> str:
+        """Checkpoint the party for ``run`` at ``epoch``; returns the checkpoint's digest."""
 
 
 class SecondaryParty:
@@ -184,3 +197,18 @@ class SecondaryParty:
                 f"party {self.party!r}: the step's token lists do not match their digest "
                 f"(cursor {meta.cursor}); refusing to train on misaligned rows"
             )
+
+    def step(self, req: StepRequest, folders: StepFolders) -> StepReply:
+        """One step as the primary asked: checked (:meth:`check`) before anything changes; the
+        state kept first if asked; the blocks applied; a checkpoint if asked; then the
+        embeddings of the request's tokens (a tensor on this party's device: the transport
+        copies it to the host when it encodes the reply)."""
+        self.check(req.meta, req.apply, req.tokens)
+        if req.keep is not None:  # the last evaluated epoch is the best so far: keep it before training on
+            folders.keep(self, *req.keep)
+        self.apply(req.apply, req.lr_scale)
+        state = None
+        if req.save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
+            run, epoch = req.save
+            state = {"digest": folders.save(self, run, epoch), "applied": self.applied, "epoch": epoch}
+        return StepReply(self.embed_tensor(req.tokens), state)

@@ -1,14 +1,17 @@
-"""What a step says about itself, and the checks every reader applies, with no transport: the
-Flower encoding (app/messages.py) and the direct transport carry these; the parties
-(strategies/vfl/secondary.py, strategies/vfl/protocol.py) check them.
+"""A step as it travels between the primary and one secondary, and the checks every reader
+applies, with no transport: :class:`StepRequest` (what the primary sends) and :class:`StepReply`
+(what the secondary answers), each with its one codec to numpy arrays and plain scalars
+(``encode`` / ``decode``). Flower (app/messages.py) and the direct transport only wrap those
+two dicts in records; the parties (strategies/vfl/secondary.py ``step``, strategies/vfl/protocol.py)
+build and read the types.
 
-Changing what a step carries: its fields here (:class:`StepMeta`, :func:`step_digest`), the party
-that reads them (strategies/vfl/secondary.py), the primary that writes them
-(strategies/vfl/protocol.py) and their encoding (app/messages.py)."""
+Changing what a secondary sends per step: a field of :class:`StepReply` and its codec here, the
+party that fills it (strategies/vfl/secondary.py), the primary that reads it (strategies/vfl/protocol.py)."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +22,30 @@ from strategies.vfl.fedsim import GradBlock
 
 class ProtocolError(ValueError):
     """A message with a field the protocol does not have (e.g. a path), or a name that is not plain."""
+
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
+
+
+def plain_name(value: object, what: str, message: str) -> str:
+    """``value`` if it is one plain folder name (no separator, not '.' or '..', no leading dot or dash)."""
+    name = str(value)
+    if not PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise ProtocolError(
+            f"{message}: refusing {what} {name!r}: it must be one plain folder name "
+            "(letters, digits, _ . + = , @ -; no path)"
+        )
+    return name
+
+
+def expect_fields(record, allowed: set[str], message: str) -> None:
+    """Refuse fields the protocol does not define (a primary must not steer a party's paths)."""
+    unknown = sorted(set(record) - allowed)
+    if unknown:
+        raise ProtocolError(
+            f"{message} carries field(s) {unknown} that the protocol does not have (expected "
+            f"{sorted(allowed)}); a party reads and writes only under its own configured folders"
+        )
 
 
 @dataclass(frozen=True)
@@ -69,3 +96,109 @@ def require_finite(values, party: str, what: str, message: str) -> None:
             f"party {party!r}: {what} in {message} has {bad} of {total} values non-finite "
             "(NaN or inf); refused, nothing applied"
         )
+
+
+# ---------------------------------------------------------------------------- the step's two messages
+
+STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "lr_scale", "save_run", "save_epoch", "keep_run", "keep_epoch"}
+REPLY_FIELDS = {"state_digest", "state_applied", "state_epoch"}  # the checkpoint a step saved, if it saved
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """One secondary's step: its gradient blocks to apply (in order, at ``lr_scale`` of its learning
+    rate), then its tokens to embed; ``keep`` = (run, epoch): first keep the current state (the
+    one the epoch's evaluation embedded with) as its model for the run; ``save`` = (run, epoch):
+    checkpoint between applying and embedding. ``job_id``, ``cursor`` and ``digest`` let the party
+    tell the step is aligned with it (:class:`StepMeta`); build with :meth:`build`."""
+
+    apply: list[GradBlock]
+    tokens: np.ndarray  # (U,)
+    job_id: str = ""
+    cursor: int = 0
+    digest: str = ""
+    lr_scale: float = 1.0
+    save: tuple[str, int] | None = None
+    keep: tuple[str, int] | None = None
+
+    @classmethod
+    def build(cls, apply, tokens, job_id="", cursor=0, lr_scale=1.0, save=None, keep=None) -> "StepRequest":
+        """The request with its digest (:func:`step_digest`) computed over what it carries."""
+        digest = step_digest(job_id, cursor, apply, tokens, lr_scale)
+        return cls(list(apply), tokens, job_id, cursor, digest, lr_scale, save, keep)
+
+    @property
+    def meta(self) -> StepMeta:
+        return StepMeta(self.job_id, self.cursor, self.digest, self.lr_scale)
+
+    def encode(self) -> tuple[dict[str, np.ndarray], dict]:
+        """(arrays, scalars): tokens and each block's tokens and gradient; the rest as plain values."""
+        arrays = {"tokens": np.ascontiguousarray(self.tokens, dtype=np.int64)}
+        for j, block in enumerate(self.apply):
+            arrays[f"apply_tokens_{j}"] = np.ascontiguousarray(block.tokens, dtype=np.int64)
+            arrays[f"apply_grad_{j}"] = np.ascontiguousarray(block.grad)
+        fields = {"n_apply": len(self.apply), "job_id": self.job_id, "cursor": self.cursor, "digest": self.digest}
+        if self.lr_scale != 1.0:
+            fields["lr_scale"] = float(self.lr_scale)
+        for name, asked in (("save", self.save), ("keep", self.keep)):
+            if asked is not None:
+                fields.update({f"{name}_run": asked[0], f"{name}_epoch": int(asked[1])})
+        return arrays, fields
+
+    @classmethod
+    def decode(cls, arrays: dict[str, np.ndarray], fields: dict) -> "StepRequest":
+        """The request, every field checked (none the protocol lacks, the block count the arrays
+        hold, names plain, lr_scale in (0, 1]); the party checks the blocks' values before it
+        applies any (strategies/vfl/secondary.py)."""
+        expect_fields(fields, STEP_FIELDS, "train.step")
+        n = int(fields["n_apply"])
+        if n < 0 or len(arrays) != 2 * n + 1:  # before naming any: n_apply is the sender's number
+            raise ProtocolError(f"train.step: n_apply = {n} but the step holds {len(arrays)} arrays (expected 2 n + 1)")
+        want = {"tokens"} | {f"apply_{f}_{j}" for j in range(n) for f in ("tokens", "grad")}
+        if set(arrays) != want:
+            raise ProtocolError(
+                f"train.step: its arrays are not 'tokens' and apply_tokens_j / apply_grad_j for j < {n}"
+            )
+        blocks = [GradBlock(arrays[f"apply_tokens_{j}"], arrays[f"apply_grad_{j}"]) for j in range(n)]
+        scale = require_lr_scale(float(fields.get("lr_scale", 1.0)), "train.step")
+        asked = {
+            name: (plain_name(fields[f"{name}_run"], "run name", "train.step"), int(fields[f"{name}_epoch"]))
+            if f"{name}_epoch" in fields
+            else None
+            for name in ("save", "keep")
+        }
+        job, cursor, digest = str(fields["job_id"]), int(fields["cursor"]), str(fields["digest"])
+        return cls(blocks, arrays["tokens"], job, cursor, digest, scale, asked["save"], asked["keep"])
+
+
+@dataclass(frozen=True)
+class StepReply:
+    """A secondary's answer: the embeddings (U, c) of the tokens asked (a host array, or a tensor
+    in process) and, when the step saved a checkpoint, its ``state`` {"digest", "applied", "epoch"}."""
+
+    emb: object  # (U, c) np.ndarray or torch.Tensor
+    state: dict | None = None
+
+    def encode(self) -> tuple[dict[str, np.ndarray], dict]:
+        emb = self.emb.detach().cpu().numpy() if hasattr(self.emb, "detach") else self.emb
+        fields = {} if self.state is None else {f"state_{k}": v for k, v in self.state.items()}
+        return {"emb": np.ascontiguousarray(emb)}, fields
+
+    @classmethod
+    def decode(cls, arrays: dict[str, np.ndarray], fields: dict, party: str, message: str) -> "StepReply":
+        """The reply, refused naming ``party`` when it holds other arrays or fields or non-finite
+        embeddings; their shape and dtype are checked by the primary against what it asked
+        (strategies/vfl/exchange_checks.py)."""
+        if set(arrays) != {"emb"}:
+            raise ProtocolError(
+                f"party {party!r}'s reply to {message} holds arrays {sorted(arrays)}; expected 'emb' only"
+            )
+        expect_fields(fields, REPLY_FIELDS, f"party {party!r}'s reply to {message}")
+        require_finite(arrays["emb"], party, "embeddings", f"the reply to {message}")
+        state = None
+        if fields:
+            if set(fields) != REPLY_FIELDS:
+                raise ProtocolError(f"party {party!r}'s reply to {message}: a saved state needs {sorted(REPLY_FIELDS)}")
+            state = {"digest": str(fields["state_digest"]), "applied": int(fields["state_applied"])}
+            state["epoch"] = int(fields["state_epoch"])
+        return cls(arrays["emb"], state)
