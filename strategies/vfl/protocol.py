@@ -150,8 +150,10 @@ def train_epoch(
         steps = next(staged)  # host work done while the exchange is in flight
         if w == 0 and first is not None and parties:
             emb = {p: first[p][1][np.searchsorted(first[p][0], window.union[p])] for p in parties}  # (U, c) each
+        elif parties:
+            emb = checked(strategy, channel.receive(request), window.union, "train.step", channel.cursor)
         else:
-            emb = checked(strategy, channel.receive(request), window.union, "train.step") if parties else {}
+            emb = {}
         more = parties and w + 1 < len(plan_windows)
         if more and plan.pipeline:
             send(w + 1)  # answered while this window computes
@@ -174,10 +176,17 @@ def train_epoch(
     return exchanges, pending
 
 
-def checked(strategy: FedSimStrategy, replies: dict, asked: dict[str, np.ndarray], message: str) -> dict:
+def checked(strategy: FedSimStrategy, replies: dict, asked: dict[str, np.ndarray], message: str, sent: dict) -> dict:
     """Each party's embeddings (U, c) of the tokens it was ``asked`` from its reply (a StepReply),
     refused by name unless exactly that shape, in the primary's dtype, finite and within the
-    bound (strategies/vfl/exchange_checks.py)."""
+    bound (strategies/vfl/exchange_checks.py), and unless the party has applied exactly the
+    gradient blocks ``sent`` to it (the channel's cursor)."""
+    for p, r in replies.items():
+        if r.applied is not None and r.applied != sent[p]:
+            raise PeerValueError(
+                f"party {p!r} says it has applied {r.applied} gradient blocks; it was sent {sent[p]} "
+                f"(its reply to {message}): refusing embeddings from weights the primary did not train"
+            )
     emb = {p: r.emb for p, r in replies.items()}
     missing = sorted(set(asked) - set(emb))
     if missing:
@@ -226,6 +235,7 @@ def eval_embeddings(
             channel.step(deliverable(channel, pending), chunk, save if i == 0 else None, scale),
             chunk,
             "train.step",
+            channel.cursor,
         )
         pending = {p: [] for p in tokens}
         for p in tokens:

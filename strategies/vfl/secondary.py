@@ -211,4 +211,4 @@ class SecondaryParty:
         if req.save is not None:  # end of an epoch: checkpoint, then embed for the evaluation
             run, epoch = req.save
             state = {"digest": folders.save(self, run, epoch), "applied": self.applied, "epoch": epoch}
-        return StepReply(self.embed_tensor(req.tokens), state)
+        return StepReply(self.embed_tensor(req.tokens), state, self.applied)

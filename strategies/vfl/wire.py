@@ -101,7 +101,8 @@ def require_finite(values, party: str, what: str, message: str) -> None:
 # ---------------------------------------------------------------------------- the step's two messages
 
 STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "lr_scale", "save_run", "save_epoch", "keep_run", "keep_epoch"}
-REPLY_FIELDS = {"state_digest", "state_applied", "state_epoch"}  # the checkpoint a step saved, if it saved
+STATE_FIELDS = {"state_digest", "state_applied", "state_epoch"}  # the checkpoint a step saved, if it saved
+REPLY_FIELDS = STATE_FIELDS | {"applied"}
 
 
 @dataclass(frozen=True)
@@ -174,14 +175,19 @@ class StepRequest:
 @dataclass(frozen=True)
 class StepReply:
     """A secondary's answer: the embeddings (U, c) of the tokens asked (a host array, or a tensor
-    in process) and, when the step saved a checkpoint, its ``state`` {"digest", "applied", "epoch"}."""
+    in process); when the step saved a checkpoint, its ``state`` {"digest", "applied", "epoch"};
+    ``applied``, the gradient blocks it has applied after the step (None: not a step's reply),
+    which the primary compares with what it sent (strategies/vfl/protocol.py checked)."""
 
     emb: object  # (U, c) np.ndarray or torch.Tensor
     state: dict | None = None
+    applied: int | None = None
 
     def encode(self) -> tuple[dict[str, np.ndarray], dict]:
         emb = self.emb.detach().cpu().numpy() if hasattr(self.emb, "detach") else self.emb
         fields = {} if self.state is None else {f"state_{k}": v for k, v in self.state.items()}
+        if self.applied is not None:
+            fields["applied"] = int(self.applied)
         return {"emb": np.ascontiguousarray(emb)}, fields
 
     @classmethod
@@ -196,9 +202,10 @@ class StepReply:
         expect_fields(fields, REPLY_FIELDS, f"party {party!r}'s reply to {message}")
         require_finite(arrays["emb"], party, "embeddings", f"the reply to {message}")
         state = None
-        if fields:
-            if set(fields) != REPLY_FIELDS:
-                raise ProtocolError(f"party {party!r}'s reply to {message}: a saved state needs {sorted(REPLY_FIELDS)}")
+        if set(fields) & STATE_FIELDS:
+            if not STATE_FIELDS <= set(fields):
+                raise ProtocolError(f"party {party!r}'s reply to {message}: a saved state needs {sorted(STATE_FIELDS)}")
             state = {"digest": str(fields["state_digest"]), "applied": int(fields["state_applied"])}
             state["epoch"] = int(fields["state_epoch"])
-        return cls(arrays["emb"], state)
+        applied = int(fields["applied"]) if "applied" in fields else None
+        return cls(arrays["emb"], state, applied)
