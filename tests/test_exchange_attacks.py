@@ -35,6 +35,12 @@ def test_auc_and_spearman_on_planted_scores():
     assert abs(attacks.auc(RNG.normal(size=100), truth) - 0.5) < 0.2  # chance, 3.5 sd of the null AUC (0.058)
     x = RNG.normal(size=200)
     assert attacks.spearman(x, np.exp(x)) == pytest.approx(1.0)
+    from scipy.stats import rankdata, spearmanr  # the oracle the ranks replace
+
+    tied = RNG.integers(0, 7, size=300).astype(float)  # many ties
+    assert np.array_equal(attacks.average_ranks(tied), rankdata(tied))
+    other = tied + RNG.normal(size=300)
+    assert attacks.spearman(tied, other) == pytest.approx(spearmanr(tied, other).statistic, abs=1e-12)
     assert math.isnan(attacks.spearman(x, np.ones(200)))
 
 

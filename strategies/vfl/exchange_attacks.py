@@ -27,7 +27,6 @@ mean (regression, binary: the positive share, binarised at 1/2) or their majorit
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata, spearmanr
 
 KNOWN = 20  # labels the attacker is assumed to know (Fu et al. use a few dozen): at least this many
 
@@ -38,7 +37,7 @@ def auc(scores: np.ndarray, truth: np.ndarray) -> float:
     n_pos, n_neg = int(pos.sum()), int((~pos).sum())
     if not n_pos or not n_neg:
         return float("nan")
-    ranks = rankdata(scores)
+    ranks = average_ranks(scores)
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
@@ -46,7 +45,16 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation; nan for fewer than 3 pairs or a constant side."""
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return float("nan")
-    return float(spearmanr(a, b).statistic)
+    return float(np.corrcoef(average_ranks(a), average_ranks(b))[0, 1])  # Pearson on the ranks
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """(n,) 1-based ranks, ties given their average rank (scipy.stats.rankdata's default, whose
+    import cost every ServerApp 0.4 s of CPU for these two uses)."""
+    values = np.asarray(values).ravel()
+    _, tie, counts = np.unique(values, return_inverse=True, return_counts=True)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each tied group's first 0-based rank
+    return (first + (counts + 1) / 2.0)[tie]
 
 
 def standardise(x: np.ndarray) -> np.ndarray:
