@@ -15,15 +15,13 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from strategies.vfl.exchange_checks import NonFiniteValues  # noqa: F401 - re-exported: the readers' refusal
-from strategies.vfl.wire import (  # noqa: F401 - re-exported: the checks every reader of a message applies
+from strategies.vfl.wire import StepReply, StepRequest, require_lr_scale  # noqa: F401 - re-exported
+from strategies.wire_checks import (  # noqa: F401 - re-exported: the checks every reader of a message applies
     PLAIN_NAME,
     ProtocolError,
-    StepReply,
-    StepRequest,
     expect_fields,
     plain_name,
     require_finite,
-    require_lr_scale,
 )
 
 

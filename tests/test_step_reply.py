@@ -63,3 +63,21 @@ def test_the_primary_refuses_a_reply_that_did_not_apply_what_it_was_sent(run_ide
     with pytest.raises(PeerValueError, match=r"party 'a' says it has applied 0 gradient blocks; it was sent 2"):
         checked(strategy, replies, tokens, "train.step", channel.cursor)
     assert set(checked(strategy, {"b": replies["b"]}, {"b": tokens["b"]}, "train.step", channel.cursor)) == {"b"}
+
+
+# ---------------------------------------------------------------------------- Entity Augmentation's step
+
+
+def test_an_ea_step_or_reply_with_a_field_the_protocol_lacks_is_refused_by_name():
+    from app.entity_aug import parties as ea_wire
+    from strategies.entity_aug.channel import StepReply as EAReply
+    from strategies.entity_aug.channel import StepRequest as EARequest
+
+    content = ea_wire.request_content(EARequest(0, 3, np.ones((2, 4), np.float32)))
+    content.config_records["ea_meta"]["path"] = "/tmp/elsewhere"  # a primary steering a party
+    with pytest.raises(messages.ProtocolError, match=r"train.ea_step carries field\(s\) \['path'\]"):
+        ea_wire.read_request(content)
+    assert ea_wire.read_request(ea_wire.request_content(EARequest(0, 3, None))).grad is None
+    reply = ea_wire.reply_content(EAReply(np.arange(3), np.ones((2, 4), np.float32)))  # 3 ids, 2 rows
+    with pytest.raises(messages.ProtocolError, match=r"party 'left'.*ids int64 \(3,\) for activations \(2, 4\)"):
+        ea_wire.read_reply(reply, "left")

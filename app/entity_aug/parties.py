@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from app import probes
 from app.config import RunConfig
 from app.data import load_data
-from app.messages import read_named, require_finite
+from app.messages import ProtocolError, read_named, require_finite
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import (
     BatchSchedule,
@@ -255,40 +255,29 @@ def simulation_secondary(cfg: RunConfig, partition_id: int, names: list[str] | N
 
 
 def request_content(req: StepRequest) -> RecordDict:
-    arrays = {} if req.grad is None else {"grad": Array(np.ascontiguousarray(req.grad))}
-    return RecordDict(
-        {
-            "ea": ArrayRecord(arrays),
-            "ea_meta": ConfigRecord({"epoch": req.epoch, "step": req.step, "has_grad": req.grad is not None}),
-        }
-    )
+    arrays, fields = req.encode()  # the core's codec (strategies/entity_aug/channel.py)
+    return RecordDict({"ea": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "ea_meta": ConfigRecord(fields)})
 
 
 def read_request(content: RecordDict) -> StepRequest:
-    """A secondary's step request; the secondary refuses a gradient non-finite in its dtype (app/entity_aug/client.py)."""
-    meta = content.config_records["ea_meta"]
-    grad = content.array_records["ea"]["grad"].numpy() if meta["has_grad"] else None
-    return StepRequest(int(meta["epoch"]), int(meta["step"]), grad)
+    """A secondary's step request, checked as StepRequest.decode checks it; the secondary refuses a
+    gradient non-finite in its dtype (app/entity_aug/client.py)."""
+    if set(content) != {"ea", "ea_meta"}:
+        raise ProtocolError(f"train.ea_step holds {sorted(content)}; expected 'ea' and 'ea_meta'")
+    arrays = {k: v.numpy() for k, v in content.array_records["ea"].items()}
+    return StepRequest.decode(arrays, dict(content.config_records["ea_meta"]))
 
 
 def reply_content(reply: StepReply) -> RecordDict:
-    return RecordDict(
-        {
-            "ea": ArrayRecord(
-                {
-                    "ids": Array(np.ascontiguousarray(reply.ids, dtype=np.int64)),
-                    "act": Array(np.ascontiguousarray(reply.act)),
-                }
-            )
-        }
-    )
+    arrays, fields = reply.encode()
+    return RecordDict({"ea": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "ea_meta": ConfigRecord(fields)})
 
 
 def read_reply(content: RecordDict, party: str = "") -> StepReply:
-    arrays = content.array_records["ea"]
-    act = arrays["act"].numpy()
-    require_finite(act, party, "activations", "the reply to train.ea_step")
-    return StepReply(arrays["ids"].numpy(), act)
+    if set(content) != {"ea", "ea_meta"}:
+        raise ProtocolError(f"party {party!r}'s reply to train.ea_step holds {sorted(content)}")
+    arrays = {k: v.numpy() for k, v in content.array_records["ea"].items()}
+    return StepReply.decode(arrays, dict(content.config_records["ea_meta"]), party)
 
 
 def ids_content(ids: np.ndarray) -> RecordDict:

@@ -16,20 +16,60 @@ from typing import Protocol
 
 import numpy as np
 
+from strategies.wire_checks import ProtocolError, expect_fields, require_finite
+
 # ---------------------------------------------------------------------------- one exchange's payloads
 
 
 @dataclass
 class StepRequest:
+    """One step for a secondary, with its one codec to numpy arrays and plain scalars (Flower and
+    the direct transport only wrap them: app/entity_aug/parties.py)."""
+
     epoch: int
     step: int  # -1: apply the gradient only (end of epoch), no next batch
     grad: np.ndarray | None  # (B, c) gradient for the party's previous activation; None if it was not used fresh
 
+    def encode(self) -> tuple[dict[str, np.ndarray], dict]:
+        arrays = {} if self.grad is None else {"grad": np.ascontiguousarray(self.grad)}
+        return arrays, {"epoch": int(self.epoch), "step": int(self.step), "has_grad": self.grad is not None}
+
+    @classmethod
+    def decode(cls, arrays: dict[str, np.ndarray], fields: dict) -> "StepRequest":
+        """Refused unless exactly its fields and, when it says it has one, exactly its gradient;
+        the party checks the gradient's values in its own dtype (app/entity_aug/client.py)."""
+        expect_fields(fields, REQUEST_FIELDS, "train.ea_step")
+        if set(fields) != REQUEST_FIELDS or set(arrays) != ({"grad"} if fields["has_grad"] else set()):
+            raise ProtocolError(f"train.ea_step: fields {sorted(fields)} with arrays {sorted(arrays)}")
+        return cls(int(fields["epoch"]), int(fields["step"]), arrays.get("grad"))
+
+
+REQUEST_FIELDS = {"epoch", "step", "has_grad"}
+
 
 @dataclass
 class StepReply:
+    """A secondary's answer: the entities it embedded and their activations."""
+
     ids: np.ndarray  # (B,) entity ids
     act: np.ndarray  # (B, c) activations
+
+    def encode(self) -> tuple[dict[str, np.ndarray], dict]:
+        return {"ids": np.ascontiguousarray(self.ids, dtype=np.int64), "act": np.ascontiguousarray(self.act)}, {}
+
+    @classmethod
+    def decode(cls, arrays: dict[str, np.ndarray], fields: dict, party: str) -> "StepReply":
+        """Refused naming ``party`` unless exactly ids (B,) of integers and finite activations (B, c)."""
+        expect_fields(fields, set(), f"party {party!r}'s reply to train.ea_step")
+        if set(arrays) != {"ids", "act"}:
+            raise ProtocolError(f"party {party!r}'s reply to train.ea_step holds {sorted(arrays)}; expected ids, act")
+        ids, act = arrays["ids"], arrays["act"]
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or act.ndim != 2 or len(act) != len(ids):
+            raise ProtocolError(
+                f"party {party!r}'s reply to train.ea_step: ids {ids.dtype} {ids.shape} for activations {act.shape}"
+            )
+        require_finite(act, party, "activations", "the reply to train.ea_step")
+        return cls(ids, act)
 
 
 # ---------------------------------------------------------------------------- the contract

@@ -23,15 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from strategies.wire_checks import NonFiniteValues, PeerValueError  # noqa: F401 - re-exported: the refusals
+
 EXCHANGE_BOUND = 1e6  # the largest |value| accepted in an exchanged embedding or gradient (module docstring)
-
-
-class PeerValueError(ValueError):
-    """A tensor from another party that this party refuses (its sender named)."""
-
-
-class NonFiniteValues(PeerValueError):
-    """A tensor with NaN or infinite values; refused before it touches any weights."""
 
 
 class TrainingDiverged(RuntimeError):

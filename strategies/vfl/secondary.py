@@ -19,7 +19,8 @@ from strategies.shields import RowShield, level_shield, reloaded, secret_generat
 from strategies.vfl.defences import ClipNoise, clipped_rows
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
-from strategies.vfl.wire import StepMeta, StepReply, StepRequest, require_finite, require_lr_scale, step_digest
+from strategies.vfl.wire import StepMeta, StepReply, StepRequest, require_lr_scale, step_digest
+from strategies.wire_checks import require_finite
 
 
 class MisalignedStep(RuntimeError):

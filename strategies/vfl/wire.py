@@ -11,41 +11,12 @@ party that fills it (strategies/vfl/secondary.py), the primary that reads it (st
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from strategies.vfl.exchange_checks import NonFiniteValues
 from strategies.vfl.fedsim import GradBlock
-
-
-class ProtocolError(ValueError):
-    """A message with a field the protocol does not have (e.g. a path), or a name that is not plain."""
-
-
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@-]{0,127}")
-
-
-def plain_name(value: object, what: str, message: str) -> str:
-    """``value`` if it is one plain folder name (no separator, not '.' or '..', no leading dot or dash)."""
-    name = str(value)
-    if not PLAIN_NAME.fullmatch(name) or ".." in name:
-        raise ProtocolError(
-            f"{message}: refusing {what} {name!r}: it must be one plain folder name "
-            "(letters, digits, _ . + = , @ -; no path)"
-        )
-    return name
-
-
-def expect_fields(record, allowed: set[str], message: str) -> None:
-    """Refuse fields the protocol does not define (a primary must not steer a party's paths)."""
-    unknown = sorted(set(record) - allowed)
-    if unknown:
-        raise ProtocolError(
-            f"{message} carries field(s) {unknown} that the protocol does not have (expected "
-            f"{sorted(allowed)}); a party reads and writes only under its own configured folders"
-        )
+from strategies.wire_checks import ProtocolError, expect_fields, plain_name, require_finite
 
 
 @dataclass(frozen=True)
@@ -81,21 +52,6 @@ def require_lr_scale(scale: float, where: str) -> float:
             f"{where}: lr_scale must be in (0, 1] (a fraction of the party's own learning rate), got {scale}"
         )
     return scale
-
-
-def require_finite(values, party: str, what: str, message: str) -> None:
-    """Refuse a numpy array or torch tensor holding NaN or infinite values."""
-    if hasattr(values, "isfinite"):  # torch
-        bad, total = int((~values.isfinite()).sum()), values.numel()
-    else:
-        values = np.asarray(values)
-        bad = int((~np.isfinite(values)).sum()) if values.dtype.kind in "fc" else 0
-        total = values.size
-    if bad:
-        raise NonFiniteValues(
-            f"party {party!r}: {what} in {message} has {bad} of {total} values non-finite "
-            "(NaN or inf); refused, nothing applied"
-        )
 
 
 # ---------------------------------------------------------------------------- the step's two messages
