@@ -117,3 +117,21 @@ def test_fedsim_trains_check_on_a_label_holder_holding_only_its_own_file(tmp_pat
     spec.write_text(spec.read_text().replace('task = "multiclass"', 'task = "regression"'))
     with pytest.raises(Exception, match="regression"):
         ex.check(_cfg(homes["primary"]))
+
+
+def test_a_plan_that_would_make_a_guest_allocate_without_bound_is_refused(tmp_path):
+    """The plan's schedule is the guest's to check too: its batch size and order seed follow from
+    its own run config, and an epoch's steps cannot outnumber the run's entities (a stream of
+    steps x batch ids is drawn each epoch: 2**30 steps would exhaust the guest's memory)."""
+    homes = _folders(tmp_path, rows=120)
+    primary, data, asked = _meet(homes)
+    left = _cfg(homes["left"])
+    for field, value, why in (
+        ("steps_per_epoch", 2**30, "steps per epoch"),
+        ("batch_size", 7, "batch size"),
+        ("order_seed", 12345, "order seed"),
+    ):
+        content = ex.plan_content(primary, data, "left")
+        content["ea_hello"][field] = value
+        with pytest.raises(ProtocolError, match=f"not this party's.*{why}"):
+            ex.plan_inputs(left, "left", content, asked["left"])

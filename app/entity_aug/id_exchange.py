@@ -38,6 +38,7 @@ from app.entity_aug.parties import (
     ea_check,
     ea_data,
     ea_settings,
+    order_seed,
     require_classification,
 )
 from app.messages import ProtocolError, expect_fields
@@ -49,7 +50,6 @@ from strategies.entity_aug.model import BatchSchedule
 
 PLAN = ("entities_total", "order_seed", "batch_size", "steps_per_epoch")  # the plan's ConfigRecord fields
 MAX_WIDTH = 1_000_000  # the most features a guest may declare (the label holder's bound on a peer's value)
-MAX_STEP = 1 << 31  # a batch size or steps per epoch a guest accepts
 
 
 def _spec(cfg: RunConfig) -> dict:
@@ -234,9 +234,11 @@ class Plan:
         return x
 
 
-def read_plan(content: RecordDict, n_rows: int, asked: int) -> tuple[Plan, dict, np.ndarray]:
+def read_plan(content: RecordDict, n_rows: int, asked: int, own: dict) -> tuple[Plan, dict, np.ndarray]:
     """(the plan, the schedule's fields, its records) of a query.ea_hello, each value checked as
-    int64 against what this guest knows: entities < the ids it was sent, rows < its own rows."""
+    int64 against what this guest knows: entities < the ids it was sent, rows < its own rows, the
+    batch size and order seed its own run config gives (``own``), and no more steps an epoch than
+    the run's entities fill (each epoch draws a stream of steps x batch ids)."""
     rec, arrays = content.config_records["ea_hello"], content.array_records.get("ea_plan")
     expect_fields(rec, set(PLAN), "query.ea_hello")
     if arrays is None or set(arrays) != {"entities", "rows", "records"} or set(rec) != set(PLAN):
@@ -244,7 +246,12 @@ def read_plan(content: RecordDict, n_rows: int, asked: int) -> tuple[Plan, dict,
     fields = {k: int(rec[k]) for k in PLAN}
     ent, rows, records = (np.asarray(arrays[k].numpy()).astype(np.int64) for k in ("entities", "rows", "records"))
     _require(0 < fields["entities_total"] <= asked, f"{fields['entities_total']} entities, {asked} ids sent")
-    _require(all(1 <= fields[k] < MAX_STEP for k in ("batch_size", "steps_per_epoch")), "a batch size or step count")
+    _require(
+        fields["batch_size"] == own["batch_size"], f"batch size {fields['batch_size']}, its run's {own['batch_size']}"
+    )
+    _require(fields["order_seed"] == own["order_seed"], "an order seed its run config does not give")
+    steps, total = fields["steps_per_epoch"], fields["entities_total"]
+    _require(1 <= steps and (steps - 1) * fields["batch_size"] < total, f"{steps} steps per epoch for {total} entities")
     _require(ent.ndim == rows.ndim == 1 and len(ent) == len(rows), f"{len(ent)} entities for {len(rows)} rows")
     _require(_unique_in(ent, fields["entities_total"]), "entities repeated or outside the run's")
     _require(_unique_in(rows, n_rows), f"rows repeated or outside this party's {n_rows}")
@@ -255,7 +262,8 @@ def read_plan(content: RecordDict, n_rows: int, asked: int) -> tuple[Plan, dict,
 def plan_inputs(cfg: RunConfig, party: str, content: RecordDict, asked: int) -> tuple[PartyInputs, Plan]:
     """The guest's PartyInputs from the label holder's plan and its own CSV (and the plan, kept with its state)."""
     table, _ = own_table(cfg, party)
-    plan, fields, records = read_plan(content, len(table.features), asked)
+    own = {"batch_size": ea_settings(cfg).batch_size, "order_seed": order_seed(cfg, party)}
+    plan, fields, records = read_plan(content, len(table.features), asked, own)
     schedule = BatchSchedule(records, fields["order_seed"], fields["batch_size"], fields["steps_per_epoch"])
     delay = probes.secondary_delay() if party == secondaries(cfg)[0] else 0.0  # as party_inputs
     return PartyInputs(plan.block(table.features), schedule, delay), plan

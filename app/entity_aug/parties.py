@@ -181,9 +181,13 @@ def overlap_parts(cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[np
 def batch_schedule(cfg: RunConfig, data: EntityData, settings: Settings, party: str) -> BatchSchedule:
     aligned, shares = overlap_parts(cfg, data)
     records = party_records(cfg.ea.variant, data.parties, data.split.train, aligned, shares)[party]
-    own = cfg.ea.variant == "augment"  # own order = no alignment; otherwise one order shared by all
-    order_seed = party_seed(cfg.train.seed, f"ea-order:{party}" if own else "ea-order")
-    return BatchSchedule(records, order_seed, settings.batch_size, steps_per_epoch(data, settings))
+    return BatchSchedule(records, order_seed(cfg, party), settings.batch_size, steps_per_epoch(data, settings))
+
+
+def order_seed(cfg: RunConfig, party: str) -> int:
+    """The seed of ``party``'s batch order: its own in variant augment (no alignment), else one shared by all."""
+    own = cfg.ea.variant == "augment"
+    return party_seed(cfg.train.seed, f"ea-order:{party}" if own else "ea-order")
 
 
 @dataclass(frozen=True)
