@@ -107,6 +107,11 @@ def test_a_hostile_plan_or_answer_is_refused_by_name(tmp_path):
     answer["ea_ids_points"]["theirs"] = answer["ea_ids_points"]["own"]  # not the ids it was sent
     with pytest.raises(ProtocolError, match="secondary 'left': reblinded"):
         exchange.matches({"left": answer})
+    answer, _ = ex.answer(left, "left", exchange.request)
+    own = answer["ea_ids_points"]["own"].numpy()
+    answer["ea_ids_points"]["own"] = Array(np.concatenate([own, own[:1]]))  # an id twice
+    with pytest.raises(ProtocolError, match="secondary 'left': .*repeated id"):
+        exchange.matches({"left": answer})
 
 
 def test_fedsim_trains_check_on_a_label_holder_holding_only_its_own_file(tmp_path):
@@ -117,6 +122,9 @@ def test_fedsim_trains_check_on_a_label_holder_holding_only_its_own_file(tmp_pat
     spec.write_text(spec.read_text().replace('task = "multiclass"', 'task = "regression"'))
     with pytest.raises(Exception, match="regression"):
         ex.check(_cfg(homes["primary"]))
+    subset = RunConfig.of(dataset="csv", data_dir=str(homes["all"]), mode="entity-aug", parties="left")
+    with pytest.raises(ValueError, match="every secondary of parties.toml takes part"):
+        ex.check(subset)
 
 
 def test_a_plan_that_would_make_a_guest_allocate_without_bound_is_refused(tmp_path):

@@ -44,7 +44,7 @@ from app.entity_aug.parties import (
 from app.messages import ProtocolError, expect_fields
 from app.run_record import ID_MATCHES
 from files.atomic import write_atomic
-from linkage.psi import POINT, Blinder
+from linkage.psi import POINT, Blinder, PsiError
 from linkage.psi import matches as psi_matches
 from strategies.entity_aug.model import BatchSchedule
 
@@ -78,6 +78,11 @@ def check(cfg: RunConfig) -> list[str]:
 
     if not exchanged(cfg):
         return ea_check(cfg).secondaries
+    if cfg.party_subset():
+        raise ValueError(
+            f"run-config 'parties' = {cfg.party_subset()}: with entity ids every secondary of parties.toml takes "
+            "part (the split is drawn from every party's ids)"
+        )
     from datasets.csv_parties import data_folder  # lazy: pandas
 
     spec, folder = _spec(cfg), data_folder(cfg.data.data_dir or None)
@@ -125,7 +130,10 @@ class Exchange:
                 raise ProtocolError(
                     f"{who}: reblinded {theirs.dtype} {theirs.shape} ids, was sent ({len(self.ids)}, {POINT})"
                 )
-            rows[party] = psi_matches(theirs, self.blinder.reblind(points["own"].numpy(), who))
+            try:
+                rows[party] = psi_matches(theirs, self.blinder.reblind(points["own"].numpy(), who))
+            except PsiError as err:
+                raise ProtocolError(f"{who}: {err}") from None
             widths[party] = width
         return rows, widths
 
