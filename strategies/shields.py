@@ -173,6 +173,30 @@ def reloaded(shield: RowShield | None, state: dict) -> RowShield | None:
     return RowShield.from_state(state, shield.n_rows, shield.like) if shield is not None and state else shield
 
 
+class Shielded:
+    """A secondary's kept state with its shield, in both modes: its ``model`` and its
+    ``row_shield`` (a RowShield, or None) as one state dict (:func:`with_shield`), and back."""
+
+    model: torch.nn.Module
+    row_shield: RowShield | None
+
+    def shield_state(self) -> dict:
+        return self.row_shield.state() if self.row_shield is not None else {}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Its model's state and its shield's (what it keeps: a prediction sends what evaluation sent)."""
+        return with_shield(self.model.state_dict(), self.row_shield)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """:meth:`state_dict`'s inverse (a state without a shield: the model's alone)."""
+        model, shield = split_shield(state)
+        self.model.load_state_dict(model)
+        self.load_shield_state(shield)
+
+    def load_shield_state(self, state: dict) -> None:
+        self.row_shield = reloaded(self.row_shield, state)
+
+
 def level_shield(
     level: str, explicit: bool, n_rows: int, like: torch.Tensor, party: str, noise_of: dict = EMBED_NOISE
 ) -> RowShield | None:

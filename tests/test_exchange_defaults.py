@@ -131,8 +131,8 @@ def test_entity_augmentation_defends_its_exchange_by_default():
     on, off = (RunConfig.of(dataset="digits", n_rows=300, mode="entity-aug", privacy=p) for p in ("standard", "off"))
     data = ea_data(on)
     strict = on.replace(privacy="strict")
-    assert build_party(strict, "left", data).shield is not None
-    assert build_party(on, "left", data).shield is None  # a row is the record's whole representation
+    assert build_party(strict, "left", data).row_shield is not None
+    assert build_party(on, "left", data).row_shield is None  # a row is the record's whole representation
     acts = {p: np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32) for p in data.parties}
     ids = {p: np.arange(16) for p in data.parties}
     grads = {}

@@ -109,8 +109,8 @@ def persist(party: SecondaryParty, context: Context) -> None:
     context.state.config_records["ea_party"] = ConfigRecord(
         {"party": party.name, "has_pending": party.pending is not None, "applied": party.applied}
     )
-    if party.shield is not None:
-        context.state.config_records["ea_shield"] = ConfigRecord(party.shield.state())
+    if party.row_shield is not None:
+        context.state.config_records["ea_shield"] = ConfigRecord(party.shield_state())
     context.state.array_records["ea_model"] = ArrayRecord({k: v.cpu() for k, v in party.model.state_dict().items()})
     arrays, scalars = optimizer_state_records(party.optimizer)
     context.state.array_records["ea_optim_arrays"] = arrays

@@ -13,10 +13,10 @@ from torch import nn
 
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import BatchSchedule
-from strategies.shields import RowShield, reloaded, split_shield, with_shield
+from strategies.shields import RowShield, Shielded
 
 
-class SecondaryParty:
+class SecondaryParty(Shielded):
     """A secondary's side (the EA paper's guest; also the primary's own feature block, served in
     process as one more party): its local model over its own records. Each step it first applies
     the primary's gradient for its
@@ -41,12 +41,12 @@ class SecondaryParty:
         self.x = torch.as_tensor(features, device=device, dtype=dtype)  # (n, d_p) by entity id
         self.pending: np.ndarray | None = None  # ids of the last activation sent
         self._stream: tuple[int, np.ndarray] | None = None
-        self.shield: RowShield | None = None  # its privacy level's defence of what it sends (:meth:`protect`)
+        self.row_shield: RowShield | None = None  # its privacy level's defence of what it sends (:meth:`protect`)
         self.applied = 0  # gradients applied: the shield recalibrates every RowShield.RECALIBRATE
 
     def protect(self, shield: RowShield | None) -> None:
         """Send activations clipped and noised per record from now on (strategies/vfl/defences.py)."""
-        self.shield = shield
+        self.row_shield = shield
 
     def step(self, req: StepRequest) -> StepReply:
         if self.fault_delay and req.step % 2 == 1:
@@ -65,34 +65,22 @@ class SecondaryParty:
 
     def apply(self, ids: np.ndarray, grad: np.ndarray) -> None:
         out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
-        if self.shield is not None:
-            out = self.shield.ready(self._every).clipped(out)  # the clip's own gradient (the noise: a constant)
+        if self.row_shield is not None:
+            out = self.row_shield.ready(self._every).clipped(out)  # the clip's own gradient (the noise: a constant)
         self.optimizer.zero_grad(set_to_none=True)
         out.backward(torch.as_tensor(grad, device=self.device, dtype=self.dtype))
         self.optimizer.step()
         self.applied += 1
-        if self.shield is not None:
-            self.shield.stepped(self.applied, self._every)
+        if self.row_shield is not None:
+            self.row_shield.stepped(self.applied, self._every)
 
     @torch.no_grad()
     def embed(self, ids: np.ndarray) -> np.ndarray:
         """(n,) entity ids -> (n, c) activations as sent (its shield applied)."""
         rows = torch.as_tensor(ids, device=self.device)
         out = self.model(self.x[rows])  # (n, c)
-        return (out if self.shield is None else self.shield.ready(self._every).send(out, rows)).cpu().numpy()
+        return (out if self.row_shield is None else self.row_shield.ready(self._every).send(out, rows)).cpu().numpy()
 
     def _every(self) -> torch.Tensor:
         """(n, c) this party's activations of all its records (its shield's calibration)."""
         return self.model(self.x)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Its model's state and its shield's (what it keeps: a prediction sends what evaluation sent)."""
-        return with_shield(self.model.state_dict(), self.shield)
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        model, shield = split_shield(state)
-        self.model.load_state_dict(model)
-        self.load_shield_state(shield)
-
-    def load_shield_state(self, state: dict) -> None:
-        self.shield = reloaded(self.shield, state)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from strategies.optim import set_lr
-from strategies.shields import RowShield, level_shield, reloaded, secret_generator, split_shield, with_shield
+from strategies.shields import RowShield, Shielded, level_shield, secret_generator
 from strategies.vfl.defences import ClipNoise, clipped_rows
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.fedsim import GradBlock
@@ -71,7 +71,7 @@ class StepFolders(Protocol):
         """Checkpoint the party for ``run`` at ``epoch``; returns the checkpoint's digest."""
 
 
-class SecondaryParty:
+class SecondaryParty(Shielded):
     def __init__(self, party: str, rows: LinkedRows, local: Local, shield: ClipNoise, level: str) -> None:
         self.party, self.job_id, self.row_of_token = party, rows.job_id, rows.row_of_token
         self.x, self.model, self.optimizer, self.cut_dim = local.x, local.model, local.optimizer, local.cut_dim
@@ -84,23 +84,6 @@ class SecondaryParty:
         self.noise = secret_generator(self.device, f"embedding-noise/{party}") if shield.noise > 0 else None
         like = torch.empty(0, self.cut_dim, device=self.device, dtype=self.dtype)  # (0, c)
         self.row_shield: RowShield | None = level_shield(level, shield.on, len(self.x), like, party)
-
-    def shield_state(self) -> dict:
-        return self.row_shield.state() if self.row_shield is not None else {}
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """What an in-process run keeps of this party (app/kept.py Keeper): its model's state and
-        its shield's, so predict sends what the evaluation sent."""
-        return with_shield(self.model.state_dict(), self.row_shield)
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """:meth:`state_dict`'s inverse (a state without a shield: the model's alone)."""
-        model, shield = split_shield(state)
-        self.model.load_state_dict(model)
-        self.load_shield_state(shield)
-
-    def load_shield_state(self, state: dict) -> None:
-        self.row_shield = reloaded(self.row_shield, state)
 
     # ------------------------------------------------------------------ protocol steps
 
