@@ -36,10 +36,20 @@ def flower(handler: Callable[[RecordDict, Context], RecordDict]) -> Callable[[Me
     return on_message
 
 
+def wrapped(codec: tuple[dict, dict], arrays: str, fields: str) -> RecordDict:
+    """A core type's codec, (numpy arrays, plain scalars), as one ArrayRecord and one ConfigRecord."""
+    values, scalars = codec
+    return RecordDict({arrays: ArrayRecord({k: Array(v) for k, v in values.items()}), fields: ConfigRecord(scalars)})
+
+
+def unwrapped(content: RecordDict, arrays: str, fields: str) -> tuple[dict, dict]:
+    """:func:`wrapped`'s inverse, for a core type's ``decode`` (the caller checks the records are there)."""
+    return {k: v.numpy() for k, v in content.array_records[arrays].items()}, dict(content.config_records[fields])
+
+
 def step_content(req: StepRequest) -> RecordDict:
     """train.step's content: the request's arrays and scalars (strategies/vfl/wire.py's codec)."""
-    arrays, fields = req.encode()
-    return RecordDict({"step": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "meta": ConfigRecord(fields)})
+    return wrapped(req.encode(), "step", "meta")
 
 
 def read_step(content: RecordDict) -> StepRequest:
@@ -47,22 +57,19 @@ def read_step(content: RecordDict) -> StepRequest:
     (finite in its own dtype, shapes, tokens) before it applies any."""
     if "step" not in content.array_records or "meta" not in content.config_records:
         raise ProtocolError("train.step lacks its 'step' arrays or its 'meta' record")
-    arrays = {k: v.numpy() for k, v in content.array_records["step"].items()}
-    return StepRequest.decode(arrays, dict(content.config_records["meta"]))
+    return StepRequest.decode(*unwrapped(content, "step", "meta"))
 
 
 def reply_content(reply: StepReply) -> RecordDict:
     """A secondary's answer to train.step or query.embed_kept (the codec of StepReply)."""
-    arrays, fields = reply.encode()
-    return RecordDict({"out": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "reply": ConfigRecord(fields)})
+    return wrapped(reply.encode(), "out", "reply")
 
 
 def read_reply(content: RecordDict, party: str = "", message: str = "train.step") -> StepReply:
     """The answer of ``party``, checked as StepReply.decode checks it."""
     if set(content) != {"out", "reply"} or "out" not in content.array_records:
         raise ProtocolError(f"party {party!r}'s reply to {message} holds {sorted(content)}; expected 'out' and 'reply'")
-    arrays = {k: v.numpy() for k, v in content.array_records["out"].items()}
-    return StepReply.decode(arrays, dict(content.config_records["reply"]), party, message)
+    return StepReply.decode(*unwrapped(content, "out", "reply"), party, message)
 
 
 def named_content(record: str, **fields) -> RecordDict:

@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from app import probes
 from app.config import RunConfig
 from app.data import load_data
-from app.messages import ProtocolError, read_named, require_finite
+from app.messages import ProtocolError, read_named, require_finite, unwrapped, wrapped
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import (
     BatchSchedule,
@@ -259,8 +259,7 @@ def simulation_secondary(cfg: RunConfig, partition_id: int, names: list[str] | N
 
 
 def request_content(req: StepRequest) -> RecordDict:
-    arrays, fields = req.encode()  # the core's codec (strategies/entity_aug/channel.py)
-    return RecordDict({"ea": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "ea_meta": ConfigRecord(fields)})
+    return wrapped(req.encode(), "ea", "ea_meta")  # the core's codec (strategies/entity_aug/channel.py)
 
 
 def read_request(content: RecordDict) -> StepRequest:
@@ -268,20 +267,17 @@ def read_request(content: RecordDict) -> StepRequest:
     gradient non-finite in its dtype (app/entity_aug/client.py)."""
     if set(content) != {"ea", "ea_meta"}:
         raise ProtocolError(f"train.ea_step holds {sorted(content)}; expected 'ea' and 'ea_meta'")
-    arrays = {k: v.numpy() for k, v in content.array_records["ea"].items()}
-    return StepRequest.decode(arrays, dict(content.config_records["ea_meta"]))
+    return StepRequest.decode(*unwrapped(content, "ea", "ea_meta"))
 
 
 def reply_content(reply: StepReply) -> RecordDict:
-    arrays, fields = reply.encode()
-    return RecordDict({"ea": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "ea_meta": ConfigRecord(fields)})
+    return wrapped(reply.encode(), "ea", "ea_meta")
 
 
 def read_reply(content: RecordDict, party: str = "") -> StepReply:
     if set(content) != {"ea", "ea_meta"}:
         raise ProtocolError(f"party {party!r}'s reply to train.ea_step holds {sorted(content)}")
-    arrays = {k: v.numpy() for k, v in content.array_records["ea"].items()}
-    return StepReply.decode(arrays, dict(content.config_records["ea_meta"]), party)
+    return StepReply.decode(*unwrapped(content, "ea", "ea_meta"), party)
 
 
 def ids_content(ids: np.ndarray) -> RecordDict:
