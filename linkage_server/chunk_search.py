@@ -1,6 +1,6 @@
 """The service's resumable chunked top-K search, in this process or on Ray.
 
-    chunked_search(cache, query (m, ..), base (n, ..), metric, k, party, chunks, tick, ray="", approx)
+    chunked_search(cache, query (m, ..), PartySearch(party, base (n, ..), metric, k, approx), chunks, tick, ray="")
         -> ChunkFiles: () -> (lo, dist (c, k), idx (c, k)) per chunk, read from disk one at a time
 
 Each chunk of primary rows is searched against the whole secondary and written to
@@ -24,7 +24,6 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -84,41 +83,43 @@ def fresh_cache(root: Path, key: str) -> Path:
     return root / key
 
 
+@dataclass(frozen=True)
+class PartySearch:
+    """One secondary's search: its identifiers ``base``, the metric, the candidates kept per
+    record (``k``: the job's pool) and the index (``approx``)."""
+
+    party: str
+    base: object
+    metric: str
+    k: int
+    approx: Approx = Approx()
+
+    def build(self):
+        """q -> (dist, idx): the exact search, or the approximate index built once over ``base``."""
+        if self.approx.method == "exact":
+            return searcher(self.base, metric=self.metric, k=self.k, party=self.party)
+        return approx_searcher(self.metric, self.base, self.k, self.approx)
+
+
 def chunked_search(
-    cache: Path,
-    query,
-    base,
-    metric: str,
-    k: int,
-    party: str,
-    chunks: list[tuple[int, int]],
-    tick,
-    ray: str = "",
-    approx: Approx = Approx(),
+    cache: Path, query, search: PartySearch, chunks: list[tuple[int, int]], tick, ray: str = ""
 ) -> ChunkFiles:
     """Every chunk's top-k on disk; ``tick()`` once per chunk done (module docstring)."""
     todo = [(lo, hi) for lo, hi in chunks if not _chunk_file(cache, lo, hi).exists()]
-    on_ray, build = bool(ray), partial(_searcher, base, metric, k, party, approx)
+    on_ray = bool(ray)
     if on_ray and todo:
-        _on_ray(cache, query, todo, tick, ray, party, build)
+        _on_ray(cache, query, todo, tick, ray, search)
     find = None
     for lo, hi in chunks:
         path = _chunk_file(cache, lo, hi)
         if not path.exists():
-            find = find or build()
+            find = find or search.build()
             dist, idx = find(query[lo:hi])
             write_atomic(path, npz_bytes(dist=dist, idx=idx))
             tick()
         elif not on_ray or (lo, hi) not in todo:
             tick()
     return ChunkFiles(cache, tuple(chunks))
-
-
-def _searcher(base, metric: str, k: int, party: str, approx: Approx):
-    """q -> (dist, idx): the exact search, or the approximate index built once over ``base``."""
-    if approx.method == "exact":
-        return searcher(base, metric=metric, k=k, party=party)
-    return approx_searcher(metric, base, k, approx)
 
 
 def connect(address: str) -> None:
@@ -164,14 +165,14 @@ def _search_chunk(query_chunk, find) -> tuple[np.ndarray, np.ndarray]:
     return find(query_chunk)
 
 
-def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str, party: str, build) -> None:
-    """Run the unfinished chunks as Ray tasks, writing each to ``cache`` as it completes; ``build()``
-    makes the search once Ray is reached (a wrong address fails before an index is built)."""
+def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str, search: PartySearch) -> None:
+    """Run the unfinished chunks as Ray tasks, writing each to ``cache`` as it completes; the
+    search is built once Ray is reached (a wrong address fails before an index is built)."""
     connect(address)  # before this module imports Ray: connect chooses its authentication mode
     import ray
 
     task = ray.remote(max_retries=RETRIES)(_search_chunk)
-    find_ref = ray.put(build())  # the secondary and its index (the k-d tree, the faiss or q-gram
+    find_ref = ray.put(search.build())  # the secondary and its index (the k-d tree, the faiss or q-gram
     # index), built once, here, and shared by every task through the object store
     limit = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     pending, running = list(todo), {}
@@ -188,7 +189,7 @@ def _on_ray(cache: Path, query, todo: list[tuple[int, int]], tick, address: str,
                 ray.cancel(ref)
             cause = getattr(e, "cause", None)
             raise LinkageError(
-                f"party {party!r}: search chunk {lo}-{hi} failed on Ray: "
+                f"party {search.party!r}: search chunk {lo}-{hi} failed on Ray: "
                 f"{type(cause or e).__name__}: {str(cause or e).splitlines()[0]}"
             ) from None
         write_atomic(_chunk_file(cache, lo, hi), npz_bytes(dist=dist, idx=idx))

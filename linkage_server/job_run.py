@@ -20,7 +20,7 @@ from linkage.job import JobSpec
 from linkage.job_secret import SecretError, operator_secret, read_secret
 from linkage.pipeline import check_identifiers, under_floor
 from linkage.protection import chained, record, resolve
-from linkage_server.chunk_search import ChunkFiles, cache_key, chunked_search, fresh_cache
+from linkage_server.chunk_search import ChunkFiles, PartySearch, cache_key, chunked_search, fresh_cache
 from linkage_server.limits import cell_cost
 from linkage_server.params import JobError, JobParams
 from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
@@ -109,18 +109,7 @@ class JobRunner:
                 meta, folder, query, ids[party], params, chunks, party, tick, secret
             )
         t1 = time.perf_counter()
-        done = Job(
-            job,
-            params.k,
-            params.bound,
-            params.metric,
-            secret,
-            train_rows,
-            spec.defences,
-            recalls,
-            (anchor, ids) if spec.chain else None,
-            step,
-        )
+        done = Job(job, spec, secret, train_rows, recalls, (anchor, ids) if spec.chain else None, step)
         sizes = {p: len(ids[p]) for p in searched}
         skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
         stats, t2 = link_stats(skeleton), time.perf_counter()
@@ -205,18 +194,8 @@ class JobRunner:
             pool,
             approx.tag(),
         )
-        found = chunked_search(
-            fresh_cache(folder / "work" / party, key),
-            query,
-            base,
-            params.metric,
-            pool,
-            party,
-            chunks,
-            tick,
-            self.store.ray,
-            approx,
-        )
+        search = PartySearch(party, base, params.metric, pool, approx)
+        found = chunked_search(fresh_cache(folder / "work" / party, key), query, search, chunks, tick, self.store.ray)
         if approx.method == "exact":
             return found, 1.0
         rows = sample_rows(len(query), approx, secret, party)

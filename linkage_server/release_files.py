@@ -25,7 +25,8 @@ import numpy as np
 
 from files.atomic import write_atomic
 from linkage.binding import bind_result
-from linkage.contracts import Defences, LinkageResult, PrimaryLinkage, SecondaryLinkage
+from linkage.contracts import LinkageResult, PrimaryLinkage, SecondaryLinkage
+from linkage.job import JobSpec
 from linkage.pipeline import chain_to
 from linkage.privacy import MAX_TOKENS, attacked_tokens, failure_report
 from linkage.privacy import privacy_report as report
@@ -36,15 +37,13 @@ from linkage_server.chunk_search import ChunkFiles
 
 @dataclass(frozen=True)
 class Job:
-    """What a release needs to know of its job."""
+    """What a release needs to know of its job: the job itself (``spec``: K, tau, metric, the
+    resolved defences) and what this run of it drew and found."""
 
     job_id: str
-    k: int
-    tau: float
-    metric: str
+    spec: JobSpec
     secret: bytes
     train_rows: np.ndarray | None
-    defences: Defences
     recalls: dict[str, float]
     chain: tuple[str, dict] | None = None  # (anchor, every secondary's identifiers) for a chain layout
     step: int = 20_000  # rows read at a time from the released files
@@ -64,7 +63,7 @@ def _release_party(plan: PartyPlan, files: ChunkFiles, query, secret: bytes, scr
 
 def _skeleton(plans: dict[str, PartyPlan], job: Job, query) -> LinkageResult:
     """The release without its (m, K) rows: every figure, token map and the chain's matching."""
-    empty = np.empty((0, job.k))
+    empty = np.empty((0, job.spec.k))
     links = {
         p: dataclasses.replace(
             plan.link(empty.astype(np.int64), empty.astype(np.float32)), recall=job.recalls.get(p, 1.0)
@@ -72,10 +71,10 @@ def _skeleton(plans: dict[str, PartyPlan], job: Job, query) -> LinkageResult:
         for p, plan in plans.items()
     }
     secondaries = {p: SecondaryLinkage(job.job_id, p, np.argsort(plan.token_of_row)) for p, plan in plans.items()}
-    result = LinkageResult(PrimaryLinkage(job.job_id, job.k, job.tau, links, job.metric), secondaries)
+    result = LinkageResult(PrimaryLinkage(job.job_id, job.spec.k, job.spec.tau, links, job.spec.metric), secondaries)
     if job.chain:
         anchor, ids = job.chain
-        result = chain_to(result, anchor, ids[anchor], {p: v for p, v in ids.items() if p != anchor}, job.metric)
+        result = chain_to(result, anchor, ids[anchor], {p: v for p, v in ids.items() if p != anchor}, job.spec.metric)
     return bind_result(result, query)  # primary.npz names the identifiers it linked
 
 
@@ -91,11 +90,11 @@ def write_release(
             searched[party],
             len(query),
             sizes[party],
-            k=job.k,
-            tau=job.tau,
+            k=job.spec.k,
+            tau=job.spec.tau,
             rng=rng,
             train_rows=job.train_rows,
-            defences=job.defences,
+            defences=job.spec.defences,
         )
         files[party] = _release_party(plans[party], searched[party], query, job.secret, scratch)
     skeleton = _skeleton(plans, job, query)
@@ -139,7 +138,7 @@ def privacy_report(
         for p, lk in skeleton.primary.links.items()
     }
     restricted = dataclasses.replace(skeleton, primary=dataclasses.replace(skeleton.primary, links=links))
-    return report(restricted, query[rows], ids, job.metric, parties=parties, counts=counts, secret=job.secret)
+    return report(restricted, query[rows], ids, job.spec.metric, parties=parties, counts=counts, secret=job.secret)
 
 
 def safe_privacy_report(skeleton: LinkageResult, files, query, ids: dict, job: Job, parties) -> dict:
@@ -147,7 +146,7 @@ def safe_privacy_report(skeleton: LinkageResult, files, query, ids: dict, job: J
     try:
         return privacy_report(skeleton, files, query, ids, job, parties)
     except Exception as e:  # noqa: BLE001 - any failure of a measurement, named in the report
-        return failure_report(skeleton, job.metric, e)
+        return failure_report(skeleton, job.spec.metric, e)
 
 
 def clear(scratch: Path) -> None:

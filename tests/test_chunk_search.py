@@ -112,8 +112,8 @@ def test_an_approximate_search_on_ray_equals_the_local_path(local_ray, tmp_path,
     for i, (query, base, params) in enumerate(approximate_cases()):
         _, local_job, _ = job_bytes(tmp_path / f"local{i}", "", query=query, base=base, params=params)
         with monkeypatch.context() as m:
-            real = chunk_search._searcher
-            m.setattr(chunk_search, "_searcher", lambda *a: OnlyOnRay(real(*a)))
+            real = chunk_search.PartySearch.build
+            m.setattr(chunk_search.PartySearch, "build", lambda self: OnlyOnRay(real(self)))
             _, job, _ = job_bytes(tmp_path / f"ray{i}", local_ray, query=query, base=base, params=params)
         assert neighbours(tmp_path / f"ray{i}", job) == neighbours(tmp_path / f"local{i}", local_job), params
 
@@ -150,8 +150,8 @@ def test_a_job_whose_ray_worker_is_killed_finishes_with_the_same_result(local_ra
 
     killer = threading.Thread(target=kill_the_busy_worker)
     killer.start()
-    real = chunk_search._searcher
-    monkeypatch.setattr(chunk_search, "_searcher", lambda *a: stall_first_call(real(*a), str(marker)))
+    real = chunk_search.PartySearch.build
+    monkeypatch.setattr(chunk_search.PartySearch, "build", lambda self: stall_first_call(real(self), str(marker)))
     _, job, _ = job_bytes(tmp_path / "ray", local_ray, chunk_rows=500)
     killer.join()
     assert killed, "the stalled chunk's worker never wrote its pid"

@@ -281,18 +281,14 @@ class Held:
         self.jobs, self.reached, self.release = set(), threading.Event(), threading.Event()
         real = job_run.chunked_search
 
-        def held(cache, *args):
-            args = list(args)
-            tick = args[6]
-
+        def held(cache, query, search, chunks, tick, ray=""):
             def paused():
                 tick()
                 if any(job in str(cache) for job in self.jobs):
                     self.reached.set()
                     assert self.release.wait(WAIT)
 
-            args[6] = paused
-            return real(cache, *args)
+            return real(cache, query, search, chunks, paused, ray)
 
         monkeypatch.setattr(job_run, "chunked_search", held)
 
