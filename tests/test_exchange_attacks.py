@@ -285,6 +285,27 @@ def test_the_observers_sample_stays_bounded_and_spread_over_the_run(monkeypatch)
     assert obs.stride == 16 and obs.count["s"][:3].tolist() == [100.0] * 3  # every step still counted
 
 
+def test_the_observer_runs_on_one_thread_and_gives_the_process_its_threads_back(monkeypatch):
+    from strategies.vfl import exchange_observer
+
+    seen, real = [], exchange_observer.direction
+    monkeypatch.setattr(exchange_observer, "direction", lambda *a: seen.append(torch.get_num_threads()) or real(*a))
+    obs = exchange_observer.ExchangeObserver("binary", {"s": 10}, 3, torch.device("cpu"), seed=0)
+
+    class Block:
+        tokens, grad = np.array([0, 1, 2]), torch.randn(3, 3, dtype=torch.float64)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        obs.observe(
+            {"s": torch.tensor([[0], [1], [2]])}, torch.tensor([1.0, 0.0, 1.0]), {"s": torch.zeros(3, 3)}, {"s": Block}
+        )
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_partys_exposure_reply_is_read_only_when_whole_and_finite():
     from flwr.app import ConfigRecord
 
