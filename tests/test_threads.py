@@ -114,3 +114,20 @@ def test_same_seed_same_losses_at_two_threads(tmp_path, same_job_secret):
     assert all(s["threads"]["threads"] == s["threads"]["torch"] == 2 for _, s in runs)
     assert runs[0][1]["threads"]["source"] == "run config threads=2"
     assert all(losses.tobytes() == runs[0][0].tobytes() for losses, _ in runs[1:])
+
+
+def test_others_load_reads_the_cpus_busy_share_now_not_the_minute_before(tmp_path, monkeypatch):
+    """Two /proc/stat samples a window apart: 50 of 100 jiffies busy on 2 CPUs is 1 CPU busy,
+    whatever the 1-minute load average still remembers of work that has ended."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  60 0 40 880 20 0 0 0 0 0\ncpu0 30 0 20 440 10 0 0 0 0 0\ncpu1 30 0 20 440 10 0 0 0 0 0\n")
+    assert threads._cpu_times(stat) == (100, 1000, 2)  # busy = all but idle and iowait
+    samples = iter([(100, 1000, 2), (150, 1100, 2)])
+    monkeypatch.setattr(threads, "_sampled", None)
+    monkeypatch.setattr(threads, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert threads.others_load(window=0.0) == pytest.approx(1.0)
+    assert threads.others_load(window=0.0) == pytest.approx(1.0)  # reused within the minute: no third sample
+    monkeypatch.setattr(threads, "_sampled", None)
+    monkeypatch.setattr(threads, "_cpu_times", lambda: None)  # no /proc: the load average, less this process
+    assert threads.others_load(window=0.0) == pytest.approx(8.0)
