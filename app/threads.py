@@ -165,9 +165,14 @@ def params_of(*models) -> int:
 
 
 def decide(override: int, processes: int, models) -> ThreadChoice:
-    """:func:`choose_threads` with this process's measured CPUs, OMP_NUM_THREADS and ``models``."""
+    """:func:`choose_threads` with this process's measured CPUs, OMP_NUM_THREADS and ``models``;
+    the CPUs are watched (:func:`others_load`, 0.2 s) only where the answer can depend on it: a
+    model of under 2 x PARAMS_PER_THREAD parameters (a secondary's, typically, whose process may
+    be started for each message) gets one thread whatever the load."""
     models = list(models)
-    return choose_threads(usable_cpus(), processes, len(models), params_of(*models), override, env_cap(), others_load())
+    cpus, params = usable_cpus(), params_of(*models)
+    busy = others_load() if override <= 0 and cpus > 1 and params >= 2 * PARAMS_PER_THREAD else 0.0
+    return choose_threads(cpus, processes, len(models), params, override, env_cap(), busy)
 
 
 def use(choice: ThreadChoice, tag: str = "", cpu: bool = True) -> ThreadChoice:

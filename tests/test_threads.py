@@ -131,3 +131,15 @@ def test_others_load_reads_the_cpus_busy_share_now_not_the_minute_before(tmp_pat
     monkeypatch.setattr(threads, "_sampled", None)
     monkeypatch.setattr(threads, "_cpu_times", lambda: None)  # no /proc: the load average, less this process
     assert threads.others_load(window=0.0) == pytest.approx(8.0)
+
+
+def test_a_small_models_process_does_not_wait_to_watch_the_cpus(monkeypatch):
+    """A secondary's small model gets one thread whatever the load, so deciding it costs no
+    0.2 s window (a deployed ClientApp process may be started for each message); a large one looks."""
+    looked = []
+    monkeypatch.setattr(threads, "others_load", lambda: looked.append(1) or 0.0)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(threads, "env_cap", lambda: 0)  # whatever OMP_NUM_THREADS the test runs under
+    small, large = torch.nn.Linear(10, 10), torch.nn.Linear(1000, 1000)  # 110 and ~1 M parameters
+    assert threads.decide(0, 1, [small]).threads == 1 and looked == []
+    assert threads.decide(0, 1, [large]).threads == 4 and looked == [1]
