@@ -22,6 +22,7 @@ whose recovered vector is nearest its own true one among all rows (named), and t
 vectors' signal to noise (their spread over sigma^2), which is what the model would learn from.
 
     python -m bench.aggregate_unmixing [--data-dir examples/housing] [--k 50] [--sigmas 0 0.1 0.3 1 3]
+    python -m bench.aggregate_unmixing --dataset hdb [--rows 3000]   (a built-in set: its K, its first secondary)
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ def read_parties(data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     feats = (feats - feats.mean(0)) / feats.std(0)
     ids = [prim[spec["primary"]["identifiers"]].to_numpy(float), sec[sec_spec["identifiers"]].to_numpy(float)]
     return ids[0], ids[1], feats
+
+
+def read_builtin(name: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """A built-in data set's (primary identifiers, first secondary's identifiers, its features
+    standardised (constant columns dropped), the data set's K), at ``rows`` primary rows."""
+    from app.config import RunConfig  # lazy: the data stack, only for a built-in set
+    from app.data import load_data  # lazy: the data stack, only for a built-in set
+
+    cfg = RunConfig.of(dataset=name, n_rows=rows)
+    ds = load_data(cfg)
+    table = ds.secondaries[sorted(ds.secondaries)[0]]
+    feats = np.asarray(table.features, np.float64)
+    feats = feats[:, feats.std(0) > 0]
+    feats = (feats - feats.mean(0)) / feats.std(0)
+    ids = np.asarray(ds.primary.identifiers, np.float64), np.asarray(table.identifiers, np.float64)
+    return ids[0], ids[1], feats, cfg.resolve().k
 
 
 def neighbours(prim: np.ndarray, sec: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,16 +123,22 @@ def score(g_hat: np.ndarray, g: np.ndarray, linked: np.ndarray) -> tuple[float, 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, default=Path("examples/housing"))
-    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--dataset", default="", help="a built-in set with coordinates (hdb, house) instead of --data-dir")
+    ap.add_argument("--rows", type=int, default=3000, help="the built-in set's primary rows")
+    ap.add_argument("--k", type=int, default=0, help="0: the built-in set's K, else 50")
     ap.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.1, 0.3, 1.0, 3.0])
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)  # the bench's own noise; it protects no party
-    prim, sec, g = read_parties(args.data_dir)
+    if args.dataset:
+        prim, sec, g, k = read_builtin(args.dataset, args.rows)
+    else:
+        (prim, sec, g), k = read_parties(args.data_dir), 50
+    args.k = args.k or k
     idx, sims = neighbours(prim, sec, args.k)
     linked = np.unique(idx)
     print(
-        f"{args.data_dir}: {len(prim)} primary records, {len(sec)} secondary rows ({len(linked)} linked), "
+        f"{args.dataset or args.data_dir}: {len(prim)} primary records, {len(sec)} secondary rows ({len(linked)} linked), "
         f"K = {args.k}, g: {g.shape[1]} standardised columns"
     )
     print("| weighting | sigma | pooled signal / noise | error ratio (bound >= 0.5) | rows named |")
