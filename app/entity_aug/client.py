@@ -30,13 +30,13 @@ from app.entity_aug.parties import (
     read_request,
     reply_content,
     simulation_secondary,
-    torch_threads,
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
 from files.private import private_dir
 from strategies.entity_aug.model import BatchSchedule
 from strategies.entity_aug.secondary import SecondaryParty
+from strategies.torch_threads import torch_threads
 
 
 def secondary_name(cfg: RunConfig, context: Context) -> str:

@@ -6,7 +6,6 @@ weights; and the wire format of the mode's messages.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -38,18 +37,6 @@ from strategies.shields import EA_EMBED_NOISE, GRAD_NOISE, level_shield
 
 if TYPE_CHECKING:
     from datasets.overlap import EntityData
-
-
-@contextlib.contextmanager
-def torch_threads(n: int = 1):
-    """The mode's models are a few small Linears: torch's intra-op threads only contend (on
-    a loaded 2-core machine one epoch took 30 s with 2 threads, 0.5 s with 1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)

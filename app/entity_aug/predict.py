@@ -41,7 +41,7 @@ import torch
 
 from app.config import RunConfig
 from app.entity_aug.kept import PRIMARY_MODEL, features_digest, load_kept, state_name
-from app.entity_aug.parties import build_party, build_primary, ea_data, ea_plan, ea_settings, torch_threads
+from app.entity_aug.parties import build_party, build_primary, ea_data, ea_plan, ea_settings
 from app.entity_aug.predict_ids import entity_ids, held_by_every_party, read_ids, read_screened  # noqa: F401 - re-exported
 from app.kept import KeptError, predict_command, write_csv
 from app.predict_files import write_skipped
@@ -49,6 +49,7 @@ from app.run_status import require_finished
 from datasets.overlap import EntityData
 from strategies.entity_aug.channel import LocalChannel
 from strategies.heads import TaskHead
+from strategies.torch_threads import torch_threads
 
 
 @dataclass(frozen=True)

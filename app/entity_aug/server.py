@@ -32,7 +32,6 @@ from app.entity_aug.parties import (
     evaluation_warnings,
     hyperparameters,
     overlap_parts,
-    torch_threads,
 )
 from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake, introduce, party_nodes
@@ -41,6 +40,7 @@ from strategies.entity_aug.channel import LocalChannel
 from strategies.entity_aug.exchange import Exchanger
 from strategies.entity_aug.model import PrimaryParty, fit_ea, party_records
 from strategies.records import EpochRecord, stopping
+from strategies.torch_threads import torch_threads
 
 
 def run_ea(

@@ -12,11 +12,10 @@ step's device (no host sync per step); :meth:`ExchangeObserver.report` reads it 
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
+from strategies.torch_threads import torch_threads
 from strategies.vfl import exchange_attacks as attacks
 
 SAMPLE = 64  # single observations kept per step and secondary (the per-links scores)
@@ -35,21 +34,6 @@ def direction(grad: torch.Tensor, ref: torch.Tensor | None, iters: int = 4) -> t
         w = grad.T @ (grad @ v)
         v = w / w.norm().clamp_min(1e-30)
     return v if ref is None else torch.where(v @ ref < 0, -v, v)  # on the device: no host read
-
-
-@contextlib.contextmanager
-def one_thread():
-    """torch's ops on one thread inside, the process's count restored after. The observer's ops are
-    small (a (U, c) block a step): split over threads they wait at barriers, and where another
-    process shares the cores (a simulation's secondaries) a barrier waits for a descheduled thread.
-    Measured (hdb, a `flwr run` epoch at 2 threads, py-spy on the ServerApp): the observer took
-    11 % of the primary's samples, its float64 power iteration 10-14 %; on one thread 1.3 %."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def _z(x: torch.Tensor) -> torch.Tensor:
@@ -82,7 +66,7 @@ class ExchangeObserver:
     def observe(self, index: dict[str, torch.Tensor], target: torch.Tensor, emb: dict, blocks: dict) -> None:
         """One step: ``index[p]`` (B, K) each pair's row in the block, ``target`` (B,) the head's
         target, ``emb[p]`` (U, c) the embeddings received, ``blocks[p]`` the GradBlock sent."""
-        with one_thread():
+        with torch_threads(1):  # a small block a step: threads only wait at barriers (strategies/torch_threads.py)
             self._observe(index, target, emb, blocks)
 
     def _observe(self, index: dict[str, torch.Tensor], target: torch.Tensor, emb: dict, blocks: dict) -> None:
