@@ -23,42 +23,33 @@ vectors' signal to noise (their spread over sigma^2), which is what the model wo
 
     python -m bench.aggregate_unmixing [--data-dir examples/housing] [--k 50] [--sigmas 0 0.1 0.3 1 3]
     python -m bench.aggregate_unmixing --dataset hdb [--rows 3000]   (a built-in set: its K, its first secondary)
+
+Loaded as a run loads them (app.data), linked by the project's exact top-K and spacing.
 """
 
 from __future__ import annotations
 
 import argparse
-import tomllib
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+
+from linkage.exact import topk
+from linkage.protection import spacing
 
 BETAS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)  # the attacker's grid of softmax temperatures (per spacing)
 BONUSES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)  # its grid of logit bonuses on rank 1
 RIDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 1e2, 1e3, 1e4)  # its ridge strengths
 
 
-def read_parties(data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(primary identifiers (m, 2), secondary identifiers (n, 2), secondary features (n, d)
-    standardised, categoricals one-hot) from a parties.toml with one numeric-identifier secondary."""
-    spec = tomllib.loads((data_dir / "parties.toml").read_text())
-    prim = pd.read_csv(data_dir / spec["primary"]["file"])
-    (sec_spec,) = spec["secondaries"].values()
-    sec = pd.read_csv(data_dir / sec_spec["file"])
-    feats = pd.get_dummies(sec.drop(columns=sec_spec["identifiers"]), dtype=float).to_numpy(float)
-    feats = (feats - feats.mean(0)) / feats.std(0)
-    ids = [prim[spec["primary"]["identifiers"]].to_numpy(float), sec[sec_spec["identifiers"]].to_numpy(float)]
-    return ids[0], ids[1], feats
+def read_parties(dataset: str, data_dir: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(primary identifiers (m, 2), first secondary's identifiers (n, 2), its features (n, d)
+    standardised, constant columns dropped, the run's K) as the project loads them: a built-in
+    set at ``rows`` primary rows, or "csv" (a parties.toml in ``data_dir``)."""
+    from app.config import RunConfig  # lazy: the data stack, only when the bench runs
+    from app.data import load_data  # lazy: the data stack, only when the bench runs
 
-
-def read_builtin(name: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """A built-in data set's (primary identifiers, first secondary's identifiers, its features
-    standardised (constant columns dropped), the data set's K), at ``rows`` primary rows."""
-    from app.config import RunConfig  # lazy: the data stack, only for a built-in set
-    from app.data import load_data  # lazy: the data stack, only for a built-in set
-
-    cfg = RunConfig.of(dataset=name, n_rows=rows)
+    cfg = RunConfig.of(dataset=dataset, data_dir=data_dir, n_rows=rows)
     ds = load_data(cfg)
     table = ds.secondaries[sorted(ds.secondaries)[0]]
     feats = np.asarray(table.features, np.float64)
@@ -69,13 +60,10 @@ def read_builtin(name: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def neighbours(prim: np.ndarray, sec: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each primary record's K nearest secondary rows (m, K) and their similarities (m, K): minus
-    the distance in nearest-neighbour spacings of the secondary, most similar first."""
-    d = np.sqrt(((prim[:, None, :] - sec[None, :, :]) ** 2).sum(-1))  # (m, n)
-    dd = np.sqrt(((sec[:, None, :] - sec[None, :, :]) ** 2).sum(-1)) + np.diag(np.full(len(sec), np.inf))
-    spacing = np.median(dd.min(1))
-    idx = np.argsort(d, axis=1, kind="stable")[:, :k]  # (m, K)
-    return idx, -np.take_along_axis(d, idx, 1) / spacing
+    """Each primary record's K nearest secondary rows (m, K), most similar first, and their
+    similarities (m, K): minus the distance in the secondary's spacing (linkage.protection)."""
+    dist, idx = topk("euclidean", prim, sec, k)  # (m, K) each, nearest first
+    return idx, -dist / spacing(sec, "euclidean")
 
 
 def weights(sims: np.ndarray, beta: float, bonus: float) -> np.ndarray:
@@ -125,15 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-dir", type=Path, default=Path("examples/housing"))
     ap.add_argument("--dataset", default="", help="a built-in set with coordinates (hdb, house) instead of --data-dir")
     ap.add_argument("--rows", type=int, default=3000, help="the built-in set's primary rows")
-    ap.add_argument("--k", type=int, default=0, help="0: the built-in set's K, else 50")
+    ap.add_argument("--k", type=int, default=0, help="0: the run's K (a built-in set's, or the default on CSVs)")
     ap.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.1, 0.3, 1.0, 3.0])
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)  # the bench's own noise; it protects no party
-    if args.dataset:
-        prim, sec, g, k = read_builtin(args.dataset, args.rows)
-    else:
-        (prim, sec, g), k = read_parties(args.data_dir), 50
+    prim, sec, g, k = read_parties(args.dataset or "csv", "" if args.dataset else str(args.data_dir), args.rows)
     args.k = args.k or k
     idx, sims = neighbours(prim, sec, args.k)
     linked = np.unique(idx)
