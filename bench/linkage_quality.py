@@ -20,8 +20,9 @@ import pandas as pd
 from app.run_record import machine
 from experiments.runner import git_rev
 from linkage.encode import bloom_strings, federal_numbers
+from linkage.job import JobSpec
 from linkage.job_secret import new_secret
-from linkage.pipeline import release, search
+from linkage.pipeline import Release, release, search
 from linkage.quality import improvement_delta, recall_at
 from linkage.strings import normalize_strings
 
@@ -69,7 +70,8 @@ def evaluate(name: str, mode: str, metric: str, query, base, true_row: np.ndarra
     t0 = time.perf_counter()
     dist, idx = search(query, base, metric=metric, k=k, party="s")
     seconds = time.perf_counter() - t0
-    sims = release({"s": (dist, idx)}, {"s": len(base)}, k=k, tau=1.0, secret=new_secret(), job_id="q").primary.sims
+    job = Release("q", JobSpec(metric, k), new_secret())
+    sims = release({"s": (dist, idx)}, {"s": len(base)}, job).primary.sims
     r = [recall_at(true_row, idx, j) for j in (1, 10, k)]
     known = int((true_row >= 0).sum())
     return (

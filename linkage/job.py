@@ -1,12 +1,14 @@
 """What a linkage job is, in one place: :class:`JobSpec`, its content id and how it is run.
 
-The in-process linker (app/vfl/parties.py) and the linkage service (linkage_server/jobs.py) both
+The in-process linker (app/vfl/linking.py) and the linkage service (linkage_server/jobs.py) both
 build a JobSpec, so that the same inputs give the same content id (and so, under an operator
 seed, the same secret and the same release: linkage.job_secret.operator_secret).
 
     JobSpec(metric, k, tau, kind, layout, anchor, pool, defences, approx)
     spec.content_id(primary (m, ..), {party: (n_p, ..)}, train_rows) -> str, 16 hex digits
-    spec.run(primary, {party: ids}, secret=, train_rows=, job_id=) -> LinkageResult
+    run_job(spec, primary, {party: ids}, secret=, train_rows=, job_id=) -> LinkageResult (linkage.runner:
+        the in-process linker's and, through run_topk, the service's)
+    default_pool(pool, k, tau, noisy) -> the candidates per record a job searches
 
 kind: "topk" (K nearest per secondary, or along a chain), "exact" (the Exact baseline: the
 neighbour at distance 0, if any) or "known" (the Combine baseline: each record's true row, known
@@ -15,14 +17,16 @@ for synthetic sets only; named by its caller, as no identifiers enter it).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from linkage.approx import Approx
-from linkage.contracts import METRICS, Defences, LinkageError, LinkageResult
+from linkage.contracts import METRICS, Defences, LinkageError, identifier_bytes
 
 KINDS = ("topk", "exact", "known")
+POOL_FACTOR = 4  # the default pool under noise: candidates per record, in multiples of K
 LAYOUTS = ("independent", "chain")
 
 
@@ -34,7 +38,7 @@ class JobSpec:
     kind: str = "topk"
     layout: str = "independent"  # or "chain": paper App. C, the secondaries linked one-to-one to the anchor
     anchor: str = ""  # the chain's anchor secondary; "" = the first by name
-    pool: int = 0  # candidates per record before noise; 0 = linkage.release.default_pool
+    pool: int = 0  # candidates per record before noise; 0 = default_pool (below)
     defences: Defences = Defences()
     approx: Approx = Approx()
 
@@ -69,9 +73,7 @@ class JobSpec:
         return [self.anchor_of(secondaries)] if self.chain else None
 
     def content_id(self, primary, secondaries: dict, train_rows: np.ndarray | None = None) -> str:
-        """The job's content hash (linkage.pipeline.job_id_of): the same inputs and spec, the same id."""
-        from linkage.pipeline import chain_tag, job_id_of  # lazy: scipy, only when a job is named or run
-
+        """The job's content hash (:func:`job_id_of`): the same inputs and spec, the same id."""
         if self.kind == "known":
             raise LinkageError("a known-alignment job links no identifiers: its caller names it")
         if self.kind == "exact":
@@ -81,54 +83,43 @@ class JobSpec:
             primary, secondaries, self.k, self.tau, metric, self.pool, train_rows, self.defences, self.approx
         )
 
-    def run(
-        self,
-        primary,
-        secondaries: dict,
-        *,
-        secret: bytes,
-        train_rows: np.ndarray | None = None,
-        job_id: str | None = None,
-        sizes: dict[str, int] | None = None,
-    ) -> LinkageResult:
-        """Link by the spec's kind and layout. job_id: None = :meth:`content_id`. A "known" job
-        takes each secondary's true row per primary record as ``secondaries``, the parties' row
-        counts as ``sizes`` and its caller's ``job_id`` (``primary`` unused)."""
-        from linkage.pipeline import link, link_chain, link_exact, link_known  # lazy: scipy, when a job runs
 
-        if self.kind == "known":
-            if job_id is None or sizes is None:
-                raise LinkageError("a known-alignment job needs its job_id and the parties' sizes")
-            return link_known(secondaries, sizes, secret=secret, job_id=job_id)
-        job = job_id or self.content_id(primary, secondaries, train_rows)
-        if self.kind == "exact":
-            return link_exact(
-                primary, secondaries, secret=secret, train_rows=train_rows, metric=self.metric, job_id=job
-            )
-        if self.chain:
-            return link_chain(
-                primary,
-                secondaries,
-                anchor=self.anchor_of(secondaries),
-                k=self.k,
-                tau=self.tau,
-                secret=secret,
-                train_rows=train_rows,
-                metric=self.metric,
-                pool=self.pool,
-                job_id=job,
-                defences=self.defences,
-            )
-        return link(
-            primary,
-            secondaries,
-            k=self.k,
-            tau=self.tau,
-            secret=secret,
-            train_rows=train_rows,
-            metric=self.metric,
-            pool=self.pool,
-            job_id=job,
-            defences=self.defences,
-            approx=self.approx,
-        )
+def default_pool(pool: int, k: int, tau: float, noisy: bool = False) -> int:
+    """Candidates per record before noise: ``pool`` when set (> 0); else K without noise (tau = 1,
+    the release of old) and POOL_FACTOR K under noise, so that the K kept are chosen under noise
+    (:func:`noisy_choice`) and the released set, not only its similarities, carries it.
+    ``noisy``: noise comes from a privacy floor (linkage.protection) whatever tau. Clipped to
+    the secondary's size by the caller."""
+    if pool:
+        return pool
+    return k if tau >= 1.0 and not noisy else POOL_FACTOR * k
+
+
+def job_id_of(
+    primary_ids,
+    secondary_ids: dict,
+    k: int,
+    tau: float,
+    metric: str = "euclidean",
+    pool: int = 0,
+    train_rows: np.ndarray | None = None,
+    defences: Defences = Defences(),
+    approx: Approx = Approx(),
+) -> str:
+    """A content hash of the job: the same inputs and parameters give the same id."""
+    h = hashlib.sha256()
+    for arr in map(np.asarray, (primary_ids, *(secondary_ids[p] for p in sorted(secondary_ids)))):
+        h.update(f"|{arr.shape}|".encode())  # each party's shape: no two splits of the rows collide
+        h.update(identifier_bytes(arr))
+    if train_rows is not None:
+        h.update(b"|train|" + np.asarray(train_rows, np.int64).tobytes())
+    tail = (
+        f"|{pool}" if pool and pool != default_pool(0, k, tau, defences.noisy) else ""
+    )  # the default pool, named or not: one job
+    h.update(f"{sorted(secondary_ids)}|{k}|{tau!r}|{metric}{tail}{defences.tag()}{approx.tag()}".encode())
+    return h.hexdigest()[:16]
+
+
+def chain_tag(metric: str, anchor: str) -> str:
+    """A chain job's metric in its content id: one name for the service and the in-process linker."""
+    return f"{metric}-chain-{anchor}"

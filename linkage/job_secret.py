@@ -39,7 +39,7 @@ def new_secret() -> bytes:
 
 def operator_secret(operator_seed: int, content_id: str) -> bytes:
     """The secret of a job under an operator seed: from the seed and the job's content id
-    (:func:`linkage.pipeline.job_id_of`: identifiers, training rows, K, tau, metric), so
+    (:func:`linkage.job.job_id_of`: identifiers, training rows, K, tau, metric), so
     two different jobs never share their noise (which would let a party difference it away)."""
     return hashlib.sha256(f"fedsim-linkage-operator-seed|{int(operator_seed)}|{content_id}".encode()).digest()
 

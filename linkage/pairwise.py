@@ -1,4 +1,4 @@
-"""Every distance between some query rows and some base rows, measured as linkage.pipeline.search
+"""Every distance between some query rows and some base rows, measured as linkage.search.search
 measures them but without a top-K selection: what the dictionary attack (linkage.attacks) scores
 each token's candidates on, a small (links x candidates) block per token.
 

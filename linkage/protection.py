@@ -119,7 +119,7 @@ def spacing(ids, metric: str, party: str = "secondary") -> float:
     """The median distance (the metric's own) from a record to its nearest *other* record with
     different identifiers, over up to SPACING_SAMPLE records taken at a fixed stride (no random
     draw: the figure is a property of the table). 0 when every record has the same identifiers."""
-    from linkage.pipeline import searcher  # lazy: scipy, when a job runs
+    from linkage.search import searcher  # lazy: scipy, when a job runs
 
     ids = np.asarray(ids)
     n = len(ids)

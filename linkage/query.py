@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from linkage.contracts import LinkageError, PartyLink, PrimaryLinkage
-from linkage.pipeline import search
 from linkage.release import Draws, default_pool, released_rows
+from linkage.search import search
 
 
 def tokens_of_rows(row_of_token: np.ndarray, party: str, n_rows: int) -> np.ndarray:
@@ -63,7 +63,7 @@ def query(
     (:func:`links_per_row`); without it they are counted from ``trained``'s tokens. ``anchor``: a
     chain job's anchor, as the job named it."""
     _check_query(trained, base, row_of_token)
-    # a chain's parties share its anchor's tokens (linkage.pipeline.chain_to): only the anchor is
+    # a chain's parties share its anchor's tokens (linkage.runner.chain_to): only the anchor is
     # searched (``anchor``; "" = the first by name, linkage.job.JobSpec.anchor_of), every party gets its link
     searched = [anchor or min(trained.links)] if trained.layout == "chain" else sorted(trained.links)
     found = {

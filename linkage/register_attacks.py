@@ -54,7 +54,7 @@ def dictionary_attack(
     (the most similar first) are nearest in squared error to the released ones is named. Without
     noise the true record has error 0; with noise this is the maximum-likelihood candidate. Tokens
     in ascending order, as :class:`TokenGuess`'s."""
-    from linkage.pipeline import check_identifiers, search  # lazy: scipy/numba, only when attacked
+    from linkage.search import check_identifiers, search  # lazy: scipy/numba, only when attacked
 
     r = pre or released(link, primary_ids, only)  # ``pre``: the same (link, ids, only), computed once
     rows, sims, ids, uniq, tok_idx, first = r.rows, r.sims, r.ids, r.uniq, r.tok_idx, r.first
@@ -123,7 +123,7 @@ def _likelihoods(seen, ids, dictionary, metric: str, link: PartyLink) -> tuple[s
     some has c in its pool, and (n,) sum over every identifier of log(1 - p_ic): ``seen`` (T, u)
     the tokens' linked identifiers ``ids`` (u, ..). The pools a block of BLOCK_CELLS at a time,
     so the attack's memory is bounded whatever the universe (a job's report runs it)."""
-    from linkage.pipeline import searcher  # lazy: scipy/numba, only when attacked
+    from linkage.search import searcher  # lazy: scipy/numba, only when attacked
 
     n, k = len(dictionary), link.tokens.shape[1]
     p = min(default_pool(0, k, 1.0, noisy=link.sigma > 0), n)

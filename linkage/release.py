@@ -2,9 +2,9 @@
 
     similarity(dist (m, P))                    -> raw sim (m, P) = -dist
     standardise(sims, m, rows)                 -> (mean, std) over the given rows' P similarities
-    plan_party(party, chunks, m, n, ...)       -> PartyPlan: a party's statistics, sigma and tokens
+    plan_party(party, chunks, m, n, Release, rng) -> PartyPlan: a party's statistics, sigma and tokens
     PartyPlan.rows(dist (c, P), idx (c, P), secret, ids (c, ..)) -> tokens (c, K), sims (c, K) float32
-    release(neighbours, sizes, ...)            -> LinkageResult (every party's (m, P) arrays at once)
+    release(neighbours, sizes, Release, primary_ids) -> LinkageResult (every party's (m, P) arrays at once)
 
 ``chunks`` is a function returning a fresh iterator of (lo, dist (c, P), idx (c, P)) over the primary
 rows in order: one chunk for an in-memory search, the service's finished chunk files for a job too
@@ -32,13 +32,30 @@ from linkage.contracts import (
     PrimaryLinkage,
     SecondaryLinkage,
 )
+from linkage.job import POOL_FACTOR, JobSpec, default_pool  # noqa: F401 - re-exported: the pool, named here of old
 from linkage.noise import dp_sigma, record_noise, selection_noise, sigma_from_tau
 
 Chunks = Callable[[], Iterable[tuple[int, np.ndarray, np.ndarray]]]  # () -> (lo, dist (c, P), idx (c, P)), ...
 
-POOL_FACTOR = 4  # the default pool under noise: candidates per record, in multiples of K
 EDGE = 3.0  # the pool's edge is smoothed over EDGE sigma of standardised similarity (edge_penalty)
 BLOCK_CELLS = 1 << 17  # candidates released at a time (released_rows): 1 MB per float64 array
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a release needs to know of its job: the job itself (``spec``: K, tau, metric, the
+    resolved defences), its id, and what this run of it drew and found (the job's ``secret``,
+    the primary's training rows, each searched party's recall, a chain's parties)."""
+
+    job_id: str
+    spec: JobSpec
+    secret: bytes
+    train_rows: np.ndarray | None = None
+    recalls: dict[str, float] = field(default_factory=dict)
+    chain: tuple[str, dict] | None = None  # (anchor, every secondary's identifiers) for a chain layout
+
+
+DP_EPS = 1.0  # the epsilon of the Laplace scale each PartyLink reports (dp_sigma), for reference
 
 
 @dataclass(frozen=True)
@@ -55,17 +72,6 @@ class Draws:
     sigma: float
     links_per_row: np.ndarray | None
     size: int
-
-
-def default_pool(pool: int, k: int, tau: float, noisy: bool = False) -> int:
-    """Candidates per record before noise: ``pool`` when set (> 0); else K without noise (tau = 1,
-    the release of old) and POOL_FACTOR K under noise, so that the K kept are chosen under noise
-    (:func:`noisy_choice`) and the released set, not only its similarities, carries it.
-    ``noisy``: noise comes from a privacy floor (linkage.protection) whatever tau. Clipped to
-    the secondary's size by the caller."""
-    if pool:
-        return pool
-    return k if tau >= 1.0 and not noisy else POOL_FACTOR * k
 
 
 def similarity(dist: np.ndarray) -> np.ndarray:
@@ -269,25 +275,14 @@ def _width(chunks: Chunks) -> int:
     raise LinkageError("the primary party has zero rows to link")
 
 
-def plan_party(
-    party: str,
-    chunks: Chunks,
-    m: int,
-    size: int,
-    *,
-    k: int,
-    tau: float,
-    rng: np.random.Generator,
-    train_rows: np.ndarray | None = None,
-    defences: Defences = Defences(),
-    dp_eps: float = 1.0,
-) -> PartyPlan:
-    """Pass over a party's candidates (``chunks`` of m records, module docstring) for its
-    standardisation and composed-noise counts, then draw its tokens from ``rng``."""
+def plan_party(party: str, chunks: Chunks, m: int, size: int, job: Release, rng: np.random.Generator) -> PartyPlan:
+    """Pass over a party's candidates (``chunks`` of m records, module docstring; ``size``: its
+    rows) for its standardisation and composed-noise counts, then draw its tokens from ``rng``."""
+    k, tau, defences = job.spec.k, job.spec.tau, job.spec.defences
     width = _width(chunks)
     if width < k:
         raise LinkageError(f"party {party!r}: {width} candidates per record, fewer than K={k}")
-    rows = np.arange(m) if train_rows is None else np.asarray(train_rows)
+    rows = np.arange(m) if job.train_rows is None else np.asarray(job.train_rows)
     # over each record's K nearest (the pool's first K columns, ascending), whatever the pool: the
     # statistics, and so sigma and the noise on a distance, are those of the K neighbours released
     mean, std = standardise(lambda: ((lo, similarity(d[:, :k])) for lo, d, _ in chunks()), m, rows)
@@ -306,7 +301,7 @@ def plan_party(
         std,
         make_tokens(size, rng),
         counts,
-        dp_sigma(size, mean, std, dp_eps),
+        dp_sigma(size, mean, std, DP_EPS),
         defences,
         chunks if chosen_later else None,
     )
@@ -318,18 +313,7 @@ def in_memory(dist: np.ndarray, idx: np.ndarray) -> Chunks:
 
 
 def release(
-    neighbours: dict[str, tuple[np.ndarray, np.ndarray]],
-    sizes: dict[str, int],
-    *,
-    k: int,
-    tau: float,
-    secret: bytes,
-    train_rows: np.ndarray | None = None,
-    job_id: str,
-    metric: str = "euclidean",
-    dp_eps: float = 1.0,
-    primary_ids=None,
-    defences: Defences = Defences(),
+    neighbours: dict[str, tuple[np.ndarray, np.ndarray]], sizes: dict[str, int], job: Release, primary_ids=None
 ) -> LinkageResult:
     """Standardise, noise and select each party's neighbours, and issue opaque tokens.
 
@@ -338,29 +322,19 @@ def release(
     tau (Theorem 2); with P > K under noise the K kept are chosen under noise
     (:func:`noisy_choice`), and the K are released in the order of their noisy similarities
     (with P == K that only re-orders). sizes[party] = that party's row count.
-    secret: the job's secret (the service's only); every draw comes from it. The noise of a
+    job.secret: the job's secret (the service's only); every draw comes from it. The noise of a
     record is keyed by its identifiers (``primary_ids``, needed when tau < 1: noise.record_noise),
-    so a later query of the record (linkage/query.py) gets the same numbers. ``defences``: the
-    radius Theorem 2 speaks of and the composed noise (contracts.Defences).
+    so a later query of the record (linkage/query.py) gets the same numbers. job.spec.defences:
+    the radius Theorem 2 speaks of and the composed noise (contracts.Defences).
     """
     if not neighbours:
         raise LinkageError("a linkage job needs at least one secondary party")
-    rng = rng_from_secret(secret)
+    rng = rng_from_secret(job.secret)
     links, secondaries = {}, {}
     for party in sorted(neighbours):  # the token draws in this order: a chunked release draws alike
         dist, idx = neighbours[party]
-        plan = plan_party(
-            party,
-            in_memory(dist, idx),
-            len(dist),
-            sizes[party],
-            k=k,
-            tau=tau,
-            rng=rng,
-            train_rows=train_rows,
-            defences=defences,
-            dp_eps=dp_eps,
-        )
-        links[party] = plan.link(*plan.rows(dist, idx, secret, primary_ids))
-        secondaries[party] = SecondaryLinkage(job_id, party, np.argsort(plan.token_of_row))
-    return LinkageResult(PrimaryLinkage(job_id, k, tau, links, metric), secondaries)
+        plan = plan_party(party, in_memory(dist, idx), len(dist), sizes[party], job, rng)
+        links[party] = plan.link(*plan.rows(dist, idx, job.secret, primary_ids))
+        secondaries[party] = SecondaryLinkage(job.job_id, party, np.argsort(plan.token_of_row))
+    primary = PrimaryLinkage(job.job_id, job.spec.k, job.spec.tau, links, job.spec.metric)
+    return LinkageResult(primary, secondaries)

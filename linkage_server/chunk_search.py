@@ -1,6 +1,7 @@
 """The service's resumable chunked top-K search, in this process or on Ray.
 
     chunked_search(cache, query (m, ..), PartySearch(party, base (n, ..), metric, k, approx), chunks, tick, ray="")
+        (linkage.runner.PartySearch: the search a job runs, wherever it runs)
         -> ChunkFiles: () -> (lo, dist (c, k), idx (c, k)) per chunk, read from disk one at a time
 
 Each chunk of primary rows is searched against the whole secondary and written to
@@ -10,7 +11,7 @@ more than a chunk's results: the release reads them back chunk by chunk
 (linkage_server.release_files). With ``ray`` ("local", or a cluster's address) the unfinished
 chunks run as Ray tasks: the secondary's identifiers and their index are put in
 the object store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
-worker dies is retried by Ray. The index, exact (the Euclidean k-d tree: linkage.pipeline.searcher)
+worker dies is retried by Ray. The index, exact (the Euclidean k-d tree: linkage.search.searcher)
 or approximate (faiss's, or the q-gram one: linkage.approx), is built once, in this process,
 whether its chunks are searched here or on Ray. The chunks' search is the same function either way,
 so the results are byte-identical to the local path (tests/test_chunk_search.py).
@@ -30,9 +31,8 @@ import numpy as np
 
 from files.atomic import write_atomic
 from files.private import private_ray_tmp
-from linkage.approx import Approx, approx_searcher
 from linkage.contracts import LinkageError
-from linkage.pipeline import searcher
+from linkage.runner import PartySearch
 from linkage.store import npz_bytes
 
 RETRIES = 3  # a chunk whose Ray worker died is run again this many times
@@ -55,16 +55,6 @@ class ChunkFiles:
             with np.load(_chunk_file(self.cache, lo, hi)) as z:
                 yield lo, z["dist"], z["idx"]
 
-    def distances(self, rows: np.ndarray) -> np.ndarray:
-        """dist (s, k) of the records ``rows`` (s,), ascending."""
-        rows = np.asarray(rows, np.int64)
-        out = None
-        for lo, dist, _ in self():
-            inside = (rows >= lo) & (rows < lo + len(dist))
-            out = np.empty((len(rows), dist.shape[1])) if out is None else out
-            out[inside] = dist[rows[inside] - lo]
-        return out
-
 
 def cache_key(primary_sha256: str, party_sha256: str, metric: str, pool: int, search: str = "") -> str:
     """The search cache's name: both uploads' bytes and every parameter the search depends on
@@ -81,24 +71,6 @@ def fresh_cache(root: Path, key: str) -> Path:
             if old.name != key:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
     return root / key
-
-
-@dataclass(frozen=True)
-class PartySearch:
-    """One secondary's search: its identifiers ``base``, the metric, the candidates kept per
-    record (``k``: the job's pool) and the index (``approx``)."""
-
-    party: str
-    base: object
-    metric: str
-    k: int
-    approx: Approx = Approx()
-
-    def build(self):
-        """q -> (dist, idx): the exact search, or the approximate index built once over ``base``."""
-        if self.approx.method == "exact":
-            return searcher(self.base, metric=self.metric, k=self.k, party=self.party)
-        return approx_searcher(self.metric, self.base, self.k, self.approx)
 
 
 def chunked_search(

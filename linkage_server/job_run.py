@@ -7,23 +7,25 @@ the job folder's (layout: linkage_server.jobs).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from linkage.approx import sample_rows, tie_aware_recall
 from linkage.contracts import Defences, LinkageError
 from linkage.job import JobSpec
 from linkage.job_secret import SecretError, operator_secret, read_secret
-from linkage.pipeline import check_identifiers, under_floor
 from linkage.protection import chained, record, resolve
-from linkage_server.chunk_search import ChunkFiles, PartySearch, cache_key, chunked_search, fresh_cache
+from linkage.runner import JobInputs, PartySearch, layout, run_topk
+from linkage_server.chunk_search import ChunkFiles, cache_key, chunked_search, fresh_cache
 from linkage_server.limits import cell_cost
 from linkage_server.params import JobError, JobParams
-from linkage_server.release_files import Job, clear, safe_privacy_report, write_release
+from linkage_server.release_files import FileRelease, clear
 from linkage_server.uploads import UploadError
 
 SECRET = "secret.key"  # the job's randomness (linkage.job_secret); the service's only
@@ -43,13 +45,15 @@ def upload_digest(meta: dict, folder: Path, party: str) -> str:
     return h.hexdigest()
 
 
-def searched_layout(spec: JobSpec, secondaries: list[str]) -> tuple[str, list[str]]:
-    """The chain's anchor (checked to be a secondary when the job chains) and the secondaries
-    whose identifiers are searched."""
-    anchor = spec.anchor_of(secondaries)
-    if spec.chain and anchor not in secondaries:
-        raise LinkageError(f"chain anchor {anchor!r} is not one of the secondaries {secondaries}")
-    return anchor, spec.searched(secondaries)
+@dataclass(frozen=True)
+class OnDisk:
+    """Where a job's searches keep their chunks: its job.json (``meta``: the uploads' digests), its
+    folder, the chunks of primary rows, and the ``tick()`` each finished chunk calls."""
+
+    meta: dict
+    folder: Path
+    chunks: tuple[tuple[int, int], ...]
+    tick: Callable[[], None]
 
 
 def link_stats(skeleton) -> dict:
@@ -88,7 +92,9 @@ class JobRunner:
             clear(scratch)
 
     def _compute(self, job: str, meta: dict, params: JobParams, folder: Path, scratch: Path) -> None:
-        """The search, the release and its privacy report; job.json "done" with their timings."""
+        """The search, the release (linkage.runner.run_topk, as in one process, here with the
+        search's chunks on disk and the release written to files) and its privacy report; job.json
+        "done" with their timings."""
         t0, carried = time.perf_counter(), meta.get("searched_seconds", 0.0)  # an earlier process's search
         query = np.load(folder / "uploads" / f"{meta['primary']}.npy", allow_pickle=False)
         train_rows = self._train_rows_of(folder, meta, len(query))
@@ -98,22 +104,21 @@ class JobRunner:
         )  # rows x pool x cost bounded: a
         # cancel waits at most one such chunk
         chunks = [(lo, min(lo + step, len(query))) for lo in range(0, len(query), step)]
-        anchor, searched = searched_layout(params.spec(), meta["secondaries"])
+        anchor, searched = layout(params.spec(), meta["secondaries"])
         tick = self._progress(job, len(chunks) * len(searched), lambda: carried + time.perf_counter() - t0)
         ids = {p: np.load(folder / "uploads" / f"{p}.npy", allow_pickle=False) for p in meta["secondaries"]}
         spec = params.spec(self._defences(job, meta, params, ids, anchor))  # as the in-process linker names it
-        secret = self.secret(meta, spec, query, ids, train_rows)  # also draws the recall sample
-        found, recalls = {}, {}
-        for party in searched:
-            found[party], recalls[party] = self._party_search(
-                meta, folder, query, ids[party], params, chunks, party, tick, secret
-            )
-        t1 = time.perf_counter()
-        done = Job(job, spec, secret, train_rows, recalls, (anchor, ids) if spec.chain else None, step)
-        sizes = {p: len(ids[p]) for p in searched}
-        skeleton, files = write_release(folder / "results", scratch, found, sizes, query, done)
-        stats, t2 = link_stats(skeleton), time.perf_counter()
-        privacy = safe_privacy_report(skeleton, files, query, ids, done, spec.attacked(meta["secondaries"]))
+        secret = self.secret(meta, spec, query, ids, train_rows)  # also keys the recall sample
+        searches = functools.partial(self._party_search, OnDisk(meta, folder, tuple(chunks), tick))
+        files, marks = FileRelease(folder / "results", scratch, step), {}
+
+        def write(*args):
+            marks["release"] = time.perf_counter()  # the search is done
+            return files(*args)
+
+        skeleton, released = run_topk(spec, JobInputs(query, ids, train_rows), secret, job, searches, write)
+        stats, t1, t2 = link_stats(skeleton), marks["release"], time.perf_counter()
+        privacy = files.privacy_report(skeleton, released, query, ids, secret, spec.attacked(meta["secondaries"]))
         privacy["protection"] = self.store.meta(job)["protection"]
         self.store.update(
             job,
@@ -169,35 +174,16 @@ class JobRunner:
             return read_secret(self.store.folder(meta["job"]) / SECRET)
         return operator_secret(self.store.operator_seed, spec.content_id(query, ids, train_rows))
 
-    def _party_search(
-        self,
-        meta: dict,
-        folder: Path,
-        query,
-        base,
-        params: JobParams,
-        chunks: list[tuple[int, int]],
-        party: str,
-        tick,
-        secret: bytes,
-    ) -> tuple[ChunkFiles, float]:
-        """One secondary's noise-free top-pool search, by resumable chunks on disk, and its recall:
-        1 when exact; an approximate one's (linkage.approx) measured on a sample drawn from the
-        job's ``secret`` (no party can predict it), refused under the floor."""
-        query, base = check_identifiers(query, base, params.k, party, params.metric)
-        pool = min(max(params.pool, params.k), len(base))
-        approx = params.approx().resolve(params.metric, len(query), len(base), base.shape[-1] if base.ndim > 1 else 1)
+    def _party_search(self, job: "OnDisk", query, search: PartySearch) -> ChunkFiles:
+        """One secondary's noise-free top-pool search (the runner's ``searches``), by resumable
+        chunks on disk named for both uploads and the search, here or on the store's Ray."""
+        meta, folder = job.meta, job.folder
         key = cache_key(
             upload_digest(meta, folder, meta["primary"]),
-            upload_digest(meta, folder, party),
-            params.metric,
-            pool,
-            approx.tag(),
+            upload_digest(meta, folder, search.party),
+            search.metric,
+            search.k,
+            search.approx.tag(),
         )
-        search = PartySearch(party, base, params.metric, pool, approx)
-        found = chunked_search(fresh_cache(folder / "work" / party, key), query, search, chunks, tick, self.store.ray)
-        if approx.method == "exact":
-            return found, 1.0
-        rows = sample_rows(len(query), approx, secret, party)
-        recall = tie_aware_recall(params.metric, query[rows], base, pool, found.distances(rows), np.arange(len(rows)))
-        return found, under_floor(recall, approx, party, pool, len(query))
+        cache = fresh_cache(folder / "work" / search.party, key)
+        return chunked_search(cache, query, search, list(job.chunks), job.tick, self.store.ray)

@@ -1,7 +1,8 @@
 """A job's release written to disk chunk by chunk: the service's memory is bounded by a chunk,
 whatever the number of primary records.
 
-    write_release(results, scratch, searched {party: ChunkFiles}, sizes, query, job) -> (skeleton, privacy)
+    FileRelease(results, scratch)(searched {party: ChunkFiles}, sizes, query, Release) -> (skeleton, files)
+        (the runner's ``write`` for the service: linkage.runner.run_topk)
 
 For each secondary (in name order, as linkage.release.release draws its tokens) the plan
 (statistics, sigma, tokens) is made in passes over the finished search chunks, then every chunk
@@ -26,27 +27,12 @@ import numpy as np
 from files.atomic import write_atomic
 from linkage.binding import bind_result
 from linkage.contracts import LinkageResult, PrimaryLinkage, SecondaryLinkage
-from linkage.job import JobSpec
-from linkage.pipeline import chain_to
 from linkage.privacy import MAX_TOKENS, attacked_tokens, failure_report
 from linkage.privacy import privacy_report as report
-from linkage.release import PartyPlan, plan_party, rng_from_secret
+from linkage.release import PartyPlan, Release, plan_party, rng_from_secret
+from linkage.runner import chain_to
 from linkage.store import NpyWriter, npy_chunks, primary_meta, secondary_bytes, write_npz
 from linkage_server.chunk_search import ChunkFiles
-
-
-@dataclass(frozen=True)
-class Job:
-    """What a release needs to know of its job: the job itself (``spec``: K, tau, metric, the
-    resolved defences) and what this run of it drew and found."""
-
-    job_id: str
-    spec: JobSpec
-    secret: bytes
-    train_rows: np.ndarray | None
-    recalls: dict[str, float]
-    chain: tuple[str, dict] | None = None  # (anchor, every secondary's identifiers) for a chain layout
-    step: int = 20_000  # rows read at a time from the released files
 
 
 def _release_party(plan: PartyPlan, files: ChunkFiles, query, secret: bytes, scratch: Path) -> tuple[Path, Path]:
@@ -61,7 +47,7 @@ def _release_party(plan: PartyPlan, files: ChunkFiles, query, secret: bytes, scr
     return paths
 
 
-def _skeleton(plans: dict[str, PartyPlan], job: Job, query) -> LinkageResult:
+def _skeleton(plans: dict[str, PartyPlan], job: Release, query) -> LinkageResult:
     """The release without its (m, K) rows: every figure, token map and the chain's matching."""
     empty = np.empty((0, job.spec.k))
     links = {
@@ -78,34 +64,42 @@ def _skeleton(plans: dict[str, PartyPlan], job: Job, query) -> LinkageResult:
     return bind_result(result, query)  # primary.npz names the identifiers it linked
 
 
-def write_release(
-    results: Path, scratch: Path, searched: dict[str, ChunkFiles], sizes: dict[str, int], query, job: Job
-) -> tuple[LinkageResult, dict[str, tuple[Path, Path]]]:
-    """Release every searched party into ``results`` (module docstring); returns the skeleton and,
-    per party of the release, its (tokens, sims) files under ``scratch`` (removed by the caller)."""
-    rng, plans, files = rng_from_secret(job.secret), {}, {}
-    for party in sorted(searched):
-        plans[party] = plan_party(
-            party,
-            searched[party],
-            len(query),
-            sizes[party],
-            k=job.spec.k,
-            tau=job.spec.tau,
-            rng=rng,
-            train_rows=job.train_rows,
-            defences=job.spec.defences,
-        )
-        files[party] = _release_party(plans[party], searched[party], query, job.secret, scratch)
-    skeleton = _skeleton(plans, job, query)
-    source = {p: files[job.chain[0] if job.chain else p] for p in skeleton.primary.links}  # a chain shares its anchor's
-    members = {"meta": primary_meta(skeleton.primary)}
-    for p, (tokens, sims) in source.items():
-        members[f"tokens__{p}"], members[f"sims__{p}"] = tokens, sims
-    write_npz(results / "primary.npz", members)
-    for party, s in skeleton.secondaries.items():
-        write_atomic(results / f"secondary-{party}.npz", secondary_bytes(s))
-    return skeleton, source
+@dataclass(frozen=True)
+class FileRelease:
+    """The release written under ``results`` (its rows' working files under ``scratch``, removed
+    by the caller): the service's ``write`` for linkage.runner.run_topk."""
+
+    results: Path
+    scratch: Path
+    step: int = 20_000  # rows read at a time from the released files (the privacy report's)
+
+    def __call__(
+        self, searched: dict[str, ChunkFiles], sizes: dict[str, int], query, job: Release
+    ) -> tuple[LinkageResult, dict[str, tuple[Path, Path]]]:
+        """Release every searched party (module docstring); returns the skeleton and, per party of
+        the release, its (tokens, sims) files under ``scratch``."""
+        plans, files = {}, {}
+        rng = rng_from_secret(job.secret)  # the tokens drawn in the parties' name order, as in memory
+        for party in sorted(searched):
+            plans[party] = plan_party(party, searched[party], len(query), sizes[party], job, rng)
+            files[party] = _release_party(plans[party], searched[party], query, job.secret, self.scratch)
+        skeleton = _skeleton(plans, job, query)
+        source = {p: files[job.chain[0] if job.chain else p] for p in skeleton.primary.links}  # a chain: the anchor's
+        members = {"meta": primary_meta(skeleton.primary)}
+        for p, (tokens, sims) in source.items():
+            members[f"tokens__{p}"], members[f"sims__{p}"] = tokens, sims
+        write_npz(self.results / "primary.npz", members)
+        for party, s in skeleton.secondaries.items():
+            write_atomic(self.results / f"secondary-{party}.npz", secondary_bytes(s))
+        return skeleton, source
+
+    def privacy_report(self, skeleton: LinkageResult, files, query, ids: dict, secret: bytes, parties) -> dict:
+        """The job's privacy report (linkage.privacy) from the released ``files`` (module
+        docstring), or, when it fails, a report that says so (the release stands)."""
+        try:
+            return _privacy_report(skeleton, files, query, ids, secret, parties, self.step)
+        except Exception as e:  # noqa: BLE001 - any failure of a measurement, named in the report
+            return failure_report(skeleton, skeleton.primary.metric, e)
 
 
 def _rows_of(path: Path, rows: np.ndarray, step: int) -> np.ndarray:
@@ -114,39 +108,28 @@ def _rows_of(path: Path, rows: np.ndarray, step: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def privacy_report(
-    skeleton: LinkageResult, files: dict[str, tuple[Path, Path]], query, ids: dict, job: Job, parties: list[str] | None
-) -> dict:
-    """The job's privacy report (linkage.privacy) from the released files (module docstring)."""
+def _privacy_report(skeleton: LinkageResult, files, query, ids: dict, secret: bytes, parties, step: int) -> dict:
+    """The report on the records linked to the attacked tokens, reading ``step`` rows at a time."""
     own = parties or sorted(skeleton.primary.links)
     counts, keep = {}, np.zeros(len(query), bool)
     for p in own:
         row_of_token = skeleton.secondaries[p].row_of_token
         counts[p] = np.zeros(len(row_of_token), np.int64)
-        for _, tokens in npy_chunks(files[p][0], job.step):
+        for _, tokens in npy_chunks(files[p][0], step):
             counts[p] += np.bincount(tokens.ravel(), minlength=len(row_of_token))
-        only = attacked_tokens(counts[p], p, row_of_token, len(ids[p]), MAX_TOKENS, job.secret)
-        for lo, tokens in npy_chunks(files[p][0], job.step):
+        only = attacked_tokens(counts[p], p, row_of_token, len(ids[p]), MAX_TOKENS, secret)
+        for lo, tokens in npy_chunks(files[p][0], step):
             keep[lo : lo + len(tokens)] |= np.isin(tokens, only).any(axis=1)
     rows = np.flatnonzero(keep)  # the records linked to an attacked token: every link the attacks read
     links = {
-        p: dataclasses.replace(
-            lk, tokens=_rows_of(files[p][0], rows, job.step), sims=_rows_of(files[p][1], rows, job.step)
-        )
+        p: dataclasses.replace(lk, tokens=_rows_of(files[p][0], rows, step), sims=_rows_of(files[p][1], rows, step))
         if p in own
         else lk
         for p, lk in skeleton.primary.links.items()
     }
     restricted = dataclasses.replace(skeleton, primary=dataclasses.replace(skeleton.primary, links=links))
-    return report(restricted, query[rows], ids, job.spec.metric, parties=parties, counts=counts, secret=job.secret)
-
-
-def safe_privacy_report(skeleton: LinkageResult, files, query, ids: dict, job: Job, parties) -> dict:
-    """:func:`privacy_report`, or, when it fails, a report that says so (the release stands)."""
-    try:
-        return privacy_report(skeleton, files, query, ids, job, parties)
-    except Exception as e:  # noqa: BLE001 - any failure of a measurement, named in the report
-        return failure_report(skeleton, job.spec.metric, e)
+    metric = skeleton.primary.metric
+    return report(restricted, query[rows], ids, metric, parties=parties, counts=counts, secret=secret)
 
 
 def clear(scratch: Path) -> None:

@@ -183,7 +183,7 @@ def test_the_recall_sample_comes_from_the_jobs_secret_so_a_crafted_upload_cannot
     compute from m; an upload crafted to be searched well exactly there passed a 0.9 floor while
     its true recall was 0.85. Here the crafted search is played by an index that answers exactly
     on the predictable rows and wrongly elsewhere. Failed before the fix: recall 1.0, the job ran."""
-    import linkage.pipeline as pipeline
+    import linkage.runner as runner
 
     rng = np.random.default_rng(5)
     m, n, k = 4000, 300, 3
@@ -191,14 +191,17 @@ def test_the_recall_sample_comes_from_the_jobs_secret_so_a_crafted_upload_cannot
     predictable = np.random.default_rng(0).choice(m, 1000, replace=False)
     exact = topk("euclidean", query, base, k)
 
-    def crafted(metric, q, b, kk, approx):  # right on the rows anyone could predict, wrong elsewhere
-        dist, idx = exact[0].copy(), exact[1].copy()
-        wrong = np.setdiff1d(np.arange(m), predictable)
-        idx[wrong] = (idx[wrong] + 1) % n
-        dist[wrong] = np.linalg.norm(q[wrong, None, :] - b[idx[wrong]], axis=2)
-        return dist, idx
+    def crafted(metric, b, kk, approx):  # an index right on the rows anyone could predict, wrong elsewhere
+        def find(q):
+            dist, idx = exact[0].copy(), exact[1].copy()
+            wrong = np.setdiff1d(np.arange(m), predictable)
+            idx[wrong] = (idx[wrong] + 1) % n
+            dist[wrong] = np.linalg.norm(q[wrong, None, :] - b[idx[wrong]], axis=2)
+            return dist, idx
 
-    monkeypatch.setattr(pipeline, "approx_topk", crafted)
+        return find
+
+    monkeypatch.setattr(runner, "approx_searcher", crafted)
     with pytest.raises(LinkageError, match="under the recall floor 0.9"):
         link(query, {"s": base}, k=k, tau=1.0, secret=b"s" * 32, approx=Approx("ivf", recall_floor=0.9))
     # the sample is the job's: fixed by its secret (a restart measures the same rows), another secret, other rows

@@ -22,6 +22,7 @@ from linkage.job import JobSpec
 from linkage.job_secret import OPERATOR_SEED_ENV, operator_secret
 from linkage.pipeline import chain_tag, job_id_of, link_exact
 from linkage.protection import defences_from
+from linkage.runner import run_job
 from linkage.store import load_primary, load_secondary
 from linkage_server.jobs import JobParams, JobStore
 from linkage_server.uploads import to_npy
@@ -81,7 +82,7 @@ def test_a_spec_runs_each_kind_under_its_own_content_id():
     ids, secret = {"s": base}, operator_secret(1, "x" * 16)
     exact = JobSpec("euclidean", 1, kind=job_kind("exact"))
     assert exact.content_id(query, ids) == job_id_of(query, ids, 1, 1.0, "euclidean-exact", 0)
-    got, want = exact.run(query, ids, secret=secret), link_exact(query, ids, secret=secret)
+    got, want = run_job(exact, query, ids, secret=secret), link_exact(query, ids, secret=secret)
     np.testing.assert_array_equal(got.primary.tokens["s"], want.primary.tokens["s"])
     assert got.primary.job_id == want.primary.job_id
     # the defences and the approximate search are part of a top-K job's id, as the service names it
@@ -92,7 +93,7 @@ def test_a_spec_runs_each_kind_under_its_own_content_id():
     )
     assert dataclasses.replace(plain, approx=Approx("hnsw")).content_id(query, ids) != plain.content_id(query, ids)
     known = JobSpec("", 1, kind=job_kind("combine"))
-    res = known.run(None, {"s": np.arange(30) % 40}, secret=secret, job_id="true-x", sizes={"s": 40})
+    res = run_job(known, None, {"s": np.arange(30) % 40}, secret=secret, job_id="true-x", sizes={"s": 40})
     assert res.primary.job_id == "true-x" and job_kind("fedsim") == "topk"
     with pytest.raises(LinkageError, match="its caller names it"):
         known.content_id(query, ids)

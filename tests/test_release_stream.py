@@ -13,11 +13,12 @@ import pytest
 
 from linkage.binding import bind_result
 from linkage.contracts import Defences
+from linkage.job import JobSpec
 from linkage.job_secret import read_secret
 from linkage.pipeline import link
 from linkage.privacy import privacy_report
 from linkage.protection import defences_from
-from linkage.release import in_memory, plan_party, rng_from_secret, standardise
+from linkage.release import Release, in_memory, plan_party, rng_from_secret, standardise
 from linkage.store import load_primary, load_secondary, primary_bytes
 from linkage_server.floors import Floors
 from linkage_server.jobs import JobParams, JobStore
@@ -47,28 +48,9 @@ def test_a_chunked_release_equals_the_in_memory_one_bit_for_bit(bounds):
     train = np.arange(0, 300, 3)
     for defences in (Defences(), Defences(radius=0.2, compose=True)):
         k = 6 if defences.compose else 4
-        whole = plan_party(
-            "s",
-            in_memory(dist, idx),
-            300,
-            80,
-            k=k,
-            tau=0.9,
-            rng=rng_from_secret(SECRET),
-            train_rows=train,
-            defences=defences,
-        )
-        parts = plan_party(
-            "s",
-            chunked(dist, idx, bounds),
-            300,
-            80,
-            k=k,
-            tau=0.9,
-            rng=rng_from_secret(SECRET),
-            train_rows=train,
-            defences=defences,
-        )
+        job = Release("j", JobSpec("euclidean", k, 0.9, defences=defences), SECRET, train)
+        whole = plan_party("s", in_memory(dist, idx), 300, 80, job, rng_from_secret(SECRET))
+        parts = plan_party("s", chunked(dist, idx, bounds), 300, 80, job, rng_from_secret(SECRET))
         assert (whole.mean, whole.std, whole.sigma) == (parts.mean, parts.std, parts.sigma)
         np.testing.assert_array_equal(whole.token_of_row, parts.token_of_row)
         want = whole.rows(dist, idx, SECRET, query)

@@ -72,7 +72,8 @@ def link_and_report(
     parties' identifiers as the service holds them (None: not asked for, or method 'combine',
     which links by the planted truth and releases no similarity). max_tokens: tokens attacked
     per party (0 = the report's default)."""
-    from linkage.job import JobSpec  # scipy (linkage.pipeline) on first run: not per message
+    from linkage.job import JobSpec  # scipy (linkage.runner) on first run: not per message
+    from linkage.runner import run_job  # the same
 
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.training_method.links == "known":
@@ -80,7 +81,7 @@ def link_and_report(
             sizes = {p: t.n_rows for p, t in ds.secondaries.items()}
             job = f"true-{ds.name}-{cfg.train.seed}-{cfg.data.n_rows}"
             spec = JobSpec("", 1, kind=job_kind(cfg.train.method))
-            return spec.run(None, ds.true_match, secret=service_secret(cfg, job), job_id=job, sizes=sizes), None
+            return run_job(spec, None, ds.true_match, secret=service_secret(cfg, job), job_id=job, sizes=sizes), None
         metric = metric_of(ds)
         primary, ids = ds.primary.identifiers, {p: t.identifiers for p, t in ds.secondaries.items()}
         if cfg.link.encoding == "bloom":
@@ -92,7 +93,7 @@ def link_and_report(
         defences = job_defences(cfg, ids, metric, spec.anchor_of(ids)) if kind == "topk" else spec.defences
         spec = dataclasses.replace(spec, defences=defences)
         job = spec.content_id(primary, ids, train)
-        result = spec.run(primary, ids, secret=service_secret(cfg, job), train_rows=train, job_id=job)
+        result = run_job(spec, primary, ids, secret=service_secret(cfg, job), train_rows=train, job_id=job)
         if not report:
             return result, None
         from linkage.privacy import (  # lazy: the privacy report (rapidfuzz), off the ClientApp's per-message imports
