@@ -10,11 +10,12 @@ are checked, its exact and approximate searches, and what the privacy report att
     Metric.auto(d) -> method               what search "auto" picks at scale (d: dimensions / bytes)
     Metric.coordinate_attacks(base) -> bool the privacy report's coordinate attacks apply (linkage.privacy)
     Metric.faiss, .exact, .scorer,         how linkage.approx, linkage.scorers and linkage.pairwise
-      .sort_words, .integer                search and score it (no module there tests a metric's name)
+      .sort_words, .integer, .p            search and score it (no module there tests a metric's name)
+    Metric.norm(diff (.., d)) -> (..)      numbers: the metric's distance of difference vectors
 
-Adding a metric: one entry in :data:`REGISTRY` (a string metric: its rapidfuzz ``scorer``, or a
-new exact search in linkage.scorers; a new kind of identifier: its search in linkage.exact.topk
-too), plus tests; the names below (METRICS, STRING_METRICS, DEFAULT_STRING_METRIC) follow from it. This
+Adding a metric: one entry in :data:`REGISTRY` (a numeric metric: its Minkowski order ``p``; a
+string metric: its rapidfuzz ``scorer``, or a new exact search in linkage.scorers; a new kind of
+identifier: its search in linkage.exact.topk too), plus tests; the names below (METRICS, STRING_METRICS, DEFAULT_STRING_METRIC) follow from it. This
 module imports nothing heavy and nothing of the library but its error: linkage.contracts
 re-exports its names in every message.
 """
@@ -46,6 +47,8 @@ class Metric:
     scorer: str = ""  # strings: its rapidfuzz distance, "Class.function" in rapidfuzz.distance ("": q-gram cosine)
     sort_words: bool = False  # strings: compared with their whitespace-separated words sorted
     integer: bool = False  # strings: its distances are integer counts (else float32, as rapidfuzz returns them)
+    p: float = 2.0  # numbers: the Minkowski order of its distance, read by every search and score of
+    #                 numbers (linkage.exact, linkage.search, linkage.pairwise): 2 Euclidean, 1 city-block
 
     @property
     def strings(self) -> bool:
@@ -54,6 +57,12 @@ class Metric:
     def auto(self, d: int) -> str:
         """The search "auto" picks where the exact search is slow (linkage.approx.Approx.resolve)."""
         return "exact" if not self.auto_index or d <= self.exact_up_to_dims else self.auto_index
+
+    def norm(self, diff: np.ndarray) -> np.ndarray:
+        """numbers: the distance of difference vectors ``diff`` (.., d) -> (..), in float64."""
+        if self.p == 2.0:
+            return np.sqrt((diff * diff).sum(-1))  # the Euclidean arithmetic every search of old used
+        return np.linalg.norm(diff, ord=self.p, axis=-1)
 
     def coordinate_attacks(self, base: np.ndarray) -> bool:
         """The coordinate attacks apply to these secondary identifiers (low-dimensional numbers)."""
@@ -108,6 +117,9 @@ REGISTRY: dict[str, Metric] = {
             coordinate_dims=3,
             faiss="float",
         ),
+        # city-block distance (grid-aligned identifiers: a street grid, counts); exact search only
+        # (faiss indexes L2), and no coordinate attacks (trilateration's geometry is Euclidean)
+        Metric("manhattan", "numbers", p=1.0),
         # strings (linkage.scorers): raw Levenshtein and four normalised distances in [0, 1]
         Metric("edit", **_STRING, label="edit-distance", exact="edit", scorer="Levenshtein.distance", integer=True),
         Metric("levenshtein_norm", **_STRING, scorer="Levenshtein.normalized_distance"),

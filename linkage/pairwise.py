@@ -66,8 +66,7 @@ class Pairwise:
                 .astype(np.float64)
             )
         if self._how.kind == "numbers":
-            diff = self._q[qi][:, None, :] - self._b[bi][None, :, :]
-            return np.sqrt((diff * diff).sum(-1))
+            return self._how.norm(self._q[qi][:, None, :] - self._b[bi][None, :, :])  # (q, b)
         if self._how.exact == "qgram":
             dot = (self._q[qi] @ self._b[bi].T).toarray()
             return np.clip(1.0 - dot / np.sqrt(np.outer(self._q_sq[qi], self._b_sq[bi])), 0.0, 1.0)

@@ -56,13 +56,15 @@ def _pair(query: np.ndarray, base: np.ndarray, k: int, party: str, metric: str) 
 
 def searcher(base, *, metric: str, k: int, party: str) -> Callable[[object], tuple[np.ndarray, np.ndarray]]:
     """query -> :func:`search` (query, base): for many chunks of queries against one base, which is
-    validated, and its k-d tree (Euclidean at d <= 8) built, once rather than per chunk."""
+    validated, and its k-d tree (numbers at d <= 8, in the metric's Minkowski order) built, once
+    rather than per chunk."""
     base = _as_identifiers(base, metric, party)
-    tree = cKDTree(base) if metric_named(metric).kind == "numbers" and base.shape[1] <= 8 else None
+    how = metric_named(metric)
+    tree = cKDTree(base) if how.kind == "numbers" and base.shape[1] <= 8 else None
 
     def find(query) -> tuple[np.ndarray, np.ndarray]:
         query, _ = _pair(_as_identifiers(query, metric, "primary"), base, k, party, metric)
-        return topk(metric, query, base, k) if tree is None else _tree_topk(tree, query, k)
+        return topk(metric, query, base, k) if tree is None else _tree_topk(tree, query, k, how.p)
 
     return find
 

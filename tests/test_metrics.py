@@ -27,7 +27,8 @@ def planted(kind: str, n: int = 50) -> np.ndarray:
 
 
 def test_the_names_follow_from_the_registry():
-    assert METRICS == tuple(REGISTRY) == ("euclidean", *STRING_METRICS, "hamming")
+    numbers = tuple(m.name for m in REGISTRY.values() if m.kind == "numbers")
+    assert METRICS == tuple(REGISTRY) == (*numbers, *STRING_METRICS, "hamming") and numbers[0] == "euclidean"
     assert {m.kind for m in REGISTRY.values()} == set(KINDS) and set(KIND_OF_METRIC) == set(METRICS)
     assert all(metric(name).kind == kind for kind, name in DEFAULT_OF_KIND.items())
     assert all(set(m.approx) <= set(METHODS) and m.auto(10**6) in ("exact", *m.approx) for m in REGISTRY.values())
@@ -51,6 +52,33 @@ def test_every_registered_metric_keeps_the_pipelines_contract(name):
     other = planted("strings" if m.kind == "numbers" else "numbers")
     with pytest.raises(LinkageError, match=f"{m.label or name} identifiers must be"):
         m.identifiers(other, "primary")
+
+
+NUMBERS = [m.name for m in REGISTRY.values() if m.kind == "numbers"]
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+@pytest.mark.parametrize("d", [2, 12])  # the k-d tree (d <= 8) and the distance blocks above
+def test_a_numeric_metrics_distance_is_its_own_everywhere(name, d):
+    """Oracle: the exact search, the service's searcher and the privacy report's pairwise scores
+    all measure the metric's own distance (scipy's Minkowski of its order, brute force), so a
+    numeric metric is its registry entry; ties aside, the neighbours are the brute force's."""
+    from scipy.spatial.distance import cdist
+
+    from linkage.pairwise import Pairwise
+    from linkage.search import searcher
+
+    rng = np.random.default_rng(d)
+    query, base = rng.normal(size=(60, d)), rng.normal(size=(90, d))
+    want = cdist(query, base, "minkowski", p=metric(name).p)  # (60, 90)
+    want_idx = np.argsort(want, axis=1, kind="stable")[:, :5]
+    for dist, idx in (topk(name, query, base, 5), searcher(base, metric=name, k=5, party="s")(query)):
+        np.testing.assert_allclose(dist, np.take_along_axis(want, want_idx, 1), rtol=1e-9, atol=1e-12)
+        np.testing.assert_array_equal(idx, want_idx)  # continuous draws: no ties
+    pairs = Pairwise(name, query, base, np.arange(60), np.arange(90))
+    np.testing.assert_allclose(pairs(np.arange(60), np.arange(90)), want, rtol=1e-9, atol=1e-12)
+    if name != "euclidean":  # a different geometry: another order of neighbours than Euclidean's
+        assert not np.array_equal(want_idx, np.argsort(cdist(query, base), axis=1, kind="stable")[:, :5])
 
 
 def test_an_unknown_metric_is_refused_by_name():
