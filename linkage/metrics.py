@@ -48,7 +48,8 @@ class Metric:
     sort_words: bool = False  # strings: compared with their whitespace-separated words sorted
     integer: bool = False  # strings: its distances are integer counts (else float32, as rapidfuzz returns them)
     p: float = 2.0  # numbers: the Minkowski order of its distance, read by every search and score of
-    #                 numbers (linkage.exact, linkage.search, linkage.pairwise): 2 Euclidean, 1 city-block
+    #                 numbers (linkage.exact, linkage.search, linkage.pairwise): 2 Euclidean, 1 city-block,
+    #                 inf the largest difference over the columns
 
     @property
     def strings(self) -> bool:
@@ -120,6 +121,9 @@ REGISTRY: dict[str, Metric] = {
         # city-block distance (grid-aligned identifiers: a street grid, counts); exact search only
         # (faiss indexes L2), and no coordinate attacks (trilateration's geometry is Euclidean)
         Metric("manhattan", "numbers", p=1.0),
+        # the largest difference over the columns (a record within x of another on every column
+        # is within x): tolerances per column, e.g. a time and an amount; exact only, no coordinate attacks
+        Metric("chebyshev", "numbers", p=float("inf")),
         # strings (linkage.scorers): raw Levenshtein and four normalised distances in [0, 1]
         Metric("edit", **_STRING, label="edit-distance", exact="edit", scorer="Levenshtein.distance", integer=True),
         Metric("levenshtein_norm", **_STRING, scorer="Levenshtein.normalized_distance"),
