@@ -166,7 +166,7 @@ def params_of(*models) -> int:
 
 def decide(override: int, processes: int, models) -> ThreadChoice:
     """:func:`choose_threads` with this process's measured CPUs, OMP_NUM_THREADS and ``models``;
-    the CPUs are watched (:func:`others_load`, 0.2 s) only where the answer can depend on it: a
+    the CPUs are watched (:func:`others_load`, LOAD_WINDOW) only where the answer can depend on it: a
     model of under 2 x PARAMS_PER_THREAD parameters (a secondary's, typically, whose process may
     be started for each message) gets one thread whatever the load."""
     models = list(models)

@@ -143,3 +143,19 @@ def test_a_plan_that_would_make_a_guest_allocate_without_bound_is_refused(tmp_pa
         content["ea_hello"][field] = value
         with pytest.raises(ProtocolError, match=f"not this party's.*{why}"):
             ex.plan_inputs(left, "left", content, asked["left"])
+
+
+def test_a_guest_reads_parties_toml_once_per_message_to_know_its_name(tmp_path, monkeypatch):
+    """A simulated guest's ClientApp finds its name on every message; it read parties.toml twice
+    (whether ids are exchanged, then the names). Now once, with the same answer."""
+    from flwr.app import Context, RecordDict
+
+    import datasets.csv_parties as csv_parties
+    from app.entity_aug.client import secondary_name
+
+    homes, reads = _folders(tmp_path, rows=40), []
+    real = csv_parties.read_spec
+    monkeypatch.setattr(csv_parties, "read_spec", lambda folder: reads.append(folder) or real(folder))
+    context = Context(run_id=1, node_id=2, node_config={"partition-id": 1}, state=RecordDict(), run_config={})
+    assert secondary_name(_cfg(homes["left"]), context) == "right" and len(reads) == 1
+    assert ex.exchanged_secondaries(RunConfig.of(dataset="hdb", mode="entity-aug")) is None and len(reads) == 1

@@ -135,7 +135,7 @@ def test_others_load_reads_the_cpus_busy_share_now_not_the_minute_before(tmp_pat
 
 def test_a_small_models_process_does_not_wait_to_watch_the_cpus(monkeypatch):
     """A secondary's small model gets one thread whatever the load, so deciding it costs no
-    0.2 s window (a deployed ClientApp process may be started for each message); a large one looks."""
+    LOAD_WINDOW window (a deployed ClientApp process may be started for each message); a large one looks."""
     looked = []
     monkeypatch.setattr(threads, "others_load", lambda: looked.append(1) or 0.0)
     monkeypatch.setattr(threads, "usable_cpus", lambda: 4)

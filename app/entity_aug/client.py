@@ -43,7 +43,7 @@ def secondary_name(cfg: RunConfig, context: Context) -> str:
     """Deployment: --node-config 'party="..."'; simulation: the partition-id-th secondary."""
     if "party" in context.node_config:
         return str(context.node_config["party"])
-    names = id_exchange.secondaries(cfg) if id_exchange.exchanged(cfg) else None  # parties.toml, not the others' files
+    names = id_exchange.exchanged_secondaries(cfg)  # parties.toml (read once), not the others' files
     return simulation_secondary(cfg, int(context.node_config["partition-id"]), names)
 
 

@@ -60,13 +60,25 @@ def _spec(cfg: RunConfig) -> dict:
 
 def exchanged(cfg: RunConfig) -> bool:
     """Entity Augmentation over Flower on CSV parties that declare entity ids: each party reads only its own file."""
-    return cfg.train.mode == "entity-aug" and cfg.data.dataset == "csv" and "entity_id" in _spec(cfg)["primary"]
+    return exchanged_secondaries(cfg) is not None
+
+
+def exchanged_secondaries(cfg: RunConfig) -> list[str] | None:
+    """:func:`secondaries` where the ids are exchanged (:func:`exchanged`), else None: parties.toml
+    read once (a ClientApp asks on every message)."""
+    if cfg.train.mode != "entity-aug" or cfg.data.dataset != "csv":
+        return None
+    spec = _spec(cfg)
+    return _names(cfg, spec) if "entity_id" in spec["primary"] else None
 
 
 def secondaries(cfg: RunConfig) -> list[str]:
     """The guests by name (sorted), from parties.toml alone."""
-    names = sorted(_spec(cfg)["secondaries"])
-    return sorted(cfg.party_subset()) if cfg.party_subset() else names
+    return _names(cfg, _spec(cfg))
+
+
+def _names(cfg: RunConfig, spec: dict) -> list[str]:
+    return sorted(cfg.party_subset()) if cfg.party_subset() else sorted(spec["secondaries"])
 
 
 def check(cfg: RunConfig) -> list[str]:
