@@ -174,7 +174,7 @@ class JobRunner:
             return read_secret(self.store.folder(meta["job"]) / SECRET)
         return operator_secret(self.store.operator_seed, spec.content_id(query, ids, train_rows))
 
-    def _party_search(self, job: "OnDisk", query, search: PartySearch) -> ChunkFiles:
+    def _party_search(self, job: OnDisk, query, search: PartySearch) -> ChunkFiles:
         """One secondary's noise-free top-pool search (the runner's ``searches``), by resumable
         chunks on disk named for both uploads and the search, here or on the store's Ray."""
         meta, folder = job.meta, job.folder
