@@ -74,7 +74,7 @@ __all__ = ["main", "parser", "read_identifiers"]
 def cmd_serve(args) -> None:
     import uvicorn
 
-    from linkage_server.service import create_app  # lazy: fastapi and uvicorn, for `serve` only
+    from linkage_server.service import ServiceOptions, create_app  # lazy: fastapi and uvicorn, for `serve` only
 
     data_dir = private_dir(Path(args.data_dir))
     os.chmod(data_dir, 0o700)  # the service's own folder: uploads, searches, results, secrets
@@ -94,9 +94,7 @@ def cmd_serve(args) -> None:
             flush=True,
         )
     limits = Limits(args.max_k, args.max_cells, args.chunk_cells, args.max_uploads_per_party, args.small_job_cells)
-    app = create_app(
-        data_dir,
-        token_file.read_text().strip(),
+    options = ServiceOptions(
         max_upload_bytes=int(args.max_upload_mb * 2**20),
         chunk_rows=args.chunk_rows,
         operator_seed=operator_seed,
@@ -107,6 +105,7 @@ def cmd_serve(args) -> None:
         limits=limits,
         floors=Floors(args.privacy_floor),
     )
+    app = create_app(data_dir, token_file.read_text().strip(), options)
     # proxy_headers=False: the client address (rate limits) is the TCP peer's, never a header's
     config = uvicorn.Config(
         app,

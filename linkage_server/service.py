@@ -33,6 +33,7 @@ import hmac
 import json
 import os
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -319,37 +320,43 @@ def _query_route(app: FastAPI, queries: Queries, gate: Gate, bodies) -> None:
         )
 
 
-def create_app(
-    data_dir: Path,
-    admin_token: str,
-    *,
-    max_upload_bytes: int = 512 << 20,
-    max_rows: int = 50_000_000,
-    chunk_rows: int = 20_000,
-    operator_seed: int | None = None,
-    auth_failures: int = 10,
-    auth_window_s: float = 60.0,
-    query_limits: QueryLimits = QueryLimits(),
-    ray: str = "",
-    limits: Limits = Limits(),
-    floors: Floors | None = None,
-) -> FastAPI:
-    """The service's app; ``limits``: the operator's (linkage_server.limits); ``floors``: the
-    operator's privacy floor (linkage_server.floors; default: the "standard" level)."""
+@dataclass(frozen=True)
+class ServiceOptions:
+    """The operator's settings of a service (``python -m linkage_server serve``'s options):
+    ``limits`` (linkage_server.limits), ``query_limits`` (the query budget, linkage_server.queries),
+    ``floors`` (the operator's privacy floor, linkage_server.floors; None: the "standard" level), the
+    rows of a search chunk, an operator seed (experiments only), the authentication failures a
+    client may make in a window, and where Ray runs the search ("" here)."""
+
+    max_upload_bytes: int = 512 << 20
+    max_rows: int = 50_000_000
+    chunk_rows: int = 20_000
+    operator_seed: int | None = None
+    auth_failures: int = 10
+    auth_window_s: float = 60.0
+    query_limits: QueryLimits = QueryLimits()
+    ray: str = ""
+    limits: Limits = Limits()
+    floors: Floors | None = None
+
+
+def create_app(data_dir: Path, admin_token: str, options: ServiceOptions = ServiceOptions()) -> FastAPI:
+    """The service's app, under the operator's ``options``."""
     if len(admin_token) < 16:
         raise ValueError("the admin token must be at least 16 characters")
+    o = options
     store = JobStore(
         Path(data_dir),
-        max_rows=max_rows,
-        chunk_rows=chunk_rows,
-        operator_seed=operator_seed,
-        ray=ray,
-        limits=limits,
-        floors=floors,
+        max_rows=o.max_rows,
+        chunk_rows=o.chunk_rows,
+        operator_seed=o.operator_seed,
+        ray=o.ray,
+        limits=o.limits,
+        floors=o.floors,
     )
     worker = Worker(store)
-    bodies = partial(_received, store, BodySlots(limits.max_uploads_per_party), max_upload_bytes)
-    gate = Gate(store, admin_token, AuthLimiter(auth_failures, auth_window_s))
+    bodies = partial(_received, store, BodySlots(o.limits.max_uploads_per_party), o.max_upload_bytes)
+    gate = Gate(store, admin_token, AuthLimiter(o.auth_failures, o.auth_window_s))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -362,5 +369,5 @@ def create_app(
     _error_handlers(app)
     _job_routes(app, store, gate)
     _party_routes(app, store, worker, gate, bodies)
-    _query_route(app, Queries(store, query_limits), gate, bodies)
+    _query_route(app, Queries(store, o.query_limits), gate, bodies)
     return app

@@ -26,7 +26,7 @@ from linkage_server.jobs import JobParams, JobStore
 from linkage_server.limits import Limits
 from linkage_server.local import free_port, local_service
 from linkage_server.queries import Queries, QueryLimits
-from linkage_server.service import create_app
+from linkage_server.service import ServiceOptions, create_app
 from linkage_server.uploads import to_npy
 
 ADMIN = "admin-token-for-limits-tests-0123"
@@ -38,7 +38,7 @@ def _auth(secret: str) -> dict:
 
 
 def _app(tmp_path, **kw):
-    return TestClient(create_app(tmp_path / "svc", ADMIN, **kw), raise_server_exceptions=False)
+    return TestClient(create_app(tmp_path / "svc", ADMIN, ServiceOptions(**kw)), raise_server_exceptions=False)
 
 
 def _uploaded_job(c, m: int, n: int, seed: int = 0, secondaries=("s",)) -> tuple[str, dict]:

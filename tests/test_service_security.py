@@ -22,7 +22,7 @@ from linkage.store import load_primary, load_secondary
 from linkage_server.floors import Floors
 from linkage_server.jobs import JobError, JobParams, JobStore
 from linkage_server.local import free_port, local_service
-from linkage_server.service import create_app
+from linkage_server.service import ServiceOptions, create_app
 from linkage_server.uploads import to_npy
 
 ADMIN = "admin-token-for-security-tests-0123"
@@ -42,7 +42,9 @@ def neighbours_of(folder, party: str) -> np.ndarray:
 def app(tmp_path):
     """A service app (in-process, lifespan running) with a two-party job; (client, job, secrets)."""
     with TestClient(
-        create_app(tmp_path / "svc", ADMIN, chunk_rows=40), raise_server_exceptions=False, client=("10.0.0.1", 5000)
+        create_app(tmp_path / "svc", ADMIN, ServiceOptions(chunk_rows=40)),
+        raise_server_exceptions=False,
+        client=("10.0.0.1", 5000),
     ) as c:
         made = c.post("/jobs", json={"primary": "alice", "secondaries": ["bob", "carol"]}, headers=_auth(ADMIN)).json()
         yield c, made["job"], made["secrets"]
@@ -158,7 +160,7 @@ def test_failed_authentication_is_rate_limited_per_address_and_per_party(tmp_pat
     def client(address: str) -> TestClient:
         return TestClient(app_, raise_server_exceptions=False, client=(address, 5000))
 
-    app_ = create_app(tmp_path / "svc", ADMIN, auth_failures=5, auth_window_s=2.0)
+    app_ = create_app(tmp_path / "svc", ADMIN, ServiceOptions(auth_failures=5, auth_window_s=2.0))
     with client("10.0.0.1") as legit:
         made = legit.post("/jobs", json={"primary": "p", "secondaries": ["s"]}, headers=_auth(ADMIN)).json()
         job, keys = made["job"], made["secrets"]
