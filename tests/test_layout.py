@@ -65,8 +65,11 @@ def _hits(names: set[str], forbidden) -> list[str]:
 
 
 def test_no_module_over_400_lines():
+    """The tests too: a test module past the cap splits by what its tests are about."""
     long = {
-        str(p.relative_to(ROOT)): n for p in _modules(CHECKED) if (n := len(p.read_text().splitlines())) > MAX_MODULE
+        str(p.relative_to(ROOT)): n
+        for p in _modules((*CHECKED, "tests"))
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE
     }
     assert not long, f"modules over {MAX_MODULE} lines: {long}"
 

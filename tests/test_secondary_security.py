@@ -1,5 +1,6 @@
 """A secondary reads and writes only under its own folders, whatever a message says, and
-refuses non-finite tensors; the primary refuses non-finite embeddings (issue 13, item 5).
+refuses non-finite tensors; the primary refuses non-finite embeddings (issue 13, item 5);
+Entity Augmentation's parties alike: tests/test_ea_secondary_security.py.
 
 The ClientApp handlers are called directly with hand-made Flower messages and contexts: a
 deployed party (node config "party" + its own folders) and a simulated one (node config
@@ -18,19 +19,10 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages
 from app.config import RunConfig
 from app.data import load_data
-from app.entity_aug import client as ea_secondary
-from app.entity_aug.parties import (
-    act_content,
-    read_act,
-    read_reply,
-    reply_content,
-    request_content,
-)
 from app.vfl import client as client_app
 from app.vfl.channel import FlowerChannel
 from app.vfl.linking import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
-from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.vfl.fedsim import GradBlock
 
 RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
@@ -297,69 +289,6 @@ def test_the_primary_refuses_a_non_finite_embedding():
     assert names(err, "party 'b'", "train.step", "embeddings", "2 of 12")
     ok = FlowerChannel(EmbeddingGrid({11: good, 12: good}), {"a": 11, "b": 12}, timeout=5, job_id="j")
     assert set(ok.step({"a": [], "b": []}, embed)) == {"a", "b"}
-
-
-# ---------------------------------------------------------------------------- Entity Augmentation secondaries
-
-EA_RUN = {"dataset": "digits", "n-rows": 300, "mode": "entity-aug"}
-
-
-def test_an_ea_secondary_writes_its_model_only_under_its_own_folder(tmp_path):
-    own = tmp_path / "secondary-host"
-    ctx = Context(
-        run_id=1,
-        node_id=1,
-        node_config={"party": "right", "model-dir": str(own)},
-        state=RecordDict(),
-        run_config={**EA_RUN, "out-dir": str(tmp_path / "primary-chosen")},
-    )
-    ea_secondary.hello(query("query.ea_hello", "ea_hello", {}), ctx)
-    evil = tmp_path / "evil"
-    err = refused(
-        lambda: ea_secondary.finish(query("query.ea_finish", "ea_finish", {"folder": str(evil), "run": "r1"}), ctx)
-    )
-    assert files_under(evil) == [], "the primary's message chose where the secondary wrote"
-    assert isinstance(err, messages.ProtocolError) and "'folder'" in str(err), err
-    with pytest.raises(messages.ProtocolError, match="plain folder name"):
-        ea_secondary.finish(query("query.ea_finish", "ea_finish", {"run": "../../evil"}), ctx)
-    ea_secondary.finish(query("query.ea_finish", "ea_finish", {"run": "r1"}), ctx)
-    assert files_under(evil) == [] and files_under(tmp_path / "primary-chosen") == []
-    assert [p.relative_to(own).as_posix() for p in files_under(own)] == ["r1/right/model.pt"]
-
-
-def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_finite_activation():
-    cfg = RunConfig.from_flower(EA_RUN)
-    ctx = Context(
-        run_id=1,
-        node_id=1,
-        node_config={"partition-id": 1, "num-partitions": 2},
-        state=RecordDict(),
-        run_config=dict(EA_RUN),
-    )
-    ea_secondary.hello(query("query.ea_hello", "ea_hello", {}), ctx)
-    first = ea_secondary.step(
-        Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"), ctx
-    )
-    act = read_reply(first.content).act
-    before = {k: v.clone() for k, v in ea_secondary.restore(cfg, ctx).model.state_dict().items()}
-    grad = np.zeros_like(act)
-    grad[tuple(np.argwhere(act != 0)[0])] = np.nan  # where the activation passes a gradient on
-    err = refused(
-        lambda: ea_secondary.step(
-            Message(request_content(StepRequest(0, 1, grad)), dst_node_id=1, message_type="train.ea_step"), ctx
-        )
-    )
-    after = ea_secondary.restore(cfg, ctx).model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before), "a NaN gradient reached the secondary's weights"
-    assert isinstance(err, messages.NonFiniteValues), err
-    assert names(err, "party 'right'", "train.ea_step", "gradient", "1 of")
-
-    bad = act.copy()
-    bad[0, :2] = np.inf
-    err = refused(lambda: read_reply(reply_content(StepReply(np.arange(len(bad)), bad)), party="left"))
-    assert names(err, "party 'left'", "train.ea_step", "activations", f"2 of {bad.size}")
-    err = refused(lambda: read_act(act_content(bad), party="left"))
-    assert names(err, "party 'left'", "query.ea_embed", "activations", f"2 of {bad.size}")
 
 
 # ---------------------------------------------------------------------------- torch.load
