@@ -51,8 +51,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--m", type=int, default=0, help="euclid / hamming at scale: primary records")
     ap.add_argument("--n", type=int, default=0, help="euclid / hamming at scale: secondary records")
     ap.add_argument("--k", type=int, default=100)
-    ap.add_argument("--tau", type=float, default=1.0)
-    ap.add_argument("--radius", type=float, default=0.5)
+    ap.add_argument(
+        "--tau", type=float, default=None, help="default: none asked (the secondary's privacy floor sets the noise)"
+    )
+    ap.add_argument("--radius", type=float, default=0.0, help="default: none asked (the floor's)")
     args = ap.parse_args(argv)
     if min(args.m, args.n) < 0:
         ap.error(f"--m and --n count records: got {args.m} and {args.n}")
