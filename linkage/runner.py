@@ -1,6 +1,6 @@
-"""A top-K linkage job, run one way wherever it runs: the in-process linker (
-the simulation, the one-process twin, the benchmarks, linkage.pipeline.link: :func:`run_job`) and the linkage
-service (linkage_server/job_run.py) both call :func:`run_topk`. They differ only in where a
+"""A linkage job, run one way wherever it runs: the in-process linker (:func:`run_job`: the
+simulation, the one-process twin, the benchmarks, linkage.pipeline.link) and the linkage service
+(linkage_server/job_run.py) both run a top-K job by :func:`run_topk`. They differ only in where a
 search's candidates are kept and where the release is written:
 
     run_job(spec, primary (m, ..), {party: (n_p, ..)}, secret=, train_rows=, job_id=) -> LinkageResult
