@@ -1,11 +1,13 @@
-"""Score ensembles of a sweep's members on validation and test (app/vfl/ensemble.py).
+"""Score ensembles of a sweep's members, or of your own runs, on validation and test (app/vfl/ensemble.py).
 
     python -m experiments.ensemble VARIANT_DIR [VARIANT_DIR ...] --seeds 0 1 2 3 4 [--json OUT]
                                    [--reference runs/reference/D.csv]
+    python -m experiments.ensemble RUN [RUN ...] [--json OUT] [--reference ...]
 
 Each VARIANT_DIR is a sweep's <root>/<sweep>/<dataset>/<variant> folder holding s<seed>/ runs; the
 members of seed s are VARIANT_DIR/s<s> in the order given (members of one seed's split: run-config
-`member`). For each seed, each member predicts its validation and test records as new (tau = 1:
+`member`). Without --seeds the folders are runs themselves (`fedsim train` run folders, member 0
+first, the others trained with `-c member=1`, `-c member=2`, ...): one split, the runs' seed. For each seed, each member predicts its validation and test records as new (tau = 1:
 the evaluation's own predictions, which is checked: a member alone must give the metric its
 summary.json reports, or the script stops), and the ensembles of the first 1, 2, ... members
 are scored. Prints per seed and the mean over seeds; the test metric is reported, never chosen on.
@@ -92,15 +94,26 @@ def against_reference(scores: dict, reference: dict[int, float], head: TaskHead)
         )
 
 
+def seeds_members(folders: list[Path], seeds: list[int] | None) -> dict[int, list[Path]]:
+    """{seed: its members' run folders}: a sweep's folders/s<seed>, or (no seeds) the folders as
+    runs of one split, under the seed their first member ran with."""
+    if seeds:
+        return {s: [f / f"s{s}" for f in folders] for s in seeds}
+    return {int(read_manifest(folders[0])["run"]["seed"]): list(folders)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("variants", type=Path, nargs="+", help="variant folders, member 0 first")
-    ap.add_argument("--seeds", type=int, nargs="+", required=True)
+    ap.add_argument(
+        "variants", type=Path, nargs="+", help="variant folders (or, without --seeds, runs), member 0 first"
+    )
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="the sweep's seeds; none: the folders are runs")
     ap.add_argument("--json", type=Path, default=None, help="also write the scores here")
     ap.add_argument("--reference", type=Path, default=None, help="experiments.reference's CSV of these seeds")
     args = ap.parse_args(argv)
-    scores = {s: score_seed([v / f"s{s}" for v in args.variants]) for s in args.seeds}
-    meta = read_manifest(args.variants[0] / f"s{args.seeds[0]}")
+    members = seeds_members(args.variants, args.seeds)
+    scores = {s: score_seed(runs) for s, runs in members.items()}
+    meta = read_manifest(next(iter(members.values()))[0])
     head = TaskHead(**meta["head"])
     key = head.key_metric
     n = len(args.variants)
@@ -113,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| mean ({key}) | {' | '.join(f'{v:.4f} / {t:.4f}' for v, t in zip(mean['val'], mean['test'], strict=True))} |"
     )
     if args.reference:
-        against_reference(scores, reference_tests(args.reference, meta["dataset"], args.seeds), head)
+        against_reference(scores, reference_tests(args.reference, meta["dataset"], list(members)), head)
     if args.json:
         args.json.write_text(json.dumps({str(s): sc for s, sc in scores.items()}, indent=1))
     return 0

@@ -161,6 +161,9 @@ def test_the_scoring_script_scores_each_size_and_checks_each_member_alone(member
     assert scores["test"][0] == pytest.approx(json.loads((runs[0] / "summary.json").read_text())["test"]["rmse"])
     assert scores["test"][1] == pytest.approx(rmse, rel=1e-9)
     assert len(scores["val"]) == len(scores["test"]) == 3
+    own = [str(_run(folder, m)) for m in ("m0", "m1", "m2")]  # run folders as `fedsim train` leaves them
+    assert score_main([*own, "--json", str(tmp_path / "own.json")]) == 0
+    assert json.loads((tmp_path / "own.json").read_text()) == {"0": scores}  # the same, no sweep layout needed
     (tmp_path / "ref.csv").write_text(f"dataset,seed,test\ncsv,0,{scores['test'][2] + 1.0}\n")
     assert score_main([*variants, "--seeds", "0", "--reference", str(tmp_path / "ref.csv")]) == 0
     assert "3 member(s) minus the reference: -1.00; mean -1.00 ± 0.00, ahead in 1 of 1" in capsys.readouterr().out
