@@ -7,7 +7,7 @@ Run config: ``dataset = "csv"``, ``data-dir = "<folder with parties.toml and the
     metric = "euclidean"           # optional linkage metric ("" / absent = the default for the kind)
     [primary]
     file = "sales.csv"             # relative to the folder of parties.toml
-    identifiers = ["lat", "lon"]   # numbers: Euclidean; text columns: string metrics
+    identifiers = ["lat", "lon"]   # numbers: euclidean (or manhattan, chebyshev); text columns: string metrics
     kind = "numeric"               # numeric | string
     numeric = ["rooms", "area"]    # feature columns: names, patterns ("px_*") or "rest"
     categorical = ["type"]         # one-hot

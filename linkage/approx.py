@@ -173,7 +173,7 @@ def _empty_index(metric: str, base: np.ndarray, approx: Approx):
 
 def approx_searcher(metric: str, base, k: int, approx: Approx):
     """A function q (c, ..) -> (dist (c, k), idx (c, k)): one index over the base, built here,
-    serving every call (approx_topk: one call; the service: one call per chunk of its records,
+    serving every call (a job in memory, linkage.runner: one call; the service: one call per chunk of its records,
     here or, pickled once into Ray's object store, in Ray's workers)."""
     if approx.method == "qgram":
         return _qgram_searcher(metric, base, k, approx.candidates or max(4 * k, 100))

@@ -50,7 +50,7 @@ def topk_minkowski(query: np.ndarray, base: np.ndarray, k: int, p: float) -> tup
     """Exact top-K under the Minkowski distance of order p, by distance blocks of BLOCK_BYTES (the
     brute force of a metric that is not Euclidean, at high d)."""
     q, b = np.asarray(query, np.float64), np.asarray(base, np.float64)
-    chunk = max(1, min(4096, BLOCK_BYTES // (8 * max(len(b), 1) * max(b.shape[1], 1))))
+    chunk = max(1, min(4096, BLOCK_BYTES // (8 * max(len(b), 1))))  # cdist's (c, n) float64 block
     dist_out, idx_out = np.empty((len(q), k)), np.empty((len(q), k), dtype=np.int64)
     for lo in range(0, len(q), chunk):
         d = distance.cdist(q[lo : lo + chunk], b, "minkowski", p=p)  # (c, n)

@@ -1,4 +1,5 @@
-"""What a linkage job is, in one place: :class:`JobSpec`, its content id and how it is run.
+"""What a linkage job is, in one place: :class:`JobSpec`, its content id and its default pool
+(linkage.runner runs it).
 
 The in-process linker (app/vfl/linking.py) and the linkage service (linkage_server/jobs.py) both
 build a JobSpec, so that the same inputs give the same content id (and so, under an operator

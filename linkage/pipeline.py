@@ -2,7 +2,7 @@
 
 Array contracts (m primary records, n secondary records, d identifier dims, K neighbours):
   topk_*(query, base, k)                     -> dist (m, K) float64 ascending, idx (m, K) int64
-      euclidean: query (m, d) float, base (n, d) float
+      numbers:   query (m, d) float, base (n, d) float (euclidean, manhattan, chebyshev: Metric.p)
       strings:   query (m,) or (m, c) str, base (n,) or (n, c) str: STRING_METRICS, edit (raw
                  Levenshtein) and normalised distances in [0, 1] (linkage.scorers; c columns)
       hamming:   query (m, B) uint8, base (n, B) uint8     (packed bits; linkage.hamming)

@@ -36,6 +36,7 @@ from linkage.metrics import metric as metric_named
 from linkage.register_attacks import dictionary_attack, membership_attack
 
 MAX_TOKENS = 300  # tokens attacked per party: a seeded sample, so a report costs seconds
+LOCATION_DIMS = 3  # numeric identifiers of at most this many columns may be locations (coordinates)
 
 
 def theorem1_epsilon(link: PartyLink) -> float | None:
@@ -160,8 +161,14 @@ def party_report(
         "dictionary": {"exact": float((group[guess] == truth).mean())},
         "membership": {"exact": float((group[named] == truth).mean())},
     }
-    if metric_named(metric).coordinate_attacks(base):  # locations; the virtual row's truth (never attacked) clamped
+    how = metric_named(metric)
+    if how.coordinate_attacks(base):  # locations; the virtual row's truth (never attacked) clamped
         attacks |= coordinate_attacks(link, primary_ids, base[np.minimum(row_of_token, len(base) - 1)], only, pre)
+    elif how.kind == "numbers" and base.ndim == 2 and base.shape[1] <= LOCATION_DIMS:
+        entry["not_measured"] = (
+            f"location attacks (greedy, trilateration, centroid: Euclidean geometry) on {metric}'s "
+            f"{base.shape[1]}-dimensional identifiers, which may be locations"
+        )
     for v in attacks.values():  # the rate first (strongest, report_lines read it), then its sampling error
         v["ci95"] = rate_interval(next(iter(v.values())), len(only), population)
     entry["attacks"] = attacks
@@ -295,4 +302,6 @@ def report_lines(report: dict) -> list[str]:
             f"median {lc['median']:g} / p90 {lc['p90']:g} / max {lc['max']}; attacks on "
             f"{e['tokens_attacked']} of {e.get('tokens_attackable', e['tokens_attacked'])} records: {rates}"
         )
+        if e.get("not_measured"):
+            lines.append(f"    not measured: {e['not_measured']}")
     return lines

@@ -11,7 +11,7 @@ more than a chunk's results: the release reads them back chunk by chunk
 (linkage_server.release_files). With ``ray`` ("local", or a cluster's address) the unfinished
 chunks run as Ray tasks: the secondary's identifiers and their index are put in
 the object store once and shared by every task, at most 2 tasks per CPU are in flight, and a task whose
-worker dies is retried by Ray. The index, exact (the Euclidean k-d tree: linkage.search.searcher)
+worker dies is retried by Ray. The index, exact (a k-d tree in the metric's own order: linkage.search.searcher)
 or approximate (faiss's, or the q-gram one: linkage.approx), is built once, in this process,
 whether its chunks are searched here or on Ray. The chunks' search is the same function either way,
 so the results are byte-identical to the local path (tests/test_chunk_search.py).

@@ -160,10 +160,13 @@ def test_no_import_cycle():
     assert _cycles(_module_graph()) == []
 
 
-# What a linkage job is, is decided in one place: linkage/job.py (JobSpec). The run (app/) and the
-# service build a JobSpec and let it run; neither calls the pipeline's job entry points itself.
-JOB_ENTRY_POINTS = tuple(
-    f"linkage.pipeline.{f}" for f in ("link", "link_chain", "link_exact", "link_known", "job_id_of")
+# What a linkage job is, is decided in one place: linkage/job.py (JobSpec), and it runs one way:
+# linkage/runner.py. The run (app/) and the service build a JobSpec and give it to the runner
+# (run_job, run_topk); neither calls the job entry points below itself, wherever they live.
+JOB_ENTRY_POINTS = (
+    *(f"linkage.pipeline.{f}" for f in ("link", "link_chain", "link_exact", "link_known", "job_id_of")),
+    *(f"linkage.runner.{f}" for f in ("link_exact", "link_known")),
+    "linkage.job.job_id_of",
 )
 
 

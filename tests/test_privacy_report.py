@@ -195,3 +195,21 @@ def test_which_records_link_a_token_names_it_whatever_the_noise_on_the_similarit
     entry = report["parties"]["s"]
     assert entry["attacks"]["membership"]["exact"] == pytest.approx(named)  # every token attacked (150 < 300)
     assert entry["strongest"] == {"attack": "membership", "rate": pytest.approx(named)}
+
+
+@pytest.mark.parametrize("metric", ["manhattan", "chebyshev"])
+def test_locations_linked_by_another_geometry_are_reported_as_not_measured(metric):
+    """The location attacks (greedy, trilateration, centroid) assume Euclidean distances: on 2-D
+    identifiers linked by city-block or the largest difference they are not run, and the report
+    says so in its entry and its lines instead of leaving them out silently."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0, 10, (60, 2))
+    primary = base[rng.integers(0, 60, 200)] + rng.normal(0, 0.1, (200, 2))
+    res = link(primary, {"s": base}, k=3, tau=1.0, secret=b"x" * 32, metric=metric)
+    report = privacy_report(res, primary, {"s": base}, metric, max_tokens=40)
+    entry = report["parties"]["s"]
+    assert "aggregation" not in entry["attacks"] and "locations" in entry["not_measured"]  # trilateration
+    assert any("not measured: location attacks" in line for line in report_lines(report))
+    euclid = link(primary, {"s": base}, k=3, tau=1.0, secret=b"x" * 32)
+    plain = privacy_report(euclid, primary, {"s": base}, "euclidean", max_tokens=40)["parties"]["s"]
+    assert "aggregation" in plain["attacks"] and "not_measured" not in plain

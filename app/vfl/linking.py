@@ -72,8 +72,8 @@ def link_and_report(
     parties' identifiers as the service holds them (None: not asked for, or method 'combine',
     which links by the planted truth and releases no similarity). max_tokens: tokens attacked
     per party (0 = the report's default)."""
-    from linkage.job import JobSpec  # scipy (linkage.runner) on first run: not per message
-    from linkage.runner import run_job  # the same
+    from linkage.job import JobSpec  # the linkage library on first run: not per message
+    from linkage.runner import run_job  # scipy (the search) on first run: not per message
 
     with threadpool_limits(limits=1, user_api="blas"):  # see _load
         if cfg.training_method.links == "known":
