@@ -51,13 +51,23 @@ def primary_data(cfg: RunConfig) -> VFLDataset:
     return with_parties(ds, cfg.party_subset())
 
 
-@functools.lru_cache(maxsize=4)
-def _load_primary_view(data_dir: str, options: DatasetOptions) -> VFLDataset:
-    # cached as _load is (immutable data); one BLAS thread as there
+def _primary_view(data_dir: str, options: DatasetOptions, matches: dict | None = None) -> VFLDataset:
+    # one BLAS thread, as _load
     from datasets.csv_views import load_primary_view  # lazy: the loaders import pandas, as in _load
 
     with threadpool_limits(limits=1, user_api="blas"):
-        return load_primary_view(data_dir or None, options)
+        return load_primary_view(data_dir or None, options, matches)
+
+
+_load_primary_view = functools.lru_cache(maxsize=4)(_primary_view)  # cached as _load is (immutable data)
+
+
+def matched_primary_data(cfg: RunConfig, matches: dict) -> VFLDataset:
+    """The label holder's own file with its guests' rows from the parties' id exchange
+    (``matches``: app/entity_aug/id_exchange.py), loaded as :func:`primary_data` loads (not cached:
+    the matches are the exchange's)."""
+    ds = _primary_view(cfg.data.data_dir, dataset_options(cfg), matches)
+    return with_parties(ds, cfg.party_subset())
 
 
 def with_parties(ds: VFLDataset, subset: list[str]) -> VFLDataset:

@@ -154,15 +154,10 @@ def matched_data(cfg: RunConfig, matches: dict[str, np.ndarray], widths: dict[st
     """The run's EntityData from the label holder's own file and the exchange's matches: the
     entities, split and schedules ea_data draws from every party's file; each guest's block a
     read-only zero view of its width (its features stay on its node)."""
-    from threadpoolctl import threadpool_limits
-
-    from app.data import dataset_options, with_parties  # lazy: the loaders, as app.data's
-    from datasets.csv_views import load_primary_view  # lazy: pandas
+    from app.data import matched_primary_data  # lazy: the loaders, as app.data's
     from datasets.overlap import entity_data  # lazy: pandas
 
-    with threadpool_limits(limits=1, user_api="blas"):  # as app.data's loads
-        ds = load_primary_view(cfg.data.data_dir or None, dataset_options(cfg), matches)
-    ds = with_parties(ds, cfg.party_subset())
+    ds = matched_primary_data(cfg, matches)
     require_classification(ds.task, ds.name)
     return entity_data(ds, widths)
 
