@@ -130,3 +130,41 @@ def test_own_data_gets_its_neural_model_alone_on_the_same_split_and_leaves_no_ru
     assert neural["model"] == "neural (method solo)" and neural["test"] > 0 and neural["val"] > 0
     assert "primary alone, neural" in capsys.readouterr().out
     assert not (tmp_path / "runs" / "r" / "yardstick-solo").exists()
+
+
+def test_the_yardstick_boosts_on_a_bounded_thread_count_and_writes_only_under_the_run(tmp_path, monkeypatch):
+    """Its boosting ran on every core of a loaded machine and printed nothing for minutes: now on
+    one thread unless the run asked for more (run-config threads), and its only file is the run's
+    yardstick.json (the neural primary-alone's run folder is removed)."""
+    import contextlib
+
+    import threadpoolctl
+
+    from fedsim.cli import main
+    from tests.test_byo import write_parties
+
+    caps, seen, real_limits, real_score = [], [], threadpoolctl.threadpool_limits, ys.score
+
+    @contextlib.contextmanager
+    def watched(limits=None, user_api=None):  # the cap the yardstick sets, and whether boosting runs under it
+        with real_limits(limits=limits, user_api=user_api):
+            caps.append(limits)
+            yield
+            caps.pop()
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", watched)
+    monkeypatch.setattr(ys, "score", lambda *a, **k: seen.append(list(caps)) or real_score(*a, **k))
+    write_parties(tmp_path)
+
+    def train(name: str, *extra: str) -> int:
+        argv = ["train", "--dataset", "csv", "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "runs")]
+        argv += ["--run-name", name, "--recipe", "given", "--engine", "inprocess", "--epochs", "1", "-c", "k=4"]
+        return main([*argv, *extra])
+
+    assert train("r", "--no-yardstick") == 0 and not (tmp_path / "runs" / "r" / "yardstick.json").exists()
+    before = set(tmp_path.rglob("*"))
+    assert train("s") == 0  # the same run, with its yardstick
+    assert seen and all(cap == [1] for cap in seen), seen  # boosting alone and pooled: under a cap of one thread
+    outside = sorted(str(p) for p in set(tmp_path.rglob("*")) - before if not p.is_relative_to(tmp_path / "runs" / "s"))
+    assert not outside, outside
+    assert (tmp_path / "runs" / "s" / "yardstick.json").exists()
