@@ -1,5 +1,6 @@
 """Exact top-K search per kind of identifier (linkage.metrics): numbers by a k-d tree or chunked
-matrix products (blocks of the metric's Minkowski distance where it is not Euclidean), bits by the numba Hamming kernel (linkage/hamming.py), strings by the scorers
+matrix products (blocks of the metric's Minkowski distance where it is not Euclidean), bits by
+the numba Hamming kernel (linkage/hamming.py), strings by the scorers
 (linkage/scorers.py). The pipeline (linkage/pipeline.py) and the approximate search's recall check
 (linkage/approx.py) both use it, so it imports neither.
 
@@ -38,12 +39,19 @@ def topk_bruteforce(query: np.ndarray, base: np.ndarray, k: int, chunk: int = 0)
         d2 += (qc * qc).sum(1)[:, None]
         d2 += b_sq[None, :]
         np.maximum(d2, 0.0, out=d2)
-        part = np.argpartition(d2, k - 1, axis=1)[:, :k] if k < len(b) else np.tile(np.arange(len(b)), (len(qc), 1))
-        pd2 = np.take_along_axis(d2, part, axis=1)
-        order = np.argsort(pd2, axis=1, kind="stable")
-        idx_out[lo : lo + chunk] = np.take_along_axis(part, order, axis=1)
-        dist_out[lo : lo + chunk] = np.sqrt(np.take_along_axis(pd2, order, axis=1))
+        pd2, idx_out[lo : lo + chunk] = _k_smallest(d2, k)
+        dist_out[lo : lo + chunk] = np.sqrt(pd2)
     return dist_out, idx_out
+
+
+def _k_smallest(d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values (c, k), columns (c, k)) of each row's k smallest of a block d (c, n), ascending,
+    ties in column order (a stable sort of the k)."""
+    n = d.shape[1]
+    part = np.argpartition(d, k - 1, axis=1)[:, :k] if k < n else np.tile(np.arange(n), (len(d), 1))
+    pd = np.take_along_axis(d, part, axis=1)
+    order = np.argsort(pd, axis=1, kind="stable")
+    return np.take_along_axis(pd, order, axis=1), np.take_along_axis(part, order, axis=1)
 
 
 def topk_minkowski(query: np.ndarray, base: np.ndarray, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
@@ -54,11 +62,7 @@ def topk_minkowski(query: np.ndarray, base: np.ndarray, k: int, p: float) -> tup
     dist_out, idx_out = np.empty((len(q), k)), np.empty((len(q), k), dtype=np.int64)
     for lo in range(0, len(q), chunk):
         d = distance.cdist(q[lo : lo + chunk], b, "minkowski", p=p)  # (c, n)
-        part = np.argpartition(d, k - 1, axis=1)[:, :k] if k < len(b) else np.tile(np.arange(len(b)), (len(d), 1))
-        pd = np.take_along_axis(d, part, axis=1)
-        order = np.argsort(pd, axis=1, kind="stable")
-        idx_out[lo : lo + chunk] = np.take_along_axis(part, order, axis=1)
-        dist_out[lo : lo + chunk] = np.take_along_axis(pd, order, axis=1)
+        dist_out[lo : lo + chunk], idx_out[lo : lo + chunk] = _k_smallest(d, k)
     return dist_out, idx_out
 
 

@@ -3,6 +3,7 @@
     similarity(dist (m, P))                    -> raw sim (m, P) = -dist
     standardise(sims, m, rows)                 -> (mean, std) over the given rows' P similarities
     plan_party(party, chunks, m, n, Release, rng) -> PartyPlan: a party's statistics, sigma and tokens
+    plan_parties({party: chunks}, sizes, m, Release) -> {party: PartyPlan}, tokens drawn in name order
     PartyPlan.rows(dist (c, P), idx (c, P), secret, ids (c, ..)) -> tokens (c, K), sims (c, K) float32
     release(neighbours, sizes, Release, primary_ids) -> LinkageResult (every party's (m, P) arrays at once)
 
@@ -307,6 +308,14 @@ def plan_party(party: str, chunks: Chunks, m: int, size: int, job: Release, rng:
     )
 
 
+def plan_parties(found: dict[str, Chunks], sizes: dict[str, int], m: int, job: Release) -> dict[str, PartyPlan]:
+    """Every searched party's plan, in name order, their tokens drawn one after another from the
+    job's secret: the one order the in-memory and the chunked release (linkage_server.release_files)
+    share, so that both release the same tokens."""
+    rng = rng_from_secret(job.secret)
+    return {party: plan_party(party, found[party], m, sizes[party], job, rng) for party in sorted(found)}
+
+
 def in_memory(dist: np.ndarray, idx: np.ndarray) -> Chunks:
     """The chunks of a search held in memory: one."""
     return lambda: iter([(0, dist, idx)])
@@ -329,12 +338,11 @@ def release(
     """
     if not neighbours:
         raise LinkageError("a linkage job needs at least one secondary party")
-    rng = rng_from_secret(job.secret)
+    m = len(next(iter(neighbours.values()))[0])
+    plans = plan_parties({p: in_memory(*nb) for p, nb in neighbours.items()}, sizes, m, job)
     links, secondaries = {}, {}
-    for party in sorted(neighbours):  # the token draws in this order: a chunked release draws alike
-        dist, idx = neighbours[party]
-        plan = plan_party(party, in_memory(dist, idx), len(dist), sizes[party], job, rng)
-        links[party] = plan.link(*plan.rows(dist, idx, job.secret, primary_ids))
+    for party, plan in plans.items():
+        links[party] = plan.link(*plan.rows(*neighbours[party], job.secret, primary_ids))
         secondaries[party] = SecondaryLinkage(job.job_id, party, np.argsort(plan.token_of_row))
     primary = PrimaryLinkage(job.job_id, job.spec.k, job.spec.tau, links, job.spec.metric)
     return LinkageResult(primary, secondaries)

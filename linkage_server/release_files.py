@@ -29,7 +29,7 @@ from linkage.binding import bind_result
 from linkage.contracts import LinkageResult, PrimaryLinkage, SecondaryLinkage
 from linkage.privacy import MAX_TOKENS, attacked_tokens, failure_report
 from linkage.privacy import privacy_report as report
-from linkage.release import PartyPlan, Release, plan_party, rng_from_secret
+from linkage.release import PartyPlan, Release, plan_parties
 from linkage.runner import chain_to
 from linkage.store import NpyWriter, npy_chunks, primary_meta, secondary_bytes, write_npz
 from linkage_server.chunk_search import ChunkFiles
@@ -78,11 +78,8 @@ class FileRelease:
     ) -> tuple[LinkageResult, dict[str, tuple[Path, Path]]]:
         """Release every searched party (module docstring); returns the skeleton and, per party of
         the release, its (tokens, sims) files under ``scratch``."""
-        plans, files = {}, {}
-        rng = rng_from_secret(job.secret)  # the tokens drawn in the parties' name order, as in memory
-        for party in sorted(searched):
-            plans[party] = plan_party(party, searched[party], len(query), sizes[party], job, rng)
-            files[party] = _release_party(plans[party], searched[party], query, job.secret, self.scratch)
+        plans = plan_parties(searched, sizes, len(query), job)  # the tokens drawn as in memory
+        files = {p: _release_party(plan, searched[p], query, job.secret, self.scratch) for p, plan in plans.items()}
         skeleton = _skeleton(plans, job, query)
         source = {p: files[job.chain[0] if job.chain else p] for p in skeleton.primary.links}  # a chain: the anchor's
         members = {"meta": primary_meta(skeleton.primary)}
