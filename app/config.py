@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from app.config_groups import (
     FLAT,
@@ -36,8 +35,10 @@ from app.config_groups import (
 from app.config_keys import ConfigError, did_you_mean, parse_pairs, refuse_old_keys, typed
 from app.dataset_defaults import DATASET_DEFAULTS, DATASET_MISSING, DATASET_SCALES, Settings
 from datasets.options import PLE_BINS
-from strategies.vfl.gates import concrete_device
 from strategies.vfl.methods import REGISTRY, Method
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MODES", "ConfigError", "RunConfig", "Settings", "DATASET_DEFAULTS", "parse_pairs"]
 
@@ -295,6 +296,10 @@ class RunConfig:
         return self.exchange.exchange_privacy or self.link.privacy
 
     def torch_device(self) -> torch.device:
+        import torch  # lazy: a ClientApp process answering a handshake reads its config and needs no torch (~1.2 s)
+
+        from strategies.vfl.gates import concrete_device  # lazy: torch's, as torch
+
         if self.runtime.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("run-config device='cuda' but no CUDA device is available")
         if self.runtime.device == "cpu" or not torch.cuda.is_available():
@@ -302,6 +307,8 @@ class RunConfig:
         return concrete_device(torch.device("cuda"))
 
     def torch_dtype(self) -> torch.dtype:
+        import torch  # lazy: as torch_device
+
         return torch.float64 if self.runtime.dtype == "float64" else torch.float32
 
     def party_subset(self) -> list[str]:

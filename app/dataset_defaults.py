@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strategies.vfl.model import ModelConfig
+from strategies.vfl.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,6 @@ import math
 from typing import Iterable
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import erf
 
 from linkage.contracts import LinkageError, identifier_bytes
 
@@ -28,7 +26,7 @@ def sigma_from_tau(tau: float, raw_std: float, radius: float = 0.5) -> float:
     if tau == 1.0:
         return 0.0
     raw_std = raw_std / (2.0 * radius)
-    floor = float(erf(1.0 / (2.0 * math.sqrt(2.0) * raw_std)))
+    floor = float(math.erf(1.0 / (2.0 * math.sqrt(2.0) * raw_std)))
     if tau <= floor:
         raise LinkageError(
             f"tau={tau} is unreachable: with raw similarity std {raw_std * 2.0 * radius:.4g} and privacy radius "
@@ -38,7 +36,9 @@ def sigma_from_tau(tau: float, raw_std: float, radius: float = 0.5) -> float:
 
     def gap(log_sigma: float) -> float:
         s = math.exp(log_sigma)
-        return float(erf(math.sqrt(s * s + 1.0) / (2.0 * math.sqrt(2.0) * s * raw_std))) - tau
+        return float(math.erf(math.sqrt(s * s + 1.0) / (2.0 * math.sqrt(2.0) * s * raw_std))) - tau
+
+    from scipy.optimize import brentq  # lazy: scipy.optimize costs every process that imports the release ~0.25 s
 
     # gap decreases in sigma; bracket in log space
     return math.exp(brentq(gap, math.log(1e-12), math.log(1e12), xtol=1e-12))

@@ -31,3 +31,22 @@ def test_the_clientapp_imports_no_data_stack_until_it_loads_data():
     )
     assert before == []
     assert after == ["pandas", "scipy", "sklearn"]  # the lazy imports are still there when needed
+
+
+def test_the_clientapp_answers_a_handshake_without_torch_and_loads_it_for_a_step():
+    """A deployed training run's only Flower message to a secondary on the direct transport is its
+    handshake (`query.direct_open`), and predict's first is `query.predict_hello`: their process
+    imports no torch (~1.2 s of CPU a message); a handler that needs the model still gets it."""
+    code = (
+        "import sys\nfrom flwr.app import Context, Message, RecordDict, ConfigRecord\n"
+        "from flwr.supercore.task_identity import TaskIdentity\n"
+        "TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 0, 1  # as a ClientApp process's\n"
+        "import app.client_app\nfrom app.vfl import handshake\n"
+        "ctx = Context(run_id=1, node_id=1, node_config={'party': 'shops'}, state=RecordDict(), run_config={})\n"
+        "msg = Message(RecordDict({'predict_hello': ConfigRecord({'job_id': 'j1'})}), dst_node_id=1, message_type='query.predict_hello')\n"
+        "reply = handshake.predict_hello(msg, ctx)\n"
+        "print(reply.content.config_records['predict_hello']['party'], 'torch' in sys.modules)\n"
+        "from app.vfl import client\nprint('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["shops", "False", "True"], out.stdout + out.stderr[-3000:]

@@ -5,11 +5,12 @@ The secondary's model, optimiser state and the ids of its last activation live i
 ``context.state`` between messages; registered in app/client_app.py as
 ``query.ea_hello``, ``train.ea_step``, ``query.ea_embed``, ``query.ea_keep`` (the state of a best
 epoch into the secondary's own model folder) and ``query.ea_finish``; predict over Flower:
-``query.ea_predict_hello`` and ``query.ea_embed_kept`` (embeddings from the kept state).
+``query.ea_embed_kept`` (embeddings from the kept state). The messages that need no model
+(``query.ea_direct_open``, ``query.ea_predict_hello``) are app/entity_aug/handshake.py's.
 
 The training handlers are content handlers made ClientApp handlers by app.messages.flower; the
 direct transport's party worker (app/party_worker.py) answers the same ones (:data:`DIRECT`)
-over its own link, with the party in memory; ``query.ea_direct_open`` starts it.
+over its own link, with the party in memory.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from app import messages, node, party_worker
+from app import messages, node
 from app.config import RunConfig
 from app.entity_aug import id_exchange
+from app.entity_aug.handshake import secondary_name
 from app.entity_aug.parties import (
     PartyInputs,
     act_content,
@@ -29,7 +31,6 @@ from app.entity_aug.parties import (
     read_kept_request,
     read_request,
     reply_content,
-    simulation_secondary,
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
@@ -37,14 +38,6 @@ from files.private import private_dir
 from strategies.entity_aug.model import BatchSchedule
 from strategies.entity_aug.secondary import SecondaryParty
 from strategies.torch_threads import torch_threads
-
-
-def secondary_name(cfg: RunConfig, context: Context) -> str:
-    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th secondary."""
-    if "party" in context.node_config:
-        return str(context.node_config["party"])
-    names = id_exchange.exchanged_secondaries(cfg)  # parties.toml (read once), not the others' files
-    return simulation_secondary(cfg, int(context.node_config["partition-id"]), names)
 
 
 def restore(cfg: RunConfig, context: Context) -> SecondaryParty:
@@ -199,17 +192,6 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     return RecordDict()
 
 
-def direct_open(msg: Message, context: Context) -> Message:
-    """The direct transport's handshake: start this node's party worker (app/party_worker.py)
-    with the run key the primary drew for it; the reply names the party (this node's own config)
-    and the address the worker listens at. The worker builds the party on the link's hello."""
-    cfg = node_run_config(context)
-    key = messages.read_named(msg.content, "ea_direct_open", "query.ea_direct_open", names=("key",))["key"]
-    address = party_worker.spawn(context, key, cfg.runtime.node_timeout, "app.entity_aug.client")
-    reply = ConfigRecord({"party": secondary_name(cfg, context), "address": address})
-    return Message(RecordDict({"ea_direct_open": reply}), reply_to=msg)
-
-
 ids, hello, step, embed, finish, keep = map(messages.flower, (_ids, _hello, _step, _embed, _finish, _keep))
 
 # what the party worker answers over the direct link: the same handlers, its own context
@@ -221,15 +203,6 @@ DIRECT = {
     "query.ea_keep": _keep,
     "query.ea_finish": _finish,
 }
-
-
-def predict_hello(msg: Message, context: Context) -> Message:
-    """Predict's handshake: which secondary this node plays (its kept state is read per request)."""
-    cfg = node_run_config(context)
-    messages.expect_fields(msg.content.config_records["ea_predict_hello"], set(), "query.ea_predict_hello")
-    return Message(
-        RecordDict({"ea_predict_hello": ConfigRecord({"party": secondary_name(cfg, context)})}), reply_to=msg
-    )
 
 
 def embed_kept(msg: Message, context: Context) -> Message:

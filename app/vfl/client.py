@@ -1,31 +1,25 @@
 """ClientApp side of FedSim (``mode = "vfl"``): a secondary's handlers, one per protocol step,
 registered in app/client_app.py as ``query.hello``, ``train.step``, ``query.keep``,
-``query.finish``, ``query.restore`` and ``query.ping``; and for predict with the kept federation
-``query.predict_hello`` and ``query.embed_kept``. The party lives in ``context.state`` between
-messages (app/vfl/secondary.py).
+``query.finish`` and ``query.restore``; and for predict with the kept federation
+``query.embed_kept``. The party lives in ``context.state`` between messages
+(app/vfl/secondary.py). The messages that need no model (``query.direct_open``,
+``query.predict_hello``, ``query.ping``) are app/vfl/handshake.py's.
 
 The training steps are content handlers, (RecordDict, Context) -> RecordDict, made ClientApp
 handlers by :func:`app.messages.flower`; the direct transport's party worker (app/party_worker.py) answers the
-same ones (:data:`DIRECT`) over its own link, ``query.direct_open`` starts it."""
+same ones (:data:`DIRECT`) over its own link."""
 
 from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from app import messages, node, threads
-from app import party_worker as worker
 from app.config import RunConfig
 from app.node import node_run_config
-from app.vfl.parties import simulation_party
+from app.vfl import handshake
+from app.vfl.handshake import party_name
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from strategies.optim import party_seed
-
-
-def party_name(cfg: RunConfig, context: Context) -> str:
-    """Deployment: --node-config 'party="..."'; simulation: the partition-id-th secondary."""
-    if "party" in context.node_config:
-        return str(context.node_config["party"])
-    return simulation_party(cfg, int(context.node_config["partition-id"]))
 
 
 def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> None:
@@ -53,18 +47,6 @@ def _hello(content: RecordDict, context: Context) -> RecordDict:
     party_threads(cfg, context, party)
     party.persist(context)
     return RecordDict({"hello": ConfigRecord({"party": name, "rows": int(party.x.shape[0])})})
-
-
-def direct_open(msg: Message, context: Context) -> Message:
-    """The direct transport's handshake: start this node's party worker with the run key the
-    primary drew for it (app/party_worker.py); the reply names the party (this node's own config)
-    and the address the worker listens at. The worker loads the party's data on the link's hello."""
-    cfg = node_run_config(context)
-    key = messages.read_named(msg.content, "direct_open", "query.direct_open", names=("key",))["key"]
-    address = worker.spawn(context, key, cfg.runtime.node_timeout)
-    return Message(
-        RecordDict({"direct_open": ConfigRecord({"party": party_name(cfg, context), "address": address})}), reply_to=msg
-    )
 
 
 class _NodeFolders:
@@ -111,13 +93,6 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     return RecordDict()
 
 
-def predict_hello(msg: Message, context: Context) -> Message:
-    """Predict's handshake: which party this node plays (its model is read per request)."""
-    cfg = node_run_config(context)
-    messages.read_named(msg.content, "predict_hello", "query.predict_hello", names=("job_id",))
-    return Message(RecordDict({"predict_hello": ConfigRecord({"party": party_name(cfg, context)})}), reply_to=msg)
-
-
 def embed_kept(msg: Message, context: Context) -> Message:
     """Predict: the tokens' embeddings from this party's kept model of the run, resolved with
     the token -> row map of the run's linkage job in its own linkage folder."""
@@ -159,11 +134,7 @@ def _restore(content: RecordDict, context: Context) -> RecordDict:
     return RecordDict({"state": ConfigRecord({"digest": digest, "applied": party.applied})})
 
 
-def _ping(content: RecordDict, context: Context) -> RecordDict:
-    return RecordDict()
-
-
-hello, step, keep, finish, restore, ping = map(messages.flower, (_hello, _step, _keep, _finish, _restore, _ping))
+hello, step, keep, finish, restore = map(messages.flower, (_hello, _step, _keep, _finish, _restore))
 
 # what the party worker answers over the direct link: the same handlers, its own context
 DIRECT = {
@@ -172,5 +143,5 @@ DIRECT = {
     "query.keep": _keep,
     "query.finish": _finish,
     "query.restore": _restore,
-    "query.ping": _ping,
+    "query.ping": handshake.pong,
 }

@@ -18,12 +18,16 @@ only arrays that crossed a process boundary (Flower messages, the direct transpo
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from strategies.wire_checks import NonFiniteValues, PeerValueError  # noqa: F401 - re-exported: the refusals
+
+if TYPE_CHECKING:
+    import torch
 
 EXCHANGE_BOUND = 1e6  # the largest |value| accepted in an exchanged embedding or gradient (module docstring)
 
@@ -51,13 +55,16 @@ class Expect:
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    import torch  # lazy: a torch dtype was given, so torch is loaded; the wire's readers need none (handshakes)
+
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
 def check_block(values, expect: Expect):
     """``values`` if it is a numpy array of exactly ``expect``'s shape and dtype whose values are
     finite and within the bound; a torch tensor (an in-process channel's) is returned as it is."""
-    if isinstance(values, torch.Tensor):
+    torch = sys.modules.get("torch")  # not imported: ``values`` cannot be a tensor
+    if torch is not None and isinstance(values, torch.Tensor):
         return values
     if not isinstance(values, np.ndarray):
         raise expect.refuse(f"expected an array, got {type(values).__name__}")

@@ -19,14 +19,7 @@ from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
 from strategies.vfl.defences import GradientDefence, SentGradients
 from strategies.vfl.model import SimilarityModel
-
-
-@dataclass(frozen=True)
-class GradBlock:
-    """The gradient of one step's loss w.r.t. the embeddings of exactly these tokens."""
-
-    tokens: np.ndarray  # (U,) int64
-    grad: np.ndarray | torch.Tensor  # (U, c) float: a device tensor from the step, a host array off a transport
+from strategies.vfl.wire import GradBlock  # noqa: F401 - re-exported: the step's gradient block
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from strategies.vfl.fedsim import GradBlock
 from strategies.wire_checks import ProtocolError, expect_fields, plain_name, require_finite
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class GradBlock:
+    """The gradient of one step's loss w.r.t. the embeddings of exactly these tokens."""
+
+    tokens: np.ndarray  # (U,) int64
+    grad: np.ndarray | torch.Tensor  # (U, c) float: a device tensor from the step, a host array off a transport
 
 
 @dataclass(frozen=True)
