@@ -82,15 +82,23 @@ def stop_superlink(port: int, timeout: float = 10.0) -> int:
             os.killpg(sid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(p[0] in victims for p in _processes()):
-        time.sleep(0.2)
+    _wait_gone(victims, timeout)
     for pid in victims:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    # a killed process is listed until the kernel has torn it down, which on a loaded machine took
+    # seconds (a test found the SuperLink still listed once this returned): the caller is told
+    # "stopped" only once nothing it started is left (or ``timeout`` more seconds have passed)
+    _wait_gone(victims, timeout)
     return len(victims)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p[0] in pids and "<defunct>" not in p[3] for p in _processes()):
+        time.sleep(0.2)
 
 
 STARTUP_S = 300.0  # Flower waits 15 s for the local SuperLink it starts: a loaded 2-core machine took longer

@@ -105,9 +105,9 @@ def test_a_killed_flower_run_resumes_from_its_checkpoint_with_the_same_metrics(t
     while not manifest.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert manifest.exists(), "no checkpoint was written"
-    stop_superlink(port)  # kills the run mid-training
-    proc.kill()
+    proc.kill()  # `flwr run` first: nothing of it is left to start a SuperLink again
     proc.communicate()
+    stop_superlink(port)  # kills the run mid-training
     assert processes_mentioning(str(tmp_path / "home-killed")) == []
     rows = (tmp_path / "out" / "killed" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) < 20  # it really was interrupted
