@@ -9,6 +9,7 @@ app/entity_aug/handshake.py) need no model and no torch; the others load their m
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
@@ -27,24 +28,34 @@ def private_files(msg: Message, context: Context, call_next) -> Message:
     return call_next(msg, context)
 
 
-def _vfl(name: str) -> Handler:
+def _vfl_client() -> ModuleType:
+    from app.vfl import client  # lazy: torch and the party's model (~1.2 s a process), for these messages only
+
+    return client
+
+
+def _ea_client() -> ModuleType:
+    from app.entity_aug import client  # lazy: as _vfl_client's
+
+    return client
+
+
+def on_first_message(load: Callable[[], ModuleType], name: str) -> Handler:
+    """The handler ``name`` of the module ``load`` imports, imported when a message needs it."""
+
     def on_message(msg: Message, context: Context) -> Message:
-        from app.vfl import client  # lazy: torch and the party's model (~1.2 s a process), for these messages only
+        return getattr(load(), name)(msg, context)
 
-        return getattr(client, name)(msg, context)
-
-    on_message.__name__ = on_message.__qualname__ = f"vfl_{name}"
+    on_message.__name__ = on_message.__qualname__ = name
     return on_message
+
+
+def _vfl(name: str) -> Handler:
+    return on_first_message(_vfl_client, name)
 
 
 def _ea(name: str) -> Handler:
-    def on_message(msg: Message, context: Context) -> Message:
-        from app.entity_aug import client  # lazy: as _vfl's
-
-        return getattr(client, name)(msg, context)
-
-    on_message.__name__ = on_message.__qualname__ = f"ea_{name}"
-    return on_message
+    return on_first_message(_ea_client, name)
 
 
 app = ClientApp(mods=[private_files])
