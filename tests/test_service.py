@@ -253,7 +253,11 @@ def test_waiting_on_a_killed_service_fails_clearly_within_the_timeout(tmp_path):
         keys = create_job(url, ADMIN, "p", ["s"])
         job = keys["job"]
         prim = LinkageClient(url, job, "p", keys["secrets"]["p"])
+    import socket
+
+    held = socket.socket()  # the port held, not listening: another worker's service cannot take it
+    held.bind(("127.0.0.1", port))  # (one did, once, and answered "unknown job")
     t0 = time.monotonic()  # the service process has been stopped here
-    with pytest.raises(ServiceError, match=f"linkage service at .* unreachable while waiting for job {job}"):
+    with held, pytest.raises(ServiceError, match=f"linkage service at .* unreachable while waiting for job {job}"):
         prim.wait(timeout=2.0)
     assert time.monotonic() - t0 < 10
