@@ -21,8 +21,9 @@ import torch
 
 from bench.step_profile import _pieces
 from experiments.runner import parse_overrides
-from strategies.vfl.fedsim import FedSimStrategy, GradBlock, Step
+from strategies.vfl.fedsim import FedSimStrategy, Step
 from strategies.vfl.protocol import train_epoch
+from strategies.vfl.wire import GradBlock
 
 
 class PaddedStrategy(FedSimStrategy):

@@ -12,8 +12,8 @@ from app.vfl.inprocess import _local_parties, _setup
 from app.vfl.parties import build_strategy
 from app.vfl.secondary import MisalignedStep
 from strategies.vfl.channel import LocalChannel
-from strategies.vfl.fedsim import GradBlock
 from strategies.vfl.protocol import Hooks, fit
+from strategies.vfl.wire import GradBlock
 
 CFG = dict(dataset="hdb", n_rows=1200, k=10, batch_size=64, epochs=3, steps_per_exchange=1)  # CNN merge + dropout
 

@@ -340,7 +340,7 @@ def _observe_classes(noise: float, seed: int = 0) -> dict:
     record (K = 1) of one of 3 classes, whose gradient row is its class's direction (random
     scale, sign kept) plus Gaussian noise of sd ``noise`` per entry, 64 records a step, 60 steps."""
     from strategies.vfl.exchange_observer import ExchangeObserver
-    from strategies.vfl.fedsim import GradBlock
+    from strategies.vfl.wire import GradBlock
 
     rng = np.random.default_rng(seed)
     n, c, labels = 300, 8, rng.integers(0, 3, 300)

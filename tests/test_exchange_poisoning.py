@@ -16,8 +16,8 @@ from app.vfl.inprocess import _local_parties, _setup
 from app.vfl.parties import build_strategy
 from bench.poisoning import CFG, Tampered, _set
 from strategies.vfl.exchange_checks import EXCHANGE_BOUND, PeerValueError
-from strategies.vfl.fedsim import GradBlock
 from strategies.vfl.protocol import fit
+from strategies.vfl.wire import GradBlock
 
 
 def _run(tmp_path, tamper, after=0):

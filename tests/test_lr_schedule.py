@@ -21,8 +21,7 @@ from app.vfl.secondary import SecondaryParty
 from strategies.heads import TaskHead
 from strategies.records import lr_scale
 from strategies.vfl import protocol
-from strategies.vfl.fedsim import GradBlock
-from strategies.vfl.wire import StepRequest, step_digest
+from strategies.vfl.wire import GradBlock, StepRequest, step_digest
 from tests.test_early_stopping import Script, recs
 from tests.test_secondary_security import introduce, refused, simulated, weights
 from tests.test_secondary_security import job as job  # a module fixture: the linkage job its parties hold

@@ -23,7 +23,7 @@ from app.vfl import client as client_app
 from app.vfl.channel import FlowerChannel
 from app.vfl.linking import linkage_job
 from app.vfl.secondary import MisalignedStep, SecondaryParty
-from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.wire import GradBlock
 
 RUN = {"dataset": "hdb", "n-rows": 600, "k": 10}
 

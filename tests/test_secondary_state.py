@@ -8,7 +8,7 @@ from app.config import RunConfig
 from app.data import load_data
 from app.vfl.linking import linkage_job
 from app.vfl.secondary import SecondaryParty
-from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.wire import GradBlock
 
 
 def test_state_round_trip_continues_training_exactly(tmp_path):

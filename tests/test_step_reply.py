@@ -14,9 +14,8 @@ import torch
 from app import messages
 from app.vfl.channel import FlowerChannel
 from strategies.vfl.exchange_checks import PeerValueError
-from strategies.vfl.fedsim import GradBlock
 from strategies.vfl.protocol import checked
-from strategies.vfl.wire import StepReply
+from strategies.vfl.wire import GradBlock, StepReply
 
 
 def test_the_reply_codec_round_trips_what_a_step_answers():

@@ -12,7 +12,7 @@ from flwr.serverapp import Grid
 
 from app import messages
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
-from strategies.vfl.fedsim import GradBlock
+from strategies.vfl.wire import GradBlock
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from app import messages, node, threads
 from app.config import RunConfig
 from app.node import node_run_config
 from app.vfl import handshake
-from app.vfl.handshake import party_name
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from strategies.optim import party_seed
 
@@ -35,7 +34,7 @@ def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> No
 def _hello(content: RecordDict, context: Context) -> RecordDict:
     """The primary names its linkage job; the party reads its own copy of it (app/node.py)."""
     cfg = node_run_config(context)
-    name = party_name(cfg, context)
+    name = handshake.party_name(cfg, context)
     job_id = messages.read_named(content, "hello", "query.hello", names=("job_id",))["job_id"]
     folder = node.linkage_dir(cfg, context, job_id)
     party = SecondaryParty(cfg, name, str(folder), str(context.node_config.get("cache-dir", "")))
@@ -97,7 +96,7 @@ def embed_kept(msg: Message, context: Context) -> Message:
     """Predict: the tokens' embeddings from this party's kept model of the run, resolved with
     the token -> row map of the run's linkage job in its own linkage folder."""
     cfg = node_run_config(context)
-    name = party_name(cfg, context)
+    name = handshake.party_name(cfg, context)
     run, job_id, tokens = messages.read_kept_embed(msg.content)
     party = SecondaryParty.from_kept(
         node.model_dir(cfg, context, run, name),

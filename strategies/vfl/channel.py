@@ -16,8 +16,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from strategies.vfl.fedsim import GradBlock
-from strategies.vfl.wire import StepReply, StepRequest
+from strategies.vfl.wire import GradBlock, StepReply, StepRequest
 
 
 def host(values: np.ndarray | torch.Tensor) -> np.ndarray:

@@ -19,7 +19,7 @@ from strategies.heads import TaskHead
 from strategies.optim import make_optimizer, set_lr
 from strategies.vfl.defences import GradientDefence, SentGradients
 from strategies.vfl.model import SimilarityModel
-from strategies.vfl.wire import GradBlock  # noqa: F401 - re-exported: the step's gradient block
+from strategies.vfl.wire import GradBlock
 
 
 @dataclass(frozen=True)

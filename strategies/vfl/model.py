@@ -16,7 +16,7 @@ from strategies.vfl.gates import (
     sort_by_similarity,
     weighted_average,
 )
-from strategies.vfl.model_config import Merge, ModelConfig  # noqa: F401 - re-exported: the model's switches
+from strategies.vfl.model_config import ModelConfig
 from strategies.vfl.party_keys import party_key
 
 

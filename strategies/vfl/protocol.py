@@ -33,7 +33,8 @@ from strategies.records import EpochRecord, Progress, early_stop, lr_scale
 from strategies.schedule import epoch_batches, windows
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block, check_losses
-from strategies.vfl.fedsim import FedSimStrategy, GradBlock, distinct
+from strategies.vfl.fedsim import FedSimStrategy, distinct
+from strategies.vfl.wire import GradBlock
 
 ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank record averages over (one forward)
 
