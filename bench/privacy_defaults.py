@@ -35,7 +35,8 @@ from linkage.protection import spacing
 from linkage.store import read_primary, read_secondary
 from linkage_server.floors import Floors
 from linkage_server.jobs import JobError, JobParams, JobStore
-from linkage_server.queries import Queries, QueryLimits
+from linkage_server.limits import QueryLimits
+from linkage_server.queries import Queries
 from linkage_server.uploads import to_npy
 
 DATASETS = {  # name -> run-config values that load it

@@ -61,8 +61,7 @@ from linkage_server.cli_party import (
 )
 from linkage_server.connections import ConnectionLimits, guarded_h11
 from linkage_server.floors import Floors
-from linkage_server.limits import Limits
-from linkage_server.queries import QueryLimits
+from linkage_server.limits import Limits, QueryLimits
 from linkage_server.uploads import UploadError
 
 __all__ = ["main", "parser", "read_identifiers"]

@@ -31,6 +31,19 @@ QUERY_MAX_CELLS = 10_000_000  # records x max(K, pool) x secondaries per query (
 
 
 @dataclass(frozen=True)
+class QueryLimits:
+    budget: int = 1_000_000  # cells (records x K x secondaries) per job, over all its queries; 0 = no queries
+    max_records: int = 100_000  # records per query
+    max_cells: int = QUERY_MAX_CELLS  # records x max(K, pool) x secondaries per query (serve --query-max-cells)
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.max_records < 1:
+            raise ValueError(
+                f"the query budget must be >= 0 and the records per query >= 1; got {self.budget}, {self.max_records}"
+            )
+
+
+@dataclass(frozen=True)
 class Limits:
     max_k: int = 1000  # K per job (the candidate pool: at most POOL_PER_K times this)
     max_cells: int = 500_000_000  # primary records x candidates (max(K, pool)) x secondaries, per job

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +44,7 @@ from linkage.query import query
 from linkage.store import primary_bytes, read_primary, read_secondary
 from linkage_server.job_run import JobRunner
 from linkage_server.jobs import SECRET, TRAIN_ROWS
-from linkage_server.limits import QUERY_MAX_CELLS
+from linkage_server.limits import QueryLimits
 from linkage_server.link_counts import links_per_row
 from linkage_server.params import FINGERPRINT_HEADER, JobError, JobParams
 from linkage_server.uploads import UploadError, kind_of, parse_npy, to_npy, validate
@@ -61,19 +60,6 @@ def fingerprint_of(value: str | None) -> str | None:
     if not FINGERPRINT.fullmatch(value):
         raise JobError(422, f"the {FINGERPRINT_HEADER} header must be 64 lowercase hex digits (an HMAC-SHA256)")
     return value
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    budget: int = 1_000_000  # cells (records x K x secondaries) per job, over all its queries; 0 = no queries
-    max_records: int = 100_000  # records per query
-    max_cells: int = QUERY_MAX_CELLS  # records x max(K, pool) x secondaries per query (serve --query-max-cells)
-
-    def __post_init__(self) -> None:
-        if self.budget < 0 or self.max_records < 1:
-            raise ValueError(
-                f"the query budget must be >= 0 and the records per query >= 1; got {self.budget}, {self.max_records}"
-            )
 
 
 class Queries:

@@ -44,9 +44,9 @@ from starlette.concurrency import run_in_threadpool
 
 from linkage_server.floors import Floors
 from linkage_server.jobs import JobError, JobParams, JobStore, Worker
-from linkage_server.limits import BodySlots, Limits
+from linkage_server.limits import BodySlots, Limits, QueryLimits
 from linkage_server.params import FINGERPRINT_HEADER
-from linkage_server.queries import Queries, QueryLimits, fingerprint_of
+from linkage_server.queries import Queries, fingerprint_of
 from linkage_server.ratelimit import AuthLimiter, RateLimited
 from linkage_server.requestlog import event, refused
 from linkage_server.uploads import UploadError

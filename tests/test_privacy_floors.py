@@ -15,7 +15,8 @@ from bench.privacy_defaults import trilaterate
 from linkage.protection import Floor, resolve, spacing, strictest
 from linkage_server.floors import Floors, parse_floor
 from linkage_server.jobs import JobError, JobParams, JobStore
-from linkage_server.queries import Queries, QueryLimits
+from linkage_server.limits import QueryLimits
+from linkage_server.queries import Queries
 from linkage_server.uploads import to_npy
 
 RNG = np.random.default_rng(7)

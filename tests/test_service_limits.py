@@ -23,9 +23,9 @@ from linkage.store import read_primary, read_secondary
 from linkage_server import job_run
 from linkage_server.floors import Floors
 from linkage_server.jobs import JobParams, JobStore
-from linkage_server.limits import Limits
+from linkage_server.limits import Limits, QueryLimits
 from linkage_server.local import free_port, local_service
-from linkage_server.queries import Queries, QueryLimits
+from linkage_server.queries import Queries
 from linkage_server.service import ServiceOptions, create_app
 from linkage_server.uploads import to_npy
 
