@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -122,26 +123,42 @@ def averaging_attack(
     return errors, answered
 
 
-def row(name: str, level: str, store: JobStore, job: str, ds, metric: str, args, rng) -> str:
-    meta = store.meta(job)
-    cells = []
+def measured(name: str, level: str, store: JobStore, job: str, ds, metric: str, args, rng) -> list[dict]:
+    """Per secondary of the job: its protection, the release attacks' success (% of the sampled
+    tokens) and, on coordinates, the query-averaging attack's median error in radii."""
+    meta, out = store.meta(job), []
     for party, entry in sorted(meta["privacy"]["parties"].items()):
         got = meta["protection"]["parties"][party]
-        got = {**got, "radius": entry["radius"]}  # the radius the attacks counted within
         attacks = {a: 100 * next(iter(v.values())) for a, v in entry["attacks"].items()}
-        avg = "n/a"
+        cell = {"data": name, "level": level, "secondary": party, "spacing": got["spacing"], "radius": entry["radius"]}
+        cell |= {"noise_per_distance": entry["noise_per_distance"], "attacks_pct": attacks, "seed": args.seed}
         if metric == "euclidean" and np.asarray(ds.secondaries[party].identifiers).shape[1] <= 3:
             errors, answered = averaging_attack(store, job, ds, party, args.targets, rng)
-            radius = got["radius"]
-            avg = f"{np.median(errors) / radius:.2f} radii ({answered} queries)"
-        cells.append(
-            f"| {name} | {level} | {party} | {got['spacing'] or '-':.4} | {entry['noise_per_distance']:.4g} | "
-            f"{got['radius']:.4g} | {attacks.get('dictionary', float('nan')):.1f} % | "
-            f"{attacks.get('membership', float('nan')):.1f} % | "
-            f"{attacks.get('greedy', float('nan')):.1f} % | {attacks.get('aggregation', float('nan')):.1f} % | "
-            f"{attacks.get('centroid', float('nan')):.1f} % | {avg} |"
-        )
-    return "\n".join(cells)
+            cell |= {"averaging_radii": float(np.median(errors) / entry["radius"]), "queries_answered": answered}
+        out.append(cell)
+    return out
+
+
+def line(c: dict) -> str:
+    """One table row of :func:`measured`'s cell."""
+    a = c["attacks_pct"]
+    avg = f"{c['averaging_radii']:.2f} radii ({c['queries_answered']} queries)" if "averaging_radii" in c else "n/a"
+    pct = [f"{a.get(k, float('nan')):.1f} %" for k in ("dictionary", "membership", "greedy", "aggregation", "centroid")]
+    spacing = f"{c['spacing']:.4}" if c["spacing"] else "-"
+    return " | ".join(
+        [
+            "",
+            c["data"],
+            c["level"],
+            c["secondary"],
+            spacing,
+            f"{c['noise_per_distance']:.4g}",
+            f"{c['radius']:.4g}",
+            *pct,
+            avg,
+            "",
+        ]
+    ).strip()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     ap.add_argument("--targets", type=int, default=12, help="records the averaging attack goes after")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="also append each row as JSON here (bench.privacy_frontier reads it)")
     args = ap.parse_args(argv)
     print(
         "| data | level | secondary | spacing | noise on a distance | radius | register named: similarities | "
@@ -161,7 +179,11 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
                 store, job, ds, metric = linked(Path(tmp), DATASETS[name], level, args.seed)
-                print(row(name, level, store, job, ds, metric, args, np.random.default_rng(args.seed)), flush=True)
+                cells = measured(name, level, store, job, ds, metric, args, np.random.default_rng(args.seed))
+            print("\n".join(map(line, cells)), flush=True)
+            if args.out:
+                with args.out.open("a") as f:
+                    f.writelines(json.dumps(c) + "\n" for c in cells)
             print(f"<!-- {name} {level}: {time.perf_counter() - t0:.0f} s -->", flush=True)
 
 

@@ -158,6 +158,9 @@ def _fmt(values) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", required=True)
+    ap.add_argument(
+        "--name", default="", help="the rows' data set name (e.g. housing for --dataset csv); default --dataset"
+    )
     ap.add_argument("--k", type=int, default=0, help="0 = the dataset's")
     ap.add_argument("--defences", default="none,grad,label,embedding")
     ap.add_argument("--seeds", default="0,1,2,3,4")
@@ -172,11 +175,11 @@ def main(argv: list[str] | None = None) -> None:
         seeds = list(map(int, args.seeds.split(",")))
         print(f"{args.dataset} K={args.k or 'default'}: completion on raw features {baseline(values, seeds)}")
         return
-    out = Path(args.out)
+    out, name = Path(args.out), args.name or args.dataset
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     for defence in args.defences.split(","):
         for seed in map(int, args.seeds.split(",")):
-            key = dict(dataset=args.dataset, k=args.k, defence=defence, seed=seed, n_rows=args.n_rows)
+            key = dict(dataset=name, k=args.k, defence=defence, seed=seed, n_rows=args.n_rows)
             if any(all(r.get(f) == v for f, v in key.items()) for r in rows):
                 continue
             values = {"dataset": args.dataset, "k": args.k, "n-rows": args.n_rows, "epochs": args.epochs}
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
             with out.open("a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
             print(json.dumps(rows[-1]), flush=True)
-    print("\n".join(rows_table([r for r in rows if r["dataset"] == args.dataset and r["n_rows"] == args.n_rows])))
+    print("\n".join(rows_table([r for r in rows if r["dataset"] == name and r["n_rows"] == args.n_rows])))
 
 
 if __name__ == "__main__":
