@@ -30,6 +30,7 @@ from bench.memory import TreePeak, process_tree
 from experiments.runner import git_rev
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
+from linkage_server.params import JobParams
 
 ADMIN = "bench-admin-token-0123456789"
 METRICS = {"house": "euclidean", "game": "edit", "hamming": "hamming", "euclid": "euclidean"}
@@ -103,7 +104,7 @@ def first_run(url: str, args: argparse.Namespace, query, base, out: Path) -> tup
     s.upload(base)
     t["upload both"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    p.start(METRICS[args.case], args.k, tau=args.tau, radius=args.radius)
+    p.start(JobParams(METRICS[args.case], args.k, tau=args.tau or 0.0, radius=args.radius))
     st = p.wait(timeout=3600, poll=0.1)
     t["job (start -> done)"] = time.perf_counter() - t0
     t["  of which search (service)"] = st["seconds"]["search"]

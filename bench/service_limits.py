@@ -30,6 +30,7 @@ from bench.memory import process_tree
 from experiments.runner import git_rev
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
+from linkage_server.params import JobParams
 
 ADMIN = "bench-admin-token-0123456789"
 
@@ -107,7 +108,7 @@ def case_queries(url: str, args) -> str:
     rng = np.random.default_rng(0)
     c["p"].upload(rng.uniform(0, 10, (args.qm, 2)))
     c["s"].upload(rng.uniform(0, 10, (20_000, 2)))
-    c["p"].start("euclidean", 50, tau=0.9, radius=0.001, compose=True)
+    c["p"].start(JobParams("euclidean", 50, tau=0.9, radius=0.001, compose=True))
     c["p"].wait(timeout=3600)
     one = rng.uniform(0, 10, (1, 2))
     c["p"].query(one)  # the first query (it may compute what later ones reuse)
@@ -134,10 +135,10 @@ def case_queue(url: str, args) -> str:
     cs["p"].upload(rng.uniform(0, 10, (10, 2)))
     cs["s"].upload(rng.uniform(0, 10, (10, 2)))
     t0 = time.perf_counter()
-    cb["p"].start("euclidean", 50)
+    cb["p"].start(JobParams("euclidean", 50))
     while cb["p"].status()["state"] != "running":
         time.sleep(0.05)
-    cs["p"].start("euclidean", 10)
+    cs["p"].start(JobParams("euclidean", 10))
     cs["p"].wait(timeout=3600, poll=0.05)
     small_s, big_state = time.perf_counter() - t0, cb["p"].status()["state"]
     cb["p"].wait(timeout=3600, poll=0.2)
@@ -154,7 +155,7 @@ def case_bigk(url: str, args) -> str:
     c["s"].upload(rng.uniform(0, 10, (args.bk_n, 2)))
     peak = RssPeak(service_pid())
     t0 = time.perf_counter()
-    c["p"].start("euclidean", args.bk_k)
+    c["p"].start(JobParams("euclidean", args.bk_k))
     c["p"].wait(timeout=3600, poll=0.2)
     return (
         f"bigk: {args.bk_m:,} x {args.bk_n:,} K={args.bk_k} in {time.perf_counter() - t0:.1f} s: "

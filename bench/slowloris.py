@@ -28,6 +28,7 @@ import numpy as np
 
 from linkage_server.client import LinkageClient, create_job
 from linkage_server.local import free_port, local_service
+from linkage_server.params import JobParams
 
 ADMIN = "slowloris-bench-admin-token-0123456789"
 UNLIMITED = ("--header-timeout", "100000", "--max-connections-per-address", "1000000", "--max-connections", "1000000")
@@ -101,7 +102,7 @@ def party_round_trip(url: str, root: Path) -> str:
         ):
             s.upload(rng.uniform(0, 10, (50, 2)))
             p.upload(rng.uniform(0, 10, (200, 2)))
-            p.start("euclidean", 3)
+            p.start(JobParams("euclidean", 3))
             p.wait(timeout=60)
             p.fetch(root / "linkage")
         return "ok"

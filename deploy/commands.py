@@ -269,6 +269,7 @@ def link(dep: Deployment, request: LinkRequest, timeout: float = 600.0) -> str:
     from deploy.private_mode import as_uploaded, forget_key, make_key  # lazy: the encoders, for `link` only
     from linkage.metrics import DEFAULT_OF_KIND  # lazy: with the linkage library, for `link` only
     from linkage_server.client import LinkageClient, create_job  # lazy: httpx and scipy, for `link` only
+    from linkage_server.params import JobParams  # lazy: with the client, for `link` only
 
     ds = load_dataset(dep.dataset, dep.data_dir or None, DatasetOptions(seed=request.seed, n_rows=request.n_rows))
     key = make_key(dep, ds, metric_of(ds), request.k) if request.private else forget_key(dep)
@@ -285,9 +286,10 @@ def link(dep: Deployment, request: LinkRequest, timeout: float = 600.0) -> str:
         c.upload(ids, raw, fingerprint=fingerprint)
         c.upload_train_rows(ds.split.train)
         metric = DEFAULT_OF_KIND["bits"] if key else metric_of(ds)
+        tau, layout, radius, compose = request.tau or 0.0, request.layout, request.radius, request.compose
         c.start(
-            metric, request.k, request.tau, layout=request.layout, radius=request.radius, compose=request.compose
-        )  # the service's randomness
+            JobParams(metric, request.k, tau, layout=layout, radius=radius, compose=compose)
+        )  # the service's secret
         st = c.wait(timeout=timeout)
         if st["state"] != "done":
             raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")

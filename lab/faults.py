@@ -96,6 +96,7 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
     from deploy.deployment import Deployment  # lazy: with deploy.commands
     from deploy.processes import _wait_port, stop  # lazy: with deploy.commands
     from linkage_server.client import LinkageClient, create_job  # lazy: httpx and scipy
+    from linkage_server.params import JobParams  # lazy: with the client
 
     folder = Path(tempfile.mkdtemp(prefix="lab-link-"))
     parties = [p for p in hosts if p != PRIMARY]
@@ -125,7 +126,7 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
         restart_s = time.monotonic() - t0
         with client(PRIMARY) as c:
             c.uploaded, after = uploaded, c.status()  # the same primary, its client's record kept
-            c.start(metric_of(ds), k)  # the secondaries' floors set the noise
+            c.start(JobParams(metric_of(ds), k))  # the secondaries' floors set the noise
             state = c.wait(timeout=600)
             if state["state"] != "done":
                 raise RuntimeError(f"linkage job {job['job']} {state['state']} after a restart: {state.get('error')}")

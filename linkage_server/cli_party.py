@@ -3,6 +3,7 @@ encode identifiers, upload them, start the job, wait, fetch, query."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -17,6 +18,7 @@ from linkage.binding import RECORD, identifier_digest
 from linkage.contracts import LinkageError
 from linkage.encode import encode_with_key, federal_key, key_fingerprint
 from linkage_server.csv_ids import read_csv_identifiers, report, skipped_path, write_skipped
+from linkage_server.params import JobParams
 from linkage_server.progress import Bar
 from linkage_server.uploads import METRIC_OF_KIND, to_npy
 
@@ -172,19 +174,10 @@ def _start(c, args, kind: str | None = None) -> None:
     if args.train_rows:
         print(json.dumps(c.upload_train_rows(np.load(args.train_rows))))
     try:
-        st = c.start(
-            metric,
-            args.k,
-            args.tau,
-            args.pool,
-            args.layout,
-            args.anchor,
-            args.radius,
-            args.compose,
-            args.search,
-            args.recall_floor,
-            args.width,
-        )
+        asked = {
+            f.name: getattr(args, f.name) for f in dataclasses.fields(JobParams) if f.name not in ("metric", "tau")
+        }
+        st = c.start(JobParams(metric, tau=args.tau or 0.0, **asked))
     except ServiceError as e:
         if e.status == 409 and "waiting for uploads" in e.detail:
             raise ServiceError(

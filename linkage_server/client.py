@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import io
@@ -16,7 +17,7 @@ from files.atomic import atomic_path, write_atomic
 from linkage.binding import UploadRecord, upload_record, write_record
 from linkage.contracts import LinkageError, PrimaryLinkage
 from linkage.store import read_primary, save_privacy
-from linkage_server.params import FINGERPRINT_HEADER
+from linkage_server.params import FINGERPRINT_HEADER, JobParams
 from linkage_server.uploads import to_npy
 
 
@@ -180,38 +181,11 @@ class LinkageClient:
         data = to_npy(np.asarray(rows, dtype=np.int64))
         return self._request("PUT", f"/jobs/{self.job}/parties/{self.party}/train-rows", content=data).json()
 
-    def start(
-        self,
-        metric: str,
-        k: int,
-        tau: float | None = None,
-        pool: int = 0,
-        layout: str = "independent",
-        anchor: str = "",
-        radius: float = 0.0,
-        compose: bool = False,
-        search: str = "exact",
-        recall_floor: float = 0.0,
-        width: int = 0,
-    ) -> dict:
-        """Start the job (the primary). Its randomness is the service's own secret: no seed here.
-        radius, compose: the noise's calibration (linkage.contracts.Defences); search,
-        recall_floor, width: an approximate top-K, the recall it must reach and how widely it
-        searches (IVF cells probed, HNSW beam, q-gram candidates; 0 = default; linkage.approx).
-        tau None: none asked (the secondaries' privacy floors set the noise; linkage_server.floors)."""
-        body = {
-            "metric": metric,
-            "k": k,
-            **({} if tau is None else {"tau": tau}),
-            "pool": pool,
-            "layout": layout,
-            "anchor": anchor,
-            "radius": radius,
-            "compose": compose,
-            "search": search,
-            "recall_floor": recall_floor,
-            "width": width,
-        }
+    def start(self, params: JobParams) -> dict:
+        """Start the job (the primary) with ``params``, as the service checks them (tau 0: none
+        asked, the secondaries' privacy floors set the noise; linkage_server.floors). Its
+        randomness is the service's own secret: no seed here."""
+        body = dataclasses.asdict(params)
         return self._request("POST", f"/jobs/{self.job}/start", json=body).json()
 
     def set_floor(self, level: str = "standard", **fields) -> dict:

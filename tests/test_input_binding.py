@@ -110,6 +110,7 @@ def _link_through_service(url: str, folder, primary_ids, shops_ids, k: int = 3) 
     """One job on the service: the secondary and the primary upload, the primary starts it,
     each fetches its own result into ``folder``; returns the job id."""
     from linkage_server.client import LinkageClient, create_job
+    from linkage_server.params import JobParams
     from tests.test_service import ADMIN
 
     made = create_job(url, ADMIN, "primary", ["shops"])
@@ -118,7 +119,7 @@ def _link_through_service(url: str, folder, primary_ids, shops_ids, k: int = 3) 
         s.upload(shops_ids)
     with LinkageClient(url, job, "primary", keys["primary"]) as p:
         p.upload(primary_ids)
-        p.start("euclidean", k)
+        p.start(JobParams("euclidean", k))
         p.wait(timeout=60)
         p.fetch(folder)
     with LinkageClient(url, job, "shops", keys["shops"]) as s:

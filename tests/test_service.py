@@ -69,19 +69,19 @@ def test_service_round_trip_restart_and_refusals(tmp_path):
         with pytest.raises(ServiceError, match="unknown party 'x'"):
             LinkageClient(url, job, "x", keys["s"]).upload(query)
         with pytest.raises(ServiceError, match="waiting for uploads from \\['p', 's'\\]"):
-            prim.start("euclidean", 5)
+            prim.start(JobParams("euclidean", 5))
         assert prim.status()["uploads"] == {}  # the refused uploads left nothing behind
 
         prim.upload(query)
         prim.upload_train_rows(train)
         sec.upload(base)
         with pytest.raises(ServiceError, match="wrong secret for party 'p'"):
-            sec.start("euclidean", 5)  # only the primary starts
+            sec.start(JobParams("euclidean", 5))  # only the primary starts
         with pytest.raises(ServiceError, match=r"K=500 must be between 1 and the size of party 's' \(120 rows\)"):
-            prim.start("euclidean", 500)
+            prim.start(JobParams("euclidean", 500))
         with pytest.raises(ServiceError, match="needs bits identifiers"):
-            prim.start("hamming", 5)
-        prim.start("euclidean", 5, tau=0.9)
+            prim.start(JobParams("hamming", 5))
+        prim.start(JobParams("euclidean", 5, tau=0.9))
         st = prim.wait(timeout=60)
         assert st["progress"] == {"done": 5, "total": 5} and st["stats"]["s"]["sigma"] > 0
         with pytest.raises(ServiceError, match="uploads are closed"):
@@ -190,7 +190,7 @@ def test_fedsim_trains_from_the_services_output(tmp_path, monkeypatch):
             p.upload(ds.primary.identifiers)
             p.upload_train_rows(ds.split.train)
             s.upload(table.identifiers)
-            p.start("euclidean", settings.k, tau=0.9)
+            p.start(JobParams("euclidean", settings.k, tau=0.9))
             p.wait(timeout=60)
             p.fetch(fetched)
             s.fetch(fetched)

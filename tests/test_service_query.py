@@ -23,6 +23,7 @@ from linkage.query import query
 from linkage.store import load_primary, load_secondary, read_primary
 from linkage_server.client import LinkageClient, ServiceError, create_job
 from linkage_server.local import free_port
+from linkage_server.params import JobParams
 from linkage_server.uploads import to_npy
 from tests.test_service import ADMIN, planted, service
 from tests.test_service_cli import TITLES, cli
@@ -42,7 +43,7 @@ def _linked(url, prim_ids, bases: dict, **params) -> tuple[str, LinkageClient, d
     prim.upload(prim_ids)
     for party, ids in bases.items():
         secs[party].upload(ids)
-    prim.start("euclidean", **params)
+    prim.start(JobParams("euclidean", **params))
     prim.wait(timeout=60)
     return job, prim, secs
 
@@ -58,7 +59,7 @@ def test_a_query_of_the_training_records_is_the_jobs_release_and_new_records_the
         prim.upload_train_rows(np.arange(0, 200, 2))
         for party, ids in bases.items():
             secs[party].upload(ids)
-        prim.start("euclidean", 4, tau=0.9, pool=9)
+        prim.start(JobParams("euclidean", 4, tau=0.9, pool=9))
         prim.wait(timeout=60)
         prim.fetch(tmp_path / "trained")
         for s in secs.values():
@@ -94,7 +95,7 @@ def test_queries_are_refused_by_name(tmp_path):
         with pytest.raises(ServiceError, match="is created: only a finished \\(done\\) job answers queries") as e:
             prim.query(primary[:2])
         assert e.value.status == 409
-        prim.start("euclidean", 3)
+        prim.start(JobParams("euclidean", 3))
         prim.wait(timeout=60)
         with pytest.raises(ServiceError, match="only the job's primary party may query it; this is a secondary"):
             LinkageClient(url, job, "p", KEYS[job]["s"]).query(primary[:2])
@@ -181,7 +182,7 @@ def test_bloom_queries_need_the_training_uploads_key_and_parameters(tmp_path):
         job, prim, secs = _job(url, ("s",))
         prim.upload(bloom_strings(titles, key["secret"].encode()), fingerprint=key_fingerprint(key))
         secs["s"].upload(bloom_strings(respelt, key["secret"].encode()), fingerprint=key_fingerprint(key))
-        prim.start("hamming", 2)
+        prim.start(JobParams("hamming", 2))
         prim.wait(timeout=60)
         got = prim.query(bloom_strings(new, key["secret"].encode()), fingerprint=key_fingerprint(key))
         secs["s"].fetch(tmp_path / "out")  # the secondary resolves the tokens with the map it holds
@@ -207,7 +208,7 @@ def test_bloom_queries_need_the_training_uploads_key_and_parameters(tmp_path):
         job2, prim2, secs2 = _job(url, ("s",))  # a training upload without a fingerprint (an older client)
         prim2.upload(bloom_strings(titles, key["secret"].encode()))
         secs2["s"].upload(bloom_strings(respelt, key["secret"].encode()))
-        prim2.start("hamming", 2)
+        prim2.start(JobParams("hamming", 2))
         prim2.wait(timeout=60)
         with pytest.raises(
             ServiceError,
