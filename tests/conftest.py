@@ -60,6 +60,22 @@ def pytest_collection_modifyitems(items):
     items[:] = first + longs[k:] + shorts[k:]  # every test kept, whatever subset was collected
 
 
+CONFIG: list = []  # the controller's config (pytest_configure); a worker's own output is not shown
+
+
+def pytest_configure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        CONFIG[:] = [config]
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Say when one of the longest tests starts: between them a quiet run can print no dot for
+    minutes (under xdist the controller hears of each test a worker starts)."""
+    reporter = CONFIG[0].pluginmanager.get_plugin("terminalreporter") if CONFIG else None
+    if reporter is not None and nodeid.split("[")[0] in LONGEST_FIRST:
+        reporter.write_line(f"started, one of the longest (end to end): {nodeid}")
+
+
 @pytest.fixture
 def run_identity(monkeypatch):
     """Flower's Message reads the run id of the process it runs in (set by a ServerApp); tests
