@@ -12,9 +12,9 @@ Joins two kinds of measured rows, nothing else:
     python -m bench.privacy_frontier --training docs/exchange-levels-rows.jsonl [more.jsonl ...]
                                      --release docs/privacy-release-rows.jsonl
 
-Where a (data set, level, seed) appears in several training files the last file's row counts
-(a re-measurement replaces the old one); rows of other defences are ignored. Prints one markdown
-table per data set.
+Where a (data set, level) appears in several training files the last file's rows count, all of
+them (a re-measurement replaces the old one whole: seeds of two code versions never mix); within
+a file a seed's last row counts. Rows of other defences are ignored. Prints one markdown table.
 """
 
 from __future__ import annotations
@@ -35,12 +35,16 @@ def read_rows(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def training(rows: list[dict]) -> dict[tuple[str, str], dict[int, dict]]:
-    """(data set, level) -> seed -> its last row, for the three levels' defences."""
+def training(files: list[list[dict]]) -> dict[tuple[str, str], dict[int, dict]]:
+    """(data set, level) -> seed -> its row, for the three levels' defences, each (data set,
+    level) from the last file that has it."""
     out: dict[tuple[str, str], dict[int, dict]] = {}
-    for r in rows:
-        if r["defence"] in LEVEL_OF:
-            out.setdefault((r["dataset"], LEVEL_OF[r["defence"]]), {})[r["seed"]] = r
+    for rows in files:
+        here: dict[tuple[str, str], dict[int, dict]] = {}
+        for r in rows:
+            if r["defence"] in LEVEL_OF:
+                here.setdefault((r["dataset"], LEVEL_OF[r["defence"]]), {})[r["seed"]] = r
+        out |= here
     return out
 
 
@@ -98,8 +102,9 @@ HEADER = (
 )
 
 
-def frontier(train_rows: list[dict], release_rows: list[dict]) -> str:
-    runs, rel = training(train_rows), release(release_rows)
+def frontier(train_files: list[list[dict]], release_rows: list[dict]) -> str:
+    """The table of the training files' rows (in order: a later file's level replaces an earlier one's) and the release's."""
+    runs, rel = training(train_files), release(release_rows)
     datasets = sorted({d for d, _ in runs} | {d for d, _ in rel})
     lines = [HEADER]
     for data in datasets:
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--training", type=Path, nargs="+", default=[], help="experiments.exchange_table rows (jsonl)")
     ap.add_argument("--release", type=Path, nargs="*", default=[], help="bench.privacy_defaults --out rows (jsonl)")
     args = ap.parse_args(argv)
-    print(frontier(read_rows(args.training), read_rows(args.release)))
+    print(frontier([read_rows([path]) for path in args.training], read_rows(args.release)))
 
 
 if __name__ == "__main__":
