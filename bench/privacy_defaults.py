@@ -143,7 +143,9 @@ def line(c: dict) -> str:
     """One table row of :func:`measured`'s cell."""
     a = c["attacks_pct"]
     avg = f"{c['averaging_radii']:.2f} radii ({c['queries_answered']} queries)" if "averaging_radii" in c else "n/a"
-    pct = [f"{a.get(k, float('nan')):.1f} %" for k in ("dictionary", "membership", "greedy", "aggregation", "centroid")]
+    pct = [
+        f"{a[k]:.1f} %" if k in a else "-" for k in ("dictionary", "membership", "greedy", "aggregation", "centroid")
+    ]
     spacing = f"{c['spacing']:.4}" if c["spacing"] else "-"
     return " | ".join(
         [

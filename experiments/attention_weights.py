@@ -31,17 +31,8 @@ def weights_of(run_dir: Path) -> tuple[np.ndarray, np.ndarray, object]:
     seconds: dict[str, float] = {}
     linkage = link_here(kept, ds.primary.identifiers[rows], seconds)
     lookup = _embed_here(kept, linkage, seconds)
-    strategy = FedSimStrategy(
-        kept.model,
-        kept.head,
-        linkage,
-        ds.primary.features[rows],
-        np.zeros(len(rows)),
-        1e-3,
-        0.0,
-        kept.cfg.torch_device(),
-        kept.cfg.torch_dtype(),
-    )
+    on = (kept.cfg.torch_device(), kept.cfg.torch_dtype())
+    strategy = FedSimStrategy(kept.model, kept.head, linkage, ds.primary.features[rows], np.zeros(len(rows)), on=on)
     unsorted = strategy.attention(np.arange(len(rows)), lookup)[party]  # (q, K + 1), the linkage's order
     order = np.argsort(-linkage.links[party].sims, axis=1, kind="stable")  # (q, K) most similar first
     w = np.concatenate([np.take_along_axis(unsorted, order, 1), unsorted[:, -1:]], axis=1)  # (q, K + 1)

@@ -24,7 +24,7 @@ from files.atomic import write_atomic
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
-from strategies.vfl.fedsim import FedSimStrategy
+from strategies.vfl.fedsim import FedSimStrategy, Optim
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.model import SimilarityModel, local_model
 from strategies.vfl.protocol import TrainPlan
@@ -72,17 +72,9 @@ def build_strategy(
 ) -> FedSimStrategy:
     device = cfg.torch_device()
     model = build_primary_model(ds, cfg, settings)
-    strategy = FedSimStrategy(
-        model,
-        head_for(ds, settings),
-        linkage,
-        ds.primary.features,
-        ds.labels,
-        settings.lr,
-        settings.weight_decay,
-        device,
-        cfg.torch_dtype(),
-    )
+    optim = Optim(settings.lr, settings.weight_decay)
+    on = (device, cfg.torch_dtype())
+    strategy = FedSimStrategy(model, head_for(ds, settings), linkage, ds.primary.features, ds.labels, optim, on)
     seed_dropout(strategy.model, party_seed(cfg.train.model_seed, "dropout"), device)
     return strategy
 

@@ -138,17 +138,8 @@ def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: i
     (q, K + 1), empty unless fedsim_attn and ``explain``: a second pass, only for the explanation):
     the evaluation's own code."""
     cfg = kept.cfg
-    strategy = FedSimStrategy(
-        kept.model,
-        kept.head,
-        linkage,
-        features,
-        np.zeros(len(features)),
-        1e-3,
-        0.0,
-        cfg.torch_device(),
-        cfg.torch_dtype(),
-    )  # no step is taken
+    on = (cfg.torch_device(), cfg.torch_dtype())
+    strategy = FedSimStrategy(kept.model, kept.head, linkage, features, np.zeros(len(features)), on=on)  # no step
     rows = np.arange(len(features))
     out = torch.cat([strategy.outputs(rows[i : i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
     attention = {}

@@ -48,6 +48,14 @@ def distinct(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return uniq, pos[values]
 
 
+@dataclass(frozen=True)
+class Optim:
+    """The primary's optimiser settings (strategies/optim.py make_optimizer: LAMB)."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+
+
 class FedSimStrategy:
     """Primary-side logic, independent of transport. Secondaries are reached through a
     channel by :mod:`strategies.vfl.protocol`; this class never sees their rows or features."""
@@ -59,11 +67,13 @@ class FedSimStrategy:
         linkage: PrimaryLinkage | None,
         x: np.ndarray,
         y: np.ndarray,
-        lr: float,
-        weight_decay: float,
-        device: torch.device,
-        dtype: torch.dtype,
+        optim: Optim = Optim(),
+        on: tuple[torch.device, torch.dtype] = (torch.device("cpu"), torch.float32),
     ) -> None:
+        """``x`` (m, d_P) the primary's features, ``y`` (m,) its labels (zeros where no step is
+        taken: predict); the model is moved ``on`` (device, dtype)."""
+        device, dtype = on
+        lr, weight_decay = optim.lr, optim.weight_decay
         self.model = model.to(device=device, dtype=dtype)
         self.head = head
         self.linkage = linkage
