@@ -81,7 +81,11 @@ def main(argv: list[str] | None = None) -> None:
             f"SuperLink 127.0.0.1:{dep.superlink.port} ({'TLS + node auth' if dep.secure else 'INSECURE'}), "
             f"SuperNodes {sorted(dep.nodes)} (privacy {dep.privacy}), linkage service {dep.service_url}"
         )
-        print(f"next: python -m deploy link {args.folder} --k K ; python -m deploy run {args.folder}")
+        folder = args.folder
+        print(
+            f"next: fedsim deploy link {folder} --k K (FedSim; Entity Augmentation links nothing), then "
+            f"fedsim train --deployment {folder} --dataset {dep.dataset}"
+        )
     elif args.command == "link":
         dep = Deployment.load(args.folder)
         print(

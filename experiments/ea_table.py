@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -59,7 +60,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=REPO / "runs" / "sweeps" / "entity_aug")
     args = ap.parse_args()
-    print(table(load(args.root / "results.csv")))
+    results = args.root / "results.csv"
+    if not results.is_file():
+        print(f"error: {results} does not exist: run the sweep first (or name its folder)", file=sys.stderr)
+        raise SystemExit(2)
+    print(table(load(results)))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 
 from app.config import RunConfig
 from app.data import load_data
-from app.kept import read_manifest
+from app.kept import KeptError, read_manifest
 from app.vfl.ensemble import average, predict_ensemble
 from strategies.heads import TaskHead
 
@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", type=Path, default=None, help="experiments.reference's CSV of these seeds")
     args = ap.parse_args(argv)
     members = seeds_members(args.variants, args.seeds)
-    scores = {s: score_seed(runs) for s, runs in members.items()}
+    try:
+        scores = {s: score_seed(runs) for s, runs in members.items()}
+    except KeptError as e:  # a member this scorer cannot read, named; no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     meta = read_manifest(next(iter(members.values()))[0])
     head = TaskHead(**meta["head"])
     key = head.key_metric

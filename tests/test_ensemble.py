@@ -104,6 +104,23 @@ def test_members_of_other_data_or_named_twice_are_refused_by_name(members):
         predict_ensemble([_run(folder, "n0"), _run(folder, "n2")], x, ids)
 
 
+def test_a_member_trained_through_flower_is_named_with_the_way_to_score_it(members, tmp_path):
+    """A member whose secondaries kept their models in their own folders (the Flower engine's
+    manifest) cannot be scored in this process: the refusal names that member and the ways that
+    work, not a duplicate member (the old message said "must be different members")."""
+    import json
+
+    folder, ds = members
+    flwr = tmp_path / "flwr" / "s0"
+    shutil.copytree(_run(folder, "m1"), flwr)
+    manifest = flwr / "kept" / "federation.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "secondary_states": "parties"}))
+    with pytest.raises(KeptError, match=r"flwr/s0'\] kept each secondary's model in that party's own folder") as e:
+        predict_ensemble([_run(folder, "m0"), flwr], ds.primary.features[:3], ds.primary.identifiers[:3])
+    assert "--engine inprocess" in str(e.value) and "fedsim predict" in str(e.value)
+    assert "different members" not in str(e.value)
+
+
 def test_classification_averages_probabilities_and_reports_as_one_model_would():
     proba = [np.array([[0.3, 0.7], [0.8, 0.2]]), np.array([[0.5, 0.5], [0.6, 0.4]])]  # (q, C) per member
     preds = [Prediction(p[:, 1], p, None, {}, 1, {}) for p in proba]

@@ -43,6 +43,13 @@ def check_members(run_dirs: list[Path], *, in_process: bool = True) -> list[dict
         metas.append(read_manifest(Path(run_dir)))
         if metas[-1].get("mode", "vfl") != "vfl":
             raise KeptError(f"{run_dir} is a {metas[-1]['mode']!r} run: ensembles are of vfl runs (run-config member)")
+    elsewhere = [str(r) for r, m in zip(run_dirs, metas) if m.get("secondary_states", "run") != "run"]
+    if in_process and elsewhere:
+        raise KeptError(
+            f"{elsewhere} kept each secondary's model in that party's own folder (trained through Flower); "
+            "scoring in this process reads them from the run folder: train the members with --engine "
+            "inprocess, or predict with the ensemble through `fedsim predict RUN CSV --member RUN2 ...`"
+        )
     first = metas[0]
     for run_dir, meta in zip(run_dirs[1:], metas[1:], strict=True):
         differ = [k for k in SHARED if meta.get(k) != first.get(k)]
@@ -57,11 +64,8 @@ def check_members(run_dirs: list[Path], *, in_process: bool = True) -> list[dict
                 ", kept in their run folders, and with tau < 1 of one linkage release (the same out-dir)"
             )
     members = [m["run"].get("member", 0) for m in metas]  # a run from before `member` was member 0
-    if len(set(members)) != len(members) or (in_process and first.get("secondary_states", "run") != "run"):
-        raise KeptError(
-            f"an ensemble's runs must be different members (run-config member){', kept in their run folders' if in_process else ''}"
-            f": members {members}, secondary states {first.get('secondary_states', 'run')!r}"
-        )
+    if len(set(members)) != len(members):
+        raise KeptError(f"an ensemble's runs must be different members (run-config member): members {members}")
     return metas
 
 
