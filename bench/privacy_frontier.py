@@ -9,7 +9,7 @@ Joins two kinds of measured rows, nothing else:
   at each level through the service's own code: register identification from the similarities
   and from which records link a token, the location attacks, query averaging).
 
-    python -m bench.privacy_frontier --training docs/exchange-levels-rows.jsonl [more.jsonl ...]
+    python -m bench.privacy_frontier --training docs/privacy-levels-rows.jsonl [more.jsonl ...]
                                      --release docs/privacy-release-rows.jsonl
 
 Where a (data set, level) appears in several training files the last file's rows count, all of

@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         folder = args.folder
         print(
-            f"next: fedsim deploy link {folder} --k K (FedSim; Entity Augmentation links nothing), then "
-            f"fedsim train --deployment {folder} --dataset {dep.dataset}"
+            f"next: fedsim deploy link {folder} --k K, then fedsim train --deployment {folder} --dataset "
+            f"{dep.dataset} (Entity Augmentation: no link, train with --mode entity-aug)"
         )
     elif args.command == "link":
         dep = Deployment.load(args.folder)
