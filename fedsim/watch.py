@@ -1,8 +1,8 @@
 """Running `flwr run` (or an in-process run) to its end while showing its progress.
 
 The run writes ``<run>/progress.json`` (app/run_record.py documents the format); on a terminal
-it is drawn as a rich progress bar (epoch, step, loss, last validation metric), elsewhere (CI,
-logs) nothing is drawn. Flower's own output goes to ``<run>/flower.log``; its tail is shown when
+it is drawn as a rich progress bar (epoch, step, loss, last validation metric); elsewhere (CI,
+logs) a plain line is printed each time the phase or the epoch changes. Flower's own output goes to ``<run>/flower.log``; its tail is shown when
 the run fails. The outcome is the run's status file (app/run_status.py), never the mere
 existence of an output.
 """
@@ -58,12 +58,11 @@ def watch(
     """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
     steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
     whether or not the run's progress changed; ``starting``: what happens before the run writes
-    its progress. Nothing is drawn elsewhere. (Rich's own elapsed column stops for good once a
+    its progress. Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own elapsed column stops for good once a
     bar is full, i.e. at the end of the first epoch: hence a clock of our own.)"""
     stream = sys.stderr if stream is None else stream
     if not stream.isatty():
-        while not done():
-            sleep(interval)
+        _lines(done, run_dir, label, stream, (clock, sleep, interval))
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
@@ -95,6 +94,21 @@ def watch(
             bar.update(task, clock=clock_text(clock() - t0), **news)
             bar.refresh()
             sleep(interval)
+
+
+def _lines(done: Callable[[], bool], run_dir: Path | None, label: str, stream: TextIO, timing: tuple) -> None:
+    """Off a terminal (a log, CI): one plain line each time the run's phase or epoch changes, with
+    the time so far, so that a long run is never silent for an epoch; nothing before its progress.
+    ``timing``: (clock, sleep, interval)."""
+    clock, sleep, interval = timing
+    t0, last = clock(), None
+    while not done():
+        p = read_progress(run_dir) if run_dir is not None else None
+        key = (p.get("phase"), p.get("epoch")) if p else None
+        if key is not None and key != last:
+            print(f"{label}: {_describe(p)} [{clock_text(clock() - t0)}]", file=stream, flush=True)
+            last = key
+        sleep(interval)
 
 
 def run_thread(target: Callable[[], object]) -> tuple[threading.Thread, dict]:

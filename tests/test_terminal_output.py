@@ -46,7 +46,7 @@ def test_the_training_clock_ticks_while_progress_stands_still(tmp_path):
     assert "epoch 2/10" in text and "step 33/33" in text  # numbered as summary.json's best_epoch
 
 
-def test_the_bar_says_what_happens_before_progress_and_nothing_off_a_terminal(tmp_path):
+def test_the_bar_says_what_happens_before_progress_and_nothing_off_a_terminal_before_progress(tmp_path):
     from fedsim.watch import watch
 
     out, calls = Tty(), []
@@ -64,6 +64,31 @@ def test_the_bar_says_what_happens_before_progress_and_nothing_off_a_terminal(tm
     plain, calls = io.StringIO(), []
     watch(lambda: len(calls) >= 2, tmp_path, label="run", stream=plain, clock=lambda: 0.0, sleep=calls.append)
     assert plain.getvalue() == ""
+
+
+def test_off_a_terminal_a_line_each_time_the_phase_or_the_epoch_changes(tmp_path):
+    """A log or CI got nothing for a whole Flower run (minutes): now one line per phase or epoch,
+    each once, with the time so far; before the run writes its progress, nothing."""
+    from fedsim.watch import watch
+
+    states = [None, ("training", 0, 5), ("training", 0, 9), ("evaluation", 0, 9), ("training", 1, 2)]
+    calls, plain = [], io.StringIO()
+
+    def sleep(seconds: float) -> None:
+        calls.append(seconds)
+        if len(calls) < len(states) and states[len(calls)]:
+            phase, epoch, step = states[len(calls)]
+            progress = {"phase": phase, "epoch": epoch, "max_epochs": 3, "step": step, "steps_per_epoch": 9}
+            (tmp_path / "progress.json").write_text(json.dumps(progress))
+
+    watch(lambda: len(calls) >= len(states), tmp_path, label="run", stream=plain, clock=lambda: 7.0, sleep=sleep)
+    lines = plain.getvalue().splitlines()
+    assert [line.split(" [")[0] for line in lines] == [
+        "run: training epoch 0/3",
+        "run: evaluation epoch 0/3",
+        "run: training epoch 1/3",
+    ], lines
+    assert all(line.endswith("[0:00:00]") for line in lines)
 
 
 def test_epochs_are_numbered_alike_in_the_bar_the_summary_line_and_the_report(tmp_path, capsys):
