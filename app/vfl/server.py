@@ -98,13 +98,13 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         on_epoch, progress = _epoch_log(record, channel, keep, tag)
         t0 = time.perf_counter()
         hooks = Hooks(on_epoch, progress, after_epoch, str(ckpt) if after_epoch else "")
-        records, step_losses = fit(strategy, channel, ds.split, plan, hooks, done)
+        fitted = fit(strategy, channel, ds.split, plan, hooks, done)  # (epoch records, step losses)
         seconds.train_and_eval = time.perf_counter() - t0
         measured = channel.finish(str(out)) if channel is not None else {}  # each party's own inversion measurement
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None and not local)
         seconds.total = time.perf_counter() - t_start
-        run = finished_run(cfg, ds, strategy, plan, hyper, records, step_losses, seconds, _exchange(channel, floor))
-        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(step_losses), tag, local, measured)
+        run = finished_run(cfg, ds, strategy, plan, fitted, seconds, _exchange(channel, floor))
+        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(fitted[1]), tag, local, measured)
         summary = record.finish(cfg, run, **vfl_fields(cfg, settings, privacy, exchange_privacy))
     log_end(tag, summary, out)
     return summary
@@ -157,15 +157,14 @@ def finished_run(
     ds,
     strategy,
     plan,
-    hyper: dict,
-    records: list[EpochRecord],
-    step_losses: list[float],
+    fitted: tuple[list[EpochRecord], list[float]],
     seconds: Seconds,
     exchange: dict | None,
 ) -> FinishedRun:
-    """What the run record's summary says of the trained ``strategy``: with its stopping,
-    hyperparameters and constant predictor (training labels only)."""
-    head = strategy.head
+    """What the run record's summary says of the trained ``strategy`` and what it ``fitted``
+    (:func:`fit`'s epoch records and step losses): with its stopping, hyperparameters and
+    constant predictor (training labels only)."""
+    head, (records, step_losses) = strategy.head, fitted
     return FinishedRun(
         dataset=ds.name,
         method=cfg.train.method,
@@ -177,7 +176,7 @@ def finished_run(
         seconds=seconds,
         preprocessing=ds.preprocessing,
         exchange=exchange,
-        hyperparameters=hyper,
+        hyperparameters=cfg.hyperparameters(),
         stopping=stopping(records, head, plan.patience, plan.epochs, len(step_losses), plan.max_steps),
         constant_predictor=constant_predictor(head, ds.labels[ds.split.train], ds.labels[ds.split.val]),
     )
