@@ -189,7 +189,8 @@ def lines(rec: dict) -> list[str]:
     """search.json in words: each candidate's score, the choice."""
     if "candidates" not in rec:
         return [f"recipe search: {rec.get('plan', 'none')}"]
-    out = [f"recipe search ({rec['runs']} runs; {rec['rule']}):"]
+    n = len(rec["candidates"])
+    out = [f"recipe search ({n} candidates, then the run itself: {rec['runs']} runs; {rec['rule']}):"]
     for c in rec["candidates"]:
         score = f"failed: {c['failed']}" if c["failed"] else f"{c['score']:.4f}"
         mark = "  <- chosen" if c["name"] == rec["chosen"] else ""

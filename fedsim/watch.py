@@ -2,8 +2,8 @@
 
 The run writes ``<run>/progress.json`` (app/run_record.py documents the format); on a terminal
 it is drawn as a rich progress bar (epoch, step, loss, last validation metric); elsewhere (CI,
-logs) a plain line is printed each time the phase or the epoch changes. Flower's own output goes to ``<run>/flower.log``; its tail is shown when
-the run fails. The outcome is the run's status file (app/run_status.py), never the mere
+logs) a plain line is printed each time the phase or the epoch changes. Flower's own output goes
+to ``<run>/flower.log``; its tail is shown when the run fails. The outcome is the run's status file (app/run_status.py), never the mere
 existence of an output.
 """
 
@@ -58,8 +58,9 @@ def watch(
     """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
     steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
     whether or not the run's progress changed; ``starting``: what happens before the run writes
-    its progress. Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own elapsed column stops for good once a
-    bar is full, i.e. at the end of the first epoch: hence a clock of our own.)"""
+    its progress. Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own
+    elapsed column stops for good once a bar is full, i.e. at the end of the first epoch: hence a
+    clock of our own.)"""
     stream = sys.stderr if stream is None else stream
     if not stream.isatty():
         _lines(done, run_dir, label, stream, (clock, sleep, interval))
