@@ -168,3 +168,19 @@ def test_the_yardstick_boosts_on_a_bounded_thread_count_and_writes_only_under_th
     outside = sorted(str(p) for p in set(tmp_path.rglob("*")) - before if not p.is_relative_to(tmp_path / "runs" / "s"))
     assert not outside, outside
     assert (tmp_path / "runs" / "s" / "yardstick.json").exists()
+
+
+def test_a_run_ahead_of_the_pooled_reference_is_told_why_that_is_no_error():
+    """The fresh-clone walk read a pooled reference of 107 beside a run's 67.8 RMSE as a fault:
+    the printed yardstick now says the reference is no ceiling, only where the run is ahead by
+    more than the reference's own error, in the metric's direction."""
+
+    def shown(metric: str, federated: float, pooled: float, error: float = 2.0) -> bool:
+        y = {"metric": metric, "test_rows": 100, "federated": federated, "verdict": "-"}
+        y |= {"primary_alone": {"test": 1.0, "error": 0.1, "model": "boosting"}}
+        y |= {"pooled": {"test": pooled, "error": error, "joined": "K = 5"}}
+        return ys.POOLED_NOT_A_CEILING in ys.lines(y)
+
+    assert shown("rmse", 67.8, 107.0) and not shown("rmse", 106.0, 107.0) and not shown("rmse", 110.0, 107.0)
+    assert shown("accuracy", 0.95, 0.90, 0.01) and not shown("accuracy", 0.905, 0.90, 0.01)
+    assert not shown("accuracy", 0.85, 0.90, 0.01)
