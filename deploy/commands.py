@@ -286,10 +286,10 @@ def link(dep: Deployment, request: LinkRequest, timeout: float = 600.0) -> str:
         c.upload(ids, raw, fingerprint=fingerprint)
         c.upload_train_rows(ds.split.train)
         metric = DEFAULT_OF_KIND["bits"] if key else metric_of(ds)
-        tau, layout, radius, compose = request.tau or 0.0, request.layout, request.radius, request.compose
+        tau = request.tau or 0.0  # none asked: the secondaries' floors set the noise
         c.start(
-            JobParams(metric, request.k, tau, layout=layout, radius=radius, compose=compose)
-        )  # the service's secret
+            JobParams(metric, request.k, tau, layout=request.layout, radius=request.radius, compose=request.compose)
+        )  # no seed: the job's randomness is the service's secret
         st = c.wait(timeout=timeout)
         if st["state"] != "done":
             raise RuntimeError(f"linkage job {job['job']} {st['state']}: {st.get('error')}")

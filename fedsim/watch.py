@@ -63,7 +63,7 @@ def watch(
     clock of our own.)"""
     stream = sys.stderr if stream is None else stream
     if not stream.isatty():
-        _lines(done, run_dir, label, stream, (clock, sleep, interval))
+        _lines(done, run_dir, label, stream, clock, sleep, interval)
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
@@ -97,11 +97,17 @@ def watch(
             sleep(interval)
 
 
-def _lines(done: Callable[[], bool], run_dir: Path | None, label: str, stream: TextIO, timing: tuple) -> None:
+def _lines(
+    done: Callable[[], bool],
+    run_dir: Path | None,
+    label: str,
+    stream: TextIO,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    interval: float,
+) -> None:
     """Off a terminal (a log, CI): one plain line each time the run's phase or epoch changes, with
-    the time so far, so that a long run is never silent for an epoch; nothing before its progress.
-    ``timing``: (clock, sleep, interval)."""
-    clock, sleep, interval = timing
+    the time so far, so that a long run is never silent for an epoch; nothing before its progress."""
     t0, last = clock(), None
     while not done():
         p = read_progress(run_dir) if run_dir is not None else None

@@ -35,6 +35,7 @@ import numpy as np
 from app.run_record import YARDSTICK as FILE
 from experiments.reference import fit_best, neighbour_means
 from files.atomic import write_atomic
+from strategies.heads import LOWER_IS_BETTER, TaskHead, better
 
 RESAMPLES = 200  # bootstrap resamples of the test rows: the error of a ~0.1 x error estimate, enough to call a gap
 STOP_AFTER = 50  # boosting stops once validation loss has not improved for this many iterations (bounds the time)
@@ -155,8 +156,6 @@ def measure(cfg, run_dir: Path, pooled_why: str = "", neural: dict | None = None
     the pooled reference is not computed, for that reason; ``neural``: :func:`neural_alone`'s."""
     from threadpoolctl import threadpool_limits  # lazy: only where a yardstick is computed
 
-    from strategies.heads import TaskHead  # lazy: torch, off `fedsim --help`
-
     t0 = time.monotonic()
     summary = json.loads((run_dir / "summary.json").read_text())
     with threadpool_limits(limits=max(cfg.runtime.threads, 1)):  # one thread unless the run said: a bounded cost
@@ -226,8 +225,6 @@ def lines(y: dict) -> list[str]:
         out.append(
             f"  pooled reference       {ref['test']:.4f} ± {ref['error']:.4f}  (boosting, {ref['joined']} features pooled)"
         )
-        from strategies.heads import LOWER_IS_BETTER, better  # lazy: torch, for a computed reference only
-
         margin = -ref["error"] if m in LOWER_IS_BETTER else ref["error"]  # ahead by more than its error
         if better(y["federated"], ref["test"] + margin, m):
             out.append(POOLED_NOT_A_CEILING)
