@@ -144,6 +144,11 @@ class TrainOptions:
         False, "true: request window w + 1 while computing window w (one more window stale; docs/deployment.md)"
     )
     max_steps: int = opt(0, "stop after this many training steps (tests); 0 = all epochs")
+    max_minutes: float = opt(
+        0.0,
+        "stop after the epoch in which training and evaluation reached this many minutes (a resume counts the time before it; the best epoch so far is reported); 0 = no limit",
+        may_change=True,
+    )
     checkpoint: bool = opt(
         True, "every party saves its state after each epoch; resume with resume=true", may_change=True
     )
@@ -173,7 +178,7 @@ class TrainOptions:
         need(
             self.patience >= -1, f"run-config 'patience' must be >= 0 (-1 = the dataset's default), got {self.patience}"
         )
-        nonnegative(need, self, "batch_size", "epochs", "max_steps", "member")
+        nonnegative(need, self, "batch_size", "epochs", "max_steps", "max_minutes", "member")
         need(
             self.member == 0 or self.mode == "vfl",
             f"run-config 'member' {self.member} applies to mode 'vfl'; mode {self.mode!r} has no ensembles",

@@ -25,7 +25,7 @@ summary.json, every run:
     epochs_run, steps,
     seconds     {"total", "load", "linkage", "train_and_eval", "epochs": [training s per epoch]},
     exchange    {"count", "bytes_down", "bytes_up", ...} over Flower; null in process,
-    stopping    {"patience", "max_epochs", "epochs_run", "stopped_early": bool, "reason": a sentence,
+    stopping    {"patience", "max_epochs", "max_minutes", "epochs_run", "stopped_early": bool, "reason": a sentence,
                 "selected_on": the validation value that chose best_epoch (the key metric, or
                 "log_loss" for a classifier that stops early)} (strategies/records.py: patience 0 = fixed epochs),
     hyperparameters  {name: {"value", "source"}}: "run config", "dataset default (...)", "fallback: ...",
@@ -289,7 +289,7 @@ def run_warnings(records: list[EpochRecord], head, constant_val: dict[str, float
     if best is records[-1]:
         out.append(
             f"the best validation epoch is the last one run ({best.epoch}): the model may still improve; "
-            f"raise 'epochs' (or 'patience')"
+            f"raise 'epochs' (or 'patience', 'max-minutes')"
         )
     if not head.better(best.val[key], constant_val[key]):
         out.append(

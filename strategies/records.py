@@ -5,7 +5,9 @@ that stops early; test metrics are reported, never used to choose), and when tra
 Stopping is a function of the records alone, so every engine (``flwr run``, in process) and a
 run resumed from its checkpoint (which holds the records) stop at the same epoch: with
 ``patience`` N > 0, training stops once N epochs in a row brought no better validation value
-than the best before them; ``patience`` 0 = fixed epochs (the reproduction presets).
+than the best before them; ``patience`` 0 = fixed epochs (the reproduction presets). With
+``max_minutes`` > 0 it also stops after the epoch in which the epochs' recorded seconds, training
+and evaluation, reached that budget (:func:`out_of_time`).
 
 The learning-rate schedule is a function of the records too (:func:`lr_scale`, after
 torch's ReduceLROnPlateau): every ``lr_patience`` epochs in a row without a better validation
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from strategies.heads import TaskHead
 
@@ -75,11 +78,40 @@ def lr_scale(records: list[EpochRecord], head: TaskHead, decay: float, patience:
     return scale
 
 
-def stopping(
-    records: list[EpochRecord], head: TaskHead, patience: int, max_epochs: int, steps: int = 0, max_steps: int = 0
-) -> dict:
-    """summary.json's ``stopping``: {"patience", "max_epochs", "epochs_run", "stopped_early", "reason",
-    "selected_on"}."""
+def minutes_run(records: list[EpochRecord]) -> float:
+    """The minutes the epochs of ``records`` took, training and evaluation."""
+    return sum(rec.seconds + rec.eval_seconds for rec in records) / 60.0
+
+
+def out_of_time(records: list[EpochRecord], max_minutes: float) -> bool:
+    """``max_minutes`` > 0 and the epochs run took that long (a resumed run's records hold the
+    epochs before it: the budget is the run's, not the process's)."""
+    return max_minutes > 0 and minutes_run(records) >= max_minutes
+
+
+class StopRule(Protocol):
+    """What a training plan says of when to stop (both modes' TrainPlan)."""
+
+    epochs: int  # the maximum
+    patience: int  # > 0: epochs without a better validation value; 0 = fixed epochs
+    max_steps: int  # 0 = no limit
+    max_minutes: float  # 0 = no limit
+
+
+def finished(records: list[EpochRecord], head: TaskHead, plan: StopRule, steps: int) -> bool:
+    """Training ends after ``records`` (``steps`` steps run): max-steps reached, or the patience or
+    max-minutes ran out. A function of the records: a resumed run stops where the whole run would."""
+    return (
+        bool(plan.max_steps and steps >= plan.max_steps)
+        or early_stop(records, head, plan.patience)
+        or out_of_time(records, plan.max_minutes)
+    )
+
+
+def stopping(records: list[EpochRecord], head: TaskHead, plan: StopRule, steps: int = 0) -> dict:
+    """summary.json's ``stopping``: {"patience", "max_epochs", "max_minutes", "epochs_run",
+    "stopped_early", "reason", "selected_on"} of a run that trained ``steps`` steps."""
+    patience, max_epochs, max_steps, max_minutes = plan.patience, plan.epochs, plan.max_steps, plan.max_minutes
     run = len(records)
     early = early_stop(records, head, patience) and run < max_epochs
     if early:
@@ -89,6 +121,11 @@ def stopping(
         )
     elif max_steps and steps >= max_steps:
         reason = f"max-steps {max_steps} reached"
+    elif out_of_time(records, max_minutes) and run < max_epochs:
+        reason = (
+            f"max-minutes {max_minutes:g} reached: {run} epochs took {minutes_run(records):.1f} minutes "
+            "of training and evaluation"
+        )
     elif patience > 0:
         reason = f"the maximum of {max_epochs} epochs ran out before the patience ({patience}) did"
     else:
@@ -96,6 +133,7 @@ def stopping(
     return {
         "patience": patience,
         "max_epochs": max_epochs,
+        "max_minutes": max_minutes,
         "epochs_run": run,
         "stopped_early": early,
         "reason": reason,

@@ -31,6 +31,11 @@ DOWN_THEN_FLAT = [3.0, 2.0, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0, 3.1, 3.2, 3.3, 3.4, 3.
 REGRESSION = TaskHead("regression")
 
 
+def plan(epochs: int, patience: int) -> ea_model.TrainPlan:
+    """A plan's stopping rule (either mode's TrainPlan is one)."""
+    return ea_model.TrainPlan(epochs, 1, patience=patience)
+
+
 def recs(vals: list[float], key: str = "rmse") -> list[EpochRecord]:
     return [EpochRecord(e, 0.0, 1, 0, 0.0, val={key: v}) for e, v in enumerate(vals)]
 
@@ -67,13 +72,14 @@ def test_stopping_is_a_function_of_the_records():
     r = recs(DOWN_THEN_FLAT[:5])  # best epoch 1, then 3 epochs without improvement
     assert early_stop(r, REGRESSION, 3) and not early_stop(r, REGRESSION, 4) and not early_stop(r, REGRESSION, 0)
     assert not early_stop(r[:4], REGRESSION, 3)
-    s = stopping(r, REGRESSION, 3, 200)
+    s = stopping(r, REGRESSION, plan(200, 3))
     assert (s["patience"], s["max_epochs"], s["epochs_run"], s["stopped_early"]) == (3, 200, 5, True)
     assert "best epoch 1" in s["reason"]
     assert (
-        not stopping(r, REGRESSION, 0, 5)["stopped_early"] and "fixed epochs" in stopping(r, REGRESSION, 0, 5)["reason"]
+        not stopping(r, REGRESSION, plan(5, 0))["stopped_early"]
+        and "fixed epochs" in stopping(r, REGRESSION, plan(5, 0))["reason"]
     )
-    assert not stopping(r, REGRESSION, 3, 5)["stopped_early"]  # it stopped at the maximum all the same
+    assert not stopping(r, REGRESSION, plan(5, 3))["stopped_early"]  # it stopped at the maximum all the same
     assert early_stop(recs([0.5, 0.6, 0.6], "accuracy"), TaskHead("binary"), 1)  # a tie is no improvement
 
 
@@ -92,7 +98,7 @@ def test_a_classifier_that_stops_early_selects_on_its_log_loss_not_its_wobbling_
     assert (stops.selection_key, fixed.selection_key) == ("log_loss", "accuracy")
     assert early_stop(records[:4], fixed, 3) and not early_stop(records[:4], stops, 3)
     assert best_epoch(records, stops).epoch == 6 and best_epoch(records[:6], fixed).epoch == 0
-    assert "no better validation log_loss" in stopping(records + records[:3], stops, 3, 200)["reason"]
+    assert "no better validation log_loss" in stopping(records + records[:3], stops, plan(200, 3))["reason"]
     assert TaskHead.fit("regression", np.array([1.0, 2.0]), 1, early_stopping=True).selection_key == "rmse"
     older = [EpochRecord(e, 0.0, 1, 0, 0.0, val={"accuracy": a}) for e, (a, _) in enumerate(WOBBLY[:3])]  # no log loss
     assert best_epoch(older + records[3:], stops).epoch == 6  # an older checkpoint's epochs resume, on accuracy
@@ -136,6 +142,7 @@ def test_own_data_trains_until_validation_stops_improving_in_every_engine(csv_da
         assert s["stopping"] == {
             "patience": 10,
             "max_epochs": 200,
+            "max_minutes": 0.0,
             "epochs_run": 12,
             "stopped_early": True,
             "reason": s["stopping"]["reason"],

@@ -80,6 +80,7 @@ def test_every_engine_and_mode_writes_one_record(key, tmp_path):
     assert summary["stopping"] == {
         "patience": 0 if key[1] == "vfl" else 10,
         "max_epochs": 2,
+        "max_minutes": 0.0,
         "epochs_run": 2,
         "stopped_early": False,
         "reason": summary["stopping"]["reason"],

@@ -155,7 +155,9 @@ def steps_per_epoch(data: EntityData, settings: Settings) -> int:
 
 
 def ea_plan(cfg: RunConfig, data: EntityData, settings: Settings) -> TrainPlan:
-    return TrainPlan(settings.epochs, steps_per_epoch(data, settings), cfg.train.max_steps)
+    return TrainPlan(
+        settings.epochs, steps_per_epoch(data, settings), cfg.train.max_steps, max_minutes=cfg.train.max_minutes
+    )
 
 
 def overlap_parts(cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[np.ndarray]]:

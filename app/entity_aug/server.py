@@ -90,7 +90,7 @@ def run_ea(
             seconds=seconds,
             exchange=_exchange(channel, exchanger),
             preprocessing=data.preprocessing,  # the loaded parties', before entity blocks
-            stopping=stopping(records, primary.head, patience, plan.epochs, len(losses), plan.max_steps),
+            stopping=stopping(records, primary.head, plan, len(losses)),
             hyperparameters=hyper,
             extra_warnings=evaluation_warnings(data),
             constant_predictor=constant_predictor(

@@ -44,6 +44,7 @@ def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
         pipeline=cfg.train.pipeline,
         lr_decay=cfg.train.lr_decay,
         lr_patience=cfg.train.lr_patience,
+        max_minutes=cfg.train.max_minutes,
     )
 
 

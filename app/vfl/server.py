@@ -177,7 +177,7 @@ def finished_run(
         preprocessing=ds.preprocessing,
         exchange=exchange,
         hyperparameters=cfg.hyperparameters(),
-        stopping=stopping(records, head, plan.patience, plan.epochs, len(step_losses), plan.max_steps),
+        stopping=stopping(records, head, plan, len(step_losses)),
         constant_predictor=constant_predictor(head, ds.labels[ds.split.train], ds.labels[ds.split.val]),
     )
 

@@ -35,7 +35,7 @@ from torch import nn
 from strategies.entity_aug.channel import SecondaryChannel
 from strategies.entity_aug.exchange import Exchanger
 from strategies.heads import TaskHead
-from strategies.records import EpochRecord, Progress, early_stop
+from strategies.records import EpochRecord, Progress, finished
 from strategies.shields import AutoClip, defended_rows, secret_generator
 
 __all__ = [
@@ -239,6 +239,7 @@ class TrainPlan:
     max_steps: int = 0  # 0 = no limit (tests)
     eval_batch: int = 4096
     patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
+    max_minutes: float = 0.0  # > 0: stop after the epoch in which the records' seconds reached it
 
 
 def evaluate(primary: PrimaryParty, channel: SecondaryChannel, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
@@ -289,6 +290,6 @@ def fit_ea(
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)
-        if (plan.max_steps and len(losses) >= plan.max_steps) or early_stop(records, primary.head, plan.patience):
+        if finished(records, primary.head, plan, len(losses)):
             break
     return records, losses

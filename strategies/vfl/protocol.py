@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from strategies.records import EpochRecord, Progress, early_stop, lr_scale
+from strategies.records import EpochRecord, Progress, finished, lr_scale
 from strategies.schedule import epoch_batches, windows
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block, check_losses
@@ -49,6 +49,7 @@ class TrainPlan:
     eval_chunk: int = 50_000  # tokens per evaluation message
     eval_batch: int = 4096  # primary records per evaluation forward pass
     patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
+    max_minutes: float = 0.0  # > 0: stop after the epoch in which the records' seconds reached it
     pipeline: bool = False  # request window w + 1 before computing window w (module docstring)
     lr_decay: float = 1.0  # the schedule (strategies/records.py lr_scale): 1 = a constant learning rate
     lr_patience: int = 3  # epochs without a better validation value before each reduction
@@ -365,11 +366,8 @@ class _Fit:
         return lookup if ahead else None
 
     def stopped(self, records: list[EpochRecord]) -> bool:
-        """max-steps reached, or the patience ran out (a function of the records: resumes stop alike)."""
-        plan = self.plan
-        return bool(plan.max_steps and len(self.step_losses) >= plan.max_steps) or early_stop(
-            records, self.strategy.head, plan.patience
-        )
+        """Training ends here (strategies/records.py finished: resumes stop alike)."""
+        return finished(records, self.strategy.head, self.plan, len(self.step_losses))
 
 
 def _batches(train_rows: np.ndarray, plan: TrainPlan, epoch: int, steps_done: int) -> list[np.ndarray]:
