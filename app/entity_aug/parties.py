@@ -211,7 +211,7 @@ def build_party(
         device, dtype
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    built = SecondaryParty(party, inputs.x, inputs.schedule, model, optimizer, device, dtype, inputs.delay)
+    built = SecondaryParty(party, inputs.x, inputs.schedule, model, optimizer, (device, dtype), inputs.delay)
     from datasets.overlap import PRIMARY_BLOCK  # lazy: pandas; as ea_data's import
 
     if party != PRIMARY_BLOCK:  # a secondary's activations defended at its level (the primary's own block: not)

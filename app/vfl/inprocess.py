@@ -33,6 +33,7 @@ from linkage.store import load_secondary
 from strategies.optim import party_seed
 from strategies.shields import RowShield, level_shield
 from strategies.vfl.channel import LocalChannel
+from strategies.vfl.fedsim import Optim
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.protocol import fit
 from strategies.vfl.twin import TwinParties, train_twin
@@ -116,7 +117,8 @@ def run_twin(
         twin_shields(cfg, ds, row_of_token, device, dtype),
         gradient_defence(cfg),
     )
-    losses = train_twin(parties, ds.split.train, plan, settings.lr, settings.weight_decay, device, dtype, lr_scales)
+    optim = Optim(settings.lr, settings.weight_decay)
+    losses = train_twin(parties, ds.split.train, plan, optim, (device, dtype), lr_scales)
     seconds = time.perf_counter() - t0
     return OneProcessRun(
         np.asarray(losses), model.state_dict(), {p: m.state_dict() for p, m in secondaries.items()}, seconds

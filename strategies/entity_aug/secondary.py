@@ -32,13 +32,13 @@ class SecondaryParty(Shielded):
         schedule: BatchSchedule,
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
-        device: torch.device,
-        dtype: torch.dtype,
+        on: tuple[torch.device, torch.dtype],
         fault_delay: float = 0.0,
     ) -> None:
+        """``features`` (n, d_p) by entity id, held ``on`` (device, dtype)."""
         self.name, self.schedule, self.model, self.optimizer = name, schedule, model, optimizer
-        self.device, self.dtype, self.fault_delay = device, dtype, fault_delay
-        self.x = torch.as_tensor(features, device=device, dtype=dtype)  # (n, d_p) by entity id
+        (self.device, self.dtype), self.fault_delay = on, fault_delay
+        self.x = torch.as_tensor(features, device=self.device, dtype=self.dtype)  # (n, d_p) by entity id
         self.pending: np.ndarray | None = None  # ids of the last activation sent
         self._stream: tuple[int, np.ndarray] | None = None
         self.row_shield: RowShield | None = None  # its privacy level's defence of what it sends (:meth:`protect`)

@@ -23,6 +23,7 @@ from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
 from strategies.shields import RowShield
 from strategies.vfl.defences import GradientDefence, SentGradients
+from strategies.vfl.fedsim import Optim
 from strategies.vfl.model import SimilarityModel
 from strategies.vfl.protocol import TrainPlan
 
@@ -48,15 +49,15 @@ def train_twin(
     parties: TwinParties,
     train_rows: np.ndarray,
     plan: TrainPlan,
-    lr: float,
-    weight_decay: float,
-    device: torch.device,
-    dtype: torch.dtype,
+    optim: Optim,
+    on: tuple[torch.device, torch.dtype],
     lr_scales: list[float] | None = None,
 ) -> list[float]:
-    """Train the parties' models in place; returns the loss of every step. ``lr_scales``: per
-    epoch the fraction of ``lr`` every party trains at (the twin evaluates nothing, so a federated
+    """Train the parties' models in place ``on`` (device, dtype), every party with ``optim``'s
+    settings, as the federated parties do; returns the loss of every step. ``lr_scales``: per
+    epoch the fraction of the lr every party trains at (the twin evaluates nothing, so a federated
     run's schedule, its records' ``lr_scale``, is given; None = constant)."""
+    (device, dtype), lr, weight_decay = on, optim.lr, optim.weight_decay
     model, head, secondary_models = parties.model, parties.head, parties.secondary_models
     model.to(device=device, dtype=dtype)
     xt = torch.as_tensor(parties.x, device=device, dtype=dtype)
