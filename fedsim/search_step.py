@@ -62,10 +62,12 @@ def why_not(cfg, args) -> str:
 
 @contextlib.contextmanager
 def _quiet():
-    """Flower's logger at warnings only, while a candidate trains (each would log every epoch)."""
+    """Flower's logger at errors only while a candidate trains: each would log every epoch, and its
+    warnings are the run's own (the same data), which the run prints at its end. A candidate that
+    fails is said by the search with its error."""
     logger = logging.getLogger("flwr")
     level = logger.level
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(logging.ERROR)
     try:
         yield
     finally:

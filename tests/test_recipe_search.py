@@ -173,3 +173,15 @@ def test_a_run_nobody_named_is_named_for_the_method_the_search_chose():
     assert renamed_for(values, {**values, "method": "fedsim"})["run-name"] == "csv-fedsim-20261205-213000"
     named = {**values, "run-name": "mine"}
     assert renamed_for(named, {**named, "method": "fedsim"})["run-name"] == "mine"  # what the user named stays
+
+
+def test_a_candidate_run_logs_errors_only_so_the_runs_own_warnings_are_said_once():
+    """The candidates train on the run's own data: their warnings (blank cells filled, the last epoch
+    the best) are the run's, which it prints at its end; a fresh-clone walk saw one five times."""
+    import logging
+
+    logger = logging.getLogger("flwr")
+    before = logger.level
+    with search_step._quiet():
+        assert logger.isEnabledFor(logging.ERROR) and not logger.isEnabledFor(logging.WARNING)
+    assert logger.level == before
