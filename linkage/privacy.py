@@ -39,6 +39,20 @@ MAX_TOKENS = 300  # tokens attacked per party: a seeded sample, so a report cost
 LOCATION_DIMS = 3  # numeric identifiers of at most this many columns may be locations (coordinates)
 
 
+# Above this epsilon a DP bound says nothing a user can rely on (the literature's deployments stay
+# at or below ~10; at 4e+08, a standard release's, an attacker's odds may move by e^(4e+08)).
+USEFUL_EPSILON = 10.0
+
+
+def _epsilon_text(eps: float | None) -> str:
+    """Theorem 1's epsilon with what it means, for a report line."""
+    if eps is None:
+        return "none (no noise)"
+    if eps > USEFUL_EPSILON:
+        return f"{eps:.3g}: no useful differential-privacy guarantee (the attack rates are the protection)"
+    return f"{eps:.3g} (differential privacy of each record's similarities, the paper's Theorem 1)"
+
+
 def theorem1_epsilon(link: PartyLink) -> float | None:
     """Theorem 1's epsilon at the release's sigma: sigma = Delta_G / sqrt(2 eps), and dp_sigma is
     sigma at eps = 1, so eps = (dp_sigma / sigma)^2. None without noise (no DP guarantee)."""
@@ -298,7 +312,7 @@ def report_lines(report: dict) -> list[str]:
         )
         lines.append(
             f"  {party}: sigma={e['sigma']:.4g} (noise per distance {e['noise_per_distance']:.4g}), "
-            f"Theorem 1 epsilon={'none (no noise)' if eps is None else f'{eps:.3g}'}; links per record "
+            f"Theorem 1 epsilon={_epsilon_text(eps)}; links per record "
             f"median {lc['median']:g} / p90 {lc['p90']:g} / max {lc['max']}; attacks on "
             f"{e['tokens_attacked']} of {e.get('tokens_attackable', e['tokens_attacked'])} records: {rates}"
         )

@@ -78,3 +78,17 @@ def test_pairwise_distances_are_the_searchs(metric):
     rows, cand = np.array([5, 1, 30]), np.array([69, 0, 12, 12, 40])
     pairwise = Pairwise(metric, q, b, np.arange(40), np.arange(70))
     np.testing.assert_array_equal(pairwise(rows, cand), every[rows][:, cand])
+
+
+def test_the_report_says_what_theorem_1s_epsilon_means():
+    """A fresh-clone walk read 'Theorem 1 epsilon=4e+08' with nothing to say it guarantees nothing."""
+
+    def line(eps):
+        party = {"theorem1_epsilon": eps, "sigma": 1.0, "noise_per_distance": 0.1, "tokens_attacked": 1}
+        party |= {"links_per_record": {"median": 1, "p90": 1, "max": 1}, "attacks": {}}
+        report = {"tau": 1.0, "k": 5, "metric": "euclidean", "defences": {"radius": 0.5, "compose": True}}
+        return report_lines(report | {"parties": {"s": party}})[-1]
+
+    assert "epsilon=4e+08: no useful differential-privacy guarantee" in line(4e8)
+    assert "epsilon=0.5 (differential privacy of each record's similarities" in line(0.5)
+    assert "epsilon=none (no noise)" in line(None)
