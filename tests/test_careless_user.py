@@ -21,7 +21,11 @@ def test_k_over_a_secondarys_rows_is_refused_before_flower_and_the_finished_run_
     """housing's listings have 400 rows: -c k=1000 over a finished run of that name exits 2 at once,
     naming the party and its rows, and the finished run's files are byte for byte as they were."""
     common = ("--dataset", "csv", "--data-dir", str(REPO / "examples" / "housing"), "--out-dir", str(tmp_path))
-    done = fedsim("train", *common, "--engine", "inprocess", "--run-name", "housing", "-c", "epochs=1", cwd=tmp_path)
+    # any finished run will do: no recipe search, no yardstick (the refusal is the test)
+    given = ("--recipe", "given", "--no-yardstick")
+    done = fedsim(
+        "train", *common, *given, "--engine", "inprocess", "--run-name", "housing", "-c", "epochs=1", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     run = tmp_path / "housing"
     before = _digests(run)
