@@ -93,17 +93,16 @@ def defences(cfg: RunConfig, ds, settings, steps: int | None = None, clips: dict
     return out
 
 
-def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: dict, measured: dict) -> dict | None:
+def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, inverted: dict) -> dict | None:
     """summary.json's ``exchange_privacy``: the defences and, per secondary, the label attacks'
     success on its records against the true labels (exchange_observer.ExchangeObserver.report),
-    and the primary's feature inversion against it: measured by each party on its own data and
-    sent with its finish reply (``measured``), or here for in-process parties (``local``)."""
+    and the primary's feature inversion against it (``inverted``: measured by each party on its
+    own data and sent with its finish reply, or :func:`inversions` of in-process parties)."""
     if not strategy.parties:
         return None
     out = {"defences": defences(cfg, ds, settings, steps, strategy.sent.clip_values()), "attacks": None}
     if cfg.exchange.exchange_report:
-        seed = lambda p: party_seed(cfg.train.seed, f"inversion-{p}")  # noqa: E731
-        out["inversion"] = measured or {p: inversion(party, seed(p)) for p, party in local.items()}
+        out["inversion"] = inverted
     if strategy.observer is not None:
         train = ds.split.train
         labels = strategy.head.target(ds.labels[train], "cpu", strategy.dtype).numpy()
@@ -116,6 +115,13 @@ def report(strategy, ds, cfg: RunConfig, settings, steps: int, tag: str, local: 
 
 
 AUX, SCORED = 5_000, 20_000  # at most these many of a secondary's records fit / score the inversion
+
+
+def inversions(cfg: RunConfig, local: dict) -> dict:
+    """:func:`inversion` against each in-process secondary of ``local`` ({} with exchange-report off)."""
+    if not cfg.exchange.exchange_report:
+        return {}
+    return {p: inversion(party, party_seed(cfg.train.seed, f"inversion-{p}")) for p, party in local.items()}
 
 
 def inversion(party, seed: int) -> dict:

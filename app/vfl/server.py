@@ -104,7 +104,8 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None and not local)
         seconds.total = time.perf_counter() - t_start
         run = finished_run(cfg, ds, strategy, plan, fitted, seconds, _exchange(channel, floor))
-        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(fitted[1]), tag, local, measured)
+        inverted = measured or exchange.inversions(cfg, local)
+        exchange_privacy = exchange.report(strategy, ds, cfg, settings, len(fitted[1]), tag, inverted)
         summary = record.finish(cfg, run, **vfl_fields(cfg, settings, privacy, exchange_privacy))
     log_end(tag, summary, out)
     return summary
