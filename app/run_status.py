@@ -46,6 +46,13 @@ class RunFailed(RuntimeError):
     """A run that did not finish; the message says why (its error, or that it never started)."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """The user interrupted the command running the run (Ctrl-C, SIGINT)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*(args or ("interrupted (Ctrl-C / SIGINT); the run stopped",)))
+
+
 def read(folder: Path) -> dict | None:
     path = Path(folder) / STATUS
     return json.loads(path.read_text()) if path.exists() else None
@@ -118,6 +125,19 @@ class RunStatus:
             raise
         if self.record is not None:
             self._end(None)
+
+
+def mark_interrupted(folder: Path, since: float) -> None:
+    """A run that an interrupt left 'running' (a Flower run's ServerApp dies with the processes the
+    command stops) and that started at ``since`` or later: failed, interrupted, as its own
+    :meth:`RunStatus.recording` would have written it (a finished run it replaced is put back).
+    A status from before ``since`` is another command's and stays as it is."""
+    st = read(folder)
+    if st is None or st["state"] != "running" or st["started"] < since:
+        return
+    status = RunStatus(folder, st["engine"])
+    status.record = st
+    status._end(RunInterrupted())
 
 
 PREVIOUS = ".previous"  # a finished run's files while a new run under its name is under way

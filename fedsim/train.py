@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
-from fedsim.watch import run_thread, tail, watch
+from fedsim.watch import interrupt, run_thread, tail, watch
 from files.private import private_dir
 from files.source_tree import refuse_source
 from strategies.vfl.methods import REGISTRY
@@ -232,10 +232,10 @@ def command(args: argparse.Namespace) -> int:
     print(
         "\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True
     )  # in process: the run's log lists them
-    if in_process:
-        outcome = _in_process(cfg, run_dir)
-    else:
-        outcome = _flower(values, run_dir, nodes, args)
+    try:
+        outcome = _in_process(cfg, run_dir) if in_process else _flower(values, run_dir, nodes, args)
+    except KeyboardInterrupt:
+        return interrupted(run_dir, since)
     code = report_outcome(run_dir, since, outcome)
     if code == 0 and searched is not None:
         from fedsim.search_step import write  # lazy: the search's modules
@@ -293,14 +293,20 @@ def hyperparameter_text(cfg, listed: bool = True) -> list[str]:
 
 def _in_process(cfg, run_dir: Path) -> str:
     from app.modes import run_experiment  # lazy: the training stack (torch, flwr, pandas), off `fedsim --help`
+    from app.run_status import RunInterrupted  # lazy: as above
 
     thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
-    watch(
-        lambda: not thread.is_alive(),
-        run_dir,
-        label=cfg.runtime.run_name,
-        starting="loading the data and linking, in this process",
-    )
+    try:
+        watch(
+            lambda: not thread.is_alive(),
+            run_dir,
+            label=cfg.runtime.run_name,
+            starting="loading the data and linking, in this process",
+        )
+    except KeyboardInterrupt:
+        interrupt(thread, RunInterrupted)  # the run ends through its own status handling
+        thread.join(timeout=STOP_WAIT)
+        raise
     thread.join()
     return f"{type(box['error']).__name__}: {box['error']}" if "error" in box else ""
 
@@ -344,6 +350,23 @@ def _flower(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -
                 stop()
                 shutil.rmtree(home, ignore_errors=True)  # the simulation's own FLWR_HOME (installed app, state)
     return tail(log)
+
+
+STOP_WAIT = 60.0  # seconds an interrupted in-process run gets to stop at its next step and record it
+
+
+def interrupted(run_dir: Path, since: float) -> int:
+    """Ctrl-C: the run stopped; a status it left 'running' (Flower's processes stopped with the
+    command) says it failed, interrupted; exit 130, as a shell reports SIGINT."""
+    from app.run_status import mark_interrupted  # lazy: numpy and torch, off `fedsim --help`
+
+    mark_interrupted(run_dir, since)
+    print(
+        f"fedsim train: interrupted; run {run_dir} stopped and is marked failed (a finished run it was "
+        "replacing is kept)",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def report_outcome(run_dir: Path, since: float, output: str) -> int:

@@ -133,6 +133,16 @@ def run_thread(target: Callable[[], object]) -> tuple[threading.Thread, dict]:
     return t, box
 
 
+def interrupt(thread: threading.Thread, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in ``thread`` at its next Python instruction (CPython's
+    PyThreadState_SetAsyncExc): a run in a thread stops as Ctrl-C stops the main thread, through
+    its own handlers, instead of training on or being cut off mid-write when the process exits."""
+    import ctypes  # lazy: only an interrupted run needs it
+
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc))
+
+
 def tail(path: Path, chars: int = 4000) -> str:
     try:
         return Path(path).read_text(errors="replace")[-chars:]

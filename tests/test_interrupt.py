@@ -1,0 +1,70 @@
+"""Ctrl-C on `fedsim train`: the run stops (in process: the training thread is interrupted at its
+next step, not left to finish, nor killed mid-write at exit), the command exits 130 naming the
+run, and the run's status.json says it failed, interrupted; a finished run it was replacing is
+put back. A fresh-clone walk found a traceback, 'terminate called without an active exception'
+(exit -6) and a status.json left 'running' for good."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from app import run_status
+from app.run_status import RunStatus
+from tests.test_byo import write_parties
+from tests.test_cli import FEDSIM
+
+GIVEN = ("--engine", "inprocess", "--recipe", "given", "--no-yardstick")
+
+
+def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
+    argv = [FEDSIM, "train", "--dataset", "csv", "--data-dir", str(data), "--out-dir", str(out), *GIVEN, *extra]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_training(run: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the run writes its progress in the training phase (a bound for a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        progress = run / "progress.json"
+        if progress.exists() and json.loads(progress.read_text() or "{}").get("phase") == "training":
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the run did not reach training: {proc.poll()!r}")
+
+
+def test_ctrl_c_stops_an_in_process_run_marks_it_failed_and_keeps_the_finished_run(tmp_path):
+    (tmp_path / "data").mkdir()
+    write_parties(tmp_path / "data")
+    out, run = tmp_path / "runs", tmp_path / "runs" / "r"
+    first = _train(tmp_path / "data", out, "--run-name", "r", "--epochs", "1")
+    assert first.wait(timeout=600) == 0, first.communicate()[1][-3000:]
+    finished = (run / "summary.json").read_bytes()
+    # the same name again, thousands of epochs (minutes of steps), interrupted as it trains
+    proc = _train(tmp_path / "data", out, "--run-name", "r", "--epochs", "5000", "-c", "patience=0")
+    _wait_training(run, proc)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)  # a step of this run is milliseconds: 120 s is load's margin
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "fedsim train: interrupted" in stderr and str(run) in stderr
+    assert "Traceback" not in stderr and "terminate called" not in stderr, stderr[-3000:]
+    assert (run / "summary.json").read_bytes() == finished  # the finished run is the folder's again
+    attempt = json.loads((run / run_status.LAST_ATTEMPT).read_text())
+    assert attempt["state"] == "failed" and "interrupted" in attempt["error"]
+    assert "interrupted" in run_status.problem(run, since=attempt["started"])
+
+
+def test_a_run_left_running_by_an_interrupt_is_marked_failed_and_an_older_one_is_not(tmp_path):
+    """A Flower run's ServerApp dies with the processes the interrupt stops, its status still
+    'running': the command marks it failed; a status from before the command is not its to touch."""
+    status = RunStatus(tmp_path, "flower")
+    status.start()
+    since = status.record["started"]
+    run_status.mark_interrupted(tmp_path, since=since + 1)  # started before this command: left as it is
+    assert run_status.read(tmp_path)["state"] == "running"
+    run_status.mark_interrupted(tmp_path, since=since)
+    st = run_status.read(tmp_path)
+    assert st["state"] == "failed" and "interrupted" in st["error"] and st["ended"] >= since
