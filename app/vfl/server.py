@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -369,6 +370,8 @@ def _epoch_log(record: RunRecord, channel, keep, tag: str):
         record.step(phase, epoch, step, n_steps, loss)
         if time.perf_counter() - last["t"] > 10.0:
             last["t"] = time.perf_counter()
-            log(INFO, "%s   epoch %d: %s step %d of %d, loss=%.5f", tag, epoch, phase, step, n_steps, loss)
+            # the losses stay on the device and are read every LOSS_READS steps: say which one this is
+            read = "not read yet" if math.isnan(loss) else f"{loss:.5f} (the last read)"
+            log(INFO, "%s   epoch %d: %s step %d of %d, loss %s", tag, epoch, phase, step, n_steps, read)
 
     return on_epoch, progress
