@@ -21,5 +21,16 @@ default = "local"
 address = ":local:"
 TOML
 fi
-# Ray (the simulation's backend) makes its session folders 0777: give it one inside a 0700 folder of ours
-export RAY_TMPDIR="${RAY_TMPDIR:-$(mktemp -d /tmp/fedsim-ray-XXXXXX)/r}"
+# Ray (the simulation's backend) makes its session folders 0777: give it one inside a 0700 folder
+# of this user's own: one per user, reused by every shell that sources this file (a fresh one per
+# source left an empty folder each time), never one that another user made or opened (then a fresh one)
+if [ -z "${RAY_TMPDIR:-}" ]; then
+  _fedsim_ray="${TMPDIR:-/tmp}/fedsim-ray-$(id -u)"
+  mkdir -m 700 "$_fedsim_ray" 2>/dev/null
+  if [ -d "$_fedsim_ray" ] && [ ! -L "$_fedsim_ray" ] && [ "$(stat -c '%u %a' "$_fedsim_ray")" = "$(id -u) 700" ]; then
+    export RAY_TMPDIR="$_fedsim_ray/r"
+  else
+    export RAY_TMPDIR="$(mktemp -d "${TMPDIR:-/tmp}/fedsim-ray-XXXXXX")/r"
+  fi
+  unset _fedsim_ray
+fi

@@ -65,3 +65,23 @@ def test_the_simulation_and_the_demo_give_their_ray_a_fresh_private_folder():
     assert '"RAY_TMPDIR": private_ray_tmp()' in source
     demo = (Path(__file__).resolve().parents[1] / "scripts" / "demo.sh").read_text()
     assert "RAY_TMPDIR" in demo and "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT" in demo
+
+
+def _sourced_ray_tmp(tmp: Path) -> Path:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TMPDIR"} | {"TMPDIR": str(tmp)}
+    r = subprocess.run(
+        ["bash", "-c", f". {REPO / 'scripts' / 'flwr_env.sh'} && echo $RAY_TMPDIR"],
+        capture_output=True, text=True, env=env, cwd=tmp, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return Path(r.stdout.strip())
+
+
+def test_the_flower_env_reuses_one_private_folder_per_user_and_never_anothers(tmp_path):
+    """Sourcing scripts/flwr_env.sh made a fresh folder each time (a walk left 35 empty ones)."""
+    first, again = _sourced_ray_tmp(tmp_path), _sourced_ray_tmp(tmp_path)
+    own = tmp_path / f"fedsim-ray-{os.getuid()}"
+    assert first == again == own / "r" and stat.S_IMODE(own.stat().st_mode) == 0o700
+    own.chmod(0o777)  # opened to others (or made by another user): not used
+    elsewhere = _sourced_ray_tmp(tmp_path)
+    assert elsewhere.parent != own and stat.S_IMODE(elsewhere.parent.stat().st_mode) == 0o700
