@@ -357,15 +357,12 @@ STOP_WAIT = 60.0  # seconds an interrupted in-process run gets to stop at its ne
 
 def interrupted(run_dir: Path, since: float) -> int:
     """Ctrl-C: the run stopped; a status it left 'running' (Flower's processes stopped with the
-    command) says it failed, interrupted; exit 130, as a shell reports SIGINT."""
-    from app.run_status import mark_interrupted  # lazy: numpy and torch, off `fedsim --help`
+    command) says it failed, interrupted; exit 130, as a shell reports SIGINT. The line says what
+    the folder now holds (the run's failure and a finished run it kept, or a run that had finished)."""
+    from app.run_status import mark_interrupted, problem  # lazy: numpy and torch, off `fedsim --help`
 
     mark_interrupted(run_dir, since)
-    print(
-        f"fedsim train: interrupted; run {run_dir} stopped and is marked failed (a finished run it was "
-        "replacing is kept)",
-        file=sys.stderr,
-    )
+    print(f"fedsim train: interrupted; {problem(run_dir, since) or f'run {run_dir} had finished'}", file=sys.stderr)
     return 130
 
 

@@ -45,9 +45,12 @@ def test_ctrl_c_stops_an_in_process_run_marks_it_failed_and_keeps_the_finished_r
     finished = (run / "summary.json").read_bytes()
     # the same name again, thousands of epochs (minutes of steps), interrupted as it trains
     proc = _train(tmp_path / "data", out, "--run-name", "r", "--epochs", "5000", "-c", "patience=0")
-    _wait_training(run, proc)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)  # a step of this run is milliseconds: 120 s is load's margin
+    try:
+        _wait_training(run, proc)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)  # a step of this run is milliseconds: 120 s is load's margin
+    finally:
+        proc.kill()  # a run that ignored the interrupt would train for minutes after the test
     assert proc.returncode == 130, stderr[-3000:]
     assert "fedsim train: interrupted" in stderr and str(run) in stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr[-3000:]
