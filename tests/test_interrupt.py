@@ -36,14 +36,11 @@ def _wait_training(run: Path, proc: subprocess.Popen, timeout: float = 300) -> N
     raise AssertionError(f"the run did not reach training: {proc.poll()!r}")
 
 
-def test_ctrl_c_stops_an_in_process_run_marks_it_failed_and_keeps_the_finished_run(tmp_path):
+def test_ctrl_c_stops_an_in_process_run_and_marks_it_failed(tmp_path):
     (tmp_path / "data").mkdir()
     write_parties(tmp_path / "data")
     out, run = tmp_path / "runs", tmp_path / "runs" / "r"
-    first = _train(tmp_path / "data", out, "--run-name", "r", "--epochs", "1")
-    assert first.wait(timeout=600) == 0, first.communicate()[1][-3000:]
-    finished = (run / "summary.json").read_bytes()
-    # the same name again, thousands of epochs (minutes of steps), interrupted as it trains
+    # thousands of epochs (minutes of steps), interrupted as it trains
     proc = _train(tmp_path / "data", out, "--run-name", "r", "--epochs", "5000", "-c", "patience=0")
     try:
         _wait_training(run, proc)
@@ -54,10 +51,8 @@ def test_ctrl_c_stops_an_in_process_run_marks_it_failed_and_keeps_the_finished_r
     assert proc.returncode == 130, stderr[-3000:]
     assert "fedsim train: interrupted" in stderr and str(run) in stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr[-3000:]
-    assert (run / "summary.json").read_bytes() == finished  # the finished run is the folder's again
-    attempt = json.loads((run / run_status.LAST_ATTEMPT).read_text())
-    assert attempt["state"] == "failed" and "interrupted" in attempt["error"]
-    assert "interrupted" in run_status.problem(run, since=attempt["started"])
+    st = run_status.read(run)
+    assert st["state"] == "failed" and "interrupted" in st["error"] and not (run / "summary.json").exists()
 
 
 def test_a_run_left_running_by_an_interrupt_is_marked_failed_and_an_older_one_is_not(tmp_path):
@@ -71,3 +66,17 @@ def test_a_run_left_running_by_an_interrupt_is_marked_failed_and_an_older_one_is
     run_status.mark_interrupted(tmp_path, since=since)
     st = run_status.read(tmp_path)
     assert st["state"] == "failed" and "interrupted" in st["error"] and st["ended"] >= since
+
+
+def test_an_interrupted_run_puts_back_the_finished_run_it_was_replacing(tmp_path):
+    with RunStatus(tmp_path, "flower").recording() as finished:
+        finished.start()
+        (tmp_path / "summary.json").write_text('{"test": 1}')
+    again = RunStatus(tmp_path, "flower")
+    again.start()  # the finished run's files set aside while this one runs
+    assert not (tmp_path / "summary.json").exists()
+    run_status.mark_interrupted(tmp_path, since=again.record["started"])
+    assert (tmp_path / "summary.json").read_text() == '{"test": 1}'  # the folder's finished run again
+    attempt = json.loads((tmp_path / run_status.LAST_ATTEMPT).read_text())
+    assert attempt["state"] == "failed" and "interrupted" in attempt["error"]
+    assert "interrupted" in run_status.problem(tmp_path, since=attempt["started"])
