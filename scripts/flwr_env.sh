@@ -26,7 +26,7 @@ fi
 # source left an empty folder each time), never one that another user made or opened (then a fresh one)
 if [ -z "${RAY_TMPDIR:-}" ]; then
   _fedsim_ray="${TMPDIR:-/tmp}/fedsim-ray-$(id -u)"
-  mkdir -m 700 "$_fedsim_ray" 2>/dev/null
+  mkdir -m 700 "$_fedsim_ray" 2>/dev/null || true   # there already: checked below
   if [ -d "$_fedsim_ray" ] && [ ! -L "$_fedsim_ray" ] && [ "$(stat -c '%u %a' "$_fedsim_ray")" = "$(id -u) 700" ]; then
     export RAY_TMPDIR="$_fedsim_ray/r"
   else

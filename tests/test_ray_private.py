@@ -70,7 +70,8 @@ def test_the_simulation_and_the_demo_give_their_ray_a_fresh_private_folder():
 def _sourced_ray_tmp(tmp: Path) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "RAY_TMPDIR"} | {"TMPDIR": str(tmp)}
     r = subprocess.run(
-        ["bash", "-c", f". {REPO / 'scripts' / 'flwr_env.sh'} && echo $RAY_TMPDIR"],
+        # as scripts/demo.sh sources it: under set -euo pipefail, where any failing line ends the script
+        ["bash", "-c", f"set -euo pipefail; . {REPO / 'scripts' / 'flwr_env.sh'}; echo $RAY_TMPDIR"],
         capture_output=True, text=True, env=env, cwd=tmp, timeout=60,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
