@@ -35,6 +35,13 @@ def trust_ratio(w_norm: torch.Tensor, a_norm: torch.Tensor) -> torch.Tensor:
 class Lamb(Optimizer):
     """torch_optimizer.Lamb's arguments, defaults and checks (eps 1e-6, no debiasing, clamp 10)."""
 
+    # torch wraps these in torch._disable_dynamo, whose first call imports torch's compiler
+    # (torch._dynamo, ~1.1 s of CPU) in every process that builds an optimiser. Nothing compiles an
+    # optimiser here, so LAMB calls torch's own methods unwrapped (functools.wraps' __wrapped__).
+    add_param_group = Optimizer.add_param_group.__wrapped__
+    zero_grad = Optimizer.zero_grad.__wrapped__
+    state_dict = Optimizer.state_dict.__wrapped__
+
     def __init__(
         self,
         params,
@@ -117,7 +124,7 @@ class Lamb(Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Also torch_optimizer.Lamb's: its diagnostics are dropped, a tensor step becomes an int."""
-        super().load_state_dict(state_dict)
+        Optimizer.load_state_dict.__wrapped__(self, state_dict)  # unwrapped, as the methods above
         for state in self.state.values():
             for key in DIAGNOSTICS:
                 state.pop(key, None)

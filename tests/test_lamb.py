@@ -232,3 +232,25 @@ def test_arguments_are_checked_as_torch_optimizer_does():
     p[0].grad = torch.zeros(2).to_sparse()
     with pytest.raises(RuntimeError, match="sparse"):
         Lamb(p).step()
+
+
+def test_building_stepping_and_saving_lamb_does_not_import_torchs_compiler():
+    """torch wraps Optimizer's add_param_group / zero_grad / state_dict / load_state_dict in
+    torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s of CPU) in every
+    process that builds an optimiser: every party worker, ServerApp and run. Nothing here compiles
+    an optimiser, so LAMB uses the unwrapped methods; checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from strategies.optim import make_optimizer\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        "o = make_optimizer(m.parameters(), 1e-3, 0.0)\n"
+        "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad()\n"
+        "o.load_state_dict(o.state_dict())\n"
+        "assert len(o.state) == 2, o.state\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -1,0 +1,89 @@
+"""`fedsim train`'s engines: the run in this process (a thread this terminal watches) or through
+`flwr run` (a local simulation or a deployment), and what Ctrl-C leaves. Each returns the run's
+output tail; the outcome is read from the run's status file (fedsim/train.py report_outcome)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from fedsim.watch import interrupt, run_thread, tail, watch
+from files.private import private_dir
+
+
+def in_process_run(cfg, run_dir: Path) -> str:
+    from app.modes import run_experiment  # lazy: the training stack (torch, flwr, pandas), off `fedsim --help`
+    from app.run_status import RunInterrupted  # lazy: as above
+
+    thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
+    try:
+        watch(
+            lambda: not thread.is_alive(),
+            run_dir,
+            label=cfg.runtime.run_name,
+            starting="loading the data and linking, in this process",
+        )
+    except KeyboardInterrupt:
+        interrupt(thread, RunInterrupted)  # the run ends through its own status handling
+        thread.join(timeout=STOP_WAIT)
+        raise
+    thread.join()
+    return f"{type(box['error']).__name__}: {box['error']}" if "error" in box else ""
+
+
+def flower_run(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -> str:
+    """`flwr run` to its end, its output in <run>/flower.log; returns that log's tail."""
+    private_dir(run_dir)
+    log = run_dir / "flower.log"
+    with open(log, "w") as out:
+        if args.deployment:
+            from deploy.commands import Deployment, start_run  # lazy: httpx, for a run through Flower only
+
+            proc, stop = start_run(Deployment.load(args.deployment), values, output=out), None
+        else:
+            from deploy.localsim import (  # lazy: httpx; looked up per call, where tests stand in for Flower (deploy.localsim)
+                start_simulation,
+                stop_superlink,
+            )
+
+            home = Path(str(values["out-dir"])) / ".flower" / str(values["run-name"])
+            proc, port = start_simulation(values, home, num_supernodes=nodes, output=out)
+            stop = lambda: stop_superlink(port)  # noqa: E731 - flwr leaves its local SuperLink running
+        try:
+            deadline = time.monotonic() + args.timeout
+            starting = (
+                "submitting the run to the deployment"
+                if args.deployment
+                else f"starting Flower (a local SuperLink, {nodes} simulated SuperNode(s))"
+            )
+            watch(
+                lambda: proc.poll() is not None or time.monotonic() > deadline,
+                run_dir,
+                label=str(values["run-name"]),
+                starting=starting,
+            )
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if stop:
+                stop()
+                shutil.rmtree(home, ignore_errors=True)  # the simulation's own FLWR_HOME (installed app, state)
+    return tail(log)
+
+
+STOP_WAIT = 60.0  # seconds an interrupted in-process run gets to stop at its next step and record it
+
+
+def interrupted(run_dir: Path, since: float) -> int:
+    """Ctrl-C: the run stopped; a status it left 'running' (Flower's processes stopped with the
+    command) says it failed, interrupted; exit 130, as a shell reports SIGINT. The line says what
+    the folder now holds (the run's failure and a finished run it kept, or a run that had finished)."""
+    from app.run_status import mark_interrupted, problem  # lazy: numpy and torch, off `fedsim --help`
+
+    mark_interrupted(run_dir, since)
+    print(f"fedsim train: interrupted; {problem(run_dir, since) or f'run {run_dir} had finished'}", file=sys.stderr)
+    return 130
