@@ -14,6 +14,7 @@ from app.config import RunConfig
 from app.entity_aug import client as ea_secondary
 from app.entity_aug.parties import act_content, read_act, read_reply, reply_content, request_content
 from strategies.entity_aug.channel import StepReply, StepRequest
+from strategies.wire_checks import PeerValueError
 from tests.test_secondary_security import files_under, names, query, refused
 
 pytestmark = pytest.mark.usefixtures("run_identity")  # tests/conftest.py: a Message needs a run
@@ -78,3 +79,31 @@ def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_fin
     assert names(err, "party 'left'", "train.ea_step", "activations", f"2 of {bad.size}")
     err = refused(lambda: read_act(act_content(bad), party="left"))
     assert names(err, "party 'left'", "query.ea_embed", "activations", f"2 of {bad.size}")
+
+
+def test_an_ea_secondary_refuses_a_gradient_of_the_wrong_shape_naming_itself():
+    """One row short of what it sent: refused with the party's name, no weight changed."""
+    cfg = RunConfig.from_flower(EA_RUN)
+    ctx = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"partition-id": 1, "num-partitions": 2},
+        state=RecordDict(),
+        run_config=dict(EA_RUN),
+    )
+    ea_secondary.hello(query("query.ea_hello", "ea_hello", {}), ctx)
+    first = ea_secondary.step(
+        Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"), ctx
+    )
+    act = read_reply(first.content).act
+    before = {k: v.clone() for k, v in ea_secondary.restore(cfg, ctx).model.state_dict().items()}
+    short = np.ones_like(act)[:-1]
+    err = refused(
+        lambda: ea_secondary.step(
+            Message(request_content(StepRequest(0, 1, short)), dst_node_id=1, message_type="train.ea_step"), ctx
+        )
+    )
+    after = ea_secondary.restore(cfg, ctx).model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert isinstance(err, PeerValueError), err
+    assert all(p in str(err) for p in ("party 'right'", "gradient", f"{short.shape}", f"{act.shape}")), err

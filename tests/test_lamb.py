@@ -254,3 +254,33 @@ def test_building_stepping_and_saving_lamb_does_not_import_torchs_compiler():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_backward_from_gives_outs_own_backward_and_refuses_another_shape():
+    """strategies/optim.py backward_from == out.backward(grad) to the bit (float64), without the
+    import of sympy that autograd's explicit-gradient path makes (fresh interpreter)."""
+    import subprocess
+    import sys
+
+    from strategies.optim import backward_from
+
+    torch.manual_seed(0)
+    model, x, grad = torch.nn.Linear(5, 3).double(), torch.randn(8, 5, dtype=torch.float64), torch.randn(8, 3)
+    grad = grad.double()
+    model(x).backward(grad)
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    backward_from(model(x), grad)
+    assert all(torch.equal(a, p.grad) for a, p in zip(want, model.parameters()))
+    with pytest.raises(ValueError, match=r"shape \(1, 3\) for an output of shape \(8, 3\)"):
+        backward_from(model(x), grad[:1])  # would broadcast
+    code = (
+        "import sys, torch\n"
+        "from strategies.optim import backward_from\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        "backward_from(m(torch.ones(4, 3)), torch.ones(4, 2))\n"
+        "assert m.weight.grad is not None\n"
+        "print('sympy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

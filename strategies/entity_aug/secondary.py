@@ -13,7 +13,9 @@ from torch import nn
 
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import BatchSchedule
+from strategies.optim import backward_from
 from strategies.shields import RowShield, Shielded
+from strategies.wire_checks import PeerValueError
 
 
 class SecondaryParty(Shielded):
@@ -67,8 +69,13 @@ class SecondaryParty(Shielded):
         out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
         if self.row_shield is not None:
             out = self.row_shield.ready(self._every).clipped(out)  # the clip's own gradient (the noise: a constant)
+        if np.shape(grad) != tuple(out.shape):
+            raise PeerValueError(
+                f"party {self.name!r}: the primary's gradient has shape {np.shape(grad)}, expected {tuple(out.shape)} "
+                "(one row per entity it sent, its cut size)"
+            )
         self.optimizer.zero_grad(set_to_none=True)
-        out.backward(torch.as_tensor(grad, device=self.device, dtype=self.dtype))
+        backward_from(out, torch.as_tensor(grad, device=self.device, dtype=self.dtype))  # (B, c)
         self.optimizer.step()
         self.applied += 1
         if self.row_shield is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from strategies.optim import set_lr
+from strategies.optim import backward_from, set_lr
 from strategies.shields import RowShield, Shielded, level_shield, secret_generator
 from strategies.vfl.defences import ClipNoise, clipped_rows
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
@@ -125,7 +125,7 @@ class SecondaryParty(Shielded):
             if self.row_shield is not None:
                 out = self.row_shield.ready(self._every).clipped(out)
             self.optimizer.zero_grad(set_to_none=True)
-            out.backward(grad)
+            backward_from(out, grad)  # (U, c), its shape checked above
             self.optimizer.step()
             self.applied += 1
             if self.row_shield is not None:
