@@ -187,7 +187,10 @@ def use(choice: ThreadChoice, tag: str = "", cpu: bool = True) -> ThreadChoice:
     from threadpoolctl import threadpool_limits
 
     if cpu and not torch.are_deterministic_algorithms_enabled():
-        torch.use_deterministic_algorithms(True, warn_only=True)  # CPU: no op refuses; warn_only for any new one
+        # CPU: no op refuses; warn_only for any new one. torch.use_deterministic_algorithms also sets
+        # its compiler's flag, importing torch._inductor and torch._dynamo (~1.1 s of CPU in every
+        # party's process); nothing here compiles, so the eager ops' flag is set alone
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = False  # its NaN fill of every torch.empty costs time
     if torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)

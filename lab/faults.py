@@ -305,7 +305,13 @@ def faults_across_hosts(lab: Lab, dataset: str, data_dir: Path, *, epochs: int, 
         b = superlink_restart(stack, values(stack, "superlink", config), baseline)
     finally:
         stack.stop()
-    return {"service": stack.service, "uninterrupted": {"summary": base, "seconds": seconds}, "faults": [a, b]}
+    output = tail(stack.logs / "run-uninterrupted.log", 10**6)  # all `flwr run` printed for it
+    return {
+        "service": stack.service,
+        "uninterrupted": {"summary": base, "seconds": seconds, "output": output},
+        "faults": [a, b],
+        "commands": stack.commands,  # what each host ran
+    }
 
 
 def main() -> None:

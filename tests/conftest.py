@@ -33,7 +33,6 @@ LONGEST_FIRST = (
     # ^ 257 under load
     "tests/test_cli.py::test_train_predict_and_report_through_flower",  # 165
     "tests/test_primary_own_data.py::test_a_deployment_with_one_data_folder_per_party",  # 111
-    "tests/test_lab_train.py::test_training_across_hosts",  # ~75
     "tests/test_deploy.py::test_deployment_refuses_unknown_and_twin_nodes_and_names_a_killed_one",  # 120
     "tests/test_entity_aug.py::test_flower_secondary_timeout_falls_back_to_the_last_activation",  # 90
     "tests/test_run_status.py::test_the_demo_exits_non_zero_with_the_error_of_a_failed_flower_run",  # 77

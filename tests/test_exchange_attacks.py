@@ -128,6 +128,32 @@ def test_the_accountants_epsilon_falls_with_noise_and_rises_with_steps():
     assert epsilon(0.0, 0.01, 10, 1e-5) == float("inf")
 
 
+def test_the_accountant_is_opacus_own_and_its_import_stays_light():
+    """epsilon == opacus' RDP accountant imported as opacus ships it; in a fresh interpreter the
+    accountant imports neither opacus' optimisers nor torch.distributed and sympy (its package's
+    __init__ does, ~1.4 s of CPU in every primary) and leaves the root logger as it was."""
+    import subprocess
+    import sys
+
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+    from strategies.vfl.defences import ORDERS
+
+    for noise, q, steps in ((0.7, 0.01, 1000), (4.0, 0.05, 300), (1.3, 1.0, 10)):
+        rdp = compute_rdp(q=q, noise_multiplier=noise, steps=steps, orders=ORDERS)
+        want = float(get_privacy_spent(orders=ORDERS, rdp=rdp, delta=1e-5)[0])
+        assert epsilon(noise, q, steps, 1e-5) == want
+    code = (
+        "import logging, sys\n"
+        "from strategies.vfl.defences import epsilon\n"
+        "assert 0 < epsilon(1.0, 0.01, 1000, 1e-5) < 10\n"
+        "print(sorted(m for m in ('sympy', 'torch.distributed.tensor', 'opacus.optimizers') if m in sys.modules),"
+        " logging.getLogger().handlers)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] []", out.stdout + out.stderr
+
+
 def test_noise_without_a_clip_is_refused_by_name():
     for key in ("grad", "embedding"):
         with pytest.raises(ConfigError, match=f"{key}-noise"):

@@ -143,3 +143,22 @@ def test_a_small_models_process_does_not_wait_to_watch_the_cpus(monkeypatch):
     small, large = torch.nn.Linear(10, 10), torch.nn.Linear(1000, 1000)  # 110 and ~1 M parameters
     assert threads.decide(0, 1, [small]).threads == 1 and looked == []
     assert threads.decide(0, 1, [large]).threads == 4 and looked == [1]
+
+
+def test_a_cpu_party_runs_deterministic_ops_warn_only_without_importing_torchs_compiler():
+    """threads.use on the CPU: torch's deterministic algorithms on, warn-only (what a run repeats
+    bit for bit by, above). torch.use_deterministic_algorithms also sets its compiler's flag by
+    importing torch._inductor (and with it torch._dynamo, ~1.1 s of CPU) in every party's process;
+    nothing here compiles, so the eager flag is set alone: checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from app import threads\n"
+        "threads.use(threads.ThreadChoice(1, 2, 1, 1, 1000, 'auto'), 'test', cpu=True)\n"
+        "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),\n"
+        "      'torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "False", "False"], out.stdout + out.stderr

@@ -27,8 +27,8 @@ embeddings get the level's :class:`~strategies.shields.RowShield`.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -165,11 +165,24 @@ def epsilon(noise: float, sample_rate: float, steps: int, delta: float) -> float
     mechanisms of noise multiplier ``noise`` at ``sample_rate``; inf without noise."""
     if noise <= 0:
         return float("inf")
-    root = logging.getLogger()
-    handlers = list(root.handlers)
-    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent  # lazy: heavy import
+    accountant = _rdp_accountant()
+    rdp = accountant.compute_rdp(q=min(sample_rate, 1.0), noise_multiplier=noise, steps=steps, orders=ORDERS)
+    return float(accountant.get_privacy_spent(orders=ORDERS, rdp=rdp, delta=delta)[0])
 
-    root.handlers[:] = handlers  # opacus' import calls logging.basicConfig: undone
 
-    rdp = compute_rdp(q=min(sample_rate, 1.0), noise_multiplier=noise, steps=steps, orders=ORDERS)
-    return float(get_privacy_spent(orders=ORDERS, rdp=rdp, delta=delta)[0])
+def _rdp_accountant():
+    """opacus' RDP accountant, opacus/accountants/analysis/rdp.py (numpy and scipy only), loaded
+    from its file: imported through its package, opacus/__init__.py imports opacus' optimisers,
+    torch.distributed and sympy (~1.4 s of CPU in every primary) and calls logging.basicConfig."""
+    import importlib.util  # lazy: the accountant's loader, at a run's end only
+    import sys
+
+    name = "fedsim_opacus_rdp"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("opacus")  # found, not imported
+        path = Path(package.submodule_search_locations[0]) / "accountants" / "analysis" / "rdp.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
