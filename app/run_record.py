@@ -72,18 +72,10 @@ from typing import Any
 import numpy as np
 
 from app import threads
+from app.run_files import CONFIG, LOSSES, METRICS, MODEL, PROGRESS, SPLIT, SUMMARY
 from files.atomic import write_atomic
 from files.private import private_dir
 from strategies.records import EpochRecord, best_epoch
-
-CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
-LOSSES, MODEL, PROGRESS, SPLIT = "step_losses.npy", "primary_model.pt", "progress.json", "split.csv"
-ID_MATCHES = "id_matches.npz"  # Entity Augmentation's guests met by their ids (app/entity_aug/id_exchange.py)
-WRITTEN = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS, SPLIT)  # what every finished run writes
-FILES = (*WRITTEN, ID_MATCHES)  # what a fresh run replaces (app/run_status.py): those, and what some runs write
-YARDSTICK = "yardstick.json"  # written after the run by `fedsim train` (fedsim/yardstick.py)
-DERIVED = (YARDSTICK,)  # files a command derives from a finished run: replaced with the run
-FOLDERS = ("kept",)  # likewise: the kept federation of the best epoch (app/vfl/kept.py)
 
 
 @dataclass

@@ -35,7 +35,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.run_record import DERIVED, FILES, FOLDERS, SUMMARY
+from app.run_files import DERIVED, FILES, FOLDERS, SUMMARY
 from files.atomic import write_atomic
 from files.private import private_dir
 

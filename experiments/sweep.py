@@ -27,7 +27,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from app.run_record import FILES
+from app.run_files import FILES
 from app.run_status import STATUS, is_finished
 from experiments.runner import REPO, run_flower
 from experiments.sweep_tables import key_metric, markdown, param_plot, plots, tabulate

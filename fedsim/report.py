@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from app.run_record import YARDSTICK, hyperparameter_lines, read_metrics
+from app.run_files import YARDSTICK
+from app.run_record import hyperparameter_lines, read_metrics
 from app.run_status import problem
 from fedsim.recipe_search import RECORD as SEARCH
 from fedsim.recipe_search import lines as search_lines

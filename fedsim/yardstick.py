@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.run_record import YARDSTICK as FILE
+from app.run_files import YARDSTICK as FILE
 from experiments.reference import fit_best, neighbour_means
 from files.atomic import write_atomic
 from strategies.heads import LOWER_IS_BETTER, TaskHead, better

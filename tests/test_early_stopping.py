@@ -16,7 +16,8 @@ import torch
 
 from app import modes
 from app.config import RunConfig
-from app.run_record import PROGRESS, ProgressFile, read_metrics
+from app.run_files import PROGRESS
+from app.run_record import ProgressFile, read_metrics
 from app.vfl import checkpoint
 from app.vfl import server as primary
 from strategies.entity_aug import model as ea_model

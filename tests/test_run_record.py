@@ -11,7 +11,8 @@ import pytest
 
 from app import modes
 from app.config import MODES, RunConfig
-from app.run_record import WRITTEN, read_metrics, read_summary
+from app.run_files import WRITTEN
+from app.run_record import read_metrics, read_summary
 from app.vfl import server as primary
 
 TINY = dict(dataset="synthetic", n_rows=300, epochs=2, batch_size=64)

@@ -336,3 +336,14 @@ def test_a_finished_run_whose_predecessor_was_left_aside_is_not_replaced_by_it(t
             st.start()
             raise RuntimeError("boom")
     assert json.loads((out / "summary.json").read_text()) == {"old": True} and not (out / ".previous").exists()
+
+
+def test_the_status_reader_imports_no_torch():
+    """`python -m app.run_status check` (the demo's verdict, a deployment's) reads JSON files: in a
+    fresh interpreter it imports neither torch nor the training stack (1.6 s of CPU a call before)."""
+    import subprocess
+    import sys
+
+    code = "import sys, app.run_status; print(sorted(m for m in ('torch', 'pandas', 'strategies.heads') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -42,7 +42,7 @@ from app.entity_aug.parties import (
     require_classification,
 )
 from app.messages import ProtocolError, expect_fields
-from app.run_record import ID_MATCHES
+from app.run_files import ID_MATCHES
 from files.atomic import write_atomic
 from linkage.psi import POINT, Blinder, PsiError
 from linkage.psi import matches as psi_matches

@@ -1,0 +1,11 @@
+"""The names of a run folder's files, on their own: the status reader (app/run_status.py) needs
+them without the training stack app/run_record.py brings (torch)."""
+
+CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
+LOSSES, MODEL, PROGRESS, SPLIT = "step_losses.npy", "primary_model.pt", "progress.json", "split.csv"
+ID_MATCHES = "id_matches.npz"  # Entity Augmentation's guests met by their ids (app/entity_aug/id_exchange.py)
+WRITTEN = (SUMMARY, METRICS, LOSSES, MODEL, CONFIG, PROGRESS, SPLIT)  # what every finished run writes
+FILES = (*WRITTEN, ID_MATCHES)  # what a fresh run replaces (app/run_status.py): those, and what some runs write
+YARDSTICK = "yardstick.json"  # written after the run by `fedsim train` (fedsim/yardstick.py)
+DERIVED = (YARDSTICK,)  # files a command derives from a finished run: replaced with the run
+FOLDERS = ("kept",)  # likewise: the kept federation of the best epoch (app/vfl/kept.py)
