@@ -284,3 +284,40 @@ def test_backward_from_gives_outs_own_backward_and_refuses_another_shape():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_entity_augmentations_adam_is_torchs_to_the_bit_without_its_compiler():
+    """strategies/optim.py Adam (Entity Augmentation's optimiser) == torch.optim.Adam step for
+    step, its state saved and loaded; built and stepped in a fresh interpreter it imports no
+    torch._dynamo (torch's Adam does, in its constructor and in every step's wrapper)."""
+    import subprocess
+    import sys
+
+    from strategies.optim import Adam
+
+    def run(cls, steps=6):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).double()
+        opt = cls(model.parameters(), lr=1e-2, betas=(0.9, 0.999))
+        x = torch.randn(16, 5, dtype=torch.float64)
+        for i in range(steps):
+            if i == 3:  # a checkpoint in the middle: saved, loaded into a fresh one
+                fresh = cls(model.parameters(), lr=1e-2, betas=(0.9, 0.999))
+                fresh.load_state_dict(opt.state_dict())
+                opt = fresh
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(Adam), run(torch.optim.Adam)))
+    code = (
+        "import sys, torch\n"
+        "from strategies.optim import Adam\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        "o = Adam(m.parameters(), lr=1e-3)\n"
+        "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad(); o.load_state_dict(o.state_dict())\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

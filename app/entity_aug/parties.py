@@ -32,7 +32,7 @@ from strategies.entity_aug.model import (
 )
 from strategies.entity_aug.secondary import SecondaryParty
 from strategies.heads import TaskHead
-from strategies.optim import build_seeded, party_seed
+from strategies.optim import Adam, build_seeded, party_seed
 from strategies.shields import EA_EMBED_NOISE, GRAD_NOISE, level_shield
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def build_party(
     model = build_seeded(party_seed(cfg.train.seed, f"ea:{party}"), lambda: layers(d, settings.secondary)).to(
         device, dtype
     )
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
+    optimizer = Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
     built = SecondaryParty(party, inputs.x, inputs.schedule, model, optimizer, (device, dtype), inputs.delay)
     from datasets.overlap import PRIMARY_BLOCK  # lazy: pandas; as ea_data's import
 
@@ -230,7 +230,7 @@ def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
         party_seed(cfg.train.seed, "ea-host"),  # the seed's name is kept: same weights as before
         lambda: layers(d_in, settings.primary, head.d_out),
     ).to(device, dtype)
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
+    optimizer = Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
     primary = PrimaryParty(data.parties, data.labels, head, model, optimizer, device, dtype)
     primary.protect(GRAD_NOISE[cfg.exchange_level()], data.secondaries)  # its own block's gradient stays here
     return primary
