@@ -23,10 +23,10 @@ from deploy.commands import PRIMARY, SECRET, Deployment, flwr_run
 
 def query(dep: Deployment, run: str, new: Path, id_column: str = "") -> Path:
     """The service's answer for the new records, in the primary's folder (queries/<run>.npz)."""
-    from app.vfl.predict_csv import read_input  # lazy: torch, flwr and pandas, when a deployment predicts
+    from app.vfl.predict_csv import NewRecords, read_input  # lazy: torch, flwr and pandas, when a deployment predicts
     from linkage_server.client import LinkageClient  # lazy: httpx and scipy, when a deployment predicts
 
-    _, _, ids, _ = read_input(dep.root / "runs" / run, new, id_column)
+    _, _, ids, _ = read_input(dep.root / "runs" / run, NewRecords(new, id_column))
     secret_file = dep.party_dir(PRIMARY) / SECRET
     if not secret_file.exists():
         raise SystemExit(f"no primary secret at {secret_file}: link with `python -m deploy link {dep.folder}` first")
@@ -101,7 +101,7 @@ def add_parser(sub) -> None:
 def command(args: argparse.Namespace) -> int:
     """The input checked before the query and `flwr run` (exit 2); the output replaces --out only
     when whole (app/predict_files.py)."""
-    from app.vfl.predict_csv import flower_predict  # lazy: torch, flwr and pandas, when a deployment predicts
+    from app.vfl.predict_csv import NewRecords, flower_predict  # lazy: torch, flwr, pandas; a deployment's predict
 
     try:
         dep = Deployment.load(args.folder)
@@ -122,13 +122,5 @@ def command(args: argparse.Namespace) -> int:
             )
         return partial.exists()
 
-    return flower_predict(
-        dep.root / "runs" / args.run,
-        args.input,
-        args.out,
-        id_column=args.id_column,
-        unknown="ignore",
-        skip=getattr(args, "skip_invalid", False),
-        start=start,
-        who="predict refused",
-    )
+    new = NewRecords(args.input, args.id_column, "ignore", getattr(args, "skip_invalid", False))
+    return flower_predict(dep.root / "runs" / args.run, new, args.out, start=start, who="predict refused")

@@ -187,15 +187,12 @@ def _deployed(meta: dict, args: argparse.Namespace) -> int:
 
 def _flower(meta: dict, args: argparse.Namespace) -> int:
     """Through `flwr run` in simulation: the input checked here first, the output replaced when whole."""
-    from app.vfl.predict_csv import flower_predict  # lazy: torch, flwr, pandas: this path only
+    from app.vfl.predict_csv import NewRecords, flower_predict  # lazy: torch, flwr, pandas: this path only
 
     return flower_predict(
         args.run_dir,
-        args.new,
+        NewRecords(args.new, args.id_column, args.unknown, args.skip_invalid),
         args.out,
-        id_column=args.id_column,
-        unknown=args.unknown,
-        skip=args.skip_invalid,
         who="fedsim predict",
         start=lambda new, partial, id_column: _simulation(meta, args, new, partial, id_column),
     )

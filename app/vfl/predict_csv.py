@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,12 +39,25 @@ from datasets.tables import read_identifiers, require_columns
 from datasets.transform import FeatureTransform
 
 
-def read_new(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore", skip: bool = False):
-    """(keys (q,), features (q, d_P), identifiers, report) of the new records in ``path``. A bad
-    cell (datasets/cells.py: a non-number in a numeric column, a missing identifier) is refused
-    by its line and the record's id; with ``skip`` its record is left out instead and listed in
-    ``report["skipped"]`` as (line, id, reason), as is (under ``unknown="refuse"``) one with an
-    unseen category."""
+@dataclass(frozen=True)
+class NewRecords:
+    """New records to predict and how to read them: the file, the column naming each record ("":
+    its row number), an unseen category ignored (no one-hot feature set) or refused, and a record
+    that cannot be predicted refusing the file or, with ``skip``, left out and listed."""
+
+    path: Path
+    id_column: str = ""
+    unknown: str = "ignore"
+    skip: bool = False
+
+
+def read_new(run_dir: Path, new: NewRecords):
+    """(keys (q,), features (q, d_P), identifiers, report) of the new records in ``new.path``. A
+    bad cell (datasets/cells.py: a non-number in a numeric column, a missing identifier) is
+    refused by its line and the record's id; with ``new.skip`` its record is left out instead and
+    listed in ``report["skipped"]`` as (line, id, reason), as is (under ``unknown="refuse"``) one
+    with an unseen category."""
+    path, id_column, unknown, skip = new.path, new.id_column, new.unknown, new.skip
     meta = read_manifest(run_dir)
     primary = meta["primary"]
     if primary["features"] is None:
@@ -90,13 +104,13 @@ def read_arrays(path: Path, id_column: str = ""):
         return keys, z["features"], z["identifiers"], {}
 
 
-def read_input(run_dir: Path, path: Path, id_column: str = "", unknown: str = "ignore", skip: bool = False):
+def read_input(run_dir: Path, new: NewRecords):
     """New records from a CSV of raw columns (:func:`read_new`) or an .npz of prepared arrays."""
-    if not Path(path).exists():
-        raise KeptError(f"new records: no file at {Path(path).resolve()}")
-    if Path(path).suffix == ".npz":
-        return read_arrays(path, id_column)
-    return read_new(run_dir, path, id_column, unknown, skip)
+    if not Path(new.path).exists():
+        raise KeptError(f"new records: no file at {Path(new.path).resolve()}")
+    if Path(new.path).suffix == ".npz":
+        return read_arrays(new.path, new.id_column)
+    return read_new(run_dir, new)
 
 
 def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> pd.DataFrame:
@@ -120,29 +134,21 @@ def table(keys: np.ndarray, id_column: str, pred: Prediction, explain: bool) -> 
 
 
 def flower_predict(
-    run_dir: Path,
-    new: Path,
-    out: Path,
-    *,
-    id_column: str,
-    unknown: str,
-    skip: bool,
-    start: Callable[[Path, Path, str], bool],
-    who: str,
+    run_dir: Path, new: NewRecords, out: Path, *, start: Callable[[Path, Path, str], bool], who: str
 ) -> int:
     """A predict whose run reads its input itself (``start(input, partial output, id column)``,
     through `flwr run`): the input is read and checked here first, as that run will read it (exit
-    2, nothing started), without the skipped records when ``skip``; then :func:`run_to_output`."""
+    2, nothing started), without the skipped records when ``new.skip``; then :func:`run_to_output`."""
     made = None
     try:
-        if Path(out).resolve() == Path(new).resolve():
-            raise ValueError(f"--out names the input {new}")
+        if Path(out).resolve() == Path(new.path).resolve():
+            raise ValueError(f"--out names the input {new.path}")
         meta = read_manifest(run_dir)
-        keys, features, ids, report = read_input(run_dir, new, id_column, unknown, skip)
+        keys, features, ids, report = read_input(run_dir, new)
         check_new(features, ids, meta)
-        run_input, run_id_column = Path(new).resolve(), id_column
+        run_input, run_id_column = Path(new.path).resolve(), new.id_column
         if report.get("skipped"):
-            made, run_id_column = kept_rows_input(new, report["skipped"], id_column, Path(out).resolve())
+            made, run_id_column = kept_rows_input(new.path, report["skipped"], new.id_column, Path(out).resolve())
             run_input = made
     except Exception as exc:  # bad input: named, and nothing started
         print(f"{who}: {type(exc).__name__}: {exc}{left_note(out)}", file=sys.stderr)
@@ -153,7 +159,7 @@ def flower_predict(
         if made is not None:
             made.unlink(missing_ok=True)
     if code == 0:
-        print(closing(out, len(keys), meta["best_epoch"], report, skip, id_column))
+        print(closing(out, len(keys), meta["best_epoch"], report, new.skip, new.id_column))
     return code
 
 
@@ -182,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         read_manifest(args.run_dir)
 
     def read():
-        return read_input(args.run_dir, args.new, args.id_column, args.unknown, args.skip_invalid)
+        return read_input(args.run_dir, NewRecords(args.new, args.id_column, args.unknown, args.skip_invalid))
 
     def predict(data) -> str:
         keys, features, ids, report = data

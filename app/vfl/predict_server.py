@@ -29,7 +29,7 @@ from app.transport import handshake
 from app.vfl.channel import FlowerChannel
 from app.vfl.linking import unsorted
 from app.vfl.predict import KeptRun, Prediction, check_new, forward, link_here, open_kept
-from app.vfl.predict_csv import read_input, table
+from app.vfl.predict_csv import NewRecords, read_input, table
 from linkage.binding import identifier_digest, queried_raw_digest
 from linkage.store import read_primary
 
@@ -42,7 +42,7 @@ def run_predict(grid: Grid, cfg: RunConfig) -> dict:
     run_dir = cfg.out_path() / cfg.predict.run
     kept = open_kept(run_dir, check=("primary",))  # each secondary checks its own data
     _same_parties(cfg, kept)
-    keys, features, ids, report = read_input(run_dir, src, cfg.predict.id_column, cfg.predict.unknown)
+    keys, features, ids, report = read_input(run_dir, NewRecords(src, cfg.predict.id_column, cfg.predict.unknown))
     check_new(features, ids, kept.meta)
     seconds = {"prepare": time.perf_counter() - t0, "query": 0.0, "connect": 0.0, "embed": 0.0}
     linkage, lookup = None, {}
