@@ -22,7 +22,7 @@ import torch
 from bench.step_profile import _pieces
 from experiments.runner import parse_overrides
 from strategies.vfl.fedsim import FedSimStrategy, Step
-from strategies.vfl.protocol import train_epoch
+from strategies.vfl.protocol import Exchange, train_epoch
 from strategies.vfl.wire import GradBlock
 
 
@@ -60,7 +60,7 @@ def run(values: dict, mode: str, steps: int) -> tuple[float, float, list[float]]
     for part in (batches[:steps], batches[steps : 2 * steps]):
         losses = []
         t0 = time.perf_counter()
-        train_epoch(strategy, channel, part, plan, losses, lambda *a: None)
+        train_epoch(Exchange(strategy, channel, plan), part, losses, lambda *a: None)
         sync()
         seconds.append(time.perf_counter() - t0)
     return seconds[0], seconds[1], losses

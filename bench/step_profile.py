@@ -35,12 +35,12 @@ def _pieces(values: dict):
 
 def run_steps(values: dict, steps: int, offset: int = 0) -> float:
     """Seconds for ``steps`` steps (from batch ``offset``) on fresh parties, the last loss read."""
-    from strategies.vfl.protocol import train_epoch  # the code measured
+    from strategies.vfl.protocol import Exchange, train_epoch  # the code measured
 
     strategy, channel, batches, plan = _pieces(values)
     losses: list[float] = []
     t0 = time.perf_counter()
-    train_epoch(strategy, channel, batches[offset : offset + steps], plan, losses, lambda *a: None)
+    train_epoch(Exchange(strategy, channel, plan), batches[offset : offset + steps], losses, lambda *a: None)
     return time.perf_counter() - t0
 
 

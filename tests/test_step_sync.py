@@ -45,7 +45,7 @@ def test_the_steps_read_nothing_back_but_the_losses_once(steps_per_exchange, dev
     from app.vfl.inprocess import _local_parties, _setup  # the run's pieces, as run_in_process builds them
     from app.vfl.parties import build_strategy  # the primary's strategy, as the apps build it
     from strategies.vfl.channel import LocalChannel  # the in-process secondaries
-    from strategies.vfl.protocol import train_epoch  # the code under test
+    from strategies.vfl.protocol import Exchange, train_epoch  # the code under test
 
     cfg = RunConfig.of(
         dataset="hdb",
@@ -63,7 +63,7 @@ def test_the_steps_read_nothing_back_but_the_losses_once(steps_per_exchange, dev
     batches = epoch_batches(ds.split.train, plan.batch_size, plan.seed, 0)[:16]
     losses: list[float] = []
     reads = _counting(monkeypatch)
-    train_epoch(strategy, channel, batches, plan, losses, lambda *a: None)
+    train_epoch(Exchange(strategy, channel, plan), batches, losses, lambda *a: None)
     monkeypatch.undo()
     assert len(losses) == 16 and np.isfinite(losses).all()
     exchanges_with_blocks = 16 // steps_per_exchange - 1  # the last window's blocks go with the evaluation

@@ -116,11 +116,19 @@ def _take(values: np.ndarray | torch.Tensor, positions: np.ndarray) -> np.ndarra
     return values[positions]
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """The primary's side of a run's exchanges: its strategy (model, optimiser, gates), the channel
+    to the secondaries (None: Solo, no secondary) and the plan its windows follow."""
+
+    strategy: FedSimStrategy
+    channel: SecondaryChannel | None
+    plan: TrainPlan
+
+
 def train_epoch(
-    strategy: FedSimStrategy,
-    channel: SecondaryChannel | None,
+    ex: Exchange,
     batches: list[np.ndarray],
-    plan: TrainPlan,
     step_losses: list[float],
     progress: Callable[[int, int, float], None],
     first: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
@@ -135,6 +143,7 @@ def train_epoch(
     window's; pipelined, the last two windows'), which the evaluation's exchange delivers.
     ``scale``: the epoch's fraction of the learning rate, which the secondaries apply the
     blocks at (the primary's own optimiser is set by the caller: FedSimStrategy.scale_lr)."""
+    strategy, channel, plan = ex.strategy, ex.channel, ex.plan
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
     plan_windows = [plan_window(strategy, w) for w in windows(batches, plan.steps_per_exchange)]
@@ -209,11 +218,9 @@ def checked(strategy: FedSimStrategy, replies: dict, asked: dict[str, np.ndarray
 
 
 def eval_embeddings(
-    strategy: FedSimStrategy,
-    channel: SecondaryChannel | None,
+    ex: Exchange,
     row_sets: list[np.ndarray],
     pending: dict[str, list[GradBlock]],
-    plan: TrainPlan,
     save: tuple[str, int] | None = None,
     extra: dict[str, np.ndarray] | None = None,
     scale: float = 1.0,
@@ -224,6 +231,7 @@ def eval_embeddings(
     them: no extra exchange), and the ``extra`` tokens per party (the next epoch's first window:
     one exchange instead of two); the blocks are applied at ``scale`` of the learning rate.
     Returns per party (sorted tokens (T,), embeddings (T, c)) and the number of exchanges."""
+    strategy, channel, plan = ex.strategy, ex.channel, ex.plan
     if not strategy.parties:
         return {}, 0
     needs = [strategy.needs(rows) for rows in row_sets] + ([extra] if extra else [])
@@ -333,9 +341,8 @@ class _Fit:
         t0, losses, progress = time.perf_counter(), self.step_losses, self.hooks.progress
         batches = _batches(self.split.train, self.plan, epoch, len(losses))
         n0 = len(losses)
-        exchanges, pending = train_epoch(
-            self.strategy, self.channel, batches, self.plan, losses, partial(progress, "training", epoch), first, scale
-        )
+        exchange = Exchange(self.strategy, self.channel, self.plan)
+        exchanges, pending = train_epoch(exchange, batches, losses, partial(progress, "training", epoch), first, scale)
         seconds = time.perf_counter() - t0
         progress("evaluation", epoch, len(batches), len(batches), losses[-1] if losses else float("nan"))
         mean = float(np.mean(losses[n0:])) if batches else float("nan")
@@ -355,9 +362,8 @@ class _Fit:
             else {}
         )
         save = (folder, epoch) if folder else None
-        lookup, n_eval = eval_embeddings(
-            strategy, self.channel, [split.val, split.test], pending, plan, save, ahead, rec.lr_scale
-        )
+        exchange = Exchange(strategy, self.channel, plan)
+        lookup, n_eval = eval_embeddings(exchange, [split.val, split.test], pending, save, ahead, rec.lr_scale)
         rec.exchanges += n_eval
         rec.val = evaluate(strategy, lookup, split.val, plan)
         rec.test = evaluate(strategy, lookup, split.test, plan)
