@@ -46,7 +46,9 @@ def test_an_ea_secondary_writes_its_model_only_under_its_own_folder(tmp_path):
     assert [p.relative_to(own).as_posix() for p in files_under(own)] == ["r1/right/model.pt"]
 
 
-def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_finite_activation():
+def _after_first_step():
+    """A simulated EA secondary ('right') after its first step: (cfg, context, the activations it
+    sent (B, c), its weights then)."""
     cfg = RunConfig.from_flower(EA_RUN)
     ctx = Context(
         run_id=1,
@@ -60,7 +62,11 @@ def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_fin
         Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"), ctx
     )
     act = read_reply(first.content).act
-    before = {k: v.clone() for k, v in ea_secondary.restore(cfg, ctx).model.state_dict().items()}
+    return cfg, ctx, act, {k: v.clone() for k, v in ea_secondary.restore(cfg, ctx).model.state_dict().items()}
+
+
+def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_finite_activation():
+    cfg, ctx, act, before = _after_first_step()
     grad = np.zeros_like(act)
     grad[tuple(np.argwhere(act != 0)[0])] = np.nan  # where the activation passes a gradient on
     err = refused(
@@ -83,20 +89,7 @@ def test_an_ea_secondary_refuses_a_non_finite_gradient_and_the_primary_a_non_fin
 
 def test_an_ea_secondary_refuses_a_gradient_of_the_wrong_shape_naming_itself():
     """One row short of what it sent: refused with the party's name, no weight changed."""
-    cfg = RunConfig.from_flower(EA_RUN)
-    ctx = Context(
-        run_id=1,
-        node_id=1,
-        node_config={"partition-id": 1, "num-partitions": 2},
-        state=RecordDict(),
-        run_config=dict(EA_RUN),
-    )
-    ea_secondary.hello(query("query.ea_hello", "ea_hello", {}), ctx)
-    first = ea_secondary.step(
-        Message(request_content(StepRequest(0, 0, None)), dst_node_id=1, message_type="train.ea_step"), ctx
-    )
-    act = read_reply(first.content).act
-    before = {k: v.clone() for k, v in ea_secondary.restore(cfg, ctx).model.state_dict().items()}
+    cfg, ctx, act, before = _after_first_step()
     short = np.ones_like(act)[:-1]
     err = refused(
         lambda: ea_secondary.step(

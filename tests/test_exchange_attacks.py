@@ -23,6 +23,7 @@ from strategies.vfl import exchange_attacks as attacks
 from strategies.vfl.defences import ClipNoise, GradientDefence, clipped_rows, defended_block, epsilon, randomised_labels
 from strategies.vfl.exchange_observer import direction
 from strategies.vfl.marvell import marvell_noise, optimal_noise, power, sum_kl
+from tests.fresh_python import fresh_python
 
 RNG = np.random.default_rng(0)
 
@@ -132,9 +133,6 @@ def test_the_accountant_is_opacus_own_and_its_import_stays_light():
     """epsilon == opacus' RDP accountant imported as opacus ships it; in a fresh interpreter the
     accountant imports neither opacus' optimisers nor torch.distributed and sympy (its package's
     __init__ does, ~1.4 s of CPU in every primary) and leaves the root logger as it was."""
-    import subprocess
-    import sys
-
     from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
     from strategies.vfl.defences import ORDERS
@@ -150,8 +148,8 @@ def test_the_accountant_is_opacus_own_and_its_import_stays_light():
         "print(sorted(m for m in ('sympy', 'torch.distributed.tensor', 'opacus.optimizers') if m in sys.modules),"
         " logging.getLogger().handlers)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[] []", out.stdout + out.stderr
+    out = fresh_python(code)
+    assert out.strip() == "[] []", out
 
 
 def test_noise_without_a_clip_is_refused_by_name():

@@ -15,6 +15,7 @@ from torch import nn
 import strategies.lamb as lamb_module
 from strategies.lamb import Lamb
 from strategies.optim import make_optimizer
+from tests.fresh_python import fresh_python
 
 TOL = 1e-9
 
@@ -239,9 +240,6 @@ def test_building_stepping_and_saving_lamb_does_not_import_torchs_compiler():
     torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s of CPU) in every
     process that builds an optimiser: every party worker, ServerApp and run. Nothing here compiles
     an optimiser, so LAMB uses the unwrapped methods; checked in a fresh interpreter."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torch\n"
         "from strategies.optim import make_optimizer\n"
@@ -252,16 +250,13 @@ def test_building_stepping_and_saving_lamb_does_not_import_torchs_compiler():
         "assert len(o.state) == 2, o.state\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stdout + out.stderr
+    out = fresh_python(code)
+    assert out.strip() == "False", out
 
 
 def test_backward_from_gives_outs_own_backward_and_refuses_another_shape():
     """strategies/optim.py backward_from == out.backward(grad) to the bit (float64), without the
     import of sympy that autograd's explicit-gradient path makes (fresh interpreter)."""
-    import subprocess
-    import sys
-
     from strategies.optim import backward_from
 
     torch.manual_seed(0)
@@ -282,17 +277,14 @@ def test_backward_from_gives_outs_own_backward_and_refuses_another_shape():
         "assert m.weight.grad is not None\n"
         "print('sympy' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stdout + out.stderr
+    out = fresh_python(code)
+    assert out.strip() == "False", out
 
 
 def test_entity_augmentations_adam_is_torchs_to_the_bit_without_its_compiler():
     """strategies/optim.py Adam (Entity Augmentation's optimiser) == torch.optim.Adam step for
     step, its state saved and loaded; built and stepped in a fresh interpreter it imports no
     torch._dynamo (torch's Adam does, in its constructor and in every step's wrapper)."""
-    import subprocess
-    import sys
-
     from strategies.optim import Adam
 
     def run(cls, steps=6):
@@ -319,5 +311,5 @@ def test_entity_augmentations_adam_is_torchs_to_the_bit_without_its_compiler():
         "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad(); o.load_state_dict(o.state_dict())\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stdout + out.stderr
+    out = fresh_python(code)
+    assert out.strip() == "False", out

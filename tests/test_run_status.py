@@ -19,6 +19,7 @@ from app.entity_aug import server as ea_server
 from app.vfl import server as primary
 from app.vfl.checkpoint import CheckpointError
 from linkage.contracts import LinkageError
+from tests.fresh_python import fresh_python
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(dataset="synthetic", n_rows=400, epochs=1, batch_size=64)
@@ -341,9 +342,6 @@ def test_a_finished_run_whose_predecessor_was_left_aside_is_not_replaced_by_it(t
 def test_the_status_reader_imports_no_torch():
     """`python -m app.run_status check` (the demo's verdict, a deployment's) reads JSON files: in a
     fresh interpreter it imports neither torch nor the training stack (1.6 s of CPU a call before)."""
-    import subprocess
-    import sys
-
     code = "import sys, app.run_status; print(sorted(m for m in ('torch', 'pandas', 'strategies.heads') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    out = fresh_python(code)
+    assert out.strip() == "[]", out
