@@ -15,7 +15,7 @@ from torch import nn
 import strategies.lamb as lamb_module
 from strategies.lamb import Lamb
 from strategies.optim import make_optimizer
-from tests.fresh_python import fresh_python
+from tests.fresh_python import imported_after
 
 TOL = 1e-9
 
@@ -240,18 +240,13 @@ def test_building_stepping_and_saving_lamb_does_not_import_torchs_compiler():
     torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s of CPU) in every
     process that builds an optimiser: every party worker, ServerApp and run. Nothing here compiles
     an optimiser, so LAMB uses the unwrapped methods; checked in a fresh interpreter."""
-    code = (
-        "import sys, torch\n"
-        "from strategies.optim import make_optimizer\n"
-        "m = torch.nn.Linear(3, 2)\n"
+    steps = (
+        "import torch\nfrom strategies.optim import make_optimizer\nm = torch.nn.Linear(3, 2)\n"
         "o = make_optimizer(m.parameters(), 1e-3, 0.0)\n"
-        "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad()\n"
-        "o.load_state_dict(o.state_dict())\n"
-        "assert len(o.state) == 2, o.state\n"
-        "print('torch._dynamo' in sys.modules)\n"
+        "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad(); o.load_state_dict(o.state_dict())\n"
+        "assert len(o.state) == 2, o.state"
     )
-    out = fresh_python(code)
-    assert out.strip() == "False", out
+    assert imported_after(steps, ("torch._dynamo",)) == []
 
 
 def test_backward_from_gives_outs_own_backward_and_refuses_another_shape():
@@ -269,16 +264,11 @@ def test_backward_from_gives_outs_own_backward_and_refuses_another_shape():
     assert all(torch.equal(a, p.grad) for a, p in zip(want, model.parameters()))
     with pytest.raises(ValueError, match=r"shape \(1, 3\) for an output of shape \(8, 3\)"):
         backward_from(model(x), grad[:1])  # would broadcast
-    code = (
-        "import sys, torch\n"
-        "from strategies.optim import backward_from\n"
-        "m = torch.nn.Linear(3, 2)\n"
-        "backward_from(m(torch.ones(4, 3)), torch.ones(4, 2))\n"
-        "assert m.weight.grad is not None\n"
-        "print('sympy' in sys.modules)\n"
+    steps = (
+        "import torch\nfrom strategies.optim import backward_from\nm = torch.nn.Linear(3, 2)\n"
+        "backward_from(m(torch.ones(4, 3)), torch.ones(4, 2))\nassert m.weight.grad is not None"
     )
-    out = fresh_python(code)
-    assert out.strip() == "False", out
+    assert imported_after(steps, ("sympy",)) == []
 
 
 def test_entity_augmentations_adam_is_torchs_to_the_bit_without_its_compiler():
@@ -303,13 +293,8 @@ def test_entity_augmentations_adam_is_torchs_to_the_bit_without_its_compiler():
         return [p.detach().clone() for p in model.parameters()]
 
     assert all(torch.equal(a, b) for a, b in zip(run(Adam), run(torch.optim.Adam)))
-    code = (
-        "import sys, torch\n"
-        "from strategies.optim import Adam\n"
-        "m = torch.nn.Linear(3, 2)\n"
-        "o = Adam(m.parameters(), lr=1e-3)\n"
-        "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad(); o.load_state_dict(o.state_dict())\n"
-        "print('torch._dynamo' in sys.modules)\n"
+    steps = (
+        "import torch\nfrom strategies.optim import Adam\nm = torch.nn.Linear(3, 2)\no = Adam(m.parameters(), lr=1e-3)\n"
+        "m(torch.ones(4, 3)).sum().backward(); o.step(); o.zero_grad(); o.load_state_dict(o.state_dict())"
     )
-    out = fresh_python(code)
-    assert out.strip() == "False", out
+    assert imported_after(steps, ("torch._dynamo",)) == []

@@ -19,7 +19,7 @@ from app.entity_aug import server as ea_server
 from app.vfl import server as primary
 from app.vfl.checkpoint import CheckpointError
 from linkage.contracts import LinkageError
-from tests.fresh_python import fresh_python
+from tests.fresh_python import imported_after
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(dataset="synthetic", n_rows=400, epochs=1, batch_size=64)
@@ -342,6 +342,4 @@ def test_a_finished_run_whose_predecessor_was_left_aside_is_not_replaced_by_it(t
 def test_the_status_reader_imports_no_torch():
     """`python -m app.run_status check` (the demo's verdict, a deployment's) reads JSON files: in a
     fresh interpreter it imports neither torch nor the training stack (1.6 s of CPU a call before)."""
-    code = "import sys, app.run_status; print(sorted(m for m in ('torch', 'pandas', 'strategies.heads') if m in sys.modules))"
-    out = fresh_python(code)
-    assert out.strip() == "[]", out
+    assert imported_after("import app.run_status", ("torch", "pandas", "strategies.heads")) == []

@@ -10,7 +10,7 @@ from app import threads
 from app.config import ConfigError, RunConfig
 from app.modes import run_experiment
 from app.threads import PARAMS_PER_THREAD, choose_threads, cpu_quota
-from tests.fresh_python import fresh_python
+from tests.fresh_python import imported_after
 
 
 @pytest.mark.parametrize(
@@ -151,12 +151,9 @@ def test_a_cpu_party_runs_deterministic_ops_warn_only_without_importing_torchs_c
     bit for bit by, above). torch.use_deterministic_algorithms also sets its compiler's flag by
     importing torch._inductor (and with it torch._dynamo, ~1.1 s of CPU) in every party's process;
     nothing here compiles, so the eager flag is set alone: checked in a fresh interpreter."""
-    code = (
-        "import sys, torch\n"
-        "from app import threads\n"
+    steps = (
+        "import torch\nfrom app import threads\n"
         "threads.use(threads.ThreadChoice(1, 2, 1, 1, 1000, 'auto'), 'test', cpu=True)\n"
-        "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),\n"
-        "      'torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n"
+        "assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()"
     )
-    out = fresh_python(code)
-    assert out.split() == ["True", "True", "False", "False"], out
+    assert imported_after(steps, ("torch._dynamo", "torch._inductor")) == []
