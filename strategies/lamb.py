@@ -32,15 +32,20 @@ def trust_ratio(w_norm: torch.Tensor, a_norm: torch.Tensor) -> torch.Tensor:
     return torch.where((w_norm == 0) | (a_norm == 0), 1.0, w_norm / a_norm)
 
 
-class Lamb(Optimizer):
-    """torch_optimizer.Lamb's arguments, defaults and checks (eps 1e-6, no debiasing, clamp 10)."""
+class EagerOptimizer(Optimizer):
+    """torch's Optimizer with its own methods unwrapped (functools.wraps' ``__wrapped__``): torch
+    wraps these in torch._disable_dynamo, whose first call imports torch's compiler (torch._dynamo,
+    ~1.1 s of CPU) in every process that builds an optimiser. Nothing compiles an optimiser here.
+    The base of LAMB and of Entity Augmentation's Adam (strategies/optim.py)."""
 
-    # torch wraps these in torch._disable_dynamo, whose first call imports torch's compiler
-    # (torch._dynamo, ~1.1 s of CPU) in every process that builds an optimiser. Nothing compiles an
-    # optimiser here, so LAMB calls torch's own methods unwrapped (functools.wraps' __wrapped__).
     add_param_group = Optimizer.add_param_group.__wrapped__
     zero_grad = Optimizer.zero_grad.__wrapped__
     state_dict = Optimizer.state_dict.__wrapped__
+    load_state_dict = Optimizer.load_state_dict.__wrapped__
+
+
+class Lamb(EagerOptimizer):
+    """torch_optimizer.Lamb's arguments, defaults and checks (eps 1e-6, no debiasing, clamp 10)."""
 
     def __init__(
         self,
@@ -124,7 +129,7 @@ class Lamb(Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Also torch_optimizer.Lamb's: its diagnostics are dropped, a tensor step becomes an int."""
-        Optimizer.load_state_dict.__wrapped__(self, state_dict)  # unwrapped, as the methods above
+        super().load_state_dict(state_dict)
         for state in self.state.values():
             for key in DIAGNOSTICS:
                 state.pop(key, None)

@@ -9,22 +9,17 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-from torch.optim.optimizer import Optimizer
 
-from strategies.lamb import Lamb
+from strategies.lamb import EagerOptimizer, Lamb
 
 
-class Adam(torch.optim.Adam):
+class Adam(EagerOptimizer, torch.optim.Adam):
     """torch.optim.Adam (Entity Augmentation's optimiser, as its paper), without the wrappers that
     import torch's compiler (torch._dynamo, ~1.1 s of CPU in every process that builds or steps
-    one): the constructor's, zero_grad's and the state's methods as LAMB's (strategies/lamb.py),
-    and the step under torch.no_grad, as torch's own wrapper sets it for a non-differentiable
-    optimiser; nothing compiles an optimiser here. Bit-equal to torch's (tests/test_lamb.py)."""
+    one): the Optimizer's methods as LAMB's (strategies/lamb.py EagerOptimizer), and the step under
+    torch.no_grad, as torch's own wrapper sets it for a non-differentiable optimiser. Bit-equal to
+    torch's (tests/test_lamb.py)."""
 
-    add_param_group = Optimizer.add_param_group.__wrapped__
-    zero_grad = Optimizer.zero_grad.__wrapped__
-    state_dict = Optimizer.state_dict.__wrapped__
-    load_state_dict = Optimizer.load_state_dict.__wrapped__
     _step = inspect.unwrap(torch.optim.Adam.step)  # the update itself, below torch's wrappers
 
     @torch.no_grad()

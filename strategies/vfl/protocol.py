@@ -333,6 +333,10 @@ class _Fit:
     hooks: Hooks
     step_losses: list[float]
 
+    @property
+    def exchange(self) -> Exchange:
+        return Exchange(self.strategy, self.channel, self.plan)
+
     def train_one(
         self, epoch: int, first: dict[str, tuple[np.ndarray, np.ndarray]] | None, scale: float
     ) -> tuple[EpochRecord, dict[str, list[GradBlock]]]:
@@ -341,8 +345,9 @@ class _Fit:
         t0, losses, progress = time.perf_counter(), self.step_losses, self.hooks.progress
         batches = _batches(self.split.train, self.plan, epoch, len(losses))
         n0 = len(losses)
-        exchange = Exchange(self.strategy, self.channel, self.plan)
-        exchanges, pending = train_epoch(exchange, batches, losses, partial(progress, "training", epoch), first, scale)
+        exchanges, pending = train_epoch(
+            self.exchange, batches, losses, partial(progress, "training", epoch), first, scale
+        )
         seconds = time.perf_counter() - t0
         progress("evaluation", epoch, len(batches), len(batches), losses[-1] if losses else float("nan"))
         mean = float(np.mean(losses[n0:])) if batches else float("nan")
@@ -362,8 +367,7 @@ class _Fit:
             else {}
         )
         save = (folder, epoch) if folder else None
-        exchange = Exchange(strategy, self.channel, plan)
-        lookup, n_eval = eval_embeddings(exchange, [split.val, split.test], pending, save, ahead, rec.lr_scale)
+        lookup, n_eval = eval_embeddings(self.exchange, [split.val, split.test], pending, save, ahead, rec.lr_scale)
         rec.exchanges += n_eval
         rec.val = evaluate(strategy, lookup, split.val, plan)
         rec.test = evaluate(strategy, lookup, split.test, plan)
