@@ -4,11 +4,9 @@ scipy: about 2 s of a 5 s import on this VM, bench/message_cost.py). The handler
 data import it when they load it."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.fresh_python import fresh_python
+
 HEAVY = ("pandas", "sklearn", "scipy")
 
 
@@ -16,9 +14,7 @@ def _heavy_modules_after(statements: str) -> tuple[list[str], list[str]]:
     """In a fresh interpreter: the heavy modules imported at the statements' first printed list,
     and at their end."""
     code = f"import json, sys\nHEAVY = {HEAVY!r}\n{statements}\nprint(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=120
-    ).stdout
+    out = fresh_python(code)
     lists = [json.loads(line) for line in out.splitlines() if line.startswith("[")]
     return lists[0], lists[-1]
 
@@ -48,5 +44,5 @@ def test_the_clientapp_answers_a_handshake_without_torch_and_loads_it_for_a_step
         "print(reply.content.config_records['predict_hello']['party'], 'torch' in sys.modules)\n"
         "from app.vfl import client\nprint('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["shops", "False", "True"], out.stdout + out.stderr[-3000:]
+    out = fresh_python(code)
+    assert out.split() == ["shops", "False", "True"], out
