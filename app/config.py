@@ -33,7 +33,7 @@ from app.config_groups import (
     split_flat,
 )
 from app.config_keys import ConfigError, did_you_mean, parse_pairs, refuse_old_keys, typed
-from app.dataset_defaults import DATASET_DEFAULTS, DATASET_MISSING, DATASET_SCALES, Settings
+from app.dataset_defaults import DATASET_DEFAULTS, DATASET_MISSING, HAND_CHOSEN, Settings, hand_chosen
 from datasets.options import PLE_BINS
 from strategies.vfl.methods import REGISTRY, Method
 
@@ -76,11 +76,12 @@ class RunConfig:
 
     @classmethod
     def _grouped(cls, values: dict) -> "RunConfig":
-        """From today's flat names only; any other name raises TypeError."""
+        """From today's flat names only; any other name raises TypeError. With ``hparams =
+        "dataset"`` the keys it leaves unset hold the hand-chosen recipe (app/dataset_defaults.py)."""
         unknown = sorted(set(values) - set(FLAT))
         if unknown:
             raise TypeError(f"RunConfig has no key(s) {unknown}{did_you_mean(unknown, FLAT)}")
-        return cls(**{g: GROUPS[g](**kw) for g, kw in split_flat(values).items()})
+        return cls(**{g: GROUPS[g](**kw) for g, kw in split_flat(hand_chosen(values)).items()})
 
     def flat(self) -> dict[str, object]:
         """The flat (underscored) names and values, as Flower's run config and kept runs hold them."""
@@ -243,11 +244,7 @@ class RunConfig:
         return {
             "input_scale": (
                 self.data.scale,
-                "run config"
-                if self.data.input_scale
-                else f"dataset default ({self.data.dataset}, chosen on validation: docs/fedsim-attn.md)"
-                if self.data.dataset in DATASET_SCALES
-                else "fallback: standard",
+                self._given("input_scale", self.data.scale) if self.data.input_scale else "default",
             ),
             **(
                 {"ple_bins": (self.data.ple_bins, "run config" if self.data.ple_bins != PLE_BINS else "default")}
@@ -278,18 +275,18 @@ class RunConfig:
         return {
             "attention_start": (
                 attention_start,
-                "run config"
-                if self.model.attention_start
-                else f"dataset default ({self.data.dataset}, chosen on validation: docs/fedsim-attn.md)"
-                if attention_start != "top1"
-                else "default",
+                self._given("attention_start", attention_start) if self.model.attention_start else "default",
             ),
         }
 
     def _attention_lr_source(self, value: float) -> str:
-        if self.model.attention_lr > 0:
-            return "run config"
-        return "default" if value == 1.0 else f"dataset default ({self.data.dataset}, chosen on validation)"
+        return self._given("attention_lr", value) if self.model.attention_lr > 0 else "default"
+
+    def _given(self, key: str, value) -> str:
+        """Where a recipe value the run holds came from: hparams "dataset"'s hand-chosen recipe, or the run config."""
+        if self.train.hparams == "dataset" and HAND_CHOSEN.get(self.data.dataset, {}).get(key) == value:
+            return f'hparams "dataset" ({self.data.dataset}, chosen by hand on its validation: docs/fedsim-attn.md)'
+        return "run config"
 
     def exchange_level(self) -> str:
         """The privacy level of what training exchanges: ``exchange-privacy``, else ``privacy``."""

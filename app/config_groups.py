@@ -21,12 +21,12 @@ from dataclasses import dataclass, fields
 
 from app.config_fields import BEFORE, MAY_CHANGE, Need, nonnegative, opt
 from app.config_link import ExchangeOptions, LinkOptions
-from app.dataset_defaults import DATASET_MISSING, DATASET_SCALES
+from app.dataset_defaults import DATASET_MISSING
 from app.messages import PLAIN_NAME
 from datasets.options import MISSING, PLE_BINS, PLE_BINS_RANGE, SCALES, Recipe
 from strategies.vfl.methods import UnknownMethod, method
 
-HPARAMS = ("dataset", "paper")
+HPARAMS = ("reference", "paper", "dataset")
 MERGES = ("", "cnn", "mlp", "avg")
 MODES = ("vfl", "entity-aug")
 TRANSPORTS = ("auto", "flower", "direct")  # how a run's steps travel (app/direct_links.py); auto = direct
@@ -75,8 +75,8 @@ class DataOptions:
 
     @property
     def scale(self) -> str:
-        """The input recipe the parties use: the run config's, else the dataset's."""
-        return self.input_scale or DATASET_SCALES.get(self.dataset, "standard")
+        """The input encoding the parties use: the run config's, else standard."""
+        return self.input_scale or "standard"
 
     @property
     def missing_values(self) -> str:
@@ -113,7 +113,12 @@ class TrainOptions:
         "fedsim_attn",
         "fedsim_attn (default: FedSim + attention, docs/fedsim-attn.md) | fedsim (the paper's) | a baseline",
     )
-    hparams: str = opt("dataset", "dataset: every method uses the dataset's FedSim values | paper: App. E per method")
+    hparams: str = opt(
+        "reference",
+        "reference: every method uses the dataset's FedSim values (the reference code's) | paper: App. E per "
+        "method | dataset: reference plus the recipe chosen by hand on the built-in set's validation "
+        "(docs/fedsim-attn.md; fedsim train then does not search)",
+    )
     batch_size: int = opt(0, "hdb: 128")
     epochs: int = opt(
         0, "0 = the dataset's (hdb: 100, the paper's); with patience > 0 the maximum (own data: 200)", may_change=True

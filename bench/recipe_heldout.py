@@ -53,7 +53,9 @@ def run_one(data: Path, out: Path, seed: int, variant: str, budget: int | None =
     return row
 
 
-def table(rows: list[dict]) -> list[str]:
+def table(rows: list[dict], variants=tuple(VARIANTS), single: str = "fedsim_attn (old default)") -> list[str]:
+    """The rows' table: each of ``variants`` and the yardstick's two, the default minus each paired
+    over seeds, the search's choices and its time against ``single``'s run."""
     key = "rmse" if "rmse" in rows[0]["test"] else "accuracy"
     lower = key == "rmse"
     by = {(r["seed"], r["variant"]): r["test"][key] for r in rows if "test" in r}
@@ -63,7 +65,7 @@ def table(rows: list[dict]) -> list[str]:
         for field, what in (("primary_alone", "boosting, primary alone"), ("pooled", "pooled reference")):
             if isinstance(y.get(field), dict) and "test" in y[field]:
                 by[(s, what)] = y[field]["test"]
-    names = [*VARIANTS, "boosting, primary alone", "pooled reference"]
+    names = [*variants, "boosting, primary alone", "pooled reference"]
     out = [
         f"test {key} over seeds {seeds} (mean ± sd); default minus each, paired (mean ± sd; seeds the default is ahead, the same run, behind)"
     ]
@@ -85,12 +87,12 @@ def table(rows: list[dict]) -> list[str]:
         out.append(line)
     chosen = [f"s{r['seed']}: {r['chosen']}" for r in rows if r.get("chosen")]
     costs = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "default (search)"}
-    singles = {r["seed"]: r["seconds"] for r in rows if r["variant"] == "fedsim_attn (old default)"}
+    singles = {r["seed"]: r["seconds"] for r in rows if r["variant"] == single}
     ratio = [costs[s] / singles[s] for s in costs if s in singles]
     out.append(f"  chosen: {', '.join(chosen)}")
     if ratio:
         out.append(
-            f"  default's time / one run's (old default): {statistics.mean(ratio):.2f}x (per seed {[round(x, 2) for x in ratio]})"
+            f"  default's time / one run's ({single}): {statistics.mean(ratio):.2f}x (per seed {[round(x, 2) for x in ratio]})"
         )
     return out
 

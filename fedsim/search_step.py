@@ -27,12 +27,11 @@ class Searched:
 
 
 def step(cfg, values: dict, run_dir: Path, args, in_process: bool) -> Searched | int | None:
-    """`fedsim train`'s search: None when this run does not search (why said, on own data), an
-    exit status when it failed, else what it decided."""
+    """`fedsim train`'s search: None when this run does not search (why said), an exit status when
+    it failed, else what it decided."""
     why = why_not(cfg, args)
     if why:
-        if cfg.data.dataset == "csv":
-            print(f"recipe search: none ({why})")
+        print(f"recipe search: none ({why})")
         return None
     try:
         return run(values, run_dir, args.budget or rs.DEFAULT_BUDGET, in_process)
@@ -45,14 +44,16 @@ def why_not(cfg, args) -> str:
     """Why this run does not search ("" = it does)."""
     if args.recipe != "search":
         return "--recipe given: the run config's values (or their defaults) as they are"
-    if cfg.data.dataset != "csv":
-        return f"the built-in data set {cfg.data.dataset!r} has its own settings (docs/fedsim-attn.md)"
     if cfg.train.mode != "vfl":
         return "Entity Augmentation has no recipe search yet"
+    if cfg.train.hparams == "dataset":
+        return 'hparams "dataset": the recipe chosen by hand on this data set\'s validation (docs/fedsim-attn.md)'
     if args.deployment or cfg.link.linkage_dir:
         return "the search trains every party in this process, and here the secondaries' data is on their hosts"
     if cfg.train.resume:
         return "a resumed run keeps its recipe"
+    if cfg.data.dataset != "csv":
+        return ""
     from datasets.csv_parties import read_spec  # lazy: pandas, for own data only
 
     if "entity_id" in read_spec(Path(cfg.data.data_dir))["primary"]:

@@ -79,9 +79,9 @@ def _search_arguments(s) -> None:
         "--recipe",
         choices=("search", "given"),
         default="search",
-        help="on your own parties (dataset csv, mode vfl, every party's data here): search = choose the "
-        "method, input encoding and attention start on validation folds of your data (docs/own-data.md); "
-        "given = train with the values set (or their defaults) as they are",
+        help="mode vfl, every party's data here (own or built-in): search = choose the method and input "
+        "encoding on validation folds of the run's training rows (docs/own-data.md); given = train with "
+        "the values set (or their defaults) as they are",
     )
     s.add_argument(
         "--budget",

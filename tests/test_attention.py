@@ -153,9 +153,10 @@ def test_a_silent_start_is_the_papers_fedsim_drawn_from_the_same_seed():
     assert silent.paths["all"].attention.pair[-1].weight.grad.abs().max() > 0
 
 
-def test_each_dataset_starts_its_attention_where_its_validation_chose():
-    """house (5 seeds to convergence on validation) and game (10 seeds) start silent; the other
-    datasets start at Top1Sim; the run config overrides either, and the run records which and why."""
+def test_each_dataset_starts_its_attention_at_top1_unless_asked_otherwise():
+    """Every dataset starts at Top1Sim; the run config overrides it, and so does the recipe chosen by
+    hand (hparams "dataset": house on 5 seeds to convergence on validation, game on 10, silent); the
+    run records which and why."""
     from app.config import RunConfig
 
     def start(**flat):
@@ -165,9 +166,9 @@ def test_each_dataset_starts_its_attention_where_its_validation_chose():
         return row["value"], row["source"].split(" (")[0]
 
     for dataset in ("house", "game"):
-        assert start(dataset=dataset) == ("silent", "dataset default")
-        assert start(dataset=dataset, **{"attention-start": "top1"}) == ("top1", "run config")
-    for dataset in ("hdb", "frog", "synthetic", "house3"):
+        assert start(dataset=dataset, hparams="dataset") == ("silent", 'hparams "dataset"')
+        assert start(dataset=dataset, hparams="dataset", **{"attention-start": "top1"}) == ("top1", "run config")
+    for dataset in ("hdb", "frog", "synthetic", "house3", "house", "game"):
         assert start(dataset=dataset) == ("top1", "default")
     assert start(dataset="frog", **{"attention-start": "silent"}) == ("silent", "run config")
     assert "attention_start" not in RunConfig.from_flower({"dataset": "house", "method": "fedsim"}).hyperparameters()
@@ -195,13 +196,16 @@ def test_the_attention_branch_learns_at_its_own_fraction_of_the_rate():
     assert [id(q) for q in same.optimizer_groups()[0]["params"]] == [id(q) for q in same.parameters()]
     assert len(same.optimizer_groups()) == 1
     rows = {
-        flat.get("attention-lr", 0.0): RunConfig.from_flower({"dataset": "house", **flat}).hyperparameters()[
-            "attention_lr"
-        ]
+        flat.get("attention-lr", 0.0): RunConfig.from_flower(
+            {"dataset": "house", "hparams": "dataset", **flat}
+        ).hyperparameters()["attention_lr"]
         for flat in ({}, {"attention-lr": 1.0})
-    }  # house's default (5 seeds on validation: conf/sweeps/attn_lr_house*.toml), and the override
-    assert rows[0.0] == {"value": 0.3, "source": "dataset default (house, chosen on validation)"}
+    }  # house's hand-chosen rate (5 seeds on validation: conf/sweeps/attn_lr_house*.toml), and the override
+    assert rows[0.0] == {
+        "value": 0.3,
+        "source": 'hparams "dataset" (house, chosen by hand on its validation: docs/fedsim-attn.md)',
+    }
     assert rows[1.0] == {"value": 1.0, "source": "run config"}
-    assert RunConfig.from_flower({"dataset": "game"}).resolve().model.attention_lr == 1.0
+    assert RunConfig.from_flower({"dataset": "house"}).resolve().model.attention_lr == 1.0
     with pytest.raises(ConfigError, match="attention-lr"):
         RunConfig.from_flower({"dataset": "house", "attention-lr": 1.5})

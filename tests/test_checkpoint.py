@@ -162,10 +162,11 @@ def test_a_checkpoint_from_before_the_recipe_keys_resumes_where_nothing_changed(
     ple-bins existed hold none of them: each is compared as the value it had then (standard inputs,
     the mean, a constant rate, the Top1Sim start, 16 bins), and a key whose "" means the dataset's
     choice is compared resolved. So such a run resumes where today's defaults train alike, and is
-    refused by name where they would not (house: ple inputs and the silent start since)."""
+    refused by name where they would not (house with its hand-chosen recipe, hparams "dataset": ple
+    inputs and the silent start)."""
     new = ("input_scale", "missing", "lr_decay", "lr_patience", "attention_start", "ple_bins")
-    for dataset in ("synthetic", "house"):
-        cfg = RunConfig.of(dataset=dataset, method="fedsim_attn", out_dir=str(tmp_path))
+    for dataset, hparams in (("synthetic", "reference"), ("house", "dataset")):
+        cfg = RunConfig.of(dataset=dataset, hparams=hparams, method="fedsim_attn", out_dir=str(tmp_path))
         old = {k: v for k, v in checkpoint.fixed_config(cfg).items() if k not in new}
         _manifest(tmp_path / dataset, old)
         manifest = checkpoint.read_manifest(tmp_path / dataset)
@@ -176,7 +177,9 @@ def test_a_checkpoint_from_before_the_recipe_keys_resumes_where_nothing_changed(
                 checkpoint.check_resume(manifest, checkpoint.fixed_config(cfg), "j")
             same = cfg.replace(input_scale="standard", attention_start="top1")
             checkpoint.check_resume(manifest, checkpoint.fixed_config(same), "j")
-    written_today = checkpoint.fixed_config(RunConfig.of(dataset="house", out_dir=str(tmp_path)))
-    _manifest(tmp_path / "today", {**written_today, "input_scale": "", "attention_start": ""})
-    today = checkpoint.read_manifest(tmp_path / "today")  # "" stored: the dataset's, resolved
-    checkpoint.check_resume(today, checkpoint.fixed_config(RunConfig.of(dataset="house", out_dir=str(tmp_path))), "j")
+    hand = RunConfig.of(dataset="house", hparams="dataset", out_dir=str(tmp_path))
+    _manifest(tmp_path / "today", {**checkpoint.fixed_config(hand), "input_scale": "", "attention_start": ""})
+    today = checkpoint.read_manifest(tmp_path / "today")  # "" stored: the hand-chosen recipe's, resolved
+    checkpoint.check_resume(today, checkpoint.fixed_config(hand), "j")
+    with pytest.raises(checkpoint.CheckpointError, match="input_scale.*'ple', 'standard'"):
+        checkpoint.check_resume(today, checkpoint.fixed_config(hand.replace(hparams="reference", input_scale="")), "j")

@@ -30,6 +30,7 @@ import torch
 from app.config import dataset_defaults
 from app.config_groups import ADDED, RENAMED, RETIRED, DataOptions
 from app.config_groups import MAY_CHANGE_ON_RESUME as MAY_CHANGE
+from app.dataset_defaults import hand_chosen
 from files.atomic import write_atomic
 from files.private import private_dir
 from strategies.records import EpochRecord
@@ -157,6 +158,7 @@ def check_parties(manifest: Manifest, states: dict[str, dict]) -> None:
 def resolved(config: dict) -> dict:
     """``config`` (flat) with each key whose "" means the dataset's choice set to that choice, so
     a checkpoint and a run compare what they train with, not how they said it."""
+    config = hand_chosen(config)  # an hparams "dataset" run's unset recipe keys: the hand-chosen values
     dataset = str(config.get("dataset", ""))
     data = DataOptions(dataset=dataset)  # its scale and missing_values: the dataset's choices
     model = dataset_defaults(dataset).model
