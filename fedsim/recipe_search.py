@@ -73,7 +73,7 @@ class Plan:
         engine = "in this process" if in_process else "through Flower"
         return (
             f"recipe search: {len(self.candidates)} candidate(s) ({names}), one run each in this process on "
-            f"your training rows with two tenths held out (your test rows unused), then the run itself "
+            f"the run's training rows with two tenths held out (its test rows unused), then the run itself "
             f"{engine}: {self.runs} runs, each about one run's time (budget {self.budget})"
         )
 
@@ -165,7 +165,7 @@ def record(p: Plan, outcomes: list[Outcome], chosen: Outcome | None) -> dict:
     metric = next((o.metric for o in outcomes if o.metric), "key metric")
     return {
         "rule": f"the best validation {metric} over two held-out tenths of the training rows, each read at "
-        "the epoch the other chose (your test rows in no search run); ties keep the earlier candidate",
+        "the epoch the other chose (the test rows in no search run); ties keep the earlier candidate",
         "budget_runs": p.budget,
         "runs": p.runs,
         "candidates": [
