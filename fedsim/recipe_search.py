@@ -13,6 +13,11 @@ over 100-200 epochs, read on the rows that chose it, is biased exactly that way)
 wins (the earlier candidate on ties); the run itself is then trained with its values, through
 the engine the user chose.
 
+Every candidate stops early as a run on own data does (patience ``UNTUNED_PATIENCE`` unless the
+user set one, at most the run's epochs): on a built-in set, whose run trains a fixed number of
+epochs, its candidates still stop when validation does (a classifier's on its log loss, a finer
+score than 150 rows' accuracy), so the search costs what it costs on own data.
+
 The budget is counted in runs (each about a single run's time): the run itself and ``budget - 1``
 candidates, stated before the first one starts; under two candidates no search is made.
 """
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.config import UNTUNED_PATIENCE
 from app.run_record import read_metrics
 from files.private import private_dir
 from strategies.heads import better
@@ -143,6 +149,7 @@ def search(p: Plan, values: dict, out: Path, prefix: str, train: Trainer, say=pr
         say(f"search [{n}/{len(p.candidates)}] {c.name} ({c.why})")
         o, t0, name = Outcome(c), time.monotonic(), run_name(prefix, c)
         run = {**values, **c.values, "search-fold": SEARCH_FOLD, "run-name": name, "out-dir": str(out)}
+        run.setdefault("patience", UNTUNED_PATIENCE)  # as on own data, on a fixed-epoch built-in set too
         try:
             train(run, out / name)
             selected_on = json.loads((out / name / "summary.json").read_text())["stopping"]["selected_on"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,24 @@ def test_fedsim_train_on_a_built_in_data_set_runs_the_search_and_records_it(tmp_
     assert record["chosen"] in ("attn", "fedsim", "attn-ple")
     run = json.loads((out / "s" / "config.json").read_text())["run"]
     assert run["method"] == record["chosen_values"]["method"]
+
+
+def test_every_candidate_stops_early_as_on_own_data_unless_the_user_set_a_patience(tmp_path):
+    """A built-in set trains fixed epochs; its candidates stop when validation does (patience 10,
+    app/config.py UNTUNED_PATIENCE), so the search costs on it what it costs on own data."""
+    from app.config import UNTUNED_PATIENCE
+    from tests.test_recipe_search import _rows
+
+    seen: list[dict] = []
+
+    def train(values: dict, run_dir: Path) -> None:
+        seen.append(values)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows([3.0, 2.0], [3.0, 2.0])))
+        (run_dir / "summary.json").write_text(json.dumps({"stopping": {"selected_on": "rmse"}}))
+
+    search_step.run({"dataset": "house"}, tmp_path / "r", 4, True, train)
+    assert [v["patience"] for v in seen] == [UNTUNED_PATIENCE] * 3
+    seen.clear()
+    search_step.run({"dataset": "house", "patience": 0}, tmp_path / "q", 4, True, train)
+    assert [v["patience"] for v in seen] == [0] * 3
