@@ -14,9 +14,10 @@ wins (the earlier candidate on ties); the run itself is then trained with its va
 the engine the user chose.
 
 Every candidate stops early as a run on own data does (patience ``UNTUNED_PATIENCE`` unless the
-user set one, at most the run's epochs): on a built-in set, whose run trains a fixed number of
-epochs, its candidates still stop when validation does (a classifier's on its log loss, a finer
-score than 150 rows' accuracy), so the search costs what it costs on own data.
+user set one): on a built-in set, whose run trains a fixed number of epochs, its candidates still
+stop when validation does (a classifier's on its log loss, a finer score than 150 rows'
+accuracy), and train at most two thirds of the run's epochs (:func:`candidate_epochs`), so the
+search stays under 3x a run there too.
 
 The budget is counted in runs (each about a single run's time): the run itself and ``budget - 1``
 candidates, stated before the first one starts; under two candidates no search is made.
@@ -69,6 +70,7 @@ CANDIDATES = (
 class Plan:
     candidates: tuple[Candidate, ...]
     budget: int
+    epochs: int = 0  # > 0: each candidate's most epochs (a fixed-epoch run's, :func:`candidate_epochs`)
 
     @property
     def runs(self) -> int:
@@ -81,7 +83,16 @@ class Plan:
             f"recipe search: {len(self.candidates)} candidate(s) ({names}), one run each in this process on "
             f"the run's training rows with two tenths held out (its test rows unused), then the run itself "
             f"{engine}: {self.runs} runs, each about one run's time (budget {self.budget})"
+            + (f"; each candidate at most {self.epochs} epochs, two thirds of the run's" if self.epochs else "")
         )
+
+
+def candidate_epochs(epochs: int, patience: int) -> int:
+    """A candidate's most epochs for a run of ``epochs`` with ``patience`` (resolved): a run that
+    trains fixed epochs (patience 0) gives each candidate two thirds of them, so three candidates
+    on 6/7 of its training rows and the run itself cost at most 3 x 6/7 x 2/3 + 1 = 2.7 runs; a
+    run that stops early caps nothing (0), its candidates stop as it does."""
+    return 0 if patience > 0 else max(1, 2 * epochs // 3)
 
 
 def plan(given: dict, budget: int) -> Plan | None:
@@ -150,6 +161,8 @@ def search(p: Plan, values: dict, out: Path, prefix: str, train: Trainer, say=pr
         o, t0, name = Outcome(c), time.monotonic(), run_name(prefix, c)
         run = {**values, **c.values, "search-fold": SEARCH_FOLD, "run-name": name, "out-dir": str(out)}
         run.setdefault("patience", UNTUNED_PATIENCE)  # as on own data, on a fixed-epoch built-in set too
+        if p.epochs:
+            run["epochs"] = p.epochs
         try:
             train(run, out / name)
             selected_on = json.loads((out / name / "summary.json").read_text())["stopping"]["selected_on"]
@@ -174,6 +187,7 @@ def record(p: Plan, outcomes: list[Outcome], chosen: Outcome | None) -> dict:
         "rule": f"the best validation {metric} over two held-out tenths of the training rows, each read at "
         "the epoch the other chose (the test rows in no search run); ties keep the earlier candidate",
         "budget_runs": p.budget,
+        "candidate_epochs": p.epochs or None,
         "runs": p.runs,
         "candidates": [
             {

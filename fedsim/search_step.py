@@ -5,6 +5,7 @@ the finished run's folder search.json and the candidates' records."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -84,6 +85,13 @@ def train_in_process(values: dict, run_dir: Path) -> None:
         run_experiment(RunConfig.from_flower(values), run_dir)
 
 
+def _candidate_epochs(values: dict) -> int:
+    from app.config import RunConfig  # lazy: torch and flwr, after the CLI's checks
+
+    s = RunConfig.from_flower(values).resolve()
+    return rs.candidate_epochs(s.epochs, s.patience)
+
+
 def given(values: dict) -> dict:
     """The searched keys the user set (held at their value)."""
     return {k: values[k] for k in rs.SEARCHED if k in values}
@@ -93,6 +101,8 @@ def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Tr
     """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed.
     No plan (under two candidates): the values as given."""
     p = rs.plan(given(values), budget)
+    if p is not None:
+        p = dataclasses.replace(p, epochs=_candidate_epochs(values))
     if p is None:
         why = f"budget {budget} runs affords fewer than two candidates beside the run (or the keys you set leave one)"
         print(f"recipe search: none ({why})", flush=True)

@@ -103,3 +103,27 @@ def test_every_candidate_stops_early_as_on_own_data_unless_the_user_set_a_patien
     seen.clear()
     search_step.run({"dataset": "house", "patience": 0}, tmp_path / "q", 4, True, train)
     assert [v["patience"] for v in seen] == [0] * 3
+
+
+def test_a_fixed_epoch_runs_candidates_train_two_thirds_of_its_epochs_so_the_search_stays_under_3x(tmp_path):
+    """Three candidates on 6/7 of the run's training rows at two thirds of its epochs, and the run:
+    3 x 6/7 x 2/3 + 1 = 2.7 runs at most. A run that stops early (own data) caps nothing."""
+    from tests.test_recipe_search import _rows
+
+    seen: list[dict] = []
+
+    def train(values: dict, run_dir: Path) -> None:
+        seen.append(values)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows([3.0, 2.0], [3.0, 2.0])))
+        (run_dir / "summary.json").write_text(json.dumps({"stopping": {"selected_on": "rmse"}}))
+
+    for values, epochs in (({"dataset": "house"}, 66), ({"dataset": "house", "epochs": 40}, 26)):
+        seen.clear()
+        done = search_step.run(values, tmp_path / str(epochs), 4, True, train)
+        assert [v["epochs"] for v in seen] == [epochs] * 3
+        assert done.record["candidate_epochs"] == epochs
+        assert "epochs" not in done.values or done.values["epochs"] == values.get("epochs")  # the run keeps its own
+    seen.clear()
+    search_step.run({"dataset": "house", "patience": 5}, tmp_path / "stops", 4, True, train)
+    assert all("epochs" not in v for v in seen)  # it stops early: no cap
