@@ -264,14 +264,16 @@ def test_the_encodings_bin_count_is_each_partys_own_and_refused_where_it_means_n
             load_dataset("csv", tmp_path)
     for flat, match in [
         ({"dataset": "csv", "ple-bins": 8}, "each party declares its own"),
-        ({"dataset": "house", "ple-bins": 1}, r"must be in \[2, 256\]"),
+        ({"dataset": "house", "input-scale": "ple", "ple-bins": 1}, r"must be in \[2, 256\]"),
+        ({"dataset": "house", "ple-bins": 8}, "'ple-bins' is for input-scale"),  # the default: standard
         ({"dataset": "house", "input-scale": "standard", "ple-bins": 8}, "'ple-bins' is for input-scale"),
     ]:
         with pytest.raises(ConfigError, match=match):
             RunConfig.from_flower(flat)
-    rows = RunConfig.from_flower({"dataset": "house", "ple-bins": 8}).hyperparameters()
-    assert rows["ple_bins"] == {"value": 8, "source": "run config"}
-    assert "ple_bins" not in RunConfig.from_flower({"dataset": "house3"}).hyperparameters()  # standard: none
+    for flat in ({"input-scale": "ple"}, {"hparams": "dataset"}):  # ple given, or house's hand-chosen recipe
+        rows = RunConfig.from_flower({"dataset": "house", "ple-bins": 8, **flat}).hyperparameters()
+        assert rows["ple_bins"] == {"value": 8, "source": "run config"}
+    assert "ple_bins" not in RunConfig.from_flower({"dataset": "house"}).hyperparameters()  # standard: none
 
 
 @pytest.mark.parametrize("names", [("values",), ("keys", "items")], ids=["one", "two"])
