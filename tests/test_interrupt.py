@@ -46,6 +46,10 @@ def test_ctrl_c_stops_an_in_process_run_and_marks_it_failed(tmp_path):
         _wait_training(run, proc)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)  # a step of this run is milliseconds: 120 s is load's margin
+    except subprocess.TimeoutExpired:  # say what the run was doing (once seen in a full suite, not since)
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"no exit 120 s after SIGINT; status {run_status.read(run)}; stderr {stderr[-3000:]}")
     finally:
         proc.kill()  # a run that ignored the interrupt would train for minutes after the test
     assert proc.returncode == 130, stderr[-3000:]
