@@ -20,9 +20,19 @@ from tests.test_cli import FEDSIM
 GIVEN = ("--engine", "inprocess", "--recipe", "given", "--no-yardstick")
 
 
+def _as_a_terminals_command() -> None:
+    """Ctrl-C's disposition as a terminal's foreground command has it, whatever the test runner's:
+    a job a non-interactive shell starts in the background (`scripts/test.sh &`) inherits SIGINT
+    ignored (POSIX), and Python then keeps it ignored: the run trained on for 120 s."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
     argv = [FEDSIM, "train", "--dataset", "csv", "--data-dir", str(data), "--out-dir", str(out), *GIVEN, *extra]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_a_terminals_command
+    )
 
 
 def _wait_training(run: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -46,7 +56,7 @@ def test_ctrl_c_stops_an_in_process_run_and_marks_it_failed(tmp_path):
         _wait_training(run, proc)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)  # a step of this run is milliseconds: 120 s is load's margin
-    except subprocess.TimeoutExpired:  # say what the run was doing (once seen in a full suite, not since)
+    except subprocess.TimeoutExpired:  # say what the run was doing
         proc.kill()
         stdout, stderr = proc.communicate()
         raise AssertionError(f"no exit 120 s after SIGINT; status {run_status.read(run)}; stderr {stderr[-3000:]}")
