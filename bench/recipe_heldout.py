@@ -39,11 +39,15 @@ def run_one(data: Path, out: Path, seed: int, variant: str, budget: int | None =
     t0 = time.monotonic()
     code = fedsim(argv)
     seconds = time.monotonic() - t0
-    run = out / "runs" / name
-    if code != 0:
-        return {"seed": seed, "variant": variant, "failed": code, "seconds": seconds}
+    row = {"seed": seed, "variant": variant, "seconds": seconds}
+    return read_row(out / "runs" / name, row) if code == 0 else {**row, "failed": code}
+
+
+def read_row(run: Path, row: dict) -> dict:
+    """``row`` with what the finished run at ``run`` measured: its test and validation metrics,
+    its yardstick, and its search's choice and scores where it searched."""
     summary = json.loads((run / "summary.json").read_text())
-    row = {"seed": seed, "variant": variant, "test": summary["test"], "val": summary["val"], "seconds": seconds}
+    row = {**row, "test": summary["test"], "val": summary["val"]}
     if (run / "yardstick.json").exists():
         row["yardstick"] = json.loads((run / "yardstick.json").read_text())
     if (run / "search.json").exists():
