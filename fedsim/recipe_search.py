@@ -82,8 +82,12 @@ class Plan:
         return (
             f"recipe search: {len(self.candidates)} candidate(s) ({names}), one run each in this process on "
             f"the run's training rows with two tenths held out (its test rows unused), then the run itself "
-            f"{engine}: {self.runs} runs, each about one run's time (budget {self.budget})"
-            + (f"; each candidate at most {self.epochs} epochs, two thirds of the run's" if self.epochs else "")
+            f"{engine}: {self.runs} runs, "
+            + (
+                f"each candidate at most {self.epochs} epoch(s), two thirds of the run's (budget {self.budget})"
+                if self.epochs
+                else f"each about one run's time (budget {self.budget})"
+            )
         )
 
 
