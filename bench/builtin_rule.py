@@ -14,11 +14,10 @@ so a quiet cost is measured on its own: docs/benchmarks.md "The recipe search on
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-from bench.recipe_heldout import read_row, table
+from bench.recipe_heldout import read_row, run_rows, table
 from fedsim.cli import main as fedsim
 
 GIVEN = ["--recipe", "given", "--no-yardstick"]
@@ -50,18 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=0, help="0: the data set's own")
     args = ap.parse_args(argv)
     args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "rows.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    done = {(r["seed"], r["variant"]) for r in rows if "test" in r}
-    for seed in [int(s) for s in args.seeds.split(",")]:
-        for variant in VARIANTS:
-            if (seed, variant) not in done:
-                row = run_one(args, seed, variant)
-                rows.append(row)
-                with path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(f"[{time.strftime('%H:%M:%S')}] seed {seed} {variant}: {row.get('test', 'FAILED')}", flush=True)
+    rows = run_rows(args.out, args.seeds, list(VARIANTS), lambda seed, variant: run_one(args, seed, variant))
     print("\n".join(table(rows, tuple(VARIANTS), "reference as given (flwr run's)")))
 
 

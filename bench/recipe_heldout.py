@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fedsim.cli import main as fedsim
@@ -119,6 +120,25 @@ def fill_yardsticks(rows: list[dict], out: Path) -> int:
     return filled
 
 
+def run_rows(out: Path, seeds: str, variants: list[str], run: Callable[[int, str], dict]) -> list[dict]:
+    """Every (seed, variant)'s row: those in ``out``/rows.jsonl, and ``run``'s for the rest, each
+    appended to it as it finishes (an interrupted bench resumes)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "rows.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    done = {(r["seed"], r["variant"]) for r in rows if "test" in r}
+    for seed in [int(s) for s in seeds.split(",")]:
+        for variant in variants:
+            if (seed, variant) in done:
+                continue
+            row = run(seed, variant)
+            rows.append(row)
+            with path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"[{time.strftime('%H:%M:%S')}] seed {seed} {variant}: {row.get('test', 'FAILED')}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", type=Path)
@@ -127,19 +147,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=None, help="the default variant's --budget (unset: its default)")
     ap.add_argument("--fill-yardsticks", action="store_true", help="compute missing yardsticks of the default runs")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    rows = run_rows(
+        args.out,
+        args.seeds,
+        list(VARIANTS),
+        lambda seed, variant: run_one(args.data.resolve(), args.out.resolve(), seed, variant, args.budget),
+    )
     path = args.out / "rows.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    done = {(r["seed"], r["variant"]) for r in rows if "test" in r}
-    for seed in [int(s) for s in args.seeds.split(",")]:
-        for variant in VARIANTS:
-            if (seed, variant) in done:
-                continue
-            row = run_one(args.data.resolve(), args.out.resolve(), seed, variant, args.budget)
-            rows.append(row)
-            with path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(f"[{time.strftime('%H:%M:%S')}] seed {seed} {variant}: {row.get('test', 'FAILED')}", flush=True)
     if args.fill_yardsticks and fill_yardsticks(rows, args.out.resolve()):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print("\n".join(table(rows)))

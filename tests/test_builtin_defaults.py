@@ -85,13 +85,9 @@ def test_fedsim_train_on_a_built_in_data_set_runs_the_search_and_records_it(tmp_
     assert run["method"] == record["chosen_values"]["method"]
 
 
-def test_every_candidate_stops_early_as_on_own_data_unless_the_user_set_a_patience(tmp_path):
-    """A built-in set trains fixed epochs; its candidates stop when validation does (patience 10,
-    app/config.py UNTUNED_PATIENCE), so the search costs on it what it costs on own data."""
-    from app.config import UNTUNED_PATIENCE
+def _recording_trainer(seen: list[dict]):
+    """A search trainer that keeps each candidate's run-config values and writes planted curves."""
     from tests.test_recipe_search import _rows
-
-    seen: list[dict] = []
 
     def train(values: dict, run_dir: Path) -> None:
         seen.append(values)
@@ -99,6 +95,17 @@ def test_every_candidate_stops_early_as_on_own_data_unless_the_user_set_a_patien
         (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows([3.0, 2.0], [3.0, 2.0])))
         (run_dir / "summary.json").write_text(json.dumps({"stopping": {"selected_on": "rmse"}}))
 
+    return train
+
+
+def test_every_candidate_stops_early_as_on_own_data_unless_the_user_set_a_patience(tmp_path):
+    """A built-in set trains fixed epochs; its candidates stop when validation does (patience 10,
+    app/config.py UNTUNED_PATIENCE), so the search costs on it what it costs on own data."""
+    from app.config import UNTUNED_PATIENCE
+
+    seen: list[dict] = []
+
+    train = _recording_trainer(seen)
     search_step.run({"dataset": "house"}, tmp_path / "r", 4, True, train)
     assert [v["patience"] for v in seen] == [UNTUNED_PATIENCE] * 3
     seen.clear()
@@ -109,16 +116,9 @@ def test_every_candidate_stops_early_as_on_own_data_unless_the_user_set_a_patien
 def test_a_fixed_epoch_runs_candidates_train_two_thirds_of_its_epochs_so_the_search_stays_under_3x(tmp_path):
     """Three candidates on 6/7 of the run's training rows at two thirds of its epochs, and the run:
     3 x 6/7 x 2/3 + 1 = 2.7 runs at most. A run that stops early (own data) caps nothing."""
-    from tests.test_recipe_search import _rows
-
     seen: list[dict] = []
 
-    def train(values: dict, run_dir: Path) -> None:
-        seen.append(values)
-        run_dir.mkdir(parents=True)
-        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows([3.0, 2.0], [3.0, 2.0])))
-        (run_dir / "summary.json").write_text(json.dumps({"stopping": {"selected_on": "rmse"}}))
-
+    train = _recording_trainer(seen)
     for values, epochs in (({"dataset": "house"}, 66), ({"dataset": "house", "epochs": 40}, 26)):
         seen.clear()
         done = search_step.run(values, tmp_path / str(epochs), 4, True, train)
