@@ -82,13 +82,13 @@ class Plan:
         return (
             f"recipe search: {len(self.candidates)} candidate(s) ({names}), one run each in this process on "
             f"the run's training rows with two tenths held out (its test rows unused), then the run itself "
-            f"{engine}: {self.runs} runs, "
-            + (
-                f"each candidate at most {self.epochs} epoch(s), two thirds of the run's (budget {self.budget})"
-                if self.epochs
-                else f"each about one run's time (budget {self.budget})"
-            )
+            f"{engine}: {self.runs} runs, {self._each()} (budget {self.budget})"
         )
+
+    def _each(self) -> str:
+        if self.epochs:
+            return f"each candidate at most {self.epochs} epoch(s), two thirds of the run's"
+        return "each about one run's time"
 
 
 def candidate_epochs(epochs: int, patience: int) -> int:
@@ -99,9 +99,10 @@ def candidate_epochs(epochs: int, patience: int) -> int:
     return 0 if patience > 0 else max(1, 2 * epochs // 3)
 
 
-def plan(given: dict, budget: int) -> Plan | None:
+def plan(given: dict, budget: int, epochs: int = 0) -> Plan | None:
     """The candidates the budget affords, with the keys the user set (``given``) held at their
-    value (candidates that then coincide are one); None when fewer than two."""
+    value (candidates that then coincide are one), each of at most ``epochs`` (0: no cap); None
+    when fewer than two."""
     seen, kept = set(), []
     for c in CANDIDATES:
         values = {**c.values, **{k: given[k] for k in SEARCHED if k in given}}
@@ -112,7 +113,7 @@ def plan(given: dict, budget: int) -> Plan | None:
             seen.add(key)
             kept.append(Candidate(c.name, values, c.why))
     kept = kept[: budget - 1]
-    return Plan(tuple(kept), budget) if len(kept) >= 2 else None
+    return Plan(tuple(kept), budget, epochs) if len(kept) >= 2 else None
 
 
 @dataclass

@@ -5,7 +5,6 @@ the finished run's folder search.json and the candidates' records."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import sys
@@ -100,9 +99,7 @@ def given(values: dict) -> dict:
 def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Trainer = train_in_process) -> Searched:
     """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed.
     No plan (under two candidates): the values as given."""
-    p = rs.plan(given(values), budget)
-    if p is not None:
-        p = dataclasses.replace(p, epochs=_candidate_epochs(values))
+    p = rs.plan(given(values), budget, _candidate_epochs(values))
     if p is None:
         why = f"budget {budget} runs affords fewer than two candidates beside the run (or the keys you set leave one)"
         print(f"recipe search: none ({why})", flush=True)
