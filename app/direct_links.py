@@ -6,8 +6,9 @@ worker, app/party_worker.py), the primary connects to each worker and both prove
 checked to answer it.
 
     open_links(grid, parties, timeout, action) -> ({party: node id}, {party: SecureLink})
-    send_request(link, party, seq, message_type, content, timeout)
+    send_request(link, party, seq, message_type, content or packed body, timeout)
     read_reply(link, party, seq, message_type, timeout) -> RecordDict
+    read_body(link, party, seq, message_type, timeout) -> bytes (a packed reply's)
 """
 
 from __future__ import annotations
@@ -55,20 +56,31 @@ def open_links(grid: Grid, parties: list[str], timeout: float, action: str) -> t
 
 
 def send_request(
-    link: SecureLink, party: str, seq: int, message_type: str, content: RecordDict, timeout: float
+    link: SecureLink, party: str, seq: int, message_type: str, content: RecordDict | bytes, timeout: float
 ) -> None:
     """Request ``seq`` of ``message_type`` to the party over its link, sent within ``timeout``
-    seconds; a failed send fails naming the party."""
+    seconds: a RecordDict, or a body already packed (app/party_worker.py ``packed``); a failed
+    send fails naming the party."""
     try:
         link.settimeout(timeout)
-        link.send(b"Q", seq, message_type, encode(content))
+        link.send(b"Q", seq, message_type, content if isinstance(content, bytes) else encode(content))
     except OSError as e:
         raise PartyError(f"party {party!r}: the direct link failed sending {message_type}: {e}") from e
 
 
 def read_reply(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> RecordDict:
-    """The party's reply to request ``seq`` of ``message_type``, whole within ``timeout`` seconds
-    however it trickles in (as Flower's pull has it); anything else fails naming the party."""
+    """The party's reply to request ``seq`` of ``message_type`` (:func:`read_body`) as a RecordDict."""
+    body = read_body(link, party, seq, message_type, timeout)
+    try:
+        return decode(body)
+    except Exception as e:  # protobuf's DecodeError and kin: never unnamed
+        raise PartyError(f"party {party!r} sent a {message_type} reply that does not parse: {e}") from e
+
+
+def read_body(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> bytes:
+    """The body of the party's reply to request ``seq`` of ``message_type``, whole within
+    ``timeout`` seconds however it trickles in (as Flower's pull has it); anything else fails
+    naming the party."""
     try:
         kind, got, answered, body = link.recv(time.monotonic() + timeout)
     except (socket.timeout, TimeoutError) as e:
@@ -81,10 +93,7 @@ def read_reply(link: SecureLink, party: str, seq: int, message_type: str, timeou
         raise PartyError(f"party {party!r} failed on {message_type}: {body.decode(errors='replace')}")
     if kind != b"R":
         raise PartyError(f"party {party!r} sent {kind!r} where a reply was due")
-    try:
-        return decode(body)
-    except Exception as e:  # protobuf's DecodeError and kin: never unnamed
-        raise PartyError(f"party {party!r} sent a {message_type} reply that does not parse: {e}") from e
+    return body
 
 
 def close_all(links: dict[str, SecureLink]) -> None:

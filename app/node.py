@@ -28,7 +28,13 @@ def deployed(context: Context) -> bool:
 def node_run_config(context: Context) -> RunConfig:
     """The run's config; a deployed party's paths are its own (node config "data-dir", else "":
     the loaders' default), never the run config's."""
-    return with_node_paths(RunConfig.from_flower(context.run_config), context)
+    kept = getattr(context, "live_config", None)  # a party worker's, resolved at its first message
+    if kept is not None:
+        return kept
+    cfg = with_node_paths(RunConfig.from_flower(context.run_config), context)
+    if hasattr(context, "live_config"):
+        context.live_config = cfg
+    return cfg
 
 
 def with_node_paths(cfg: RunConfig, context: Context) -> RunConfig:

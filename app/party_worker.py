@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from app.secure_link import LinkClosed, LinkError, SecureLink, host_port
+from strategies.wire_bytes import pack, unpack
 
 APP_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the app's packages (the FAB's root)
 START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded machine)
@@ -48,10 +50,25 @@ class LiveContext(Context):
     and persist use ``live_party``), where a ClientApp process rebuilds it from ``state``."""
 
     live_party: object = None
+    live_config: object = None  # the node's run config, resolved once (app/node.py): neither config changes
 
 
 def encode(content: RecordDict) -> bytes:
     return recorddict_to_proto(content).SerializeToString()
+
+
+BodyHandler = Callable[[bytes, Context], bytes]  # what a DIRECT table maps a message type to
+
+
+def records(handler: Callable[[RecordDict, Context], RecordDict]) -> BodyHandler:
+    """A content handler answering over a link, each body a RecordDict's protobuf (as Flower's)."""
+    return lambda body, context: encode(handler(decode(body), context))
+
+
+def packed(handler: Callable[[tuple, Context], tuple], message_type: str) -> BodyHandler:
+    """A handler of a core type's codec, (arrays, fields) in and out, each body packed without
+    Flower's records (strategies/wire_bytes.py): the per-step messages, where those cost most."""
+    return lambda body, context: pack(handler(unpack(body, message_type), context))
 
 
 def decode(body: bytes) -> RecordDict:
@@ -191,7 +208,7 @@ def serve(link: SecureLink, context: Context, handlers: dict) -> None:
         try:
             if handler is None:
                 raise ValueError(f"unexpected message {kind!r} {message_type!r} on the direct link")
-            link.send(b"R", seq, message_type, encode(handler(decode(body), context)))
+            link.send(b"R", seq, message_type, handler(body, context))
         except Exception as e:  # noqa: BLE001 - every failure goes back to the primary by name
             traceback.print_exc(file=sys.stderr)
             link.send(b"E", seq, message_type, f"{type(e).__name__}: {e}".encode())

@@ -14,6 +14,7 @@ from app.config import RunConfig
 from app.entity_aug import client as ea_secondary
 from app.entity_aug.parties import act_content, read_act, read_reply, reply_content, request_content
 from strategies.entity_aug.channel import StepReply, StepRequest
+from strategies.wire_bytes import pack, unpack
 from strategies.wire_checks import PeerValueError
 from tests.test_secondary_security import files_under, names, query, refused
 
@@ -100,3 +101,23 @@ def test_an_ea_secondary_refuses_a_gradient_of_the_wrong_shape_naming_itself():
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert isinstance(err, PeerValueError), err
     assert all(p in str(err) for p in ("party 'right'", "gradient", f"{short.shape}", f"{act.shape}")), err
+
+
+def test_over_a_direct_link_the_packed_step_is_refused_alike():
+    """The party worker's step (packed without Flower's records: strategies/wire_bytes.py)
+    refuses what the Flower message's refuses, naming the party, and a body that is not a
+    request naming the message; no weight changes. A good one answers with finite activations."""
+    cfg, ctx, act, before = _after_first_step()
+    step = ea_secondary.DIRECT["train.ea_step"]
+    grad = np.zeros_like(act)
+    grad[tuple(np.argwhere(act != 0)[0])] = np.inf
+    err = refused(lambda: step(pack(StepRequest(0, 1, grad).encode()), ctx))
+    assert isinstance(err, messages.NonFiniteValues) and names(err, "party 'right'", "train.ea_step", "gradient")
+    err = refused(lambda: step(pack(({"grad": grad, "extra": grad}, {"epoch": 0, "step": 1, "has_grad": True})), ctx))
+    assert isinstance(err, messages.ProtocolError) and "train.ea_step" in str(err), err
+    err = refused(lambda: step(b"\x00\x00\x00\x05{oops", ctx))
+    assert isinstance(err, messages.ProtocolError) and "train.ea_step" in str(err), err
+    after = ea_secondary.restore(cfg, ctx).model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    reply = StepReply.decode(*unpack(step(pack(StepRequest(0, 1, np.zeros_like(act)).encode()), ctx), "reply"), "right")
+    assert reply.act.shape[1] == act.shape[1] and np.isfinite(reply.act).all()

@@ -34,7 +34,9 @@ from app.entity_aug.parties import (
 )
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
+from app.party_worker import packed, records
 from files.private import private_dir
+from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import BatchSchedule
 from strategies.entity_aug.secondary import SecondaryParty
 from strategies.torch_threads import torch_threads
@@ -143,9 +145,17 @@ def _hello(content: RecordDict, context: Context) -> RecordDict:
 
 
 def _step(content: RecordDict, context: Context) -> RecordDict:
+    return reply_content(_step_party(read_request(content), context))
+
+
+def _step_packed(codec: tuple[dict, dict], context: Context) -> tuple[dict, dict]:
+    """:func:`_step` over a direct link: the request and reply in their core codec."""
+    return _step_party(StepRequest.decode(*codec), context).encode()
+
+
+def _step_party(req: StepRequest, context: Context) -> StepReply:
     with torch_threads(1):
         party = restore(node_run_config(context), context)
-        req = read_request(content)
         if req.grad is not None:  # finite in this secondary's dtype (a float64 1e300 overflows float32)
             messages.require_finite(
                 torch.as_tensor(req.grad, dtype=party.dtype),
@@ -155,7 +165,7 @@ def _step(content: RecordDict, context: Context) -> RecordDict:
             )
         reply = party.step(req)
         persist(party, context)
-    return reply_content(reply)
+    return reply
 
 
 def _embed(content: RecordDict, context: Context) -> RecordDict:
@@ -196,12 +206,12 @@ ids, hello, step, embed, finish, keep = map(messages.flower, (_ids, _hello, _ste
 
 # what the party worker answers over the direct link: the same handlers, its own context
 DIRECT = {
-    "query.ea_ids": _ids,
-    "query.ea_hello": _hello,
-    "train.ea_step": _step,
-    "query.ea_embed": _embed,
-    "query.ea_keep": _keep,
-    "query.ea_finish": _finish,
+    "query.ea_ids": records(_ids),
+    "query.ea_hello": records(_hello),
+    "train.ea_step": packed(_step_packed, "train.ea_step"),  # every step: without Flower's records
+    "query.ea_embed": records(_embed),
+    "query.ea_keep": records(_keep),
+    "query.ea_finish": records(_finish),
 }
 
 

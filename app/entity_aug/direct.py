@@ -14,14 +14,16 @@ import time
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from app.direct_links import close_all, open_links, read_reply, send_request
-from app.entity_aug import parties as wire
+from app.direct_links import close_all, open_links, read_body, read_reply, send_request
 from app.entity_aug.channel import FlowerChannel
 from app.messages import named_content
 from app.secure_link import SecureLink
 from app.transport import payload_bytes
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.secondary import SecondaryParty
+from strategies.wire_bytes import pack, unpack
+
+STEP = "train.ea_step"
 
 
 class DirectChannel(FlowerChannel):
@@ -64,10 +66,21 @@ class DirectChannel(FlowerChannel):
         return content
 
     def send(self, party: str, request: StepRequest) -> None:
+        """A step's request packed without Flower's records (strategies/wire_bytes.py)."""
         if party in self.local.members:
             self.local.send(party, request)
             return
-        self._waiting[party] = self._send(party, "train.ea_step", wire.request_content(request))
+        arrays, fields = request.encode()
+        self._seq += 1
+        send_request(self.links[party], party, self._seq, STEP, pack((arrays, fields)), self.patience)
+        self.traffic.bytes_down += sum(a.nbytes for a in arrays.values())
+        self._waiting[party] = self._seq
+
+    def _reply(self, party: str) -> StepReply:
+        body = read_body(self.links[party], party, self._waiting.pop(party), STEP, self.patience)
+        arrays, fields = unpack(body, f"party {party!r}'s reply to {STEP}")
+        self.traffic.bytes_up += sum(a.nbytes for a in arrays.values())
+        return StepReply.decode(arrays, fields, party)
 
     def collect(self, parties: set[str], until: float) -> dict[str, StepReply]:
         """The replies that begin to arrive by ``until`` (each then read whole within the
@@ -76,7 +89,7 @@ class DirectChannel(FlowerChannel):
         for party in sorted(p for p in parties if p in self._waiting):
             ready, _, _ = select.select([self.links[party].sock], [], [], max(0.0, until - time.monotonic()))
             if ready:
-                out[party] = wire.read_reply(self._read(party, self._waiting.pop(party), "train.ea_step"), party)
+                out[party] = self._reply(party)
         return out
 
     def ask_each(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:

@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages, node, threads
 from app.config import RunConfig
 from app.node import node_run_config
+from app.party_worker import records
 from app.vfl import handshake
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from strategies.optim import party_seed
@@ -137,10 +138,10 @@ hello, step, keep, finish, restore = map(messages.flower, (_hello, _step, _keep,
 
 # what the party worker answers over the direct link: the same handlers, its own context
 DIRECT = {
-    "query.hello": _hello,
-    "train.step": _step,
-    "query.keep": _keep,
-    "query.finish": _finish,
-    "query.restore": _restore,
-    "query.ping": handshake.pong,
+    "query.hello": records(_hello),
+    "train.step": records(_step),
+    "query.keep": records(_keep),
+    "query.finish": records(_finish),
+    "query.restore": records(_restore),
+    "query.ping": records(handshake.pong),
 }

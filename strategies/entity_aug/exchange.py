@@ -61,6 +61,7 @@ class Exchanger:
         self.queue = SecondaryQueue(channel.parties)
         self.outstanding: set[str] = set()
         self.exchanges = 0
+        self._sent_at = 0.0  # time.monotonic() of the last send
 
     def _receive(self, replies: dict[str, StepReply]) -> None:
         for p, reply in replies.items():
@@ -68,12 +69,23 @@ class Exchanger:
             self.queue.put(p, reply)
 
     def step(self, epoch: int, step: int, grads: dict[str, np.ndarray]) -> tuple[dict[str, StepReply], set[str]]:
+        """:meth:`send`, then :meth:`receive`: the activations of the step (and which are fresh)."""
+        self.send(epoch, step, grads)
+        return self.receive(step)
+
+    def send(self, epoch: int, step: int, grads: dict[str, np.ndarray]) -> None:
+        """Ask every party not still busy for its step, with its gradient of the last one; the
+        deadline of :meth:`receive` counts from here."""
         for p in self.channel.parties:
             if p not in self.outstanding:
                 self.channel.send(p, StepRequest(epoch, step, grads.get(p)))
                 self.outstanding.add(p)
         self.exchanges += 1
-        t0 = time.monotonic()
+        self._sent_at = time.monotonic()
+
+    def receive(self, step: int) -> tuple[dict[str, StepReply], set[str]]:
+        """The step's activations: the answers in by the deadline, a late party's last one (queue)."""
+        t0 = self._sent_at
         self._receive(self.channel.collect(set(self.outstanding), t0 + (self.timeout or self.patience)))
         # without a timeout every party must answer; with one, those with nothing to fall back on yet
         must = {p for p in self.outstanding if not self.timeout or p not in self.queue.last}

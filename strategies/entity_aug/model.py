@@ -209,6 +209,15 @@ class PrimaryParty:
     def train_step(
         self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]
     ) -> tuple[float, dict[str, np.ndarray]]:
+        """One step: :meth:`backward`, then :meth:`update`; (loss, each party's gradient (B, c_p))."""
+        loss, grads = self.backward(acts, ids)
+        self.update()
+        return loss.item(), grads
+
+    def backward(
+        self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]
+    ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        """The step up to each party's gradient (B, c_p), defended; the loss a 0-d tensor."""
         widths = [acts[p].shape[1] for p in self.parties]
         soft = interpolated_labels(np.stack([ids[p] for p in self.parties]), widths, self.labels, self.head.n_classes)
         x, xs = self._cat(acts, grad=True)
@@ -216,8 +225,11 @@ class PrimaryParty:
         loss = soft_cross_entropy(self.model(x), torch.as_tensor(soft, device=self.device, dtype=self.dtype))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        return loss.detach(), {p: self._defended(p, t.grad).cpu().numpy() for p, t in zip(self.parties, xs)}
+
+    def update(self) -> None:
+        """The primary's own step, after :meth:`backward` (its gradients may be sent first)."""
         self.optimizer.step()
-        return loss.item(), {p: self._defended(p, t.grad).cpu().numpy() for p, t in zip(self.parties, xs)}
 
     @torch.no_grad()
     def outputs(self, acts: dict[str, np.ndarray]) -> torch.Tensor:
@@ -268,14 +280,12 @@ def fit_ea(
         n_steps = plan.steps_per_epoch
         if plan.max_steps:
             n_steps = min(n_steps, plan.max_steps - len(losses))
-        grads: dict[str, np.ndarray] = {}
-        for step in range(n_steps):
-            replies, fresh = exchanger.step(epoch, step, grads)
-            loss, g = primary.train_step({p: r.act for p, r in replies.items()}, {p: r.ids for p, r in replies.items()})
-            grads = {p: g[p] for p in fresh}
+
+        def step_done(loss: float) -> None:  # of this epoch
             losses.append(loss)
-            progress("training", epoch, step + 1, n_steps, loss)
-        exchanger.flush(epoch, grads)
+            progress("training", epoch, len(losses) - n0, n_steps, loss)
+
+        exchanger.flush(epoch, train_epoch(primary, exchanger, epoch, n_steps, step_done))
         rec = EpochRecord(
             epoch,
             float(np.mean(losses[n0:])) if n_steps else float("nan"),
@@ -293,3 +303,24 @@ def fit_ea(
         if finished(records, primary.head, plan, len(losses)):
             break
     return records, losses
+
+
+def train_epoch(
+    primary: PrimaryParty, exchanger: Exchanger, epoch: int, n_steps: int, step_done: Callable[[float], None]
+) -> dict[str, np.ndarray]:
+    """``n_steps`` steps; returns the last step's gradients (for the epoch's flush). Each step's
+    gradients go out with the next step's request before the primary updates its own model, so
+    the secondaries' step runs while it does (the same values in the same order: a secondary's
+    step does not read the primary's weights)."""
+    grads: dict[str, np.ndarray] = {}
+    if n_steps:
+        exchanger.send(epoch, 0, grads)
+    for step in range(n_steps):
+        replies, fresh = exchanger.receive(step)
+        loss, g = primary.backward({p: r.act for p, r in replies.items()}, {p: r.ids for p, r in replies.items()})
+        grads = {p: g[p] for p in fresh}
+        if step + 1 < n_steps:
+            exchanger.send(epoch, step + 1, grads)
+        primary.update()
+        step_done(loss.item())
+    return grads
