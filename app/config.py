@@ -35,6 +35,7 @@ from app.config_groups import (
 from app.config_keys import ConfigError, did_you_mean, parse_pairs, refuse_old_keys, typed
 from app.dataset_defaults import DATASET_DEFAULTS, DATASET_MISSING, HAND_CHOSEN, Settings, hand_chosen
 from datasets.options import PLE_BINS
+from strategies.stop_rule import StopRule
 from strategies.vfl.methods import REGISTRY, Method
 
 if TYPE_CHECKING:
@@ -161,6 +162,11 @@ class RunConfig:
         fallback = tuned_epochs is None
         patience = self.train.patience if self.train.patience >= 0 else (UNTUNED_PATIENCE if fallback else 0)
         return self.train.epochs or (UNTUNED_EPOCHS if fallback else tuned_epochs), patience
+
+    def stop_rule(self, epochs: int, patience: int) -> StopRule:
+        """Either mode's stop rule: the maximum ``epochs`` and ``patience`` as resolved
+        (:meth:`stopping`), with the run config's max-steps and max-minutes."""
+        return StopRule(epochs, patience, self.train.max_steps, self.train.max_minutes)
 
     def _paper(self) -> dict:
         return self.training_method.paper.get(self.data.dataset, {}) if self.train.hparams == "paper" else {}

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from strategies.heads import TaskHead
+from strategies.stop_rule import StopRule
 
 # What the training loops report while they run: (phase "training" | "evaluation", epoch,
 # steps done in this epoch, steps per epoch, the last step's loss).
@@ -89,29 +89,20 @@ def out_of_time(records: list[EpochRecord], max_minutes: float) -> bool:
     return max_minutes > 0 and minutes_run(records) >= max_minutes
 
 
-class StopRule(Protocol):
-    """What a training plan says of when to stop (both modes' TrainPlan)."""
-
-    epochs: int  # the maximum
-    patience: int  # > 0: epochs without a better validation value; 0 = fixed epochs
-    max_steps: int  # 0 = no limit
-    max_minutes: float  # 0 = no limit
-
-
-def finished(records: list[EpochRecord], head: TaskHead, plan: StopRule, steps: int) -> bool:
+def finished(records: list[EpochRecord], head: TaskHead, rule: StopRule, steps: int) -> bool:
     """Training ends after ``records`` (``steps`` steps run): max-steps reached, or the patience or
     max-minutes ran out. A function of the records: a resumed run stops where the whole run would."""
     return (
-        bool(plan.max_steps and steps >= plan.max_steps)
-        or early_stop(records, head, plan.patience)
-        or out_of_time(records, plan.max_minutes)
+        bool(rule.max_steps and steps >= rule.max_steps)
+        or early_stop(records, head, rule.patience)
+        or out_of_time(records, rule.max_minutes)
     )
 
 
-def stopping(records: list[EpochRecord], head: TaskHead, plan: StopRule, steps: int = 0) -> dict:
+def stopping(records: list[EpochRecord], head: TaskHead, rule: StopRule, steps: int = 0) -> dict:
     """summary.json's ``stopping``: {"patience", "max_epochs", "max_minutes", "epochs_run",
     "stopped_early", "reason", "selected_on"} of a run that trained ``steps`` steps."""
-    patience, max_epochs, max_steps, max_minutes = plan.patience, plan.epochs, plan.max_steps, plan.max_minutes
+    patience, max_epochs, max_steps, max_minutes = rule.patience, rule.epochs, rule.max_steps, rule.max_minutes
     run = len(records)
     early = early_stop(records, head, patience) and run < max_epochs
     if early:

@@ -23,6 +23,7 @@ from app.vfl import server as primary
 from strategies.entity_aug import model as ea_model
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord, best_epoch, early_stop, stopping
+from strategies.stop_rule import StopRule
 from strategies.vfl import protocol
 from tests.test_byo import SPEC, write_parties
 from tests.test_checkpoint import Crash
@@ -32,9 +33,9 @@ DOWN_THEN_FLAT = [3.0, 2.0, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0, 3.1, 3.2, 3.3, 3.4, 3.
 REGRESSION = TaskHead("regression")
 
 
-def plan(epochs: int, patience: int) -> ea_model.TrainPlan:
-    """A plan's stopping rule (either mode's TrainPlan is one)."""
-    return ea_model.TrainPlan(epochs, 1, patience=patience)
+def plan(epochs: int, patience: int) -> StopRule:
+    """A plan's stopping rule (either mode's TrainPlan holds one)."""
+    return StopRule(epochs, patience)
 
 
 def recs(vals: list[float], key: str = "rmse") -> list[EpochRecord]:

@@ -11,13 +11,13 @@ import pytest
 from app import modes
 from app.config import RunConfig
 from app.config_keys import ConfigError
-from strategies.entity_aug.model import TrainPlan
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord, finished, out_of_time, stopping
+from strategies.stop_rule import StopRule
 
 REGRESSION = TaskHead("regression")
 NANOSECOND = 1e-9 / 60  # minutes
-BUDGET = TrainPlan(5, 1, max_minutes=1.0)  # at most 5 epochs or a minute
+BUDGET = StopRule(5, max_minutes=1.0)  # at most 5 epochs or a minute
 
 
 def recs(seconds: list[tuple[float, float]]) -> list[EpochRecord]:

@@ -154,10 +154,8 @@ def steps_per_epoch(data: EntityData, settings: Settings) -> int:
     return math.ceil(len(data.split.train) / settings.batch_size)
 
 
-def ea_plan(cfg: RunConfig, data: EntityData, settings: Settings) -> TrainPlan:
-    return TrainPlan(
-        settings.epochs, steps_per_epoch(data, settings), cfg.train.max_steps, max_minutes=cfg.train.max_minutes
-    )
+def ea_plan(cfg: RunConfig, data: EntityData, settings: Settings, patience: int = 0) -> TrainPlan:
+    return TrainPlan(cfg.stop_rule(settings.epochs, patience), steps_per_epoch(data, settings))
 
 
 def overlap_parts(cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[np.ndarray]]:

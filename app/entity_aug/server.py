@@ -9,7 +9,6 @@ counts per secondary) and status.json (app/run_status.py).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from logging import INFO, WARNING
 from pathlib import Path
@@ -49,12 +48,12 @@ def run_ea(
     """Train, evaluate every epoch, write the run record (app/run_record.py); returns the summary."""
     t_start = time.perf_counter()
     settings, patience, hyper = hyperparameters(cfg)
-    plan = dataclasses.replace(ea_plan(cfg, data, settings), patience=patience)
+    plan = ea_plan(cfg, data, settings, patience)
     aligned, shares = overlap_parts(cfg, data)
     primary = build_primary(cfg, data)
     with RunRecord(out, engine) as record:
         _start_record(record, cfg, data, settings, plan, hyper)
-        _say_plan(say, cfg, data, len(aligned), settings, plan, patience)
+        _say_plan(say, cfg, data, len(aligned), settings, plan)
         exchanger = Exchanger(channel, cfg.ea.secondary_timeout, cfg.runtime.node_timeout)
         record.open_metrics(primary.head)
         keeper, models = Keeper(primary.head), kept_models(primary, channel)
@@ -90,7 +89,7 @@ def run_ea(
             seconds=seconds,
             exchange=_exchange(channel, exchanger),
             preprocessing=data.preprocessing,  # the loaded parties', before entity blocks
-            stopping=stopping(records, primary.head, plan, len(losses)),
+            stopping=stopping(records, primary.head, plan.stop, len(losses)),
             hyperparameters=hyper,
             extra_warnings=evaluation_warnings(data),
             constant_predictor=constant_predictor(
@@ -113,11 +112,11 @@ def _start_record(record: RunRecord, cfg: RunConfig, data: EntityData, settings,
         "datasets/overlap.py)" % cfg.train.seed,
         entity_ids=data.entity_ids,
     )
-    record.start_progress(plan.epochs, phase="training")
+    record.start_progress(plan.stop.epochs, phase="training")
     log(INFO, "[primary] hyperparameters (by where each value came from):\n%s", "\n".join(hyperparameter_lines(hyper)))
 
 
-def _say_plan(say, cfg: RunConfig, data: EntityData, n_aligned: int, settings, plan, patience: int) -> None:
+def _say_plan(say, cfg: RunConfig, data: EntityData, n_aligned: int, settings, plan) -> None:
     """The run's plan in one line: variant, aligned share, entities per part, parties, schedule."""
     share, source = aligned_share(cfg, data)
     say(
@@ -134,8 +133,8 @@ def _say_plan(say, cfg: RunConfig, data: EntityData, n_aligned: int, settings, p
         len(data.split.test),
         data.parties,
         settings.batch_size,
-        plan.epochs,
-        patience,
+        plan.stop.epochs,
+        plan.stop.patience,
         plan.steps_per_epoch,
         settings.lr,
     )

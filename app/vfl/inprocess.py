@@ -4,7 +4,6 @@ Used by the equivalence tests and the benchmarks."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +60,7 @@ def _setup(cfg: RunConfig, steps_per_exchange: int | None, seconds: Seconds | No
     t1 = time.perf_counter()
     linkage, job = linkage_job(ds, cfg, settings) if cfg.training_method.federated else (None, None)
     seconds.load, seconds.linkage = t1 - t0, time.perf_counter() - t1
-    return cfg, settings, ds, linkage, job, dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
+    return cfg, settings, ds, linkage, job, train_plan(cfg, settings)
 
 
 def _local_parties(cfg: RunConfig, ds, job, linkage) -> dict[str, SecondaryParty]:

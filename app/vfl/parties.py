@@ -35,16 +35,14 @@ if TYPE_CHECKING:
 
 def train_plan(cfg: RunConfig, settings: Settings) -> TrainPlan:
     return TrainPlan(
-        settings.epochs,
+        cfg.stop_rule(settings.epochs, settings.patience),
         settings.batch_size,
         cfg.train.steps_per_exchange,
         cfg.train.model_seed,
-        cfg.train.max_steps,
         cfg.runtime.eval_chunk,
         pipeline=cfg.train.pipeline,
         lr_decay=cfg.train.lr_decay,
         lr_patience=cfg.train.lr_patience,
-        max_minutes=cfg.train.max_minutes,
     )
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import statistics
@@ -179,7 +178,7 @@ def finished_run(
         preprocessing=ds.preprocessing,
         exchange=exchange,
         hyperparameters=cfg.hyperparameters(),
-        stopping=stopping(records, head, plan, len(step_losses)),
+        stopping=stopping(records, head, plan.stop, len(step_losses)),
         constant_predictor=constant_predictor(head, ds.labels[ds.split.train], ds.labels[ds.split.val]),
     )
 
@@ -202,7 +201,7 @@ def _start(record: RunRecord, cfg: RunConfig, settings, hyper: dict, out: Path, 
 
 def _plan(cfg: RunConfig, settings, strategy, tag: str):
     """The training's plan (early stopping's patience from the settings), logged."""
-    plan = dataclasses.replace(train_plan(cfg, settings), patience=settings.patience)
+    plan = train_plan(cfg, settings)
     log(
         INFO,
         "%s training %s: K=%d, batch %d, %s, lr %g%s, S=%d steps per exchange, device %s",
@@ -210,7 +209,7 @@ def _plan(cfg: RunConfig, settings, strategy, tag: str):
         cfg.train.method,
         settings.k,
         settings.batch_size,
-        epochs_note(plan.epochs, plan.patience),
+        epochs_note(plan.stop.epochs, plan.stop.patience),
         settings.lr,
         f" (x {plan.lr_decay} after {plan.lr_patience} epochs not better)" if plan.lr_decay < 1 else "",
         cfg.train.steps_per_exchange,

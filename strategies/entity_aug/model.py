@@ -37,6 +37,7 @@ from strategies.entity_aug.exchange import Exchanger
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord, Progress, finished
 from strategies.shields import AutoClip, defended_rows, secret_generator
+from strategies.stop_rule import StopRule
 
 __all__ = [
     "ACTIVATIONS",
@@ -246,12 +247,9 @@ class PrimaryParty:
 
 @dataclass(frozen=True)
 class TrainPlan:
-    epochs: int
+    stop: StopRule  # epochs, patience, max-steps, max-minutes
     steps_per_epoch: int
-    max_steps: int = 0  # 0 = no limit (tests)
     eval_batch: int = 4096
-    patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
-    max_minutes: float = 0.0  # > 0: stop after the epoch in which the records' seconds reached it
 
 
 def evaluate(primary: PrimaryParty, channel: SecondaryChannel, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
@@ -269,17 +267,17 @@ def fit_ea(
     on_epoch: Callable[[EpochRecord], None],
     progress: Progress,
 ) -> tuple[list[EpochRecord], list[float]]:
-    """Train for at most ``plan.epochs`` of ``plan.steps_per_epoch`` steps, and with
-    ``plan.patience`` > 0 only until that many epochs brought no better validation value
+    """Train for at most ``plan.stop.epochs`` of ``plan.steps_per_epoch`` steps, and with
+    its patience > 0 only until that many epochs brought no better validation value
     (strategies/records.py); evaluate validation and test after each epoch (the caller reports
     test at the best-validation epoch). ``progress`` hears of every step and each evaluation."""
     records: list[EpochRecord] = []
     losses: list[float] = []
-    for epoch in range(plan.epochs):
+    for epoch in range(plan.stop.epochs):
         t0, n0, x0 = time.perf_counter(), len(losses), exchanger.exchanges
         n_steps = plan.steps_per_epoch
-        if plan.max_steps:
-            n_steps = min(n_steps, plan.max_steps - len(losses))
+        if plan.stop.max_steps:
+            n_steps = min(n_steps, plan.stop.max_steps - len(losses))
 
         def step_done(loss: float) -> None:  # of this epoch
             losses.append(loss)
@@ -300,7 +298,7 @@ def fit_ea(
         rec.eval_seconds = time.perf_counter() - t1
         records.append(rec)
         on_epoch(rec)
-        if finished(records, primary.head, plan, len(losses)):
+        if finished(records, primary.head, plan.stop, len(losses)):
             break
     return records, losses
 

@@ -31,6 +31,7 @@ import torch
 
 from strategies.records import EpochRecord, Progress, finished, lr_scale
 from strategies.schedule import epoch_batches, windows
+from strategies.stop_rule import StopRule
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block, check_losses
 from strategies.vfl.fedsim import FedSimStrategy, distinct
@@ -41,15 +42,12 @@ ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank reco
 
 @dataclass
 class TrainPlan:
-    epochs: int
+    stop: StopRule  # epochs, patience, max-steps, max-minutes
     batch_size: int
     steps_per_exchange: int
     seed: int
-    max_steps: int = 0  # 0 = no limit (tests stop after a few steps)
     eval_chunk: int = 50_000  # tokens per evaluation message
     eval_batch: int = 4096  # primary records per evaluation forward pass
-    patience: int = 0  # > 0: stop after this many epochs without a better validation value; 0 = all epochs
-    max_minutes: float = 0.0  # > 0: stop after the epoch in which the records' seconds reached it
     pipeline: bool = False  # request window w + 1 before computing window w (module docstring)
     lr_decay: float = 1.0  # the schedule (strategies/records.py lr_scale): 1 = a constant learning rate
     lr_patience: int = 3  # epochs without a better validation value before each reduction
@@ -296,7 +294,7 @@ def fit(
     hooks: Hooks = Hooks(),
     done: tuple[list[EpochRecord], list[float]] | None = None,
 ) -> tuple[list[EpochRecord], list[float]]:
-    """Train on ``split.train`` for at most ``plan.epochs``, and with ``plan.patience`` > 0 only
+    """Train on ``split.train`` for at most ``plan.stop.epochs``, and with its patience > 0 only
     until that many epochs brought no better validation value (strategies/records.py); every
     epoch evaluate ``split.val`` and ``split.test``, calling the ``hooks``. ``done`` = the records
     and step losses of the epochs a checkpoint already holds: training goes on from the next
@@ -308,7 +306,7 @@ def fit(
     if run.stopped(records):
         return records, run.step_losses  # a resumed run that had already stopped
     first = None  # the first window's embeddings, fetched with the previous evaluation
-    for epoch in range(len(records), plan.epochs):
+    for epoch in range(len(records), plan.stop.epochs):
         scale = lr_scale(records, strategy.head, plan.lr_decay, plan.lr_patience)  # 1 unless scheduled
         strategy.scale_lr(scale)
         rec, pending = run.train_one(epoch, first, scale)
@@ -363,7 +361,7 @@ class _Fit:
         epoch, t1 = rec.epoch, time.perf_counter()
         ahead = (
             first_window_tokens(strategy, _batches(split.train, plan, epoch + 1, len(self.step_losses)), plan)
-            if epoch + 1 < plan.epochs
+            if epoch + 1 < plan.stop.epochs
             else {}
         )
         save = (folder, epoch) if folder else None
@@ -377,10 +375,11 @@ class _Fit:
 
     def stopped(self, records: list[EpochRecord]) -> bool:
         """Training ends here (strategies/records.py finished: resumes stop alike)."""
-        return finished(records, self.strategy.head, self.plan, len(self.step_losses))
+        return finished(records, self.strategy.head, self.plan.stop, len(self.step_losses))
 
 
 def _batches(train_rows: np.ndarray, plan: TrainPlan, epoch: int, steps_done: int) -> list[np.ndarray]:
-    """The epoch's batches (a function of the seed and the epoch), cut at ``plan.max_steps``."""
+    """The epoch's batches (a function of the seed and the epoch), cut at max-steps."""
     batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
-    return batches[: max(0, plan.max_steps - steps_done)] if plan.max_steps else batches
+    most = plan.stop.max_steps
+    return batches[: max(0, most - steps_done)] if most else batches

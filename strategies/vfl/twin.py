@@ -68,12 +68,12 @@ def train_twin(
     optimizers += [make_optimizer(m.parameters(), lr, weight_decay) for m in secondary_models.values()]
     losses: list[float] = []
     defended = _Defended(parties, device) if parties.defence.on and secondary_models else None
-    for epoch in range(plan.epochs):
+    for epoch in range(plan.stop.epochs):
         for opt in optimizers:
             set_lr(opt, lr * (lr_scales[epoch] if lr_scales else 1.0))
         batches = epoch_batches(train_rows, plan.batch_size, plan.seed, epoch)
-        if plan.max_steps:
-            batches = batches[: max(0, plan.max_steps - len(losses))]
+        if plan.stop.max_steps:
+            batches = batches[: max(0, plan.stop.max_steps - len(losses))]
         previous = None
         for window in windows(batches, plan.steps_per_exchange):
             with torch.no_grad():
@@ -96,7 +96,7 @@ def train_twin(
                 losses.append(float(loss.detach()))
                 for p, shield in parties.shields.items():  # as each party after its step
                     shield.stepped(len(losses), lambda p=p: secondary_models[p](sx[p]))
-        if plan.max_steps and len(losses) >= plan.max_steps:
+        if plan.stop.max_steps and len(losses) >= plan.stop.max_steps:
             break
     return losses
 
