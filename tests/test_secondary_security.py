@@ -353,3 +353,31 @@ def test_a_step_naming_a_huge_n_apply_is_refused_before_anything_is_built():
     with pytest.raises(messages.ProtocolError, match=r"n_apply = 1000000000 but the step holds 1 arrays"):
         messages.read_step(content)
     assert _time.perf_counter() - t0 < 5.0  # a count, not 2e9 names: microseconds; 5 s leaves a loaded machine room
+
+
+def test_over_a_direct_link_the_packed_step_is_refused_alike(tmp_path, job):
+    """The party worker's step (packed without Flower's records: strategies/wire_bytes.py) refuses
+    a non-finite gradient naming the party and a body that is not a step naming the message, no
+    weight changed; the good step is applied and answered."""
+    from app.vfl.client import DIRECT
+    from strategies.wire_bytes import pack, unpack
+
+    ctx, _ = simulated(tmp_path, job)
+    party = introduce(ctx, job)
+    before = weights(ctx)
+    tokens = np.arange(0, 40, 2)
+    grad = np.random.default_rng(0).normal(size=(20, 100)).astype(np.float32)
+    bad = grad.copy()
+    bad[3, 5] = np.nan
+    step = DIRECT["train.step"]
+    err = refused(
+        lambda: step(pack(messages.StepRequest.build([GradBlock(tokens, bad)], tokens, party.job_id, 0).encode()), ctx)
+    )
+    assert isinstance(err, messages.NonFiniteValues) and names(err, "party 'school'", "train.step", "gradient block 0")
+    err = refused(lambda: step(b"\x00\x00\x00\x02{}", ctx))
+    assert isinstance(err, messages.ProtocolError) and "train.step" in str(err), err
+    assert all(torch.equal(before[k], v) for k, v in weights(ctx).items())
+    good = messages.StepRequest.build([GradBlock(tokens, grad)], tokens, party.job_id, 0)
+    reply = messages.StepReply.decode(*unpack(step(pack(good.encode()), ctx), "reply"), "school", "train.step")
+    assert reply.emb.shape == (len(tokens), 100) and reply.applied == 1
+    assert any(not torch.equal(before[k], v) for k, v in weights(ctx).items())

@@ -20,7 +20,7 @@ class _Sent:
     """Messages pushed and not yet pulled."""
 
     message_type: str
-    contents: dict[str, RecordDict]
+    down: dict[str, int]  # party -> the array bytes sent to it
     ids: list[str]
     t0: float
 
@@ -45,7 +45,8 @@ class FlowerChannel:
     def _push(self, message_type: str, contents: dict[str, RecordDict]) -> "_Sent":
         msgs = [Message(c, dst_node_id=self.nodes[p], message_type=message_type) for p, c in contents.items()]
         t0 = time.perf_counter()
-        return _Sent(message_type, contents, list(self.grid.push_messages(msgs)), t0)
+        down = {p: payload_bytes(c) for p, c in contents.items()}
+        return _Sent(message_type, down, list(self.grid.push_messages(msgs)), t0)
 
     def _pull(self, sent: "_Sent") -> dict[str, RecordDict]:
         """Pull under the shared poll policy (app/transport.py:pull_replies) until every reply is
@@ -55,7 +56,7 @@ class FlowerChannel:
         by_node = {r.metadata.src_node_id: r for r in replies}
         out = {}
         for party, node in self.nodes.items():
-            if party not in sent.contents:
+            if party not in sent.down:
                 continue
             reply = by_node.get(node)
             if reply is None:
@@ -65,17 +66,17 @@ class FlowerChannel:
             if reply.has_error():
                 raise PartyError(f"party {party!r} failed on {sent.message_type}: {reply.error.reason}")
             out[party] = reply.content
-        self._account(sent, out)
+        self._account(sent, {p: payload_bytes(c) for p, c in out.items()})
         return out
 
-    def _account(self, sent: "_Sent", replies: dict[str, RecordDict]) -> None:
+    def _account(self, sent: "_Sent", up: dict[str, int]) -> None:
         """One exchange in the traffic record: its time since the push (pipelined: including the
-        overlapped compute) and its array bytes each way."""
+        overlapped compute) and its array bytes each way (``up``: party -> the reply's)."""
         self.traffic.seconds.append(time.perf_counter() - sent.t0)
         self.traffic.exchanges += 1
-        for party, reply in replies.items():
-            self.traffic.bytes_down += payload_bytes(sent.contents[party])
-            self.traffic.bytes_up += payload_bytes(reply)
+        for party, n in up.items():
+            self.traffic.bytes_down += sent.down[party]
+            self.traffic.bytes_up += n
 
     def step(
         self,
@@ -97,14 +98,11 @@ class FlowerChannel:
     ) -> tuple["_Sent", bool]:
         run = (run_name(Path(save[0]).parent), save[1]) if save else None
         keep, self._keep = self._keep, None
-        sent = self._push(
-            "train.step",
+        sent = self._push_steps(
             {
-                p: messages.step_content(
-                    messages.StepRequest.build(apply[p], embed[p], self.job_id, self.cursor[p], lr_scale, run, keep)
-                )
+                p: messages.StepRequest.build(apply[p], embed[p], self.job_id, self.cursor[p], lr_scale, run, keep)
                 for p in embed
-            },
+            }
         )
         for p in embed:
             self.cursor[p] += len(apply[p])
@@ -112,10 +110,16 @@ class FlowerChannel:
 
     def receive(self, request: tuple["_Sent", bool]) -> dict[str, messages.StepReply]:
         sent, saving = request
-        replies = {p: messages.read_reply(c, p) for p, c in self._pull(sent).items()}
+        replies = self._pull_steps(sent)
         if saving:
             self.saved = {p: r.state for p, r in replies.items()}
         return replies
+
+    def _push_steps(self, requests: dict[str, messages.StepRequest]) -> "_Sent":
+        return self._push("train.step", {p: messages.step_content(r) for p, r in requests.items()})
+
+    def _pull_steps(self, sent: "_Sent") -> dict[str, messages.StepReply]:
+        return {p: messages.read_reply(c, p) for p, c in self._pull(sent).items()}
 
     def ping(self) -> float:
         """One empty exchange with every party: Flower's own floor per exchange."""

@@ -16,10 +16,11 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from app import messages, node, threads
 from app.config import RunConfig
 from app.node import node_run_config
-from app.party_worker import records
+from app.party_worker import packed, records
 from app.vfl import handshake
 from app.vfl.secondary import MisalignedStep, SecondaryParty
 from strategies.optim import party_seed
+from strategies.vfl.wire import StepReply, StepRequest
 
 
 def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> None:
@@ -63,10 +64,19 @@ class _NodeFolders:
 
 
 def _step(content: RecordDict, context: Context) -> RecordDict:
+    return messages.reply_content(_step_party(messages.read_step(content), context))
+
+
+def _step_packed(codec: tuple[dict, dict], context: Context) -> tuple[dict, dict]:
+    """:func:`_step` over a direct link: the request and reply in their core codec."""
+    return _step_party(StepRequest.decode(*codec), context).encode()
+
+
+def _step_party(req: StepRequest, context: Context) -> StepReply:
     cfg = node_run_config(context)
     party = SecondaryParty.restore(cfg, context)
     party_threads(cfg, context, party)
-    req, applied = messages.read_step(content), party.applied
+    applied = party.applied
     try:
         reply = party.step(req, _NodeFolders(cfg, context))
     except BaseException:  # the step failed after its blocks were applied: no party keeps them
@@ -74,7 +84,7 @@ def _step(content: RecordDict, context: Context) -> RecordDict:
             context.live_party = None  # a direct-transport worker's, in memory: refuses further steps until restored
         raise
     party.persist(context)
-    return messages.reply_content(reply)
+    return reply
 
 
 def _keep(content: RecordDict, context: Context) -> RecordDict:
@@ -139,7 +149,7 @@ hello, step, keep, finish, restore = map(messages.flower, (_hello, _step, _keep,
 # what the party worker answers over the direct link: the same handlers, its own context
 DIRECT = {
     "query.hello": records(_hello),
-    "train.step": records(_step),
+    "train.step": packed(_step_packed, "train.step"),  # every step: without Flower's records
     "query.keep": records(_keep),
     "query.finish": records(_finish),
     "query.restore": records(_restore),

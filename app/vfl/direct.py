@@ -13,9 +13,11 @@ from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.direct_links import close_all, open_links, read_reply, send_request
+from app.direct_links import close_all, open_links, read_body, read_reply, send_request
 from app.secure_link import SecureLink
+from app.transport import payload_bytes
 from app.vfl.channel import FlowerChannel, _Sent
+from strategies.wire_bytes import pack, unpack
 
 
 class DirectChannel(FlowerChannel):
@@ -40,24 +42,45 @@ class DirectChannel(FlowerChannel):
             raise
 
     def _push(self, message_type: str, contents: dict[str, RecordDict]) -> _Sent:
+        return self._send(message_type, contents, {p: payload_bytes(c) for p, c in contents.items()})
+
+    def _push_steps(self, requests: dict[str, messages.StepRequest]) -> _Sent:
+        """Each party's step packed without Flower's records (strategies/wire_bytes.py)."""
+        codecs = {p: r.encode() for p, r in requests.items()}
+        down = {p: sum(a.nbytes for a in arrays.values()) for p, (arrays, _) in codecs.items()}
+        return self._send("train.step", {p: pack(c) for p, c in codecs.items()}, down)
+
+    def _send(self, message_type: str, bodies: dict, down: dict[str, int]) -> _Sent:
         t0, ids = time.perf_counter(), []
-        for party, content in contents.items():
+        for party, body in bodies.items():
             self._seq += 1
-            send_request(self.links[party], party, self._seq, message_type, content, self.timeout)
+            send_request(self.links[party], party, self._seq, message_type, body, self.timeout)
             ids.append(f"{party}:{self._seq}")
-        return _Sent(message_type, contents, ids, t0)
+        return _Sent(message_type, down, ids, t0)
 
     def _pull(self, sent: _Sent) -> dict[str, RecordDict]:
         """Each party's reply to ``sent``, in the order the requests went (a link is FIFO)."""
-        out = {}
-        for sent_id in sent.ids:
-            party, seq = sent_id.rsplit(":", 1)
-            out[party] = self._reply(party, int(seq), sent)
-        self._account(sent, out)
+        out = {
+            party: read_reply(self.links[party], party, seq, sent.message_type, self.timeout)
+            for party, seq in _order(sent)
+        }
+        self._account(sent, {p: payload_bytes(c) for p, c in out.items()})
         return out
 
-    def _reply(self, party: str, seq: int, sent: _Sent) -> RecordDict:
-        return read_reply(self.links[party], party, seq, sent.message_type, self.timeout)
+    def _pull_steps(self, sent: _Sent) -> dict[str, messages.StepReply]:
+        out, up = {}, {}
+        for party, seq in _order(sent):
+            body = read_body(self.links[party], party, seq, sent.message_type, self.timeout)
+            arrays, fields = unpack(body, f"party {party!r}'s reply to {sent.message_type}")
+            up[party] = sum(a.nbytes for a in arrays.values())
+            out[party] = messages.StepReply.decode(arrays, fields, party, sent.message_type)
+        self._account(sent, up)
+        return out
 
     def close(self) -> None:
         close_all(self.links)
+
+
+def _order(sent: _Sent) -> list[tuple[str, int]]:
+    """(party, sequence number) of each request of ``sent``, in the order they went."""
+    return [(party, int(seq)) for party, seq in (sent_id.rsplit(":", 1) for sent_id in sent.ids)]
