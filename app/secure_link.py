@@ -10,7 +10,7 @@ run key and both nonces (HKDF-SHA256). A frame's nonce is its counter: a replaye
 dropped or altered frame fails to decrypt, and the link is closed with an error naming it.
 
 Message: kind (1 byte: Q request, R reply, E error) | sequence (8) | type length (2) | type |
-body (a Flower RecordDict in its protobuf form; Entity Augmentation's step packed without
+body (a Flower RecordDict in its protobuf form; a training step, either mode's, packed without
 Flower's records, strategies/wire_bytes.py; or an error's text).
 """
 

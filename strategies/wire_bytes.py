@@ -5,6 +5,7 @@ took ~0.3 ms a message (docs/benchmarks.md "Entity Augmentation's step without F
 
     pack((arrays, fields)) -> bytes
     unpack(body, message) -> (arrays, fields)
+    array_bytes(arrays) -> int (what the protocol moves, for the traffic record)
 
 Layout: header length (4 bytes, big-endian) | header, JSON {"fields": {name: scalar},
 "arrays": [[name, dtype, shape], ...]} | each array's bytes in that order, C order. The reader
@@ -35,6 +36,10 @@ def pack(codec: tuple[dict[str, np.ndarray], dict]) -> bytes:
     spec = [[k, v.dtype.str, list(v.shape)] for k, v in arrays.items()]
     head = json.dumps({"fields": fields, "arrays": spec}, allow_nan=True).encode()
     return b"".join([_LENGTH.pack(len(head)), head, *(v.tobytes() for v in arrays.values())])
+
+
+def array_bytes(arrays: dict[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in arrays.values())
 
 
 def unpack(body: bytes, message: str) -> tuple[dict[str, np.ndarray], dict]:

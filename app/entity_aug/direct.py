@@ -21,7 +21,7 @@ from app.secure_link import SecureLink
 from app.transport import payload_bytes
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.secondary import SecondaryParty
-from strategies.wire_bytes import pack, unpack
+from strategies.wire_bytes import array_bytes, pack, unpack
 
 STEP = "train.ea_step"
 
@@ -73,13 +73,13 @@ class DirectChannel(FlowerChannel):
         arrays, fields = request.encode()
         self._seq += 1
         send_request(self.links[party], party, self._seq, STEP, pack((arrays, fields)), self.patience)
-        self.traffic.bytes_down += sum(a.nbytes for a in arrays.values())
+        self.traffic.bytes_down += array_bytes(arrays)
         self._waiting[party] = self._seq
 
     def _reply(self, party: str) -> StepReply:
         body = read_body(self.links[party], party, self._waiting.pop(party), STEP, self.patience)
         arrays, fields = unpack(body, f"party {party!r}'s reply to {STEP}")
-        self.traffic.bytes_up += sum(a.nbytes for a in arrays.values())
+        self.traffic.bytes_up += array_bytes(arrays)
         return StepReply.decode(arrays, fields, party)
 
     def collect(self, parties: set[str], until: float) -> dict[str, StepReply]:

@@ -17,7 +17,7 @@ from app.direct_links import close_all, open_links, read_body, read_reply, send_
 from app.secure_link import SecureLink
 from app.transport import payload_bytes
 from app.vfl.channel import FlowerChannel, _Sent
-from strategies.wire_bytes import pack, unpack
+from strategies.wire_bytes import array_bytes, pack, unpack
 
 
 class DirectChannel(FlowerChannel):
@@ -47,7 +47,7 @@ class DirectChannel(FlowerChannel):
     def _push_steps(self, requests: dict[str, messages.StepRequest]) -> _Sent:
         """Each party's step packed without Flower's records (strategies/wire_bytes.py)."""
         codecs = {p: r.encode() for p, r in requests.items()}
-        down = {p: sum(a.nbytes for a in arrays.values()) for p, (arrays, _) in codecs.items()}
+        down = {p: array_bytes(arrays) for p, (arrays, _) in codecs.items()}
         return self._send("train.step", {p: pack(c) for p, c in codecs.items()}, down)
 
     def _send(self, message_type: str, bodies: dict, down: dict[str, int]) -> _Sent:
@@ -72,7 +72,7 @@ class DirectChannel(FlowerChannel):
         for party, seq in _order(sent):
             body = read_body(self.links[party], party, seq, sent.message_type, self.timeout)
             arrays, fields = unpack(body, f"party {party!r}'s reply to {sent.message_type}")
-            up[party] = sum(a.nbytes for a in arrays.values())
+            up[party] = array_bytes(arrays)
             out[party] = messages.StepReply.decode(arrays, fields, party, sent.message_type)
         self._account(sent, up)
         return out
