@@ -19,7 +19,7 @@ from pathlib import Path
 
 from app.run_record import machine
 from experiments.runner import REPO, git_rev
-from experiments.sweep import SweepFailed, run_sweep
+from experiments.sweep import SweepFailed, Workers, run_sweep
 from files.atomic import write_atomic
 
 SWEEPS = [
@@ -66,7 +66,7 @@ def main() -> None:
                 args.quick,
                 log=lambda m: print(m, flush=True),
                 existing_only=args.existing,
-                jobs=args.jobs,
+                workers=Workers(jobs=args.jobs),
             )
         except SweepFailed as e:  # the other sweeps still run; the report lists the failures, then exits 1
             md, pngs = e.md, e.pngs

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.run_files import FILES
@@ -118,16 +119,26 @@ def _run_guarded(values: dict, out: Path, engine: str, threads: int) -> dict | s
         return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}"
 
 
-def run_pending(pending: list[tuple[str, dict, Path]], engine: str, jobs: int, ray: str = "", threads: int = 1):
-    """Yield (name, summary or error text) for each pending run, ``jobs`` at a time. Each worker
-    is a fresh (spawned) process with usable cores // jobs threads, so runs never share state and
-    CUDA initialises per process; results come back as runs finish. A worker that dies (out of
-    memory, a crash) fails its run, not the sweep; leaving early cancels the queued runs.
-    ``ray`` ("local" or a cluster's address): every run a Ray task of ``threads`` CPUs instead."""
-    if ray:
-        yield from run_on_ray(pending, engine, ray, threads)
+@dataclass(frozen=True)
+class Workers:
+    """Where a sweep's runs execute: one at a time in this process (``jobs`` 1), ``jobs`` spawned
+    processes at once, or (``ray``: "local" or a cluster's address) each a Ray task of ``threads`` CPUs."""
+
+    jobs: int = 1
+    ray: str = ""
+    threads: int = 1
+
+
+def run_pending(pending: list[tuple[str, dict, Path]], engine: str, workers: Workers = Workers()):
+    """Yield (name, summary or error text) for each pending run, ``workers.jobs`` at a time. Each
+    worker is a fresh (spawned) process with usable cores // jobs threads, so runs never share state
+    and CUDA initialises per process; results come back as runs finish. A worker that dies (out of
+    memory, a crash) fails its run, not the sweep; leaving early cancels the queued runs. With
+    ``workers.ray`` every run is a Ray task of ``workers.threads`` CPUs instead."""
+    if workers.ray:
+        yield from run_on_ray(pending, engine, workers.ray, workers.threads)
         return
-    jobs = min(jobs, len(pending))
+    jobs = min(workers.jobs, len(pending))
     if jobs <= 1:
         for name, values, out in pending:
             yield name, _run_guarded(values, out, engine, 0)
@@ -197,19 +208,17 @@ def progress_bar(console=None):
 def run_all(
     pending: list[tuple[str, dict, Path]],
     engine: str,
-    jobs: int,
     log,
     already: int = 0,
     console=None,
-    ray: str = "",
-    threads: int = 1,
+    workers: Workers = Workers(),
 ) -> list[str]:
     """The pending runs under a progress bar (``already``: the sweep's runs finished before); returns
     the failures ("<run>: <error>"), each logged: one bad run does not stop the sweep, nor is it tabulated."""
     failures: list[str] = []
     with progress_bar(console) as bar:
         task = bar.add_task("sweep", total=already + len(pending), completed=already)
-        for name, result in run_pending(pending, engine, jobs, ray, threads):
+        for name, result in run_pending(pending, engine, workers):
             bar.advance(task)
             if isinstance(result, str):
                 failures.append(f"{name}: {result}")
@@ -238,15 +247,12 @@ def run_sweep(
     root: Path | None = None,
     log=print,
     existing_only: bool = False,
-    jobs: int = 1,
-    ray: str = "",
-    threads: int = 1,
+    workers: Workers = Workers(),
 ) -> tuple[str, list[Path]]:
     """Run (or resume) a sweep; returns its markdown table and plot files (SweepFailed, which
     carries them, when a run failed). With
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
-    ``jobs`` > 1 runs that many runs at once, each in its own process; a progress bar on a terminal.
-    ``ray``: every run a Ray task of ``threads`` CPUs on that cluster ("local": this machine's)."""
+    ``workers``: where the runs execute (:class:`Workers`); a progress bar on a terminal."""
     sweep = load_sweep(path, quick)
     engine = engine or sweep.get("engine", "inprocess")  # a sweep file may name its engine
     if engine not in ENGINES:
@@ -265,7 +271,7 @@ def run_sweep(
                     missing.append(f"{dataset} {variant} seed {seed}")
                     continue
                 pending.append((f"{dataset} {variant} seed {seed}", run_values(sweep, dataset, variant, seed), out))
-    failures = run_all(pending, engine, jobs, log, already=finished, ray=ray, threads=threads)
+    failures = run_all(pending, engine, log, already=finished, workers=workers)
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
     command = (
@@ -317,9 +323,7 @@ def main() -> None:
             args.engine,
             args.root,
             log=lambda m: print(m, flush=True),
-            jobs=args.jobs,
-            ray=args.ray,
-            threads=args.threads,
+            workers=Workers(args.jobs, args.ray, args.threads),
         )
     except SweepFailed as e:
         md, pngs, failed = e.md, e.pngs, e

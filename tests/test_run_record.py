@@ -135,7 +135,7 @@ def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_pat
 
     from experiments import sweep
 
-    def fake_runs(pending, engine, jobs, ray="", threads=1):
+    def fake_runs(pending, engine, workers=None):
         for name, _, _ in pending:
             yield name, {"test": {"rmse": 1.0}, "best_epoch": 0, "epochs_run": 1}
 
@@ -146,7 +146,6 @@ def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_pat
     sweep.run_all(
         pending,
         "inprocess",
-        1,
         logged.append,
         already=3,
         console=Console(file=screen, force_terminal=True, color_system=None, width=100),
@@ -157,7 +156,7 @@ def test_the_sweep_shows_runs_done_of_all_with_an_eta_on_a_terminal_only(tmp_pat
         "run 1: test rmse 1.0000 (best epoch 0, 1 epochs run)",
     ]
     quiet = io.StringIO()  # stderr to a file or a pipe: no bar
-    sweep.run_all(pending, "inprocess", 1, logged.append, console=Console(file=quiet, force_terminal=False))
+    sweep.run_all(pending, "inprocess", logged.append, console=Console(file=quiet, force_terminal=False))
     assert quiet.getvalue() == ""
 
 

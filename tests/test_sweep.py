@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.sweep import run_sweep
+from experiments.sweep import Workers, run_sweep
 
 SWEEP = """
 datasets = ["synthetic"]
@@ -56,7 +56,7 @@ def test_parallel_runs_equal_serial_runs(tmp_path):
     path.write_text(SWEEP)
     run_sweep(path, root=tmp_path / "serial", log=lambda m: None)
     logs = []
-    run_sweep(path, root=tmp_path / "parallel", log=logs.append, jobs=2)
+    run_sweep(path, root=tmp_path / "parallel", log=logs.append, workers=Workers(jobs=2))
     assert len(logs) == 6 and not any(m.startswith("FAILED") for m in logs)
     runs = sorted((tmp_path / "serial" / "tiny").glob("*/*/s*/summary.json"))
     assert len(runs) == 6
@@ -72,7 +72,9 @@ def test_a_failing_run_in_a_worker_fails_alone(tmp_path):
 
     good = {"dataset": "synthetic", "n-rows": 400, "epochs": 1, "batch-size": 64, "method": "solo", "seed": 0}
     bad = {**good, "method": "no-such-method"}
-    results = dict(run_pending([("good", good, tmp_path / "good"), ("bad", bad, tmp_path / "bad")], "inprocess", 2))
+    results = dict(
+        run_pending([("good", good, tmp_path / "good"), ("bad", bad, tmp_path / "bad")], "inprocess", Workers(jobs=2))
+    )
     assert isinstance(results["good"], dict) and "accuracy" in results["good"]["test"]
     assert isinstance(results["bad"], str) and "ConfigError" in results["bad"] and "no-such-method" in results["bad"]
 
@@ -87,7 +89,7 @@ def test_runs_on_ray_equal_serial_runs(tmp_path):
     logs = []
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        run_sweep(path, root=tmp_path / "ray", log=logs.append, ray="local", threads=1)
+        run_sweep(path, root=tmp_path / "ray", log=logs.append, workers=Workers(ray="local", threads=1))
     finally:
         ray.shutdown()
     assert len(logs) == 2 and not any(m.startswith("FAILED") for m in logs)
