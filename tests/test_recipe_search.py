@@ -37,7 +37,13 @@ def test_a_search_split_holds_out_a_tenth_of_the_training_rows_and_leaves_the_te
 def test_the_budget_affords_candidates_in_order_beside_the_run_and_keys_the_user_set_stay_set():
     p = rs.plan({}, rs.DEFAULT_BUDGET)
     assert [c.name for c in p.candidates] == ["attn", "fedsim", "attn-ple"] and p.runs == 4
-    assert len(rs.plan({}, 100).candidates) == len(rs.CANDIDATES) == 4
+    assert len(rs.plan({}, 100).candidates) == len(rs.CANDIDATES) == 6
+    # a larger budget searches the attention's start too: silent (the model starts as the paper's FedSim)
+    assert [c.name for c in rs.plan({}, 7).candidates][4:] == ["attn-silent", "attn-ple-silent"]
+    assert rs.plan({}, 6).candidates[-1].values == {"method": "fedsim_attn", "attention-start": "silent"}
+    held = rs.plan({"attention-start": "silent"}, 100)  # the user's start: the silent candidates are the others
+    assert [c.name for c in held.candidates] == ["attn", "fedsim", "attn-ple", "fedsim-ple"]
+    assert held.candidates[0].values == {"method": "fedsim_attn", "attention-start": "silent"}
     assert rs.plan({}, 2) is None  # one candidate beside the run: nothing to choose between
     fixed = rs.plan({"method": "fedsim"}, 100)
     assert [c.values for c in fixed.candidates] == [{"method": "fedsim"}, {"method": "fedsim", "input-scale": "ple"}]
