@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -135,23 +136,27 @@ def coordinate_attacks(
     return out
 
 
+@dataclass(frozen=True)
+class Attack:
+    """How the report attacks a party: its identifiers' metric, at most ``max_tokens`` tokens
+    attacked, sampled under the job's ``secret`` (:func:`sample_tokens`)."""
+
+    metric: str
+    max_tokens: int
+    secret: bytes = b""
+
+
 def party_report(
-    result: LinkageResult,
-    party: str,
-    primary_ids,
-    base,
-    metric: str,
-    max_tokens: int,
-    counts: np.ndarray | None = None,
-    secret: bytes = b"",
+    result: LinkageResult, party: str, primary_ids, base, attack: Attack, counts: np.ndarray | None = None
 ) -> dict:
     """One secondary's entry of the report. ``counts``: the links of each token in the whole
     release, when ``result`` holds only some of its records (:func:`privacy_report`)."""
+    metric = attack.metric
     link = result.primary.links[party]
     row_of_token = result.secondaries[party].row_of_token  # (n,) token -> that party's row
     base = np.asarray(base)
     counts = token_counts(link) if counts is None else counts
-    only = attacked_tokens(counts, party, row_of_token, len(base), max_tokens, secret)
+    only = attacked_tokens(counts, party, row_of_token, len(base), attack.max_tokens, attack.secret)
     population = int((row_of_token[np.flatnonzero(counts)] < len(base)).sum())  # every token a record stands behind
     entry = {
         "sigma": link.sigma,
@@ -214,9 +219,9 @@ def privacy_report(
     ``result`` and ``primary_ids`` hold only the records linked to the attacked tokens (a release
     too big to hold: linkage_server.release_files); the report is the same as on the whole.
     ``secret``: the job's, which keys the sample of attacked tokens (:func:`sample_tokens`)."""
-    counts = counts or {}
+    counts, attack = counts or {}, Attack(metric, max_tokens, secret)
     parties = {
-        p: party_report(result, p, primary_ids, secondary_ids[p], metric, max_tokens, counts.get(p), secret)
+        p: party_report(result, p, primary_ids, secondary_ids[p], attack, counts.get(p))
         for p in sorted(parties or result.primary.links)
     }
     first = result.primary.links[min(result.primary.links)]
