@@ -88,7 +88,8 @@ def _search_arguments(s) -> None:
         type=int,
         default=None,
         help="the recipe search's size in runs, each about one run's time: the run itself and "
-        "BUDGET - 1 candidates (default 4: fedsim_attn, the paper's FedSim, fedsim_attn on ple inputs)",
+        "BUDGET - 1 candidates (default 4: fedsim_attn, the paper's FedSim, fedsim_attn on ple inputs; "
+        "5: the paper's FedSim on ple inputs too; 7: fedsim_attn started silent on either inputs too)",
     )
     s.add_argument(
         "--epochs",
