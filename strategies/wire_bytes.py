@@ -65,7 +65,7 @@ def unpack(body: bytes, message: str) -> tuple[dict[str, np.ndarray], dict]:
 def _header(raw: bytes, message: str) -> dict:
     try:
         head = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: a header nested deep
         raise ProtocolError(f"{message}: a header that does not parse: {e}") from e
     if not isinstance(head, dict) or set(head) != {"fields", "arrays"}:
         raise ProtocolError(f"{message}: a header without exactly 'fields' and 'arrays'")

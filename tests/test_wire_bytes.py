@@ -65,3 +65,11 @@ def test_a_malformed_body_is_refused_naming_the_message(why):
 def test_a_float_size_is_not_a_size():
     with pytest.raises(ProtocolError, match="sizes"):
         unpack(_body({"fields": {}, "arrays": [["x", "<f4", [1.0]]]}, b"\x00" * 4), MSG)
+
+
+def test_a_deeply_nested_header_is_refused_by_name_not_by_the_interpreter():
+    """64 KiB of '[' parses to a recursion error in json, which is no ValueError: it must still be
+    a refusal naming the message and its sender."""
+    deep = b"[" * 60_000
+    with pytest.raises(ProtocolError, match="party 'bank'"):
+        unpack(struct.pack(">I", len(deep)) + deep, MSG)
