@@ -84,7 +84,7 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         plan = _plan(cfg, settings, strategy, tag)
         ckpt, job_id = out / "checkpoint", linkage.job_id if linkage else ""
         done = (
-            _start_or_resume(ckpt, strategy, channel, cfg, job_id, status, record, settings)
+            _start_or_resume(ckpt, strategy, channel, cfg, job_id, lambda: _resumed(status, record, cfg, settings))
             if engine.resumable
             else None
         )
@@ -253,28 +253,25 @@ def _load(cfg: RunConfig, tag: str) -> tuple:
     return ds, Seconds(load=time.perf_counter() - t0)
 
 
-def _start_or_resume(
-    ckpt: Path,
-    strategy,
-    channel,
-    cfg: RunConfig,
-    job_id: str,
-    status: run_status.RunStatus,
-    record: RunRecord,
-    settings,
-):
+def _start_or_resume(ckpt: Path, strategy, channel, cfg: RunConfig, job_id: str, accepted: Callable[[], None]):
     """A fresh run empties its checkpoint folder; a resumed one loads every party's state, and
-    only once the checkpoint is accepted does the run become this one. Returns what was done."""
+    only once the checkpoint is accepted does the run become this one (``accepted``). Returns
+    what was done."""
     if not cfg.train.resume:
         checkpoint.fresh(ckpt)
         return None
     done = checkpoint.resume(ckpt, strategy, channel, cfg, job_id)
-    status.start(resume=True)
-    record.write_config(cfg, settings, cfg.hyperparameters())
-    record.start_progress(settings.epochs, phase="training")
+    accepted()
     if done:
         log(INFO, "[primary] resumed from the checkpoint of epoch %d (%d steps done)", len(done[0]) - 1, len(done[1]))
     return done
+
+
+def _resumed(status: run_status.RunStatus, record: RunRecord, cfg: RunConfig, settings) -> None:
+    """The resumed run becomes this one: its status, its config and its progress record."""
+    status.start(resume=True)
+    record.write_config(cfg, settings, cfg.hyperparameters())
+    record.start_progress(settings.epochs, phase="training")
 
 
 def link(ds, cfg: RunConfig, settings, tag: str) -> tuple:
