@@ -8,7 +8,7 @@ checked to answer it.
     open_links(grid, parties, timeout, action) -> ({party: node id}, {party: SecureLink})
     send_request(link, party, seq, message_type, content or packed body, timeout)
     read_reply(link, party, seq, message_type, timeout) -> RecordDict
-    read_body(link, party, seq, message_type, timeout) -> bytes (a packed reply's)
+    read_packed(link, party, seq, message_type, timeout) -> (arrays, fields) (a packed step's reply)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from app import messages
 from app.party_worker import decode, encode
 from app.secure_link import LinkError, SecureLink, new_key
 from app.transport import PartyError, introduce, party_nodes
+from strategies.wire_bytes import unpack
 
 
 def open_links(grid: Grid, parties: list[str], timeout: float, action: str) -> tuple[dict, dict]:
@@ -69,15 +70,21 @@ def send_request(
 
 
 def read_reply(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> RecordDict:
-    """The party's reply to request ``seq`` of ``message_type`` (:func:`read_body`) as a RecordDict."""
-    body = read_body(link, party, seq, message_type, timeout)
+    """The party's reply to request ``seq`` of ``message_type`` (:func:`_read_body`) as a RecordDict."""
+    body = _read_body(link, party, seq, message_type, timeout)
     try:
         return decode(body)
     except Exception as e:  # protobuf's DecodeError and kin: never unnamed
         raise PartyError(f"party {party!r} sent a {message_type} reply that does not parse: {e}") from e
 
 
-def read_body(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> bytes:
+def read_packed(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> tuple[dict, dict]:
+    """The party's reply packed without Flower's records (strategies/wire_bytes.py), refused
+    naming the party unless it unpacks; its type's ``decode`` checks the rest."""
+    return unpack(_read_body(link, party, seq, message_type, timeout), f"party {party!r}'s reply to {message_type}")
+
+
+def _read_body(link: SecureLink, party: str, seq: int, message_type: str, timeout: float) -> bytes:
     """The body of the party's reply to request ``seq`` of ``message_type``, whole within
     ``timeout`` seconds however it trickles in (as Flower's pull has it); anything else fails
     naming the party."""

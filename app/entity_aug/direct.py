@@ -14,14 +14,14 @@ import time
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from app.direct_links import close_all, open_links, read_body, read_reply, send_request
+from app.direct_links import close_all, open_links, read_packed, read_reply, send_request
 from app.entity_aug.channel import FlowerChannel
 from app.messages import named_content
 from app.secure_link import SecureLink
 from app.transport import payload_bytes
 from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.secondary import SecondaryParty
-from strategies.wire_bytes import array_bytes, pack, unpack
+from strategies.wire_bytes import array_bytes, pack
 
 STEP = "train.ea_step"
 
@@ -54,10 +54,12 @@ class DirectChannel(FlowerChannel):
             channel.close()
             raise
 
-    def _send(self, party: str, message_type: str, content: RecordDict) -> int:
+    def _send(self, party: str, message_type: str, body: RecordDict | bytes, down: int) -> int:
+        """Request the next sequence number of the party (``body`` a RecordDict or packed), its
+        ``down`` array bytes counted."""
         self._seq += 1
-        send_request(self.links[party], party, self._seq, message_type, content, self.patience)
-        self.traffic.bytes_down += payload_bytes(content)
+        send_request(self.links[party], party, self._seq, message_type, body, self.patience)
+        self.traffic.bytes_down += down
         return self._seq
 
     def _read(self, party: str, seq: int, message_type: str) -> RecordDict:
@@ -71,14 +73,10 @@ class DirectChannel(FlowerChannel):
             self.local.send(party, request)
             return
         arrays, fields = request.encode()
-        self._seq += 1
-        send_request(self.links[party], party, self._seq, STEP, pack((arrays, fields)), self.patience)
-        self.traffic.bytes_down += array_bytes(arrays)
-        self._waiting[party] = self._seq
+        self._waiting[party] = self._send(party, STEP, pack((arrays, fields)), array_bytes(arrays))
 
     def _reply(self, party: str) -> StepReply:
-        body = read_body(self.links[party], party, self._waiting.pop(party), STEP, self.patience)
-        arrays, fields = unpack(body, f"party {party!r}'s reply to {STEP}")
+        arrays, fields = read_packed(self.links[party], party, self._waiting.pop(party), STEP, self.patience)
         self.traffic.bytes_up += array_bytes(arrays)
         return StepReply.decode(arrays, fields, party)
 
@@ -93,7 +91,7 @@ class DirectChannel(FlowerChannel):
         return out
 
     def ask_each(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
-        asked = {p: self._send(p, message_type, contents[p]) for p in sorted(self.nodes)}
+        asked = {p: self._send(p, message_type, contents[p], payload_bytes(contents[p])) for p in sorted(self.nodes)}
         return {p: self._read(p, seq, message_type) for p, seq in asked.items()}
 
     def close(self) -> None:

@@ -13,11 +13,11 @@ from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.direct_links import close_all, open_links, read_body, read_reply, send_request
+from app.direct_links import close_all, open_links, read_packed, read_reply, send_request
 from app.secure_link import SecureLink
 from app.transport import payload_bytes
 from app.vfl.channel import FlowerChannel, _Sent
-from strategies.wire_bytes import array_bytes, pack, unpack
+from strategies.wire_bytes import array_bytes, pack
 
 
 class DirectChannel(FlowerChannel):
@@ -70,8 +70,7 @@ class DirectChannel(FlowerChannel):
     def _pull_steps(self, sent: _Sent) -> dict[str, messages.StepReply]:
         out, up = {}, {}
         for party, seq in _order(sent):
-            body = read_body(self.links[party], party, seq, sent.message_type, self.timeout)
-            arrays, fields = unpack(body, f"party {party!r}'s reply to {sent.message_type}")
+            arrays, fields = read_packed(self.links[party], party, seq, sent.message_type, self.timeout)
             up[party] = array_bytes(arrays)
             out[party] = messages.StepReply.decode(arrays, fields, party, sent.message_type)
         self._account(sent, up)
