@@ -3,7 +3,7 @@ own rows) against the recipe chosen by hand on that set's validation (``hparams 
 what the default was), the reference's values as given (what `flwr run` trains) and the paper's
 FedSim, paired over seeds, each `fedsim train` in process on the same seed's split.
 
-    OMP_NUM_THREADS=1 python -m bench.builtin_rule SET --rows N --out OUT [--seeds 0,1,2,3,4] [--epochs E]
+    OMP_NUM_THREADS=1 python -m bench.builtin_rule SET --rows N --out OUT [--seeds 0,1,2,3,4] [--epochs E] [--variants 0,1,2,3]
 
 Rows go to OUT/rows.jsonl (a rerun skips what is there); the table (bench/recipe_heldout.py's)
 is printed at the end, with the search's choices and its time against the reference's run (the
@@ -48,10 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--epochs", type=int, default=0, help="0: the data set's own")
+    ap.add_argument("--variants", default="", help="which variants, by their place in VARIANTS (default: all)")
     args = ap.parse_args(argv)
     args.out = args.out.resolve()
-    rows = run_rows(args.out, args.seeds, list(VARIANTS), lambda seed, variant: run_one(args, seed, variant))
-    print("\n".join(table(rows, tuple(VARIANTS), "reference as given (flwr run's)")))
+    chosen = [list(VARIANTS)[int(i)] for i in args.variants.split(",")] if args.variants else list(VARIANTS)
+    rows = run_rows(args.out, args.seeds, chosen, lambda seed, variant: run_one(args, seed, variant))
+    print("\n".join(table(rows, tuple(chosen), "reference as given (flwr run's)")))
 
 
 if __name__ == "__main__":
