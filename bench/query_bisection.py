@@ -31,7 +31,7 @@ import numpy as np
 from linkage.contracts import Defences, LinkageError
 from linkage.job_secret import operator_secret
 from linkage.pipeline import link
-from linkage.query import query
+from linkage.query import QueryJob, query
 
 TAUS = (1.0, 0.9, 0.5, 0.1)
 
@@ -50,7 +50,9 @@ class Job:
 
     def ask(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         got = query(
-            np.atleast_2d(points), {"s": self.base}, self.released, self.maps, secret=self.secret, pool=self.pool
+            np.atleast_2d(points),
+            QueryJob({"s": self.base}, self.released, self.maps, pool=self.pool),
+            secret=self.secret,
         ).links["s"]
         self.asked += len(np.atleast_2d(points))
         return got.tokens, got.sims

@@ -35,7 +35,7 @@ from datasets.cells import cell_problems, header, read_table, refuse_problems
 from datasets.columns import feature_columns, refuse_text
 from datasets.entity_ids import entity_rows, entity_split, read_entity_ids
 from datasets.options import PLE_BINS, SPEC, DatasetOptions, Recipe
-from datasets.tables import party_table, require_columns
+from datasets.tables import Columns, party_table, require_columns
 from linkage.contracts import STRING_METRICS
 from linkage.metrics import REGISTRY
 from linkage.strings import normalize_strings
@@ -150,13 +150,10 @@ def read_party(
     return party_table(
         name,
         df,
-        id_cols=ids,
-        id_kind=kind,
-        numeric_cols=numeric,
-        categorical_cols=categorical,
+        Columns(ids, kind, numeric=numeric, categorical=categorical),
         fit_rows=fit_rows,
         labels_only=label is not None,
-        recipe=party_recipe(party, scale),  # the party's own input recipe (datasets/transform.py)
+        recipe=party_recipe(party, scale),
     )
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
 from datasets.options import DatasetOptions, find_data_dir
-from datasets.tables import party_table, require_columns
+from datasets.tables import Columns, party_table, require_columns
 
 N_IDENTIFIERS = 16
 
@@ -33,22 +33,9 @@ def load_frog(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     if opts.sigma_cf > 0:
         s_df[id_cols] = s_df[id_cols] + rng.normal(0.0, opts.sigma_cf, size=(n, len(id_cols)))
     primary = party_table(
-        "primary",
-        df,
-        id_cols=id_cols,
-        id_kind="numeric",
-        numeric_cols=p_cols,
-        fit_rows=split.train,
-        recipe=opts.recipe,
+        "primary", df, Columns(id_cols, "numeric", numeric=p_cols), fit_rows=split.train, recipe=opts.recipe
     )
-    secondary = party_table(
-        "secondary",
-        s_df,
-        id_cols=id_cols,
-        id_kind="numeric",
-        numeric_cols=s_cols,
-        recipe=opts.recipe,
-    )
+    secondary = party_table("secondary", s_df, Columns(id_cols, "numeric", numeric=s_cols), recipe=opts.recipe)
     return VFLDataset(
         name="frog",
         task="multiclass",

@@ -19,7 +19,7 @@ import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
 from datasets.options import DatasetOptions, find_data_dir
-from datasets.tables import party_table, require_columns
+from datasets.tables import Columns, party_table, require_columns
 from linkage.strings import normalize_strings
 
 _H = re.compile(r"(?:(\d+)h)?\s*(?:(\d+)m)?")
@@ -88,29 +88,29 @@ def load_game(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     primary = party_table(
         "steam",
         steam,
-        id_cols=["title"],
-        id_kind="string",
+        Columns(
+            ["title"],
+            "string",
+            numeric=[
+                "price",
+                "required_age",
+                "english",
+                "achievements",
+                "year",
+                "on_windows",
+                "on_mac",
+                "on_linux",
+                *hot,
+            ],
+        ),
         fit_rows=split.train,
         recipe=opts.recipe,
-        numeric_cols=[
-            "price",
-            "required_age",
-            "english",
-            "achievements",
-            "year",
-            "on_windows",
-            "on_mac",
-            "on_linux",
-            *hot,
-        ],
     )
     hltb = hltb_features(hltb)
     secondary = party_table(
         "hltb",
         hltb,
-        id_cols=["title"],
-        id_kind="string",
-        numeric_cols=["Review_score", "main_story_h", "extras_h", "completionist_h", "year"],
+        Columns(["title"], "string", numeric=["Review_score", "main_story_h", "extras_h", "completionist_h", "year"]),
         recipe=opts.recipe,
     )
     return VFLDataset(

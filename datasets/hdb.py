@@ -15,7 +15,7 @@ import pandas as pd
 
 from datasets.base import DatasetError, VFLDataset, split_primary
 from datasets.options import DatasetOptions, find_data_dir
-from datasets.tables import party_table, require_columns
+from datasets.tables import Columns, party_table, require_columns
 
 RESALE_FILES = ("resale-2012-03_2014-12.csv.gz", "resale-2015-01_2016-12.csv.gz")
 RESALE_COLS = [
@@ -61,10 +61,12 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     primary = party_table(
         "primary",
         flats,
-        id_cols=["latitude", "longitude"],
-        id_kind="numeric",
-        numeric_cols=["floor_area_sqm", "lease_commence_date", "storey", "sale_time"],
-        categorical_cols=["town", "flat_type", "flat_model"],
+        Columns(
+            ["latitude", "longitude"],
+            "numeric",
+            numeric=["floor_area_sqm", "lease_commence_date", "storey", "sale_time"],
+            categorical=["town", "flat_type", "flat_model"],
+        ),
         fit_rows=split.train,
         recipe=opts.recipe,
     )
@@ -72,9 +74,7 @@ def load_hdb(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     school = party_table(
         "school",
         schools,
-        id_cols=["lat", "lon"],
-        id_kind="numeric",
-        numeric_cols=[f"vacancy_rate_{i}" for i in range(4)],
+        Columns(["lat", "lon"], "numeric", numeric=[f"vacancy_rate_{i}" for i in range(4)]),
         recipe=opts.recipe,
     )
     return VFLDataset(

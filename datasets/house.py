@@ -18,7 +18,7 @@ import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
 from datasets.options import DatasetOptions, find_data_dir
-from datasets.tables import party_table, require_columns
+from datasets.tables import Columns, party_table, require_columns
 
 SALES_NUM = ["Rooms", "Bedroom2", "Bathroom", "Car", "Landsize", "BuildingArea", "YearBuilt", "sale_time"]
 SALES_CAT = ["Type", "Method", "Regionname"]
@@ -65,10 +65,7 @@ def _load(
     primary = party_table(
         "sales",
         sales,
-        id_cols=["Lattitude", "Longtitude"],
-        id_kind="numeric",
-        numeric_cols=SALES_NUM,
-        categorical_cols=SALES_CAT,
+        Columns(["Lattitude", "Longtitude"], "numeric", numeric=SALES_NUM, categorical=SALES_CAT),
         fit_rows=split.train,
         recipe=opts.recipe,
     )
@@ -78,14 +75,7 @@ def _load(
     for col in BNB_NUM:
         bnb[col] = pd.to_numeric(bnb[col].astype(str).str.replace(r"[^0-9.\-]", "", regex=True), errors="coerce")
     secondaries = {
-        party: party_table(
-            party,
-            bnb,
-            id_cols=["latitude", "longitude"],
-            id_kind="numeric",
-            numeric_cols=cols,
-            recipe=opts.recipe,
-        )
+        party: party_table(party, bnb, Columns(["latitude", "longitude"], "numeric", numeric=cols), recipe=opts.recipe)
         for party, cols in parties.items()
     }
     return VFLDataset(

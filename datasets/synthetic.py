@@ -15,7 +15,7 @@ import pandas as pd
 
 from datasets.base import VFLDataset, split_primary
 from datasets.options import DatasetOptions
-from datasets.tables import party_table
+from datasets.tables import Columns, party_table
 
 N_ROWS = 60_000
 N_FEATURES = 95  # 5 common + 45 per party (paper Table 4: 50 per party incl. identifiers)
@@ -53,19 +53,12 @@ def load_synthetic(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     primary = party_table(
         "primary",
         p_df,
-        id_cols=id_names,
-        id_kind="numeric",
-        numeric_cols=[f"p{c}" for c in p_cols],
+        Columns(id_names, "numeric", numeric=[f"p{c}" for c in p_cols]),
         fit_rows=split.train,
         recipe=opts.recipe,
     )
     secondary = party_table(
-        "secondary",
-        s_df,
-        id_cols=id_names,
-        id_kind="numeric",
-        numeric_cols=[f"s{c}" for c in s_cols],
-        recipe=opts.recipe,
+        "secondary", s_df, Columns(id_names, "numeric", numeric=[f"s{c}" for c in s_cols]), recipe=opts.recipe
     )
     return VFLDataset(
         name="synthetic",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,14 +56,22 @@ def standardize(x: np.ndarray, fit_rows: np.ndarray | None = None) -> np.ndarray
     return ((x - mean) / std).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Columns:
+    """A party file's columns by role: its identifiers (``kind`` "numeric" or "string"), its
+    numeric and its categorical features."""
+
+    ids: Sequence[str]
+    kind: IdKind
+    numeric: Sequence[str] = ()
+    categorical: Sequence[str] = ()
+
+
 def party_table(
     name: str,
     df: pd.DataFrame,
+    columns: Columns,
     *,
-    id_cols: Sequence[str],
-    id_kind: IdKind,
-    numeric_cols: Sequence[str] = (),
-    categorical_cols: Sequence[str] = (),
     fit_rows: np.ndarray | None = None,
     labels_only: bool = False,
     recipe: Recipe = Recipe(),
@@ -73,6 +82,7 @@ def party_table(
     / encoded piecewise-linearly, datasets/transform.py) then standardised on ``fit_rows``, constant columns dropped.
     ``labels_only``: a label holder without any feature column is allowed (zero features)."""
     where = f"party {name!r}"
+    id_cols, id_kind, numeric_cols, categorical_cols = columns.ids, columns.kind, columns.numeric, columns.categorical
     require_columns(df, [*id_cols, *numeric_cols, *categorical_cols], where)
     if len(df) == 0:
         raise DatasetError(f"{where}: zero rows")

@@ -1,8 +1,8 @@
 """Linkage for new primary records against a finished job (predict): the same regime as the
 job's release, so a predicted record tells the primary no more than a training record did.
 
-    query(new_ids (q, d) | (q,), base[party] (n, d) | (n,), trained: PrimaryLinkage,
-          row_of_token[party] (n,), secret=..., pool=P) -> PrimaryLinkage of the q new records
+    query(new_ids (q, d) | (q,), QueryJob(base[party] (n, d) | (n,), trained: PrimaryLinkage,
+          row_of_token[party] (n,), pool=P), secret=...) -> PrimaryLinkage of the q new records
 
 Per secondary: the top-P candidates by the job's metric (P: the job's pool, by default
 linkage.release.default_pool), similarities standardised with the job's *training* statistics
@@ -20,6 +20,8 @@ result equals the job's release bitwise, noise included (tests/test_query.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,39 +48,31 @@ def links_of_rows(tokens: np.ndarray, row_of_token: np.ndarray, n_rows: int) -> 
     return np.bincount(rows, minlength=n_rows)
 
 
-def query(
-    new_ids,
-    base: dict,
-    trained: PrimaryLinkage,
-    row_of_token: dict,
-    *,
-    secret: bytes,
-    pool: int = 0,
-    links_per_row: dict | None = None,
-    anchor: str = "",
-) -> PrimaryLinkage:
-    """Tokens and noisy similarities of the new records' K neighbours in each secondary, as the
-    job ``trained`` released them for its own records (``pool``: the job's candidate pool).
-    ``links_per_row[party]`` (n,): a composed job's links per secondary row, counted once
-    (:func:`links_per_row`); without it they are counted from ``trained``'s tokens. ``anchor``: a
-    chain job's anchor, as the job named it."""
-    _check_query(trained, base, row_of_token)
+@dataclass(frozen=True)
+class QueryJob:
+    """The finished job a query is answered from: each secondary's identifiers (``base``), the
+    release for the job's own records (``trained``), each secondary's token -> row map, the job's
+    candidate pool, a composed job's links per secondary row (``links_per_row[party]`` (n,),
+    counted once: :func:`links_per_row`; None: counted from ``trained``'s tokens) and a chain
+    job's anchor as the job named it ("" = the first by name, linkage.job.JobSpec.anchor_of)."""
+
+    base: dict
+    trained: PrimaryLinkage
+    row_of_token: dict
+    pool: int = 0
+    links_per_row: dict | None = None
+    anchor: str = ""
+
+
+def query(new_ids, job: QueryJob, *, secret: bytes) -> PrimaryLinkage:
+    """Tokens and noisy similarities of the new records' K neighbours in each secondary, as
+    ``job`` released them for its own records."""
+    trained = job.trained
+    _check_query(trained, job.base, job.row_of_token)
     # a chain's parties share its anchor's tokens (linkage.runner.chain_to): only the anchor is
-    # searched (``anchor``; "" = the first by name, linkage.job.JobSpec.anchor_of), every party gets its link
-    searched = [anchor or min(trained.links)] if trained.layout == "chain" else sorted(trained.links)
-    found = {
-        party: _query_party(
-            new_ids,
-            base[party],
-            trained,
-            party,
-            row_of_token[party],
-            secret=secret,
-            pool=pool,
-            links_per_row=links_per_row,
-        )
-        for party in searched
-    }
+    # searched, every party gets its link
+    searched = [job.anchor or min(trained.links)] if trained.layout == "chain" else sorted(trained.links)
+    found = {party: _query_party(new_ids, job, party, secret) for party in searched}
     order = searched + [p for p in trained.links if p not in searched]  # the release's: a chain's anchor first
     links = {party: found.get(party, found[searched[0]]) for party in order}
     return PrimaryLinkage(trained.job_id, trained.k, trained.tau, links, trained.metric, trained.layout)
@@ -99,27 +93,21 @@ def _check_query(trained: PrimaryLinkage, base: dict, row_of_token: dict) -> Non
         )
 
 
-def _query_party(
-    new_ids,
-    base_ids,
-    trained: PrimaryLinkage,
-    party: str,
-    row_of_token,
-    *,
-    secret: bytes,
-    pool: int,
-    links_per_row: dict | None,
-) -> PartyLink:
+def _query_party(new_ids, job: QueryJob, party: str, secret: bytes) -> PartyLink:
     """One secondary's link of the new records, released as the job released its own."""
+    trained, base_ids, row_of_token = job.trained, job.base[party], job.row_of_token[party]
     link = trained.links[party]
     n = len(np.asarray(base_ids))
     token_of_row = tokens_of_rows(row_of_token, party, n)
     noisy = any(lk.sigma > 0 for lk in trained.links.values())  # a floor's noise, whatever tau
-    p = min(max(trained.k, default_pool(pool, trained.k, trained.tau, noisy)), n)  # the job's pool, as link() clips it
+    pool = default_pool(job.pool, trained.k, trained.tau, noisy)
+    p = min(max(trained.k, pool), n)  # the job's pool, as link() clips it
     dist, idx = search(new_ids, base_ids, metric=trained.metric, k=p, party=party)
     counts = None
     if link.composed:  # the job's links per row: its release's tokens mapped back to rows
-        counts = links_per_row[party] if links_per_row is not None else links_of_rows(link.tokens, row_of_token, n)
+        counts = (
+            job.links_per_row[party] if job.links_per_row is not None else links_of_rows(link.tokens, row_of_token, n)
+        )
     draws = Draws(secret, party, link.sim_mean, link.sim_std, link.sigma, counts, n)  # the job's statistics and sigma
     sims, chosen = released_rows(dist, idx, draws, trained.k, new_ids)  # (q, K) descending
     return PartyLink(

@@ -40,7 +40,7 @@ from linkage.binding import identifier_digest
 from linkage.contracts import LinkageError
 from linkage.job_secret import SecretError, read_secret
 from linkage.protection import defences_from
-from linkage.query import query
+from linkage.query import QueryJob, query
 from linkage.store import primary_bytes, read_primary, read_secondary
 from linkage_server.job_run import JobRunner
 from linkage_server.jobs import SECRET, TRAIN_ROWS
@@ -202,13 +202,15 @@ class Queries:
         try:  # composed noise counts the release's links per row: counted once per job (link_counts)
             got = query(
                 new,
-                base,
-                trained,
-                maps,
+                QueryJob(
+                    base,
+                    trained,
+                    maps,
+                    pool=meta["params"]["pool"] or params.k,  # a job stored with pool 0 searched K
+                    links_per_row=counts,
+                    anchor=params.spec().anchor_of(meta["secondaries"]),
+                ),
                 secret=self._secret(folder, meta, params, base),
-                pool=meta["params"]["pool"] or params.k,  # a job stored with pool 0 searched K
-                links_per_row=counts,
-                anchor=params.spec().anchor_of(meta["secondaries"]),
             )
         except LinkageError as e:
             raise UploadError(str(e)) from None

@@ -12,7 +12,7 @@ import pytest
 
 from datasets import DatasetError, load_dataset, split_primary
 from datasets.registry import DatasetOptions
-from datasets.tables import party_table
+from datasets.tables import Columns, party_table
 from linkage.pipeline import topk_euclidean
 
 
@@ -140,29 +140,23 @@ def test_missing_data_folder_says_where_it_looked(tmp_path, monkeypatch):
 def test_party_table_refuses_missing_columns_and_nan_identifiers():
     df = pd.DataFrame({"lat": [1.0, np.nan, 2.0], "lon": [1.0, 2.0, 3.0], "f": [1.0, 2.0, 3.0]})
     with pytest.raises(DatasetError, match=r"party 'p': missing column\(s\) \['price'\]"):
-        party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["price"])
+        party_table("p", df, Columns(["lat", "lon"], "numeric", numeric=["price"]))
     with pytest.raises(
         DatasetError,
         match=r"party 'p': 1 row\(s\) with NaN/empty identifiers \['lat', 'lon'\] \(column 'lat', first rows: \[1\]\)",
     ):
-        party_table("p", df, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["f"])
+        party_table("p", df, Columns(["lat", "lon"], "numeric", numeric=["f"]))
     with pytest.raises(DatasetError, match="party 'p': zero rows"):
-        party_table("p", df.iloc[:0], id_cols=["lon"], id_kind="numeric", numeric_cols=["f"])
+        party_table("p", df.iloc[:0], Columns(["lon"], "numeric", numeric=["f"]))
     words = pd.DataFrame({"lat": ["a", "b"], "lon": [1.0, 2.0], "f": [1.0, 2.0]})
     with pytest.raises(DatasetError, match="are not numbers"):
-        party_table("p", words, id_cols=["lat", "lon"], id_kind="numeric", numeric_cols=["f"])
+        party_table("p", words, Columns(["lat", "lon"], "numeric", numeric=["f"]))
 
 
 def test_party_table_one_hot_and_standardises_on_fit_rows():
     df = pd.DataFrame({"k": [0.0, 1, 2, 3], "f": [1.0, 2, 3, 10], "c": ["a", "b", "a", "a"], "z": [5.0] * 4})
     t = party_table(
-        "p",
-        df,
-        id_cols=["k"],
-        id_kind="numeric",
-        numeric_cols=["f", "z"],
-        categorical_cols=["c"],
-        fit_rows=np.array([0, 1, 2]),
+        "p", df, Columns(["k"], "numeric", numeric=["f", "z"], categorical=["c"]), fit_rows=np.array([0, 1, 2])
     )
     assert t.feature_names == ("f", "c_a", "c_b")  # constant z dropped
     np.testing.assert_allclose(t.features[:3, 0].mean(), 0.0, atol=1e-6)

@@ -13,7 +13,7 @@ from app.vfl.linking import job_defences
 from linkage.attacks import aggregation_attack
 from linkage.contracts import Defences, LinkageError
 from linkage.pipeline import job_id_of, link
-from linkage.query import query
+from linkage.query import QueryJob, query
 from linkage_server.params import JobError, JobParams
 
 SECRET = b"defences-test-secret-0123456789abcdef"
@@ -65,12 +65,14 @@ def test_composed_noise_is_the_plain_noise_times_sqrt_links():
 def test_a_query_of_the_training_records_reproduces_the_composed_release():
     d = Defences(radius=0.005, compose=True)
     job = link(PRIMARY, {"s": BASE}, k=5, tau=0.5, secret=SECRET, defences=d, train_rows=np.arange(600))
-    got = query(PRIMARY, {"s": BASE}, job.primary, {"s": job.secondaries["s"].row_of_token}, secret=SECRET)
+    got = query(PRIMARY, QueryJob({"s": BASE}, job.primary, {"s": job.secondaries["s"].row_of_token}), secret=SECRET)
     assert np.array_equal(got.links["s"].tokens, job.primary.links["s"].tokens)
     assert np.array_equal(got.links["s"].sims, job.primary.links["s"].sims)
     # a composed job over a wider pool (issue 28: the default under noise) reproduces too
     wide = link(PRIMARY, {"s": BASE}, k=5, tau=0.5, secret=SECRET, defences=d, pool=8)
-    got = query(PRIMARY, {"s": BASE}, wide.primary, {"s": wide.secondaries["s"].row_of_token}, secret=SECRET, pool=8)
+    got = query(
+        PRIMARY, QueryJob({"s": BASE}, wide.primary, {"s": wide.secondaries["s"].row_of_token}, pool=8), secret=SECRET
+    )
     assert np.array_equal(got.links["s"].tokens, wide.primary.links["s"].tokens)
     assert np.array_equal(got.links["s"].sims, wide.primary.links["s"].sims)
 

@@ -13,7 +13,7 @@ from linkage.contracts import LinkageError
 from linkage.job_secret import new_secret
 from linkage.noise import record_noise
 from linkage.pipeline import link, link_chain
-from linkage.query import query
+from linkage.query import QueryJob, query
 
 RNG = np.random.default_rng(0)
 PRIMARY = RNG.uniform(0, 10, (300, 2))
@@ -30,13 +30,13 @@ def _job(tau: float = 1.0, pool: int = 0, k: int = 5):
 @pytest.mark.parametrize("pool", [0, 12])
 def test_without_noise_the_training_records_get_the_jobs_release(pool):
     job, maps, secret = _job(pool=pool)
-    got = query(PRIMARY, BASE, job.primary, maps, secret=new_secret(), pool=pool)
+    got = query(PRIMARY, QueryJob(BASE, job.primary, maps, pool=pool), secret=new_secret())
     for party, released in job.primary.links.items():
         assert np.array_equal(got.links[party].tokens, released.tokens)
         assert np.array_equal(got.links[party].sims, released.sims)
     # a part of them, in another order, gets the same rows (the k-d tree answers per record)
     some = np.array([299, 3, 150, 7])
-    part = query(PRIMARY[some], BASE, job.primary, maps, secret=secret, pool=pool)
+    part = query(PRIMARY[some], QueryJob(BASE, job.primary, maps, pool=pool), secret=secret)
     assert np.array_equal(part.links["a"].tokens, job.primary.links["a"].tokens[some])
 
 
@@ -45,7 +45,7 @@ def test_with_noise_the_training_records_get_the_jobs_release_too():
     included: no second draw to average with the first."""
     job, maps, secret = _job(tau=0.9)
     assert job.primary.links["a"].sigma > 0
-    got = query(PRIMARY, BASE, job.primary, maps, secret=secret)
+    got = query(PRIMARY, QueryJob(BASE, job.primary, maps), secret=secret)
     for party, released in job.primary.links.items():
         assert np.array_equal(got.links[party].tokens, released.tokens)
         assert np.array_equal(got.links[party].sims, released.sims)
@@ -55,8 +55,8 @@ def test_a_records_noise_is_the_jobs_sigma_and_the_same_in_any_batch():
     job, maps, secret = _job(tau=0.9)
     sigma = job.primary.links["a"].sigma
     assert sigma > 0
-    alone = query(PRIMARY[[5]], BASE, job.primary, maps, secret=secret)
-    batch = query(PRIMARY[[9, 5, 1]], BASE, job.primary, maps, secret=secret)
+    alone = query(PRIMARY[[5]], QueryJob(BASE, job.primary, maps), secret=secret)
+    batch = query(PRIMARY[[9, 5, 1]], QueryJob(BASE, job.primary, maps), secret=secret)
     assert np.array_equal(alone.links["a"].sims[0], batch.links["a"].sims[1])  # no fresh draw to average out
     fixed = b"query-test: a fixed secret, 32 b"  # the statistics below on fixed draws: pass or fail, never by chance
     noise = record_noise(fixed, "a", PRIMARY, (300, 40), sigma)
@@ -69,18 +69,18 @@ def test_a_records_noise_is_the_jobs_sigma_and_the_same_in_any_batch():
 def test_a_map_or_identifiers_from_another_job_are_refused():
     job, maps, secret = _job()
     with pytest.raises(LinkageError, match="party 'a': its token map covers 120 rows, not a permutation of its 119"):
-        query(PRIMARY[:3], {**BASE, "a": BASE["a"][:119]}, job.primary, maps, secret=secret)
+        query(PRIMARY[:3], QueryJob({**BASE, "a": BASE["a"][:119]}, job.primary, maps), secret=secret)
     with pytest.raises(LinkageError, match=r"names parties \['a'\] .* but job .* linked \['a', 'b'\]"):
-        query(PRIMARY[:3], {"a": BASE["a"]}, job.primary, {"a": maps["a"]}, secret=secret)
+        query(PRIMARY[:3], QueryJob({"a": BASE["a"]}, job.primary, {"a": maps["a"]}), secret=secret)
     with pytest.raises(LinkageError, match="NaN"):
-        query(np.array([[np.nan, 1.0]]), BASE, job.primary, maps, secret=secret)
+        query(np.array([[np.nan, 1.0]]), QueryJob(BASE, job.primary, maps), secret=secret)
     chain = link_chain(PRIMARY, BASE, anchor="a", k=3, tau=1.0, secret=secret)
     chain_maps = {p: s.row_of_token for p, s in chain.secondaries.items()}
     broken = dataclasses.replace(
         chain.primary, links={**chain.primary.links, "b": job.primary.links["b"]}
     )  # b's tokens are not the anchor's
     with pytest.raises(LinkageError, match="do not share the anchor's tokens"):
-        query(PRIMARY[:3], BASE, broken, chain_maps, secret=secret)
+        query(PRIMARY[:3], QueryJob(BASE, broken, chain_maps), secret=secret)
 
 
 def test_a_chain_job_is_queried_through_its_anchor():
@@ -89,7 +89,7 @@ def test_a_chain_job_is_queried_through_its_anchor():
     job, _, secret = _job()
     chain = link_chain(PRIMARY, BASE, anchor="a", k=3, tau=1.0, secret=secret)
     maps = {p: s.row_of_token for p, s in chain.secondaries.items()}
-    got = query(PRIMARY, BASE, chain.primary, maps, secret=secret)
+    got = query(PRIMARY, QueryJob(BASE, chain.primary, maps), secret=secret)
     assert got.layout == "chain"
     for party in ("a", "b"):
         np.testing.assert_array_equal(got.links[party].tokens, chain.primary.links[party].tokens)
@@ -109,7 +109,7 @@ def test_under_noise_the_default_pool_chooses_the_k_and_a_query_reproduces_it_co
         rows = maps["a"][job.primary.links["a"].tokens]
         assert not np.array_equal(np.sort(rows, 1), np.sort(maps["a"][exact.primary.links["a"].tokens], 1))
         assert job.primary.links["a"].sigma == exact.primary.links["a"].sigma  # the same statistics and sigma
-        got = query(PRIMARY, BASE, job.primary, maps, secret=secret)
+        got = query(PRIMARY, QueryJob(BASE, job.primary, maps), secret=secret)
         for party, released in job.primary.links.items():
             assert np.array_equal(got.links[party].tokens, released.tokens)
             assert np.array_equal(got.links[party].sims, released.sims)

@@ -13,7 +13,7 @@ from bench.query_bisection import bisection_attack, make_job
 from linkage.contracts import Defences
 from linkage.job_secret import operator_secret
 from linkage.pipeline import link
-from linkage.query import query
+from linkage.query import QueryJob, query
 
 BUDGET = 2500  # query records; the job's query budget in cells would be BUDGET x K
 
@@ -51,9 +51,9 @@ def test_a_record_asked_again_or_as_minus_zero_gets_the_same_answer():
     plus = np.array([[0.0, 1.25], [0.0, 0.0], [2.5, 0.0]])
     minus = np.array([[-0.0, 1.25], [-0.0, -0.0], [2.5, -0.0]])
     assert plus.tobytes() != minus.tobytes()
-    a = query(plus, base, job.primary, maps, secret=secret).links["s"]
-    b = query(minus, base, job.primary, maps, secret=secret).links["s"]
-    c = query(np.concatenate([plus[::-1], plus]), base, job.primary, maps, secret=secret).links["s"]
+    a = query(plus, QueryJob(base, job.primary, maps), secret=secret).links["s"]
+    b = query(minus, QueryJob(base, job.primary, maps), secret=secret).links["s"]
+    c = query(np.concatenate([plus[::-1], plus]), QueryJob(base, job.primary, maps), secret=secret).links["s"]
     assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.sims, b.sims)  # -0.0 is 0.0
     assert np.array_equal(c.tokens[3:], a.tokens) and np.array_equal(c.sims[3:], a.sims)
     assert np.array_equal(c.tokens[:3], a.tokens[::-1]) and np.array_equal(c.sims[:3], a.sims[::-1])

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from linkage.query import QueryJob
 from linkage.query import query as in_process_query
 from linkage.store import read_primary, read_secondary
 from linkage_server import job_run
@@ -149,7 +150,9 @@ def test_a_composed_jobs_query_does_not_load_the_release(tmp_path):
     from linkage.job_secret import read_secret
 
     row_of_token = {"s": read_secondary(folder / "results" / "secondary-s.npz", "s").row_of_token}
-    want = in_process_query(new, {"s": base}, release, row_of_token, secret=read_secret(folder / "secret.key"), pool=20)
+    want = in_process_query(
+        new, QueryJob({"s": base}, release, row_of_token, pool=20), secret=read_secret(folder / "secret.key")
+    )
     got = read_primary(__import__("io").BytesIO(again))
     np.testing.assert_array_equal(got.links["s"].tokens, want.links["s"].tokens)
     np.testing.assert_array_equal(got.links["s"].sims, want.links["s"].sims)

@@ -19,7 +19,7 @@ import pytest
 from linkage.encode import bloom_strings, key_fingerprint
 from linkage.errors import LinkageError
 from linkage.job_secret import read_secret
-from linkage.query import query
+from linkage.query import QueryJob, query
 from linkage.store import load_primary, load_secondary, read_primary
 from linkage_server.client import LinkageClient, ServiceError, create_job
 from linkage_server.local import free_port
@@ -76,7 +76,7 @@ def test_a_query_of_the_training_records_is_the_jobs_release_and_new_records_the
     assert all(np.array_equal(got.links[p].sims, released.links[p].sims) for p in bases)
     # new records: linkage.query.query in process, under the job's secret, maps and pool
     maps = {p: load_secondary(tmp_path / "trained", p).row_of_token for p in bases}
-    want = query(new, bases, released, maps, secret=read_secret(data / "jobs" / job / "secret.key"), pool=9)
+    want = query(new, QueryJob(bases, released, maps, pool=9), secret=read_secret(data / "jobs" / job / "secret.key"))
     assert read_primary(tmp_path / "new.npz").job_id == job
     for party in bases:
         np.testing.assert_array_equal(answered.links[party].tokens, want.links[party].tokens)
@@ -157,12 +157,12 @@ def test_a_chain_job_answers_its_training_records_with_its_release_whatever_its_
     released = load_primary(tmp_path / "trained")
     maps = {p: load_secondary(tmp_path / "trained", p).row_of_token for p in bases}
     secret = read_secret(data / "jobs" / job / "secret.key")
-    want = query(new, bases, released, maps, secret=secret, pool=released.k, anchor="b")
+    want = query(new, QueryJob(bases, released, maps, pool=released.k, anchor="b"), secret=secret)
     for party in bases:
         np.testing.assert_array_equal(answered.links[party].tokens, want.links[party].tokens)
         np.testing.assert_array_equal(answered.links[party].sims, want.links[party].sims)
     with pytest.raises(LinkageError, match="party 'a': its token map covers 40 rows"):  # the tokens are b's rows
-        query(new, bases, released, maps, secret=secret, pool=released.k, anchor="a")
+        query(new, QueryJob(bases, released, maps, pool=released.k, anchor="a"), secret=secret)
 
 
 def test_a_service_without_queries_refuses_by_name(tmp_path):

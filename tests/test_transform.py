@@ -11,7 +11,7 @@ import pytest
 from datasets import load_dataset
 from datasets.base import DatasetError
 from datasets.options import PLE_BINS, Recipe
-from datasets.tables import party_table
+from datasets.tables import Columns, party_table
 from datasets.transform import FeatureTransform, ple_edges, to_ple
 from tests.test_byo import write_parties
 
@@ -37,10 +37,7 @@ def table(df: pd.DataFrame, fit_rows=None, scale: str = "standard", missing: str
     return party_table(
         "p",
         df,
-        id_cols=["lat", "lon"],
-        id_kind="numeric",
-        numeric_cols=["size", "age", "flat"],
-        categorical_cols=["kind", "town"],
+        Columns(["lat", "lon"], "numeric", numeric=["size", "age", "flat"], categorical=["kind", "town"]),
         fit_rows=fit_rows,
         recipe=Recipe(scale, missing),
     )
@@ -117,10 +114,7 @@ def test_whole_numbers_read_as_floats_match_their_training_category_and_nan_fill
     t = party_table(
         "p",
         df.assign(empty=np.nan),
-        id_cols=["lat", "lon"],
-        id_kind="numeric",
-        numeric_cols=["size", "empty"],
-        categorical_cols=["zone"],
+        Columns(["lat", "lon"], "numeric", numeric=["size", "empty"], categorical=["zone"]),
     ).transform
     new = df.iloc[:4].assign(empty=np.nan, zone=[2.0, np.nan, 3.0, 1.0])  # a blank cell: pandas reads floats
     x, report = t.apply(new, "new")
@@ -177,9 +171,7 @@ def test_the_encodings_bin_count_is_part_of_the_kept_transform(bins):
     t = party_table(
         "p",
         df,
-        id_cols=["lat", "lon"],
-        id_kind="numeric",
-        numeric_cols=["size", "age"],
+        Columns(["lat", "lon"], "numeric", numeric=["size", "age"]),
         fit_rows=fit_rows,
         recipe=Recipe("ple", "mean", bins),
     )

@@ -31,7 +31,7 @@ from app.vfl.parties import build_primary_model
 from app.vfl.secondary import SecondaryParty
 from linkage.binding import identifier_digest
 from linkage.encode import encode_with_key
-from linkage.query import query
+from linkage.query import QueryJob, query
 from linkage.store import load_primary, load_secondary
 from strategies.heads import TaskHead
 from strategies.vfl.fedsim import FedSimStrategy
@@ -209,7 +209,7 @@ def link_here(kept: KeptRun, identifiers: np.ndarray, seconds: dict[str, float])
     secret = service_secret(cfg, trained.job_id, create=False)
     maps = {p: load_secondary(folder, p).row_of_token for p in ds.secondaries}  # the service holds every map
     identifiers, base = as_uploaded(kept, identifiers)
-    linkage = query(identifiers, base, trained, maps, secret=secret)
+    linkage = query(identifiers, QueryJob(base, trained, maps), secret=secret)
     seconds["query"] = time.perf_counter() - t0
     return linkage if kept.settings.model.sort_gate else unsorted(linkage, cfg.train.seed)
 
