@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     train_seconds(high, prof)
     stats = pstats.Stats(prof)
     observe = sum(v[3] for k, v in stats.stats.items() if k[2] == "observe" and "exchange_observer" in k[0])
-    step = sum(v[3] for k, v in stats.stats.items() if k[2] == "train_step" and k[0].endswith("fedsim.py"))
+    step = sum(v[3] for k, v in stats.stats.items() if k[2] == "train_step" and k[0].endswith("primary.py"))
     print(
         f"profiled: observe {1000 * observe / args.steps:.2f} ms/step of train_step {1000 * step / args.steps:.2f} ms/step"
     )

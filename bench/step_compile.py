@@ -21,12 +21,12 @@ import torch
 
 from bench.step_profile import _pieces
 from experiments.runner import parse_overrides
-from strategies.vfl.fedsim import FedSimStrategy, Step
+from strategies.vfl.primary import PrimaryParty, Step
 from strategies.vfl.protocol import Exchange, train_epoch
 from strategies.vfl.wire import GradBlock
 
 
-class PaddedStrategy(FedSimStrategy):
+class PaddedStrategy(PrimaryParty):
     """The primary's step with each party's embeddings padded to B * K rows (fixed shapes)."""
 
     def backward(self, step: Step, emb: dict) -> tuple[torch.Tensor, dict[str, GradBlock]]:
@@ -42,7 +42,7 @@ class PaddedStrategy(FedSimStrategy):
         loss = self.head.loss(out, step.target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self._seen = None  # no observer here; FedSimStrategy.update steps the optimiser
+        self._seen = None  # no observer here; PrimaryParty.update steps the optimiser
         return loss.detach(), {
             p: GradBlock(step.tokens[p], leaves[p].grad[: len(step.tokens[p])]) for p in self.parties
         }

@@ -16,7 +16,7 @@ import torch
 from app.node import simulated_linkage_dir
 from app.vfl.predict import _embed_here, link_here, open_kept
 from linkage.store import load_secondary
-from strategies.vfl.fedsim import FedSimStrategy
+from strategies.vfl.primary import PrimaryParty
 
 RANK_BINS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, 1000))
 
@@ -32,7 +32,7 @@ def weights_of(run_dir: Path) -> tuple[np.ndarray, np.ndarray, object]:
     linkage = link_here(kept, ds.primary.identifiers[rows], seconds)
     lookup = _embed_here(kept, linkage, seconds)
     on = (kept.cfg.torch_device(), kept.cfg.torch_dtype())
-    strategy = FedSimStrategy(kept.model, kept.head, linkage, ds.primary.features[rows], np.zeros(len(rows)), on=on)
+    strategy = PrimaryParty(kept.model, kept.head, linkage, ds.primary.features[rows], np.zeros(len(rows)), on=on)
     unsorted = strategy.attention(np.arange(len(rows)), lookup)[party]  # (q, K + 1), the linkage's order
     order = np.argsort(-linkage.links[party].sims, axis=1, kind="stable")  # (q, K) most similar first
     w = np.concatenate([np.take_along_axis(unsorted, order, 1), unsorted[:, -1:]], axis=1)  # (q, K + 1)

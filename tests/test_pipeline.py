@@ -12,7 +12,7 @@ from app.config import RunConfig
 from app.vfl.inprocess import max_param_gap, run_in_process, run_twin
 from strategies.vfl import protocol
 from strategies.vfl.channel import LocalChannel
-from strategies.vfl.fedsim import FedSimStrategy
+from strategies.vfl.primary import PrimaryParty
 from tests.test_equivalence import CASES
 
 S = 3
@@ -84,7 +84,7 @@ def test_an_exact_windows_exchange_goes_out_before_the_primarys_last_update(tmp_
     exist, before the primary's update of step w (which changes no block), so the primary has
     made w updates, not w + 1, when it is sent; the run stays its twin's (test_equivalence)."""
     updates, at_send = [0], []
-    real = FedSimStrategy.update
+    real = PrimaryParty.update
 
     def counting(self):
         real(self)
@@ -95,7 +95,7 @@ def test_an_exact_windows_exchange_goes_out_before_the_primarys_last_update(tmp_
             at_send.append(updates[0])
             return super().send(apply, embed, save, lr_scale)
 
-    monkeypatch.setattr(FedSimStrategy, "update", counting)
+    monkeypatch.setattr(PrimaryParty, "update", counting)
     monkeypatch.setattr("app.vfl.inprocess.LocalChannel", Spy)
     cfg = RunConfig.of(
         **CASES["hdb-regression-cnn-dropout"], epochs=1, max_steps=5, steps_per_exchange=1, out_dir=str(tmp_path)

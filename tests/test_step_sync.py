@@ -74,7 +74,7 @@ def test_the_steps_read_nothing_back_but_the_losses_once(steps_per_exchange, dev
 @pytest.mark.parametrize("n", [40, 100_000])
 def test_distinct_is_np_unique_with_its_inverse(n):
     """Both ways (marks for a small token space, a sort for a large one) give np.unique's arrays."""
-    from strategies.vfl.fedsim import distinct  # lazy: this module's first test also runs on the tree before it
+    from strategies.vfl.primary import distinct  # lazy: this module's first test also runs on the tree before it
 
     values = np.random.default_rng(n).integers(0, n, size=(128, 50))
     uniq, inverse = distinct(values, n)

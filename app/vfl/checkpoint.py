@@ -34,8 +34,8 @@ from app.dataset_defaults import hand_chosen
 from files.atomic import write_atomic
 from files.private import private_dir
 from strategies.records import EpochRecord
-from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.gates import SeededDropout
+from strategies.vfl.primary import PrimaryParty
 
 MANIFEST = "checkpoint.json"
 
@@ -54,7 +54,7 @@ class Manifest:
     config: dict  # the run config values that must not change on resume
 
 
-def _dropouts(strategy: FedSimStrategy) -> list[SeededDropout]:
+def _dropouts(strategy: PrimaryParty) -> list[SeededDropout]:
     return [m for m in strategy.model.modules() if isinstance(m, SeededDropout)]
 
 
@@ -70,7 +70,7 @@ def save_state(folder: Path, prefix: str, epoch: int, state: dict) -> str:
 
 
 def save_primary(
-    folder: Path, strategy: FedSimStrategy, epoch: int, records: list[EpochRecord], step_losses: list[float]
+    folder: Path, strategy: PrimaryParty, epoch: int, records: list[EpochRecord], step_losses: list[float]
 ) -> str:
     return save_state(
         folder,
@@ -95,7 +95,7 @@ def prune(folder: Path, prefix: str, epoch: int) -> None:
             f.unlink(missing_ok=True)
 
 
-def load_primary(folder: Path, strategy: FedSimStrategy, manifest: Manifest) -> tuple[list[EpochRecord], list[float]]:
+def load_primary(folder: Path, strategy: PrimaryParty, manifest: Manifest) -> tuple[list[EpochRecord], list[float]]:
     path = folder / f"primary-{manifest.epoch}.pt"
     if not path.exists():
         raise CheckpointError(f"the manifest names epoch {manifest.epoch} but {path} is missing")
@@ -183,7 +183,7 @@ def fresh(folder: Path) -> None:
         f.unlink()
 
 
-def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: str):
+def checkpointer(folder: Path, strategy: PrimaryParty, channel, cfg, job_id: str):
     """The ``after_epoch`` hook of :func:`strategies.vfl.protocol.fit` that checkpoints every party."""
     private_dir(folder)
 
@@ -204,7 +204,7 @@ def checkpointer(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: s
     return after_epoch
 
 
-def resume(folder: Path, strategy: FedSimStrategy, channel, cfg, job_id: str) -> tuple[list[EpochRecord], list[float]]:
+def resume(folder: Path, strategy: PrimaryParty, channel, cfg, job_id: str) -> tuple[list[EpochRecord], list[float]]:
     """Load the last committed checkpoint into the primary and every party; returns the finished
     epochs' records and step losses for :func:`strategies.vfl.protocol.fit`."""
     manifest = read_manifest(folder)

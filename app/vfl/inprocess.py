@@ -32,8 +32,8 @@ from linkage.store import load_secondary
 from strategies.optim import party_seed
 from strategies.shields import RowShield, level_shield
 from strategies.vfl.channel import LocalChannel
-from strategies.vfl.fedsim import Optim
 from strategies.vfl.gates import seed_dropout
+from strategies.vfl.primary import Optim
 from strategies.vfl.protocol import fit
 from strategies.vfl.twin import TwinParties, train_twin
 

@@ -24,9 +24,9 @@ from files.atomic import write_atomic
 from linkage.contracts import PrimaryLinkage
 from strategies.heads import TaskHead
 from strategies.optim import build_seeded, party_seed
-from strategies.vfl.fedsim import FedSimStrategy, Optim
 from strategies.vfl.gates import seed_dropout
 from strategies.vfl.model import SimilarityModel, local_model
+from strategies.vfl.primary import Optim, PrimaryParty
 from strategies.vfl.protocol import TrainPlan
 
 if TYPE_CHECKING:
@@ -66,14 +66,12 @@ def build_secondary_model(d_in: int, party: str, cfg: RunConfig, settings: Setti
     return build_seeded(party_seed(cfg.train.model_seed, party), lambda: local_model(d_in, settings.model))
 
 
-def build_strategy(
-    ds: VFLDataset, linkage: PrimaryLinkage | None, cfg: RunConfig, settings: Settings
-) -> FedSimStrategy:
+def build_strategy(ds: VFLDataset, linkage: PrimaryLinkage | None, cfg: RunConfig, settings: Settings) -> PrimaryParty:
     device = cfg.torch_device()
     model = build_primary_model(ds, cfg, settings)
     optim = Optim(settings.lr, settings.weight_decay)
     on = (device, cfg.torch_dtype())
-    strategy = FedSimStrategy(model, head_for(ds, settings), linkage, ds.primary.features, ds.labels, optim, on)
+    strategy = PrimaryParty(model, head_for(ds, settings), linkage, ds.primary.features, ds.labels, optim, on)
     seed_dropout(strategy.model, party_seed(cfg.train.model_seed, "dropout"), device)
     return strategy
 

@@ -6,7 +6,7 @@ in-process engine; through Flower: app/vfl/predict_server.py, which shares the p
 The new records are linked as the job linked its own (linkage/query.py: the job's training
 statistics, sigma and tokens; noise keyed by the record), each secondary embeds the tokens it is
 asked for with its kept model, and the primary runs its kept local model, gates and head, the
-evaluation's own code (FedSimStrategy.predict). Refused by name, before any output: a run that
+evaluation's own code (PrimaryParty.predict). Refused by name, before any output: a run that
 did not finish or kept nothing, a secondary whose data changed since training, new records
 whose features or identifiers do not fit, and linkages that predict does not support yet.
 """
@@ -34,9 +34,9 @@ from linkage.encode import encode_with_key
 from linkage.query import QueryJob, query
 from linkage.store import load_primary, load_secondary
 from strategies.heads import TaskHead
-from strategies.vfl.fedsim import FedSimStrategy
 from strategies.vfl.methods import REGISTRY
 from strategies.vfl.party_keys import party_key
+from strategies.vfl.primary import PrimaryParty
 
 UNSUPPORTED = {name: m.no_predict for name, m in REGISTRY.items() if m.no_predict}  # method -> why not
 
@@ -139,7 +139,7 @@ def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: i
     the evaluation's own code."""
     cfg = kept.cfg
     on = (cfg.torch_device(), cfg.torch_dtype())
-    strategy = FedSimStrategy(kept.model, kept.head, linkage, features, np.zeros(len(features)), on=on)  # no step
+    strategy = PrimaryParty(kept.model, kept.head, linkage, features, np.zeros(len(features)), on=on)  # no step
     rows = np.arange(len(features))
     out = torch.cat([strategy.outputs(rows[i : i + batch], lookup) for i in range(0, len(rows), batch)])  # (q, d_out)
     attention = {}

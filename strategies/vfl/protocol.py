@@ -6,7 +6,7 @@ requests of this window; the reply carries embeddings of those tokens computed f
 secondary's current weights. S = 1 is exact split learning.
 
 Exact overlap (every run): a window's exchange goes out as soon as its last step's gradient
-blocks exist, before that step's optimiser update (``FedSimStrategy.backward`` / ``update``),
+blocks exist, before that step's optimiser update (``PrimaryParty.backward`` / ``update``),
 and the next window's inputs are staged while it is in flight: the update changes no block, so
 the run is the same to the bit, and a deployed exchange's round trip hides the update's time.
 
@@ -34,7 +34,7 @@ from strategies.schedule import epoch_batches, windows
 from strategies.stop_rule import StopRule
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
 from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block, check_losses
-from strategies.vfl.fedsim import FedSimStrategy, distinct
+from strategies.vfl.primary import PrimaryParty, distinct
 from strategies.vfl.wire import GradBlock
 
 ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank record averages over (one forward)
@@ -61,7 +61,7 @@ LOSS_READS = 64
 @dataclass
 class Window:
     """One window's token bookkeeping, on the host: per batch its sorted distinct tokens and the
-    (B, K) index of its pairs into them (FedSimStrategy.batch_tokens), the window's union per
+    (B, K) index of its pairs into them (PrimaryParty.batch_tokens), the window's union per
     party (the tokens its exchange embeds) and each batch's positions in it (None when the window
     is one batch: the union is that batch's tokens)."""
 
@@ -72,7 +72,7 @@ class Window:
     at: list[dict[str, np.ndarray]] | None
 
 
-def plan_window(strategy: FedSimStrategy, batches: list[np.ndarray]) -> Window:
+def plan_window(strategy: PrimaryParty, batches: list[np.ndarray]) -> Window:
     """The window of ``batches``' bookkeeping, its unions without sorting (fedsim.distinct)."""
     per = [strategy.batch_tokens(rows) for rows in batches]
     tokens, index = [t for t, _ in per], [i for _, i in per]
@@ -86,14 +86,14 @@ def plan_window(strategy: FedSimStrategy, batches: list[np.ndarray]) -> Window:
     return Window(batches, tokens, index, union, at)
 
 
-def first_window_tokens(strategy: FedSimStrategy, batches: list[np.ndarray], plan: TrainPlan) -> dict[str, np.ndarray]:
+def first_window_tokens(strategy: PrimaryParty, batches: list[np.ndarray], plan: TrainPlan) -> dict[str, np.ndarray]:
     """Per party the sorted tokens (U,) the epoch's first window embeds ({} without batches)."""
     window = next(iter(windows(batches, plan.steps_per_exchange)), [])
     return plan_window(strategy, window).union if window else {}
 
 
-def _staged(strategy: FedSimStrategy, plan_windows: list[Window]):
-    """Each window's steps on the device (FedSimStrategy.stage), in order, staged ``LOSS_READS``
+def _staged(strategy: PrimaryParty, plan_windows: list[Window]):
+    """Each window's steps on the device (PrimaryParty.stage), in order, staged ``LOSS_READS``
     steps or more at a time: one host-to-device copy per input for all of them."""
     w = 0
     while w < len(plan_windows):
@@ -119,7 +119,7 @@ class Exchange:
     """The primary's side of a run's exchanges: its strategy (model, optimiser, gates), the channel
     to the secondaries (None: Solo, no secondary) and the plan its windows follow."""
 
-    strategy: FedSimStrategy
+    strategy: PrimaryParty
     channel: SecondaryChannel | None
     plan: TrainPlan
 
@@ -140,7 +140,7 @@ def train_epoch(
     Returns the number of exchanges and the gradient blocks not delivered yet (the last
     window's; pipelined, the last two windows'), which the evaluation's exchange delivers.
     ``scale``: the epoch's fraction of the learning rate, which the secondaries apply the
-    blocks at (the primary's own optimiser is set by the caller: FedSimStrategy.scale_lr)."""
+    blocks at (the primary's own optimiser is set by the caller: PrimaryParty.scale_lr)."""
     strategy, channel, plan = ex.strategy, ex.channel, ex.plan
     parties = strategy.parties
     pending: dict[str, list[GradBlock]] = {p: [] for p in parties}
@@ -185,7 +185,7 @@ def train_epoch(
     return exchanges, pending
 
 
-def checked(strategy: FedSimStrategy, replies: dict, asked: dict[str, np.ndarray], message: str, sent: dict) -> dict:
+def checked(strategy: PrimaryParty, replies: dict, asked: dict[str, np.ndarray], message: str, sent: dict) -> dict:
     """Each party's embeddings (U, c) of the tokens it was ``asked`` from its reply (a StepReply),
     refused by name unless exactly that shape, in the primary's dtype, finite and within the
     bound (strategies/vfl/exchange_checks.py), and unless the party has applied exactly the
@@ -252,7 +252,7 @@ def eval_embeddings(
 
 
 def evaluate(
-    strategy: FedSimStrategy, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, plan: TrainPlan
+    strategy: PrimaryParty, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, plan: TrainPlan
 ) -> dict[str, float]:
     out = torch.cat(
         [strategy.outputs(rows[i : i + plan.eval_batch], lookup) for i in range(0, len(rows), plan.eval_batch)]
@@ -287,7 +287,7 @@ class Hooks:
 
 
 def fit(
-    strategy: FedSimStrategy,
+    strategy: PrimaryParty,
     channel: SecondaryChannel | None,
     split: Split,
     plan: TrainPlan,
@@ -324,7 +324,7 @@ def fit(
 class _Fit:
     """One :func:`fit`: what every epoch trains and evaluates with, and the step losses so far."""
 
-    strategy: FedSimStrategy
+    strategy: PrimaryParty
     channel: SecondaryChannel | None
     split: Split
     plan: TrainPlan

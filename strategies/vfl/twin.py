@@ -23,8 +23,8 @@ from strategies.optim import make_optimizer, set_lr
 from strategies.schedule import epoch_batches, windows
 from strategies.shields import RowShield
 from strategies.vfl.defences import GradientDefence, SentGradients
-from strategies.vfl.fedsim import Optim
 from strategies.vfl.model import SimilarityModel
+from strategies.vfl.primary import Optim
 from strategies.vfl.protocol import TrainPlan
 
 

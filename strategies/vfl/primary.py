@@ -1,4 +1,4 @@
-"""The primary party's strategy: owns its model, optimiser, labels and linkage view, and
+"""The primary party (the label holder): owns its model, optimiser, labels and linkage view, and
 turns secondaries' embeddings into a loss, a step, and gradients for each secondary.
 
 A training step reads nothing back to the host: its loss stays a device tensor (the protocol
@@ -24,7 +24,7 @@ from strategies.vfl.wire import GradBlock
 
 @dataclass(frozen=True)
 class Step:
-    """One training step's inputs, on the primary's device (:meth:`FedSimStrategy.stage`)."""
+    """One training step's inputs, on the primary's device (:meth:`PrimaryParty.stage`)."""
 
     rows: torch.Tensor  # (B,) the batch's primary rows
     tokens: dict[str, np.ndarray]  # per party the batch's sorted distinct tokens (U_p,)
@@ -56,7 +56,7 @@ class Optim:
     weight_decay: float = 0.0
 
 
-class FedSimStrategy:
+class PrimaryParty:
     """Primary-side logic, independent of transport. Secondaries are reached through a
     channel by :mod:`strategies.vfl.protocol`; this class never sees their rows or features."""
 
