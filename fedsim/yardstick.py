@@ -89,10 +89,10 @@ def verdict(head, federated: float, alone: dict) -> str:
     margin = 2 * math.sqrt(2) * alone["error"]
     gain = (federated - alone["test"]) * (1 if head.better(1.0, 0.0) else -1)  # > 0: federated is better
     if gain > margin:
-        return f"federating helps: {abs(gain):.4g} better than the primary alone (more than {margin:.2g}, {NOISE})"
+        return f"federating helps: {abs(gain):.4g} better than the primary alone (more than {margin:.4g}, {NOISE})"
     if gain < -margin:
-        return f"federating does not pay here: {abs(gain):.4g} worse than the primary alone (more than {margin:.2g}, {NOISE})"
-    return f"level with the primary alone: the gap {gain:+.4g} is within {margin:.2g} ({NOISE})"
+        return f"federating does not pay here: {abs(gain):.4g} worse than the primary alone (more than {margin:.4g}, {NOISE})"
+    return f"level with the primary alone: the gap {gain:+.4g} is within {margin:.4g} ({NOISE})"
 
 
 def constant(ds, head) -> dict:

@@ -76,6 +76,18 @@ def test_the_verdict_calls_a_gap_only_beyond_the_test_rows_noise():
     assert ys.verdict(acc, 0.9, {"test": 0.8, "error": 0.01}).startswith("federating helps")  # accuracy: higher
 
 
+def test_the_verdict_states_its_margin_to_the_gaps_precision():
+    """A gap just beyond its margin must not read as smaller than the margin it was compared with
+    (a fresh-clone walk printed "30.84 worse ... (more than 31, ...)" for a margin of 30.73)."""
+    head = TaskHead.fit("regression", np.array([0.0, 1.0]), 1)
+    alone = {"test": 100.0, "error": 10.864}  # margin 2 sqrt(2) x 10.864 = 30.728
+    said = ys.verdict(head, 130.84, alone)
+    assert said.startswith("federating does not pay") and "more than 30.73" in said, said
+    said = ys.verdict(head, 69.16, alone)
+    assert said.startswith("federating helps") and "more than 30.73" in said, said
+    assert "within 30.73" in ys.verdict(head, 110.0, alone)
+
+
 def test_the_sampling_error_shrinks_with_more_test_rows():
     head = TaskHead.fit("regression", np.array([0.0, 1.0]), 1)
     rng = np.random.default_rng(0)
