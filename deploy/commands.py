@@ -191,7 +191,7 @@ def up(
     folder = Path(folder).resolve()
     exit_if_source(folder, "the deployment's folder")  # secrets, data and runs never land in the source tree
     if (folder / "deploy.json").exists() and any(running(p) for p in _procs(Deployment.load(folder))):
-        raise SystemExit(f"a deployment is already running from {folder}; `python -m deploy down {folder}` first")
+        raise SystemExit(f"a deployment is already running from {folder}; `fedsim deploy down {folder}` first")
     os.chmod(private_dir(folder), 0o700)  # the deployment's folder: every party's files are under it
     data_dir = data_dir or data_root(dataset)
     if parties is None:

@@ -35,7 +35,7 @@ SERVICE = {  # fedsim <name> -> python -m linkage_server <name>
     "estimate": "estimate",
 }
 DELEGATED = {
-    **{k: f"the linkage service's `{v}`" for k, v in SERVICE.items()},
+    **{k: f"the linkage service's `{v}`" + (" (an alias)" if k != v else "") for k, v in SERVICE.items()},
     "sweep": "a sweep of runs (experiments.sweep)",
     "deploy": "a local deployment (deploy.cli)",
 }

@@ -48,8 +48,13 @@ def why_not(cfg, args) -> str:
         return "Entity Augmentation has no recipe search yet"
     if cfg.train.hparams == "dataset":
         return 'hparams "dataset": the recipe chosen by hand on this data set\'s validation (docs/fedsim-attn.md)'
-    if args.deployment or cfg.link.linkage_dir:
+    if args.deployment:
         return "the search trains every party in this process, and here the secondaries' data is on their hosts"
+    if cfg.link.linkage_dir:
+        return (
+            "linkage-dir holds one release of the service's, standardised on this run's training rows; each "
+            "search split would need a release of its own, which only the service can make"
+        )
     if cfg.train.resume:
         return "a resumed run keeps its recipe"
     if cfg.data.dataset != "csv":
