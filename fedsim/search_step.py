@@ -52,8 +52,8 @@ def why_not(cfg, args) -> str:
         return "the search trains every party in this process, and here the secondaries' data is on their hosts"
     if cfg.link.linkage_dir:
         return (
-            "linkage-dir holds one release of the service's, standardised on this run's training rows; each "
-            "search split would need a release of its own, which only the service can make"
+            "with linkage-dir the primary reads only its own file (the secondaries train from theirs), and the "
+            "search trains every party in this process"
         )
     if cfg.train.resume:
         return "a resumed run keeps its recipe"

@@ -69,9 +69,9 @@ def test_fedsim_train_searches_a_built_in_data_set_unless_the_hand_chosen_recipe
     assert _why_not(dataset="synthetic") == ""
     assert "hparams" in _why_not(dataset="hdb", hparams="dataset")
     assert "Entity Augmentation" in _why_not(dataset="credit", mode="entity-aug")
-    # a service's release (linkage-dir) is not "on their hosts": it is one release for the run's own split
+    # a service's linkage (linkage-dir): the primary reads only its own file, wherever the others' are
     said = _why_not(dataset="hdb", **{"linkage-dir": "/srv/linkage"})
-    assert "linkage-dir" in said and "hosts" not in said
+    assert "only its own file" in said and "hosts" not in said
 
 
 def test_fedsim_train_on_a_built_in_data_set_runs_the_search_and_records_it(tmp_path, capsys):
