@@ -336,3 +336,14 @@ def test_flower_secondary_timeout_falls_back_to_the_last_activation(tmp_path, mo
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["stale"]["left"] >= 1
     assert "stale" in proc.stdout  # the primary logs the counts
+
+
+def test_a_runs_default_name_shows_the_aligned_share_only_where_the_run_uses_it():
+    """A `flwr run` without run-name on own CSVs named its folder with the built-ins' overlap
+    ("csv-ea-augment-x0.05-..."), though parties with entity ids set the aligned share themselves."""
+    from app.entity_aug.server import default_run_name
+
+    own = RunConfig.from_flower({"dataset": "csv", "mode": "entity-aug", "data-dir": "examples/digits"})
+    assert default_run_name(own).startswith(f"csv-ea-{own.ea.variant}-s0-"), default_run_name(own)
+    built = RunConfig.from_flower({"dataset": "credit", "mode": "entity-aug", "overlap": 0.2})
+    assert default_run_name(built).startswith(f"credit-ea-{built.ea.variant}-x0.2-s0-"), default_run_name(built)

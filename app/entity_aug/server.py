@@ -197,14 +197,17 @@ def _exchange(channel, exchanger: Exchanger) -> dict | None:
     }
 
 
+def default_run_name(cfg: RunConfig) -> str:
+    """A run's folder name when run-config ``run-name`` is unset: data set, variant, the aligned share
+    where run-config ``overlap`` sets it (a built-in set; own parties' entity ids set their own), seed, time."""
+    share = "" if cfg.data.dataset == "csv" else f"-x{cfg.ea.overlap:g}"
+    return f"{cfg.data.dataset}-ea-{cfg.ea.variant}{share}-s{cfg.train.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def run_ea_primary(grid: Grid, cfg: RunConfig) -> dict:
     """The ServerApp's run: handshake, training over Flower, secondaries' models saved at the end;
     recorded in <run>/status.json (app/run_status.py)."""
-    name = (
-        cfg.runtime.run_name
-        or f"{cfg.data.dataset}-ea-{cfg.ea.variant}-x{cfg.ea.overlap:g}-s{cfg.train.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    out = cfg.out_path() / name
+    out = cfg.out_path() / (cfg.runtime.run_name or default_run_name(cfg))
     with run_status.tracked(out, "flower"):
         log(INFO, "[primary] run dir %s", out)
         data, channel = _meet(grid, cfg, out)
