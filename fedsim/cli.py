@@ -76,7 +76,7 @@ def _delegate(name: str, rest: list[str]) -> int:
         return _with_argv("fedsim sweep", sweep_main, rest)
     from deploy.cli import main as deploy_main  # lazy: torch, for `fedsim deploy` only
 
-    return _exit_code(lambda: deploy_main(rest))
+    return _with_argv("fedsim deploy", lambda: deploy_main(rest), rest)  # its usage names the whole command
 
 
 REPORT_HELP = """usage: fedsim report RUN

@@ -133,6 +133,8 @@ def test_help_shows_no_none_defaults_and_names_each_command(capsys):
     assert main(["report", "--help"]) == 0
     report = capsys.readouterr().out
     assert "usage: fedsim report RUN" in report and "--quick" in report
+    assert main(["deploy", "run", "--help"]) == 0  # a delegated command's usage names the whole command
+    assert capsys.readouterr().out.startswith("usage: fedsim deploy run")
 
 
 def test_service_help_says_each_default_once():
