@@ -176,7 +176,9 @@ def test_the_scoring_script_scores_each_size_and_checks_each_member_alone(member
     pair = predict_ensemble(runs, ds.primary.features[test], ds.primary.identifiers[test])[0].values
     rmse = float(np.sqrt(np.mean((pair - ds.labels[test]) ** 2)))
     assert scores["test"][0] == pytest.approx(json.loads((runs[0] / "summary.json").read_text())["test"]["rmse"])
-    assert scores["test"][1] == pytest.approx(rmse, rel=1e-9)
+    # float32 predictions of the same model in batches of other shapes (the scorer's, this test's) agree
+    # to float32 rounding (~1e-7 relative: BLAS blocks by shape), so 1e-6, not 1e-9: it failed once at 1.0e-7
+    assert scores["test"][1] == pytest.approx(rmse, rel=1e-6)
     assert len(scores["val"]) == len(scores["test"]) == 3
     own = [str(_run(folder, m)) for m in ("m0", "m1", "m2")]  # run folders as `fedsim train` leaves them
     assert score_main([*own, "--json", str(tmp_path / "own.json")]) == 0
