@@ -153,7 +153,7 @@ def read_party(
         Columns(ids, kind, numeric=numeric, categorical=categorical),
         fit_rows=fit_rows,
         labels_only=label is not None,
-        recipe=party_recipe(party, scale),
+        recipe=party_recipe(party, scale),  # the party's own input recipe (datasets/transform.py)
     )
 
 
