@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from app.config import RunConfig
@@ -27,7 +28,7 @@ from files.private import private_dir
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord
 
-KEPT, MANIFEST, BEST = "kept", "federation.json", "best.json"
+KEPT, MANIFEST, BEST, OUTPUTS = "kept", "federation.json", "best.json", "outputs.npz"
 
 if TYPE_CHECKING:
     import pandas as pd  # annotations only: no message pays for importing pandas
@@ -67,6 +68,7 @@ class Keeper:
         self.states = {name: _copy(m) for name, m in models.items()}
         if self.folder is not None:
             self._write_states()
+            self._write_outputs()
             write_atomic(self.folder / BEST, json.dumps({"epoch": rec.epoch, "val": rec.val}).encode())
         return True
 
@@ -77,6 +79,16 @@ class Keeper:
             torch.save(state, buf)
             write_atomic(self.folder / f"{name}.pt", buf.getvalue())
 
+    def _write_outputs(self) -> None:
+        """The best epoch's predictions on validation and test (strategies/records.py eval_part),
+        as <kept>/outputs.npz: what an ensemble of runs is scored from (app/vfl/ensemble.py)."""
+        if self.best.outputs is None:
+            return
+        arrays = {f"{part}_{k}": v for part, kept in self.best.outputs.items() for k, v in kept.items()}
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_atomic(self.folder / OUTPUTS, buf.getvalue())
+
     def write(self, run_dir: Path, manifest: Callable[[int], dict]) -> Path:
         """The kept states (those held) and ``manifest(best epoch)`` into <run_dir>/kept."""
         if self.best is None:
@@ -85,6 +97,7 @@ class Keeper:
         self.folder = Path(run_dir) / KEPT
         if self.states and not on_disk:
             self._write_states()
+            self._write_outputs()
         write_atomic(self.folder / MANIFEST, json.dumps(manifest(self.best.epoch), indent=2).encode())
         return self.folder
 

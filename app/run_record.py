@@ -75,7 +75,7 @@ from app import threads
 from app.run_files import CONFIG, LOSSES, METRICS, MODEL, PROGRESS, SPLIT, SUMMARY
 from files.atomic import write_atomic
 from files.private import private_dir
-from strategies.records import EpochRecord, best_epoch
+from strategies.records import EpochRecord, best_epoch, record_row
 
 
 @dataclass
@@ -177,7 +177,7 @@ class RunRecord:
             self.epoch(rec)
 
     def epoch(self, rec: EpochRecord, **extra) -> None:
-        self._metrics.write(json.dumps({**dataclasses.asdict(rec), **extra}) + "\n")
+        self._metrics.write(json.dumps({**record_row(rec), **extra}) + "\n")
         self._metrics.flush()
         self._records.append(rec)
         if self.progress is not None:

@@ -23,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fedsim.ensemble_step import kept_members
 from fedsim.helpfmt import HelpFormatter
 from files.source_tree import inside_source
 
@@ -64,6 +65,12 @@ def add_parser(sub) -> None:
         help="another trained member of an ensemble (run-config member; repeat): each member predicts "
         "by its own path, the output is their mean (fedsim/predict_ensemble.py)",
     )
+    s.add_argument(
+        "--alone",
+        action="store_true",
+        help="predict with RUN alone where its training kept an ensemble (ensemble.json): by default "
+        "a kept ensemble's members all predict and the output is their mean",
+    )
     s.add_argument("--deployment", type=Path, default=None, help="the `fedsim deploy up` folder it trained on")
     s.add_argument(
         "--timeout",
@@ -97,6 +104,11 @@ def command(args: argparse.Namespace) -> int:
         from app.entity_aug.kept import upgrade  # a manifest from an older version says "guest_states"
 
         meta = upgrade(meta)
+    if not args.member and not args.alone:
+        args.member = kept_members(args.run_dir)  # the run's kept ensemble (fedsim train --budget), if any
+        if args.member:
+            n = len(args.member) + 1
+            print(f"fedsim predict: {args.run_dir} kept an ensemble of {n}: their mean (--alone: the run alone)")
     if args.member:
         from fedsim.predict_ensemble import predict_members  # lazy: numpy, torch, pandas
 

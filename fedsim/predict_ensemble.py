@@ -32,7 +32,11 @@ def predict_members(args: argparse.Namespace, predict_one: Callable[[dict, argpa
     """``predict_one(meta, args)`` for each member into its own file, then their mean at --out."""
     runs = [args.run_dir, *args.member]
     if args.explain:
-        print("fedsim predict: --explain is per run; an ensemble (--member) predicts without it", file=sys.stderr)
+        print(
+            "fedsim predict: --explain is per run; an ensemble (--member, or one its training kept) predicts "
+            "without it (--alone explains the run alone)",
+            file=sys.stderr,
+        )
         return 2
     try:
         metas = check_members(runs, in_process=False)

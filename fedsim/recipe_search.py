@@ -19,8 +19,10 @@ stop when validation does (a classifier's on its log loss, a finer score than 15
 accuracy), and train at most two thirds of the run's epochs (:func:`candidate_epochs`), so the
 search stays under 3x a run there too.
 
-The budget is counted in runs (each about a single run's time): the run itself and ``budget - 1``
-candidates, stated before the first one starts; under two candidates no search is made.
+The budget is counted in runs (each about a single run's time): the run itself, the candidates,
+and beyond the default's three candidates more members of the chosen recipe (an ensemble,
+fedsim/ensemble_step.py) before the other candidates (:func:`plan`), stated before the first one
+starts; under two candidates no search is made.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ from strategies.heads import better
 
 SEARCH_FOLD = 1  # the search split: the usual validation tenth and the one before it held out
 DEFAULT_BUDGET = 4  # runs: 3 candidates and the run itself
+SEARCHED_FIRST = 3  # candidates before any ensemble member: the default budget's
+# more members of the chosen recipe a budget buys before the fourth candidate: an ensemble of at
+# most 3 (the size measured). On house the six candidates chose what the first three did in every
+# seed ("The attention's start searched too"); three members gained on validation on house (5 of 5
+# seeds) and game (3 of 5, level in 1) (docs/fedsim-attn.md "Ensembles of members")
+ENSEMBLE_MOST = 2
 RECORD = "search.json"  # in the run folder: the plan, every candidate's scores, the choice
 SEARCHED = ("method", "input-scale", "attention-start")  # the run-config keys a candidate sets
 
@@ -76,22 +84,31 @@ class Plan:
     candidates: tuple[Candidate, ...]
     budget: int
     epochs: int = 0  # > 0: each candidate's most epochs (a fixed-epoch run's, :func:`candidate_epochs`)
+    members: int = 0  # runs of the chosen recipe after the run itself: an ensemble of 1 + members
 
     @property
     def runs(self) -> int:
-        return len(self.candidates) + 1  # and the run itself
+        return len(self.candidates) + 1 + self.members  # and the run itself
 
     def text(self, in_process: bool) -> str:
-        names = ", ".join(c.name for c in self.candidates)
         engine = "in this process" if in_process else "through Flower"
-        return (
-            f"recipe search: {len(self.candidates)} candidate(s) ({names}), one run each in this process on "
-            f"the run's training rows with two tenths held out (its test rows unused), then the run itself "
-            f"{engine}: {self.runs} runs, {self._each()} (budget {self.budget})"
+        names = ", ".join(c.name for c in self.candidates)
+        search = (
+            f"{len(self.candidates)} candidate(s) ({names}), one run each in this process on the run's training "
+            f"rows with two tenths held out (its test rows unused), then the run itself {engine}"
+            if self.candidates
+            else f"no candidates (the keys you set leave one recipe), the run itself {engine}"
         )
+        ensemble = (
+            f", then {self.members} more member(s) of it alike (an ensemble of {self.members + 1}, kept if its "
+            "validation beats the run's alone)"
+            if self.members
+            else ""
+        )
+        return f"recipe search: {search}{ensemble}: {self.runs} runs, {self._each()} (budget {self.budget})"
 
     def _each(self) -> str:
-        if self.epochs:
+        if self.epochs and self.candidates:
             return f"each candidate at most {self.epochs} epoch(s), two thirds of the run's"
         return "each about one run's time"
 
@@ -105,9 +122,27 @@ def candidate_epochs(epochs: int, patience: int) -> int:
 
 
 def plan(given: dict, budget: int, epochs: int = 0) -> Plan | None:
-    """The candidates the budget affords, with the keys the user set (``given``) held at their
-    value (candidates that then coincide are one), each of at most ``epochs`` (0: no cap); None
-    when fewer than two."""
+    """What ``budget`` runs afford beside the run itself: the first :data:`SEARCHED_FIRST`
+    candidates, then up to :data:`ENSEMBLE_MOST` more members of the run (an ensemble), then
+    the other candidates; with the keys the user set (``given``) held at their value (candidates
+    that then coincide are one; when one is left there is nothing to search and the budget goes to
+    members), each candidate of at most ``epochs`` (0: no cap). None when it affords neither a
+    choice between two candidates nor a member."""
+    distinct = _distinct(given)
+    searchable = distinct if len(distinct) >= 2 else []
+    first = searchable[: min(SEARCHED_FIRST, budget - 1)]
+    if len(first) < 2 and searchable:
+        return None  # a budget under three runs: no choice, and no ensemble before the search is afforded
+    spare = budget - 1 - len(first)
+    members = max(0, min(ENSEMBLE_MOST, spare))
+    rest = searchable[len(first) : len(first) + spare - members]
+    if not first and not members:
+        return None
+    return Plan(tuple(first + rest), budget, epochs, members)
+
+
+def _distinct(given: dict) -> list[Candidate]:
+    """:data:`CANDIDATES` with the user's keys held (those that then coincide are one)."""
     seen, kept = set(), []
     for c in CANDIDATES:
         values = {**c.values, **{k: given[k] for k in SEARCHED if k in given}}
@@ -117,8 +152,7 @@ def plan(given: dict, budget: int, epochs: int = 0) -> Plan | None:
         if key not in seen:
             seen.add(key)
             kept.append(Candidate(c.name, values, c.why))
-    kept = kept[: budget - 1]
-    return Plan(tuple(kept), budget, epochs) if len(kept) >= 2 else None
+    return kept
 
 
 @dataclass
@@ -199,6 +233,7 @@ def record(p: Plan, outcomes: list[Outcome], chosen: Outcome | None) -> dict:
         "budget_runs": p.budget,
         "candidate_epochs": p.epochs or None,
         "runs": p.runs,
+        "ensemble_members": p.members + 1 if p.members else None,  # then the run's ensemble (ensemble.json)
         "candidates": [
             {
                 "name": o.candidate.name,

@@ -11,6 +11,8 @@ from pathlib import Path
 from app.run_files import YARDSTICK
 from app.run_record import hyperparameter_lines, read_metrics
 from app.run_status import problem
+from fedsim.ensemble_step import RECORD as ENSEMBLE
+from fedsim.ensemble_step import lines as ensemble_lines
 from fedsim.recipe_search import RECORD as SEARCH
 from fedsim.recipe_search import lines as search_lines
 from files.atomic import atomic_path
@@ -34,6 +36,8 @@ def one_run(run_dir: Path) -> int:
         print(line)
     if (run_dir / SEARCH).exists():
         print("\n".join(search_lines(json.loads((run_dir / SEARCH).read_text()))))
+    if (run_dir / ENSEMBLE).exists():
+        print("\n".join(ensemble_lines(json.loads((run_dir / ENSEMBLE).read_text()))))
     if (run_dir / YARDSTICK).exists():
         from fedsim.yardstick import lines  # lazy: scikit-learn, only for a run that has a yardstick
 

@@ -19,11 +19,13 @@ from files.private import private_dir
 @dataclass
 class Searched:
     """What the search decided: the run-config values to train the run with, the candidates'
-    runs (kept as records once the run has finished), and search.json's record."""
+    runs (kept as records once the run has finished), search.json's record, and how many more
+    members of the run the budget trains after it (fedsim/ensemble_step.py)."""
 
     values: dict
     runs: list[Path]
     record: dict
+    members: int = 0
 
 
 def step(cfg, values: dict, run_dir: Path, args, in_process: bool) -> Searched | int | None:
@@ -103,13 +105,15 @@ def given(values: dict) -> dict:
 
 def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Trainer = train_in_process) -> Searched:
     """The search for the run at ``run_dir``; raises RuntimeError when every candidate failed.
-    No plan (under two candidates): the values as given."""
+    No plan: the values as given; a plan without candidates: the values as given, and members."""
     p = rs.plan(given(values), budget, _candidate_epochs(values))
     if p is None:
-        why = f"budget {budget} runs affords fewer than two candidates beside the run (or the keys you set leave one)"
-        print(f"recipe search: none ({why})", flush=True)
+        why = f"budget {budget} runs affords neither two candidates beside the run nor a member"
+        print(f"recipe search: none ({why}, or the keys you set leave one recipe)", flush=True)
         return Searched(values, [], {"plan": why})
     print(p.text(in_process), flush=True)
+    if not p.candidates:
+        return Searched(values, [], {"plan": "the keys you set leave one recipe"}, p.members)
     out, prefix = private_dir(run_dir.parent), f"{run_dir.name}.search"
     outcomes = rs.search(p, values, out, prefix, train)
     runs = [out / rs.run_name(prefix, c) for c in p.candidates]
@@ -121,7 +125,8 @@ def run(values: dict, run_dir: Path, budget: int, in_process: bool, train: rs.Tr
         f"recipe search chose {chosen.candidate.name}: {chosen.candidate.why} ({chosen.metric} {chosen.score:.4f})",
         flush=True,
     )
-    return Searched({**values, **chosen.candidate.values}, runs, rs.record(p, outcomes, chosen))
+    rec = rs.record(p, outcomes, chosen)
+    return Searched({**values, **chosen.candidate.values}, runs, rec, p.members)
 
 
 SOURCES = {"input-scale": "input_scale", "attention-start": "attention_start"}  # key -> hyperparameter row

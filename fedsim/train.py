@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
@@ -87,9 +88,10 @@ def _search_arguments(s) -> None:
         "--budget",
         type=int,
         default=None,
-        help="the recipe search's size in runs, each about one run's time: the run itself and "
-        "BUDGET - 1 candidates (default 4: fedsim_attn, the paper's FedSim, fedsim_attn on ple inputs; "
-        "5: the paper's FedSim on ple inputs too; 7: fedsim_attn started silent on either inputs too)",
+        help="the recipe search's size in runs, each about one run's time: the run itself, BUDGET - 1 "
+        "candidates and members (default 4: fedsim_attn, the paper's FedSim, fedsim_attn on ple inputs; "
+        "5 and 6: then 1 or 2 more members of the run, an ensemble kept if it beats the run on validation; "
+        "7-9: then the other candidates: the paper's FedSim on ple inputs, fedsim_attn started silent)",
     )
     s.add_argument(
         "--epochs",
@@ -213,7 +215,6 @@ def command(args: argparse.Namespace) -> int:
         print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     run_dir = cfg.out_path() / cfg.runtime.run_name
-    since = time.time()
     in_process = args.engine == "inprocess" and not args.deployment
     from fedsim.search_step import given, step  # lazy: the search's modules
 
@@ -231,16 +232,36 @@ def command(args: argparse.Namespace) -> int:
     print(
         "\n".join(hyperparameter_text(cfg, listed=not in_process)), flush=True
     )  # in process: the run's log lists them
-    try:
-        outcome = in_process_run(cfg, run_dir) if in_process else flower_run(values, run_dir, nodes, args)
-    except KeyboardInterrupt:
-        return interrupted(run_dir, since)
-    code = report_outcome(run_dir, since, outcome)
+    train = engine(args, nodes, in_process)
+    code = train(values, run_dir)
     if code == 0 and searched is not None:
+        from fedsim import ensemble_step  # lazy: the search's modules
         from fedsim.search_step import write  # lazy: the search's modules
 
         write(run_dir, searched, user)
+        if searched.members:
+            code = ensemble_step.run(values, run_dir, searched.members, train)
     return yardstick(cfg, run_dir, args, values) if code == 0 and not args.no_yardstick else code
+
+
+def engine(args: argparse.Namespace, nodes: int, in_process: bool) -> Callable[[dict, Path], int]:
+    """``train(values, run folder) -> exit status``: the run, then any member of it, by the engine
+    the command chose, its outcome read from the run's status (:func:`report_outcome`)."""
+
+    def train(run_values: dict, folder: Path) -> int:
+        from app.config import RunConfig  # lazy: torch and flwr, off `fedsim --help`
+
+        started = time.time()
+        try:
+            if in_process:
+                outcome = in_process_run(RunConfig.from_flower(run_values), folder)
+            else:
+                outcome = flower_run(run_values, folder, nodes, args)
+        except KeyboardInterrupt:
+            return interrupted(folder, started)
+        return report_outcome(folder, started, outcome)
+
+    return train
 
 
 def yardstick(cfg, run_dir: Path, args: argparse.Namespace, values: dict) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 
 from app.run_files import YARDSTICK as FILE
 from experiments.reference import fit_best, neighbour_means
+from fedsim.ensemble_step import federated as ensemble_test
 from files.atomic import write_atomic
 from strategies.heads import LOWER_IS_BETTER, TaskHead, better
 
@@ -171,7 +172,8 @@ def measure(cfg, run_dir: Path, pooled_why: str = "", neural: dict | None = None
                 if x_pooled is None
                 else {**score(ds, head, x_pooled, cfg.train.seed), "joined": "entity"}
             )
-    federated, key = summary["test"][head.key_metric], head.key_metric
+    key = head.key_metric
+    federated, model = ensemble_test(run_dir, key) or (summary["test"][key], "this run")  # a kept ensemble's mean
     against = alone
     if neural is not None:
         neural = {"val": neural["val"][key], "test": neural["test"][key], "model": neural["model"]}
@@ -181,6 +183,7 @@ def measure(cfg, run_dir: Path, pooled_why: str = "", neural: dict | None = None
         "metric": key,
         "test_rows": int(len(ds.split.test)),
         "federated": federated,
+        "federated_model": model,
         "primary_alone": alone,
         **({"primary_alone_neural": neural} if neural is not None else {}),
         "pooled": ref if ref is not None else {"not_computed": pooled_why},
@@ -212,7 +215,7 @@ def lines(y: dict) -> list[str]:
     )
     out = [
         f"yardstick on the run's {y['test_rows']} test rows (test {m}, ± its sampling error):",
-        f"  federated (this run)   {y['federated']:.4f}",
+        f"  federated ({y.get('federated_model', 'this run')})   {y['federated']:.4f}",
         f"  primary alone          {alone['test']:.4f} ± {alone['error']:.4f}  ({what})",
     ]
     if "primary_alone_neural" in y:

@@ -18,7 +18,10 @@ by ``lr_decay``; ``lr_decay`` 1 = a constant rate (the paper's, and the default)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import torch
 
 from strategies.heads import TaskHead
 from strategies.stop_rule import StopRule
@@ -42,6 +45,23 @@ class EpochRecord:
     # (last), over (at most the first 2,000) validation records; {} otherwise (fedsim report plots it)
     attention: dict[str, list[float]] = field(default_factory=dict)
     lr_scale: float = 1.0  # the fraction of the learning rate this epoch trained at (lr_scale)
+    # the evaluation's predictions, {"val": eval_part(...), "test": ...}: kept with the best epoch's
+    # models (app/kept.py), never written with the record (:func:`record_row`); None when not kept
+    outputs: dict[str, dict[str, np.ndarray]] | None = field(default=None, repr=False, compare=False)
+
+
+def record_row(rec: EpochRecord) -> dict:
+    """The record as metrics.jsonl and a checkpoint hold it: every field but its outputs."""
+    return {f.name: getattr(rec, f.name) for f in fields(rec) if f.name != "outputs"}
+
+
+def eval_part(head: TaskHead, out: torch.Tensor, rows: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """One evaluated part's predictions from the raw outputs ``out`` (N, d_out), as predict gives
+    them: {"rows": (N,) row indices, "values": (N,) head.predict, "y": (N,) labels, and a
+    classifier's "proba": (N, C)}; head.metrics of them is the evaluation's metrics."""
+    part = {"rows": np.asarray(rows), "values": head.predict(out), "y": np.asarray(y)}
+    proba = head.probabilities(out)
+    return part if proba is None else {**part, "proba": proba}
 
 
 def best_epoch(records: list[EpochRecord], head: TaskHead) -> EpochRecord:

@@ -91,6 +91,12 @@ def test_train_predict_and_report_through_flower(user):
     assert yard["primary_alone"]["model"] == "boosting" and yard["pooled"]["joined"].startswith("top-")
     assert "primary alone" in r.stdout and "verdict:" in r.stdout
     assert (run / "shops" / "kept.pt").exists()  # the secondary's own kept model (simulation layout)
+    from app.vfl.ensemble import score_kept
+    from strategies.heads import TaskHead
+
+    head = TaskHead(**json.loads((run / "kept" / "federation.json").read_text())["head"])
+    scored = score_kept([run], head)  # the outputs the primary kept through Flower score as it evaluated
+    assert scored["val"][0] == summary["val"] and scored["test"][0] == summary["test"]
 
     from app.config import RunConfig
     from app.data import load_data

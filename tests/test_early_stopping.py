@@ -60,6 +60,10 @@ class Script:
             return {"accuracy": v[0], "log_loss": v[1]}
         return {self.key: v} if self.key != "accuracy" else {"accuracy": v, "log_loss": 1.0 - v}
 
+    def pair(self, *args, **kwargs) -> tuple[dict[str, float], dict]:
+        """As VFL's protocol.evaluate answers: (the metrics, the predictions it kept: none here)."""
+        return self(*args, **kwargs), {}
+
 
 @pytest.fixture
 def csv_data(tmp_path):
@@ -136,7 +140,7 @@ def test_a_diverged_epoch_is_never_the_best_and_the_constant_predictor_uses_trai
 def test_own_data_trains_until_validation_stops_improving_in_every_engine(csv_data, tmp_path, monkeypatch):
     """Before: the csv path trained the demo's 2 epochs with hdb's hyperparameters, without a word."""
     script = Script("rmse", DOWN_THEN_FLAT)
-    monkeypatch.setattr(protocol, "evaluate", script)
+    monkeypatch.setattr(protocol, "evaluate", script.pair)
     inproc = modes.run_experiment(RunConfig.of(**csv_data, method="solo"), tmp_path / "inprocess")
     script.at(0)
     flower = primary.run_primary(None, RunConfig.of(**csv_data, method="solo", run_name="flower"))  # Solo: no Grid
@@ -171,7 +175,7 @@ def test_a_binary_run_on_own_data_stops_on_its_log_loss_in_every_engine(tmp_path
     )
     data = dict(dataset="csv", data_dir=str(tmp_path), k=4, batch_size=64, out_dir=str(tmp_path / "runs"), patience=3)
     script = Script("", [*WOBBLY, *[(0.65, 0.60)] * 5])  # loss best at 6; accuracy best at 0, then 3 worse
-    monkeypatch.setattr(protocol, "evaluate", script)
+    monkeypatch.setattr(protocol, "evaluate", script.pair)
     inproc = modes.run_experiment(RunConfig.of(**data, method="solo"), tmp_path / "inprocess")
     script.at(0)
     flower = primary.run_primary(None, RunConfig.of(**data, method="solo", run_name="flower"))
@@ -183,7 +187,7 @@ def test_a_binary_run_on_own_data_stops_on_its_log_loss_in_every_engine(tmp_path
 def test_a_resumed_run_stops_at_the_epoch_the_uninterrupted_run_stopped(csv_data, tmp_path, monkeypatch):
     cfg = RunConfig.of(**csv_data, patience=2, epochs=9, steps_per_exchange=1)
     script = Script("rmse", DOWN_THEN_FLAT)
-    monkeypatch.setattr(protocol, "evaluate", script)
+    monkeypatch.setattr(protocol, "evaluate", script.pair)
     full, full_losses, _, _ = run_checkpointed(cfg, tmp_path / "full")
     assert len(full) == 4  # best epoch 1, then 2 without improvement
     script.at(0)
@@ -210,7 +214,7 @@ def test_entity_augmentation_stops_early_too(tmp_path, monkeypatch):
 
 
 def test_a_run_says_when_its_best_epoch_is_the_last_or_no_better_than_a_constant(csv_data, tmp_path, monkeypatch):
-    monkeypatch.setattr(protocol, "evaluate", Script("rmse", [3e9, 2e9, 1e9]))
+    monkeypatch.setattr(protocol, "evaluate", Script("rmse", [3e9, 2e9, 1e9]).pair)
     s = modes.run_experiment(RunConfig.of(**csv_data, method="solo", epochs=3, patience=0), tmp_path / "run")
     assert s["stopping"]["reason"] == "fixed epochs: all 3 ran (patience 0)"
     assert s["constant_predictor"]["prediction"] == "the training labels' mean"

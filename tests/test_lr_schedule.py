@@ -91,7 +91,7 @@ def test_every_party_trains_at_the_scale_and_equals_the_twin(tmp_path, monkeypat
     """The scripted validation drives the schedule through a real in-process run; the twin, given
     the records' scales, computes the same losses and weights (float64); with a constant rate it
     does not (the comparison can fail)."""
-    monkeypatch.setattr(protocol, "evaluate", Script("rmse", VALS))
+    monkeypatch.setattr(protocol, "evaluate", Script("rmse", VALS).pair)
     seen = []
     real_fit = protocol.fit
 

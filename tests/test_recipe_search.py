@@ -36,18 +36,32 @@ def test_a_search_split_holds_out_a_tenth_of_the_training_rows_and_leaves_the_te
 
 def test_the_budget_affords_candidates_in_order_beside_the_run_and_keys_the_user_set_stay_set():
     p = rs.plan({}, rs.DEFAULT_BUDGET)
-    assert [c.name for c in p.candidates] == ["attn", "fedsim", "attn-ple"] and p.runs == 4
+    assert [c.name for c in p.candidates] == ["attn", "fedsim", "attn-ple"] and p.members == 0 and p.runs == 4
     assert len(rs.plan({}, 100).candidates) == len(rs.CANDIDATES) == 6
-    # a larger budget searches the attention's start too: silent (the model starts as the paper's FedSim)
-    assert [c.name for c in rs.plan({}, 7).candidates][4:] == ["attn-silent", "attn-ple-silent"]
-    assert rs.plan({}, 6).candidates[-1].values == {"method": "fedsim_attn", "attention-start": "silent"}
+    # beyond the default, members of the chosen recipe first (an ensemble of at most 3), then candidates:
+    # the attention's start (silent: the model starts as the paper's FedSim) at the end
+    assert [(len(rs.plan({}, b).candidates), rs.plan({}, b).members) for b in (3, 5, 6, 7, 9, 100)] == [
+        (2, 0),
+        (3, 1),
+        (3, 2),
+        (4, 2),
+        (6, 2),
+        (6, 2),
+    ]
+    assert all(rs.plan({}, b).runs == b for b in range(3, 10))  # every run the budget names, no more
+    assert [c.name for c in rs.plan({}, 9).candidates][4:] == ["attn-silent", "attn-ple-silent"]
+    assert rs.plan({}, 8).candidates[-1].values == {"method": "fedsim_attn", "attention-start": "silent"}
     held = rs.plan({"attention-start": "silent"}, 100)  # the user's start: the silent candidates are the others
     assert [c.name for c in held.candidates] == ["attn", "fedsim", "attn-ple", "fedsim-ple"]
     assert held.candidates[0].values == {"method": "fedsim_attn", "attention-start": "silent"}
-    assert rs.plan({}, 2) is None  # one candidate beside the run: nothing to choose between
+    assert rs.plan({}, 2) is None and rs.plan({}, 1) is None  # no choice, and no ensemble before a search
     fixed = rs.plan({"method": "fedsim"}, 100)
     assert [c.values for c in fixed.candidates] == [{"method": "fedsim"}, {"method": "fedsim", "input-scale": "ple"}]
-    assert rs.plan({"method": "fedsim", "input-scale": "ple"}, 100) is None
+    assert rs.plan({"method": "fedsim"}, rs.DEFAULT_BUDGET).members == 1  # two candidates leave a run for a member
+    one = rs.plan({"method": "fedsim", "input-scale": "ple"}, rs.DEFAULT_BUDGET)  # one recipe: members only
+    assert one.candidates == () and one.members == 2 and one.runs == 3
+    assert rs.plan({"method": "fedsim", "input-scale": "ple"}, 1) is None
+    assert "an ensemble of 3" in rs.plan({}, 6).text(True) and "ensemble" not in p.text(True)
 
 
 def _rows(val: list[float], test: list[float]) -> list[dict]:

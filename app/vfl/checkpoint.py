@@ -33,7 +33,7 @@ from app.config_groups import MAY_CHANGE_ON_RESUME as MAY_CHANGE
 from app.dataset_defaults import hand_chosen
 from files.atomic import write_atomic
 from files.private import private_dir
-from strategies.records import EpochRecord
+from strategies.records import EpochRecord, record_row
 from strategies.vfl.gates import SeededDropout
 from strategies.vfl.primary import PrimaryParty
 
@@ -81,7 +81,7 @@ def save_primary(
             "optimizer": strategy.optimizer.state_dict(),
             "dropout": [d.generator.get_state() for d in _dropouts(strategy) if d.generator is not None],
             "defence": strategy.sent.state(),
-            "records": [dataclasses.asdict(r) for r in records],
+            "records": [record_row(r) for r in records],
             "step_losses": list(step_losses),
         },
     )

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.kept import KeptError, read_manifest
+from app.kept import KEPT, OUTPUTS, KeptError, read_manifest
 from app.run_status import require_finished
 from app.vfl.predict import Prediction, predict_in_process
+from strategies.heads import TaskHead
 
 # what every member must share: the same data, task and label scale, the same primary features
 SHARED = ("mode", "dataset", "head", "secondary_states")
@@ -81,6 +82,39 @@ def average(predictions: list[Prediction], task: str) -> tuple[np.ndarray, np.nd
     proba = np.mean([p.proba for p in predictions], axis=0)  # (q, C)
     values = proba[:, 1] if task == "binary" else proba.argmax(axis=1)  # binary: P(y=1); else the class
     return values, proba
+
+
+def kept_outputs(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """A finished run's best-epoch predictions on validation and test (app/kept.py OUTPUTS):
+    {"val": {"rows", "values", "y"[, "proba"]}, "test": {...}}; refused by name when it kept none."""
+    path = Path(run_dir) / KEPT / OUTPUTS
+    if not path.exists():
+        raise KeptError(f"run {run_dir} kept no evaluation outputs ({path}): it was trained by an older version")
+    with np.load(path) as z:
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for key in z.files:
+            part, name = key.split("_", 1)
+            out.setdefault(part, {})[name] = z[key]
+    return out
+
+
+def score_kept(run_dirs: list[Path], head: TaskHead) -> dict[str, list[dict[str, float]]]:
+    """{"val": [metrics of the first 1, 2, ... members' mean], "test": [...]} from each member's
+    kept evaluation outputs (:func:`kept_outputs`): no member predicts again, so members trained
+    through Flower score as those trained in process. The members must have evaluated the same rows."""
+    kept = [kept_outputs(r) for r in run_dirs]
+    scores: dict[str, list[dict[str, float]]] = {}
+    for part in ("val", "test"):
+        first = kept[0][part]
+        for run_dir, k in zip(run_dirs[1:], kept[1:], strict=True):
+            if not np.array_equal(k[part]["rows"], first["rows"]):
+                raise KeptError(f"ensemble member {run_dir} evaluated other {part} rows than {run_dirs[0]}")
+        preds = [Prediction(k[part]["values"], k[part].get("proba"), None, {}, 0, {}) for k in kept]
+        scores[part] = []
+        for n in range(1, len(kept) + 1):
+            values, proba = average(preds[:n], head.task)
+            scores[part].append(head.metrics(values, first["y"], proba))
+    return scores
 
 
 def predict_ensemble(

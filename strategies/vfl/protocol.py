@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from strategies.records import EpochRecord, Progress, finished, lr_scale
+from strategies.records import EpochRecord, Progress, eval_part, finished, lr_scale
 from strategies.schedule import epoch_batches, windows
 from strategies.stop_rule import StopRule
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
@@ -253,11 +253,13 @@ def eval_embeddings(
 
 def evaluate(
     strategy: PrimaryParty, lookup: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, plan: TrainPlan
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """(the metrics of ``rows``, their predictions as records.eval_part keeps them)."""
     out = torch.cat(
         [strategy.outputs(rows[i : i + plan.eval_batch], lookup) for i in range(0, len(rows), plan.eval_batch)]
     )  # (N, d_out)
-    return strategy.head.evaluation(out, strategy.y[rows])
+    part = eval_part(strategy.head, out, rows, strategy.y[rows])
+    return strategy.head.metrics(part["values"], part["y"], part.get("proba")), part
 
 
 class Split(Protocol):
@@ -367,8 +369,8 @@ class _Fit:
         save = (folder, epoch) if folder else None
         lookup, n_eval = eval_embeddings(self.exchange, [split.val, split.test], pending, save, ahead, rec.lr_scale)
         rec.exchanges += n_eval
-        rec.val = evaluate(strategy, lookup, split.val, plan)
-        rec.test = evaluate(strategy, lookup, split.test, plan)
+        (rec.val, val), (rec.test, test) = (evaluate(strategy, lookup, rows, plan) for rows in (split.val, split.test))
+        rec.outputs = {"val": val, "test": test}
         rec.attention = strategy.attention_by_rank(split.val[:ATTENTION_ROWS], lookup)
         rec.eval_seconds = time.perf_counter() - t1
         return lookup if ahead else None
