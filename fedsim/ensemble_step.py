@@ -1,8 +1,8 @@
 """`fedsim train`'s ensemble: more members of the run (run-config `member` 1, 2, ...: the run's
 split, data and recipe, each member its own model draws), trained as the run was, after it, when
-the budget affords them (fedsim/recipe_search.py :func:`plan`); kept when the members' mean
-predicts the run's validation rows better than the run alone. Test rows are reported, never read
-by the choice.
+the budget affords them (fedsim/recipe_search.py :func:`plan`). Kept: the run and its first
+members whose mean predicts the run's validation rows best (the run alone when no mean beats it).
+Test rows are reported, never read by the choice.
 
     <out-dir>/NAME               the run (member 0), and in it ensemble.json (this step's record)
     <out-dir>/NAME.member1, ...  the other members: whole runs, beside the run (one linkage job)
@@ -24,8 +24,8 @@ from files.atomic import write_atomic
 
 RECORD = "ensemble.json"  # in the run folder
 RULE = (
-    "kept when the members' mean beats the run alone on validation, in the value each member chose its epoch on "
-    "(the test rows are reported, not read)"
+    "the size (the run and its first members) whose mean is best on validation, in the value each member "
+    "chose its epoch on, the smaller on ties; kept when more than the run (the test rows are reported, not read)"
 )
 
 Trainer = Callable[[dict, Path], int]  # (run-config values, run folder) -> exit status, as the run's engine trains
@@ -72,6 +72,10 @@ def score(dirs: list[Path]) -> dict:
     head = TaskHead(**read_manifest(dirs[0])["head"])
     scores = score_kept(dirs, head)
     key = head.selection_key if head.selection_key in scores["val"][0] else head.key_metric
+    size = 1
+    for n, val in enumerate(scores["val"][1:], 2):
+        if head.selects(val, scores["val"][size - 1]):
+            size = n
     return {
         "rule": RULE,
         "members": [d.name for d in dirs],
@@ -79,7 +83,8 @@ def score(dirs: list[Path]) -> dict:
         "metric": head.key_metric,
         "val": scores["val"],  # [metrics of the first 1, 2, ... members' mean]
         "test": scores["test"],
-        "kept": head.selects(scores["val"][-1], scores["val"][0]),
+        "size": size,  # the members kept: the first ``size``
+        "kept": size > 1,
     }
 
 
@@ -92,10 +97,11 @@ def lines(rec: dict) -> list[str]:
     if "val" not in rec:
         return [f"ensemble: not kept: {rec.get('failed', '')}"]
     key, metric, n = rec["selected_on"], rec["metric"], len(rec["members"])
-    out = [f"ensemble of {n} ({RULE}):"]
+    out = [f"ensemble of up to {n} ({RULE}):"]
     for k, (v, t) in enumerate(zip(rec["val"], rec["test"], strict=True), 1):
         out.append(f"  {k} member(s): val {key} {v[key]:.4f} | test {metric} {t[metric]:.4f}")
-    verdict = f"kept: predictions are the mean of {n} members" if rec["kept"] else "not kept: the run predicts alone"
+    size = rec["size"]
+    verdict = f"kept: predictions are the mean of {size} members" if rec["kept"] else "not kept: the run predicts alone"
     return [*out, f"  {verdict}"]
 
 
@@ -105,7 +111,7 @@ def kept_members(run_dir: Path) -> list[Path]:
     if not path.exists():
         return []
     rec = json.loads(path.read_text())
-    return [Path(run_dir).parent / name for name in rec["members"][1:]] if rec.get("kept") else []
+    return [Path(run_dir).parent / name for name in rec["members"][1 : rec["size"]]] if rec.get("kept") else []
 
 
 def federated(run_dir: Path, metric: str) -> tuple[float, str] | None:
@@ -114,4 +120,4 @@ def federated(run_dir: Path, metric: str) -> tuple[float, str] | None:
     rec = json.loads(path.read_text()) if path.exists() else {}
     if not rec.get("kept"):
         return None
-    return rec["test"][-1][metric], f"the ensemble of {len(rec['members'])}"
+    return rec["test"][rec["size"] - 1][metric], f"the ensemble of {rec['size']}"

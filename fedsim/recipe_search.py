@@ -100,8 +100,8 @@ class Plan:
             else f"no candidates (the keys you set leave one recipe), the run itself {engine}"
         )
         ensemble = (
-            f", then {self.members} more member(s) of it alike (an ensemble of {self.members + 1}, kept if its "
-            "validation beats the run's alone)"
+            f", then {self.members} more member(s) of it alike (an ensemble of up to {self.members + 1}: the size "
+            "best on validation)"
             if self.members
             else ""
         )

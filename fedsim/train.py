@@ -90,7 +90,7 @@ def _search_arguments(s) -> None:
         default=None,
         help="the recipe search's size in runs, each about one run's time: the run itself, BUDGET - 1 "
         "candidates and members (default 4: fedsim_attn, the paper's FedSim, fedsim_attn on ple inputs; "
-        "5 and 6: then 1 or 2 more members of the run, an ensemble kept if it beats the run on validation; "
+        "5 and 6: then 1 or 2 more members of the run, the ensemble's size chosen on validation; "
         "7-9: then the other candidates: the paper's FedSim on ple inputs, fedsim_attn started silent)",
     )
     s.add_argument(

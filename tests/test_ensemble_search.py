@@ -1,6 +1,6 @@
-"""`fedsim train --budget`: members of the run beyond the search's candidates, an ensemble kept
-when it beats the run alone on validation (fedsim/ensemble_step.py), scored from each member's kept
-evaluation outputs (app/vfl/ensemble.py score_kept).
+"""`fedsim train --budget`: members of the run beyond the search's candidates, the ensemble's
+size chosen on validation (fedsim/ensemble_step.py), scored from each member's kept evaluation
+outputs (app/vfl/ensemble.py score_kept).
 
 Oracles: a run's kept outputs score exactly as its evaluation reported; the kept ensemble predicts
 new records as its record says it scored them (predict == evaluation); the choice changes with
@@ -57,7 +57,7 @@ def test_a_run_keeps_its_best_epochs_outputs_and_they_score_as_its_evaluation(ta
 
 @pytest.fixture(scope="module")
 def ensemble(tmp_path_factory):
-    """A run trained with --budget 3 on one recipe: the run and two members, its ensemble kept."""
+    """A run trained with --budget 3 on one recipe: the run and two members."""
     folder = tmp_path_factory.mktemp("ens")
     write_parties(folder)
     out = folder / "runs"
@@ -72,17 +72,18 @@ def ensemble(tmp_path_factory):
 
 def test_a_budget_beyond_the_search_trains_members_and_records_the_ensemble(ensemble):
     folder, out, said = ensemble
-    assert "then 2 more member(s) of it alike (an ensemble of 3" in said and ": 3 runs" in said
-    assert said.index("finished:") < said.index("ensemble: member 1 of 2") < said.index("ensemble of 3 (")
+    assert "then 2 more member(s) of it alike (an ensemble of up to 3" in said and ": 3 runs" in said
+    assert said.index("finished:") < said.index("ensemble: member 1 of 2") < said.index("ensemble of up to 3 (")
     rec = json.loads((out / "r" / ensemble_step.RECORD).read_text())
     assert rec["members"] == ["r", "r.member1", "r.member2"]
     for name, member in zip(rec["members"], range(3)):
         assert json.loads((out / name / "config.json").read_text())["run"]["member"] == member
     assert rec["val"][0] == _metrics_of(out / "r")["val"]  # one member: the run's own evaluation
     head = TaskHead(**read_manifest(out / "r")["head"])
-    assert rec["kept"] == head.selects(rec["val"][2], rec["val"][0])
-    assert rec["kept"], "three members on this planted data beat one on validation (their mean: less variance)"
-    assert "yardstick" not in said or "the ensemble of 3" in said
+    best = 1  # the size best on validation, the smaller on ties (each run's linkage noise is drawn afresh)
+    for n in (2, 3):
+        best = n if head.selects(rec["val"][n - 1], rec["val"][best - 1]) else best
+    assert rec["size"] == best and rec["kept"] == (best > 1)
 
 
 def _predict_rows(folder: Path, out: Path, part: str, *extra: str) -> float:
@@ -100,6 +101,7 @@ def _predict_rows(folder: Path, out: Path, part: str, *extra: str) -> float:
 def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_the_run(ensemble, capsys):
     folder, out, _ = ensemble
     rec = json.loads((out / "r" / ensemble_step.RECORD).read_text())
+    ensemble_step.write_record(out / "r", {**rec, "size": 3, "kept": True})  # as the rule keeps 3 on another draw
     # predict == evaluation for the ensemble on its test rows, at the single run's tolerance
     # (test_recipe_search.py: new records are linked and embedded again, in other batches, and pass
     # through a CSV). Validation rows are not compared: at the default privacy level a predicted
