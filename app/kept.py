@@ -63,7 +63,10 @@ class Keeper:
         """``models``: the ones this process keeps (state name -> module), right after the
         epoch's evaluation. True when the epoch is the best so far."""
         if self.best is not None and not self.head.selects(rec.val, self.best.val):
+            rec.outputs = None  # predictions are held for the best epoch only, not for every record
             return False
+        if self.best is not None:
+            self.best.outputs = None
         self.best = rec
         self.states = {name: _copy(m) for name, m in models.items()}
         if self.folder is not None:
