@@ -126,14 +126,19 @@ def test_the_default_embedding_defence_raises_the_inversions_error(tmp_path):
 def test_the_default_keeps_the_inversion_of_frogs_features_over_half_the_means_error(tmp_path):
     """docs/privacy.md's bound on a real data set: the primary's inversion of frog's four
     secondary features from the embeddings of a run with no privacy option must err by at least
-    half of predicting the mean. One epoch, seed 0: 0.37-0.39 with the noise of one clip per row
-    (the shield before; the tests' party seed and another), 0.66 with two (0.66 on seed 1 too; 0.54
-    with 1.5).
-    Training longer raises the ratio (0.43-0.51 at 4 epochs with one clip), so one epoch is the
-    attacker's best case of the two; the margin, 0.16, is wider than the two seeds' spread."""
-    report = run(tmp_path, "frog", dataset="frog", n_rows=0, k=0, epochs=1, privacy_report=False)["exchange_privacy"]
-    assert report["defences"]["embedding_shield"]["noise_norm"] >= 1.0
-    assert report["inversion"]["secondary"]["ratio"] >= 0.5
+    half of predicting the mean. One epoch (training longer raises the ratio: the attacker's best
+    case). Each output folder draws its own linkage secret, so the ratio varies from run to run:
+    at a shield of two clips per row, frog's reference-code recipe (the default since the recipe
+    rule) gave 0.47-0.59 over 24 runs (mean 0.534, sd 0.027: under the bound in 2); at 2.5 clips
+    0.61-0.67 (5 runs, mean 0.649, sd 0.027). The mean of two runs must clear 0.57: at two clips
+    it does in about 3 % of draws (1.9 sd of a two-run mean above 0.534: a shield that small
+    fails), at 2.5 it fails about once in 40,000 (4.1 sd below 0.649)."""
+    ratios = []
+    for name in ("frog-a", "frog-b"):  # two output folders: two linkage secrets
+        report = run(tmp_path / name, name, dataset="frog", n_rows=0, k=0, epochs=1, privacy_report=False)
+        assert report["exchange_privacy"]["defences"]["embedding_shield"]["noise_norm"] >= 1.0
+        ratios.append(report["exchange_privacy"]["inversion"]["secondary"]["ratio"])
+    assert sum(ratios) / 2 >= 0.57, ratios
 
 
 def test_entity_augmentation_defends_its_exchange_by_default():
