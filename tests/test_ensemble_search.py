@@ -27,7 +27,7 @@ from strategies.heads import TaskHead
 from tests.test_byo import SPEC, write_parties
 
 # one recipe (every searched key set): the budget's runs beyond the run itself all go to members
-ONE_RECIPE = ["--method", "fedsim", "-c", "input-scale=ple", "-c", "k=4", "-c", "batch-size=32", "--epochs", "20"]
+ONE_RECIPE = ["--method", "fedsim", "-c", "input-scale=ple", "-c", "k=4", "-c", "batch-size=32", "--epochs", "3"]
 
 
 def _metrics_of(run: Path) -> dict:
@@ -116,7 +116,7 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
 
 def _plant(run: Path, part: str, values: np.ndarray) -> None:
     kept = kept_outputs(run)
-    kept[part]["values"] = values
+    kept[part]["values"] = values.astype(kept[part]["values"].dtype)
     np.savez(run / KEPT / OUTPUTS, **{f"{p}_{k}": v for p, d in kept.items() for k, v in d.items()})
 
 
@@ -125,13 +125,23 @@ def test_the_choice_reads_validation_and_never_test(ensemble, tmp_path):
     runs = [tmp_path / n for n in ("r", "r.member1", "r.member2")]
     for name, copy in zip(("r", "r.member1", "r.member2"), runs):
         shutil.copytree(out / name, copy)
-    assert ensemble_step.score(runs)["kept"]
+    y = kept_outputs(runs[0])["val"]["y"]
+    for run, shift in zip(runs, (20.0, -20.0, -20.0)):  # validation: two members' mean is exact, three's is not
+        _plant(run, "val", y + shift)
+    assert ensemble_step.score(runs)["size"] == 2
     y_test = kept_outputs(runs[0])["test"]["y"]
-    _plant(runs[0], "test", y_test.astype(np.float32))  # the run alone perfect on test: the choice unmoved
+    _plant(runs[0], "test", y_test)  # the run alone perfect on test, the others far off: the choice unmoved
+    for run in runs[1:]:
+        _plant(run, "test", y_test + 100.0)
     rec = ensemble_step.score(runs)
-    assert rec["test"][0]["rmse"] == 0.0 and rec["test"][0]["rmse"] < rec["test"][2]["rmse"] and rec["kept"]
-    _plant(runs[0], "val", kept_outputs(runs[0])["val"]["y"].astype(np.float32))  # ... and perfect on validation
-    assert not ensemble_step.score(runs)["kept"]
+    assert rec["test"][0]["rmse"] == 0.0 and rec["test"][1]["rmse"] > 40 and rec["size"] == 2 and rec["kept"]
+    ensemble_step.write_record(runs[0], rec)  # the yardstick's federated model: the kept size's test
+    assert ensemble_step.federated(runs[0], "rmse") == (rec["test"][1]["rmse"], "the ensemble of 2")
+    assert ensemble_step.kept_members(runs[0]) == [runs[1]]
+    _plant(runs[0], "val", y)  # ... and the run alone perfect on validation: kept alone
+    rec = ensemble_step.score(runs)
+    ensemble_step.write_record(runs[0], rec)
+    assert rec["size"] == 1 and not rec["kept"] and ensemble_step.federated(runs[0], "rmse") is None
 
 
 def test_a_failed_member_fails_the_command_by_name_and_the_run_predicts_alone(ensemble, tmp_path, capsys):
