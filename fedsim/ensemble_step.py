@@ -20,9 +20,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from app.run_files import ENSEMBLE
 from files.atomic import write_atomic
 
-RECORD = "ensemble.json"  # in the run folder
+RECORD = ENSEMBLE  # in the run folder
 RULE = (
     "the size (the run and its first members) whose mean is best on validation, in the value each member "
     "chose its epoch on, the smaller on ties; kept when more than the run (the test rows are reported, not read)"

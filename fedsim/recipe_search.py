@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.config import UNTUNED_PATIENCE
+from app.run_files import SEARCH, SEARCH_RUNS
 from app.run_record import read_metrics
 from files.private import private_dir
 from strategies.heads import better
@@ -49,7 +50,7 @@ SEARCHED_FIRST = 3  # candidates before any ensemble member: the default budget'
 # seed ("The attention's start searched too"); three members gained on validation on house (5 of 5
 # seeds) and game (3 of 5, level in 1) (docs/fedsim-attn.md "Ensembles of members")
 ENSEMBLE_MOST = 2
-RECORD = "search.json"  # in the run folder: the plan, every candidate's scores, the choice
+RECORD = SEARCH  # in the run folder: the plan, every candidate's scores, the choice
 SEARCHED = ("method", "input-scale", "attention-start")  # the run-config keys a candidate sets
 
 
@@ -267,7 +268,7 @@ def lines(rec: dict) -> list[str]:
 def keep_evidence(runs: list[Path], run_dir: Path) -> None:
     """The candidates' records (config, metrics, summary, status, split) under ``run_dir``/search, their
     run folders removed: they trained without the test rows and predict nothing."""
-    kept = private_dir(run_dir / "search")
+    kept = private_dir(run_dir / SEARCH_RUNS)
     for run in runs:
         if not run.is_dir():
             continue

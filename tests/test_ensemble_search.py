@@ -155,3 +155,20 @@ def test_a_failed_member_fails_the_command_by_name_and_the_run_predicts_alone(en
     assert "member 1 failed (exit 3): the run r is finished and predicts alone" in capsys.readouterr().err
     assert ensemble_step.kept_members(tmp_path / "r") == []
     assert not json.loads((tmp_path / "r" / ensemble_step.RECORD).read_text())["kept"]
+
+
+def test_a_new_run_under_the_name_leaves_no_older_runs_ensemble_or_search_behind(tmp_path, capsys):
+    """A stale output never looks current: a run trained again under its name, without a search
+    or an ensemble, must not keep the older run's ensemble.json (whose members predict would then
+    average with the new run) nor its search.json and search/ records."""
+    write_parties(tmp_path)
+    out = tmp_path / "runs"
+    argv = ["train", "--dataset", "csv", "--data-dir", str(tmp_path), "--out-dir", str(out), "--run-name", "r"]
+    tiny = ["-c", "k=4", "-c", "batch-size=32", "--epochs", "1", "--engine", "inprocess", "--no-yardstick"]
+    assert fedsim([*argv, *tiny, "--budget", "4", "--method", "fedsim"]) == 0  # two candidates and a member
+    assert (out / "r" / ensemble_step.RECORD).exists() and (out / "r" / "search.json").exists()
+    assert (out / "r" / "search").is_dir()
+    assert fedsim([*argv, *tiny, "--recipe", "given"]) == 0
+    left = {p.name for p in (out / "r").iterdir()}
+    assert not {ensemble_step.RECORD, "search.json", "search"} & left, left
+    assert ensemble_step.kept_members(out / "r") == []
