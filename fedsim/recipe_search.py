@@ -106,7 +106,13 @@ class Plan:
             if self.members
             else ""
         )
-        return f"recipe search: {search}{ensemble}: {self.runs} runs, {self._each()} (budget {self.budget})"
+        more = (
+            f"; --budget {self.runs + ENSEMBLE_MOST} adds {ENSEMBLE_MOST} members of the chosen recipe, kept as an "
+            "ensemble where validation prefers it"
+            if not self.members
+            else ""
+        )
+        return f"recipe search: {search}{ensemble}: {self.runs} runs, {self._each()} (budget {self.budget}{more})"
 
     def _each(self) -> str:
         if self.epochs and self.candidates:
@@ -145,6 +151,7 @@ def plan(given: dict, budget: int, epochs: int = 0) -> Plan | None:
 def _distinct(given: dict) -> list[Candidate]:
     """:data:`CANDIDATES` with the user's keys held (those that then coincide are one)."""
     seen, kept = set(), []
+    named = {tuple(sorted(c.values.items())): c for c in CANDIDATES}  # a candidate is named for what it trains
     for c in CANDIDATES:
         values = {**c.values, **{k: given[k] for k in SEARCHED if k in given}}
         if values["method"] != "fedsim_attn":
@@ -152,8 +159,15 @@ def _distinct(given: dict) -> list[Candidate]:
         key = tuple(sorted(values.items()))
         if key not in seen:
             seen.add(key)
-            kept.append(Candidate(c.name, values, c.why))
+            like = named.get(key)
+            kept.append(Candidate(like.name, values, like.why) if like else Candidate(c.name, values, _held(c, given)))
     return kept
+
+
+def _held(c: Candidate, given: dict) -> str:
+    """A candidate's description when the user's keys changed it into none of :data:`CANDIDATES`."""
+    held = ", ".join(f"{k} = {given[k]}" for k in SEARCHED if k in given)
+    return f"{c.why}, with {held} as set"
 
 
 @dataclass

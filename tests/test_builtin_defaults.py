@@ -81,7 +81,9 @@ def test_fedsim_train_on_a_built_in_data_set_runs_the_search_and_records_it(tmp_
     assert fedsim(argv) == 0
     said = capsys.readouterr().out
     assert "recipe search: 3 candidate(s) (attn, fedsim, attn-ple)" in said
-    assert "4 runs, each candidate at most 1 epoch(s), two thirds of the run's (budget 4)" in said  # 2 * 2 // 3
+    assert (
+        "4 runs, each candidate at most 1 epoch(s), two thirds of the run's (budget 4; --budget 6 adds" in said
+    )  # 2 * 2 // 3
     record = json.loads((out / "s" / "search.json").read_text())
     assert record["chosen"] in ("attn", "fedsim", "attn-ple")
     run = json.loads((out / "s" / "config.json").read_text())["run"]

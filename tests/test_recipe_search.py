@@ -51,17 +51,21 @@ def test_the_budget_affords_candidates_in_order_beside_the_run_and_keys_the_user
     assert all(rs.plan({}, b).runs == b for b in range(3, 10))  # every run the budget names, no more
     assert [c.name for c in rs.plan({}, 9).candidates][4:] == ["attn-silent", "attn-ple-silent"]
     assert rs.plan({}, 8).candidates[-1].values == {"method": "fedsim_attn", "attention-start": "silent"}
-    held = rs.plan({"attention-start": "silent"}, 100)  # the user's start: the silent candidates are the others
-    assert [c.name for c in held.candidates] == ["attn", "fedsim", "attn-ple", "fedsim-ple"]
+    held = rs.plan({"attention-start": "silent"}, 100)  # the user's start: fedsim_attn's candidates are silent
+    assert [c.name for c in held.candidates] == ["attn-silent", "fedsim", "attn-ple-silent", "fedsim-ple"]
     assert held.candidates[0].values == {"method": "fedsim_attn", "attention-start": "silent"}
     assert rs.plan({}, 2) is None and rs.plan({}, 1) is None  # no choice, and no ensemble before a search
     fixed = rs.plan({"method": "fedsim"}, 100)
     assert [c.values for c in fixed.candidates] == [{"method": "fedsim"}, {"method": "fedsim", "input-scale": "ple"}]
+    # named and described for what they train, not for the candidate they were before the user's keys
+    assert [c.name for c in fixed.candidates] == ["fedsim", "fedsim-ple"]
+    assert all("the paper's FedSim" in c.why for c in fixed.candidates)
     assert rs.plan({"method": "fedsim"}, rs.DEFAULT_BUDGET).members == 1  # two candidates leave a run for a member
     one = rs.plan({"method": "fedsim", "input-scale": "ple"}, rs.DEFAULT_BUDGET)  # one recipe: members only
     assert one.candidates == () and one.members == 2 and one.runs == 3
     assert rs.plan({"method": "fedsim", "input-scale": "ple"}, 1) is None
-    assert "an ensemble of up to 3" in rs.plan({}, 6).text(True) and "ensemble" not in p.text(True)
+    assert "an ensemble of up to 3" in rs.plan({}, 6).text(True) and "--budget" not in rs.plan({}, 6).text(True)
+    assert "budget 4; --budget 6 adds 2 members" in p.text(True)  # the default says how to buy an ensemble
 
 
 def _rows(val: list[float], test: list[float]) -> list[dict]:
