@@ -5,6 +5,7 @@ the ensemble of 3, on validation (what the rule reads) and test (reported), besi
 yardstick (the primary alone, the pooled reference).
 
     OMP_NUM_THREADS=1 python -m bench.ensemble_heldout DATA_DIR --out OUT [--seeds 0,1,2] [--budget 6]
+    OMP_NUM_THREADS=1 python -m bench.ensemble_heldout house3 --rows 1500 --epochs 40 --out OUT
 
 Rows go to OUT/rows.jsonl (a rerun skips the seeds already there); the table is printed at the end.
 """
@@ -20,9 +21,16 @@ from pathlib import Path
 from fedsim.cli import main as fedsim
 
 
-def run_one(data: Path, out: Path, seed: int, budget: int) -> dict:
-    argv = ["train", "--dataset", "csv", "--data-dir", str(data), "--out-dir", str(out / "runs")]
-    argv += ["--run-name", f"s{seed}", "--seed", str(seed), "--engine", "inprocess", "--budget", str(budget)]
+def run_one(args: argparse.Namespace, seed: int) -> dict:
+    """One seed's `fedsim train --budget`: own data (a folder) or a built-in set (with --rows, --epochs)."""
+    data, out, budget = args.data_dir, args.out, args.budget
+    if Path(data).is_dir():
+        argv = ["train", "--dataset", "csv", "--data-dir", str(data)]
+    else:  # a built-in set, as bench/builtin_rule.py trains it
+        argv = ["train", "--dataset", str(data), "-c", f"n-rows={args.rows}"]
+        argv += ["--epochs", str(args.epochs)] if args.epochs else []
+    argv += ["--out-dir", str(out / "runs"), "--run-name", f"s{seed}", "--seed", str(seed)]
+    argv += ["--engine", "inprocess", "--budget", str(budget)]
     t0 = time.monotonic()
     code = fedsim(argv)
     row = {"seed": seed, "budget": budget, "seconds": round(time.monotonic() - t0, 1)}
@@ -83,7 +91,9 @@ def table(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data_dir", type=Path)
+    ap.add_argument("data_dir", type=Path, help="an own-data folder, or a built-in set's name (with --rows)")
+    ap.add_argument("--rows", type=int, default=0, help="a built-in set's n-rows (0: all)")
+    ap.add_argument("--epochs", type=int, default=0, help="a built-in set's epochs (0: its default)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--budget", type=int, default=6)
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in [int(s) for s in args.seeds.split(",")]:
         if seed in done:
             continue
-        row = run_one(args.data_dir, args.out, seed, args.budget)
+        row = run_one(args, seed)
         rows.append(row)
         with path.open("a") as f:
             f.write(json.dumps(row) + "\n")
