@@ -83,14 +83,8 @@ class Keeper:
             write_atomic(self.folder / f"{name}.pt", buf.getvalue())
 
     def _write_outputs(self) -> None:
-        """The best epoch's predictions on validation and test (strategies/records.py eval_part),
-        as <kept>/outputs.npz: what an ensemble of runs is scored from (app/vfl/ensemble.py)."""
-        if self.best.outputs is None:
-            return
-        arrays = {f"{part}_{k}": v for part, kept in self.best.outputs.items() for k, v in kept.items()}
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        write_atomic(self.folder / OUTPUTS, buf.getvalue())
+        if self.best.outputs is not None:
+            write_outputs(self.folder, self.best.outputs)
 
     def write(self, run_dir: Path, manifest: Callable[[int], dict]) -> Path:
         """The kept states (those held) and ``manifest(best epoch)`` into <run_dir>/kept."""
@@ -114,6 +108,28 @@ def read_manifest(run_dir: Path) -> dict:
             "finish, or it was trained before runs kept their best epoch; train it again"
         )
     return json.loads((folder / MANIFEST).read_text())
+
+
+def write_outputs(folder: Path, outputs: dict[str, dict[str, np.ndarray]]) -> None:
+    """The best epoch's predictions on validation and test (strategies/records.py eval_part), as
+    ``folder``/outputs.npz: what an ensemble of runs is scored from (app/vfl/ensemble.py)."""
+    buf = io.BytesIO()
+    np.savez(buf, **{f"{part}_{k}": v for part, kept in outputs.items() for k, v in kept.items()})
+    write_atomic(Path(folder) / OUTPUTS, buf.getvalue())
+
+
+def read_outputs(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """A finished run's kept predictions (:func:`write_outputs`): {"val": {"rows", "values", "y"[,
+    "proba"]}, "test": {...}}; refused by name when it kept none."""
+    path = Path(run_dir) / KEPT / OUTPUTS
+    if not path.exists():
+        raise KeptError(f"run {run_dir} kept no evaluation outputs ({path}): it was trained by an older version")
+    out: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(path) as z:
+        for key in z.files:
+            part, name = key.split("_", 1)
+            out.setdefault(part, {})[name] = z[key]
+    return out
 
 
 def trained_values(meta: dict) -> dict[str, object]:

@@ -28,7 +28,7 @@ import numpy as np
 from app.config import RunConfig
 from app.data import load_data
 from app.kept import KeptError, read_manifest
-from app.vfl.ensemble import average, predict_ensemble
+from app.vfl.ensemble import by_size, predict_ensemble
 from strategies.heads import TaskHead
 
 SETUP = ("metric", "config", "max_iter", "learning_rate")  # a reference row's configuration (experiments/reference.py)
@@ -49,9 +49,7 @@ def score_seed(run_dirs: list[Path]) -> dict:
         start += len(idx)
         for run_dir, pred in zip(run_dirs, part_preds, strict=True):
             _check_alone(run_dir, head, pred.values, ds.labels[idx], part)
-        out[part] = [
-            head.metrics(average(part_preds[:k], head.task)[0], ds.labels[idx])[key] for k in range(1, len(preds) + 1)
-        ]
+        out[part] = [m[key] for m in by_size(part_preds, head, ds.labels[idx])]
     return out
 
 

@@ -106,19 +106,20 @@ def lines(rec: dict) -> list[str]:
     return [*out, f"  {verdict}"]
 
 
+def _kept(run_dir: Path) -> dict | None:
+    """The run's ensemble record when it kept an ensemble, else None."""
+    path = Path(run_dir) / RECORD
+    rec = json.loads(path.read_text()) if path.exists() else {}
+    return rec if rec.get("kept") else None
+
+
 def kept_members(run_dir: Path) -> list[Path]:
     """The other members of the run's kept ensemble, beside it ([] when it kept none)."""
-    path = Path(run_dir) / RECORD
-    if not path.exists():
-        return []
-    rec = json.loads(path.read_text())
-    return [Path(run_dir).parent / name for name in rec["members"][1 : rec["size"]]] if rec.get("kept") else []
+    rec = _kept(run_dir)
+    return [Path(run_dir).parent / name for name in rec["members"][1 : rec["size"]]] if rec else []
 
 
 def federated(run_dir: Path, metric: str) -> tuple[float, str] | None:
     """(the kept ensemble's test ``metric``, what it is) for the yardstick; None without one."""
-    path = Path(run_dir) / RECORD
-    rec = json.loads(path.read_text()) if path.exists() else {}
-    if not rec.get("kept"):
-        return None
-    return rec["test"][rec["size"] - 1][metric], f"the ensemble of {rec['size']}"
+    rec = _kept(run_dir)
+    return (rec["test"][rec["size"] - 1][metric], f"the ensemble of {rec['size']}") if rec else None

@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from app.config import RunConfig
-from app.kept import KEPT, OUTPUTS, read_manifest
+from app.kept import KEPT, OUTPUTS, read_manifest, read_outputs, write_outputs
 from app.modes import run_experiment
-from app.vfl.ensemble import kept_outputs, score_kept
+from app.vfl.ensemble import score_kept
 from fedsim import ensemble_step
 from fedsim.cli import main as fedsim
 from strategies.heads import TaskHead
@@ -45,7 +45,7 @@ def test_a_run_keeps_its_best_epochs_outputs_and_they_score_as_its_evaluation(ta
     cfg = RunConfig.of(dataset="csv", data_dir=str(tmp_path), k=4, epochs=3, batch_size=32, out_dir=str(tmp_path))
     run_experiment(cfg, tmp_path / "r")
     head = TaskHead(**read_manifest(tmp_path / "r")["head"])
-    kept, summary = kept_outputs(tmp_path / "r"), _metrics_of(tmp_path / "r")
+    kept, summary = read_outputs(tmp_path / "r"), _metrics_of(tmp_path / "r")
     split = pd.read_csv(tmp_path / "r" / "split.csv")
     for part in ("val", "test"):
         np.testing.assert_array_equal(np.sort(kept[part]["rows"]), np.sort(split.loc[split.part == part, "row"]))
@@ -115,9 +115,9 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
 
 
 def _plant(run: Path, part: str, values: np.ndarray) -> None:
-    kept = kept_outputs(run)
+    kept = read_outputs(run)
     kept[part]["values"] = values.astype(kept[part]["values"].dtype)
-    np.savez(run / KEPT / OUTPUTS, **{f"{p}_{k}": v for p, d in kept.items() for k, v in d.items()})
+    write_outputs(run / KEPT, kept)
 
 
 def test_the_choice_reads_validation_and_never_test(ensemble, tmp_path):
@@ -125,11 +125,11 @@ def test_the_choice_reads_validation_and_never_test(ensemble, tmp_path):
     runs = [tmp_path / n for n in ("r", "r.member1", "r.member2")]
     for name, copy in zip(("r", "r.member1", "r.member2"), runs):
         shutil.copytree(out / name, copy)
-    y = kept_outputs(runs[0])["val"]["y"]
+    y = read_outputs(runs[0])["val"]["y"]
     for run, shift in zip(runs, (20.0, -20.0, -20.0)):  # validation: two members' mean is exact, three's is not
         _plant(run, "val", y + shift)
     assert ensemble_step.score(runs)["size"] == 2
-    y_test = kept_outputs(runs[0])["test"]["y"]
+    y_test = read_outputs(runs[0])["test"]["y"]
     _plant(runs[0], "test", y_test)  # the run alone perfect on test, the others far off: the choice unmoved
     for run in runs[1:]:
         _plant(run, "test", y_test + 100.0)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.kept import KEPT, OUTPUTS, KeptError, read_manifest
+from app.kept import KeptError, read_manifest, read_outputs
 from app.run_status import require_finished
 from app.vfl.predict import Prediction, predict_in_process
 from strategies.heads import TaskHead
@@ -84,25 +84,20 @@ def average(predictions: list[Prediction], task: str) -> tuple[np.ndarray, np.nd
     return values, proba
 
 
-def kept_outputs(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
-    """A finished run's best-epoch predictions on validation and test (app/kept.py OUTPUTS):
-    {"val": {"rows", "values", "y"[, "proba"]}, "test": {...}}; refused by name when it kept none."""
-    path = Path(run_dir) / KEPT / OUTPUTS
-    if not path.exists():
-        raise KeptError(f"run {run_dir} kept no evaluation outputs ({path}): it was trained by an older version")
-    with np.load(path) as z:
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for key in z.files:
-            part, name = key.split("_", 1)
-            out.setdefault(part, {})[name] = z[key]
+def by_size(predictions: list[Prediction], head: TaskHead, y: np.ndarray) -> list[dict[str, float]]:
+    """The metrics on labels ``y`` of the mean of the first 1, 2, ... ``predictions``."""
+    out = []
+    for n in range(1, len(predictions) + 1):
+        values, proba = average(predictions[:n], head.task)
+        out.append(head.metrics(values, y, proba))
     return out
 
 
 def score_kept(run_dirs: list[Path], head: TaskHead) -> dict[str, list[dict[str, float]]]:
     """{"val": [metrics of the first 1, 2, ... members' mean], "test": [...]} from each member's
-    kept evaluation outputs (:func:`kept_outputs`): no member predicts again, so members trained
+    kept evaluation outputs (app/kept.py read_outputs): no member predicts again, so members trained
     through Flower score as those trained in process. The members must have evaluated the same rows."""
-    kept = [kept_outputs(r) for r in run_dirs]
+    kept = [read_outputs(r) for r in run_dirs]
     scores: dict[str, list[dict[str, float]]] = {}
     for part in ("val", "test"):
         first = kept[0][part]
@@ -110,10 +105,7 @@ def score_kept(run_dirs: list[Path], head: TaskHead) -> dict[str, list[dict[str,
             if not np.array_equal(k[part]["rows"], first["rows"]):
                 raise KeptError(f"ensemble member {run_dir} evaluated other {part} rows than {run_dirs[0]}")
         preds = [Prediction(k[part]["values"], k[part].get("proba"), None, {}, 0, {}) for k in kept]
-        scores[part] = []
-        for n in range(1, len(kept) + 1):
-            values, proba = average(preds[:n], head.task)
-            scores[part].append(head.metrics(values, first["y"], proba))
+        scores[part] = by_size(preds, head, first["y"])
     return scores
 
 
