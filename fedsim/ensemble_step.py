@@ -56,7 +56,13 @@ def run(values: dict, run_dir: Path, members: int, train: Trainer) -> int:
             write_record(run_dir, {"rule": RULE, "members": [d.name for d in dirs], "kept": False, "failed": why})
             print(f"fedsim train: ensemble {why}", file=sys.stderr)
             return code
-    rec = score(dirs)
+    try:
+        rec = score(dirs)
+    except Exception as e:  # noqa: BLE001 - members that cannot be scored together: named, the run kept
+        why = f"not scored ({type(e).__name__}: {e}): the run {run_dir.name} is finished and predicts alone"
+        write_record(run_dir, {"rule": RULE, "members": [d.name for d in dirs], "kept": False, "failed": why})
+        print(f"fedsim train: ensemble {why}", file=sys.stderr)
+        return 1
     write_record(run_dir, rec)
     print("\n".join(lines(rec)), flush=True)
     return 0

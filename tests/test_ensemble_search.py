@@ -172,3 +172,13 @@ def test_a_new_run_under_the_name_leaves_no_older_runs_ensemble_or_search_behind
     left = {p.name for p in (out / "r").iterdir()}
     assert not {ensemble_step.RECORD, "search.json", "search"} & left, left
     assert ensemble_step.kept_members(out / "r") == []
+
+
+def test_members_that_cannot_be_scored_fail_the_command_by_name_and_the_run_predicts_alone(ensemble, tmp_path, capsys):
+    _, out, _ = ensemble
+    for name in ("r", "r.member1"):
+        shutil.copytree(out / name, tmp_path / name)
+    (tmp_path / "r.member1" / KEPT / OUTPUTS).unlink()  # a member that kept no evaluation outputs
+    code = ensemble_step.run({"run-name": "r"}, tmp_path / "r", 1, lambda v, folder: 0)
+    assert code == 1 and ensemble_step.kept_members(tmp_path / "r") == []
+    assert "not scored (KeptError: run " in capsys.readouterr().err
