@@ -35,7 +35,6 @@ from flwr.app import Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
-from app.heap import frozen_heap
 from app.secure_link import LinkClosed, LinkError, SecureLink, host_port
 from strategies.wire_bytes import pack, unpack
 
@@ -243,8 +242,7 @@ def main() -> int:
         run_id=0, node_id=0, node_config=spec["node_config"], state=RecordDict(), run_config=spec["run_config"]
     )
     try:
-        with frozen_heap():  # torch's and the party's objects out of the collector's passes (app/heap.py)
-            serve(link, context, handlers)
+        serve(link, context, handlers)
     finally:
         link.close()
     return 0

@@ -32,7 +32,6 @@ from app.entity_aug.parties import (
     hyperparameters,
     overlap_parts,
 )
-from app.heap import frozen_heap
 from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake, introduce, party_nodes
 from datasets.overlap import PRIMARY_BLOCK, EntityData
@@ -74,7 +73,7 @@ def run_ea(
             )
 
         t0 = time.perf_counter()
-        with torch_threads(1), frozen_heap():  # the collector's passes skip the imports' objects (app/heap.py)
+        with torch_threads(1):
             records, losses = fit_ea(primary, exchanger, data.split.val, data.split.test, plan, on_epoch, record.step)
         train_and_eval = time.perf_counter() - t0
         keeper.save(out, cfg, data, secondaries_keep=not isinstance(channel, LocalChannel))

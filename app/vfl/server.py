@@ -18,7 +18,6 @@ from flwr.serverapp import Grid
 from app import probes, run_status, threads
 from app.config import RunConfig
 from app.data import primary_data
-from app.heap import frozen_heap
 from app.kept import KEPT
 from app.run_record import FinishedRun, RunRecord, Seconds, constant_predictor, hyperparameter_lines
 from app.transport import handshake
@@ -99,8 +98,7 @@ def drive(cfg: RunConfig, out: Path, engine: Engine, status: run_status.RunStatu
         on_epoch, progress = _epoch_log(record, channel, keep, tag)
         t0 = time.perf_counter()
         hooks = Hooks(on_epoch, progress, after_epoch, str(ckpt) if after_epoch else "")
-        with frozen_heap():  # the collector's passes skip the imports' objects (app/heap.py)
-            fitted = fit(strategy, channel, ds.split, plan, hooks, done)  # (epoch records, step losses)
+        fitted = fit(strategy, channel, ds.split, plan, hooks, done)  # (epoch records, step losses)
         seconds.train_and_eval = time.perf_counter() - t0
         measured = channel.finish(str(out)) if channel is not None else {}  # each party's own inversion measurement
         keeper.save(out, cfg, settings, ds, job_id, parties_keep=channel is not None and not local)
