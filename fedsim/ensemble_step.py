@@ -52,20 +52,22 @@ def run(values: dict, run_dir: Path, members: int, train: Trainer) -> int:
         dirs.append(run_dir.parent / member["run-name"])
         code = train(member, dirs[-1])
         if code != 0:
-            why = f"member {m} failed (exit {code}): the run {run_dir.name} is finished and predicts alone"
-            write_record(run_dir, {"rule": RULE, "members": [d.name for d in dirs], "kept": False, "failed": why})
-            print(f"fedsim train: ensemble {why}", file=sys.stderr)
-            return code
+            return _failed(run_dir, dirs, f"member {m} failed (exit {code})", code)
     try:
         rec = score(dirs)
     except Exception as e:  # noqa: BLE001 - members that cannot be scored together: named, the run kept
-        why = f"not scored ({type(e).__name__}: {e}): the run {run_dir.name} is finished and predicts alone"
-        write_record(run_dir, {"rule": RULE, "members": [d.name for d in dirs], "kept": False, "failed": why})
-        print(f"fedsim train: ensemble {why}", file=sys.stderr)
-        return 1
+        return _failed(run_dir, dirs, f"not scored ({type(e).__name__}: {e})", 1)
     write_record(run_dir, rec)
     print("\n".join(lines(rec)), flush=True)
     return 0
+
+
+def _failed(run_dir: Path, dirs: list[Path], what: str, code: int) -> int:
+    """No ensemble: ``what`` went wrong, recorded and said; the run stays finished and predicts alone."""
+    why = f"{what}: the run {run_dir.name} is finished and predicts alone"
+    write_record(run_dir, {"rule": RULE, "members": [d.name for d in dirs], "kept": False, "failed": why})
+    print(f"fedsim train: ensemble {why}", file=sys.stderr)
+    return code
 
 
 def score(dirs: list[Path]) -> dict:
