@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
 ENGINES = ("simulation", "inprocess")
 
 
