@@ -14,10 +14,10 @@ from collections.abc import Callable
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from strategies.vfl.exchange_checks import NonFiniteValues  # noqa: F401 - re-exported: the readers' refusal
 from strategies.vfl.wire import StepReply, StepRequest, require_lr_scale  # noqa: F401 - re-exported
 from strategies.wire_checks import (  # noqa: F401 - re-exported: the checks every reader of a message applies
     PLAIN_NAME,
+    NonFiniteValues,  # the readers' refusal
     ProtocolError,
     expect_fields,
     plain_name,

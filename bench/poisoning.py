@@ -1,5 +1,5 @@
 """Poisoning split learning with finite but huge (or misshapen) tensors: what the other party's
-run does with them, without and with the receivers' checks (strategies/vfl/exchange_checks.py).
+run does with them, without and with the receivers' checks (strategies/wire_checks.py).
 
 The real protocol (strategies.vfl.protocol.fit) and the real parties of a small hdb run, over a
 channel that hands messages over as host arrays (as Flower and the direct transport do) and

@@ -158,6 +158,7 @@ def test_entity_augmentation_defends_its_exchange_by_default():
         primary = build_primary(cfg, data)
         assert sorted(primary.clips) == (data.secondaries if name == "on" else [])
         primary.model = torch.nn.Linear(8 * len(data.parties), 10)  # the activations' width here
+        primary.widths = dict.fromkeys(data.parties, 8)  # which the primary then accepts
         primary.optimizer = torch.optim.SGD(primary.model.parameters(), lr=0.0)
         grads[name] = primary.train_step(acts, ids)[1]
     for p in data.secondaries:  # the first step's clip: its own median row norm, so half the rows bind

@@ -1,4 +1,4 @@
-"""A hostile party's tensors (strategies/vfl/exchange_checks.py): refused by name before any
+"""A hostile party's tensors (strategies/wire_checks.py): refused by name before any
 weight changes, in both directions; the run fails, never returns NaN losses or metrics.
 
 The primary's side runs the real protocol (strategies.vfl.protocol.fit) and the real parties of
@@ -15,9 +15,9 @@ from app.config import RunConfig
 from app.vfl.inprocess import _local_parties, _setup
 from app.vfl.parties import build_strategy
 from bench.poisoning import CFG, Tampered, _set
-from strategies.vfl.exchange_checks import EXCHANGE_BOUND, PeerValueError
 from strategies.vfl.protocol import fit
 from strategies.vfl.wire import GradBlock
+from strategies.wire_checks import EXCHANGE_BOUND, PeerValueError
 
 
 def _run(tmp_path, tamper, after=0):
@@ -73,7 +73,7 @@ def test_honest_replies_through_the_checks_train_as_before(tmp_path):
 
 
 def test_a_value_just_under_the_bound_is_accepted_and_just_over_refused(tmp_path):
-    from strategies.vfl.exchange_checks import Expect, check_block
+    from strategies.wire_checks import Expect, check_block
 
     expect = Expect("party 's'", "embeddings", "train.step", (2, 3), torch.float32)
     ok = np.full((2, 3), EXCHANGE_BOUND, np.float32)

@@ -37,8 +37,8 @@ def _trained(tmp_path, values: dict, dtype: str, monkeypatch) -> tuple[RunConfig
     cfg = RunConfig.of(**values, dtype=dtype, out_dir=str(tmp_path / "out"))
     seen, outputs = [], ea_model.PrimaryParty.outputs
 
-    def spy(self, acts):
-        out = outputs(self, acts)
+    def spy(self, acts, rows):
+        out = outputs(self, acts, rows)
         seen.append(out.clone())
         return out
 

@@ -13,9 +13,9 @@ import torch
 
 from app import messages
 from app.vfl.channel import FlowerChannel
-from strategies.vfl.exchange_checks import PeerValueError
 from strategies.vfl.protocol import checked
 from strategies.vfl.wire import GradBlock, StepReply
+from strategies.wire_checks import PeerValueError
 
 
 def test_the_reply_codec_round_trips_what_a_step_answers():

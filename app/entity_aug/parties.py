@@ -223,13 +223,13 @@ def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
     early_stopping = hyperparameters(cfg)[1] > 0
     head = TaskHead.fit(data.task, data.labels[data.split.train], data.n_classes, early_stopping)
-    d_in = sum(out_width(b.shape[1], settings.secondary) for b in data.blocks.values())
+    widths = {p: out_width(data.blocks[p].shape[1], settings.secondary) for p in data.parties}  # c_p
     model = build_seeded(
         party_seed(cfg.train.seed, "ea-host"),  # the seed's name is kept: same weights as before
-        lambda: layers(d_in, settings.primary, head.d_out),
+        lambda: layers(sum(widths.values()), settings.primary, head.d_out),
     ).to(device, dtype)
     optimizer = Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    primary = PrimaryParty(data.parties, data.labels, head, model, optimizer, device, dtype)
+    primary = PrimaryParty(widths, data.labels, head, model, optimizer, device, dtype)
     primary.protect(GRAD_NOISE[cfg.exchange_level()], data.secondaries)  # its own block's gradient stays here
     return primary
 
@@ -250,8 +250,8 @@ def request_content(req: StepRequest) -> RecordDict:
 
 
 def read_request(content: RecordDict) -> StepRequest:
-    """A secondary's step request, checked as StepRequest.decode checks it; the secondary refuses a
-    gradient non-finite in its dtype (app/entity_aug/client.py)."""
+    """A secondary's step request, checked as StepRequest.decode checks it; the secondary checks the
+    gradient's values before applying them (strategies/entity_aug/secondary.py)."""
     if set(content) != {"ea", "ea_meta"}:
         raise ProtocolError(f"train.ea_step holds {sorted(content)}; expected 'ea' and 'ea_meta'")
     return StepRequest.decode(*unwrapped(content, "ea", "ea_meta"))

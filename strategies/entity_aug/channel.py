@@ -37,7 +37,7 @@ class StepRequest:
     @classmethod
     def decode(cls, arrays: dict[str, np.ndarray], fields: dict) -> "StepRequest":
         """Refused unless exactly its fields and, when it says it has one, exactly its gradient;
-        the party checks the gradient's values in its own dtype (app/entity_aug/client.py)."""
+        the party checks the gradient's values before applying them (strategies/entity_aug/secondary.py)."""
         expect_fields(fields, REQUEST_FIELDS, "train.ea_step")
         if set(fields) != REQUEST_FIELDS or set(arrays) != ({"grad"} if fields["has_grad"] else set()):
             raise ProtocolError(f"train.ea_step: fields {sorted(fields)} with arrays {sorted(arrays)}")

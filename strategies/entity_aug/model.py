@@ -38,6 +38,7 @@ from strategies.heads import TaskHead
 from strategies.records import EpochRecord, Progress, finished
 from strategies.shields import AutoClip, defended_rows, secret_generator
 from strategies.stop_rule import StopRule
+from strategies.wire_checks import Expect, PeerValueError, check_block
 
 __all__ = [
     "ACTIVATIONS",
@@ -179,7 +180,7 @@ class PrimaryParty:
 
     def __init__(
         self,
-        parties: Sequence[str],
+        widths: dict[str, int],
         labels: np.ndarray,
         head: TaskHead,
         model: nn.Module,
@@ -187,7 +188,9 @@ class PrimaryParty:
         device: torch.device,
         dtype: torch.dtype,
     ) -> None:
-        self.parties, self.labels, self.head = list(parties), labels, head
+        """``widths``: each party's activation width c_p, in the order of the model's input; the
+        primary accepts a party's activations only at that width (:meth:`_cat`)."""
+        self.parties, self.widths, self.labels, self.head = list(widths), dict(widths), labels, head
         self.model, self.optimizer, self.device, self.dtype = model, optimizer, device, dtype
         self.noise_scale, self.noise, self.clips = 0.0, None, {}  # :meth:`protect`
 
@@ -203,9 +206,33 @@ class PrimaryParty:
         """(B, c) party p's gradient as sent (its rows' records defended, where :meth:`protect` says)."""
         return defended_rows(grad, self.clips[p], self.noise_scale, self.noise) if p in self.clips else grad
 
-    def _cat(self, acts: dict[str, np.ndarray], grad: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        xs = [torch.as_tensor(acts[p], device=self.device, dtype=self.dtype).requires_grad_(grad) for p in self.parties]
+    def _cat(
+        self, acts: dict[str, np.ndarray], rows: int, message: str, grad: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(B, sum c_p) the parties' activations side by side, each first checked as this primary
+        asked for it: ``rows`` rows of the party's width, in this primary's dtype, finite and
+        within the bound (strategies/wire_checks.py); a refusal names the party."""
+        xs = []
+        for p in self.parties:
+            want = Expect(f"party {p!r}", "activations", message, (rows, self.widths[p]), self.dtype)
+            xs.append(torch.as_tensor(check_block(acts[p], want), device=self.device).requires_grad_(grad))
         return torch.cat(xs, dim=1), xs  # (B, sum c_p)
+
+    def _ids(self, ids: dict[str, np.ndarray]) -> np.ndarray:
+        """(G, B) the entity ids the parties sent with a step, refused naming the party unless
+        integers of entities this primary holds labels for, as many from every party."""
+        sizes = {p: np.shape(ids[p]) for p in self.parties}
+        if len(set(sizes.values())) != 1 or len(sizes[self.parties[0]]) != 1:
+            raise PeerValueError(f"the primary: the parties' entity ids in train.ea_step differ in shape {sizes}")
+        for p in self.parties:
+            got = ids[p]
+            bad = not isinstance(got, np.ndarray) or got.dtype.kind not in "iu"
+            if bad or (got.size and (got.min() < 0 or got.max() >= len(self.labels))):
+                raise PeerValueError(
+                    f"the primary: entity ids from party {p!r} in train.ea_step are not integers in "
+                    f"[0, {len(self.labels)}) (got {getattr(got, 'dtype', type(got).__name__)}); refused, nothing applied"
+                )
+        return np.stack([ids[p] for p in self.parties])
 
     def train_step(
         self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]
@@ -219,9 +246,10 @@ class PrimaryParty:
         self, acts: dict[str, np.ndarray], ids: dict[str, np.ndarray]
     ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         """The step up to each party's gradient (B, c_p), defended; the loss a 0-d tensor."""
-        widths = [acts[p].shape[1] for p in self.parties]
-        soft = interpolated_labels(np.stack([ids[p] for p in self.parties]), widths, self.labels, self.head.n_classes)
-        x, xs = self._cat(acts, grad=True)
+        stacked = self._ids(ids)  # (G, B)
+        x, xs = self._cat(acts, stacked.shape[1], "train.ea_step", grad=True)
+        widths = [self.widths[p] for p in self.parties]
+        soft = interpolated_labels(stacked, widths, self.labels, self.head.n_classes)
         self.model.train()
         loss = soft_cross_entropy(self.model(x), torch.as_tensor(soft, device=self.device, dtype=self.dtype))
         self.optimizer.zero_grad(set_to_none=True)
@@ -233,13 +261,14 @@ class PrimaryParty:
         self.optimizer.step()
 
     @torch.no_grad()
-    def outputs(self, acts: dict[str, np.ndarray]) -> torch.Tensor:
-        """(B, d_out) the model's raw output (logits) over the parties' activations, in eval mode."""
+    def outputs(self, acts: dict[str, np.ndarray], rows: int) -> torch.Tensor:
+        """(B, d_out) the model's raw output (logits) over the parties' activations of ``rows``
+        entities (each party's checked: :meth:`_cat`), in eval mode."""
         self.model.eval()
-        return self.model(self._cat(acts, grad=False)[0])
+        return self.model(self._cat(acts, rows, "query.ea_embed")[0])
 
-    def predict(self, acts: dict[str, np.ndarray]) -> np.ndarray:
-        return self.head.predict(self.outputs(acts))
+    def predict(self, acts: dict[str, np.ndarray], rows: int) -> np.ndarray:
+        return self.head.predict(self.outputs(acts, rows))
 
 
 # ---------------------------------------------------------------------------- training loop
@@ -254,7 +283,8 @@ class TrainPlan:
 
 def evaluate(primary: PrimaryParty, channel: SecondaryChannel, ids: np.ndarray, eval_batch: int) -> dict[str, float]:
     """Metrics on aligned entities: every party encodes the same ids, in the same order."""
-    outs = [primary.outputs(channel.embed(ids[i : i + eval_batch])) for i in range(0, len(ids), eval_batch)]
+    chunks = [ids[i : i + eval_batch] for i in range(0, len(ids), eval_batch)]
+    outs = [primary.outputs(channel.embed(chunk), len(chunk)) for chunk in chunks]
     return primary.head.evaluation(torch.cat(outs), primary.labels[ids])  # (N, d_out)
 
 

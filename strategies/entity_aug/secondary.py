@@ -15,7 +15,7 @@ from strategies.entity_aug.channel import StepReply, StepRequest
 from strategies.entity_aug.model import BatchSchedule
 from strategies.optim import backward_from
 from strategies.shields import RowShield, Shielded
-from strategies.wire_checks import PeerValueError
+from strategies.wire_checks import Expect, check_block
 
 
 class SecondaryParty(Shielded):
@@ -69,11 +69,8 @@ class SecondaryParty(Shielded):
         out = self.model(self.x[torch.as_tensor(ids, device=self.device)])  # (B, c)
         if self.row_shield is not None:
             out = self.row_shield.ready(self._every).clipped(out)  # the clip's own gradient (the noise: a constant)
-        if np.shape(grad) != tuple(out.shape):
-            raise PeerValueError(
-                f"party {self.name!r}: the primary's gradient has shape {np.shape(grad)}, expected {tuple(out.shape)} "
-                "(one row per entity it sent, its cut size)"
-            )
+        # one row per entity it sent, its cut size, in its own dtype, within the bound: else refused
+        check_block(grad, Expect("the primary", "gradient", "train.ea_step", tuple(out.shape), self.dtype, self.name))
         self.optimizer.zero_grad(set_to_none=True)
         backward_from(out, torch.as_tensor(grad, device=self.device, dtype=self.dtype))  # (B, c)
         self.optimizer.step()

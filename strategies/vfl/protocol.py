@@ -33,9 +33,10 @@ from strategies.records import EpochRecord, Progress, eval_part, finished, lr_sc
 from strategies.schedule import epoch_batches, windows
 from strategies.stop_rule import StopRule
 from strategies.vfl.channel import SecondaryChannel, deliverable, host
-from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block, check_losses
+from strategies.vfl.exchange_checks import check_losses
 from strategies.vfl.primary import PrimaryParty, distinct
 from strategies.vfl.wire import GradBlock
+from strategies.wire_checks import Expect, PeerValueError, check_block
 
 ATTENTION_ROWS = 2000  # validation records the per-epoch attention-by-rank record averages over (one forward)
 
@@ -188,7 +189,7 @@ def train_epoch(
 def checked(strategy: PrimaryParty, replies: dict, asked: dict[str, np.ndarray], message: str, sent: dict) -> dict:
     """Each party's embeddings (U, c) of the tokens it was ``asked`` from its reply (a StepReply),
     refused by name unless exactly that shape, in the primary's dtype, finite and within the
-    bound (strategies/vfl/exchange_checks.py), and unless the party has applied exactly the
+    bound (strategies/wire_checks.py), and unless the party has applied exactly the
     gradient blocks ``sent`` to it (the channel's cursor)."""
     for p, r in replies.items():
         if r.applied is not None and r.applied != sent[p]:

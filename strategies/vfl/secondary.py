@@ -17,9 +17,8 @@ from torch import nn
 from strategies.optim import backward_from, set_lr
 from strategies.shields import RowShield, Shielded, level_shield, secret_generator
 from strategies.vfl.defences import ClipNoise, clipped_rows
-from strategies.vfl.exchange_checks import Expect, PeerValueError, check_block
 from strategies.vfl.wire import GradBlock, StepMeta, StepReply, StepRequest, require_lr_scale, step_digest
-from strategies.wire_checks import require_finite
+from strategies.wire_checks import Expect, PeerValueError, check_block, require_finite
 
 
 class MisalignedStep(RuntimeError):

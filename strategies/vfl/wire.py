@@ -161,7 +161,7 @@ class StepReply:
     def decode(cls, arrays: dict[str, np.ndarray], fields: dict, party: str, message: str) -> "StepReply":
         """The reply, refused naming ``party`` when it holds other arrays or fields or non-finite
         embeddings; their shape and dtype are checked by the primary against what it asked
-        (strategies/vfl/exchange_checks.py)."""
+        (strategies/wire_checks.py)."""
         if set(arrays) != {"emb"}:
             raise ProtocolError(
                 f"party {party!r}'s reply to {message} holds arrays {sorted(arrays)}; expected 'emb' only"
