@@ -158,6 +158,8 @@ async def small_json(request: Request):
         return json.loads(bytes(data))
     except ValueError:
         raise JobError(422, "expected a JSON body") from None
+    except RecursionError:  # under the cap, thousands of '[' deep: the parser's own stack
+        raise JobError(422, "a JSON body nested deeper than the parser allows; expected a flat object") from None
 
 
 async def _body_file(request: Request, cap: int, path: Path) -> Path:
