@@ -15,8 +15,10 @@ what a query can reveal, bench/query_bisection.py), over all accepted queries (`
 allowance its floor sets (linkage.protection ``draws``: the similarities queries may draw
 against it, in multiples of its links in the release; counted in query-draws/<party>.npy); the records used are kept in job.json
 ("queried"), so a restart does not reset them. A reservation is taken under the store's lock
-before the search and given back if the search fails: two concurrent queries cannot both
-spend the last of a budget.
+before the search and given back if the query is refused before its search or the search
+fails: two concurrent queries cannot both spend the last of a budget. A query refused by an
+allowance (known only on its answer, after the search) keeps its cells spent, so a primary's
+refused searches end at its job's budget.
 
 Encoding check: the party's client sends ``X-Encoding-Fingerprint`` (HMAC-SHA256 under the
 parties' key of a label and the encoding parameters, linkage.encode.key_fingerprint, bound to
@@ -62,6 +64,12 @@ def fingerprint_of(value: str | None) -> str | None:
     return value
 
 
+class OverAllowance(JobError):
+    """A query whose answer would take a secondary record past its floor's allowance: known only
+    after the search, so its cells stay spent (a refusal that cost the service a search is
+    charged to the job's budget, which bounds how many such searches a primary can ask for)."""
+
+
 class Queries:
     """The job store's query half (split from jobs.py for size): it uses the store's lock,
     folders and secret derivation."""
@@ -75,12 +83,14 @@ class Queries:
         new = self._parse(meta, data)  # from its header: records, cells, kind, width (no value read yet)
         self._check_encoding(meta, kind_of(new), fingerprint)
         per_record = meta["params"]["k"] * len(meta["secondaries"])  # similarities a record's answer returns
-        budget = self._spend(job, len(new), per_record)  # before any value is read: a refused query costs nothing
+        budget = self._spend(job, len(new), per_record)  # before any value is read: a query past it is not searched
         try:
             validate(new, max_rows=self.limits.max_records)  # NaN/inf, empty strings, by name, block by block
             return self._compute(job, meta, new), budget
+        except OverAllowance:
+            raise  # refused on its answer, after its search: its cells stay spent (repeats end at the budget)
         except BaseException:
-            self._spend(job, -len(new), per_record)  # a query that was not answered is not counted
+            self._spend(job, -len(new), per_record)  # refused before its search, or the service failed: not counted
             raise
 
     def _queryable(self, job: str) -> dict:
@@ -238,12 +248,13 @@ class Queries:
                 cap = np.maximum(allowance * np.maximum(links[party], 1), 1)  # (n,) at least one draw a record
                 over = int((totals[party] > cap).sum())
                 if over:
-                    raise JobError(
+                    raise OverAllowance(
                         429,
                         f"secondary {party!r}'s privacy floor allows queries to draw at most {allowance:g} x "
                         f"each of its records' links in the release; this query would take {over} of its "
                         "records past that (the averaging attack's budget: docs/privacy.md); query fewer "
-                        "or other records",
+                        "or other records. It was searched before it was refused: its cells count against "
+                        "the job's query budget",
                     )
             for party, total in totals.items():
                 write_atomic(private_dir(folder / "query-draws") / f"{party}.npy", to_npy(total))

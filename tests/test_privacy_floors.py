@@ -164,6 +164,33 @@ def test_a_query_over_a_secondarys_per_record_allowance_is_refused_by_name(tmp_p
     assert i >= 1  # some queries were answered before the allowance ran out
 
 
+def test_a_query_refused_after_its_search_is_charged_so_repeats_end_at_the_budget(tmp_path):
+    """The per-record allowance can only be counted on the answer, after the search: a refused
+    query cost the service its whole search and the primary nothing (its cells were given back),
+    so one tiny job could keep the service searching (8.8 s a query of 10,000 records against
+    50,000 rows). Its cells now stay spent: repeats end at the job's budget, refused before any
+    search."""
+    store = JobStore(tmp_path, floors=Floors("off"), operator_seed=0)
+    job = _job(store, ("a",), floors={"a": {"level": "standard", "draws": 0.5}})
+    _done(store, job)
+    queries = Queries(store, QueryLimits(budget=60 * K))
+    near = _query_bytes(BASE[0] + np.random.default_rng(7).normal(0, 0.01, (4, 2)))  # 4 records at one row
+    searched, outcomes = [], []
+    real = queries._compute
+    queries._compute = lambda *a: searched.append(1) or real(*a)
+    for _ in range(20):
+        try:
+            queries.answer(job, near, None)
+            outcomes.append("answered")
+        except JobError as e:
+            assert e.status == 429
+            outcomes.append("budget" if "exceeds job" in e.message else "allowance")
+    assert "allowance" in outcomes and outcomes[-1] == "budget"  # refused by the row's allowance, then the budget
+    used = store.meta(job)["queried"]["cells"]
+    assert used == 4 * K * (len(outcomes) - outcomes.count("budget"))  # every searched query charged
+    assert len(searched) == len(outcomes) - outcomes.count("budget")  # past the budget: no search at all
+
+
 def test_averaging_with_the_whole_default_budget_leaves_records_beyond_the_radius(tmp_path):
     """The query-averaging attack of docs/privacy.md, at the defaults (no option set anywhere):
     for each of the 8 most linked records, the attacker reads every noisy similarity to its token
