@@ -109,3 +109,26 @@ def test_honest_replies_train_and_predict(data):
     assert np.isfinite(loss) and set(grads) == set(data.secondaries)
     rows = len(replies[data.parties[0]][0])
     assert len(primary.predict({p: a for p, (_, a) in replies.items()}, rows)) == rows
+
+
+def test_a_run_whose_own_loss_stops_being_finite_fails_naming_the_step_not_finishing_with_nan(tmp_path, monkeypatch):
+    """Honest parties, the primary's own learning rate 1e30: its training diverges. The run must
+    fail with a reason, not finish with NaN metrics and a kept model: the diverged loss's
+    gradients are non-finite, and the first secondary they reach refuses them naming the primary."""
+    from app.entity_aug import server
+    from strategies.entity_aug.channel import LocalChannel
+
+    def diverging(cfg, data):
+        primary = build_primary(cfg, data)
+        for group in primary.optimizer.param_groups:
+            group["lr"] = 1e30  # the primary's alone: the secondaries train at the run's
+        return primary
+
+    monkeypatch.setattr(server, "build_primary", diverging)
+    cfg = CFG.replace(epochs=2, out_dir=str(tmp_path / "out"))
+    data = ea_data(cfg)
+    channel = LocalChannel({p: build_party(cfg, p, data) for p in data.parties})
+    with pytest.raises(
+        PeerValueError, match=r"party '\w+': gradient from the primary in train\.ea_step: .* non-finite"
+    ):
+        server.run_ea(cfg, data, channel, tmp_path / "run", "inprocess")
