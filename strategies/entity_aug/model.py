@@ -215,7 +215,8 @@ class PrimaryParty:
         xs = []
         for p in self.parties:
             want = Expect(f"party {p!r}", "activations", message, (rows, self.widths[p]), self.dtype)
-            xs.append(torch.as_tensor(check_block(acts[p], want), device=self.device).requires_grad_(grad))
+            checked = torch.as_tensor(check_block(acts[p], want), device=self.device, dtype=self.dtype)  # (B, c_p)
+            xs.append(checked.requires_grad_(grad))
         return torch.cat(xs, dim=1), xs  # (B, sum c_p)
 
     def _ids(self, ids: dict[str, np.ndarray]) -> np.ndarray:
