@@ -32,6 +32,7 @@ from app.vfl.predict import KeptRun, Prediction, check_new, forward, link_here, 
 from app.vfl.predict_csv import NewRecords, read_input, table
 from linkage.binding import identifier_digest, queried_raw_digest
 from linkage.store import read_primary
+from strategies.wire_checks import Expect, check_block
 
 
 def run_predict(grid: Grid, cfg: RunConfig) -> dict:
@@ -123,9 +124,8 @@ def _embed_remote(grid: Grid, cfg: RunConfig, kept: KeptRun, linkage, seconds: d
     channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, kept.meta["job_id"])
     tokens = {p: np.unique(link.tokens) for p, link in linkage.links.items()}
     emb = channel.embed_kept(cfg.predict.run, tokens)
-    c = kept.settings.model.cut_dim
-    for p, e in emb.items():
-        if e.shape != (len(tokens[p]), c):
-            raise KeptError(f"party {p!r} answered embeddings of shape {e.shape}, expected {(len(tokens[p]), c)}")
+    c, dtype = kept.settings.model.cut_dim, kept.cfg.torch_dtype()
+    for p, e in emb.items():  # as training held them: (T, c) in the run's dtype, finite, within the bound
+        check_block(e, Expect(f"party {p!r}", "embeddings", "query.embed_kept", (len(tokens[p]), c), dtype))
     seconds["embed"] = time.perf_counter() - t0
     return {p: (tokens[p], emb[p]) for p in tokens}
