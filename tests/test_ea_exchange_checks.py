@@ -132,3 +132,22 @@ def test_a_run_whose_own_loss_stops_being_finite_fails_naming_the_step_not_finis
         PeerValueError, match=r"party '\w+': gradient from the primary in train\.ea_step: .* non-finite"
     ):
         server.run_ea(cfg, data, channel, tmp_path / "run", "inprocess")
+
+
+@pytest.mark.parametrize("case", ["empty", "no act", "act as a config record", "two arrays"])
+def test_an_evaluation_reply_without_its_activations_is_refused_naming_the_party(case):
+    """A bare KeyError named no one before."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+    from app.entity_aug.parties import read_act
+    from strategies.wire_checks import ProtocolError
+
+    act = Array(np.zeros((2, 3), np.float32))
+    content = {
+        "empty": RecordDict(),
+        "no act": RecordDict({"ea": ArrayRecord({"ids": act})}),
+        "act as a config record": RecordDict({"ea": ConfigRecord({"act": 1})}),
+        "two arrays": RecordDict({"ea": ArrayRecord({"act": act, "more": act})}),
+    }[case]
+    with pytest.raises(ProtocolError, match=r"party 'left''s reply to query\.ea_embed"):
+        read_act(content, "left")

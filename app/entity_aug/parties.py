@@ -292,6 +292,13 @@ def act_content(act: np.ndarray) -> RecordDict:
 
 
 def read_act(content: RecordDict, party: str = "") -> np.ndarray:
-    act = content.array_records["ea"]["act"].numpy()
+    """A party's activations from its reply to query.ea_embed (or ea_embed_kept), refused naming it
+    unless the reply is exactly its array record of one array; the primary checks the values."""
+    arrays = content.array_records.get("ea") if set(content) == {"ea"} else None
+    if arrays is None or set(arrays) != {"act"}:
+        raise ProtocolError(
+            f"party {party!r}'s reply to query.ea_embed holds {sorted(content)}; expected 'ea' with 'act'"
+        )
+    act = arrays["act"].numpy()
     require_finite(act, party, "activations", "the reply to query.ea_embed")
     return act
