@@ -59,6 +59,16 @@ def write_skipped(out: Path, skipped: list[tuple], id_column: str) -> str:
     return f"skipped {len(skipped)} record(s) that cannot be predicted, first: {first}; all of them: {path}"
 
 
+def list_skipped(out: Path, skipped: list[tuple], id_column: str, skip: bool) -> str:
+    """Once a predict's output is in place: the records it skipped beside it (``skip``:
+    :func:`write_skipped`), else no list at all, so an earlier predict's never stands beside
+    this output; returns the line for stderr."""
+    if skip:
+        return write_skipped(out, skipped, id_column)
+    skipped_path(out).unlink(missing_ok=True)
+    return ""
+
+
 def input_notes(report: dict) -> list[str]:
     """The stderr lines of what predict filled in or ignored (the blank numeric cells filled with
     the training mean, unseen categories)."""
@@ -75,10 +85,9 @@ def closing(out: Path, rows: int, best_epoch, report: dict, skip: bool, id_colum
     returns the stdout line."""
     for line in input_notes(report):
         print(line, file=sys.stderr)
-    if skip:
-        told = write_skipped(out, report.get("skipped", []), id_column)
-        if told:
-            print(told, file=sys.stderr)
+    told = list_skipped(out, report.get("skipped", []), id_column, skip)
+    if told:
+        print(told, file=sys.stderr)
     filled = sum(report.get("nan_imputed", {}).values())
     extra = f" ({filled} blank numeric cell(s) filled with the training mean)" if filled else ""
     return f"{rows} predictions (best epoch {best_epoch}) -> {out}{extra}"

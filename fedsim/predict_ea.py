@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from app.entity_aug.predict_ids import read_screened
-from app.predict_files import kept_rows_input, left_note, run_to_output, write_skipped
+from app.predict_files import kept_rows_input, left_note, list_skipped, run_to_output
 from fedsim.predict_flower import predict_through_flower
 
 
@@ -30,7 +30,7 @@ def fedsim_predict(meta: dict, args) -> int:
     finally:
         if copy is not None:
             copy.unlink(missing_ok=True)
-    told = write_skipped(args.out, skipped, column) if code == 0 and args.skip_invalid else ""
+    told = list_skipped(args.out, skipped, column, args.skip_invalid) if code == 0 else ""
     if told:
         print(told, file=sys.stderr)
     return code

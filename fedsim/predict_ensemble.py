@@ -56,6 +56,8 @@ def predict_members(args: argparse.Namespace, predict_one: Callable[[dict, argpa
         write_csv(frame, args.out)
         if args.skip_invalid:  # every member read the same input: member 0's list is the ensemble's
             os.replace(skipped_path(outs[0]), skipped_path(args.out))
+        else:  # an earlier predict's list does not stand beside this output
+            skipped_path(args.out).unlink(missing_ok=True)
     except Exception as e:  # noqa: BLE001 - the outcome is the exit status, with the reason
         print(f"fedsim predict: {type(e).__name__}: {e}{left_note(args.out)}", file=sys.stderr)
         return 1

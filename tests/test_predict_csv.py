@@ -248,6 +248,11 @@ def test_skip_invalid_predicts_the_others_and_lists_the_skipped_beside_the_outpu
     nothing = _new_csv(folder, rows[:2], lambda d: d.assign(lat=np.nan))
     assert main([str(folder / "run"), str(nothing), "--out", str(folder / "pred.csv"), "--skip-invalid"]) == 2
     assert (folder / "pred.csv").read_bytes() == before and "none of its 2 record(s)" in capsys.readouterr().err
+    # a later predict into the same --out, every record valid and no --skip-invalid: the earlier
+    # list of skipped records went with the output it described (it stayed beside the new one)
+    clean = _new_csv(folder, rows, lambda d: d)
+    assert main([str(folder / "run"), str(clean), "--out", str(folder / "pred.csv"), "--id-column", "flat_id"]) == 0
+    assert len(pd.read_csv(folder / "pred.csv")) == len(rows) and not (folder / "pred.skipped.csv").exists()
 
 
 # ---------------------------------------------------------------------------- fedsim predict through Flower

@@ -44,7 +44,7 @@ from app.entity_aug.kept import PRIMARY_MODEL, features_digest, load_kept, state
 from app.entity_aug.parties import build_party, build_primary, ea_data, ea_plan, ea_settings
 from app.entity_aug.predict_ids import entity_ids, held_by_every_party, read_ids, read_screened  # noqa: F401 - re-exported
 from app.kept import KeptError, predict_command, write_csv
-from app.predict_files import write_skipped
+from app.predict_files import list_skipped
 from app.run_status import require_finished
 from datasets.overlap import EntityData
 from strategies.entity_aug.channel import LocalChannel
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         ids, skipped = screened
         pred = predict_ea_in_process(args.run_dir, ids)
         write_csv(table(ids, args.ids_column, pred), args.out)
-        told = write_skipped(args.out, skipped, args.ids_column) if args.skip_invalid else ""
+        told = list_skipped(args.out, skipped, args.ids_column, args.skip_invalid)
         if told:
             print(told, file=sys.stderr)
         return f"{len(ids)} predictions (best epoch {pred.best_epoch}) -> {args.out}"
