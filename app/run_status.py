@@ -53,6 +53,10 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(*(args or ("interrupted (Ctrl-C / SIGINT); the run stopped",)))
 
 
+class RunTimedOut(TimeoutError):
+    """The command running the run stopped it at its deadline (`fedsim train --timeout`)."""
+
+
 def read(folder: Path) -> dict | None:
     path = Path(folder) / STATUS
     return json.loads(path.read_text()) if path.exists() else None
@@ -127,17 +131,18 @@ class RunStatus:
             self._end(None)
 
 
-def mark_interrupted(folder: Path, since: float) -> None:
-    """A run that an interrupt left 'running' (a Flower run's ServerApp dies with the processes the
-    command stops) and that started at ``since`` or later: failed, interrupted, as its own
-    :meth:`RunStatus.recording` would have written it (a finished run it replaced is put back).
-    A status from before ``since`` is another command's and stays as it is."""
+def mark_stopped(folder: Path, since: float, error: BaseException | None = None) -> None:
+    """A run that its command stopped and left 'running' (a Flower run's ServerApp dies with the
+    processes the command stops: Ctrl-C, or the command's timeout) and that started at ``since``
+    or later: failed with ``error`` (default: interrupted), as its own :meth:`RunStatus.recording`
+    would have written it (a finished run it replaced is put back). A status from before
+    ``since`` is another command's and stays as it is."""
     st = read(folder)
     if st is None or st["state"] != "running" or st["started"] < since:
         return
     status = RunStatus(folder, st["engine"])
     status.record = st
-    status._end(RunInterrupted())
+    status._end(error or RunInterrupted())
 
 
 PREVIOUS = ".previous"  # a finished run's files while a new run under its name is under way

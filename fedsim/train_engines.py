@@ -18,6 +18,7 @@ def in_process_run(cfg, run_dir: Path) -> str:
     from app.modes import run_experiment  # lazy: the training stack (torch, flwr, pandas), off `fedsim --help`
     from app.run_status import RunInterrupted  # lazy: as above
 
+    since = time.time()  # progress from before it is an earlier run's
     thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
     try:
         watch(
@@ -25,6 +26,7 @@ def in_process_run(cfg, run_dir: Path) -> str:
             run_dir,
             label=cfg.runtime.run_name,
             starting="loading the data and linking, in this process",
+            since=since,
         )
     except KeyboardInterrupt:
         interrupt(thread, RunInterrupted)  # the run ends through its own status handling
@@ -37,7 +39,7 @@ def in_process_run(cfg, run_dir: Path) -> str:
 def flower_run(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace) -> str:
     """`flwr run` to its end, its output in <run>/flower.log; returns that log's tail."""
     private_dir(run_dir)
-    log = run_dir / "flower.log"
+    log, since = run_dir / "flower.log", time.time()  # progress from before it is an earlier run's
     with open(log, "w") as out:
         if args.deployment:
             from deploy.commands import Deployment, start_run  # lazy: httpx, for a run through Flower only
@@ -52,6 +54,7 @@ def flower_run(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace
             home = Path(str(values["out-dir"])) / ".flower" / str(values["run-name"])
             proc, port = start_simulation(values, home, num_supernodes=nodes, output=out)
             stop = lambda: stop_superlink(port)  # noqa: E731 - flwr leaves its local SuperLink running
+        timed_out = False
         try:
             deadline = time.monotonic() + args.timeout
             starting = (
@@ -64,26 +67,35 @@ def flower_run(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace
                 run_dir,
                 label=str(values["run-name"]),
                 starting=starting,
+                since=since,
             )
         finally:
             if proc.poll() is None:
+                timed_out = time.monotonic() > deadline
                 proc.kill()
             proc.wait()
             if stop:
                 stop()
                 shutil.rmtree(home, ignore_errors=True)  # the simulation's own FLWR_HOME (installed app, state)
+    if timed_out:
+        from app.run_status import RunTimedOut  # lazy: as above
+
+        raise RunTimedOut(f"timed out: the run had not ended when the command's --timeout of {args.timeout:g} s passed")
     return tail(log)
 
 
 STOP_WAIT = 60.0  # seconds an interrupted in-process run gets to stop at its next step and record it
 
 
-def interrupted(run_dir: Path, since: float) -> int:
-    """Ctrl-C: the run stopped; a status it left 'running' (Flower's processes stopped with the
-    command) says it failed, interrupted; exit 130, as a shell reports SIGINT. The line says what
-    the folder now holds (the run's failure and a finished run it kept, or a run that had finished)."""
-    from app.run_status import mark_interrupted, problem  # lazy: numpy and torch, off `fedsim --help`
+def stopped(run_dir: Path, since: float, error: BaseException) -> int:
+    """Ctrl-C (``error`` a KeyboardInterrupt: exit 130, as a shell reports SIGINT) or the command's
+    timeout (exit 1): the run stopped; a status it left 'running' (Flower's processes stopped with
+    the command) says it failed and why. The line says what the folder now holds (the run's failure
+    and a finished run it kept, or a run that had finished)."""
+    from app.run_status import RunInterrupted, mark_stopped, problem  # lazy: numpy and torch, off `fedsim --help`
 
-    mark_interrupted(run_dir, since)
-    print(f"fedsim train: interrupted; {problem(run_dir, since) or f'run {run_dir} had finished'}", file=sys.stderr)
-    return 130
+    interrupted = isinstance(error, KeyboardInterrupt)
+    mark_stopped(run_dir, since, RunInterrupted() if interrupted else error)
+    why = "interrupted" if interrupted else str(error)
+    print(f"fedsim train: {why}; {problem(run_dir, since) or f'run {run_dir} had finished'}", file=sys.stderr)
+    return 130 if interrupted else 1

@@ -20,9 +20,14 @@ from typing import TextIO
 PROGRESS = "progress.json"
 
 
-def read_progress(run_dir: Path) -> dict | None:
+def read_progress(run_dir: Path, since: float = 0.0) -> dict | None:
+    """The run's progress; None before it wrote any, or while the file is one written before
+    ``since`` (time.time(): an earlier run's under this name, until this run writes its own)."""
+    path = Path(run_dir) / PROGRESS
     try:
-        return json.loads((Path(run_dir) / PROGRESS).read_text())
+        if path.stat().st_mtime < since:
+            return None
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
@@ -50,6 +55,7 @@ def watch(
     *,
     label: str,
     starting: str = "starting",
+    since: float = 0.0,
     interval: float = 0.5,
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -58,12 +64,21 @@ def watch(
     """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
     steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
     whether or not the run's progress changed; ``starting``: what happens before the run writes
-    its progress. Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own
+    its progress; ``since`` (time.time()): when this run started, progress written before it
+    being an earlier run's under the same name. Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own
     elapsed column stops for good once a bar is full, i.e. at the end of the first epoch: hence a
     clock of our own.)"""
     stream = sys.stderr if stream is None else stream
     if not stream.isatty():
-        _lines(done, run_dir, label, stream, clock, sleep, interval)
+        _lines(
+            done,
+            lambda: read_progress(run_dir, since) if run_dir is not None else None,
+            label,
+            stream,
+            clock,
+            sleep,
+            interval,
+        )
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
@@ -80,7 +95,7 @@ def watch(
     ) as bar:
         task = bar.add_task(f"{label}: {starting}", total=None, clock=clock_text(0), count="")
         while not done():
-            p = read_progress(run_dir) if run_dir is not None else None
+            p = read_progress(run_dir, since) if run_dir is not None else None
             total = (p or {}).get("steps_per_epoch") or None  # steps of this epoch; unknown: no count shown
             news = (
                 {
@@ -99,7 +114,7 @@ def watch(
 
 def _lines(
     done: Callable[[], bool],
-    run_dir: Path | None,
+    progress: Callable[[], dict | None],
     label: str,
     stream: TextIO,
     clock: Callable[[], float],
@@ -110,7 +125,7 @@ def _lines(
     the time so far, so that a long run is never silent for an epoch; nothing before its progress."""
     t0, last = clock(), None
     while not done():
-        p = read_progress(run_dir) if run_dir is not None else None
+        p = progress()
         key = (p.get("phase"), p.get("epoch")) if p else None
         if key is not None and key != last:
             print(f"{label}: {_describe(p)} [{clock_text(clock() - t0)}]", file=stream, flush=True)

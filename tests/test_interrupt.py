@@ -75,9 +75,9 @@ def test_a_run_left_running_by_an_interrupt_is_marked_failed_and_an_older_one_is
     status = RunStatus(tmp_path, "flower")
     status.start()
     since = status.record["started"]
-    run_status.mark_interrupted(tmp_path, since=since + 1)  # started before this command: left as it is
+    run_status.mark_stopped(tmp_path, since=since + 1)  # started before this command: left as it is
     assert run_status.read(tmp_path)["state"] == "running"
-    run_status.mark_interrupted(tmp_path, since=since)
+    run_status.mark_stopped(tmp_path, since=since)
     st = run_status.read(tmp_path)
     assert st["state"] == "failed" and "interrupted" in st["error"] and st["ended"] >= since
 
@@ -89,8 +89,38 @@ def test_an_interrupted_run_puts_back_the_finished_run_it_was_replacing(tmp_path
     again = RunStatus(tmp_path, "flower")
     again.start()  # the finished run's files set aside while this one runs
     assert not (tmp_path / "summary.json").exists()
-    run_status.mark_interrupted(tmp_path, since=again.record["started"])
+    run_status.mark_stopped(tmp_path, since=again.record["started"])
     assert (tmp_path / "summary.json").read_text() == '{"test": 1}'  # the folder's finished run again
     attempt = json.loads((tmp_path / run_status.LAST_ATTEMPT).read_text())
     assert attempt["state"] == "failed" and "interrupted" in attempt["error"]
     assert "interrupted" in run_status.problem(tmp_path, since=attempt["started"])
+
+
+def test_a_flower_run_past_its_timeout_is_marked_failed_and_the_finished_run_put_back(tmp_path, monkeypatch, capsys):
+    """`fedsim train --timeout` killed the Flower run at its deadline but, unlike Ctrl-C, left its
+    status 'running' for good and the finished run it was replacing hidden in .previous/: predict
+    and `app.run_status check` refused the folder as still running. A stand-in for Flower that
+    starts the run and never ends (deploy.localsim.start_simulation)."""
+    import argparse
+
+    from deploy import localsim
+    from fedsim.train import engine
+
+    with RunStatus(tmp_path, "flower").recording() as finished:
+        finished.start()
+        (tmp_path / "summary.json").write_text('{"test": 1}')
+
+    def never_ending(values, home, num_supernodes, output):
+        RunStatus(tmp_path, "flower").start()  # the ServerApp starts the run, then trains past the deadline
+        return subprocess.Popen(["sleep", "120"]), 0
+
+    monkeypatch.setattr(localsim, "start_simulation", never_ending)
+    monkeypatch.setattr(localsim, "stop_superlink", lambda port: 0)
+    args = argparse.Namespace(deployment=None, timeout=1.0)
+    values = {"out-dir": str(tmp_path / "out"), "run-name": "r"}
+    assert engine(args, 1, in_process=False)(values, tmp_path) == 1
+    err = capsys.readouterr().err
+    assert "timed out" in err and "--timeout" in err, err
+    assert (tmp_path / "summary.json").read_text() == '{"test": 1}'  # the folder's finished run again
+    attempt = json.loads((tmp_path / run_status.LAST_ATTEMPT).read_text())
+    assert attempt["state"] == "failed" and "timed out" in attempt["error"]
