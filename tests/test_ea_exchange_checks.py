@@ -151,3 +151,20 @@ def test_an_evaluation_reply_without_its_activations_is_refused_naming_the_party
     }[case]
     with pytest.raises(ProtocolError, match=r"party 'left''s reply to query\.ea_embed"):
         read_act(content, "left")
+
+
+@pytest.mark.parametrize("split", ["test", "val"])
+def test_the_primary_refuses_ids_outside_a_guests_training_entities_naming_it(split, data):
+    """Ids in [0, n) were all accepted: a guest sending the test (or validation) entities' ids had
+    the primary train on their labels (test accuracy 0.84 where its own training ids gave 0.72)
+    and got back a gradient for each of them. The primary built every guest's schedule: it
+    accepts only the guest's own training entities."""
+    primary = build_primary(CFG, data)
+    replies = _replies(data)
+    hostile = data.secondaries[0]
+    ids, act = replies[hostile]
+    replies[hostile] = (np.resize(getattr(data.split, split), len(ids)).astype(ids.dtype), act)
+    before = _weights(primary.model)
+    with pytest.raises(PeerValueError, match=rf"entity ids from party {hostile!r} .*not among its training entities"):
+        primary.train_step({p: a for p, (_, a) in replies.items()}, {p: i for p, (i, _) in replies.items()})
+    assert _same(before, primary.model)

@@ -60,7 +60,8 @@ def test_primary_trains_on_the_interpolated_label_with_widths_from_the_activatio
     data = ea_data(cfg)
     primary = build_primary(cfg, data)
     rng = np.random.default_rng(0)
-    ids = {"left": np.array([0, 5]), "right": np.array([7, 5])}
+    both = np.flatnonzero(primary.trains_on["left"] & primary.trains_on["right"])  # training entities of both
+    ids = {"left": both[[0, 5]], "right": both[[7, 5]]}
     acts = {p: rng.normal(size=(2, 70)).astype(np.float32) for p in ids}  # equal widths: weights 1/2, 1/2
     y = data.labels
     expected_soft = np.zeros((2, 10))

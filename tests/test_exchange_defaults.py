@@ -152,7 +152,8 @@ def test_entity_augmentation_defends_its_exchange_by_default():
     assert build_party(strict, "left", data).row_shield is not None
     assert build_party(on, "left", data).row_shield is None  # a row is the record's whole representation
     acts = {p: np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32) for p in data.parties}
-    ids = {p: np.arange(16) for p in data.parties}
+    trains_on = build_primary(on, data).trains_on  # each party's training entities, which its ids must be
+    ids = {p: np.flatnonzero(trains_on[p])[:16] for p in data.parties}
     grads = {}
     for name, cfg in (("on", on), ("off", off)):
         primary = build_primary(cfg, data)

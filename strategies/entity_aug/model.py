@@ -193,6 +193,15 @@ class PrimaryParty:
         self.parties, self.widths, self.labels, self.head = list(widths), dict(widths), labels, head
         self.model, self.optimizer, self.device, self.dtype = model, optimizer, device, dtype
         self.noise_scale, self.noise, self.clips = 0.0, None, {}  # :meth:`protect`
+        self.trains_on: dict[str, np.ndarray] = {}  # party -> (n,) bool: the entities its steps may send
+
+    def expect_records(self, records: dict[str, np.ndarray]) -> None:
+        """Each party's training entities (its schedule's records, which this primary planned):
+        a step's ids from a party must be among them (never a validation or test entity)."""
+        for p, rec in records.items():
+            mask = np.zeros(len(self.labels), dtype=bool)
+            mask[np.asarray(rec, dtype=np.int64)] = True
+            self.trains_on[p] = mask
 
     def protect(self, noise: float, parties: Sequence[str]) -> None:
         """Send the gradients of ``parties``' activations defended per record from now on: each
@@ -232,6 +241,13 @@ class PrimaryParty:
                 raise PeerValueError(
                     f"the primary: entity ids from party {p!r} in train.ea_step are not integers in "
                     f"[0, {len(self.labels)}) (got {getattr(got, 'dtype', type(got).__name__)}); refused, nothing applied"
+                )
+            outside = int((~self.trains_on[p][got]).sum()) if p in self.trains_on else 0
+            if outside:
+                raise PeerValueError(
+                    f"the primary: entity ids from party {p!r} in train.ea_step: {outside} of {got.size} are "
+                    "not among its training entities (its schedule's: never a validation or test entity); "
+                    "refused, nothing applied"
                 )
         return np.stack([ids[p] for p in self.parties])
 
