@@ -64,8 +64,7 @@ def watch(
     """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
     steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
     whether or not the run's progress changed; ``starting``: what happens before the run writes
-    its progress; ``since`` (time.time()): when this run started, progress written before it
-    being an earlier run's under the same name. Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own
+    its progress; ``since`` (time.time()): the run's start (older progress: an earlier run's). Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own
     elapsed column stops for good once a bar is full, i.e. at the end of the first epoch: hence a
     clock of our own.)"""
     stream = sys.stderr if stream is None else stream

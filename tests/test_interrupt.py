@@ -2,11 +2,14 @@
 next step, not left to finish, nor killed mid-write at exit), the command exits 130 naming the
 run, and the run's status.json says it failed, interrupted; a finished run it was replacing is
 put back. A fresh-clone walk found a traceback, 'terminate called without an active exception'
-(exit -6) and a status.json left 'running' for good."""
+(exit -6) and a status.json left 'running' for good. A Flower run past the command's --timeout
+ends alike (failed, timed out; exit 1), and a rerun's progress shows only its own."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import signal
 import subprocess
 import time
@@ -124,3 +127,26 @@ def test_a_flower_run_past_its_timeout_is_marked_failed_and_the_finished_run_put
     assert (tmp_path / "summary.json").read_text() == '{"test": 1}'  # the folder's finished run again
     attempt = json.loads((tmp_path / run_status.LAST_ATTEMPT).read_text())
     assert attempt["state"] == "failed" and "timed out" in attempt["error"]
+
+
+def test_an_earlier_runs_progress_is_not_shown_as_this_runs(tmp_path):
+    """A rerun under a finished run's name showed that run's last progress ("done epoch 0/1 loss=...
+    | val ...") as its own first line, before it had written any: progress from before the command
+    started is not this run's."""
+    from fedsim.watch import watch
+
+    old = {"phase": "done", "epoch": 0, "max_epochs": 1, "step": 9, "steps_per_epoch": 9, "loss": 0.71}
+    (tmp_path / "progress.json").write_text(json.dumps(old))
+    os.utime(tmp_path / "progress.json", (1e9, 1e9))  # written long before this command
+    calls, plain = [], io.StringIO()
+
+    def sleep(seconds: float) -> None:
+        calls.append(seconds)
+        if len(calls) == 2:  # the new run's first progress
+            now = {"phase": "training", "epoch": 0, "max_epochs": 5, "step": 1, "steps_per_epoch": 9}
+            (tmp_path / "progress.json").write_text(json.dumps(now))
+
+    since = time.time()  # the command's run starts
+    watch(lambda: len(calls) >= 3, tmp_path, label="run", stream=plain, clock=lambda: 7.0, sleep=sleep, since=since)
+    lines = [line.split(" [")[0] for line in plain.getvalue().splitlines()]
+    assert lines == ["run: training epoch 0/5"], lines

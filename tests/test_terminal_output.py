@@ -91,31 +91,6 @@ def test_off_a_terminal_a_line_each_time_the_phase_or_the_epoch_changes(tmp_path
     assert all(line.endswith("[0:00:00]") for line in lines)
 
 
-def test_an_earlier_runs_progress_is_not_shown_as_this_runs(tmp_path):
-    """A rerun under a finished run's name showed that run's last progress ("done epoch 0/1 loss=...
-    | val ...") as its own first line, before it had written any: progress from before the command
-    started is not this run's."""
-    import os
-
-    from fedsim.watch import watch
-
-    old = {"phase": "done", "epoch": 0, "max_epochs": 1, "step": 9, "steps_per_epoch": 9, "loss": 0.71}
-    (tmp_path / "progress.json").write_text(json.dumps(old))
-    os.utime(tmp_path / "progress.json", (1e9, 1e9))  # written long before this command
-    calls, plain = [], io.StringIO()
-
-    def sleep(seconds: float) -> None:
-        calls.append(seconds)
-        if len(calls) == 2:  # the new run's first progress
-            now = {"phase": "training", "epoch": 0, "max_epochs": 5, "step": 1, "steps_per_epoch": 9}
-            (tmp_path / "progress.json").write_text(json.dumps(now))
-
-    since = time.time()  # the command's run starts
-    watch(lambda: len(calls) >= 3, tmp_path, label="run", stream=plain, clock=lambda: 7.0, sleep=sleep, since=since)
-    lines = [line.split(" [")[0] for line in plain.getvalue().splitlines()]
-    assert lines == ["run: training epoch 0/5"], lines
-
-
 def test_epochs_are_numbered_alike_in_the_bar_the_summary_line_and_the_report(tmp_path, capsys):
     from app.run_status import tracked
     from fedsim.report import headline
