@@ -143,3 +143,35 @@ def test_the_primary_takes_the_services_answer_only_for_its_job_and_its_records(
     served(here)  # no digest: cannot be bound to these records
     with pytest.raises(KeptError, match="queried with other identifiers"):
         _linkage(asked, kept, ids, {})
+
+
+@pytest.mark.parametrize("value,dtype", [(1e300, np.float64), (3.4e38, np.float32), (0.5, np.float64)])
+def test_predict_refuses_a_secondarys_poisoned_kept_embeddings_naming_it(kept_run, monkeypatch, value, dtype):
+    """Kept embeddings are held to what training held them to (strategies/wire_checks.py): exactly
+    (T, c) in the run's dtype, finite, within the bound. A hostile secondary's float64 1e300 or
+    float32 3.4e38 of the right shape passed, became inf in the run's float32 and was written as
+    NaN or arbitrary predictions, the command exiting 0."""
+    import app.vfl.predict_server as predict_server
+    from app.vfl.channel import FlowerChannel
+    from strategies.vfl.wire import StepReply
+    from strategies.wire_checks import PeerValueError
+
+    cfg, kept, root = kept_run
+    pd.read_csv(root / "sales.csv").drop(columns=["price"]).head(20).to_csv(root / "new.csv", index=False)
+    cut = kept.settings.model.cut_dim
+
+    def hostile(self, message_type, contents):  # every party answers finite values of the right shape
+        tokens = {p: messages.read_kept_embed(c)[2] for p, c in contents.items()}
+        return {
+            p: messages.reply_content(StepReply(np.full((len(t), cut), value, dtype=dtype))) for p, t in tokens.items()
+        }
+
+    monkeypatch.setattr(
+        predict_server, "handshake", lambda grid, parties, *a, **k: {p: i + 1 for i, p in enumerate(parties)}
+    )
+    monkeypatch.setattr(FlowerChannel, "_exchange", hostile)
+    out = root / f"p-{np.dtype(dtype).name}-{value:g}.csv"
+    asked = cfg.replace(predict_run="r1", predict_input=str(root / "new.csv"), predict_output=str(out))
+    with pytest.raises(PeerValueError, match=r"the primary: embeddings from party '\w+' in query\.embed_kept"):
+        predict_server.run_predict(None, asked)
+    assert not out.exists()
