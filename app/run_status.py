@@ -53,10 +53,6 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(*(args or ("interrupted (Ctrl-C / SIGINT); the run stopped",)))
 
 
-class RunTimedOut(TimeoutError):
-    """The command running the run stopped it at its deadline (`fedsim train --timeout`)."""
-
-
 def read(folder: Path) -> dict | None:
     path = Path(folder) / STATUS
     return json.loads(path.read_text()) if path.exists() else None

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
-from fedsim.train_engines import flower_run, in_process_run, stopped
+from fedsim.train_engines import RunTimedOut, flower_run, in_process_run, stopped
 from files.source_tree import refuse_source
 from strategies.vfl.methods import REGISTRY
 
@@ -257,9 +257,7 @@ def engine(args: argparse.Namespace, nodes: int, in_process: bool) -> Callable[[
                 outcome = in_process_run(RunConfig.from_flower(run_values), folder)
             else:
                 outcome = flower_run(run_values, folder, nodes, args)
-        except KeyboardInterrupt as e:
-            return stopped(folder, started, e)
-        except TimeoutError as e:  # the command's --timeout: app.run_status.RunTimedOut
+        except (KeyboardInterrupt, RunTimedOut) as e:  # Ctrl-C, or the command's --timeout
             return stopped(folder, started, e)
         return report_outcome(folder, started, outcome)
 

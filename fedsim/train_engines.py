@@ -14,6 +14,10 @@ from fedsim.watch import interrupt, run_thread, tail, watch
 from files.private import private_dir
 
 
+class RunTimedOut(TimeoutError):
+    """The command stopped a Flower run at its deadline (`fedsim train --timeout`)."""
+
+
 def in_process_run(cfg, run_dir: Path) -> str:
     from app.modes import run_experiment  # lazy: the training stack (torch, flwr, pandas), off `fedsim --help`
     from app.run_status import RunInterrupted  # lazy: as above
@@ -78,8 +82,6 @@ def flower_run(values: dict, run_dir: Path, nodes: int, args: argparse.Namespace
                 stop()
                 shutil.rmtree(home, ignore_errors=True)  # the simulation's own FLWR_HOME (installed app, state)
     if timed_out:
-        from app.run_status import RunTimedOut  # lazy: as above
-
         raise RunTimedOut(f"timed out: the run had not ended when the command's --timeout of {args.timeout:g} s passed")
     return tail(log)
 
