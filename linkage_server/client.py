@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import io
 import time
 from pathlib import Path
 from typing import Callable
@@ -16,17 +15,10 @@ import numpy as np
 from files.atomic import atomic_path, write_atomic
 from linkage.binding import UploadRecord, upload_record, write_record
 from linkage.contracts import LinkageError, PrimaryLinkage
-from linkage.store import read_primary, save_privacy
+from linkage.store import save_privacy
+from linkage_server.answers import ROLES, MalformedAnswer, ServiceError, check_result, field, read_answer
 from linkage_server.params import FINGERPRINT_HEADER, JobParams
 from linkage_server.uploads import to_npy
-
-
-class ServiceError(RuntimeError):
-    """The service refused a request; the message is the service's explanation."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"linkage service answered {status}: {detail}")
-        self.status, self.detail = status, detail
 
 
 def _check(r: httpx.Response) -> httpx.Response:
@@ -205,10 +197,16 @@ class LinkageClient:
             content=to_npy(np.asarray(identifiers)),
             headers=self._encoding(fingerprint),
         )
-        self.query_budget = {"budget": int(r.headers["x-query-budget"]), "left": int(r.headers["x-query-cells-left"])}
+        budget = {k: r.headers.get(h, "") for k, h in (("budget", "x-query-budget"), ("left", "x-query-cells-left"))}
+        if not all(v.isdigit() for v in budget.values()):
+            raise MalformedAnswer(
+                f"to the query lacks its budget headers (x-query-budget, x-query-cells-left): {budget}"
+            )
+        got = read_answer(r.content, self.job)  # read before it is written: a bad answer never replaces a good one
+        self.query_budget = {k: int(v) for k, v in budget.items()}
         if out is not None:
             write_atomic(Path(out), r.content)
-        return read_primary(io.BytesIO(r.content))
+        return got
 
     def status(self) -> dict:
         return self._request("GET", f"/jobs/{self.job}").json()
@@ -243,21 +241,23 @@ class LinkageClient:
                     ) from None
                 time.sleep(max(poll, 0.5))
                 continue
+            state = field(st, "state", f"the status of job {self.job}")
             if on_progress is not None:
                 on_progress(st)
-            if st["state"] == "done":
+            if state == "done":
                 return st
-            if st["state"] == "failed":
-                raise ServiceError(409, f"job {self.job} failed: {st['error']}")
-            if st["state"] == "created" and not until_started:
+            if state == "failed":
+                raise ServiceError(409, f"job {self.job} failed: {st.get('error')}")
+            if state == "created" and not until_started:
                 raise ServiceError(409, f"job {self.job} has not been started by the primary")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.job} still {st['state']} after {timeout} s ({st['progress']})")
+                raise TimeoutError(f"job {self.job} still {state} after {timeout} s ({st.get('progress')})")
             time.sleep(poll)
 
-    def _download(self, url: str, path: Path) -> None:
+    def _download(self, url: str, path: Path, check: Callable[[Path], None]) -> None:
         """GET url into path, 1 MiB at a time (a 10M-record primary.npz is gigabytes), under a
-        temporary name renamed when whole: a failed download leaves the old file, or none."""
+        temporary name renamed when whole and ``check``ed: a failed or refused download leaves
+        the old file, or none."""
         for attempt in range(RETRIES_429 + 1):
             with self._http.stream("GET", url) as r:
                 wait = retry_after(r) if attempt < RETRIES_429 else None
@@ -267,18 +267,23 @@ class LinkageClient:
                 if not r.is_success:
                     r.read()
                     _check(r)
-                with atomic_path(path) as tmp, open(tmp, "wb") as f:  # the folder made once the service answered
-                    for block in r.iter_bytes(1 << 20):
-                        f.write(block)
+                with atomic_path(path) as tmp:  # the folder made once the service answered
+                    with open(tmp, "wb") as f:
+                        for block in r.iter_bytes(1 << 20):
+                            f.write(block)
+                    check(tmp)
                 return
 
     def fetch(self, folder: Path) -> Path:
         """Download this party's result into `folder` under the name training reads; the primary,
         when this client uploaded its identifiers, also writes its upload record there."""
         st = self.status()
-        name = "primary.npz" if st["role"] == "primary" else f"secondary-{self.party}.npz"
-        path = Path(folder) / name
-        self._download(f"/jobs/{self.job}/parties/{self.party}/result", path)
+        role = field(st, "role", f"the status of job {self.job}")
+        if role not in ROLES:
+            raise MalformedAnswer(f"to the status of job {self.job} names role {role!r}, not one of {ROLES}")
+        path = Path(folder) / ("primary.npz" if role == "primary" else f"secondary-{self.party}.npz")
+        check = lambda tmp: check_result(tmp, role, self.job, self.party)  # noqa: E731 - the download's one check
+        self._download(f"/jobs/{self.job}/parties/{self.party}/result", path, check)
         if path.name == "primary.npz":
             save_privacy(st.get("privacy"), Path(folder))  # the job's privacy report, or none (removes a stale one)
             if self.uploaded is not None:
