@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from linkage.contracts import LinkageError
+
 
 def recall_at(true_row: np.ndarray, neighbour_rows: np.ndarray, k: int) -> float:
     """Fraction of records with a known true link (true_row >= 0) whose link is among the first k.
@@ -32,7 +34,12 @@ def improvement_delta(sims: np.ndarray, matches: int) -> float:
     it over-counts (1 - s over matches) and loses (s over the non-matches). Pairs beyond the K
     linked ones are unknown here and count as 0, so Delta is a lower bound.
     """
-    s = scaled(np.asarray(sims, dtype=np.float64))  # (m, K)
+    raw = np.asarray(sims, dtype=np.float64)  # (m, K)
+    if not 1 <= matches <= raw.shape[1]:
+        raise LinkageError(f"a baseline of {matches} matching neighbours: it must be 1 to K = {raw.shape[1]}")
+    if not np.isfinite(raw).all():
+        raise LinkageError(f"{int((~np.isfinite(raw)).sum())} of {raw.size} similarities are non-finite (NaN or inf)")
+    s = scaled(raw)  # (m, K)
     return float(((1.0 - s[:, :matches]).sum(1) + s[:, matches:].sum(1)).mean())
 
 

@@ -182,9 +182,14 @@ def cmd_delta(args) -> None:
     from linkage.store import load_primary  # lazy: looked up per call (tests stand in for the stored linkage)
 
     p = load_primary(Path(args.linkage_dir))
+    k_avg = args.k_avg or p.k  # 0: all K
+    if not 1 <= k_avg <= p.k:
+        raise ValueError(f"--k-avg {k_avg}: AvgSim averages 1 to K = {p.k} neighbours of this linkage (0: all K)")
     for party, link in p.links.items():
-        k_avg = args.k_avg or p.k
-        top1, avg = improvement_delta(link.sims, 1), improvement_delta(link.sims, k_avg)
+        try:
+            top1, avg = improvement_delta(link.sims, 1), improvement_delta(link.sims, k_avg)
+        except LinkageError as e:
+            raise LinkageError(f"party {party!r}: {e}") from None
         print(f"{party}: K={p.k} Delta(Top1Sim)={top1:.3f} Delta(AvgSim, K={k_avg})={avg:.3f}")
         print("\n".join(f"  {line}" for line in delta_verdict(top1, avg, p.k, k_avg)))
 

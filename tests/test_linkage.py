@@ -266,3 +266,27 @@ def test_job_ids_tell_row_splits_and_shapes_apart():
     e = job_id_of(np.array(["ab", "c"]), {"s": np.array(["d"])}, 1, 1.0, "edit")
     f = job_id_of(np.array(["ab"]), {"s": np.array(["c", "d"])}, 1, 1.0, "edit")
     assert len({a, b}) == 2 and c != d and e != f
+
+
+def test_the_improvement_estimate_refuses_what_it_cannot_estimate(tmp_path, monkeypatch, capsys):
+    """`fedsim estimate --k-avg -1` printed "averaging -1 neighbours" and one NaN among 250
+    similarities moved Delta(Top1Sim) from 2.13 to 4.00 and Delta(AvgSim) to 0.00, each a
+    confident verdict with exit 0. Now refused naming the value (exit 2)."""
+    from linkage.quality import improvement_delta
+    from linkage_server import cli
+
+    sims = np.array([[1.0, 0.9, 0.8], [0.9, 0.1, 0.0]])
+    for matches in (0, -1, 4):
+        with pytest.raises(LinkageError, match="neighbours"):
+            improvement_delta(sims, matches)
+    with pytest.raises(LinkageError, match="non-finite"):
+        improvement_delta(np.where(sims == 0.1, np.nan, sims), 1)
+
+    class Primary:
+        k, links = 3, {"s": type("Link", (), {"sims": np.where(sims == 0.1, np.nan, sims)})()}
+
+    monkeypatch.setattr("linkage.store.load_primary", lambda folder: Primary())
+    for argv, named in ((["--k-avg", "-1"], "--k-avg"), (["--k-avg", "4"], "--k-avg"), ([], "party 's'")):
+        with pytest.raises(SystemExit) as done:
+            cli.main(["estimate", "--linkage-dir", str(tmp_path), *argv])
+        assert done.value.code == 2 and named in capsys.readouterr().err
