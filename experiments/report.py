@@ -54,6 +54,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.jobs < 1:
         ap.error("--jobs must be at least 1")
+    unknown = [n for n in args.sweeps.split(",") if not (REPO / "conf" / "sweeps" / f"{n}.toml").is_file()]
+    if unknown:  # before any sweep runs (a full preset is hours)
+        ap.error(
+            f"--sweeps: no sweep named {', '.join(map(repr, unknown))} (conf/sweeps/*.toml; the report's: {SWEEPS})"
+        )
     out = args.out or (REPO / "runs" / "report-quick" / "results.md" if args.quick else REPO / "docs" / "results.md")
     img = out.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
