@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -98,6 +99,9 @@ def _pieces(body: bytes, on_sent: Callable[[int, int], None] | None, size: int =
         yield body[lo : lo + size]
         if on_sent is not None:
             on_sent(min(lo + size, len(body)), len(body))
+
+
+STATUS_BYTES = 1 << 20  # the largest status answer a client reads
 
 
 class LinkageClient:
@@ -231,7 +235,7 @@ class LinkageClient:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                st = self.status()
+                st = self._status_by(deadline, timeout)
             except httpx.TransportError as e:
                 if time.monotonic() > deadline:
                     raise ServiceError(
@@ -253,6 +257,32 @@ class LinkageClient:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.job} still {state} after {timeout} s ({st.get('progress')})")
             time.sleep(poll)
+
+    def _status_by(self, deadline: float, timeout: float) -> dict:
+        """The job's status, whole by ``deadline`` (time.monotonic()): httpx's timeout is per read,
+        so a service that trickles its answer could otherwise hold :meth:`wait` past its timeout."""
+        for attempt in range(RETRIES_429 + 1):
+            with self._http.stream("GET", f"/jobs/{self.job}") as r:
+                if not r.is_success:
+                    r.read()
+                    wait = retry_after(r) if attempt < RETRIES_429 else None
+                    if wait is not None:  # the service's auth limits, as every request retries them (send)
+                        time.sleep(wait)
+                        continue
+                    _check(r)
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline or len(body) > STATUS_BYTES:
+                        raise TimeoutError(
+                            f"job {self.job}: the linkage service's status answer was not whole within the "
+                            f"wait's {timeout} s (or passed {STATUS_BYTES} bytes)"
+                        )
+            try:
+                return json.loads(bytes(body))
+            except ValueError:
+                raise MalformedAnswer(f"to the status of job {self.job} is not JSON: {bytes(body[:200])!r}") from None
+        raise AssertionError("unreachable: the last attempt checks its answer")
 
     def _download(self, url: str, path: Path, check: Callable[[Path], None]) -> None:
         """GET url into path, 1 MiB at a time (a 10M-record primary.npz is gigabytes), under a

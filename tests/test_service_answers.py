@@ -119,3 +119,45 @@ def test_a_query_answer_that_cannot_be_read_is_refused_and_the_previous_answer_k
     with pytest.raises(ServiceError, match="the linkage service's answer"):
         client.query(np.zeros((2, 2)), out=out)
     assert out.read_bytes() == primary_bytes(GOOD)
+
+
+def test_a_service_trickling_its_status_cannot_hold_wait_past_its_timeout():
+    """httpx's timeout is per read: one byte every 0.5 s under a 1 s read timeout held wait(2 s)
+    for the whole body (27 s here; days at the command's 600 s). The bound: the wait's timeout,
+    plus one read timeout, plus a margin of 2 s for a loaded machine."""
+    import socket
+    import threading
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    body = b'{"role": "primary", "state": "running", "progress": {}}'
+
+    def trickle() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                try:
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                    )
+                    for byte in body:
+                        conn.sendall(bytes([byte]))
+                        time.sleep(0.5)
+                except OSError:
+                    pass
+
+    threading.Thread(target=trickle, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with LinkageClient(f"http://127.0.0.1:{server.getsockname()[1]}", "job1", "p", "s", timeout=1.0) as client:
+            with pytest.raises(TimeoutError, match="job job1"):
+                client.wait(timeout=2.0, poll=0.1)
+    finally:
+        server.close()
+    assert time.monotonic() - t0 < 2.0 + 1.0 + 2.0
