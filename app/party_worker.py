@@ -43,6 +43,7 @@ START_TIMEOUT = 60.0  # seconds for a worker to listen (its imports, on a loaded
 MAX_WAIT = 600.0  # a worker waits at most this long for the primary, whatever node-timeout says
 HANDSHAKE = 5.0  # seconds a connection has to prove the run key
 HANDLERS = ("app.vfl.client", "app.entity_aug.client")  # the modules whose DIRECT table a worker may serve
+MAX_WORKERS = 8  # live workers a node starts for one party (node config max-workers): a run needs one
 
 
 class LiveContext(Context):
@@ -93,19 +94,21 @@ def spawn(context: Context, key: str, timeout: float, handlers: str = HANDLERS[0
             f"node config 'direct-listen' = {listen!r} listens on every interface: set "
             "'direct-address' to the HOST:PORT the primary reaches this worker at"
         )
+    node = _started(os.getppid())
+    tag = _refuse_past_cap(context, node)
     spec = {
         "node_config": dict(context.node_config),
         "run_config": dict(context.run_config),
         "key": key,
         "listen": listen,
         "timeout": min(timeout, MAX_WAIT),
-        "node": _started(os.getppid()),
+        "node": node,
         "handlers": handlers,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APP_ROOT), os.environ.get("PYTHONPATH", "")])}
     # the ClientApp's working folder: default and relative node-config folders resolve alike
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.party_worker"],
+        [sys.executable, "-m", "app.party_worker", "--node", tag],  # the tag: how the next spawn counts it
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=os.getcwd(),
@@ -129,6 +132,34 @@ def spawn(context: Context, key: str, timeout: float, handlers: str = HANDLERS[0
             "in use by an earlier run's worker?); its error is in this node's log"
         )
     return advertise or line.split()[1]
+
+
+def _refuse_past_cap(context: Context, node: list) -> str:
+    """This node's tag for its party's workers (the node process and the party), refused when
+    that many are alive already: each direct_open starts one, so a primary could otherwise hold
+    any number (~280 MiB each, waiting up to MAX_WAIT to be authenticated, then for the link)."""
+    party = context.node_config.get("party", context.node_config.get("partition-id", ""))
+    tag = f"{node[0]}:{node[1]}:{party}"
+    cap = int(context.node_config.get("max-workers", MAX_WORKERS))
+    live = _live(tag)
+    if live >= cap:
+        raise RuntimeError(
+            f"this node already runs {live} party worker(s) for party {party!r} (node config 'max-workers' = {cap}): "
+            "refusing to start another; a run needs one, and each ends with its run"
+        )
+    return tag
+
+
+def _live(tag: str) -> int:
+    """This host's running party workers started with ``tag`` (their command line; Linux's /proc)."""
+    want = f"app.party_worker\0--node\0{tag}\0".encode()
+    count = 0
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            count += pid.isdigit() and want in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone, or another user's
+    return count
 
 
 def _started(pid: int) -> list:

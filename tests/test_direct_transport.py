@@ -322,3 +322,22 @@ def test_a_refused_party_set_releases_the_workers_its_handshake_started(run_iden
     # released, not left to node-timeout (60 s): 30 s leaves a loaded machine (a suite with network-
     # namespace labs beside it failed at 10 s, 2026-11-26) room and still halves the timeout
     assert len(_workers()) <= 2 and _ended(30)
+
+
+def test_a_node_starts_at_most_its_max_workers_for_a_party():
+    """Each direct_open started a worker, with no cap: a primary opening again and again held any
+    number (6 opens: 6 workers, 1.7 GiB, each waiting up to 600 s). A node starts at most its node
+    config's max-workers live ones per party; one that ended frees its place."""
+    first = spawn(_context(**{"max-workers": 2}), new_key(), timeout=30)
+    spawn(_context(**{"max-workers": 2}), new_key(), timeout=30)
+    with pytest.raises(RuntimeError, match="already runs 2 party worker.*'max-workers' = 2"):
+        spawn(_context(**{"max-workers": 2}), new_key(), timeout=30)
+    assert len(_workers()) == 2
+    os.kill(_workers()[0], signal.SIGKILL)
+    deadline = time.monotonic() + 20  # a loaded machine's margin for the kill to land
+    while len(_workers()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    spawn(_context(**{"max-workers": 2}), new_key(), timeout=30)  # a place again
+    for pid in _workers():
+        os.kill(pid, signal.SIGKILL)
+    assert first and _ended()
