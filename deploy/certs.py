@@ -37,8 +37,9 @@ def _name(common: str) -> x509.Name:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Created 0600 (never readable by others, not even for a moment: files.private.create_secret);
-    an existing file is replaced (new credentials for a new deployment)."""
+    """Created 0600 (never readable by others, not even for a moment: files.private.create_secret;
+    a certificate or public key too: no one else may replace it); an existing file is replaced
+    (new credentials for a new deployment)."""
     path.unlink(missing_ok=True)
     create_secret(path, data, "credential")
 
@@ -74,7 +75,7 @@ def make_ca(folder: Path, days: int = 365) -> tuple[x509.Certificate, ec.Ellipti
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .sign(key, hashes.SHA384())
     )
-    (folder / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_private(folder / "ca.crt", cert.public_bytes(serialization.Encoding.PEM))
     write_private(folder / "ca.key", _pem_key(key))
     return cert, key
 
@@ -102,7 +103,7 @@ def make_server_cert(
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA384())
     )
-    (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_private(folder / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM))
     write_private(folder / f"{name}.key", _pem_key(key))
 
 
@@ -116,8 +117,9 @@ def make_node_key(folder: Path, party: str) -> Path:
             serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
         ),
     )
-    (folder / f"{party}.pub").write_bytes(
-        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    write_private(  # public, but no one else may replace it
+        folder / f"{party}.pub",
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH),
     )
     return folder / party
 
