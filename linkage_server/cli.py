@@ -132,6 +132,16 @@ def cmd_create_job(args) -> None:
     from linkage_server.client import create_job  # lazy: httpx, for the commands that call the service
 
     token = read_secret(_token_when_written(args), "FEDSIM_LINKAGE_ADMIN_TOKEN", "--admin-token-file")
+    folder = Path(args.secrets_dir)  # usable before the job is made: its secrets are handed out once
+    try:
+        private_dir(folder)
+        usable = folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+    except OSError:
+        usable = False
+    if not usable:
+        raise ValueError(
+            f"--secrets-dir {folder} is not a folder this user can write the job's secrets to; no job was made"
+        )
     deadline = time.monotonic() + args.wait_for_service
     while True:  # a service that has just written its token may not listen yet
         try:
@@ -143,7 +153,6 @@ def cmd_create_job(args) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
-    folder = Path(args.secrets_dir)
     for party, secret in out["secrets"].items():  # 0600 from the first byte; never over an existing file
         create_secret(folder / f"{out['job']}-{party}.secret", secret, "party secret")
     print(json.dumps({"job": out["job"], "secret_files": sorted(str(p) for p in folder.glob(f"{out['job']}-*"))}))

@@ -321,3 +321,26 @@ def test_progress_bars_are_drawn_on_a_terminal_only(monkeypatch, capsys):
     monkeypatch.setattr(progress, "shown", lambda: True)
     drawn = run()
     assert "upload" in drawn and "1.0/4.2 MB" in drawn and "job running" in drawn and "3/8" in drawn
+
+
+def test_create_job_refuses_a_secrets_folder_it_cannot_write_before_the_service_makes_the_job(
+    tmp_path, monkeypatch, capsys
+):
+    """The job was made first and its secrets (handed out once) written after: a --secrets-dir
+    that is a file left a job on the service whose secrets nobody held, with a bare
+    NotADirectoryError (exit 1) that named no job to cancel."""
+    import pytest
+
+    from linkage_server import cli as service_cli
+    from linkage_server import client
+
+    made = []
+    monkeypatch.setattr(client, "create_job", lambda *a, **k: made.append(a) or {"job": "j", "secrets": {"p": "x"}})
+    (tmp_path / "admin.token").write_text(ADMIN)
+    (tmp_path / "notadir").write_text("a file")
+    argv = ["create-job", "--url", "http://127.0.0.1:1", "--admin-token-file", str(tmp_path / "admin.token")]
+    argv += ["--primary", "p", "--secondary", "s", "--secrets-dir", str(tmp_path / "notadir")]
+    with pytest.raises(SystemExit) as done:
+        service_cli.main(argv)
+    assert done.value.code == 2 and "--secrets-dir" in capsys.readouterr().err
+    assert made == []  # no job on the service
