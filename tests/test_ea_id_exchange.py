@@ -159,3 +159,32 @@ def test_a_guest_reads_parties_toml_once_per_message_to_know_its_name(tmp_path, 
     context = Context(run_id=1, node_id=2, node_config={"partition-id": 1}, state=RecordDict(), run_config={})
     assert secondary_name(_cfg(homes["left"]), context) == "right" and len(reads) == 1
     assert ex.exchanged_secondaries(RunConfig.of(dataset="hdb", mode="entity-aug")) is None and len(reads) == 1
+
+
+def test_a_plan_or_answer_whose_values_are_not_integers_is_refused_by_name(tmp_path):
+    """A width or plan field of 'abc', NaN or inf raised a bare ValueError or OverflowError naming
+    no one; a 2-D or empty records array was accepted (2-D batches; an empty one failed later,
+    inside training); a hello without its record raised a KeyError."""
+    homes = _folders(tmp_path, rows=120)
+    primary, data, asked = _meet(homes)
+    left = _cfg(homes["left"])
+    exchange = ex.Exchange.start(primary)
+    for width in ("abc", float("nan"), float("inf"), 2.5):
+        answer, _ = ex.answer(left, "left", exchange.request)
+        answer["ea_ids"]["width"] = width
+        with pytest.raises(ProtocolError, match="secondary 'left': .*width"):
+            exchange.matches({"left": answer})
+    for field, value in (("entities_total", "x"), ("steps_per_epoch", float("nan")), ("order_seed", float("inf"))):
+        content = ex.plan_content(primary, data, "left")
+        content["ea_hello"][field] = value
+        with pytest.raises(ProtocolError, match=f"not this party's.*{field}"):
+            ex.plan_inputs(left, "left", content, asked["left"])
+    for records, why in ((lambda r: r[:4].reshape(2, 2), "records"), (lambda r: r[:0], "records")):
+        content = ex.plan_content(primary, data, "left")
+        content["ea_plan"]["records"] = Array(records(content["ea_plan"]["records"].numpy()))
+        with pytest.raises(ProtocolError, match=f"not this party's.*{why}"):
+            ex.plan_inputs(left, "left", content, asked["left"])
+    content = ex.plan_content(primary, data, "left")
+    del content["ea_hello"]
+    with pytest.raises(ProtocolError, match="query.ea_hello"):
+        ex.plan_inputs(left, "left", content, asked["left"])

@@ -134,7 +134,9 @@ class Exchange:
             if rec is None or points is None or set(points) != {"own", "theirs"}:
                 raise ProtocolError(f"{who}: its query.ea_ids answer lacks its blinded ids")
             expect_fields(rec, {"party", "width"}, f"{who}'s query.ea_ids answer")
-            width = int(rec.get("width", 0))
+            width = _integer(rec.get("width", 0))
+            if width is None:
+                raise ProtocolError(f"{who}: declared width {rec.get('width')!r}, not an integer")
             if not 1 <= width <= MAX_WIDTH:
                 raise ProtocolError(f"{who}: declared {width} features (1..{MAX_WIDTH} accepted)")
             theirs = points["theirs"].numpy()  # the label holder's ids, blinded by both: compared as they are
@@ -254,12 +256,15 @@ def read_plan(content: RecordDict, n_rows: int, asked: int, own: dict) -> tuple[
     int64 against what this guest knows: entities < the ids it was sent, rows < its own rows, the
     batch size and order seed its own run config gives (``own``), and no more steps an epoch than
     the run's entities fill (each epoch draws a stream of steps x batch ids)."""
-    rec, arrays = content.config_records["ea_hello"], content.array_records.get("ea_plan")
-    expect_fields(rec, set(PLAN), "query.ea_hello")
-    if arrays is None or set(arrays) != {"entities", "rows", "records"} or set(rec) != set(PLAN):
+    rec, arrays = content.config_records.get("ea_hello"), content.array_records.get("ea_plan")
+    if rec is None or arrays is None or set(arrays) != {"entities", "rows", "records"} or set(rec) != set(PLAN):
         raise ProtocolError("query.ea_hello: a guest met by its ids needs the label holder's plan")
-    fields = {k: int(rec[k]) for k in PLAN}
+    expect_fields(rec, set(PLAN), "query.ea_hello")
+    fields = {k: _integer(rec[k]) for k in PLAN}
+    for k, v in fields.items():
+        _require(v is not None, f"{k} {rec[k]!r}, not an integer")
     ent, rows, records = (np.asarray(arrays[k].numpy()).astype(np.int64) for k in ("entities", "rows", "records"))
+    _require(records.ndim == 1 and len(records) > 0, f"records of shape {records.shape}, expected (n,) with n > 0")
     _require(0 < fields["entities_total"] <= asked, f"{fields['entities_total']} entities, {asked} ids sent")
     _require(
         fields["batch_size"] == own["batch_size"], f"batch size {fields['batch_size']}, its run's {own['batch_size']}"
@@ -308,6 +313,17 @@ def replan_inputs(cfg: RunConfig, party: str, kept: dict) -> PartyInputs:
 
 def _unique_in(values: np.ndarray, n: int) -> bool:
     return bool(len(values) == 0 or (values.min() >= 0 and values.max() < n and len(np.unique(values)) == len(values)))
+
+
+def _integer(value) -> int | None:
+    """``value`` as an int when it is one (an int, or a float with no fraction), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _require(ok: bool, what: str) -> None:
