@@ -61,18 +61,18 @@ def identifiers(args) -> tuple[np.ndarray, str]:
     key = _key(args)
     if args.npy:
         return _npy_identifiers(args.npy, key)
-    ids, skipped = _csv_identifiers(args)
-    args.skipped = skipped
-    if key is not None:  # private mode: the party encodes with the parties' shared key before uploading
-        return encode_with_key(ids, key), identifier_digest(ids)
-    return ids, ""
-
-
-def _csv_identifiers(args) -> tuple[np.ndarray, dict]:
-    """--csv's identifiers under --missing; what the rule did is said on stderr, the skipped rows
-    written to --skipped-out. Returns (identifiers, {"csv_rows", "skipped", "skipped_rows_file"})."""
     rule, columns = getattr(args, "missing", "refuse"), args.columns.split(",")
     got = read_csv_identifiers(args.csv, columns, args.kind, rule)
+    # private mode: the party encodes with the parties' shared key before uploading; a key that
+    # cannot encode them is refused before the skipped rows' list replaces an earlier one
+    made = (encode_with_key(got.ids, key), identifier_digest(got.ids)) if key is not None else (got.ids, "")
+    args.skipped = _skipped_said(args, got, rule, columns)
+    return made
+
+
+def _skipped_said(args, got, rule: str, columns: list[str]) -> dict:
+    """What --missing did, said on stderr, the skipped rows written to --skipped-out; returns
+    {"csv_rows", "skipped", "skipped_rows_file"}."""
     out = (
         write_skipped(args.csv, got.skipped, skipped_path(args.csv, getattr(args, "skipped_out", None)))
         if len(got.skipped)
@@ -81,7 +81,7 @@ def _csv_identifiers(args) -> tuple[np.ndarray, dict]:
     said = report(got, args.csv, columns, rule, out)
     if said:
         print(said, file=sys.stderr)
-    return got.ids, {"csv_rows": got.rows, "skipped": len(got.skipped), "skipped_rows_file": str(out or "")}
+    return {"csv_rows": got.rows, "skipped": len(got.skipped), "skipped_rows_file": str(out or "")}
 
 
 def _key(args) -> dict | None:

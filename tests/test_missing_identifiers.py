@@ -266,3 +266,20 @@ def test_linkage_with_skipped_rows_is_the_linkage_of_the_file_without_them(tmp_p
     empty = load_primary(tmp_path / "empty")
     assert empty.tokens["s"].shape == (39, 3)  # rows 3 and 25 link on one name; row 17 has neither
     assert len(load_secondary(tmp_path / "empty", "s").row_of_token) == 49  # the all-empty row 44 skipped
+
+
+def test_a_refused_encode_leaves_the_last_list_of_skipped_rows(tmp_path, capsys):
+    """The skipped rows' list was written before the key was checked: an encode of numbers with a
+    key that has no FEDERAL section (refused, exit 2) replaced the list of the last good encode,
+    whose .npy stayed, so the list no longer described the identifiers beside it."""
+    (tmp_path / "v1.csv").write_text("name,x\nann,1\nbob,\ncat,3\n")
+    (tmp_path / "v2.csv").write_text("name,x\nann,\nbob,2\ncat,3\ndan,4\n")
+    (tmp_path / "k.key").write_text(json.dumps({"secret": "shared by the parties"}))  # no 'federal' section
+    skipped = tmp_path / "skipped.csv"
+    common = ["--columns", "x", "--missing", "skip", "--skipped-out", str(skipped), "--out", str(tmp_path / "enc")]
+    main(["encode", "--csv", str(tmp_path / "v1.csv"), *common])
+    before = skipped.read_bytes()
+    with pytest.raises(SystemExit) as done:
+        main(["encode", "--csv", str(tmp_path / "v2.csv"), "--key-file", str(tmp_path / "k.key"), *common])
+    assert done.value.code == 2 and "federal" in capsys.readouterr().err
+    assert skipped.read_bytes() == before
