@@ -134,12 +134,28 @@ class NpyWriter:
             raise LinkageError(f"{self.path.name}: {self.rows} rows written of {self.shape[0]}")
 
 
+def npy_header(f) -> tuple[tuple, bool, np.dtype]:
+    """(shape, Fortran order, dtype) of the .npy stream ``f`` (either format version), ``f`` left
+    at its first value."""
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return read_header(f)
+
+
+def npy_blocks(f, block: int):
+    """The values of the .npy stream ``f`` (a file, or an npz member), flat, ``block`` at a time."""
+    shape, _, dtype = npy_header(f)
+    left = int(np.prod(shape, dtype=np.int64))
+    while left:
+        count = min(block, left)
+        yield np.frombuffer(f.read(count * dtype.itemsize), dtype=dtype)
+        left -= count
+
+
 def npy_chunks(path: Path, step: int):
     """Yield (lo, rows (c, ..)) of a .npy file, ``step`` rows at a time, read (not memory-mapped)."""
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(f)
+        shape, fortran, dtype = npy_header(f)
         if fortran:
             raise LinkageError(f"{path}: a Fortran-ordered array cannot be read by rows")
         per_row = int(np.prod(shape[1:], dtype=np.int64))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from linkage.contracts import PrimaryLinkage
-from linkage.store import read_primary
+from linkage.store import npy_blocks, npy_header, read_primary
 
 BLOCK = 1 << 20  # values read at a time when checking a fetched result's similarities
 ROLES = ("primary", "secondary")
@@ -52,22 +52,14 @@ def field(answer, key: str, what: str):
 def _header(zf: zipfile.ZipFile, name: str) -> tuple[tuple, np.dtype]:
     """(shape, dtype) of one .npy member, read from its header alone."""
     with zf.open(name) as f:
-        version = np.lib.format.read_magic(f)
-        shape, _, dtype = (
-            np.lib.format.read_array_header_1_0(f) if version == (1, 0) else np.lib.format.read_array_header_2_0(f)
-        )
+        shape, _, dtype = npy_header(f)
     return shape, dtype
 
 
-def _finite(zf: zipfile.ZipFile, name: str, dtype: np.dtype) -> bool:
+def _finite(zf: zipfile.ZipFile, name: str) -> bool:
     """Whether a float member's values are all finite, read a block at a time."""
     with zf.open(name) as f:
-        version = np.lib.format.read_magic(f)
-        (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
-        while block := f.read(BLOCK * dtype.itemsize):
-            if not np.isfinite(np.frombuffer(block, dtype=dtype)).all():
-                return False
-    return True
+        return all(np.isfinite(block).all() for block in npy_blocks(f, BLOCK))
 
 
 def _primary(zf: zipfile.ZipFile, job: str) -> str:
@@ -84,7 +76,7 @@ def _primary(zf: zipfile.ZipFile, job: str) -> str:
         (ts, td), (ss, sd) = _header(zf, f"tokens__{q}.npy"), _header(zf, f"sims__{q}.npy")
         if td.kind not in "iu" or sd.kind != "f" or len(ts) != 2 or ts != ss or ts[1] != k:
             return f"holds party {q!r}'s tokens {td} {ts} and similarities {sd} {ss}, expected (m, K = {k}) of integers and floats"
-        if not _finite(zf, f"sims__{q}.npy", sd):
+        if not _finite(zf, f"sims__{q}.npy"):
             return f"holds non-finite similarities for party {q!r}"
         rows.add(ts[0])
     return "" if len(rows) <= 1 else f"holds parties of different record counts {sorted(rows)}"

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from files.atomic import write_atomic
+from linkage.store import npy_blocks
 from linkage_server.uploads import to_npy
 
 BLOCK = 1 << 20  # tokens read at a time (8 MB)
@@ -28,14 +29,7 @@ _lock = threading.Lock()
 def _tokens_in_blocks(npz: Path, party: str):
     """The party's released tokens (m, K) of primary.npz, flat, BLOCK at a time."""
     with zipfile.ZipFile(npz) as zf, zf.open(f"tokens__{party}.npy") as f:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read(f)
-        left = int(np.prod(shape, dtype=np.int64))
-        while left:
-            count = min(BLOCK, left)
-            yield np.frombuffer(f.read(count * dtype.itemsize), dtype=dtype)
-            left -= count
+        yield from npy_blocks(f, BLOCK)
 
 
 def links_per_row(folder: Path, party: str, row_of_token: np.ndarray) -> np.ndarray:
