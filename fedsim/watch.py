@@ -64,20 +64,13 @@ def watch(
     """Until ``done()``: on a terminal (``stream``, default stderr) a progress bar of the run's
     steps (``run_dir`` None: a spinner) and a clock, both redrawn every ``interval`` seconds
     whether or not the run's progress changed; ``starting``: what happens before the run writes
-    its progress; ``since`` (time.time()): the run's start (older progress: an earlier run's). Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own
-    elapsed column stops for good once a bar is full, i.e. at the end of the first epoch: hence a
-    clock of our own.)"""
+    its progress; ``since`` (time.time()): the run's start (older progress: an earlier run's).
+    Elsewhere a plain line per phase or epoch (:func:`_lines`). (Rich's own elapsed column stops
+    for good once a bar is full, i.e. at the end of the first epoch: hence a clock of our own.)"""
     stream = sys.stderr if stream is None else stream
+    progress = lambda: read_progress(run_dir, since) if run_dir is not None else None  # noqa: E731 - both views'
     if not stream.isatty():
-        _lines(
-            done,
-            lambda: read_progress(run_dir, since) if run_dir is not None else None,
-            label,
-            stream,
-            clock,
-            sleep,
-            interval,
-        )
+        _lines(done, progress, label, stream, clock, sleep, interval)
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
@@ -94,7 +87,7 @@ def watch(
     ) as bar:
         task = bar.add_task(f"{label}: {starting}", total=None, clock=clock_text(0), count="")
         while not done():
-            p = read_progress(run_dir, since) if run_dir is not None else None
+            p = progress()
             total = (p or {}).get("steps_per_epoch") or None  # steps of this epoch; unknown: no count shown
             news = (
                 {

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -261,48 +262,44 @@ class LinkageClient:
     def _status_by(self, deadline: float, timeout: float) -> dict:
         """The job's status, whole by ``deadline`` (time.monotonic()): httpx's timeout is per read,
         so a service that trickles its answer could otherwise hold :meth:`wait` past its timeout."""
+        body = bytearray()
+        with self._stream(f"/jobs/{self.job}") as r:
+            for chunk in r.iter_bytes():
+                body += chunk
+                if time.monotonic() > deadline or len(body) > STATUS_BYTES:
+                    raise TimeoutError(
+                        f"job {self.job}: the linkage service's status answer was not whole within the "
+                        f"wait's {timeout} s (or passed {STATUS_BYTES} bytes)"
+                    )
+        try:
+            return json.loads(bytes(body))
+        except ValueError:
+            raise MalformedAnswer(f"to the status of job {self.job} is not JSON: {bytes(body[:200])!r}") from None
+
+    @contextmanager
+    def _stream(self, url: str):
+        """GET url, its body left to stream; sent again after a 429 with Retry-After (as
+        :func:`send` does every request), any other refusal raised (:func:`_check`)."""
         for attempt in range(RETRIES_429 + 1):
-            with self._http.stream("GET", f"/jobs/{self.job}") as r:
-                if not r.is_success:
-                    r.read()
-                    wait = retry_after(r) if attempt < RETRIES_429 else None
-                    if wait is not None:  # the service's auth limits, as every request retries them (send)
-                        time.sleep(wait)
-                        continue
-                    _check(r)
-                body = bytearray()
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if time.monotonic() > deadline or len(body) > STATUS_BYTES:
-                        raise TimeoutError(
-                            f"job {self.job}: the linkage service's status answer was not whole within the "
-                            f"wait's {timeout} s (or passed {STATUS_BYTES} bytes)"
-                        )
-            try:
-                return json.loads(bytes(body))
-            except ValueError:
-                raise MalformedAnswer(f"to the status of job {self.job} is not JSON: {bytes(body[:200])!r}") from None
-        raise AssertionError("unreachable: the last attempt checks its answer")
+            with self._http.stream("GET", url) as r:
+                wait = retry_after(r) if attempt < RETRIES_429 else None
+                if wait is None:
+                    if not r.is_success:
+                        r.read()
+                        _check(r)
+                    yield r
+                    return
+            time.sleep(wait)
 
     def _download(self, url: str, path: Path, check: Callable[[Path], None]) -> None:
         """GET url into path, 1 MiB at a time (a 10M-record primary.npz is gigabytes), under a
         temporary name renamed when whole and ``check``ed: a failed or refused download leaves
         the old file, or none."""
-        for attempt in range(RETRIES_429 + 1):
-            with self._http.stream("GET", url) as r:
-                wait = retry_after(r) if attempt < RETRIES_429 else None
-                if wait is not None:
-                    time.sleep(wait)
-                    continue
-                if not r.is_success:
-                    r.read()
-                    _check(r)
-                with atomic_path(path) as tmp:  # the folder made once the service answered
-                    with open(tmp, "wb") as f:
-                        for block in r.iter_bytes(1 << 20):
-                            f.write(block)
-                    check(tmp)
-                return
+        with self._stream(url) as r, atomic_path(path) as tmp:  # the folder made once the service answered
+            with open(tmp, "wb") as f:
+                for block in r.iter_bytes(1 << 20):
+                    f.write(block)
+            check(tmp)
 
     def fetch(self, folder: Path) -> Path:
         """Download this party's result into `folder` under the name training reads; the primary,
