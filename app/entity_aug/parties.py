@@ -231,7 +231,8 @@ def build_primary(cfg: RunConfig, data: EntityData) -> PrimaryParty:
     optimizer = Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
     primary = PrimaryParty(widths, data.labels, head, model, optimizer, device, dtype)
     primary.protect(GRAD_NOISE[cfg.exchange_level()], data.secondaries)  # its own block's gradient stays here
-    primary.expect_records({p: batch_schedule(cfg, data, settings, p).records for p in data.parties})
+    aligned, shares = overlap_parts(cfg, data)  # the parties' schedules' records (batch_schedule), all at once
+    primary.expect_records(party_records(cfg.ea.variant, data.parties, data.split.train, aligned, shares))
     return primary
 
 
