@@ -20,7 +20,9 @@ from strategies.wire_checks import (  # noqa: F401 - re-exported: the checks eve
     NonFiniteValues,  # the readers' refusal
     ProtocolError,
     expect_fields,
+    peer_integer,
     plain_name,
+    read_count,
     require_finite,
 )
 
@@ -80,13 +82,17 @@ def named_content(record: str, **fields) -> RecordDict:
 def read_named(
     content: RecordDict, record: str, message: str, names: tuple[str, ...] = (), ints: tuple[str, ...] = ()
 ) -> dict:
-    """The fields of a query: ``names`` are plain folder names, ``ints`` integers; nothing else."""
+    """The fields of a query: ``names`` are plain folder names, ``ints`` non-negative integers
+    (an epoch, a count; :func:`read_count`, never coerced); nothing else."""
     rec = content.config_records[record]
     expect_fields(rec, set(names) | set(ints), message)
     missing = sorted((set(names) | set(ints)) - set(rec))
     if missing:
         raise ProtocolError(f"{message} lacks field(s) {missing}")
-    return {**{k: plain_name(rec[k], k.replace("_", " "), message) for k in names}, **{k: int(rec[k]) for k in ints}}
+    return {
+        **{k: plain_name(rec[k], k.replace("_", " "), message) for k in names},
+        **{k: read_count(rec, k, message) for k in ints},
+    }
 
 
 EXPOSURE = {"mse", "mean_baseline_mse", "ratio", "auxiliary_records"}  # a party's own inversion measurement

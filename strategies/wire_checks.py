@@ -2,6 +2,8 @@
 the protocol lacks, names that are plain folder names, finite values. A refusal names the sender.
 
     plain_name(value, what, message) -> str
+    peer_integer(value) -> int | None
+    read_count(fields, key, message, low=0) -> int
     expect_fields(record, allowed, message)
     require_finite(values, party, what, message)
     check_block(values, Expect(sender, what, message, shape, dtype)) -> values (numpy, unchanged)
@@ -56,6 +58,28 @@ def plain_name(value: object, what: str, message: str) -> str:
             "(letters, digits, _ . + = , @ -; no path)"
         )
     return name
+
+
+def peer_integer(value) -> int | None:
+    """``value`` as an int when it is one: an int, or a float with no fraction (a record may carry
+    one); None for anything else (a bool, a string, bytes, a fraction, NaN or inf), which the
+    reader refuses by name rather than coercing (``int(2.9)`` is 2, ``int(True)`` 1)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def read_count(fields, key: str, message: str, low: int = 0) -> int:
+    """``fields[key]`` as an int >= ``low`` (a step, an epoch, a count), else refused naming
+    ``message`` (which names the sender) and the field."""
+    value = peer_integer(fields[key])
+    if value is None or value < low:
+        raise ProtocolError(f"{message}: field {key!r} must be an integer >= {low}, got {fields[key]!r}")
+    return value
 
 
 def expect_fields(record, allowed: set[str], message: str) -> None:

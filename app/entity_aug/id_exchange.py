@@ -41,7 +41,7 @@ from app.entity_aug.parties import (
     order_seed,
     require_classification,
 )
-from app.messages import ProtocolError, expect_fields
+from app.messages import ProtocolError, expect_fields, peer_integer
 from app.run_files import ID_MATCHES
 from files.atomic import write_atomic
 from linkage.psi import POINT, Blinder, PsiError
@@ -134,7 +134,7 @@ class Exchange:
             if rec is None or points is None or set(points) != {"own", "theirs"}:
                 raise ProtocolError(f"{who}: its query.ea_ids answer lacks its blinded ids")
             expect_fields(rec, {"party", "width"}, f"{who}'s query.ea_ids answer")
-            width = _integer(rec.get("width", 0))
+            width = peer_integer(rec.get("width", 0))
             if width is None:
                 raise ProtocolError(f"{who}: declared width {rec.get('width')!r}, not an integer")
             if not 1 <= width <= MAX_WIDTH:
@@ -260,7 +260,7 @@ def read_plan(content: RecordDict, n_rows: int, asked: int, own: dict) -> tuple[
     if rec is None or arrays is None or set(arrays) != {"entities", "rows", "records"} or set(rec) != set(PLAN):
         raise ProtocolError("query.ea_hello: a guest met by its ids needs the label holder's plan")
     expect_fields(rec, set(PLAN), "query.ea_hello")
-    fields = {k: _integer(rec[k]) for k in PLAN}
+    fields = {k: peer_integer(rec[k]) for k in PLAN}
     for k, v in fields.items():
         _require(v is not None, f"{k} {rec[k]!r}, not an integer")
     ent, rows, records = (np.asarray(arrays[k].numpy()).astype(np.int64) for k in ("entities", "rows", "records"))
@@ -313,17 +313,6 @@ def replan_inputs(cfg: RunConfig, party: str, kept: dict) -> PartyInputs:
 
 def _unique_in(values: np.ndarray, n: int) -> bool:
     return bool(len(values) == 0 or (values.min() >= 0 and values.max() < n and len(np.unique(values)) == len(values)))
-
-
-def _integer(value) -> int | None:
-    """``value`` as an int when it is one (an int, or a float with no fraction), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _require(ok: bool, what: str) -> None:

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from strategies.wire_checks import ProtocolError, expect_fields, require_finite
+from strategies.wire_checks import ProtocolError, expect_fields, read_count, require_finite
 
 # ---------------------------------------------------------------------------- one exchange's payloads
 
@@ -41,7 +41,8 @@ class StepRequest:
         expect_fields(fields, REQUEST_FIELDS, "train.ea_step")
         if set(fields) != REQUEST_FIELDS or set(arrays) != ({"grad"} if fields["has_grad"] else set()):
             raise ProtocolError(f"train.ea_step: fields {sorted(fields)} with arrays {sorted(arrays)}")
-        return cls(int(fields["epoch"]), int(fields["step"]), arrays.get("grad"))
+        epoch, step = read_count(fields, "epoch", "train.ea_step"), read_count(fields, "step", "train.ea_step", low=-1)
+        return cls(epoch, step, arrays.get("grad"))
 
 
 REQUEST_FIELDS = {"epoch", "step", "has_grad"}

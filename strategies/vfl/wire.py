@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from strategies.wire_checks import ProtocolError, expect_fields, plain_name, require_finite
+from strategies.wire_checks import ProtocolError, expect_fields, plain_name, read_count, require_finite
 
 if TYPE_CHECKING:
     import torch
@@ -119,8 +119,8 @@ class StepRequest:
         hold, names plain, lr_scale in (0, 1]); the party checks the blocks' values before it
         applies any (strategies/vfl/secondary.py)."""
         expect_fields(fields, STEP_FIELDS, "train.step")
-        n = int(fields["n_apply"])
-        if n < 0 or len(arrays) != 2 * n + 1:  # before naming any: n_apply is the sender's number
+        n = read_count(fields, "n_apply", "train.step")
+        if len(arrays) != 2 * n + 1:  # before naming any: n_apply is the sender's number
             raise ProtocolError(f"train.step: n_apply = {n} but the step holds {len(arrays)} arrays (expected 2 n + 1)")
         want = {"tokens"} | {f"apply_{f}_{j}" for j in range(n) for f in ("tokens", "grad")}
         if set(arrays) != want:
@@ -130,12 +130,15 @@ class StepRequest:
         blocks = [GradBlock(arrays[f"apply_tokens_{j}"], arrays[f"apply_grad_{j}"]) for j in range(n)]
         scale = require_lr_scale(float(fields.get("lr_scale", 1.0)), "train.step")
         asked = {
-            name: (plain_name(fields[f"{name}_run"], "run name", "train.step"), int(fields[f"{name}_epoch"]))
+            name: (
+                plain_name(fields[f"{name}_run"], "run name", "train.step"),
+                read_count(fields, f"{name}_epoch", "train.step"),
+            )
             if f"{name}_epoch" in fields
             else None
             for name in ("save", "keep")
         }
-        job, cursor, digest = str(fields["job_id"]), int(fields["cursor"]), str(fields["digest"])
+        job, cursor, digest = str(fields["job_id"]), read_count(fields, "cursor", "train.step"), str(fields["digest"])
         return cls(blocks, arrays["tokens"], job, cursor, digest, scale, asked["save"], asked["keep"])
 
 
@@ -166,13 +169,14 @@ class StepReply:
             raise ProtocolError(
                 f"party {party!r}'s reply to {message} holds arrays {sorted(arrays)}; expected 'emb' only"
             )
-        expect_fields(fields, REPLY_FIELDS, f"party {party!r}'s reply to {message}")
+        who = f"party {party!r}'s reply to {message}"
+        expect_fields(fields, REPLY_FIELDS, who)
         require_finite(arrays["emb"], party, "embeddings", f"the reply to {message}")
         state = None
         if set(fields) & STATE_FIELDS:
             if not STATE_FIELDS <= set(fields):
                 raise ProtocolError(f"party {party!r}'s reply to {message}: a saved state needs {sorted(STATE_FIELDS)}")
-            state = {"digest": str(fields["state_digest"]), "applied": int(fields["state_applied"])}
-            state["epoch"] = int(fields["state_epoch"])
-        applied = int(fields["applied"]) if "applied" in fields else None
+            state = {"digest": str(fields["state_digest"]), "applied": read_count(fields, "state_applied", who)}
+            state["epoch"] = read_count(fields, "state_epoch", who)
+        applied = read_count(fields, "applied", who) if "applied" in fields else None
         return cls(arrays["emb"], state, applied)

@@ -1,0 +1,75 @@
+"""A peer's integer fields are read strictly: an int (or a float with no fraction, as Flower's
+records may carry one), never a bool, a string or a fraction rounded down, and a count is never
+negative. A refusal names the message and the field."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, RecordDict
+
+from app import messages
+from strategies.entity_aug.channel import StepRequest as EAStepRequest
+from strategies.vfl.wire import StepReply, StepRequest
+from strategies.wire_checks import ProtocolError, peer_integer
+
+
+def keep(**fields) -> RecordDict:
+    return RecordDict({"keep": ConfigRecord({"run": "r1", **fields})})
+
+
+@pytest.mark.parametrize("value", [2.9, True, "3", "abc", -1, float("nan"), float("inf"), b"3"])
+def test_a_keep_with_a_count_that_is_not_a_non_negative_integer_is_refused_naming_it(value):
+    with pytest.raises(ProtocolError, match=r"query\.keep.*'epoch'"):
+        messages.read_named(
+            keep(epoch=value, applied=4), "keep", "query.keep", names=("run",), ints=("epoch", "applied")
+        )
+
+
+@pytest.mark.parametrize("value, read", [(3, 3), (3.0, 3), (0, 0)])
+def test_a_keep_with_integer_counts_is_read_as_ints(value, read):
+    got = messages.read_named(
+        keep(epoch=value, applied=4), "keep", "query.keep", names=("run",), ints=("epoch", "applied")
+    )
+    assert got == {"run": "r1", "epoch": read, "applied": 4} and type(got["epoch"]) is int
+
+
+def test_peer_integer_states_what_it_accepts():
+    assert peer_integer(7.0) == 7 and peer_integer(-2) == -2
+    for value in (True, False, 7.5, "7", None, float("nan"), b"7"):
+        assert peer_integer(value) is None
+
+
+def vfl_step_fields(**over) -> tuple[dict, dict]:
+    arrays, fields = StepRequest([], np.arange(3), "job", 5, "d", save=("r1", 2)).encode()
+    return arrays, {**fields, **over}
+
+
+@pytest.mark.parametrize("field", ["n_apply", "cursor", "save_epoch"])
+@pytest.mark.parametrize("value", [0.5, True, "1", -1])
+def test_a_step_request_with_a_count_that_is_not_an_integer_is_refused_naming_it(field, value):
+    with pytest.raises(ProtocolError, match=f"train.step.*'{field}'"):
+        StepRequest.decode(*vfl_step_fields(**{field: value}))
+
+
+@pytest.mark.parametrize("field", ["applied", "state_applied", "state_epoch"])
+@pytest.mark.parametrize("value", [3.5, True, "3", -2])
+def test_a_step_reply_with_a_count_that_is_not_an_integer_is_refused_naming_the_party(field, value):
+    fields = {"applied": 3, "state_applied": 3, "state_epoch": 1, "state_digest": "d", field: value}
+    with pytest.raises(ProtocolError, match=f"party 'school'.*'{field}'"):
+        StepReply.decode({"emb": np.zeros((3, 2), np.float32)}, fields, "school", "train.step")
+
+
+@pytest.mark.parametrize("field, value", [("epoch", 1.5), ("epoch", -1), ("step", True), ("step", -2), ("step", "4")])
+def test_an_entity_augmentation_step_with_a_bad_epoch_or_step_is_refused_naming_it(field, value):
+    arrays, fields = EAStepRequest(1, 4, None).encode()
+    with pytest.raises(ProtocolError, match=f"train.ea_step.*'{field}'"):
+        EAStepRequest.decode(arrays, {**fields, field: value})
+
+
+def test_the_step_codecs_still_read_what_an_honest_party_sends():
+    got = StepRequest.decode(*vfl_step_fields(cursor=5.0))
+    assert (got.cursor, got.save, len(got.apply)) == (5, ("r1", 2), 0) and type(got.cursor) is int
+    reply = StepReply.decode({"emb": np.zeros((3, 2), np.float32)}, {"applied": 3}, "school", "train.step")
+    assert reply.applied == 3 and reply.state is None
+    assert EAStepRequest.decode(*EAStepRequest(0, -1, None).encode()) == EAStepRequest(0, -1, None)
