@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from strategies.heads import TaskHead
 from strategies.records import EpochRecord
 
 KEPT, MANIFEST, BEST, OUTPUTS = "kept", "federation.json", "best.json", "outputs.npz"
+ATTEMPT = "attempt"  # <run>/kept/attempt: the training attempt whose states the run keeps (attempt_id)
 
 if TYPE_CHECKING:
     import pandas as pd  # annotations only: no message pays for importing pandas
@@ -97,6 +99,37 @@ class Keeper:
             self._write_outputs()
         write_atomic(self.folder / MANIFEST, json.dumps(manifest(self.best.epoch), indent=2).encode())
         return self.folder
+
+
+def attempt_id(run_dir: Path) -> str:
+    """The id of the run folder's training attempt, made at its first keep: a fresh run starts
+    without kept/ (app/run_status.py sets a finished run's aside, with its id), a resumed run goes
+    on with its own. Each secondary keeps its states under it (:func:`party_kept_file`), so the
+    keeps of a rerun that fails never replace those of the finished run put back in its place."""
+    path = Path(run_dir) / KEPT / ATTEMPT
+    if not path.exists():
+        private_dir(path.parent)
+        write_atomic(path, secrets.token_hex(8).encode())
+    return kept_attempt(run_dir)
+
+
+def kept_attempt(run_dir: Path) -> str:
+    """The attempt whose states the run keeps; "" for a run kept before attempts were recorded."""
+    path = Path(run_dir) / KEPT / ATTEMPT
+    return path.read_text().strip() if path.exists() else ""
+
+
+def party_kept_file(attempt: str) -> str:
+    """A secondary's kept state of ``attempt`` in its model folder of the run."""
+    return f"kept-{attempt}.pt" if attempt else "kept.pt"
+
+
+def drop_other_attempts(folder: Path, attempt: str) -> None:
+    """Once ``attempt`` finished: a secondary's kept states of the run's other attempts (the
+    finished run it replaced, an attempt that failed) leave its model folder of the run."""
+    for path in Path(folder).glob("kept*.pt"):
+        if path.name != party_kept_file(attempt):
+            path.unlink(missing_ok=True)
 
 
 def read_manifest(run_dir: Path) -> dict:

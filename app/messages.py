@@ -80,17 +80,25 @@ def named_content(record: str, **fields) -> RecordDict:
 
 
 def read_named(
-    content: RecordDict, record: str, message: str, names: tuple[str, ...] = (), ints: tuple[str, ...] = ()
+    content: RecordDict,
+    record: str,
+    message: str,
+    names: tuple[str, ...] = (),
+    ints: tuple[str, ...] = (),
+    optional: tuple[str, ...] = (),
 ) -> dict:
     """The fields of a query: ``names`` are plain folder names, ``ints`` non-negative integers
-    (an epoch, a count; :func:`read_count`, never coerced); nothing else."""
+    (an epoch, a count; :func:`read_count`, never coerced), ``optional`` plain names that may be
+    absent ("" then); nothing else."""
     rec = content.config_records[record]
-    expect_fields(rec, set(names) | set(ints), message)
+    expect_fields(rec, set(names) | set(ints) | set(optional), message)
     missing = sorted((set(names) | set(ints)) - set(rec))
     if missing:
         raise ProtocolError(f"{message} lacks field(s) {missing}")
+    plain = [*names, *(k for k in optional if k in rec)]
     return {
-        **{k: plain_name(rec[k], k.replace("_", " "), message) for k in names},
+        **dict.fromkeys(optional, ""),
+        **{k: plain_name(rec[k], k.replace("_", " "), message) for k in plain},
         **{k: read_count(rec, k, message) for k in ints},
     }
 
@@ -108,19 +116,20 @@ def read_exposure(content: RecordDict, party: str) -> dict:
     return values | {"auxiliary_records": int(values["auxiliary_records"])}
 
 
-def kept_embed_content(run: str, job_id: str, tokens: np.ndarray) -> RecordDict:
-    """Predict: embed ``tokens`` (T,) with the party's kept model of ``run`` (query.embed_kept)."""
+def kept_embed_content(run: str, job_id: str, tokens: np.ndarray, attempt: str = "") -> RecordDict:
+    """Predict: embed ``tokens`` (T,) with the party's kept model of ``run`` from its training
+    ``attempt`` (app/kept.py attempt_id; "" for a run kept before attempts: query.embed_kept)."""
     return RecordDict(
         {
             "tokens": ArrayRecord({"tokens": Array(np.ascontiguousarray(tokens, dtype=np.int64))}),
-            "kept": ConfigRecord({"run": run, "job_id": job_id}),
+            "kept": ConfigRecord({"run": run, "job_id": job_id, **({"attempt": attempt} if attempt else {})}),
         }
     )
 
 
-def read_kept_embed(content: RecordDict) -> tuple[str, str, np.ndarray]:
-    """(run name, linkage job id, tokens (T,)) of a query.embed_kept; nothing else is accepted."""
-    names = read_named(content, "kept", "query.embed_kept", names=("run", "job_id"))
+def read_kept_embed(content: RecordDict) -> tuple[dict, np.ndarray]:
+    """({"run", "job_id", "attempt"}, tokens (T,)) of a query.embed_kept; nothing else is accepted."""
+    names = read_named(content, "kept", "query.embed_kept", names=("run", "job_id"), optional=("attempt",))
     arrays = content.array_records["tokens"]
     expect_fields(arrays, {"tokens"}, "query.embed_kept")
     tokens = arrays["tokens"].numpy()
@@ -128,4 +137,4 @@ def read_kept_embed(content: RecordDict) -> tuple[str, str, np.ndarray]:
         raise ProtocolError(
             f"query.embed_kept: tokens must be one vector of integers, got {tokens.dtype} {tokens.shape}"
         )
-    return names["run"], names["job_id"], tokens
+    return names, tokens

@@ -90,7 +90,10 @@ def test_train_predict_and_report_through_flower(user):
     assert yard["federated"] == summary["test"]["rmse"] and yard["test_rows"] == summary["split"]["sizes"]["test"]
     assert yard["primary_alone"]["model"] == "boosting" and yard["pooled"]["joined"].startswith("top-")
     assert "primary alone" in r.stdout and "verdict:" in r.stdout
-    assert (run / "shops" / "kept.pt").exists()  # the secondary's own kept model (simulation layout)
+    from app.kept import kept_attempt, party_kept_file
+
+    kept = [p.name for p in (run / "shops").glob("kept*.pt")]  # the secondary's own kept model (simulation layout)
+    assert kept == [party_kept_file(kept_attempt(run))] and kept_attempt(run), kept
     from app.vfl.ensemble import score_kept
     from strategies.heads import TaskHead
 

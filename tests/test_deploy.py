@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from app.kept import kept_attempt, party_kept_file
 from deploy import commands as deploy
 from deploy.certs import make_node_key
 from deploy.localsim import processes_mentioning
@@ -48,7 +49,8 @@ def _predict_on_the_deployment(dep, summary: dict, tmp_path) -> None:
     assert rmse == pytest.approx(summary["test"]["rmse"], rel=1e-5)
     assert {f"{p}_token_1" for p in dep.parties} <= set(out.columns)
     for party in dep.parties:
-        assert (dep.party_dir(party) / "models" / "ok" / party / "kept.pt").exists()
+        kept = party_kept_file(kept_attempt(dep.root / "runs" / "ok"))
+        assert (dep.party_dir(party) / "models" / "ok" / party / kept).exists()
     assert (dep.party_dir("primary") / "queries" / "ok.npz").exists()
 
 

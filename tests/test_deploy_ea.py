@@ -43,8 +43,10 @@ def test_entity_augmentation_trains_and_predicts_on_a_deployment_as_in_one_proce
         run = root / "runs" / "ea"
         assert (run / "summary.json").exists(), (r.stdout + r.stderr)[-5000:]
         summary = json.loads((run / "summary.json").read_text())
+        from app.kept import kept_attempt, party_kept_file
+
         for guest in dep.parties:  # each guest's best-epoch state on its own disk, none in the primary's run
-            assert (dep.party_dir(guest) / "models" / "ea" / guest / "kept.pt").exists()
+            assert (dep.party_dir(guest) / "models" / "ea" / guest / party_kept_file(kept_attempt(run))).exists()
             assert not (run / guest).exists()
 
         assert (run / "id_matches.npz").exists()  # the exchange's result, kept for predict

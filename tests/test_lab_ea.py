@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from app.config import RunConfig
+from app.kept import kept_attempt, party_kept_file
 from app.modes import run_experiment
 from lab.entity_aug import GUESTS, train_ea_across_hosts
 from lab.hosts import Lab
@@ -41,7 +42,7 @@ def test_entity_augmentation_across_hosts_equals_one_process(tmp_path):
                 assert held == {"parties.toml", own}, (party, held)
             for guest in GUESTS:  # each guest's best epoch in its own home, readable by no other host
                 home = lab.hosts[guest].home
-                kept = home / "models" / "lab" / guest / "kept.pt"
+                kept = home / "models" / "lab" / guest / party_kept_file(kept_attempt(run.run_dir))
                 assert kept.exists() and not (run.run_dir / guest).exists()
                 assert read_by_others(lab, lab.hosts[guest], [kept]) == []
             assert {t.name for t in lab.transfers} <= {"ca.crt"} | {f"nodekeys/{g}.pub" for g in GUESTS}

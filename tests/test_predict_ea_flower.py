@@ -18,7 +18,7 @@ import pytest
 from app.config import RunConfig
 from app.entity_aug.kept import load_kept
 from app.entity_aug.parties import ea_data
-from app.kept import KeptError
+from app.kept import KeptError, kept_attempt, party_kept_file
 from fedsim.cli import main
 from tests.test_predict_ea import _evaluated_test, _trained
 
@@ -56,7 +56,7 @@ def test_a_run_trained_through_flower_predicts_through_flower_as_it_evaluated(tm
     summary = json.loads((run / "summary.json").read_text())
     assert summary["engine"] == "flower"
     for guest in ("left", "right"):  # each guest kept its own best epoch, beside the host's run folder
-        assert (run / guest / "kept.pt").exists()
+        assert (run / guest / party_kept_file(kept_attempt(run))).exists() and kept_attempt(run)
     with pytest.raises(KeptError, match="predict it over Flower"):
         load_kept(run)  # in process cannot: the guests' states are theirs
 

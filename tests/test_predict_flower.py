@@ -43,13 +43,19 @@ def party(tmp_path):
     _load.cache_clear()  # the tests edit the CSVs
 
 
+ATTEMPT = "a1"  # the run's training attempt (app/kept.py attempt_id)
+
+
 def keep(ctx, run="r1", epoch=0, applied=0):
-    return client_app.keep(query("query.keep", "keep", {"run": run, "epoch": epoch, "applied": applied}), ctx)
+    fields = {"run": run, "epoch": epoch, "applied": applied, "attempt": ATTEMPT}
+    return client_app.keep(query("query.keep", "keep", fields), ctx)
 
 
 def embed_kept(ctx, job_id, tokens, run="r1") -> np.ndarray:
     msg = Message(
-        messages.kept_embed_content(run, job_id, np.asarray(tokens)), dst_node_id=1, message_type="query.embed_kept"
+        messages.kept_embed_content(run, job_id, np.asarray(tokens), ATTEMPT),
+        dst_node_id=1,
+        message_type="query.embed_kept",
     )
     return messages.read_reply(client_app.embed_kept(msg, ctx).content).emb
 
@@ -60,7 +66,7 @@ def test_a_kept_state_embeds_as_the_party_did_when_it_was_kept(party):
     tokens = np.arange(0, 80, 3)
     want = before.embed(tokens)
     keep(ctx)
-    assert (root / "out" / "r1" / "shops" / "kept.pt").exists()  # its own folder for the run
+    assert (root / "out" / "r1" / "shops" / f"kept-{ATTEMPT}.pt").exists()  # its own folder for the run
     with torch.no_grad():  # later training changes the live state, not the kept one
         for p in before.model.parameters():
             p.add_(1.0)
@@ -161,7 +167,7 @@ def test_predict_refuses_a_secondarys_poisoned_kept_embeddings_naming_it(kept_ru
     cut = kept.settings.model.cut_dim
 
     def hostile(self, message_type, contents):  # every party answers finite values of the right shape
-        tokens = {p: messages.read_kept_embed(c)[2] for p, c in contents.items()}
+        tokens = {p: messages.read_kept_embed(c)[1] for p, c in contents.items()}
         return {
             p: messages.reply_content(StepReply(np.full((len(t), cut), value, dtype=dtype))) for p, t in tokens.items()
         }

@@ -12,6 +12,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app.entity_aug import parties as wire
+from app.kept import attempt_id, kept_attempt
 from app.messages import named_content
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.entity_aug.channel import LocalChannel, StepReply, StepRequest
@@ -86,12 +87,16 @@ class FlowerChannel:
 
     def keep(self, folder: str, epoch: int) -> None:
         """Every secondary keeps its state of ``epoch`` (just evaluated, the best so far) in its own folder."""
-        self._ask_all("query.ea_keep", named_content("ea_keep", run=run_name(Path(folder)), epoch=int(epoch)))
+        attempt = attempt_id(Path(folder))  # the secondaries keep under the run's attempt (app/kept.py)
+        self._ask_all(
+            "query.ea_keep", named_content("ea_keep", run=run_name(Path(folder)), epoch=int(epoch), attempt=attempt)
+        )
 
-    def embed_kept(self, run: str, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Predict: every secondary's activations (q, c_p) of ``ids`` from the state it kept for ``run``
-        (plus the primary's own block, in process, from the primary's kept state)."""
-        got = self._ask_all("query.ea_embed_kept", wire.kept_request_content(run, ids))
+    def embed_kept(self, run: str, ids: np.ndarray, attempt: str) -> dict[str, np.ndarray]:
+        """Predict: every secondary's activations (q, c_p) of ``ids`` from the state it kept for
+        ``run``'s training ``attempt`` (plus the primary's own block, in process, from the
+        primary's kept state)."""
+        got = self._ask_all("query.ea_embed_kept", wire.kept_request_content(run, ids, attempt))
         return {**{p: wire.read_act(c, p) for p, c in got.items()}, **self.local.embed(ids)}
 
     def close(self) -> None:
@@ -102,4 +107,6 @@ class FlowerChannel:
     def finish(self, folder: str) -> None:
         """Every secondary saves its model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""
-        self._ask_all("query.ea_finish", named_content("ea_finish", run=run_name(Path(folder))))
+        attempt = kept_attempt(Path(folder))  # the run's earlier attempts' kept states go (app/kept.py)
+        fields = {"run": run_name(Path(folder)), **({"attempt": attempt} if attempt else {})}
+        self._ask_all("query.ea_finish", named_content("ea_finish", **fields))

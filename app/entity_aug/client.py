@@ -32,6 +32,7 @@ from app.entity_aug.parties import (
     read_request,
     reply_content,
 )
+from app.kept import drop_other_attempts, party_kept_file
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.party_worker import packed, records
@@ -169,11 +170,12 @@ def _embed(content: RecordDict, context: Context) -> RecordDict:
 def _finish(content: RecordDict, context: Context) -> RecordDict:
     """The secondary's final model into its own folder for the run (app/node.py:model_dir)."""
     cfg = node_run_config(context)
-    run = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",))["run"]
+    got = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",), optional=("attempt",))
     party = restore(cfg, context)
-    folder = node.model_dir(cfg, context, run, party.name)
+    folder = node.model_dir(cfg, context, got["run"], party.name)
     private_dir(folder)
     torch.save(party.model.state_dict(), folder / "model.pt")
+    drop_other_attempts(folder, got["attempt"])  # this attempt finished: the run's earlier kept states go
     return RecordDict()
 
 
@@ -181,12 +183,12 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     """The primary's evaluation of ``epoch`` was the best so far: this secondary's state as that
     evaluation used it into its own model folder for the run (app/entity_aug/kept.py)."""
     cfg = node_run_config(context)
-    got = messages.read_named(content, "ea_keep", "query.ea_keep", names=("run",), ints=("epoch",))
+    got = messages.read_named(content, "ea_keep", "query.ea_keep", names=("run", "attempt"), ints=("epoch",))
     party = restore(cfg, context)
     from app.entity_aug.kept import save_secondary_state  # lazy: the kept state module loads the data stack
 
     save_secondary_state(
-        node.model_dir(cfg, context, got["run"], party.name),
+        node.model_dir(cfg, context, got["run"], party.name) / party_kept_file(got["attempt"]),
         got["epoch"],
         party.state_dict(),  # its model's and its shield's
         party.x.cpu().numpy(),
@@ -212,15 +214,15 @@ def embed_kept(msg: Message, context: Context) -> Message:
     """Predict: the entities' activations from the state this secondary kept for the run, over the
     features it was trained on (refused by name when they changed), as training evaluated."""
     cfg = node_run_config(context)
-    run, ids = read_kept_request(msg.content)
+    kept_run, ids = read_kept_request(msg.content)
     with torch_threads(1):
         from app.entity_aug import kept  # lazy: the kept state module loads the data stack
 
         name = secondary_name(cfg, context)
-        folder = node.model_dir(cfg, context, run, name)
-        plan = kept.secondary_plan(folder, name) if id_exchange.exchanged(cfg) else None
+        path = node.model_dir(cfg, context, kept_run["run"], name) / party_kept_file(kept_run["attempt"])
+        plan = kept.secondary_plan(path, name) if id_exchange.exchanged(cfg) else None
         party = build_party(cfg, name, inputs=None if plan is None else id_exchange.replan_inputs(cfg, name, plan))
-        _, state = kept.load_secondary_state(folder, party.name, party.x.cpu().numpy())
+        _, state = kept.load_secondary_state(path, party.name, party.x.cpu().numpy())
         party.load_state_dict(state)
         n = party.x.shape[0]
         if len(ids) and (ids.min() < 0 or ids.max() >= n):

@@ -124,16 +124,15 @@ def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
     return meta, kept.load_states(folder, [PRIMARY_MODEL, *map(state_name, meta["parties"])])
 
 
-SECONDARY_KEPT = "kept.pt"  # a secondary's own kept state, in its model folder of the run
-
-
 def save_secondary_state(
-    folder: Path, epoch: int, state: dict[str, torch.Tensor], features: np.ndarray, plan: dict | None = None
+    path: Path, epoch: int, state: dict[str, torch.Tensor], features: np.ndarray, plan: dict | None = None
 ) -> None:
-    """A secondary's state at the best epoch so far (replacing an earlier one), with the epoch,
-    the digest of the features it was trained on and, for a party met by its ids, the plan that
-    built its block (app/entity_aug/id_exchange.py); 0600 in a 0700 folder, written atomically."""
-    private_dir(folder)
+    """A secondary's state at the best epoch so far (replacing its attempt's earlier one: ``path``
+    is <its model folder of the run>/app.kept.party_kept_file(attempt), so a failed rerun's keeps
+    leave the finished run's), with the epoch, the digest of the features it was trained on and,
+    for a party met by its ids, the plan that built its block (app/entity_aug/id_exchange.py);
+    0600 in a 0700 folder, written atomically."""
+    private_dir(Path(path).parent)
     buf = io.BytesIO()
     kept = {
         "epoch": int(epoch),
@@ -143,20 +142,20 @@ def save_secondary_state(
     if plan is not None:
         kept["plan"] = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else int(v) for k, v in plan.items()}
     torch.save(kept, buf)
-    write_atomic(Path(folder) / SECONDARY_KEPT, buf.getvalue())
+    write_atomic(Path(path), buf.getvalue())
 
 
-def secondary_plan(folder: Path, party: str) -> dict:
+def secondary_plan(path: Path, party: str) -> dict:
     """The plan a secondary met by its ids kept with its state ({field: int, array: (m,) int64})."""
-    kept = _read_kept(folder, party)
+    kept = _read_kept(path, party)
     if "plan" not in kept:
         raise KeptError(f"secondary {party!r} kept no id-exchange plan for this run: it was trained on shared data")
     return {k: v.numpy() if isinstance(v, torch.Tensor) else int(v) for k, v in kept["plan"].items()}
 
 
-def load_secondary_state(folder: Path, party: str, features: np.ndarray) -> tuple[int, dict[str, torch.Tensor]]:
-    """(epoch, state) a secondary kept; refused by name when it kept none or its features changed."""
-    kept = _read_kept(folder, party)
+def load_secondary_state(path: Path, party: str, features: np.ndarray) -> tuple[int, dict[str, torch.Tensor]]:
+    """(epoch, state) a secondary kept at ``path``; refused by name when it kept none or its features changed."""
+    kept = _read_kept(path, party)
     if kept["features_sha256"] != features_digest(features):
         raise KeptError(
             f"secondary {party!r}: its data changed since training (features digest differs); predict "
@@ -165,8 +164,8 @@ def load_secondary_state(folder: Path, party: str, features: np.ndarray) -> tupl
     return int(kept["epoch"]), kept["state"]
 
 
-def _read_kept(folder: Path, party: str) -> dict:
-    path = Path(folder) / SECONDARY_KEPT
+def _read_kept(path: Path, party: str) -> dict:
+    path = Path(path)
     if not path.exists():
         raise KeptError(
             f"secondary {party!r} keeps no model for this run ({path} is missing): it was trained in "

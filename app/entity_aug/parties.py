@@ -277,16 +277,18 @@ def read_ids(content: RecordDict) -> np.ndarray:
     return content.array_records["ea"]["ids"].numpy()
 
 
-def kept_request_content(run: str, ids: np.ndarray) -> RecordDict:
-    """query.ea_embed_kept: the run whose kept state embeds, and the entity ids (q,)."""
+def kept_request_content(run: str, ids: np.ndarray, attempt: str = "") -> RecordDict:
+    """query.ea_embed_kept: the run whose kept state (of its training ``attempt``, app/kept.py;
+    "" for a run kept before attempts) embeds, and the entity ids (q,)."""
     content = ids_content(ids)
-    content.config_records["ea_kept"] = ConfigRecord({"run": run})
+    content.config_records["ea_kept"] = ConfigRecord({"run": run, **({"attempt": attempt} if attempt else {})})
     return content
 
 
-def read_kept_request(content: RecordDict) -> tuple[str, np.ndarray]:
-    run = read_named(content, "ea_kept", "query.ea_embed_kept", names=("run",))["run"]
-    return run, read_ids(content)
+def read_kept_request(content: RecordDict) -> tuple[dict, np.ndarray]:
+    """({"run", "attempt"}, entity ids (q,)) of a query.ea_embed_kept."""
+    kept = read_named(content, "ea_kept", "query.ea_embed_kept", names=("run",), optional=("attempt",))
+    return kept, read_ids(content)
 
 
 def act_content(act: np.ndarray) -> RecordDict:

@@ -29,7 +29,7 @@ from app.entity_aug.channel import FlowerChannel
 from app.entity_aug.kept import PRIMARY_MODEL, read_manifest, state_name
 from app.entity_aug.parties import ea_plan, ea_settings
 from app.entity_aug.predict import check_ids, check_parties, predicted, read_ids, rebuild, table, user_entities
-from app.kept import KEPT, KeptError, load_states, predict_mode_files, write_csv
+from app.kept import KEPT, KeptError, kept_attempt, load_states, predict_mode_files, write_csv
 from app.run_status import require_finished
 from app.transport import handshake
 from datasets.overlap import PRIMARY_BLOCK
@@ -69,7 +69,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
     channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, own.members)
     pred = predicted(
         primary,
-        lambda chunk: channel.embed_kept(cfg.predict.run, chunk),
+        lambda chunk: channel.embed_kept(cfg.predict.run, chunk, kept_attempt(run_dir)),
         ids,
         ea_plan(trained, data, ea_settings(trained)).eval_batch,
         meta,

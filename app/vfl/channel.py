@@ -11,6 +11,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
+from app.kept import attempt_id, kept_attempt
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.vfl.wire import GradBlock
 
@@ -37,7 +38,7 @@ class FlowerChannel:
         self.traffic = Traffic()
         self.cursor = {p: 0 for p in nodes}  # gradient blocks each party has applied
         self.saved: dict[str, dict] = {}  # the parties' last checkpoint (saved inside a step)
-        self._keep: tuple[str, int] | None = None  # (run, epoch) to keep, sent with the next step
+        self._keep: tuple[str, int, str] | None = None  # (run, epoch, attempt) to keep, sent with the next step
 
     def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
         return self._pull(self._push(message_type, contents))
@@ -150,23 +151,26 @@ class FlowerChannel:
         It rides on the next step, which each party reads before applying that step's blocks
         (no exchange of its own: a deployed exchange costs seconds); :meth:`flush_keep` sends it
         alone when no step follows."""
-        self._keep = (run_name(run_dir), epoch)
+        self._keep = (run_name(run_dir), epoch, attempt_id(run_dir))
 
     def flush_keep(self) -> None:
         """A keep no step carried (the run's last best epoch): its own exchange."""
         if self._keep is None:
             return
-        (name, epoch), self._keep = self._keep, None
+        (name, epoch, attempt), self._keep = self._keep, None
         self._exchange(
             "query.keep",
-            {p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p]) for p in self.nodes},
+            {
+                p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p], attempt=attempt)
+                for p in self.nodes
+            },
         )
 
-    def embed_kept(self, run: str, tokens: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Predict: each party's embeddings (T, c) of its tokens (T,) from its kept model of ``run``."""
-        replies = self._exchange(
-            "query.embed_kept", {p: messages.kept_embed_content(run, self.job_id, t) for p, t in tokens.items()}
-        )
+    def embed_kept(self, run: str, tokens: dict[str, np.ndarray], attempt: str) -> dict[str, np.ndarray]:
+        """Predict: each party's embeddings (T, c) of its tokens (T,) from its kept model of ``run``'s
+        training ``attempt`` (app/kept.py kept_attempt)."""
+        contents = {p: messages.kept_embed_content(run, self.job_id, t, attempt) for p, t in tokens.items()}
+        replies = self._exchange("query.embed_kept", contents)
         return {p: messages.read_reply(c, p, "query.embed_kept").emb for p, c in replies.items()}
 
     def close(self) -> None:
@@ -177,6 +181,9 @@ class FlowerChannel:
         primary's run dir; only its name travels). Returns what each party measured of its own
         exposure (the primary's feature inversion against it, app/vfl/exchange.py), if it did."""
         self.flush_keep()
-        content = messages.named_content("finish", run=run_name(Path(folder)))
+        attempt = kept_attempt(Path(folder))  # the run's earlier attempts' kept states go (app/kept.py)
+        content = messages.named_content(
+            "finish", run=run_name(Path(folder)), **({"attempt": attempt} if attempt else {})
+        )
         replies = self._exchange("query.finish", {p: content for p in self.nodes})
         return {p: messages.read_exposure(r, p) for p, r in replies.items() if "exposure" in r.config_records}

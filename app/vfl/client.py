@@ -15,6 +15,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from app import messages, node, threads
 from app.config import RunConfig
+from app.kept import drop_other_attempts, party_kept_file
 from app.node import node_run_config
 from app.party_worker import packed, records
 from app.vfl import handshake
@@ -56,8 +57,8 @@ class _NodeFolders:
     def __init__(self, cfg, context: Context) -> None:
         self.cfg, self.context = cfg, context
 
-    def keep(self, party: SecondaryParty, run: str, epoch: int) -> None:
-        party.keep(node.model_dir(self.cfg, self.context, run, party.party), epoch, self.cfg)
+    def keep(self, party: SecondaryParty, run: str, epoch: int, attempt: str) -> None:
+        party.keep(node.model_dir(self.cfg, self.context, run, party.party), epoch, self.cfg, attempt)
 
     def save(self, party: SecondaryParty, run: str, epoch: int) -> str:
         return party.save_checkpoint(node.checkpoint_dir(self.cfg, self.context, run, party.party), epoch)
@@ -92,14 +93,14 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     party's model for the run, in its own folder (app/node.py:model_dir). ``applied`` must match:
     the primary keeps what this party's evaluation embedded with, no later step."""
     cfg = node_run_config(context)
-    rec = messages.read_named(content, "keep", "query.keep", names=("run",), ints=("epoch", "applied"))
+    rec = messages.read_named(content, "keep", "query.keep", names=("run", "attempt"), ints=("epoch", "applied"))
     party = SecondaryParty.restore(cfg, context)
     if party.applied != rec["applied"]:
         raise MisalignedStep(
             f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
             f"gradient blocks, but it has applied {party.applied}"
         )
-    party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg)
+    party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg, rec["attempt"])
     return RecordDict()
 
 
@@ -108,11 +109,11 @@ def embed_kept(msg: Message, context: Context) -> Message:
     the token -> row map of the run's linkage job in its own linkage folder."""
     cfg = node_run_config(context)
     name = handshake.party_name(cfg, context)
-    run, job_id, tokens = messages.read_kept_embed(msg.content)
+    kept, tokens = messages.read_kept_embed(msg.content)
     party = SecondaryParty.from_kept(
-        node.model_dir(cfg, context, run, name),
+        node.model_dir(cfg, context, kept["run"], name) / party_kept_file(kept["attempt"]),
         name,
-        str(node.linkage_dir(cfg, context, job_id)),
+        str(node.linkage_dir(cfg, context, kept["job_id"])),
         lambda kept: node.with_node_paths(kept, context),
         str(context.node_config.get("cache-dir", "")),
     )
@@ -124,9 +125,11 @@ def _finish(content: RecordDict, context: Context) -> RecordDict:
     ``exchange-report``, what the primary's feature inversion achieves against this party, which
     it measures on its own data (one ratio and its parts: no feature leaves)."""
     cfg = node_run_config(context)
-    run = messages.read_named(content, "finish", "query.finish", names=("run",))["run"]
+    got = messages.read_named(content, "finish", "query.finish", names=("run",), optional=("attempt",))
     party = SecondaryParty.restore(cfg, context)
-    party.save(node.model_dir(cfg, context, run, party.party))
+    folder = node.model_dir(cfg, context, got["run"], party.party)
+    party.save(folder)
+    drop_other_attempts(folder, got["attempt"])  # this attempt finished: the run's earlier kept states go
     if not cfg.exchange.exchange_report:
         return RecordDict()
     from app.vfl.exchange import inversion  # lazy: scikit-learn and scipy, at the run's end only

@@ -10,7 +10,8 @@ test metric the run reports) and what predict needs to prepare new records alike
                                  goes on from it)
 
 Through Flower each secondary keeps its own state, in its own folder for the run
-(app/node.py:model_dir, ``kept.pt`` with its run config and a digest of its features): the
+(app/node.py:model_dir, ``kept-<attempt>.pt`` with its run config and a digest of its features: app/kept.py
+attempt_id, so a rerun that fails leaves the finished run's): the
 primary tells it when an epoch is the best so far (``query.keep``), right after the evaluation
 and before the next step, so the kept state is the one the evaluation used.
 
@@ -31,8 +32,6 @@ from app.kept import KEPT, read_manifest
 from datasets import VFLDataset
 from linkage.binding import identifier_digest
 from strategies.heads import TaskHead
-
-PARTY_KEPT = "kept.pt"
 
 
 def features_digest(features: np.ndarray) -> str:

@@ -16,10 +16,10 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from app.config import RunConfig
-from app.kept import KeptError
+from app.kept import KeptError, party_kept_file
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
-from app.vfl.kept import PARTY_KEPT, features_digest
+from app.vfl.kept import features_digest
 from app.vfl.parties import build_secondary_model, secondary_features
 from files.atomic import write_atomic
 from files.private import private_dir
@@ -94,10 +94,11 @@ class SecondaryParty(core.SecondaryParty):
 
     # ------------------------------------------------------------------ the kept federation
 
-    def keep(self, folder: Path, epoch: int, cfg: RunConfig) -> None:
-        """The state the evaluation just used, as this party's kept model for the run
-        (<folder>/kept.pt): weights, epoch, linkage job, the run config it was built from and a
-        digest of its features, so predict rebuilds it alike and refuses changed data."""
+    def keep(self, folder: Path, epoch: int, cfg: RunConfig, attempt: str) -> None:
+        """The state the evaluation just used, as this party's kept model for the run's training
+        ``attempt`` (<folder>/kept-<attempt>.pt, app/kept.py party_kept_file: a failed rerun's keeps
+        leave the finished run's): weights, epoch, linkage job, the run config it was built from and
+        a digest of its features, so predict rebuilds it alike and refuses changed data."""
         buf = io.BytesIO()
         torch.save(
             {
@@ -110,19 +111,18 @@ class SecondaryParty(core.SecondaryParty):
             },
             buf,
         )
-        write_atomic(Path(folder) / PARTY_KEPT, buf.getvalue())
+        write_atomic(Path(folder) / party_kept_file(attempt), buf.getvalue())
 
     def features_digest(self) -> str:
         return features_digest(self.x.cpu().numpy())
 
     @classmethod
     def from_kept(
-        cls, folder: Path, party: str, job_dir: str, paths: Callable[[RunConfig], RunConfig], cache_dir: str = ""
+        cls, path: Path, party: str, job_dir: str, paths: Callable[[RunConfig], RunConfig], cache_dir: str = ""
     ) -> "SecondaryParty":
-        """This party as kept for a run, built from the run config it trained with (``paths``
-        puts back the node's own folders); refused by name when nothing is kept, the job is
-        another or the party's data changed since training."""
-        path = Path(folder) / PARTY_KEPT
+        """This party as kept (``path``: its kept state of the run's attempt) for a run, built from
+        the run config it trained with (``paths`` puts back the node's own folders); refused by name
+        when nothing is kept, the job is another or the party's data changed since training."""
         if not path.exists():
             raise KeptError(
                 f"party {party!r} keeps no model for this run at {path}: the run did not finish "

@@ -62,8 +62,8 @@ class StepFolders(Protocol):
     """Where a step's keep and save go: the party's own folders for the run (app/vfl/client.py on
     a node; the run's checkpoint folder in process)."""
 
-    def keep(self, party: "SecondaryParty", run: str, epoch: int) -> None:
-        """Keep the party's current state as its model of ``run`` (the best epoch so far)."""
+    def keep(self, party: "SecondaryParty", run: str, epoch: int, attempt: str) -> None:
+        """Keep the party's current state as its model of ``run``'s training ``attempt`` (the best epoch so far)."""
 
     def save(self, party: "SecondaryParty", run: str, epoch: int) -> str:
         """Checkpoint the party for ``run`` at ``epoch``; returns the checkpoint's digest."""
