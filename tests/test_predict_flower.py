@@ -51,9 +51,9 @@ def keep(ctx, run="r1", epoch=0, applied=0):
     return client_app.keep(query("query.keep", "keep", fields), ctx)
 
 
-def embed_kept(ctx, job_id, tokens, run="r1") -> np.ndarray:
+def embed_kept(ctx, job_id, tokens, run="r1", attempt=ATTEMPT) -> np.ndarray:
     msg = Message(
-        messages.kept_embed_content(run, job_id, np.asarray(tokens), ATTEMPT),
+        messages.kept_embed_content(run, job_id, np.asarray(tokens), attempt),
         dst_node_id=1,
         message_type="query.embed_kept",
     )
@@ -72,6 +72,10 @@ def test_a_kept_state_embeds_as_the_party_did_when_it_was_kept(party):
             p.add_(1.0)
     before.persist(ctx)
     np.testing.assert_array_equal(embed_kept(ctx, job_id, tokens), want)
+    # a run kept before attempts were recorded: its party's kept.pt, asked for with no attempt
+    folder = root / "out" / "r1" / "shops"
+    (folder / f"kept-{ATTEMPT}.pt").rename(folder / "kept.pt")
+    np.testing.assert_array_equal(embed_kept(ctx, job_id, tokens, attempt=""), want)
 
 
 def test_a_keep_after_a_later_step_is_refused_and_writes_nothing(party):
