@@ -113,7 +113,7 @@ def read_exposure(content: RecordDict, party: str) -> dict:
     values = {k: float(rec[k]) for k in EXPOSURE if k in rec}
     if set(values) != EXPOSURE or not all(np.isfinite(v) for v in values.values()):
         raise ProtocolError(f"party {party!r}'s query.finish reply: exposure needs finite {sorted(EXPOSURE)}")
-    return values | {"auxiliary_records": int(values["auxiliary_records"])}
+    return values | {"auxiliary_records": read_count(rec, "auxiliary_records", f"party {party!r}'s query.finish reply")}
 
 
 def kept_embed_content(run: str, job_id: str, tokens: np.ndarray, attempt: str = "") -> RecordDict:

@@ -10,4 +10,9 @@ YARDSTICK = "yardstick.json"  # written after the run by `fedsim train` (fedsim/
 SEARCH, SEARCH_RUNS = "search.json", "search"  # `fedsim train`'s recipe search: its record, its candidates'
 ENSEMBLE = "ensemble.json"  # `fedsim train`'s ensemble of the run and its members (fedsim/ensemble_step.py)
 DERIVED = (YARDSTICK, SEARCH, ENSEMBLE)  # files a command derives from a finished run: replaced with the run
-FOLDERS = ("kept", SEARCH_RUNS)  # likewise: the kept federation of the best epoch (app/vfl/kept.py), the search's
+CHECKPOINT = "checkpoint"  # the run's checkpoints (app/vfl/checkpoint.py; a simulation's parties' beside the primary's)
+FOLDERS = (
+    "kept",
+    SEARCH_RUNS,
+    CHECKPOINT,
+)  # likewise: the kept federation of the best epoch (app/vfl/kept.py), the search's

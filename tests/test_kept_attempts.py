@@ -113,13 +113,19 @@ def test_a_failed_rerun_leaves_what_the_finished_vfl_run_predicts(party):  # noq
     np.testing.assert_array_equal(after, before)  # the finished run's kept state, not the attempt's
     assert len(list((run_dir / "shops").glob("kept*.pt"))) == 2  # the finished run's and the failed attempt's
 
-    def finish():  # a later rerun that finishes: its kept state stays, the run's others go
+    failed = {p.name for p in (run_dir / "shops").glob("kept*.pt")} - {party_kept_file(attempt)}
+
+    def finish():  # a later rerun that finishes: its kept state and the run it replaces stay, the failed one's goes
         keep(2, on_a_step=False)
         channel.finish(str(run_dir))
 
     _finished_run(run_dir, finish)
-    kept = [p.name for p in (run_dir / "shops").glob("kept*.pt")]
-    assert kept == [party_kept_file(kept_attempt(run_dir))] and kept_attempt(run_dir) not in ("", attempt)
+    kept = {p.name for p in (run_dir / "shops").glob("kept*.pt")}
+    assert kept == {party_kept_file(kept_attempt(run_dir)), party_kept_file(attempt)} and not kept & failed
+    _finished_run(run_dir, finish)  # and the next: only its own and the one it replaces
+    assert {p.name for p in (run_dir / "shops").glob("kept*.pt")} == {party_kept_file(kept_attempt(run_dir))} | (
+        kept - {party_kept_file(attempt)}
+    )
 
 
 def test_a_failed_rerun_leaves_what_the_finished_entity_augmentation_run_predicts(tmp_path):
@@ -152,3 +158,24 @@ def test_a_failed_rerun_leaves_what_the_finished_entity_augmentation_run_predict
     _failed_rerun(run_dir, lambda: channel.keep(str(run_dir), 0))
     after = channel.embed_kept("r1", ids, kept_attempt(run_dir))["right"]
     np.testing.assert_array_equal(after, before)  # the finished run's kept state, not the attempt's
+
+
+def test_a_rerun_that_fails_after_its_finish_leaves_the_finished_runs_kept_states(party):  # noqa: F811 - the fixture
+    """A rerun's finish reaches the secondaries before the run is marked finished (its manifest,
+    report and summary come after): a failure there puts the finished run back, whose secondaries'
+    kept states must still be there."""
+    ctx, job_id, root = party
+    run_dir = root / "out" / "r1"
+    channel = FlowerChannel(HandlerGrid({1: ctx}, HANDLERS), {"shops": 1}, timeout=5, job_id=job_id)
+    tokens = {"shops": np.arange(0, 80, 3)}
+
+    def keep_and_finish(epoch):
+        channel.keep(run_dir, epoch)
+        channel.finish(str(run_dir))
+
+    _finished_run(run_dir, lambda: keep_and_finish(1))
+    before = channel.embed_kept("r1", tokens, kept_attempt(run_dir))["shops"]
+    _move_weights(ctx)
+    _failed_rerun(run_dir, lambda: keep_and_finish(0))
+    after = channel.embed_kept("r1", tokens, kept_attempt(run_dir))["shops"]
+    np.testing.assert_array_equal(after, before)

@@ -343,3 +343,25 @@ def test_the_status_reader_imports_no_torch():
     """`python -m app.run_status check` (the demo's verdict, a deployment's) reads JSON files: in a
     fresh interpreter it imports neither torch nor the training stack (1.6 s of CPU a call before)."""
     assert imported_after("import app.run_status", ("torch", "pandas", "strategies.heads")) == []
+
+
+def test_a_failed_rerun_puts_back_the_finished_runs_checkpoint(tmp_path):
+    """A resume after a rerun that failed over a finished run goes on from the finished run (whose
+    kept states are the folder's), not from the failed attempt's checkpoint."""
+    from app.run_status import RunStatus
+
+    folder = tmp_path / "r"
+    finished = RunStatus(folder, "flower")
+    with finished.recording():
+        finished.start()
+        (folder / "checkpoint").mkdir()
+        (folder / "checkpoint" / "checkpoint.json").write_text("the finished run's")
+        (folder / "summary.json").write_text("{}")
+    rerun = RunStatus(folder, "flower")
+    with pytest.raises(RuntimeError):
+        with rerun.recording():
+            rerun.start()
+            (folder / "checkpoint").mkdir(exist_ok=True)
+            (folder / "checkpoint" / "checkpoint.json").write_text("the failed attempt's")
+            raise RuntimeError("the rerun fails")
+    assert (folder / "checkpoint" / "checkpoint.json").read_text() == "the finished run's"

@@ -73,3 +73,24 @@ def test_the_step_codecs_still_read_what_an_honest_party_sends():
     reply = StepReply.decode({"emb": np.zeros((3, 2), np.float32)}, {"applied": 3}, "school", "train.step")
     assert reply.applied == 3 and reply.state is None
     assert EAStepRequest.decode(*EAStepRequest(0, -1, None).encode()) == EAStepRequest(0, -1, None)
+
+
+@pytest.mark.parametrize("missing", ["keep_attempt", "keep_run", "save_run"])
+def test_a_step_with_part_of_a_keep_or_save_is_refused_naming_what_it_lacks(missing):
+    arrays, fields = StepRequest([], np.arange(3), "job", 5, "d", save=("r1", 2), keep=("r1", 1, "a1")).encode()
+    del fields[missing]
+    with pytest.raises(ProtocolError, match=f"train.step.*{missing}"):
+        StepRequest.decode(arrays, fields)
+
+
+def test_a_restore_reply_or_an_exposure_with_a_count_that_is_not_an_integer_is_refused_naming_the_party():
+    from app.vfl.channel import FlowerChannel
+
+    channel = FlowerChannel(None, {"school": 1}, 5.0)
+    reply = RecordDict({"state": ConfigRecord({"digest": "d", "applied": 2.9})})
+    channel._exchange = lambda *a: {"school": reply}  # the party's answer, as the grid would bring it
+    with pytest.raises(ProtocolError, match="party 'school'.*'applied'"):
+        channel.restore("/runs/r1/checkpoint", 0)
+    exposure = {"mse": 1.0, "mean_baseline_mse": 2.0, "ratio": 0.5, "auxiliary_records": 10.5}
+    with pytest.raises(ProtocolError, match="party 'school'.*'auxiliary_records'"):
+        messages.read_exposure(RecordDict({"exposure": ConfigRecord(exposure)}), "school")

@@ -12,7 +12,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app.entity_aug import parties as wire
-from app.kept import attempt_id, kept_attempt
+from app.kept import attempt_id, finish_attempts
 from app.messages import named_content
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.entity_aug.channel import LocalChannel, StepReply, StepRequest
@@ -107,6 +107,6 @@ class FlowerChannel:
     def finish(self, folder: str) -> None:
         """Every secondary saves its model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""
-        attempt = kept_attempt(Path(folder))  # the run's earlier attempts' kept states go (app/kept.py)
-        fields = {"run": run_name(Path(folder)), **({"attempt": attempt} if attempt else {})}
+        attempts = {k: v for k, v in finish_attempts(Path(folder)).items() if v}  # the kept states that stay
+        fields = {"run": run_name(Path(folder)), **attempts}
         self._ask_all("query.ea_finish", named_content("ea_finish", **fields))

@@ -170,12 +170,12 @@ def _embed(content: RecordDict, context: Context) -> RecordDict:
 def _finish(content: RecordDict, context: Context) -> RecordDict:
     """The secondary's final model into its own folder for the run (app/node.py:model_dir)."""
     cfg = node_run_config(context)
-    got = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",), optional=("attempt",))
+    got = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",), optional=("attempt", "previous"))
     party = restore(cfg, context)
     folder = node.model_dir(cfg, context, got["run"], party.name)
     private_dir(folder)
     torch.save(party.model.state_dict(), folder / "model.pt")
-    drop_other_attempts(folder, got["attempt"])  # this attempt finished: the run's earlier kept states go
+    drop_other_attempts(folder, {k: got[k] for k in ("attempt", "previous")})  # the run's other kept states go
     return RecordDict()
 
 

@@ -17,7 +17,8 @@ manifest written by an older version says "guests" and "guest_states": "guests" 
 
 The Keeper and the manifest's reading are both modes' (app/kept.py). Over Flower the primary
 keeps its model and its own block; each secondary keeps its own in its own model folder
-(app/node.py model_dir; simulation: <out-dir>/<run>/<secondary>/kept.pt), told by the primary
+(app/node.py model_dir; simulation: <out-dir>/<run>/<secondary>/kept-<attempt>.pt, app/kept.py
+attempt_id), told by the primary
 right after the evaluation of an epoch that is the best so far (``query.ea_keep``): the epoch,
 the state and a digest of the secondary's features (:func:`save_secondary_state`). Such a run's
 manifest says ``"secondary_states": "parties"``; it predicts over Flower

@@ -45,6 +45,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
     t0 = time.perf_counter()
     run_dir = cfg.out_path() / cfg.predict.run
     require_finished(run_dir)
+    attempt = kept_attempt(run_dir)  # with the manifest, once: a rerun under the name later is another attempt
     meta = read_manifest(run_dir)
     if meta["secondary_states"] != "parties":
         raise KeptError(
@@ -69,7 +70,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
     channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, own.members)
     pred = predicted(
         primary,
-        lambda chunk: channel.embed_kept(cfg.predict.run, chunk, kept_attempt(run_dir)),
+        lambda chunk: channel.embed_kept(cfg.predict.run, chunk, attempt),
         ids,
         ea_plan(trained, data, ea_settings(trained)).eval_batch,
         meta,

@@ -11,7 +11,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.kept import attempt_id, kept_attempt
+from app.kept import attempt_id, finish_attempts
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.vfl.wire import GradBlock
 
@@ -138,7 +138,9 @@ class FlowerChannel:
         states = {
             p: {
                 "digest": str(c.config_records["state"]["digest"]),
-                "applied": int(c.config_records["state"]["applied"]),
+                "applied": messages.read_count(
+                    c.config_records["state"], "applied", f"party {p!r}'s query.restore reply"
+                ),
             }
             for p, c in replies.items()
         }
@@ -181,9 +183,7 @@ class FlowerChannel:
         primary's run dir; only its name travels). Returns what each party measured of its own
         exposure (the primary's feature inversion against it, app/vfl/exchange.py), if it did."""
         self.flush_keep()
-        attempt = kept_attempt(Path(folder))  # the run's earlier attempts' kept states go (app/kept.py)
-        content = messages.named_content(
-            "finish", run=run_name(Path(folder)), **({"attempt": attempt} if attempt else {})
-        )
+        attempts = {k: v for k, v in finish_attempts(Path(folder)).items() if v}  # the kept states that stay
+        content = messages.named_content("finish", run=run_name(Path(folder)), **attempts)
         replies = self._exchange("query.finish", {p: content for p in self.nodes})
         return {p: messages.read_exposure(r, p) for p, r in replies.items() if "exposure" in r.config_records}

@@ -125,11 +125,11 @@ def _finish(content: RecordDict, context: Context) -> RecordDict:
     ``exchange-report``, what the primary's feature inversion achieves against this party, which
     it measures on its own data (one ratio and its parts: no feature leaves)."""
     cfg = node_run_config(context)
-    got = messages.read_named(content, "finish", "query.finish", names=("run",), optional=("attempt",))
+    got = messages.read_named(content, "finish", "query.finish", names=("run",), optional=("attempt", "previous"))
     party = SecondaryParty.restore(cfg, context)
     folder = node.model_dir(cfg, context, got["run"], party.party)
     party.save(folder)
-    drop_other_attempts(folder, got["attempt"])  # this attempt finished: the run's earlier kept states go
+    drop_other_attempts(folder, {k: got[k] for k in ("attempt", "previous")})  # the run's other kept states go
     if not cfg.exchange.exchange_report:
         return RecordDict()
     from app.vfl.exchange import inversion  # lazy: scikit-learn and scipy, at the run's end only

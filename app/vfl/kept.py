@@ -73,7 +73,7 @@ def manifest(cfg, settings, ds: VFLDataset, head: TaskHead, job_id: str, best_ep
         "tau": cfg.link.tau,
         "run": cfg.flat(),
         "primary": _party(ds.primary),
-        # a remote party (the primary's view: its data on its own host) keeps its own digests (kept.pt)
+        # a remote party (the primary's view: its data on its own host) keeps its own digests (its kept state)
         "secondaries": {
             **{p: _party(t) for p, t in ds.secondaries.items()},
             **{p: {"remote": True} for p in ds.remote},

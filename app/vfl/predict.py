@@ -22,7 +22,7 @@ import torch
 
 from app.config import RunConfig
 from app.data import primary_data
-from app.kept import KeptError
+from app.kept import KeptError, kept_attempt
 from app.node import simulated_linkage_dir
 from app.run_status import require_finished
 from app.vfl.kept import features_digest, load_kept
@@ -120,17 +120,19 @@ class KeptRun:
     ds: object  # the run's data as the primary loads it
     model: torch.nn.Module  # the primary's model at the best epoch
     head: TaskHead
+    attempt: str = ""  # the training attempt whose states the secondaries kept (app/kept.py), read with the manifest
 
 
 def open_kept(run_dir: Path, *, check: tuple[str, ...] | None = None) -> KeptRun:
     """The run's kept federation, its data checked against training's digests (``check``: the
     parties to check; None = all, in process)."""
+    attempt = kept_attempt(Path(run_dir))  # with the manifest, once: a rerun under the name later is another attempt
     meta, states, cfg, settings = _kept_run(Path(run_dir))
     ds = primary_data(cfg)  # as training read it: with the service's linkage, the primary's own file only
     _check_parties(meta, ds, check)
     model = build_primary_model(ds, cfg, settings).to(cfg.torch_dtype())  # before loading: no float32 round trip
     model.load_state_dict(states["primary"])
-    return KeptRun(meta, states, cfg, settings, ds, model, TaskHead(**meta["head"]))
+    return KeptRun(meta, states, cfg, settings, ds, model, TaskHead(**meta["head"]), attempt)
 
 
 def forward(kept: KeptRun, features: np.ndarray, linkage, lookup: dict, batch: int = 4096, explain: bool = False):

@@ -24,7 +24,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from app.config import RunConfig
-from app.kept import KeptError, kept_attempt, predict_mode_files, write_csv
+from app.kept import KeptError, predict_mode_files, write_csv
 from app.transport import handshake
 from app.vfl.channel import FlowerChannel
 from app.vfl.linking import unsorted
@@ -123,7 +123,7 @@ def _embed_remote(grid: Grid, cfg: RunConfig, kept: KeptRun, linkage, seconds: d
     t0 = time.perf_counter()
     channel = FlowerChannel(grid, nodes, cfg.runtime.node_timeout, kept.meta["job_id"])
     tokens = {p: np.unique(link.tokens) for p, link in linkage.links.items()}
-    emb = channel.embed_kept(cfg.predict.run, tokens, kept_attempt(cfg.out_path() / cfg.predict.run))
+    emb = channel.embed_kept(cfg.predict.run, tokens, kept.attempt)
     c, dtype = kept.settings.model.cut_dim, kept.cfg.torch_dtype()
     for p, e in emb.items():  # as training held them: (T, c) in the run's dtype, finite, within the bound
         check_block(e, Expect(f"party {p!r}", "embeddings", "query.embed_kept", (len(tokens[p]), c), dtype))

@@ -132,19 +132,28 @@ class StepRequest:
             )
         blocks = [GradBlock(arrays[f"apply_tokens_{j}"], arrays[f"apply_grad_{j}"]) for j in range(n)]
         scale = require_lr_scale(float(fields.get("lr_scale", 1.0)), "train.step")
-        asked = {
-            name: (
-                plain_name(fields[f"{name}_run"], "run name", "train.step"),
-                read_count(fields, f"{name}_epoch", "train.step"),
-            )
-            if f"{name}_epoch" in fields
-            else None
-            for name in ("save", "keep")
-        }
-        if asked["keep"] is not None:
-            asked["keep"] = (*asked["keep"], plain_name(fields.get("keep_attempt"), "attempt", "train.step"))
+        asked = {name: _asked(fields, name) for name in ("save", "keep")}
         job, cursor, digest = str(fields["job_id"]), read_count(fields, "cursor", "train.step"), str(fields["digest"])
         return cls(blocks, arrays["tokens"], job, cursor, digest, scale, asked["save"], asked["keep"])
+
+
+ASKED = {"save": ("run", "epoch"), "keep": ("run", "epoch", "attempt")}  # a step's save and keep, each whole
+
+
+def _asked(fields: dict, name: str) -> tuple | None:
+    """A step's ``name`` ("save" or "keep": its fields in ASKED, plain names and an epoch), None
+    when it carries none of them; refused naming what it lacks when it carries part."""
+    keys = [f"{name}_{part}" for part in ASKED[name]]
+    present = [k for k in keys if k in fields]
+    if not present:
+        return None
+    if len(present) != len(keys):
+        raise ProtocolError(f"train.step: a {name} needs {keys}; it lacks {sorted(set(keys) - set(present))}")
+
+    def read(k: str):
+        return read_count(fields, k, "train.step") if k.endswith("_epoch") else plain_name(fields[k], k, "train.step")
+
+    return tuple(map(read, keys))
 
 
 @dataclass(frozen=True)
