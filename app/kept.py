@@ -24,6 +24,7 @@ import torch
 
 from app.config import RunConfig
 from app.predict_files import left_note
+from app.run_status import PREVIOUS
 from files.atomic import write_atomic
 from files.private import private_dir
 from strategies.heads import TaskHead
@@ -124,19 +125,18 @@ def party_kept_file(attempt: str) -> str:
     return f"kept-{attempt}.pt" if attempt else "kept.pt"
 
 
-def finish_attempts(run_dir: Path) -> dict[str, str]:
-    """What a finish tells each secondary to keep of the run's kept states: this ``attempt``'s and
-    the ``previous`` one's, the finished run this one would replace (set aside until this run is
-    marked finished, after the secondaries' finish: app/run_status.py), which a failure from here
-    on puts back; "" where there is none."""
-    from app.run_status import PREVIOUS  # lazy: the status module is the primary's, not a secondary's
-
+def kept_attempts(run_dir: Path) -> dict[str, str]:
+    """The attempts whose kept states each secondary holds for the run, sent with every keep and
+    finish: this ``attempt``'s and the ``previous`` one's, the finished run this one would replace
+    (set aside until this run is marked finished, after the secondaries' finish: app/run_status.py),
+    which a failure puts back; "" where there is none. The party drops every other
+    (:func:`drop_other_attempts`), so no name a primary sends piles states up on its disk."""
     return {"attempt": kept_attempt(run_dir), "previous": kept_attempt(Path(run_dir) / PREVIOUS)}
 
 
 def drop_other_attempts(folder: Path, keep: dict[str, str]) -> None:
     """A secondary's kept states of the run's attempts other than those ``keep`` names
-    (:func:`finish_attempts`: an attempt that failed, an older finished run) leave its model
+    (:func:`kept_attempts`: an attempt that failed, an older finished run) leave its model
     folder of the run; nothing else in it is touched."""
     wanted = {party_kept_file(a) for a in keep.values()}
     for path in [Path(folder) / "kept.pt", *Path(folder).glob("kept-*.pt")]:

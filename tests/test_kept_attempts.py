@@ -179,3 +179,15 @@ def test_a_rerun_that_fails_after_its_finish_leaves_the_finished_runs_kept_state
     _failed_rerun(run_dir, lambda: keep_and_finish(0))
     after = channel.embed_kept("r1", tokens, kept_attempt(run_dir))["shops"]
     np.testing.assert_array_equal(after, before)
+
+
+def test_keeps_under_ever_new_attempt_names_do_not_fill_the_secondarys_disk(party):  # noqa: F811 - the fixture
+    """A primary naming a new attempt at every keep: the party holds the kept states of at most the
+    keep's attempt and the one it names as the finished run it would replace (and an old kept.pt)."""
+    from tests.test_secondary_security import query
+
+    ctx, _, root = party
+    for i in range(20):
+        fields = {"run": "r1", "epoch": 0, "applied": 0, "attempt": f"a{i}", "previous": f"p{i}"}
+        client_app.keep(query("query.keep", "keep", fields), ctx)
+    assert sorted(p.name for p in (root / "out" / "r1" / "shops").glob("kept*.pt")) == ["kept-a19.pt"]

@@ -77,7 +77,7 @@ def test_the_step_codecs_still_read_what_an_honest_party_sends():
 
 @pytest.mark.parametrize("missing", ["keep_attempt", "keep_run", "save_run"])
 def test_a_step_with_part_of_a_keep_or_save_is_refused_naming_what_it_lacks(missing):
-    arrays, fields = StepRequest([], np.arange(3), "job", 5, "d", save=("r1", 2), keep=("r1", 1, "a1")).encode()
+    arrays, fields = StepRequest([], np.arange(3), "job", 5, "d", save=("r1", 2), keep=("r1", 1, "a1", "")).encode()
     del fields[missing]
     with pytest.raises(ProtocolError, match=f"train.step.*{missing}"):
         StepRequest.decode(arrays, fields)

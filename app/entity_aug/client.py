@@ -183,17 +183,21 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     """The primary's evaluation of ``epoch`` was the best so far: this secondary's state as that
     evaluation used it into its own model folder for the run (app/entity_aug/kept.py)."""
     cfg = node_run_config(context)
-    got = messages.read_named(content, "ea_keep", "query.ea_keep", names=("run", "attempt"), ints=("epoch",))
+    got = messages.read_named(
+        content, "ea_keep", "query.ea_keep", names=("run", "attempt"), ints=("epoch",), optional=("previous",)
+    )
     party = restore(cfg, context)
     from app.entity_aug.kept import save_secondary_state  # lazy: the kept state module loads the data stack
 
+    folder = node.model_dir(cfg, context, got["run"], party.name)
     save_secondary_state(
-        node.model_dir(cfg, context, got["run"], party.name) / party_kept_file(got["attempt"]),
+        folder / party_kept_file(got["attempt"]),
         got["epoch"],
         party.state_dict(),  # its model's and its shield's
         party.x.cpu().numpy(),
         id_exchange.stored_plan(context.state),  # a party met by its ids: the plan that rebuilds its block
     )
+    drop_other_attempts(folder, {k: got[k] for k in ("attempt", "previous")})  # bounded, whatever names come
     return RecordDict()
 
 

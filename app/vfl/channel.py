@@ -11,7 +11,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.kept import attempt_id, finish_attempts
+from app.kept import attempt_id, kept_attempts
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.vfl.wire import GradBlock
 
@@ -38,7 +38,7 @@ class FlowerChannel:
         self.traffic = Traffic()
         self.cursor = {p: 0 for p in nodes}  # gradient blocks each party has applied
         self.saved: dict[str, dict] = {}  # the parties' last checkpoint (saved inside a step)
-        self._keep: tuple[str, int, str] | None = None  # (run, epoch, attempt) to keep, sent with the next step
+        self._keep: tuple[str, int, str, str] | None = None  # (run, epoch, attempt, previous): with the next step
 
     def _exchange(self, message_type: str, contents: dict[str, RecordDict]) -> dict[str, RecordDict]:
         return self._pull(self._push(message_type, contents))
@@ -153,17 +153,19 @@ class FlowerChannel:
         It rides on the next step, which each party reads before applying that step's blocks
         (no exchange of its own: a deployed exchange costs seconds); :meth:`flush_keep` sends it
         alone when no step follows."""
-        self._keep = (run_name(run_dir), epoch, attempt_id(run_dir))
+        attempt_id(run_dir)  # made at the run's first keep (app/kept.py)
+        self._keep = (run_name(run_dir), epoch, *kept_attempts(run_dir).values())
 
     def flush_keep(self) -> None:
         """A keep no step carried (the run's last best epoch): its own exchange."""
         if self._keep is None:
             return
-        (name, epoch, attempt), self._keep = self._keep, None
+        (name, epoch, attempt, previous), self._keep = self._keep, None
+        attempts = {"attempt": attempt, **({"previous": previous} if previous else {})}
         self._exchange(
             "query.keep",
             {
-                p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p], attempt=attempt)
+                p: messages.named_content("keep", run=name, epoch=epoch, applied=self.cursor[p], **attempts)
                 for p in self.nodes
             },
         )
@@ -183,7 +185,7 @@ class FlowerChannel:
         primary's run dir; only its name travels). Returns what each party measured of its own
         exposure (the primary's feature inversion against it, app/vfl/exchange.py), if it did."""
         self.flush_keep()
-        attempts = {k: v for k, v in finish_attempts(Path(folder)).items() if v}  # the kept states that stay
+        attempts = {k: v for k, v in kept_attempts(Path(folder)).items() if v}  # the kept states that stay
         content = messages.named_content("finish", run=run_name(Path(folder)), **attempts)
         replies = self._exchange("query.finish", {p: content for p in self.nodes})
         return {p: messages.read_exposure(r, p) for p, r in replies.items() if "exposure" in r.config_records}

@@ -57,8 +57,8 @@ class _NodeFolders:
     def __init__(self, cfg, context: Context) -> None:
         self.cfg, self.context = cfg, context
 
-    def keep(self, party: SecondaryParty, run: str, epoch: int, attempt: str) -> None:
-        party.keep(node.model_dir(self.cfg, self.context, run, party.party), epoch, self.cfg, attempt)
+    def keep(self, party: SecondaryParty, run: str, epoch: int, attempts: dict[str, str]) -> None:
+        party.keep(node.model_dir(self.cfg, self.context, run, party.party), epoch, self.cfg, attempts)
 
     def save(self, party: SecondaryParty, run: str, epoch: int) -> str:
         return party.save_checkpoint(node.checkpoint_dir(self.cfg, self.context, run, party.party), epoch)
@@ -93,14 +93,17 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
     party's model for the run, in its own folder (app/node.py:model_dir). ``applied`` must match:
     the primary keeps what this party's evaluation embedded with, no later step."""
     cfg = node_run_config(context)
-    rec = messages.read_named(content, "keep", "query.keep", names=("run", "attempt"), ints=("epoch", "applied"))
+    rec = messages.read_named(
+        content, "keep", "query.keep", names=("run", "attempt"), ints=("epoch", "applied"), optional=("previous",)
+    )
     party = SecondaryParty.restore(cfg, context)
     if party.applied != rec["applied"]:
         raise MisalignedStep(
             f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
             f"gradient blocks, but it has applied {party.applied}"
         )
-    party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg, rec["attempt"])
+    attempts = {k: rec[k] for k in ("attempt", "previous")}
+    party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg, attempts)
     return RecordDict()
 
 

@@ -16,7 +16,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from app.config import RunConfig
-from app.kept import KeptError, party_kept_file
+from app.kept import KeptError, drop_other_attempts, party_kept_file
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
 from app.vfl.kept import features_digest
@@ -94,11 +94,12 @@ class SecondaryParty(core.SecondaryParty):
 
     # ------------------------------------------------------------------ the kept federation
 
-    def keep(self, folder: Path, epoch: int, cfg: RunConfig, attempt: str) -> None:
+    def keep(self, folder: Path, epoch: int, cfg: RunConfig, attempts: dict[str, str]) -> None:
         """The state the evaluation just used, as this party's kept model for the run's training
-        ``attempt`` (<folder>/kept-<attempt>.pt, app/kept.py party_kept_file: a failed rerun's keeps
-        leave the finished run's): weights, epoch, linkage job, the run config it was built from and
-        a digest of its features, so predict rebuilds it alike and refuses changed data."""
+        attempt (<folder>/kept-<attempt>.pt, app/kept.py party_kept_file: a failed rerun's keeps
+        leave the finished run's; ``attempts``: {"attempt", "previous"}, the kept states that stay,
+        every other dropped): weights, epoch, linkage job, the run config it was built from and a
+        digest of its features, so predict rebuilds it alike and refuses changed data."""
         buf = io.BytesIO()
         torch.save(
             {
@@ -111,7 +112,8 @@ class SecondaryParty(core.SecondaryParty):
             },
             buf,
         )
-        write_atomic(Path(folder) / party_kept_file(attempt), buf.getvalue())
+        write_atomic(Path(folder) / party_kept_file(attempts["attempt"]), buf.getvalue())
+        drop_other_attempts(Path(folder), attempts)  # bounded, whatever names the primary sends
 
     def features_digest(self) -> str:
         return features_digest(self.x.cpu().numpy())

@@ -162,7 +162,7 @@ class _RunFolders:
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
 
-    def keep(self, party, run: str, epoch: int, attempt: str) -> None:
+    def keep(self, party, run: str, epoch: int, attempts: dict[str, str]) -> None:
         raise RuntimeError("in process the primary's keeper keeps the parties' states; no step asks a party to")
 
     def save(self, party, run: str, epoch: int) -> str:

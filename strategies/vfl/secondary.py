@@ -62,8 +62,9 @@ class StepFolders(Protocol):
     """Where a step's keep and save go: the party's own folders for the run (app/vfl/client.py on
     a node; the run's checkpoint folder in process)."""
 
-    def keep(self, party: "SecondaryParty", run: str, epoch: int, attempt: str) -> None:
-        """Keep the party's current state as its model of ``run``'s training ``attempt`` (the best epoch so far)."""
+    def keep(self, party: "SecondaryParty", run: str, epoch: int, attempts: dict[str, str]) -> None:
+        """Keep the party's current state as its model of ``run`` (the best epoch so far) under its
+        training attempt; ``attempts``: {"attempt", "previous"} (app/kept.py kept_attempts)."""
 
     def save(self, party: "SecondaryParty", run: str, epoch: int) -> str:
         """Checkpoint the party for ``run`` at ``epoch``; returns the checkpoint's digest."""
@@ -187,7 +188,8 @@ class SecondaryParty(Shielded):
         copies it to the host when it encodes the reply)."""
         self.check(req.meta, req.apply, req.tokens)
         if req.keep is not None:  # the last evaluated epoch is the best so far: keep it before training on
-            folders.keep(self, *req.keep)
+            run, epoch, attempt, previous = req.keep
+            folders.keep(self, run, epoch, {"attempt": attempt, "previous": previous})
         self.apply(req.apply, req.lr_scale)
         state = None
         if req.save is not None:  # end of an epoch: checkpoint, then embed for the evaluation

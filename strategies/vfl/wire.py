@@ -68,7 +68,7 @@ def require_lr_scale(scale: float, where: str) -> float:
 # ---------------------------------------------------------------------------- the step's two messages
 
 STEP_FIELDS = {"n_apply", "job_id", "cursor", "digest", "lr_scale", "save_run", "save_epoch", "keep_run", "keep_epoch"}
-STEP_FIELDS |= {"keep_attempt"}  # the training attempt whose state the party keeps (app/kept.py attempt_id)
+STEP_FIELDS |= {"keep_attempt", "keep_previous"}  # the attempts whose kept states stay (app/kept.py kept_attempts)
 STATE_FIELDS = {"state_digest", "state_applied", "state_epoch"}  # the checkpoint a step saved, if it saved
 REPLY_FIELDS = STATE_FIELDS | {"applied"}
 
@@ -76,7 +76,7 @@ REPLY_FIELDS = STATE_FIELDS | {"applied"}
 @dataclass(frozen=True)
 class StepRequest:
     """One secondary's step: its gradient blocks to apply (in order, at ``lr_scale`` of its learning
-    rate), then its tokens to embed; ``keep`` = (run, epoch, attempt): first keep the current state
+    rate), then its tokens to embed; ``keep`` = (run, epoch, attempt, previous): first keep the current state
     (the one the epoch's evaluation embedded with) as its model for the run's training attempt; ``save`` = (run, epoch):
     checkpoint between applying and embedding. ``job_id``, ``cursor`` and ``digest`` let the party
     tell the step is aligned with it (:class:`StepMeta`); build with :meth:`build`."""
@@ -88,7 +88,7 @@ class StepRequest:
     digest: str = ""
     lr_scale: float = 1.0
     save: tuple[str, int] | None = None
-    keep: tuple[str, int, str] | None = None
+    keep: tuple[str, int, str, str] | None = None  # previous: "" when none
 
     @classmethod
     def build(cls, apply, tokens, job_id="", cursor=0, lr_scale=1.0, save=None, keep=None) -> "StepRequest":
@@ -114,6 +114,8 @@ class StepRequest:
                 fields.update({f"{name}_run": asked[0], f"{name}_epoch": int(asked[1])})
         if self.keep is not None:
             fields["keep_attempt"] = self.keep[2]
+            if self.keep[3]:
+                fields["keep_previous"] = self.keep[3]
         return arrays, fields
 
     @classmethod
@@ -133,6 +135,9 @@ class StepRequest:
         blocks = [GradBlock(arrays[f"apply_tokens_{j}"], arrays[f"apply_grad_{j}"]) for j in range(n)]
         scale = require_lr_scale(float(fields.get("lr_scale", 1.0)), "train.step")
         asked = {name: _asked(fields, name) for name in ("save", "keep")}
+        if asked["keep"] is not None:  # the finished run the attempt would replace, if any
+            previous = fields.get("keep_previous")
+            asked["keep"] += ("" if previous is None else plain_name(previous, "keep_previous", "train.step"),)
         job, cursor, digest = str(fields["job_id"]), read_count(fields, "cursor", "train.step"), str(fields["digest"])
         return cls(blocks, arrays["tokens"], job, cursor, digest, scale, asked["save"], asked["keep"])
 
