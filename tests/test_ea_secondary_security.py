@@ -121,3 +121,17 @@ def test_over_a_direct_link_the_packed_step_is_refused_alike():
     assert all(torch.equal(before[k], after[k]) for k in before)
     reply = StepReply.decode(*unpack(step(pack(StepRequest(0, 1, np.zeros_like(act)).encode()), ctx), "reply"), "right")
     assert reply.act.shape[1] == act.shape[1] and np.isfinite(reply.act).all()
+
+
+@pytest.mark.parametrize("ids", [[-1, -2], [[0, 1, 2], [3, 4, 5]], [0.5, 1.7], [10_000], [True, False]], ids=str)
+def test_an_ea_secondary_embeds_only_ids_among_its_rows_and_names_the_primary(ids):
+    """query.ea_embed (evaluation): ids must be one vector of integers in [0, n); a negative id
+    indexed its rows from the end, a 2-D array came back as a 3-D block, others died naming no one."""
+    from flwr.app import Array, ArrayRecord
+
+    _, ctx, _, _ = _after_first_step()
+    msg = Message(
+        RecordDict({"ea": ArrayRecord({"ids": Array(np.asarray(ids))})}), dst_node_id=1, message_type="query.ea_embed"
+    )
+    with pytest.raises(messages.ProtocolError, match=r"the primary.*query\.ea_embed.*ids"):
+        ea_secondary.embed(msg, ctx)

@@ -164,7 +164,7 @@ def _step_party(req: StepRequest, context: Context) -> StepReply:
 
 def _embed(content: RecordDict, context: Context) -> RecordDict:
     party = restore(node_run_config(context), context)
-    return act_content(party.embed(read_ids(content)))
+    return act_content(party.embed(read_ids(content, party.x.shape[0], "query.ea_embed")))
 
 
 def _finish(content: RecordDict, context: Context) -> RecordDict:

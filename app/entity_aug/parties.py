@@ -273,8 +273,17 @@ def ids_content(ids: np.ndarray) -> RecordDict:
     return RecordDict({"ea": ArrayRecord({"ids": Array(np.ascontiguousarray(ids, dtype=np.int64))})})
 
 
-def read_ids(content: RecordDict) -> np.ndarray:
-    return content.array_records["ea"]["ids"].numpy()
+def read_ids(content: RecordDict, n: int | None = None, message: str = "") -> np.ndarray:
+    """The entity ids (q,) a query asks for; with ``n`` (the party's rows), refused naming the
+    primary and ``message`` unless one vector of integers in [0, n)."""
+    ids = content.array_records["ea"]["ids"].numpy()
+    if n is not None and not (
+        ids.ndim == 1 and ids.dtype.kind in "iu" and (len(ids) == 0 or (ids.min() >= 0 and ids.max() < n))
+    ):
+        raise ProtocolError(
+            f"the primary's {message}: ids must be one vector of integers in [0, {n}), got {ids.dtype} {ids.shape}"
+        )
+    return ids
 
 
 def kept_request_content(run: str, ids: np.ndarray, attempt: str = "") -> RecordDict:
