@@ -198,11 +198,11 @@ def _listen(address: str) -> socket.socket:
 
 
 def _try(conn: socket.socket, peer, key: str, won: queue.Queue) -> None:
-    """One connection's handshake, on its own thread under HANDSHAKE seconds: a silent or slow
-    peer holds no one else up."""
+    """One connection's handshake, on its own thread, whole within HANDSHAKE seconds: a silent or
+    trickling peer holds no one else up."""
     conn.settimeout(HANDSHAKE)
     try:
-        won.put(SecureLink.accept(conn, key))
+        won.put(SecureLink.accept(conn, key, time.monotonic() + HANDSHAKE))
     except (LinkError, OSError) as e:
         print(f"[party worker] refused a connection from {peer}: {e}", file=sys.stderr, flush=True)
         conn.close()

@@ -111,38 +111,42 @@ class SecureLink:
 
     @classmethod
     def connect(cls, address: str, key: str, timeout: float) -> "SecureLink":
-        """The primary's end: connect to a worker at host:port and authenticate both ways."""
+        """The primary's end: connect to a worker at host:port and authenticate both ways, all
+        within ``timeout`` seconds however the worker trickles its bytes."""
+        deadline = time.monotonic() + timeout
         sock = socket.create_connection(host_port(address, "a worker's address"), timeout=timeout)
         try:
-            return cls._handshake(sock, _key_bytes(key), primary=True)
+            return cls._handshake(sock, _key_bytes(key), True, deadline)
         except BaseException:
             sock.close()
             raise
 
     @classmethod
-    def accept(cls, sock: socket.socket, key: str) -> "SecureLink":
-        """The worker's end of a connection it accepted."""
-        return cls._handshake(sock, _key_bytes(key), primary=False)
+    def accept(cls, sock: socket.socket, key: str, deadline: float | None = None) -> "SecureLink":
+        """The worker's end of a connection it accepted, authenticated by ``deadline`` (time.monotonic())."""
+        return cls._handshake(sock, _key_bytes(key), False, deadline)
 
     @classmethod
-    def _handshake(cls, sock: socket.socket, key: bytes, primary: bool) -> "SecureLink":
+    def _handshake(cls, sock: socket.socket, key: bytes, primary: bool, deadline: float | None) -> "SecureLink":
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         keepalive(sock)
+        timeout = sock.gettimeout()  # put back once authenticated: the deadline's reads shorten it
         if primary:
-            worker_nonce = _read_exact(sock, 32)
+            worker_nonce = _read_exact(sock, 32, deadline=deadline)
             own = secrets.token_bytes(32)
             nonces = worker_nonce + own
             sock.sendall(own + _proof(key, b"primary", nonces))
-            if not hmac.compare_digest(_read_exact(sock, 32), _proof(key, b"worker", nonces)):
+            if not hmac.compare_digest(_read_exact(sock, 32, deadline=deadline), _proof(key, b"worker", nonces)):
                 raise LinkError("the worker did not prove it holds this run's key: refusing the link")
         else:
             own = secrets.token_bytes(32)
             sock.sendall(own)
-            theirs = _read_exact(sock, 32)
+            theirs = _read_exact(sock, 32, deadline=deadline)
             nonces = own + theirs
-            if not hmac.compare_digest(_read_exact(sock, 32), _proof(key, b"primary", nonces)):
+            if not hmac.compare_digest(_read_exact(sock, 32, deadline=deadline), _proof(key, b"primary", nonces)):
                 raise LinkError("the peer did not prove it holds this run's key: refusing the link")
             sock.sendall(_proof(key, b"worker", nonces))
+        sock.settimeout(timeout)
         p2w, w2p = _derive(key, nonces, b"primary->worker"), _derive(key, nonces, b"worker->primary")
         return cls(sock, p2w, w2p) if primary else cls(sock, w2p, p2w)
 
