@@ -23,6 +23,8 @@ from strategies.wire_checks import (  # noqa: F401 - re-exported: the checks eve
     peer_integer,
     plain_name,
     read_count,
+    read_number,
+    read_text,
     require_finite,
 )
 
@@ -110,10 +112,9 @@ def read_exposure(content: RecordDict, party: str) -> dict:
     """A finish reply's ``exposure`` (app/vfl/exchange.py inversion): exactly its fields, finite numbers."""
     rec = content.config_records["exposure"]
     expect_fields(rec, EXPOSURE, f"party {party!r}'s query.finish reply")
-    values = {k: float(rec[k]) for k in EXPOSURE if k in rec}
-    if set(values) != EXPOSURE or not all(np.isfinite(v) for v in values.values()):
-        raise ProtocolError(f"party {party!r}'s query.finish reply: exposure needs finite {sorted(EXPOSURE)}")
-    return values | {"auxiliary_records": read_count(rec, "auxiliary_records", f"party {party!r}'s query.finish reply")}
+    who = f"party {party!r}'s query.finish reply"
+    values = {k: read_number(rec, k, who) for k in sorted(EXPOSURE - {"auxiliary_records"})}
+    return values | {"auxiliary_records": read_count(rec, "auxiliary_records", who)}
 
 
 def kept_embed_content(run: str, job_id: str, tokens: np.ndarray, attempt: str = "") -> RecordDict:

@@ -4,6 +4,8 @@ the protocol lacks, names that are plain folder names, finite values. A refusal 
     plain_name(value, what, message) -> str
     peer_integer(value) -> int | None
     read_count(fields, key, message, low=0) -> int
+    read_number(fields, key, message) -> float
+    read_text(fields, key, message) -> str
     expect_fields(record, allowed, message)
     require_finite(values, party, what, message)
     check_block(values, Expect(sender, what, message, shape, dtype)) -> values (numpy, unchanged)
@@ -79,6 +81,23 @@ def read_count(fields, key: str, message: str, low: int = 0) -> int:
     value = peer_integer(fields[key])
     if value is None or value < low:
         raise ProtocolError(f"{message}: field {key!r} must be an integer >= {low}, got {fields[key]!r}")
+    return value
+
+
+def read_number(fields, key: str, message: str) -> float:
+    """``fields[key]`` as a finite float when it is a number (an int or a float, never a bool or a
+    string), else refused naming ``message`` (which names the sender) and the field."""
+    value = fields.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ProtocolError(f"{message}: field {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def read_text(fields, key: str, message: str) -> str:
+    """``fields[key]`` when it is a string, else refused naming ``message`` and the field."""
+    value = fields.get(key)
+    if not isinstance(value, str):
+        raise ProtocolError(f"{message}: field {key!r} must be a string, got {value!r}")
     return value
 
 

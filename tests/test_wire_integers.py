@@ -94,3 +94,31 @@ def test_a_restore_reply_or_an_exposure_with_a_count_that_is_not_an_integer_is_r
     exposure = {"mse": 1.0, "mean_baseline_mse": 2.0, "ratio": 0.5, "auxiliary_records": 10.5}
     with pytest.raises(ProtocolError, match="party 'school'.*'auxiliary_records'"):
         messages.read_exposure(RecordDict({"exposure": ConfigRecord(exposure)}), "school")
+
+
+@pytest.mark.parametrize(
+    "field, value", [("lr_scale", "0.5"), ("lr_scale", True), ("job_id", 12345), ("digest", 7), ("job_id", None)]
+)
+def test_a_step_with_a_number_or_a_name_of_the_wrong_kind_is_refused_naming_it(field, value):
+    arrays, fields = StepRequest([], np.arange(3), "job", 5, "d", lr_scale=0.5).encode()
+    fields = {k: v for k, v in {**fields, field: value}.items() if v is not None}  # None: the field left out
+    with pytest.raises(ProtocolError, match=f"train.step.*'{field}'"):
+        StepRequest.decode(arrays, fields)
+
+
+@pytest.mark.parametrize("value", ["0.5", True, [1.0]])
+def test_an_exposure_with_a_value_of_the_wrong_kind_is_refused_naming_the_party(value):
+    exposure = {"mse": value, "mean_baseline_mse": 2.0, "ratio": 0.5, "auxiliary_records": 10}
+    with pytest.raises(ProtocolError, match="party 'school'.*'mse'"):
+        messages.read_exposure(RecordDict({"exposure": ConfigRecord(exposure)}), "school")
+
+
+@pytest.mark.parametrize("state", [None, {"applied": 2}, {"digest": 5, "applied": 2}])
+def test_a_restore_reply_without_its_state_or_digest_is_refused_naming_the_party(state):
+    from app.vfl.channel import FlowerChannel
+
+    channel = FlowerChannel(None, {"school": 1}, 5.0)
+    reply = RecordDict({} if state is None else {"state": ConfigRecord(state)})
+    channel._exchange = lambda *a: {"school": reply}  # the party's answer, as the grid would bring it
+    with pytest.raises(ProtocolError, match="party 'school'.*query.restore"):
+        channel.restore("/runs/r1/checkpoint", 0)

@@ -135,15 +135,7 @@ class FlowerChannel:
         (``folder`` = <run dir>/checkpoint; only the run's name travels)."""
         content = messages.named_content("state", run=run_name(Path(folder).parent), epoch=epoch)
         replies = self._exchange("query.restore", {p: content for p in self.nodes})
-        states = {
-            p: {
-                "digest": str(c.config_records["state"]["digest"]),
-                "applied": messages.read_count(
-                    c.config_records["state"], "applied", f"party {p!r}'s query.restore reply"
-                ),
-            }
-            for p, c in replies.items()
-        }
+        states = {p: _restored(c, p) for p, c in replies.items()}
         self.cursor = {p: s["applied"] for p, s in states.items()}
         return states
 
@@ -189,3 +181,12 @@ class FlowerChannel:
         content = messages.named_content("finish", run=run_name(Path(folder)), **attempts)
         replies = self._exchange("query.finish", {p: content for p in self.nodes})
         return {p: messages.read_exposure(r, p) for p, r in replies.items() if "exposure" in r.config_records}
+
+
+def _restored(content: RecordDict, party: str) -> dict:
+    """A query.restore reply's {"digest", "applied"}, refused naming the party unless it holds them."""
+    who = f"party {party!r}'s query.restore reply"
+    state = content.config_records.get("state")
+    if state is None:
+        raise messages.ProtocolError(f"{who} holds no 'state' record")
+    return {"digest": messages.read_text(state, "digest", who), "applied": messages.read_count(state, "applied", who)}

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from strategies.wire_checks import ProtocolError, expect_fields, plain_name, read_count, require_finite
+from strategies.wire_checks import (
+    ProtocolError,
+    expect_fields,
+    plain_name,
+    read_count,
+    read_number,
+    read_text,
+    require_finite,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -133,12 +141,15 @@ class StepRequest:
                 f"train.step: its arrays are not 'tokens' and apply_tokens_j / apply_grad_j for j < {n}"
             )
         blocks = [GradBlock(arrays[f"apply_tokens_{j}"], arrays[f"apply_grad_{j}"]) for j in range(n)]
-        scale = require_lr_scale(float(fields.get("lr_scale", 1.0)), "train.step")
+        scale = require_lr_scale(
+            read_number(fields, "lr_scale", "train.step") if "lr_scale" in fields else 1.0, "train.step"
+        )
         asked = {name: _asked(fields, name) for name in ("save", "keep")}
         if asked["keep"] is not None:  # the finished run the attempt would replace, if any
             previous = fields.get("keep_previous")
             asked["keep"] += ("" if previous is None else plain_name(previous, "keep_previous", "train.step"),)
-        job, cursor, digest = str(fields["job_id"]), read_count(fields, "cursor", "train.step"), str(fields["digest"])
+        job, digest = read_text(fields, "job_id", "train.step"), read_text(fields, "digest", "train.step")
+        cursor = read_count(fields, "cursor", "train.step")
         return cls(blocks, arrays["tokens"], job, cursor, digest, scale, asked["save"], asked["keep"])
 
 
@@ -195,7 +206,10 @@ class StepReply:
         if set(fields) & STATE_FIELDS:
             if not STATE_FIELDS <= set(fields):
                 raise ProtocolError(f"party {party!r}'s reply to {message}: a saved state needs {sorted(STATE_FIELDS)}")
-            state = {"digest": str(fields["state_digest"]), "applied": read_count(fields, "state_applied", who)}
+            state = {
+                "digest": read_text(fields, "state_digest", who),
+                "applied": read_count(fields, "state_applied", who),
+            }
             state["epoch"] = read_count(fields, "state_epoch", who)
         applied = read_count(fields, "applied", who) if "applied" in fields else None
         return cls(arrays["emb"], state, applied)
