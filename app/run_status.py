@@ -184,13 +184,17 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def problem(folder: Path, since: float | None = None) -> str | None:
+def problem(folder: Path, since: float | None = None, kept: bool = False) -> str | None:
     """Why the run in ``folder`` is not a finished run (None when it is); with ``since`` (unix s),
-    a status written by a run that started earlier is another run's."""
+    a status written by a run that started earlier is another run's. ``kept``: the finished run the
+    folder keeps is asked for (predict, a report, an ensemble's member), so a later attempt that
+    failed over it (its last-attempt.json) is no problem; without, that attempt's failure is the
+    folder's outcome (did the run just started finish?)."""
     folder = Path(folder)
     st, attempt = read(folder), _read_attempt(folder)
     if (
-        attempt is not None
+        not kept
+        and attempt is not None
         and (since is None or attempt["started"] >= since)
         and attempt["started"] > (st or {}).get("started", 0)
     ):
@@ -224,10 +228,10 @@ def _read_attempt(folder: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def require_finished(folder: Path, since: float | None = None, output: str = "") -> dict:
+def require_finished(folder: Path, since: float | None = None, output: str = "", kept: bool = False) -> dict:
     """The finished run's summary; :class:`RunFailed` otherwise, with the tail of ``output``
-    (e.g. what `flwr run` printed)."""
-    why = problem(folder, since)
+    (e.g. what `flwr run` printed); ``kept``: as :func:`problem`'s."""
+    why = problem(folder, since, kept)
     if why:
         raise RunFailed(why + (f"\n--- output (last lines) ---\n{output[-4000:]}" if output.strip() else ""))
     return json.loads((Path(folder) / SUMMARY).read_text())

@@ -84,7 +84,7 @@ def _manifest(run_dir: Path) -> dict:
     from app.kept import read_manifest  # lazy: numpy and torch, off `fedsim --help`
     from app.run_status import require_finished  # lazy: numpy and torch, off `fedsim --help`
 
-    require_finished(run_dir)
+    require_finished(run_dir, kept=True)
     return read_manifest(run_dir)
 
 

@@ -27,7 +27,7 @@ def is_run(path: str) -> bool:
 
 
 def one_run(run_dir: Path) -> int:
-    why = problem(run_dir)
+    why = problem(run_dir, kept=True)
     if why:
         print(f"fedsim report: {why}", file=sys.stderr)
         return 1

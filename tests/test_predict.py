@@ -129,6 +129,14 @@ def test_a_failed_run_under_an_old_name_keeps_the_finished_runs_kept_federation_
         )
     assert (tmp_path / "run" / "kept" / "federation.json").read_bytes() == federation
     assert "LinkageError" in (tmp_path / "run" / "last-attempt.json").read_text()
+    # and the finished run put back is usable: predict and the report take it (the attempt stays in last-attempt.json)
+    ds = load_data(RunConfig.of(**CASES["avgsim"]))
+    test = ds.split.test[:20]
+    pred = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
+    assert len(pred.values) == 20
+    from fedsim.report import one_run
+
+    assert one_run(tmp_path / "run") == 0
 
 
 def test_the_keeper_keeps_the_best_validation_epoch_and_the_first_on_ties():

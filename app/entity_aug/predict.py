@@ -128,7 +128,7 @@ def rebuild(cfg: RunConfig, data: EntityData, meta: dict, states: dict, local: l
 
 def predict_ea_in_process(run_dir: Path, ids) -> EAPrediction:
     t0 = time.perf_counter()
-    require_finished(Path(run_dir))
+    require_finished(Path(run_dir), kept=True)
     meta, states = load_kept(Path(run_dir))
     cfg = RunConfig.of(**meta["run"])
     data = ea_data(cfg)

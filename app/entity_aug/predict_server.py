@@ -44,7 +44,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
     src, out = predict_mode_files(cfg)
     t0 = time.perf_counter()
     run_dir = cfg.out_path() / cfg.predict.run
-    require_finished(run_dir)
+    require_finished(run_dir, kept=True)
     attempt = kept_attempt(run_dir)  # with the manifest, once: a rerun under the name later is another attempt
     meta = read_manifest(run_dir)
     if meta["secondary_states"] != "parties":

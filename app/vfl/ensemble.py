@@ -40,7 +40,7 @@ def check_members(run_dirs: list[Path], *, in_process: bool = True) -> list[dict
         raise KeptError(f"an ensemble names a run twice: {[str(r) for r in run_dirs]}")
     metas = []
     for run_dir in run_dirs:
-        require_finished(Path(run_dir))
+        require_finished(Path(run_dir), kept=True)
         metas.append(read_manifest(Path(run_dir)))
         if metas[-1].get("mode", "vfl") != "vfl":
             raise KeptError(f"{run_dir} is a {metas[-1]['mode']!r} run: ensembles are of vfl runs (run-config member)")

@@ -55,7 +55,7 @@ class Prediction:
 
 def _kept_run(run_dir: Path) -> tuple[dict, dict, RunConfig, object]:
     """(manifest, kept states, the run's config, its resolved settings) of a run predict supports."""
-    require_finished(run_dir)
+    require_finished(run_dir, kept=True)
     meta, states = load_kept(run_dir)
     cfg = RunConfig.of(**meta["run"])
     settings = cfg.resolve()

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     def check() -> None:
-        require_finished(args.run_dir)
+        require_finished(args.run_dir, kept=True)
         read_manifest(args.run_dir)
 
     def read():
