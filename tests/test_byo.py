@@ -87,6 +87,11 @@ def test_every_method_runs_on_the_users_csvs(method, tmp_path):
         (('categorical = ["type"]', 'categorical = ["type", "price"]'), "the label 'price' is listed as a feature"),
         (('task = "regression"', 'task = "ranking"'), "task must be one of"),
         (("[secondaries.shops]", '[secondaries.shops]\ncolour = "red"'), r"unknown key\(s\) \['colour'\]"),
+        # a party's name names its files (its model, its linkage): one plain name, as the service's
+        (("[secondaries.shops]", '[secondaries."../../../ESCAPED"]'), r"party name '\.\./\.\./\.\./ESCAPED'"),
+        (("[secondaries.shops]", '[secondaries."a/../b"]'), r"party name 'a/\.\./b'"),
+        (("[secondaries.shops]", "[secondaries.PRIMARY]"), r"distinct, ignoring case.*'PRIMARY'"),
+        (("[primary]", '[primary]\nname = "shops"'), r"distinct, ignoring case.*'shops'"),
     ],
 )
 def test_a_bad_spec_is_named(edit, match, tmp_path):
