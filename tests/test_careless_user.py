@@ -80,6 +80,13 @@ def test_input_mistakes_are_named_and_exit_2(tmp_path):
     nowhere = fedsim("predict", str(tmp_path / "runs" / "nope"), str(REPO / "examples/housing/sales.csv"), "--out",
                      str(tmp_path / "p.csv"), cwd=tmp_path)  # fmt: skip
     assert nowhere.returncode == 2 and "no run folder" in nowhere.stderr
+    run = tmp_path / "runs" / "r"
+    (run / "kept").mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    for out in (run / "summary.json", run / "kept" / "primary.pt", run / "p.csv"):  # --out inside the run
+        inside = fedsim("predict", str(run), str(REPO / "examples/housing/sales.csv"), "--out", str(out), cwd=tmp_path)
+        assert inside.returncode == 2 and "inside the run folder" in inside.stderr, inside.stderr
+    assert (run / "summary.json").read_text() == "{}" and not (run / "p.csv").exists()
     secret = fedsim("link", "--url", "http://127.0.0.1:1", "--job", "0123456789abcdef", "--party", "p", "--secret-file",
                     "nope.secret", "--csv", str(REPO / "examples/housing/sales.csv"), "--columns", "lat,lon", cwd=tmp_path)  # fmt: skip
     assert secret.returncode == 2 and "--secret-file nope.secret: no such file" in secret.stderr, secret.stderr
