@@ -235,9 +235,9 @@ def _roles(columns: list[str], party: dict, label: str | None, where: str) -> tu
 def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tuple[np.ndarray, int]:
     """The labels as numbers and the class count; ``source_rows``: each value's 0-based data row in
     the file (default: its position), named in errors as the file's line (header = line 1)."""
+    rows = np.arange(len(values)) if source_rows is None else np.asarray(source_rows)
     bad = values.isna().to_numpy()
     if bad.any():
-        rows = np.arange(len(values)) if source_rows is None else np.asarray(source_rows)
         raise DatasetError(
             f"{where}: {int(bad.sum())} missing label(s) (first lines of the file: {(rows[bad][:5] + 2).tolist()})"
         )
@@ -247,10 +247,20 @@ def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tup
             raise DatasetError(
                 f"{where}: task 'regression' but the label holds non-numbers, e.g. {values[y.isna()].iloc[0]!r}"
             )
-        return y.to_numpy(dtype=np.float32), 1
+        with np.errstate(over="ignore"):  # past float32's largest: inf, refused below
+            y = y.to_numpy(dtype=np.float32)  # as training holds them
+        bad = ~np.isfinite(y)
+        if bad.any():
+            raise DatasetError(
+                f"{where}: {int(bad.sum())} label(s) not finite as float32 (inf, or beyond 3.4e38; first lines "
+                f"of the file: {(rows[bad][:5] + 2).tolist()})"
+            )
+        return y, 1
     classes = sorted(values.unique().tolist(), key=str)
     if task == "binary" and len(classes) != 2:
         raise DatasetError(f"{where}: task 'binary' needs exactly 2 label values, got {len(classes)}: {classes[:10]}")
+    if len(classes) < 2:
+        raise DatasetError(f"{where}: task {task!r} needs at least 2 label values, got {len(classes)}: {classes}")
     code = {c: i for i, c in enumerate(classes)}
     return values.map(code).to_numpy(dtype=np.int64), len(classes)
 
