@@ -9,7 +9,14 @@ FILES = (*WRITTEN, ID_MATCHES)  # what a fresh run replaces (app/run_status.py):
 YARDSTICK = "yardstick.json"  # written after the run by `fedsim train` (fedsim/yardstick.py)
 SEARCH, SEARCH_RUNS = "search.json", "search"  # `fedsim train`'s recipe search: its record, its candidates'
 ENSEMBLE = "ensemble.json"  # `fedsim train`'s ensemble of the run and its members (fedsim/ensemble_step.py)
-DERIVED = (YARDSTICK, SEARCH, ENSEMBLE)  # files a command derives from a finished run: replaced with the run
+CURVE, GATE = "learning_curve.png", "weight_gate.png"  # `fedsim report`'s plots (fedsim/report.py)
+DERIVED = (
+    YARDSTICK,
+    SEARCH,
+    ENSEMBLE,
+    CURVE,
+    GATE,
+)  # files a command derives from a finished run: replaced with the run
 CHECKPOINT = "checkpoint"  # the run's checkpoints (app/vfl/checkpoint.py; a simulation's parties' beside the primary's)
 FOLDERS = (
     "kept",

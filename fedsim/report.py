@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.run_files import YARDSTICK
+from app.run_files import CURVE, GATE, YARDSTICK
 from app.run_record import hyperparameter_lines, read_metrics
 from app.run_status import problem
 from fedsim.ensemble_step import RECORD as ENSEMBLE
@@ -44,9 +44,11 @@ def one_run(run_dir: Path) -> int:
         print("\n".join(lines(json.loads((run_dir / YARDSTICK).read_text()))))
     rows = read_metrics(run_dir)
     title = f"run {run_dir.name}: {summary.get('method')} on {summary.get('dataset')}"
-    print(f"plots: {learning_curve(rows, summary, run_dir / 'learning_curve.png', title)}")
+    print(f"plots: {learning_curve(rows, summary, run_dir / CURVE, title)}")
     best = next((r for r in rows if r["epoch"] == summary["best_epoch"]), {})
-    gate = weight_gate(run_dir, run_dir / "weight_gate.png", best.get("attention"))
+    gate = weight_gate(run_dir, run_dir / GATE, best.get("attention"))
+    if gate is None:
+        (run_dir / GATE).unlink(missing_ok=True)  # an earlier run's: none of this one's
     print(f"plots: {gate}" if gate else "plots: no weight gate in this run (method or gate off)")
     return 0
 

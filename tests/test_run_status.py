@@ -365,3 +365,26 @@ def test_a_failed_rerun_puts_back_the_finished_runs_checkpoint(tmp_path):
             (folder / "checkpoint" / "checkpoint.json").write_text("the failed attempt's")
             raise RuntimeError("the rerun fails")
     assert (folder / "checkpoint" / "checkpoint.json").read_text() == "the finished run's"
+
+
+def test_a_rerun_sets_aside_the_reports_plots_and_a_report_without_a_gate_removes_an_old_one(tmp_path):
+    """Plots derived from a finished run go with it: a rerun's folder shows none of the earlier
+    run's, and a report of a run without a weight gate leaves no earlier run's gate plot beside it."""
+    from app.run_status import RunStatus
+    from fedsim.report import one_run
+
+    folder = tmp_path / "r"
+    finished = RunStatus(folder, "inprocess")
+    with finished.recording():
+        finished.start()
+        (folder / "summary.json").write_text("{}")
+        for plot in ("learning_curve.png", "weight_gate.png"):
+            (folder / plot).write_bytes(b"the earlier run's")
+    rerun = RunStatus(folder, "inprocess")
+    rerun.start()
+    assert not (folder / "learning_curve.png").exists() and not (folder / "weight_gate.png").exists()
+    cfg = RunConfig.of(**TINY, method="solo", out_dir=str(tmp_path / "out"), run_name="solo")
+    primary.run_primary(None, cfg)
+    run = tmp_path / "out" / "solo"
+    (run / "weight_gate.png").write_bytes(b"the earlier run's")  # as a gated run's report left it
+    assert one_run(run) == 0 and not (run / "weight_gate.png").exists()
