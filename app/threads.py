@@ -18,7 +18,7 @@ quiet 16-core machine trains an epoch in 12.75 s with 16 threads and 24.08 s wit
 ``OMP_NUM_THREADS``, where set (by a user, a sweep worker, or Ray for a simulation's ClientApp
 actors: the federation's client-resources num-cpus), is an upper bound. The run-config key
 ``threads`` (> 0) overrides the choice: it travels with the run to every party (ServerApp,
-ClientApps, deployed SuperNodes and their workers), is checked with the run config and recorded
+ClientApps, deployed SuperNodes and their workers; a secondary takes it up to its own CPUs), is checked with the run config and recorded
 in config.json; an environment variable reaches none of a deployment's other machines.
 
 :func:`use` is the one place that applies a choice (torch.set_num_threads and threadpoolctl's

@@ -157,3 +157,18 @@ def test_a_cpu_party_runs_deterministic_ops_warn_only_without_importing_torchs_c
         "assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()"
     )
     assert imported_after(steps, ("torch._dynamo", "torch._inductor")) == []
+
+
+def test_a_secondary_takes_the_primarys_thread_count_only_up_to_its_own_cpus(monkeypatch):
+    """The run config's threads travels from the primary: a secondary bounds it by the CPUs it may
+    use (1000 made 2,062 OS threads on a 2-CPU host)."""
+    from types import SimpleNamespace
+
+    from app.vfl import client
+
+    seen = {}
+    monkeypatch.setattr(threads, "use", lambda choice, *a: seen.setdefault("threads", choice.threads))
+    cfg = RunConfig.of(dataset="hdb", threads=1000)
+    context = SimpleNamespace(node_config={"party": "school"})
+    client.party_threads(cfg, context, SimpleNamespace(model=torch.nn.Linear(2, 2)))
+    assert seen["threads"] == threads.usable_cpus()

@@ -27,11 +27,13 @@ from strategies.vfl.wire import StepReply, StepRequest
 def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> None:
     """This process's threads for the party's model (app/threads.py), applied at each training
     message (a simulation's actor may take another node's message; a no-op once set). In a
-    simulation the federation's SuperNodes and the ServerApp share the machine's CPUs."""
+    simulation the federation's SuperNodes and the ServerApp share the machine's CPUs. The run
+    config's ``threads`` comes from the primary: at most the CPUs this process may use."""
     partitions = int(context.node_config.get("num-partitions", 0))
     processes = partitions + 1 if partitions and "party" not in context.node_config else 1
     cpu = cfg.torch_device().type == "cpu"
-    threads.use(threads.decide(cfg.runtime.threads, processes, [party.model]), "[secondary]", cpu)
+    asked = min(cfg.runtime.threads, threads.usable_cpus())  # the primary's run config: bounded by this host's CPUs
+    threads.use(threads.decide(asked, processes, [party.model]), "[secondary]", cpu)
 
 
 def _hello(content: RecordDict, context: Context) -> RecordDict:
