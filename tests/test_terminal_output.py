@@ -376,27 +376,3 @@ def test_a_built_in_dataset_trained_from_another_folder_tells_flower_where_its_d
     assert (Path(str(values["data-dir"])) / "hdb").is_dir()
     values = run_values(parser().parse_args(["train", "--dataset", "synthetic"]))
     assert "data-dir" not in values  # generated: reads no folder
-
-
-@pytest.mark.parametrize("bad", ["inf", "-inf", "5e38"])
-def test_a_regression_label_that_is_not_finite_as_trained_is_refused_naming_its_lines(bad):
-    """inf, or a value past float32's largest (the labels' training dtype), trained until a gradient
-    was refused naming a party, not the label."""
-    import pandas as pd
-
-    from datasets.base import DatasetError
-    from datasets.csv_parties import labels_of
-
-    values = pd.to_numeric(pd.Series(["1.5", "2", bad, "3", bad]))  # as read_csv reads a numeric column
-    with pytest.raises(DatasetError, match=r"p\.csv: 2 label\(s\) not finite.*\[4, 6\]"):
-        labels_of(values, "regression", "p.csv")
-
-
-def test_a_multiclass_label_with_one_value_is_refused():
-    import pandas as pd
-
-    from datasets.base import DatasetError
-    from datasets.csv_parties import labels_of
-
-    with pytest.raises(DatasetError, match=r"p\.csv: task 'multiclass' needs at least 2 label values, got 1"):
-        labels_of(pd.Series(["a", "a", "a"]), "multiclass", "p.csv")
