@@ -22,6 +22,7 @@ import pandas as pd
 from pandas._libs.parsers import STR_NA_VALUES
 
 from datasets.base import DatasetError
+from files.csv_header import repeated_columns
 
 NUMERIC_RULE = "a numeric column holds numbers, or blank cells (filled with the training mean)"
 
@@ -32,9 +33,12 @@ def header(path: Path, where: str) -> list[str]:
     if not path.exists():
         raise DatasetError(f"{where}: file {path} not found")
     try:
-        return list(pd.read_csv(path, nrows=0).columns)
+        twice = repeated_columns(path)
     except pd.errors.EmptyDataError:
         raise DatasetError(f"{where}: file {path} is empty (no header line, no rows)") from None
+    if twice:
+        raise DatasetError(f"{where}: file {path} names column(s) {twice} more than once; name each column once")
+    return list(pd.read_csv(path, nrows=0).columns)
 
 
 def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequence[str] = ()) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from files.atomic import write_atomic
+from files.csv_header import repeated_columns
 from linkage.contracts import LinkageError
 from linkage.strings import normalize_strings
 
@@ -49,6 +50,9 @@ def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndar
     import pandas as pd
 
     header = list(pd.read_csv(csv, nrows=0).columns)
+    twice = repeated_columns(csv)  # pandas would read a second copy as "<name>.1": one silently unused
+    if twice:
+        raise LinkageError(f"{csv}: names column(s) {twice} more than once; name each column once")
     absent = [c for c in columns if c not in header]
     if absent:
         raise LinkageError(f"{csv}: no column(s) {absent}; columns are {header}")

@@ -300,3 +300,23 @@ def test_a_party_named_like_a_torch_containers_method_trains_fedsim_attn_and_pre
     pred = predict_in_process(tmp_path / "run", ds.primary.features[test], ds.primary.identifiers[test])
     rmse = float(np.sqrt(np.mean((pred.values - ds.labels[test]) ** 2)))
     assert rmse == pytest.approx(summary["test"]["rmse"], rel=1e-4)
+
+
+def test_a_column_named_twice_in_a_partys_csv_is_refused_naming_it(tmp_path):
+    """pandas read the second 'rooms' as 'rooms.1', which no spec names: one copy was silently unused."""
+    write_parties(tmp_path)
+    sales = (tmp_path / "sales.csv").read_text().splitlines()
+    first = sales[0].split(",")
+    sales = [f"{line},{line.split(',')[first.index('rooms')]}" for line in sales]  # header "...,rooms"
+    (tmp_path / "sales.csv").write_text("\n".join(sales) + "\n")
+    with pytest.raises(DatasetError, match=r"sales\.csv names column\(s\) \['rooms'\] more than once"):
+        load_dataset("csv", tmp_path)
+
+
+def test_encode_and_link_refuse_a_csv_naming_a_column_twice(tmp_path):
+    from linkage.contracts import LinkageError
+    from linkage_server.csv_ids import read_csv_identifiers
+
+    (tmp_path / "ids.csv").write_text("lat,lon,lat\n1.0,2.0,3.0\n")
+    with pytest.raises(LinkageError, match=r"names column\(s\) \['lat'\] more than once"):
+        read_csv_identifiers(str(tmp_path / "ids.csv"), ["lat", "lon"], "numeric")
