@@ -208,6 +208,16 @@ def test_a_refusal_names_the_records_by_their_ids_and_lines(trained, capsys):
     assert f"lines [3, 6] (ids ['f{rows[1]}', 'f{rows[4]}'])" in err, err
 
 
+def test_an_id_given_to_two_records_is_refused_naming_it_and_its_lines(trained, capsys):
+    """Two records under one id got two predictions under it, exit 0: which is whose?"""
+    folder, ds = trained
+    rows = ds.split.test[:6]
+    new = _new_csv(folder, rows, lambda d: d.assign(flat_id=["a", "b", "a", "c", "d", "e"]))
+    assert main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), "--id-column", "flat_id"]) == 2
+    err = capsys.readouterr().err
+    assert "id 'a' names 2 records (lines [2, 4])" in err and "left untouched" in err, err
+
+
 def test_skip_invalid_predicts_the_others_and_lists_the_skipped_beside_the_output(trained, capsys):
     folder, ds = trained
     rows = ds.split.test[:10]

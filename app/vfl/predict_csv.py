@@ -71,6 +71,8 @@ def read_new(run_dir: Path, new: NewRecords):
     names, kind = primary["id_names"], primary["id_kind"]
     require_columns(df, [*names, *([id_column] if id_column else [])], where)
     keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
+    if id_column and repeated_id(keys):  # two records' predictions under one id could not be told apart
+        raise DatasetError(f"{where}: {repeated_id(keys)}")
     problems = cell_problems(df, numeric=transform.numeric, identifiers=names, id_kind=kind)
     skipped = []
     if skip:
@@ -86,6 +88,20 @@ def read_new(run_dir: Path, new: NewRecords):
     ids = read_identifiers(normalized_strings(df, names, where) if kind == "string" else df, names, kind, where)
     features, report = transform.apply(df, where, unknown)
     return keys, features, ids, report | {"skipped": skipped}
+
+
+def repeated_id(keys) -> str | None:
+    """What is wrong when an id names two records of a FedSim predict input (each its own
+    features, so two predictions under one id could not be told apart): "id 'a' names 2 records
+    (lines [2, 4]); each id once", the lines as a CSV's (header = line 1); None when each is once.
+    Entity Augmentation's ids name entities: a repeated one gets the same prediction twice."""
+    text = np.asarray(keys).astype(str)
+    values, counts = np.unique(text, return_counts=True)
+    if not (counts > 1).any():
+        return None
+    twice = str(values[counts > 1][0])
+    lines = (np.flatnonzero(text == twice)[:5] + 2).tolist()
+    return f"id {twice!r} names {int((text == twice).sum())} records (lines {lines}); each id once"
 
 
 def read_arrays(path: Path, id_column: str = ""):
