@@ -7,7 +7,7 @@ nothing in place of the party's previous good file until its answer passed.
 
     field(answer, key, what) -> value
     check_result(path, role, job, party)   # raises MalformedAnswer
-    read_answer(content, job) -> PrimaryLinkage
+    read_answer(content, job, records) -> PrimaryLinkage
 """
 
 from __future__ import annotations
@@ -106,12 +106,18 @@ def check_result(path: Path, role: str, job: str, party: str) -> None:
         raise MalformedAnswer(f"to the fetch of {party!r}'s result {wrong}; the previous result, if any, is kept")
 
 
-def read_answer(content: bytes, job: str) -> PrimaryLinkage:
-    """A query's answer (primary.npz bytes) as this job's primary linkage."""
+def read_answer(content: bytes, job: str, records: int) -> PrimaryLinkage:
+    """A query's answer (primary.npz bytes) as this job's primary linkage of the ``records``
+    records queried, checked as a fetched result is (members, dtypes, (m, K), finite similarities)."""
     try:
-        got = read_primary(io.BytesIO(content))
+        with zipfile.ZipFile(io.BytesIO(content)) as zf:
+            wrong = _primary(zf, job)
+        got = None if wrong else read_primary(io.BytesIO(content))
     except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError) as e:
         raise MalformedAnswer(f"to the query is not a linkage ({type(e).__name__}: {str(e)[:200]})") from None
-    if got.job_id != job:
-        raise MalformedAnswer(f"to the query is job {got.job_id!r}'s, not job {job!r}'s")
+    if wrong:
+        raise MalformedAnswer(f"to the query {wrong}")
+    rows = sorted({len(link.tokens) for link in got.links.values()})
+    if rows != [records]:
+        raise MalformedAnswer(f"to the query links {rows} record(s), where {records} were queried")
     return got

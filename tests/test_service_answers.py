@@ -161,3 +161,29 @@ def test_a_service_trickling_its_status_cannot_hold_wait_past_its_timeout():
     finally:
         server.close()
     assert time.monotonic() - t0 < 2.0 + 1.0 + 2.0
+
+
+QUERY_BAD = {
+    **{k: v for k, v in BAD_RESULTS.items() if k != "an HTML page"},
+    "non-finite similarities": npz_bytes(
+        meta=json.dumps(META), tokens__s=np.zeros((3, 2), np.int64), sims__s=np.full((3, 2), np.nan, np.float32)
+    ),
+    "other records than queried": primary_bytes(GOOD),  # 3 rows for the 5 records asked
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUERY_BAD))
+def test_a_query_answer_that_is_not_a_linkage_of_the_queried_records_is_refused(case, tmp_path):
+    """The client checked a query's answer for its job only: float tokens, NaN similarities, another
+    K or a row count other than the records queried went to predict (and to --out)."""
+    out = tmp_path / "answer.npz"
+    out.write_bytes(primary_bytes(GOOD))
+    client = _client({("POST", "/query"): (200, BUDGET, QUERY_BAD[case])})
+    with pytest.raises(ServiceError, match="the linkage service's answer"):
+        client.query(np.zeros((5, 2)), out=out)
+    assert out.read_bytes() == primary_bytes(GOOD)
+
+
+def test_an_honest_query_answer_is_taken():
+    client = _client({("POST", "/query"): (200, BUDGET, primary_bytes(GOOD))})
+    assert client.query(np.zeros((3, 2))).job_id == "job1" and client.query_budget == {"budget": 100, "left": 50}
