@@ -33,6 +33,9 @@ TRANSPORTS = ("auto", "flower", "direct")  # how a run's steps travel (app/direc
 EA_VARIANTS = ("aligned", "augment", "full")  # as strategies.entity_aug.model.VARIANTS
 
 
+RESERVED_RUN_NAMES = ("linkage", "linkage-service")  # <out-dir>'s linkage jobs and job secrets (app/vfl/linking.py)
+
+
 def plain_run_name(name: str) -> bool:
     return bool(PLAIN_NAME.fullmatch(name)) and ".." not in name
 
@@ -279,6 +282,11 @@ class RuntimeOptions:
             not self.run_name or plain_run_name(self.run_name),
             f"run-config 'run-name' must be one plain folder name (letters, digits, _ . + = , @ -), "
             f"got {self.run_name!r}: the parties are told only this name",
+        )
+        need(
+            self.run_name not in RESERVED_RUN_NAMES,
+            f"run-config 'run-name' {self.run_name!r} names a folder the out-dir keeps for the linkage "
+            f"({', '.join(RESERVED_RUN_NAMES)}); pick another name",
         )
 
 

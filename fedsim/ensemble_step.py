@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from app.run_files import ENSEMBLE
+from app.run_files import CONFIG, ENSEMBLE
 from files.atomic import write_atomic
 
 RECORD = ENSEMBLE  # in the run folder
@@ -50,6 +50,8 @@ def run(values: dict, run_dir: Path, members: int, train: Trainer) -> int:
         print(f"ensemble: member {m} of {members} more (run-config member={m})", flush=True)
         member = member_values(values, m)
         dirs.append(run_dir.parent / member["run-name"])
+        if not _ours(dirs[-1], m):
+            return _failed(run_dir, dirs[:-1], f"{dirs[-1]} is a run of its own, not member {m}: not trained over", 1)
         code = train(member, dirs[-1])
         if code != 0:
             return _failed(run_dir, dirs, f"member {m} failed (exit {code})", code)
@@ -60,6 +62,13 @@ def run(values: dict, run_dir: Path, members: int, train: Trainer) -> int:
     write_record(run_dir, rec)
     print("\n".join(lines(rec)), flush=True)
     return 0
+
+
+def _ours(folder: Path, member: int) -> bool:
+    """Whether ``folder`` may take member ``member``: absent, or a run recorded as that member (an
+    earlier ensemble's), never a run of its own that a user named like a member."""
+    config = folder / CONFIG
+    return not config.exists() or json.loads(config.read_text()).get("run", {}).get("member") == member
 
 
 def _failed(run_dir: Path, dirs: list[Path], what: str, code: int) -> int:
