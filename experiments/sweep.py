@@ -21,6 +21,7 @@ A failed run does not stop the others; the command then exits 1, each failure on
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.run_files import FILES
+from app.run_files import CONFIG, FILES
 from app.run_status import STATUS, is_finished
 from experiments.runner import REPO, run_flower
 from experiments.sweep_tables import key_metric, markdown, param_plot, plots, tabulate
@@ -71,6 +72,17 @@ def run_values(sweep: dict, dataset: str, variant: str, seed: int) -> dict:
     per_dataset = sweep.get("set", {}).get(dataset, {})
     own = {k: v for k, v in sweep["variants"][variant].items() if k != "only"}
     return {"dataset": dataset, **common, **per_dataset, **own, **sweep.get("quick_set", {}), "seed": seed}
+
+
+def same_settings(out: Path, values: dict) -> bool:
+    """Whether the finished run in ``out`` ran with the run config ``values`` gives now (its
+    config.json), out-dir and run name aside: a sweep file changed since runs it again rather than
+    tabulating a run of other settings as its own."""
+    from app.config import RunConfig  # lazy: the data stack, once a finished run is there to compare
+
+    then = json.loads((out / CONFIG).read_text()).get("run", {})
+    now = RunConfig.from_flower(values).flat()
+    return all(then.get(k) == v for k, v in now.items() if k not in ("out_dir", "run_name"))
 
 
 def run_one(values: dict, out: Path, engine: str) -> dict:
@@ -264,13 +276,16 @@ def run_sweep(
         for variant in sweep["variants"]:
             for seed in sweep["seeds"]:
                 out = root / dataset / variant / f"s{seed}"
-                if is_finished(out) or not applies(sweep, dataset, variant):
-                    finished += applies(sweep, dataset, variant)
+                values = run_values(sweep, dataset, variant, seed)
+                if not applies(sweep, dataset, variant):
+                    continue
+                if is_finished(out) and same_settings(out, values):
+                    finished += 1
                     continue
                 if existing_only:
                     missing.append(f"{dataset} {variant} seed {seed}")
                     continue
-                pending.append((f"{dataset} {variant} seed {seed}", run_values(sweep, dataset, variant, seed), out))
+                pending.append((f"{dataset} {variant} seed {seed}", values, out))
     failures = run_all(pending, engine, log, already=finished, workers=workers)
     rows = tabulate(root, sweep)
     shown = path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path

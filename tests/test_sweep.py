@@ -48,6 +48,13 @@ def test_a_sweep_runs_resumes_and_tabulates(tmp_path):
     md2, _ = run_sweep(path, root=tmp_path / "runs", log=again_logs.append)
     assert again_logs == [] and md2.split("\n")[4:] == md.split("\n")[4:]
     assert json.loads((root / "synthetic" / "K=3" / "s0" / "summary.json").read_text()) == summary
+    # a sweep file changed since: its runs under other settings run again, never tabulated as its own
+    path.write_text(SWEEP.replace('"K=6" = { method = "fedsim", k = 6 }', '"K=6" = { method = "fedsim", k = 5 }'))
+    changed_logs = []
+    run_sweep(path, root=tmp_path / "runs", log=changed_logs.append)
+    assert len(changed_logs) == 2  # K=6's two seeds, now at k = 5
+    config = json.loads((root / "synthetic" / "K=6" / "s0" / "config.json").read_text())
+    assert config["run"]["k"] == 5
 
 
 def test_parallel_runs_equal_serial_runs(tmp_path):
