@@ -44,6 +44,7 @@ MAX_WAIT = 600.0  # a worker waits at most this long for the primary, whatever n
 HANDSHAKE = 5.0  # seconds a connection has to prove the run key
 HANDLERS = ("app.vfl.client", "app.entity_aug.client")  # the modules whose DIRECT table a worker may serve
 MAX_WORKERS = 8  # live workers a node starts for one party (node config max-workers): a run needs one
+WORKER_IDLE = 3600.0  # seconds a linked worker waits for the primary's next message (node config worker-idle)
 
 
 class LiveContext(Context):
@@ -228,13 +229,19 @@ def _authenticated(server: socket.socket, key: str, timeout: float) -> SecureLin
 
 
 def serve(link: SecureLink, context: Context, handlers: dict) -> None:
-    """Answer requests in order until the primary closes the link. A handler's error goes back
-    as the reply (the primary fails the run naming it), as a ClientApp's does through Flower."""
+    """Answer requests in order until the primary closes the link, or sends nothing for the node
+    config's ``worker-idle`` seconds (a silent primary holds no party's memory for ever). A
+    handler's error goes back as the reply (the primary fails the run naming it), as a
+    ClientApp's does through Flower."""
+    idle = float(context.node_config.get("worker-idle", WORKER_IDLE))
     while True:
         try:
-            kind, seq, message_type, body = link.recv()
+            kind, seq, message_type, body = link.recv(time.monotonic() + idle)
         except LinkClosed:
             return  # the primary is done (or gone)
+        except TimeoutError:
+            print(f"[party worker] the primary sent nothing for {idle:.0f} s: ending", file=sys.stderr, flush=True)
+            return
         handler = handlers.get(message_type) if kind == b"Q" else None
         try:
             if handler is None:

@@ -68,3 +68,25 @@ def test_a_stranger_trickling_its_handshake_is_given_up_at_the_workers_deadline(
     conn.close()
     server.close()
     assert given_up_after < 64, given_up_after  # the nonce and the proof: 64 bytes
+
+
+def test_a_linked_worker_ends_when_its_primary_goes_silent_past_the_idle_limit():
+    """A primary that linked and then sent nothing held its worker (a party's model and data in
+    memory) for ever; the worker now ends after the node config's 'worker-idle' seconds."""
+    from flwr.app import RecordDict
+
+    from app import party_worker
+    from tests.test_direct_transport import _pair
+
+    key = new_key()
+    primary, worker = _pair(key, key)
+    context = party_worker.LiveContext(
+        run_id=0, node_id=0, node_config={"worker-idle": 0.5}, state=RecordDict(), run_config={}
+    )
+    t = threading.Thread(target=party_worker.serve, args=(worker, context, {}), daemon=True)
+    t.start()
+    t.join(30)  # 0.5 s of silence ends it; 30 s is a margin for a loaded machine, not a speed claim
+    alive = t.is_alive()
+    primary.close()
+    worker.close()
+    assert not alive, "the worker still waits on a silent primary"
