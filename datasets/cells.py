@@ -27,6 +27,11 @@ from files.csv_header import repeated_columns
 NUMERIC_RULE = "a numeric column holds numbers, or blank cells (filled with the training mean)"
 
 
+def not_utf8(where: str, path: Path, e: UnicodeDecodeError) -> DatasetError:
+    byte = e.object[e.start : e.start + 1].hex()
+    return DatasetError(f"{where}: file {path} is not UTF-8 text ({e.reason}, byte 0x{byte}); save it as UTF-8")
+
+
 def header(path: Path, where: str) -> list[str]:
     """The column names of the CSV at ``path``; a missing file is refused with its absolute path."""
     path = Path(path).absolute()
@@ -36,6 +41,8 @@ def header(path: Path, where: str) -> list[str]:
         twice = repeated_columns(path)
     except pd.errors.EmptyDataError:
         raise DatasetError(f"{where}: file {path} is empty (no header line, no rows)") from None
+    except UnicodeDecodeError as e:
+        raise not_utf8(where, path, e) from None
     if twice:
         raise DatasetError(f"{where}: file {path} names column(s) {twice} more than once; name each column once")
     return list(pd.read_csv(path, nrows=0).columns)
@@ -50,7 +57,10 @@ def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequen
     path = Path(path).absolute()
     columns, blank_only = header(path, where), set(numeric) | set(text)
     na = {c: [""] if c in blank_only else list(STR_NA_VALUES) for c in columns}
-    df = pd.read_csv(path, keep_default_na=False, na_values=na, dtype={c: str for c in text if c in columns})
+    try:
+        df = pd.read_csv(path, keep_default_na=False, na_values=na, dtype={c: str for c in text if c in columns})
+    except UnicodeDecodeError as e:  # a byte past the header line
+        raise not_utf8(where, path, e) from None
     if df.empty:
         raise DatasetError(f"{where}: file {path} has a header line but no rows")
     return df

@@ -70,7 +70,7 @@ def read_spec(folder: Path) -> dict:
     if not path.exists():
         raise DatasetError(f"dataset 'csv' needs data-dir = a folder holding {SPEC}; none at {path}")
     try:
-        spec = tomllib.loads(path.read_text())
+        spec = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark, as some editors save
     except tomllib.TOMLDecodeError as e:
         raise DatasetError(f"{path}: not valid TOML ({e})") from None
     unknown = sorted(set(spec) - TOP_KEYS)

@@ -320,3 +320,17 @@ def test_encode_and_link_refuse_a_csv_naming_a_column_twice(tmp_path):
     (tmp_path / "ids.csv").write_text("lat,lon,lat\n1.0,2.0,3.0\n")
     with pytest.raises(LinkageError, match=r"names column\(s\) \['lat'\] more than once"):
         read_csv_identifiers(str(tmp_path / "ids.csv"), ["lat", "lon"], "numeric")
+
+
+def test_a_csv_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    write_parties(tmp_path)
+    raw = (tmp_path / "shops.csv").read_bytes().replace(b"rent", b"r\xe9nt", 1)  # Latin-1, as a spreadsheet may save
+    (tmp_path / "shops.csv").write_bytes(raw)
+    with pytest.raises(DatasetError, match=r"shops\.csv is not UTF-8 text"):
+        load_dataset("csv", tmp_path)
+
+
+def test_a_parties_toml_saved_with_a_byte_order_mark_is_read(tmp_path):
+    write_parties(tmp_path)
+    (tmp_path / "parties.toml").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "parties.toml").read_bytes())
+    assert load_dataset("csv", tmp_path).party_names == ["shops"]
