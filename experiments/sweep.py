@@ -80,6 +80,8 @@ def same_settings(out: Path, values: dict) -> bool:
     tabulating a run of other settings as its own."""
     from app.config import RunConfig  # lazy: the data stack, once a finished run is there to compare
 
+    if not (out / CONFIG).exists():  # a run from before config.json: as it was, reused
+        return True
     then = json.loads((out / CONFIG).read_text()).get("run", {})
     now = RunConfig.from_flower(values).flat()
     return all(then.get(k) == v for k, v in now.items() if k not in ("out_dir", "run_name"))
