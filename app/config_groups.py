@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from app.config_fields import BEFORE, MAY_CHANGE, Need, nonnegative, opt
 from app.config_link import ExchangeOptions, LinkOptions
@@ -283,10 +282,6 @@ class RuntimeOptions:
             not self.run_name or plain_run_name(self.run_name),
             f"run-config 'run-name' must be one plain folder name (letters, digits, _ . + = , @ -), "
             f"got {self.run_name!r}: the parties are told only this name",
-        )
-        need(
-            not self.out_dir or not Path(self.out_dir).expanduser().is_file(),
-            f"run-config 'out-dir' {self.out_dir!r} is a file: it names the folder runs are written into",
         )
         need(
             self.run_name not in RESERVED_RUN_NAMES,

@@ -29,10 +29,3 @@ def test_an_ensemble_does_not_train_a_member_over_a_users_run_of_that_name(tmp_p
     code = ensemble_step.run({"run-name": "x"}, tmp_path / "x", 1, lambda values, folder: trained.append(folder) or 0)
     assert code != 0 and trained == [] and (mine / "summary.json").read_text() == '{"mine": true}'
     assert "x.member1" in capsys.readouterr().err
-
-
-def test_an_out_dir_that_is_a_file_is_refused_with_the_run_config(tmp_path):
-    """It failed with NotADirectoryError once the run had started."""
-    (tmp_path / "afile").write_text("not a folder")
-    with pytest.raises(ConfigError, match=r"out-dir.*is a file"):
-        RunConfig.from_flower({"out-dir": str(tmp_path / "afile")})
