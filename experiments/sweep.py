@@ -74,6 +74,22 @@ def run_values(sweep: dict, dataset: str, variant: str, seed: int) -> dict:
     return {"dataset": dataset, **common, **per_dataset, **own, **sweep.get("quick_set", {}), "seed": seed}
 
 
+def check_runs(path: Path, sweep: dict) -> None:
+    """Every run the sweep file asks for has a run config the runs accept (a misspelt key, a value
+    out of range), refused by name before any run starts."""
+    from app.config import ConfigError, RunConfig  # lazy: the data stack, for a sweep about to run
+
+    problems = []
+    for dataset in sweep["datasets"]:
+        for variant in (v for v in sweep["variants"] if applies(sweep, dataset, v)):
+            try:
+                RunConfig.from_flower(run_values(sweep, dataset, variant, sweep["seeds"][0]))
+            except ConfigError as e:
+                problems.append(f"variant {variant!r} on {dataset}: {e}")
+    if problems:
+        raise SystemExit(f"{path}: " + "; ".join(problems) + "; no run started")
+
+
 def same_settings(out: Path, values: dict) -> bool:
     """Whether the finished run in ``out`` ran with the run config ``values`` gives now (its
     config.json), out-dir and run name aside: a sweep file changed since runs it again rather than
@@ -268,6 +284,7 @@ def run_sweep(
     ``existing_only`` nothing runs: the finished runs are tabulated and the missing ones listed.
     ``workers``: where the runs execute (:class:`Workers`); a progress bar on a terminal."""
     sweep = load_sweep(path, quick)
+    check_runs(path, sweep)
     engine = engine or sweep.get("engine", "inprocess")  # a sweep file may name its engine
     if engine not in ENGINES:
         raise SystemExit(f"{path}: engine must be one of {ENGINES}, got {engine!r}")

@@ -104,3 +104,12 @@ def test_runs_on_ray_equal_serial_runs(tmp_path):
         twin = tmp_path / "ray" / run.relative_to(tmp_path / "serial")
         a, b = json.loads(run.read_text()), json.loads(twin.read_text())
         assert a["test"] == pytest.approx(b["test"], rel=1e-4) and a["best_epoch"] == b["best_epoch"], run
+
+
+def test_a_variant_with_a_bad_run_config_is_refused_before_any_run(tmp_path):
+    """A misspelt key was found only when its variant's run was reached, after the others had run."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(SWEEP + 'typo = { method = "fedsim", epoch = 3 }\n')
+    with pytest.raises(SystemExit, match=r"variant 'typo' on synthetic: .*unknown run-config key\(s\) \['epoch'\]"):
+        run_sweep(path, root=tmp_path / "runs", log=lambda m: None)
+    assert not (tmp_path / "runs").exists()  # no run started
