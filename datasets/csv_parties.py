@@ -24,7 +24,6 @@ and validation / test records are entities every party holds (datasets/entity_id
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from datasets.columns import feature_columns, refuse_text
 from datasets.entity_ids import entity_rows, entity_split, read_entity_ids
 from datasets.options import PLE_BINS, SPEC, DatasetOptions, Recipe
 from datasets.tables import Columns, party_table, require_columns
-from linkage.contracts import STRING_METRICS
+from linkage.contracts import STRING_METRICS, party_names_problem
 from linkage.metrics import REGISTRY
 from linkage.strings import normalize_strings
 
@@ -82,7 +81,9 @@ def read_spec(folder: Path) -> dict:
     if not spec["secondaries"]:
         raise DatasetError(f"{path}: [secondaries.<name>] needs at least one party")
     parties = [("primary", spec["primary"]), *spec["secondaries"].items()]
-    check_names(path, [spec["primary"].get("name", "primary"), *spec["secondaries"]])
+    names = [spec["primary"].get("name", "primary"), *spec["secondaries"]]
+    if party_names_problem(names):  # the linkage service's rule: a name names the party's files
+        raise DatasetError(f"{path}: {party_names_problem(names)}")
     for who, party in parties:
         check_party(path, who, party)
     declared = sorted(who for who, party in parties if "entity_id" in party)
@@ -92,19 +93,6 @@ def read_spec(folder: Path) -> dict:
             f"{sorted(who for who, _ in parties if who not in declared)}: every party needs one, or none"
         )
     return spec
-
-
-PARTY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # the linkage service's rule (linkage_server/jobs.py)
-
-
-def check_names(path: Path, names: list) -> None:
-    """Party names name each party's files (its model, its linkage): one plain name each, as the
-    linkage service takes them, distinct ignoring case (one file per party on any filesystem)."""
-    for name in names:
-        if not isinstance(name, str) or not PARTY_NAME.fullmatch(name):
-            raise DatasetError(f"{path}: party name {name!r}: use 1-64 letters, digits, '_', '-', '.' (no path)")
-    if len({n.lower() for n in names}) != len(names):
-        raise DatasetError(f"{path}: party names must be distinct, ignoring case; got {names}")
 
 
 def check_party(path: Path, who: str, party: dict) -> None:

@@ -4,6 +4,7 @@ consumes a linkage (strategies/, app/, the service) imports these types from her
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,6 +13,20 @@ from linkage.errors import LinkageError  # noqa: F401 - re-exported: every packa
 
 # the metrics' names, from their registry (linkage.metrics: one object per metric), re-exported
 from linkage.metrics import DEFAULT_STRING_METRIC, METRICS, STRING_METRICS  # noqa: F401
+
+PARTY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: PARTY_NAME.fullmatch
+
+
+def party_names_problem(names: list) -> str | None:
+    """What is wrong with ``names`` as one federation's party names (a job's, a parties.toml's),
+    None when nothing is: each names the party's files, so one plain name (PARTY_NAME), and they
+    are distinct ignoring case (one file per party on any filesystem)."""
+    for name in names:
+        if not isinstance(name, str) or not PARTY_NAME.fullmatch(name):
+            return f"bad party name {name!r}: use 1-64 letters, digits, '_', '-', '.'"
+    if len({n.lower() for n in names}) != len(names):
+        return f"party names must be distinct, ignoring case; got {list(names)}"
+    return None
 
 
 @dataclass(frozen=True)

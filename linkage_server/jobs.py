@@ -32,6 +32,7 @@ import numpy as np
 
 from files.atomic import write_atomic
 from files.private import private_dir
+from linkage.contracts import party_names_problem
 from linkage.job_secret import new_secret, write_secret
 from linkage_server.floors import Floors, parse_floor
 from linkage_server.job_run import SECRET, TRAIN_ROWS, JobRunner
@@ -51,7 +52,6 @@ from linkage_server.uploads import (
 )
 from linkage_server.views import HIDDEN_FAILURE, status_view
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: NAME.fullmatch
 STATES = ("created", "queued", "running", "done", "failed")
 
 
@@ -112,13 +112,10 @@ class JobStore:
     def create(self, primary: str, secondaries: list[str], duplicates: str = "allow") -> tuple[str, dict[str, str]]:
         """A new job; returns its id and one fresh secret per party (only their hashes are kept)."""
         parties = [primary, *secondaries]
-        for name in parties:
-            if not isinstance(name, str) or not NAME.fullmatch(name):
-                raise JobError(422, f"bad party name {name!r}: use 1-64 letters, digits, '_', '-', '.'")
+        if party_names_problem(parties):
+            raise JobError(422, party_names_problem(parties))
         if not secondaries:
             raise JobError(422, "a job needs at least one secondary party")
-        if len({p.lower() for p in parties}) != len(parties):  # one file per party, on any filesystem
-            raise JobError(422, f"party names must be distinct, ignoring case; got {parties}")
         if duplicates not in ("allow", "refuse"):
             raise JobError(422, f"duplicates must be 'allow' or 'refuse', got {duplicates!r}")
         job = secrets.token_hex(8)
