@@ -125,13 +125,23 @@ def party_kept_file(attempt: str) -> str:
     return f"kept-{attempt}.pt" if attempt else "kept.pt"
 
 
-def kept_attempts(run_dir: Path) -> dict[str, str]:
+ATTEMPT_KEYS = ("attempt", "previous")  # the fields of a keep and a finish naming the kept states that stay
+
+
+def kept_attempts(run_dir: Path, make: bool = False) -> dict[str, str]:
     """The attempts whose kept states each secondary holds for the run, sent with every keep and
-    finish: this ``attempt``'s and the ``previous`` one's, the finished run this one would replace
-    (set aside until this run is marked finished, after the secondaries' finish: app/run_status.py),
-    which a failure puts back; "" where there is none. The party drops every other
-    (:func:`drop_other_attempts`), so no name a primary sends piles states up on its disk."""
-    return {"attempt": kept_attempt(run_dir), "previous": kept_attempt(Path(run_dir) / PREVIOUS)}
+    finish: this ``attempt``'s (``make``: made at the run's first keep, :func:`attempt_id`) and the
+    ``previous`` one's, the finished run this one would replace (set aside until this run is marked
+    finished, after the secondaries' finish: app/run_status.py), which a failure puts back; ""
+    where there is none. The party drops every other (:func:`drop_other_attempts`), so no name a
+    primary sends piles states up on its disk."""
+    attempt = attempt_id(run_dir) if make else kept_attempt(run_dir)
+    return {"attempt": attempt, "previous": kept_attempt(Path(run_dir) / PREVIOUS)}
+
+
+def attempt_fields(attempts: dict[str, str]) -> dict[str, str]:
+    """``attempts`` as a message's fields: the ones there are ("" is none, sent as no field)."""
+    return {k: v for k, v in attempts.items() if v}
 
 
 def drop_other_attempts(folder: Path, keep: dict[str, str]) -> None:

@@ -12,7 +12,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app.entity_aug import parties as wire
-from app.kept import attempt_id, kept_attempts
+from app.kept import attempt_fields, kept_attempts
 from app.messages import named_content
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.entity_aug.channel import LocalChannel, StepReply, StepRequest
@@ -87,8 +87,7 @@ class FlowerChannel:
 
     def keep(self, folder: str, epoch: int) -> None:
         """Every secondary keeps its state of ``epoch`` (just evaluated, the best so far) in its own folder."""
-        attempt_id(Path(folder))  # made at the run's first keep: the secondaries keep under it (app/kept.py)
-        attempts = {k: v for k, v in kept_attempts(Path(folder)).items() if v}
+        attempts = attempt_fields(kept_attempts(Path(folder), make=True))  # the secondaries keep under them
         self._ask_all(
             "query.ea_keep", named_content("ea_keep", run=run_name(Path(folder)), epoch=int(epoch), **attempts)
         )
@@ -108,6 +107,5 @@ class FlowerChannel:
     def finish(self, folder: str) -> None:
         """Every secondary saves its model into its own folder for the run (``folder`` = the
         primary's run dir; only its name travels)."""
-        attempts = {k: v for k, v in kept_attempts(Path(folder)).items() if v}  # the kept states that stay
-        fields = {"run": run_name(Path(folder)), **attempts}
-        self._ask_all("query.ea_finish", named_content("ea_finish", **fields))
+        attempts = attempt_fields(kept_attempts(Path(folder)))  # the kept states that stay
+        self._ask_all("query.ea_finish", named_content("ea_finish", run=run_name(Path(folder)), **attempts))

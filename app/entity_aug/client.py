@@ -32,7 +32,7 @@ from app.entity_aug.parties import (
     read_request,
     reply_content,
 )
-from app.kept import drop_other_attempts, party_kept_file
+from app.kept import ATTEMPT_KEYS, drop_other_attempts, party_kept_file
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.party_worker import packed, records
@@ -170,12 +170,12 @@ def _embed(content: RecordDict, context: Context) -> RecordDict:
 def _finish(content: RecordDict, context: Context) -> RecordDict:
     """The secondary's final model into its own folder for the run (app/node.py:model_dir)."""
     cfg = node_run_config(context)
-    got = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",), optional=("attempt", "previous"))
+    got = messages.read_named(content, "ea_finish", "query.ea_finish", names=("run",), optional=ATTEMPT_KEYS)
     party = restore(cfg, context)
     folder = node.model_dir(cfg, context, got["run"], party.name)
     private_dir(folder)
     torch.save(party.model.state_dict(), folder / "model.pt")
-    drop_other_attempts(folder, {k: got[k] for k in ("attempt", "previous")})  # the run's other kept states go
+    drop_other_attempts(folder, {k: got[k] for k in ATTEMPT_KEYS})  # the run's other kept states go
     return RecordDict()
 
 
@@ -197,7 +197,7 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
         party.x.cpu().numpy(),
         id_exchange.stored_plan(context.state),  # a party met by its ids: the plan that rebuilds its block
     )
-    drop_other_attempts(folder, {k: got[k] for k in ("attempt", "previous")})  # bounded, whatever names come
+    drop_other_attempts(folder, {k: got[k] for k in ATTEMPT_KEYS})  # bounded, whatever names come
     return RecordDict()
 
 

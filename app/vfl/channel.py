@@ -11,7 +11,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from app import messages
-from app.kept import attempt_id, kept_attempts
+from app.kept import ATTEMPT_KEYS, attempt_fields, kept_attempts
 from app.transport import PartyError, Traffic, payload_bytes, pull_replies, run_name
 from strategies.vfl.wire import GradBlock
 
@@ -145,15 +145,14 @@ class FlowerChannel:
         It rides on the next step, which each party reads before applying that step's blocks
         (no exchange of its own: a deployed exchange costs seconds); :meth:`flush_keep` sends it
         alone when no step follows."""
-        attempt_id(run_dir)  # made at the run's first keep (app/kept.py)
-        self._keep = (run_name(run_dir), epoch, *kept_attempts(run_dir).values())
+        self._keep = (run_name(run_dir), epoch, *kept_attempts(run_dir, make=True).values())
 
     def flush_keep(self) -> None:
         """A keep no step carried (the run's last best epoch): its own exchange."""
         if self._keep is None:
             return
-        (name, epoch, attempt, previous), self._keep = self._keep, None
-        attempts = {"attempt": attempt, **({"previous": previous} if previous else {})}
+        (name, epoch, *attempts), self._keep = self._keep, None
+        attempts = attempt_fields(dict(zip(ATTEMPT_KEYS, attempts)))
         self._exchange(
             "query.keep",
             {
@@ -177,7 +176,7 @@ class FlowerChannel:
         primary's run dir; only its name travels). Returns what each party measured of its own
         exposure (the primary's feature inversion against it, app/vfl/exchange.py), if it did."""
         self.flush_keep()
-        attempts = {k: v for k, v in kept_attempts(Path(folder)).items() if v}  # the kept states that stay
+        attempts = attempt_fields(kept_attempts(Path(folder)))  # the kept states that stay
         content = messages.named_content("finish", run=run_name(Path(folder)), **attempts)
         replies = self._exchange("query.finish", {p: content for p in self.nodes})
         return {p: messages.read_exposure(r, p) for p, r in replies.items() if "exposure" in r.config_records}

@@ -15,7 +15,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from app import messages, node, threads
 from app.config import RunConfig
-from app.kept import drop_other_attempts, party_kept_file
+from app.kept import ATTEMPT_KEYS, drop_other_attempts, party_kept_file
 from app.node import node_run_config
 from app.party_worker import packed, records
 from app.vfl import handshake
@@ -104,7 +104,7 @@ def _keep(content: RecordDict, context: Context) -> RecordDict:
             f"party {party.party!r}: asked to keep epoch {rec['epoch']} after {rec['applied']} "
             f"gradient blocks, but it has applied {party.applied}"
         )
-    attempts = {k: rec[k] for k in ("attempt", "previous")}
+    attempts = {k: rec[k] for k in ATTEMPT_KEYS}
     party.keep(node.model_dir(cfg, context, rec["run"], party.party), rec["epoch"], cfg, attempts)
     return RecordDict()
 
@@ -130,11 +130,11 @@ def _finish(content: RecordDict, context: Context) -> RecordDict:
     ``exchange-report``, what the primary's feature inversion achieves against this party, which
     it measures on its own data (one ratio and its parts: no feature leaves)."""
     cfg = node_run_config(context)
-    got = messages.read_named(content, "finish", "query.finish", names=("run",), optional=("attempt", "previous"))
+    got = messages.read_named(content, "finish", "query.finish", names=("run",), optional=ATTEMPT_KEYS)
     party = SecondaryParty.restore(cfg, context)
     folder = node.model_dir(cfg, context, got["run"], party.party)
     party.save(folder)
-    drop_other_attempts(folder, {k: got[k] for k in ("attempt", "previous")})  # the run's other kept states go
+    drop_other_attempts(folder, {k: got[k] for k in ATTEMPT_KEYS})  # the run's other kept states go
     if not cfg.exchange.exchange_report:
         return RecordDict()
     from app.vfl.exchange import inversion  # lazy: scikit-learn and scipy, at the run's end only
