@@ -10,16 +10,8 @@ YARDSTICK = "yardstick.json"  # written after the run by `fedsim train` (fedsim/
 SEARCH, SEARCH_RUNS = "search.json", "search"  # `fedsim train`'s recipe search: its record, its candidates'
 ENSEMBLE = "ensemble.json"  # `fedsim train`'s ensemble of the run and its members (fedsim/ensemble_step.py)
 CURVE, GATE = "learning_curve.png", "weight_gate.png"  # `fedsim report`'s plots (fedsim/report.py)
-DERIVED = (
-    YARDSTICK,
-    SEARCH,
-    ENSEMBLE,
-    CURVE,
-    GATE,
-)  # files a command derives from a finished run: replaced with the run
+# files a command derives from a finished run: replaced with the run
+DERIVED = (YARDSTICK, SEARCH, ENSEMBLE, CURVE, GATE)
 CHECKPOINT = "checkpoint"  # the run's checkpoints (app/vfl/checkpoint.py; a simulation's parties' beside the primary's)
-FOLDERS = (
-    "kept",
-    SEARCH_RUNS,
-    CHECKPOINT,
-)  # likewise: the kept federation of the best epoch (app/vfl/kept.py), the search's
+# likewise: the kept federation of the best epoch (app/vfl/kept.py), the search's, the checkpoints
+FOLDERS = ("kept", SEARCH_RUNS, CHECKPOINT)

@@ -207,9 +207,8 @@ class LinkageClient:
             raise MalformedAnswer(
                 f"to the query lacks its budget headers (x-query-budget, x-query-cells-left): {budget}"
             )
-        got = read_answer(
-            r.content, self.job, len(identifiers)
-        )  # read before written: a bad answer never replaces a good one
+        # read before it is written: a bad answer never replaces a good one
+        got = read_answer(r.content, self.job, len(identifiers))
         self.query_budget = {k: int(v) for k, v in budget.items()}
         if out is not None:
             write_atomic(Path(out), r.content)
