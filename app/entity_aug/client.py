@@ -27,6 +27,7 @@ from app.entity_aug.parties import (
     PartyInputs,
     act_content,
     build_party,
+    check_ids,
     read_ids,
     read_kept_request,
     read_request,
@@ -228,8 +229,5 @@ def embed_kept(msg: Message, context: Context) -> Message:
         party = build_party(cfg, name, inputs=None if plan is None else id_exchange.replan_inputs(cfg, name, plan))
         _, state = kept.load_secondary_state(path, party.name, party.x.cpu().numpy())
         party.load_state_dict(state)
-        n = party.x.shape[0]
-        if len(ids) and (ids.min() < 0 or ids.max() >= n):
-            raise ValueError(f"secondary {party.name!r}: entity ids outside its 0..{n - 1}")
-        act = party.embed(ids)
+        act = party.embed(check_ids(ids, party.x.shape[0], "query.ea_embed_kept"))
     return Message(act_content(act), reply_to=msg)

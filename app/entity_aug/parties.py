@@ -274,12 +274,15 @@ def ids_content(ids: np.ndarray) -> RecordDict:
 
 
 def read_ids(content: RecordDict, n: int | None = None, message: str = "") -> np.ndarray:
-    """The entity ids (q,) a query asks for; with ``n`` (the party's rows), refused naming the
-    primary and ``message`` unless one vector of integers in [0, n)."""
+    """The entity ids (q,) a query asks for; with ``n`` (the party's rows), checked (:func:`check_ids`)."""
     ids = content.array_records["ea"]["ids"].numpy()
-    if n is not None and not (
-        ids.ndim == 1 and ids.dtype.kind in "iu" and (len(ids) == 0 or (ids.min() >= 0 and ids.max() < n))
-    ):
+    return ids if n is None else check_ids(ids, n, message)
+
+
+def check_ids(ids: np.ndarray, n: int, message: str) -> np.ndarray:
+    """``ids`` when one vector of integers in [0, n) (the party's rows), else refused naming the
+    primary and ``message``."""
+    if not (ids.ndim == 1 and ids.dtype.kind in "iu" and (len(ids) == 0 or (ids.min() >= 0 and ids.max() < n))):
         raise ProtocolError(
             f"the primary's {message}: ids must be one vector of integers in [0, {n}), got {ids.dtype} {ids.shape}"
         )
