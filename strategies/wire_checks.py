@@ -77,7 +77,9 @@ def peer_integer(value) -> int | None:
 
 def read_count(fields, key: str, message: str, low: int = 0) -> int:
     """``fields[key]`` as an int >= ``low`` (a step, an epoch, a count), else refused naming
-    ``message`` (which names the sender) and the field."""
+    ``message`` (which names the sender) and the field; a missing field is refused the same way."""
+    if key not in fields:
+        raise ProtocolError(f"{message}: field {key!r} is missing (an integer >= {low})")
     value = peer_integer(fields[key])
     if value is None or value < low:
         raise ProtocolError(f"{message}: field {key!r} must be an integer >= {low}, got {fields[key]!r}")

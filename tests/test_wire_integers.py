@@ -122,3 +122,19 @@ def test_a_restore_reply_without_its_state_or_digest_is_refused_naming_the_party
     channel._exchange = lambda *a: {"school": reply}  # the party's answer, as the grid would bring it
     with pytest.raises(ProtocolError, match="party 'school'.*query.restore"):
         channel.restore("/runs/r1/checkpoint", 0)
+
+
+@pytest.mark.parametrize("field", ["n_apply", "cursor"])
+def test_a_step_request_without_a_count_is_refused_naming_it(field):
+    arrays, fields = vfl_step_fields()
+    del fields[field]
+    with pytest.raises(ProtocolError, match=f"train.step.*'{field}'.*missing"):
+        StepRequest.decode(arrays, fields)
+
+
+@pytest.mark.parametrize("field", ["epoch", "step"])
+def test_an_entity_augmentation_step_without_its_epoch_or_step_is_refused_naming_it(field):
+    arrays, fields = EAStepRequest(1, 4, None).encode()
+    del fields[field]
+    with pytest.raises(ProtocolError, match=f"train.ea_step.*'{field}'.*missing"):
+        EAStepRequest.decode(arrays, fields)

@@ -39,7 +39,10 @@ class StepRequest:
         """Refused unless exactly its fields and, when it says it has one, exactly its gradient;
         the party checks the gradient's values before applying them (strategies/entity_aug/secondary.py)."""
         expect_fields(fields, REQUEST_FIELDS, "train.ea_step")
-        if set(fields) != REQUEST_FIELDS or set(arrays) != ({"grad"} if fields["has_grad"] else set()):
+        missing = sorted(REQUEST_FIELDS - set(fields))
+        if missing:
+            raise ProtocolError(f"train.ea_step: field(s) {missing} missing")
+        if set(arrays) != ({"grad"} if fields["has_grad"] else set()):
             raise ProtocolError(f"train.ea_step: fields {sorted(fields)} with arrays {sorted(arrays)}")
         epoch, step = read_count(fields, "epoch", "train.ea_step"), read_count(fields, "step", "train.ea_step", low=-1)
         return cls(epoch, step, arrays.get("grad"))
