@@ -204,12 +204,23 @@ def check(values: dict[str, object]):
     return cfg, len(ds.party_names)
 
 
+def refuse_file_on(folder: Path, what: str) -> None:
+    """Refuse a ``folder`` that is a file or lies under one (its nearest existing path)."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"{what} {folder}: {path} is a file, not a folder")
+            return
+
+
 def command(args: argparse.Namespace) -> int:
     try:
         if args.budget is not None and args.budget < 1:
             raise ValueError(f"--budget must be a whole number of runs >= 1, got {args.budget}")
         values = run_values(args)
-        refuse_source(Path(str(values.get("out-dir") or "runs")), "--out-dir")  # runs never land in the source
+        out = Path(str(values.get("out-dir") or "runs"))
+        refuse_source(out, "--out-dir")  # runs never land in the source
+        refuse_file_on(out, "--out-dir")  # before the data is read, not as the run starts
         cfg, nodes = check(values)
     except Exception as e:  # noqa: BLE001 - a configuration or data error, named
         print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)

@@ -90,4 +90,12 @@ def test_input_mistakes_are_named_and_exit_2(tmp_path):
     secret = fedsim("link", "--url", "http://127.0.0.1:1", "--job", "0123456789abcdef", "--party", "p", "--secret-file",
                     "nope.secret", "--csv", str(REPO / "examples/housing/sales.csv"), "--columns", "lat,lon", cwd=tmp_path)  # fmt: skip
     assert secret.returncode == 2 and "--secret-file nope.secret: no such file" in secret.stderr, secret.stderr
-    assert not any("Traceback" in r.stderr for r in (empty, header_only, nowhere, secret))
+    (tmp_path / "d" / "sales.csv").write_bytes((REPO / "examples/housing/sales.csv").read_bytes())
+    (tmp_path / "afile").write_text("mine")  # an --out-dir (or a folder above it) that is a file
+    for out in (tmp_path / "afile", tmp_path / "afile" / "runs"):
+        filed = fedsim("train", *data[:-1], str(out), cwd=tmp_path)
+        assert filed.returncode == 2 and f"--out-dir {out}: {tmp_path / 'afile'} is a file" in filed.stderr, (
+            filed.stderr
+        )
+    assert (tmp_path / "afile").read_text() == "mine"
+    assert not any("Traceback" in r.stderr for r in (empty, header_only, nowhere, secret, filed))
