@@ -213,9 +213,12 @@ def test_an_id_given_to_two_records_is_refused_naming_it_and_its_lines(trained, 
     folder, ds = trained
     rows = ds.split.test[:6]
     new = _new_csv(folder, rows, lambda d: d.assign(flat_id=["a", "b", "a", "c", "d", "e"]))
-    assert main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), "--id-column", "flat_id"]) == 2
+    out = folder / "pred-repeated.csv"  # its own: another test's pred.csv may or may not be there yet
+    out.write_text("earlier\n")
+    assert main([str(folder / "run"), str(new), "--out", str(out), "--id-column", "flat_id"]) == 2
     err = capsys.readouterr().err
     assert "id 'a' names 2 records (lines [2, 4])" in err and "left untouched" in err, err
+    assert out.read_text() == "earlier\n"
 
 
 def test_skip_invalid_predicts_the_others_and_lists_the_skipped_beside_the_output(trained, capsys):
