@@ -112,6 +112,12 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
     assert _predict_rows(folder, out, "test", "--alone") == pytest.approx(_metrics_of(out / "r")["test"]["rmse"], 1e-4)
     assert fedsim(["report", str(out / "r")]) == 0
     assert "kept: predictions are the mean of 3 members" in capsys.readouterr().out
+    member = out / "r.member1"  # a kept member's files are its own, as the run's are
+    before = {p: p.read_bytes() for p in member.rglob("*") if p.is_file()}
+    target = member / "summary.json"
+    assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(target)]) == 2
+    assert "inside the run folder" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in member.rglob("*") if p.is_file()} == before
 
 
 def _plant(run: Path, part: str, values: np.ndarray) -> None:
