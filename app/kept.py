@@ -125,6 +125,12 @@ def party_kept_file(attempt: str) -> str:
     return f"kept-{attempt}.pt" if attempt else "kept.pt"
 
 
+def party_model_file(attempt: str) -> str:
+    """A secondary's final state at the finish of ``attempt``, in its model folder of the run:
+    a rerun that fails after its finish leaves the finished run's beside it."""
+    return f"model-{attempt}.pt" if attempt else "model.pt"
+
+
 ATTEMPT_KEYS = ("attempt", "previous")  # the fields of a keep and a finish naming the kept states that stay
 
 
@@ -145,13 +151,14 @@ def attempt_fields(attempts: dict[str, str]) -> dict[str, str]:
 
 
 def drop_other_attempts(folder: Path, keep: dict[str, str]) -> None:
-    """A secondary's kept states of the run's attempts other than those ``keep`` names
+    """A secondary's kept and final states of the run's attempts other than those ``keep`` names
     (:func:`kept_attempts`: an attempt that failed, an older finished run) leave its model
     folder of the run; nothing else in it is touched."""
-    wanted = {party_kept_file(a) for a in keep.values()}
-    for path in [Path(folder) / "kept.pt", *Path(folder).glob("kept-*.pt")]:
-        if path.name not in wanted:
-            path.unlink(missing_ok=True)
+    wanted = {name(a) for a in keep.values() for name in (party_kept_file, party_model_file)}
+    for stem in ("kept", "model"):
+        for path in [Path(folder) / f"{stem}.pt", *Path(folder).glob(f"{stem}-*.pt")]:
+            if path.name not in wanted:
+                path.unlink(missing_ok=True)
 
 
 def read_manifest(run_dir: Path) -> dict:

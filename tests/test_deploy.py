@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.kept import kept_attempt, party_kept_file
+from app.kept import kept_attempt, party_kept_file, party_model_file
 from deploy import commands as deploy
 from deploy.certs import make_node_key
 from deploy.localsim import processes_mentioning
@@ -101,7 +101,8 @@ def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp
         assert manifest["epoch"] == 0 and sorted(manifest["parties"]) == dep.parties
         for party in dep.parties:  # each party's checkpoint and final model are on its own disk (node config)
             assert (dep.party_dir(party) / "checkpoints" / "ok" / party / "epoch-0.pt").exists()
-            assert (dep.party_dir(party) / "models" / "ok" / party / "model.pt").exists()
+            final = party_model_file(kept_attempt(run_dir))  # the final state, named for the run's attempt
+            assert (dep.party_dir(party) / "models" / "ok" / party / final).exists()
             assert not (run_dir / party).exists()  # nothing of a party's in the primary's run folder
         _predict_on_the_deployment(dep, summary, tmp_path)
         # issue 28: every party's folder, model, linkage, secret, log and run is its owner's alone

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from app.config import RunConfig
+from app.kept import kept_attempt, party_model_file
 from app.vfl.inprocess import max_param_gap, run_twin
 from deploy.localsim import processes_mentioning, simulate
 
@@ -71,7 +72,8 @@ def test_flower_run_equals_one_process_twin(name, tmp_path):
     np.testing.assert_allclose(np.load(run_dir / "step_losses.npy"), twin.losses, rtol=1e-9, atol=1e-10)
     assert max_param_gap(torch.load(run_dir / "primary_model.pt", weights_only=True), twin.primary) < 1e-9
     for party, state in twin.secondaries.items():
-        assert max_param_gap(torch.load(run_dir / party / "model.pt", weights_only=True), state) < 1e-9
+        final = run_dir / party / party_model_file(kept_attempt(run_dir))  # the party's final state
+        assert max_param_gap(torch.load(final, weights_only=True), state) < 1e-9
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(set(r["val"]) == set(r["test"]) for r in rows)
     # predict mode of the same apps: tests/test_cli.py (a user's CSV, simulation) and

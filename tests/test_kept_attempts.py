@@ -19,7 +19,7 @@ from flwr.app import Context, Message, RecordDict
 
 from app import run_status
 from app.config import RunConfig
-from app.kept import kept_attempt, party_kept_file
+from app.kept import kept_attempt, party_kept_file, party_model_file
 from app.vfl import client as client_app
 from app.vfl.channel import FlowerChannel
 from app.vfl.secondary import SecondaryParty
@@ -175,10 +175,14 @@ def test_a_rerun_that_fails_after_its_finish_leaves_the_finished_runs_kept_state
 
     _finished_run(run_dir, lambda: keep_and_finish(1))
     before = channel.embed_kept("r1", tokens, kept_attempt(run_dir))["shops"]
+    final = run_dir / "shops" / party_model_file(kept_attempt(run_dir))  # the party's final state, as finished
+    final_bytes = final.read_bytes()
     _move_weights(ctx)
     _failed_rerun(run_dir, lambda: keep_and_finish(0))
     after = channel.embed_kept("r1", tokens, kept_attempt(run_dir))["shops"]
     np.testing.assert_array_equal(after, before)
+    assert final.read_bytes() == final_bytes  # not the failed attempt's final state
+    assert len(list((run_dir / "shops").glob("model*.pt"))) == 2  # its and the failed attempt's, until a rerun finishes
 
 
 def test_keeps_under_ever_new_attempt_names_do_not_fill_the_secondarys_disk(party):  # noqa: F811 - the fixture

@@ -33,7 +33,7 @@ from app.entity_aug.parties import (
     read_request,
     reply_content,
 )
-from app.kept import ATTEMPT_KEYS, drop_other_attempts, party_kept_file
+from app.kept import ATTEMPT_KEYS, drop_other_attempts, party_kept_file, party_model_file
 from app.node import node_run_config
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.party_worker import packed, records
@@ -175,7 +175,7 @@ def _finish(content: RecordDict, context: Context) -> RecordDict:
     party = restore(cfg, context)
     folder = node.model_dir(cfg, context, got["run"], party.name)
     private_dir(folder)
-    torch.save(party.model.state_dict(), folder / "model.pt")
+    torch.save(party.model.state_dict(), folder / party_model_file(got["attempt"]))  # beside a finished run's
     drop_other_attempts(folder, {k: got[k] for k in ATTEMPT_KEYS})  # the run's other kept states go
     return RecordDict()
 

@@ -133,7 +133,7 @@ def _finish(content: RecordDict, context: Context) -> RecordDict:
     got = messages.read_named(content, "finish", "query.finish", names=("run",), optional=ATTEMPT_KEYS)
     party = SecondaryParty.restore(cfg, context)
     folder = node.model_dir(cfg, context, got["run"], party.party)
-    party.save(folder)
+    party.save(folder, got["attempt"])
     drop_other_attempts(folder, {k: got[k] for k in ATTEMPT_KEYS})  # the run's other kept states go
     if not cfg.exchange.exchange_report:
         return RecordDict()

@@ -16,7 +16,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from app.config import RunConfig
-from app.kept import KeptError, drop_other_attempts, party_kept_file
+from app.kept import KeptError, drop_other_attempts, party_kept_file, party_model_file
 from app.party_state import load_optimizer_state, optimizer_state_records
 from app.vfl.checkpoint import save_state
 from app.vfl.kept import features_digest
@@ -146,10 +146,12 @@ class SecondaryParty(core.SecondaryParty):
         self.load_shield_state(kept.get("shield", {}))
         return self
 
-    def save(self, folder: Path) -> Path:
+    def save(self, folder: Path, attempt: str) -> Path:
+        """The final state, under the training attempt's name (:func:`app.kept.party_model_file`)."""
         private_dir(folder)
-        torch.save(self.model.state_dict(), folder / "model.pt")
-        return folder / "model.pt"
+        path = folder / party_model_file(attempt)
+        torch.save(self.model.state_dict(), path)
+        return path
 
     # ------------------------------------------------------------------ context.state
 
