@@ -175,6 +175,22 @@ def decide(override: int, processes: int, models) -> ThreadChoice:
     return choose_threads(cpus, processes, len(models), params, override, env_cap(), busy)
 
 
+def entity_aug_choice(override: int, models) -> ThreadChoice:
+    """Entity Augmentation's primary: its parties' few small Linears on one thread
+    (strategies/torch_threads.py says why), unless the run config's ``threads`` says otherwise."""
+    models = list(models)
+    cpus, params = usable_cpus(), params_of(*models)
+    if override > 0:
+        return choose_threads(cpus, 1, len(models), params, override)
+    return ThreadChoice(1, cpus, 1, len(models), params, "entity augmentation: one thread")
+
+
+def entity_aug_secondary(override: int) -> int:
+    """An Entity Augmentation secondary's threads: one, or the run config's ``threads`` up to the
+    CPUs its own process may use (the value is the primary's, as for a FedSim secondary)."""
+    return min(override, usable_cpus()) if override > 0 else 1
+
+
 def use(choice: ThreadChoice, tag: str = "", cpu: bool = True) -> ThreadChoice:
     """Apply ``choice`` to torch's intra-op threads and the BLAS/OpenMP pools (threadpoolctl); the
     choice is logged the first time and whenever it changes. ``cpu`` (the party trains on the CPU):

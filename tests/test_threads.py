@@ -172,3 +172,16 @@ def test_a_secondary_takes_the_primarys_thread_count_only_up_to_its_own_cpus(mon
     context = SimpleNamespace(node_config={"party": "school"})
     client.party_threads(cfg, context, SimpleNamespace(model=torch.nn.Linear(2, 2)))
     assert seen["threads"] == threads.usable_cpus()
+
+
+@pytest.mark.parametrize("given", [0, 2])
+def test_entity_augmentation_records_its_threads_and_takes_the_run_configs(tmp_path, given):
+    """Entity Augmentation's parties train on one thread (strategies/torch_threads.py); the run
+    config's ``threads`` overrides it as for FedSim, and summary.json records the count either way
+    (it recorded nothing, and ``threads = 2`` ran one thread without a word)."""
+    from tests.test_entity_aug import ea_cfg
+
+    summary = run_experiment(ea_cfg(epochs=1, threads=given), tmp_path / "run")
+    rec = summary["threads"]
+    assert rec is not None and rec["threads"] == (given or 1), rec
+    assert rec["source"] == (f"run config threads={given}" if given else "entity augmentation: one thread")

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from app import messages, node
+from app import messages, node, threads
 from app.config import RunConfig
 from app.entity_aug import id_exchange
 from app.entity_aug.handshake import secondary_name
@@ -156,8 +156,9 @@ def _step_packed(codec: tuple[dict, dict], context: Context) -> tuple[dict, dict
 
 
 def _step_party(req: StepRequest, context: Context) -> StepReply:
-    with torch_threads(1):
-        party = restore(node_run_config(context), context)
+    cfg = node_run_config(context)
+    with torch_threads(threads.entity_aug_secondary(cfg.runtime.threads)):
+        party = restore(cfg, context)
         reply = party.step(req)  # the party checks the gradient before applying it (its dtype, shape, bound)
         persist(party, context)
     return reply

@@ -16,7 +16,7 @@ from pathlib import Path
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from app import run_status
+from app import run_status, threads
 from app.config import RunConfig
 from app.entity_aug import id_exchange
 from app.entity_aug.channel import FlowerChannel
@@ -73,7 +73,9 @@ def run_ea(
             )
 
         t0 = time.perf_counter()
-        with torch_threads(1):
+        cpu = primary.device.type == "cpu"
+        choice = threads.use(threads.entity_aug_choice(cfg.runtime.threads, [primary.model]), "[primary]", cpu)
+        with torch_threads(choice.threads):  # and the in-process secondaries' steps, as the run config says
             records, losses = fit_ea(primary, exchanger, data.split.val, data.split.test, plan, on_epoch, record.step)
         train_and_eval = time.perf_counter() - t0
         keeper.save(out, cfg, data, secondaries_keep=not isinstance(channel, LocalChannel))
