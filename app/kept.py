@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import secrets
 import sys
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from files.atomic import write_atomic
 from files.private import private_dir
 from strategies.heads import TaskHead
 from strategies.records import EpochRecord
+from strategies.wire_checks import ProtocolError
 
 KEPT, MANIFEST, BEST, OUTPUTS = "kept", "federation.json", "best.json", "outputs.npz"
 ATTEMPT = "attempt"  # <run>/kept/attempt: the training attempt whose states the run keeps (attempt_id)
@@ -120,15 +122,27 @@ def kept_attempt(run_dir: Path) -> str:
     return path.read_text().strip() if path.exists() else ""
 
 
+ATTEMPT_ID = re.compile(r"[0-9a-f]{16}")  # attempt_id's: 8 secret bytes in hex
+_STATE_FILE = re.compile(r"(kept|model)-[0-9a-f]{16}\.pt")  # an attempt's state in a secondary's folder
+
+
+def _checked(attempt: str) -> str:
+    """``attempt`` when it is "" (none) or an attempt's id; anything else (a primary's other name)
+    is refused, so that only an attempt's files are made and dropped in a party's folder."""
+    if attempt and not ATTEMPT_ID.fullmatch(attempt):
+        raise ProtocolError(f"attempt {attempt!r} is not a training attempt's id (16 hex digits)")
+    return attempt
+
+
 def party_kept_file(attempt: str) -> str:
     """A secondary's kept state of ``attempt`` in its model folder of the run."""
-    return f"kept-{attempt}.pt" if attempt else "kept.pt"
+    return f"kept-{attempt}.pt" if _checked(attempt) else "kept.pt"
 
 
 def party_model_file(attempt: str) -> str:
     """A secondary's final state at the finish of ``attempt``, in its model folder of the run:
     a rerun that fails after its finish leaves the finished run's beside it."""
-    return f"model-{attempt}.pt" if attempt else "model.pt"
+    return f"model-{attempt}.pt" if _checked(attempt) else "model.pt"
 
 
 ATTEMPT_KEYS = ("attempt", "previous")  # the fields of a keep and a finish naming the kept states that stay
@@ -153,12 +167,15 @@ def attempt_fields(attempts: dict[str, str]) -> dict[str, str]:
 def drop_other_attempts(folder: Path, keep: dict[str, str]) -> None:
     """A secondary's kept and final states of the run's attempts other than those ``keep`` names
     (:func:`kept_attempts`: an attempt that failed, an older finished run) leave its model
-    folder of the run; nothing else in it is touched."""
+    folder of the run: ``kept-<id>.pt``, ``model-<id>.pt`` and a run's ``kept.pt`` from before
+    attempts. Nothing else in it is touched: not a ``model.pt`` (the final state of a run finished
+    before final states were named for their attempt, which a rerun's failure puts back), nor a
+    file of another name."""
     wanted = {name(a) for a in keep.values() for name in (party_kept_file, party_model_file)}
-    for stem in ("kept", "model"):
-        for path in [Path(folder) / f"{stem}.pt", *Path(folder).glob(f"{stem}-*.pt")]:
-            if path.name not in wanted:
-                path.unlink(missing_ok=True)
+    for path in Path(folder).glob("*.pt"):
+        ours = path.name == "kept.pt" or _STATE_FILE.fullmatch(path.name)
+        if ours and path.name not in wanted:
+            path.unlink(missing_ok=True)
 
 
 def read_manifest(run_dir: Path) -> dict:

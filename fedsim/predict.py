@@ -127,8 +127,8 @@ def _refused(args: argparse.Namespace) -> str | None:
         )
     if not args.run_dir.is_dir():
         return f"no run folder {args.run_dir} (RUN names the folder a `fedsim train` wrote, e.g. runs/<run-name>)"
-    members = args.member or ([] if args.alone else kept_members(args.run_dir))  # as command() will read them
-    for run in (args.run_dir, *members):  # the trained runs' own files stay theirs
+    runs = (args.run_dir, *(args.member or []), *kept_members(args.run_dir))  # read or not, their files stay theirs
+    for run in runs:
         if args.out.resolve().is_relative_to(Path(run).resolve()):
             return f"--out {args.out} is inside the run folder {run}, whose files are the run's; write elsewhere"
     return None

@@ -115,8 +115,9 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
     member = out / "r.member1"  # a kept member's files are its own, as the run's are
     before = {p: p.read_bytes() for p in member.rglob("*") if p.is_file()}
     target = member / "summary.json"
-    assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(target)]) == 2
-    assert "inside the run folder" in capsys.readouterr().err
+    for alone in ([], ["--alone"]):  # the members' files stay theirs even where predict reads the run alone
+        assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(target), *alone]) == 2
+        assert "inside the run folder" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in member.rglob("*") if p.is_file()} == before
 
 

@@ -19,10 +19,11 @@ from flwr.app import Context, Message, RecordDict
 
 from app import run_status
 from app.config import RunConfig
-from app.kept import kept_attempt, party_kept_file, party_model_file
+from app.kept import drop_other_attempts, kept_attempt, party_kept_file, party_model_file
 from app.vfl import client as client_app
 from app.vfl.channel import FlowerChannel
 from app.vfl.secondary import SecondaryParty
+from strategies.wire_checks import ProtocolError
 from tests.test_predict_flower import party  # noqa: F401 - the fixture: the csv parties' 'shops', simulated
 
 pytestmark = pytest.mark.usefixtures("run_identity")  # tests/conftest.py: a Message needs a run
@@ -192,6 +193,23 @@ def test_keeps_under_ever_new_attempt_names_do_not_fill_the_secondarys_disk(part
 
     ctx, _, root = party
     for i in range(20):
-        fields = {"run": "r1", "epoch": 0, "applied": 0, "attempt": f"a{i}", "previous": f"p{i}"}
+        fields = {"run": "r1", "epoch": 0, "applied": 0, "attempt": f"{i:016x}", "previous": f"{i + 100:016x}"}
         client_app.keep(query("query.keep", "keep", fields), ctx)
-    assert sorted(p.name for p in (root / "out" / "r1" / "shops").glob("kept*.pt")) == ["kept-a19.pt"]
+    assert sorted(p.name for p in (root / "out" / "r1" / "shops").glob("kept*.pt")) == [f"kept-{19:016x}.pt"]
+    for name in ("a19", "../x", "ABCDEF0123456789", "0" * 17):  # only an attempt's id names a file
+        fields = {"run": "r1", "epoch": 0, "applied": 0, "attempt": name}
+        with pytest.raises(ProtocolError, match="attempt"):
+            client_app.keep(query("query.keep", "keep", fields), ctx)
+    assert sorted(p.name for p in (root / "out" / "r1" / "shops").glob("kept*.pt")) == [f"kept-{19:016x}.pt"]
+
+
+def test_only_attempts_states_are_dropped_and_a_finished_runs_final_model_pt_stays(tmp_path):
+    """A run finished before the final state was named for its attempt wrote model.pt: a rerun's
+    keep must not delete it (the rerun may fail and put that run back); nor a file the party's
+    operator put in the folder."""
+    a, b = "a" * 16, "b" * 16
+    for name in (f"kept-{a}.pt", "model.pt", "model-backup.pt", "kept-old.pt", f"kept-{b}.pt", f"model-{'c' * 16}.pt"):
+        (tmp_path / name).write_text(name)
+    drop_other_attempts(tmp_path, {"attempt": b, "previous": a})
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([f"kept-{a}.pt", f"kept-{b}.pt", "model.pt", "model-backup.pt", "kept-old.pt"]), left
