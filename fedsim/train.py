@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
-from fedsim.train_engines import RunTimedOut, flower_run, in_process_run, stopped
+from fedsim.train_engines import RunTimedOut, flower_run, in_process_run, stop_on_signals, stopped
 from files.source_tree import refuse_source
 from strategies.vfl.methods import REGISTRY
 
@@ -214,6 +214,7 @@ def refuse_file_on(folder: Path, what: str) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    stop_on_signals()  # kill / a closed terminal stop the run as Ctrl-C does, its status said
     try:
         if args.budget is not None and args.budget < 1:
             raise ValueError(f"--budget must be a whole number of runs >= 1, got {args.budget}")

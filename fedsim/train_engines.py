@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,26 @@ from files.private import private_dir
 
 class RunTimedOut(TimeoutError):
     """The command stopped a Flower run at its deadline (`fedsim train --timeout`)."""
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGTERM (`kill`, a CI's cancel) or SIGHUP (a closed terminal): the run stops as at Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop the command's run as Ctrl-C does (:func:`stopped`), where they would
+    kill it outright; a signal this command was started ignoring (`nohup`'s SIGHUP) stays ignored."""
+
+    def stop(signum, frame) -> None:
+        raise Signalled(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, stop)
 
 
 def in_process_run(cfg, run_dir: Path) -> str:
@@ -90,14 +111,16 @@ STOP_WAIT = 60.0  # seconds an interrupted in-process run gets to stop at its ne
 
 
 def stopped(run_dir: Path, since: float, error: BaseException) -> int:
-    """Ctrl-C (``error`` a KeyboardInterrupt: exit 130, as a shell reports SIGINT) or the command's
-    timeout (exit 1): the run stopped; a status it left 'running' (Flower's processes stopped with
+    """Ctrl-C, SIGTERM or SIGHUP (``error`` a KeyboardInterrupt: exit 128 + the signal, as a shell
+    reports it; 130 for Ctrl-C) or the command's timeout (exit 1): the run stopped; a status it left 'running' (Flower's processes stopped with
     the command) says it failed and why. The line says what the folder now holds (the run's failure
     and a finished run it kept, or a run that had finished)."""
     from app.run_status import RunInterrupted, mark_stopped, problem  # lazy: numpy and torch, off `fedsim --help`
 
     interrupted = isinstance(error, KeyboardInterrupt)
-    mark_stopped(run_dir, since, RunInterrupted() if interrupted else error)
-    why = "interrupted" if interrupted else str(error)
+    signum = error.signum if isinstance(error, Signalled) else signal.SIGINT
+    name = signal.Signals(signum).name
+    mark_stopped(run_dir, since, RunInterrupted(f"interrupted ({name}); the run stopped") if interrupted else error)
+    why = f"interrupted ({name})" if interrupted else str(error)
     print(f"fedsim train: {why}; {problem(run_dir, since) or f'run {run_dir} had finished'}", file=sys.stderr)
-    return 130 if interrupted else 1
+    return 128 + signum if interrupted else 1  # as a shell reports the signal (Ctrl-C: 130)

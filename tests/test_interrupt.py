@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from app import run_status
 from app.run_status import RunStatus
 from tests.test_byo import write_parties
@@ -49,7 +51,10 @@ def _wait_training(run: Path, proc: subprocess.Popen, timeout: float = 300) -> N
     raise AssertionError(f"the run did not reach training: {proc.poll()!r}")
 
 
-def test_ctrl_c_stops_an_in_process_run_and_marks_it_failed(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_ctrl_c_stops_an_in_process_run_and_marks_it_failed(tmp_path, sig):
+    """And `kill` (SIGTERM: a CI's cancel, a scheduler) or a closed terminal (SIGHUP) alike: each
+    left the status 'running' for good, hiding a finished run it replaced from report and predict."""
     (tmp_path / "data").mkdir()
     write_parties(tmp_path / "data")
     out, run = tmp_path / "runs", tmp_path / "runs" / "r"
@@ -57,16 +62,16 @@ def test_ctrl_c_stops_an_in_process_run_and_marks_it_failed(tmp_path):
     proc = _train(tmp_path / "data", out, "--run-name", "r", "--epochs", "5000", "-c", "patience=0")
     try:
         _wait_training(run, proc)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)  # a step of this run is milliseconds: 120 s is load's margin
     except subprocess.TimeoutExpired:  # say what the run was doing
         proc.kill()
         stdout, stderr = proc.communicate()
-        raise AssertionError(f"no exit 120 s after SIGINT; status {run_status.read(run)}; stderr {stderr[-3000:]}")
+        raise AssertionError(f"no exit 120 s after {sig!r}; status {run_status.read(run)}; stderr {stderr[-3000:]}")
     finally:
         proc.kill()  # a run that ignored the interrupt would train for minutes after the test
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "fedsim train: interrupted" in stderr and str(run) in stderr
+    assert proc.returncode == 128 + sig, stderr[-3000:]  # as a shell reports the signal
+    assert f"fedsim train: interrupted ({signal.Signals(sig).name})" in stderr and str(run) in stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr[-3000:]
     st = run_status.read(run)
     assert st["state"] == "failed" and "interrupted" in st["error"] and not (run / "summary.json").exists()
