@@ -10,6 +10,7 @@ run's outcome (its status file): 0 only for a finished run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from fedsim.helpfmt import HelpFormatter
 from fedsim.train_engines import RunTimedOut, flower_run, in_process_run, stop_on_signals, stopped
+from files.run_lock import hold_run
 from files.source_tree import refuse_source
 from strategies.vfl.methods import REGISTRY
 
@@ -215,17 +217,24 @@ def refuse_file_on(folder: Path, what: str) -> None:
 
 def command(args: argparse.Namespace) -> int:
     stop_on_signals()  # kill / a closed terminal stop the run as Ctrl-C does, its status said
-    try:
-        if args.budget is not None and args.budget < 1:
-            raise ValueError(f"--budget must be a whole number of runs >= 1, got {args.budget}")
-        values = run_values(args)
-        out = Path(str(values.get("out-dir") or "runs"))
-        refuse_source(out, "--out-dir")  # runs never land in the source
-        refuse_file_on(out, "--out-dir")  # before the data is read, not as the run starts
-        cfg, nodes = check(values)
-    except Exception as e:  # noqa: BLE001 - a configuration or data error, named
-        print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    with contextlib.ExitStack() as held:
+        try:
+            if args.budget is not None and args.budget < 1:
+                raise ValueError(f"--budget must be a whole number of runs >= 1, got {args.budget}")
+            values = run_values(args)
+            out = Path(str(values.get("out-dir") or "runs"))
+            refuse_source(out, "--out-dir")  # runs never land in the source
+            refuse_file_on(out, "--out-dir")  # before the data is read, not as the run starts
+            held.enter_context(hold_run(out, str(values["run-name"])))  # one command per run, until this one ends
+            cfg, nodes = check(values)
+        except Exception as e:  # noqa: BLE001 - a configuration or data error, named
+            print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        return train_checked(args, values, cfg, nodes)
+
+
+def train_checked(args: argparse.Namespace, values: dict, cfg, nodes: int) -> int:
+    """The checked run (its recipe searched first unless given), then its members and yardstick."""
     run_dir = cfg.out_path() / cfg.runtime.run_name
     in_process = args.engine == "inprocess" and not args.deployment
     from fedsim.search_step import given, step  # lazy: the search's modules
