@@ -46,6 +46,13 @@ class RunFailed(RuntimeError):
     """A run that did not finish; the message says why (its error, or that it never started)."""
 
 
+class RunPastDeadline(KeyboardInterrupt):
+    """The command's --timeout passed (fedsim train): an in-process run stops at its next step."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*(args or ("timed out: the command's --timeout passed; the run stopped",)))
+
+
 class RunInterrupted(KeyboardInterrupt):
     """The user interrupted the command running the run (Ctrl-C, SIGINT)."""
 

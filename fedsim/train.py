@@ -69,7 +69,12 @@ def add_parser(sub) -> None:
     _search_arguments(s)
     s.add_argument("--deployment", type=Path, default=None, help="a `fedsim deploy up` folder to train on")
     s.add_argument("--resume", action="store_true", help="go on from the run's last checkpoint (needs --run-name)")
-    s.add_argument("--timeout", type=float, default=24 * 3600, help="seconds before the run is stopped")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=24 * 3600,
+        help="seconds before the run is stopped (marked failed, exit 1), in process or through Flower",
+    )
     s.add_argument(
         "--no-yardstick",
         action="store_true",
@@ -221,6 +226,8 @@ def command(args: argparse.Namespace) -> int:
         try:
             if args.budget is not None and args.budget < 1:
                 raise ValueError(f"--budget must be a whole number of runs >= 1, got {args.budget}")
+            if not args.timeout > 0:  # NaN too
+                raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
             values = run_values(args)
             out = Path(str(values.get("out-dir") or "runs"))
             refuse_source(out, "--out-dir")  # runs never land in the source
@@ -275,7 +282,7 @@ def engine(args: argparse.Namespace, nodes: int, in_process: bool) -> Callable[[
         started = time.time()
         try:
             if in_process:
-                outcome = in_process_run(RunConfig.from_flower(run_values), folder)
+                outcome = in_process_run(RunConfig.from_flower(run_values), folder, args.timeout)
             else:
                 outcome = flower_run(run_values, folder, nodes, args)
         except (KeyboardInterrupt, RunTimedOut) as e:  # Ctrl-C, or the command's --timeout

@@ -39,15 +39,17 @@ def stop_on_signals() -> None:
             signal.signal(sig, stop)
 
 
-def in_process_run(cfg, run_dir: Path) -> str:
+def in_process_run(cfg, run_dir: Path, timeout: float) -> str:
+    """The run in a thread this terminal watches; stopped at its next step by Ctrl-C (re-raised)
+    or past ``timeout`` seconds (RunTimedOut)."""
     from app.modes import run_experiment  # lazy: the training stack (torch, flwr, pandas), off `fedsim --help`
-    from app.run_status import RunInterrupted  # lazy: as above
+    from app.run_status import RunInterrupted, RunPastDeadline  # lazy: as above
 
-    since = time.time()  # progress from before it is an earlier run's
+    since, deadline = time.time(), time.monotonic() + timeout  # progress from before `since` is an earlier run's
     thread, box = run_thread(lambda: run_experiment(cfg, run_dir))
     try:
         watch(
-            lambda: not thread.is_alive(),
+            lambda: not thread.is_alive() or time.monotonic() > deadline,
             run_dir,
             label=cfg.runtime.run_name,
             starting="loading the data and linking, in this process",
@@ -57,6 +59,10 @@ def in_process_run(cfg, run_dir: Path) -> str:
         interrupt(thread, RunInterrupted)  # the run ends through its own status handling
         thread.join(timeout=STOP_WAIT)
         raise
+    if thread.is_alive():  # past the deadline
+        interrupt(thread, RunPastDeadline)
+        thread.join(timeout=STOP_WAIT)
+        raise RunTimedOut(f"timed out: the run had not ended when the command's --timeout of {timeout:g} s passed")
     thread.join()
     return f"{type(box['error']).__name__}: {box['error']}" if "error" in box else ""
 

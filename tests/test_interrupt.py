@@ -155,3 +155,23 @@ def test_an_earlier_runs_progress_is_not_shown_as_this_runs(tmp_path):
     watch(lambda: len(calls) >= 3, tmp_path, label="run", stream=plain, clock=lambda: 7.0, sleep=sleep, since=since)
     lines = [line.split(" [")[0] for line in plain.getvalue().splitlines()]
     assert lines == ["run: training epoch 0/5"], lines
+
+
+def test_an_in_process_run_past_its_timeout_stops_and_a_timeout_that_is_not_positive_is_refused(tmp_path, capsys):
+    """`--timeout` stopped only a Flower run: in process the run trained on past it, exit 0, and
+    `--timeout 0` or `-5` were taken."""
+    from fedsim.cli import main as fedsim
+
+    (tmp_path / "data").mkdir()
+    write_parties(tmp_path / "data")
+    out, run = tmp_path / "runs", tmp_path / "runs" / "r"
+    argv = ["train", "--dataset", "csv", "--data-dir", str(tmp_path / "data"), "--out-dir", str(out), *GIVEN]
+    for bad in ("0", "-5", "nan"):
+        assert fedsim([*argv, "--run-name", "r", "--timeout", bad]) == 2
+        assert "--timeout must be a number of seconds > 0" in capsys.readouterr().err
+    assert not run.exists()
+    # thousands of epochs (minutes of steps): stopped at 5 s, after loading and linking
+    assert fedsim([*argv, "--run-name", "r", "--epochs", "5000", "-c", "patience=0", "--timeout", "5"]) == 1
+    assert "timed out" in capsys.readouterr().err
+    st = run_status.read(run)
+    assert st["state"] == "failed" and "timed out" in st["error"] and not (run / "summary.json").exists()
