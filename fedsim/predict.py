@@ -20,9 +20,11 @@ failed predict leaves an older --out byte-identical and says so (app/predict_fil
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from app.run_files import CONFIG
 from fedsim.ensemble_step import kept_members
 from fedsim.helpfmt import HelpFormatter
 from files.source_tree import inside_source
@@ -131,7 +133,22 @@ def _refused(args: argparse.Namespace) -> str | None:
     for run in runs:
         if args.out.resolve().is_relative_to(Path(run).resolve()):
             return f"--out {args.out} is inside the run folder {run}, whose files are the run's; write elsewhere"
+        data = _data_dir(Path(run))
+        if data and args.out.is_file() and args.out.resolve().is_relative_to(data.resolve()):
+            return (
+                f"--out {args.out} is a file of the run's data folder {data}, which training and predict read; "
+                "write elsewhere"
+            )
     return None
+
+
+def _data_dir(run: Path) -> Path | None:
+    """The data folder a run was trained on (its config.json), None where it says none."""
+    try:
+        data = json.loads((run / CONFIG).read_text())["run"].get("data_dir")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return Path(data) if isinstance(data, str) and data else None
 
 
 def _path(meta: dict, args: argparse.Namespace) -> str:

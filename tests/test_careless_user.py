@@ -4,6 +4,7 @@ refused by name before any work, exit 2 for their input, and a good earlier resu
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from tests.test_cli import fedsim
@@ -87,6 +88,12 @@ def test_input_mistakes_are_named_and_exit_2(tmp_path):
         inside = fedsim("predict", str(run), str(REPO / "examples/housing/sales.csv"), "--out", str(out), cwd=tmp_path)
         assert inside.returncode == 2 and "inside the run folder" in inside.stderr, inside.stderr
     assert (run / "summary.json").read_text() == "{}" and not (run / "p.csv").exists()
+    (run / "config.json").write_text(json.dumps({"run": {"data_dir": str(tmp_path / "d")}}))
+    own = tmp_path / "d" / "listings.csv"  # a file of the run's data: predict would replace it
+    kept_bytes = own.read_bytes()
+    data_out = fedsim("predict", str(run), str(REPO / "examples/housing/sales.csv"), "--out", str(own), cwd=tmp_path)
+    assert data_out.returncode == 2 and "a file of the run's data folder" in data_out.stderr, data_out.stderr
+    assert own.read_bytes() == kept_bytes
     secret = fedsim("link", "--url", "http://127.0.0.1:1", "--job", "0123456789abcdef", "--party", "p", "--secret-file",
                     "nope.secret", "--csv", str(REPO / "examples/housing/sales.csv"), "--columns", "lat,lon", cwd=tmp_path)  # fmt: skip
     assert secret.returncode == 2 and "--secret-file nope.secret: no such file" in secret.stderr, secret.stderr
