@@ -111,6 +111,19 @@ def check_party(path: Path, who: str, party: dict) -> None:
         raise DatasetError(f"{path}: party {who!r} {'; '.join(problems)}")
     if not isinstance(party.get("entity_id", ""), str):
         raise DatasetError(f"{path}: party {who!r} entity_id must be one column name, got {party['entity_id']!r}")
+    check_identifiers_spec(path, who, party.get("identifiers", ["-"]))
+
+
+def check_identifiers_spec(path: Path, who: str, ids) -> None:
+    """A party's ``identifiers``: a list of distinct column names (a column named twice would link
+    one party's first identifier against another's second)."""
+    if not (isinstance(ids, list) and ids and all(isinstance(c, str) and c for c in ids)):
+        raise DatasetError(
+            f'{path}: party {who!r} identifiers must be a list of column names, e.g. ["lat", "lon"], got {ids!r}'
+        )
+    repeated = sorted({c for c in ids if ids.count(c) > 1})
+    if repeated:
+        raise DatasetError(f"{path}: party {who!r} names identifier column(s) {repeated} more than once")
 
 
 def check_metric(metric, kind: str, path: Path) -> None:

@@ -334,3 +334,20 @@ def test_a_parties_toml_saved_with_a_byte_order_mark_is_read(tmp_path):
     write_parties(tmp_path)
     (tmp_path / "parties.toml").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "parties.toml").read_bytes())
     assert load_dataset("csv", tmp_path).party_names == ["shops"]
+
+
+@pytest.mark.parametrize(
+    "ids, match",
+    [
+        ('["lat", "lat"]', r"names identifier column\(s\) \['lat'\] more than once"),
+        ('"lat"', "identifiers must be a list of column names"),
+        ("[]", "identifiers must be a list of column names"),
+        ('["lat", 3]', "identifiers must be a list of column names"),
+    ],
+)
+def test_a_partys_identifiers_are_a_list_of_distinct_columns(tmp_path, ids, match):
+    """["lat", "lat"] linked the primary's latitude against a secondary's longitude, exit 0; "lat"
+    was read as the columns 'l', 'a', 't'."""
+    write_parties(tmp_path, SPEC.replace('identifiers = ["lat", "lon"]', f"identifiers = {ids}"))
+    with pytest.raises(DatasetError, match=match):
+        load_dataset("csv", tmp_path)
