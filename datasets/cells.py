@@ -23,7 +23,9 @@ from pandas._libs.parsers import STR_NA_VALUES
 
 from datasets.base import DatasetError
 from files.csv_header import repeated_columns
+from linkage.contracts import MAX_ABS_NUMBER
 
+BEYOND = f"is beyond ±{MAX_ABS_NUMBER:g}"  # a finite number too large to standardise, sum or link
 NUMERIC_RULE = "a numeric column holds numbers, or blank cells (filled with the training mean)"
 
 
@@ -78,7 +80,9 @@ def cell_problems(
             raw = df[col]
             num = pd.to_numeric(raw, errors="coerce") if raw.dtype == object else raw
             out.append((col, (raw.notna() & num.isna()).to_numpy(), "is not a number"))
-            out.append((col, np.isinf(num.to_numpy(dtype=np.float64)), "is not a finite number"))
+            values = num.to_numpy(dtype=np.float64)
+            out.append((col, np.isinf(values), "is not a finite number"))
+            out.append((col, np.isfinite(values) & (np.abs(values) > MAX_ABS_NUMBER), BEYOND))
     for col in identifiers:
         if col in df.columns:
             raw = df[col]
@@ -87,6 +91,9 @@ def cell_problems(
             if id_kind == "numeric" and not pd.api.types.is_numeric_dtype(raw):
                 text = (raw.notna() & pd.to_numeric(raw, errors="coerce").isna() & ~empty).to_numpy()
                 out.append((col, text, "is not a number (numeric identifiers)"))
+            if id_kind == "numeric":
+                values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+                out.append((col, np.abs(np.nan_to_num(values)) > MAX_ABS_NUMBER, f"{BEYOND} (an identifier)"))
     return [(c, rows, what) for c, rows, what in out if rows.any()]
 
 

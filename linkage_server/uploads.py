@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from linkage.contracts import MAX_ABS_NUMBER  # numeric identifiers beyond it are refused
 from linkage.metrics import DEFAULT_OF_KIND, REGISTRY
 
 KIND_OF_METRIC = {m.name: m.kind for m in REGISTRY.values()}  # linkage.metrics: each metric's identifiers
 METRIC_OF_KIND = DEFAULT_OF_KIND  # when none is given
 
 
-MAX_ABS_NUMBER = 1e100  # numeric identifiers beyond this are refused: squared distances must stay finite
 MAX_CHARS = 1000  # string identifiers longer than this are refused: an edit distance costs length squared
 
 

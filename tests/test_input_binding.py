@@ -35,6 +35,24 @@ def test_an_inf_feature_is_refused_naming_party_column_and_rows(tmp_path):
         secondary_features(RunConfig.of(dataset="csv", data_dir=str(tmp_path)), "shops")
 
 
+def test_a_feature_or_identifier_beyond_the_numbers_bound_is_refused_naming_it(tmp_path):
+    """1e300 is finite: a run with it trained an epoch, then failed on a statistic it overflowed
+    (naming no file), or finished exit 0 on the one recipe that survived it; as an identifier it
+    broke the in-process linkage. Refused as the service refuses an upload beyond 1e100."""
+    write_parties(tmp_path)
+    shops = pd.read_csv(tmp_path / "shops.csv")
+    shops.loc[3, "rent"] = 1e300
+    shops.to_csv(tmp_path / "shops.csv", index=False)
+    with pytest.raises(DatasetError, match=r"party 'shops'.*line 5, column 'rent': 1e\+300 is beyond ±1e\+100"):
+        load_dataset("csv", tmp_path)
+    write_parties(tmp_path)
+    sales = pd.read_csv(tmp_path / "sales.csv")
+    sales.loc[0, "lat"] = -1e200
+    sales.to_csv(tmp_path / "sales.csv", index=False)
+    with pytest.raises(DatasetError, match=r"line 2, column 'lat': -1e\+200 is beyond ±1e\+100"):
+        load_dataset("csv", tmp_path)
+
+
 def test_a_non_number_in_a_numeric_feature_is_refused_not_imputed(tmp_path):
     write_parties(tmp_path)
     shops = pd.read_csv(tmp_path / "shops.csv").astype({"rent": object})
