@@ -223,11 +223,12 @@ def load_privacy(folder: Path, job_id: str) -> dict | None:
     return report
 
 
-def load_primary(folder: Path) -> PrimaryLinkage:
+def load_primary(folder: Path, rows: bool = True) -> PrimaryLinkage:
+    """``folder``'s primary.npz (:func:`read_primary`; ``rows=False``: its figures only)."""
     path = Path(folder) / "primary.npz"
     if not path.exists():
         raise LinkageError(f"no primary linkage at {path}")
-    return read_primary(path)
+    return read_primary(path, rows)
 
 
 def load_secondary(folder: Path, party: str) -> SecondaryLinkage:

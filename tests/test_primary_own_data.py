@@ -14,6 +14,7 @@ import pytest
 
 from app.config import RunConfig
 from datasets import DatasetError
+from linkage.contracts import LinkageError
 from tests.test_byo import SPEC, write_parties
 
 TWO = (
@@ -123,6 +124,11 @@ def test_the_primarys_data_check_before_flower_starts_needs_only_its_own_csv(tmp
     values = {"dataset": "csv", "data-dir": str(folders["primary"]), "linkage-dir": str(job), "k": 3}
     cfg, nodes = check(values)
     assert nodes == 2 and cfg.data.data_dir == str(folders["primary"])
+    # a fetched linkage that does not fit the run: named here, not in the ServerApp after Flower started
+    with pytest.raises(LinkageError, match="has K=3 but this run uses k=4"):
+        check({**values, "k": 4})
+    with pytest.raises(LinkageError, match="raw identifier digest differs"):
+        check({**values, "n-rows": 300})
 
 
 def test_without_linkage_dir_a_missing_secondary_csv_is_named_with_why(tmp_path):

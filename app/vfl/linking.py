@@ -54,7 +54,12 @@ def require_linkable(ds: VFLDataset, cfg: RunConfig) -> None:
             f"method 'combine' needs the true alignment of every record, which dataset "
             f"{ds.name!r} does not have (synthetic sets only)"
         )
-    if job_kind(cfg.train.method) == "topk" and cfg.training_method.federated and not cfg.link.linkage_dir:
+    if job_kind(cfg.train.method) == "topk" and cfg.training_method.federated and cfg.link.linkage_dir:
+        folder = Path(cfg.link.linkage_dir).resolve()  # the fetched job: bound to this run and of its shape
+        head = load_primary(folder, rows=False)  # its figures; the (m, K) arrays stay on disk
+        check_binding(head, folder, ds.primary.identifiers)  # the digest covers the record count
+        check_shape(head, ds, cfg.resolve().k, cfg.link.layout)
+    elif job_kind(cfg.train.method) == "topk" and cfg.training_method.federated:
         k = cfg.resolve().k
         small = {p: t.n_rows for p, t in ds.secondaries.items() if t.n_rows < k}
         if small:
@@ -268,11 +273,22 @@ def unsorted(linkage: PrimaryLinkage, seed: int) -> PrimaryLinkage:
 def check_linkage(
     linkage: PrimaryLinkage, ds: VFLDataset, settings: Settings, layout: str = "independent"
 ) -> PrimaryLinkage:
-    """Refuse a fetched linkage that does not fit this run (other K, rows or parties)."""
-    if linkage.k != settings.k:
+    """Refuse a fetched linkage that does not fit this run (other K, layout, parties or rows)."""
+    check_shape(linkage, ds, settings.k, layout)
+    for party_link in linkage.links.values():
+        if len(party_link.tokens) != ds.primary.n_rows:
+            raise LinkageError(
+                f"linkage job {linkage.job_id} covers {len(party_link.tokens)} primary records, "
+                f"the primary has {ds.primary.n_rows}"
+            )
+    return linkage
+
+
+def check_shape(linkage: PrimaryLinkage, ds: VFLDataset, k: int, layout: str) -> None:
+    """Refuse a fetched linkage of another K, layout or parties than this run's."""
+    if linkage.k != k:
         raise LinkageError(
-            f"linkage job {linkage.job_id} has K={linkage.k} but this run uses k={settings.k}; "
-            "set run-config k to match"
+            f"linkage job {linkage.job_id} has K={linkage.k} but this run uses k={k}; set run-config k to match"
         )
     if len(linkage.links) > 1 and linkage.layout != layout:
         raise LinkageError(
@@ -284,10 +300,3 @@ def check_linkage(
             f"linkage job {linkage.job_id} links parties {sorted(linkage.links)}, "
             f"the dataset has secondaries {sorted(ds.party_names)}"
         )
-    for party_link in linkage.links.values():
-        if len(party_link.tokens) != ds.primary.n_rows:
-            raise LinkageError(
-                f"linkage job {linkage.job_id} covers {len(party_link.tokens)} primary records, "
-                f"the primary has {ds.primary.n_rows}"
-            )
-    return linkage
