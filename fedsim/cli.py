@@ -101,6 +101,9 @@ def _report(rest: list[str]) -> int:
     if rest and report.is_run(rest[0]):
         from pathlib import Path
 
+        if rest[1:]:
+            print(f"fedsim report: report takes one RUN; unexpected {rest[1:]}", file=sys.stderr)
+            return 2
         return report.one_run(Path(rest[0]))
     from experiments.report import main as sweeps_report  # lazy: torch, for the sweeps' report only
 

@@ -94,6 +94,8 @@ def test_input_mistakes_are_named_and_exit_2(tmp_path):
     data_out = fedsim("predict", str(run), str(REPO / "examples/housing/sales.csv"), "--out", str(own), cwd=tmp_path)
     assert data_out.returncode == 2 and "a file of the run's data folder" in data_out.stderr, data_out.stderr
     assert own.read_bytes() == kept_bytes
+    extra = fedsim("report", str(run), "--bogus", "runs/other", cwd=tmp_path)  # were ignored, exit 0
+    assert extra.returncode == 2 and "report takes one RUN; unexpected ['--bogus', 'runs/other']" in extra.stderr
     secret = fedsim("link", "--url", "http://127.0.0.1:1", "--job", "0123456789abcdef", "--party", "p", "--secret-file",
                     "nope.secret", "--csv", str(REPO / "examples/housing/sales.csv"), "--columns", "lat,lon", cwd=tmp_path)  # fmt: skip
     assert secret.returncode == 2 and "--secret-file nope.secret: no such file" in secret.stderr, secret.stderr
