@@ -215,3 +215,16 @@ def test_the_command_writes_the_csv_or_nothing(trained_run, run, tmp_path, capsy
     assert "was left untouched" in err and out.read_bytes() == before
     assert main([str(run), "--ids", str(ids), "--out", str(ids)]) == 2
     assert "--out names the input file" in capsys.readouterr().err and ids.exists()
+
+
+def test_declared_entity_ids_are_read_for_predict_as_training_reads_them(tmp_path):
+    """Training strips each id (datasets/entity_ids.py); predict took ' img0003' as it stood and
+    refused it as no entity of the run. A blank id is still refused."""
+    from app.entity_aug.predict_ids import read_ids
+
+    path = tmp_path / "ids.csv"
+    path.write_text('id\n img0003\n"img0004 "\n007\n')
+    assert read_ids(path, "id", declared=True).tolist() == ["img0003", "img0004", "007"]
+    path.write_text('id\nimg0003\n"  "\n')
+    with pytest.raises(KeptError, match="empty value"):
+        read_ids(path, "id", declared=True)

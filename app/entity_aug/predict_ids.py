@@ -52,9 +52,11 @@ def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
     df = pd.read_csv(path, dtype={column: str}) if declared else pd.read_csv(path)
     require_columns(df, [column], f"entity ids {path}")
     if declared:
-        if df[column].isna().any():
-            raise KeptError(f"entity ids {path}: column {column!r} has {int(df[column].isna().sum())} empty value(s)")
-        return df[column].to_numpy()
+        text = df[column].str.strip()  # as training reads a party's ids (datasets/entity_ids.py)
+        empty = text.isna() | (text == "")
+        if empty.any():
+            raise KeptError(f"entity ids {path}: column {column!r} has {int(empty.sum())} empty value(s)")
+        return text.to_numpy()
     values = pd.to_numeric(df[column], errors="coerce")
     bad = values.isna() & df[column].notna()
     if bad.any():
