@@ -118,9 +118,10 @@ STOP_WAIT = 60.0  # seconds an interrupted in-process run gets to stop at its ne
 
 def stopped(run_dir: Path, since: float, error: BaseException) -> int:
     """Ctrl-C, SIGTERM or SIGHUP (``error`` a KeyboardInterrupt: exit 128 + the signal, as a shell
-    reports it; 130 for Ctrl-C) or the command's timeout (exit 1): the run stopped; a status it left 'running' (Flower's processes stopped with
-    the command) says it failed and why. The line says what the folder now holds (the run's failure
-    and a finished run it kept, or a run that had finished)."""
+    reports it; 130 for Ctrl-C) or the command's timeout (exit 1): the run stopped; a status it
+    left 'running' (Flower's processes stopped with the command) says it failed and why. The line
+    says what the folder now holds (the run's failure and a finished run it kept, or a run that
+    had finished)."""
     from app.run_status import RunInterrupted, mark_stopped, problem  # lazy: numpy and torch, off `fedsim --help`
 
     interrupted = isinstance(error, KeyboardInterrupt)
