@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 from app.run_files import CONFIG
@@ -133,22 +134,22 @@ def _refused(args: argparse.Namespace) -> str | None:
     for run in runs:
         if args.out.resolve().is_relative_to(Path(run).resolve()):
             return f"--out {args.out} is inside the run folder {run}, whose files are the run's; write elsewhere"
-        data = _data_dir(Path(run))
-        if data and args.out.is_file() and args.out.resolve().is_relative_to(data.resolve()):
-            return (
-                f"--out {args.out} is a file of the run's data folder {data}, which training and predict read; "
-                "write elsewhere"
-            )
+        if args.out.resolve() in _data_files(Path(run)):
+            return f"--out {args.out} is a file of the run's data, which training and predict read; write elsewhere"
     return None
 
 
-def _data_dir(run: Path) -> Path | None:
-    """The data folder a run was trained on (its config.json), None where it says none."""
+def _data_files(run: Path) -> set[Path]:
+    """The files a run was trained on: its data folder's parties.toml and each party's file there
+    (its config.json and parties.toml say which; none where they cannot be read)."""
     try:
-        data = json.loads((run / CONFIG).read_text())["run"].get("data_dir")
+        folder = Path(json.loads((run / CONFIG).read_text())["run"]["data_dir"])
+        spec = tomllib.loads((folder / "parties.toml").read_text(encoding="utf-8-sig"))
+        parties = [spec.get("primary", {}), *(spec.get("secondaries") or {}).values()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return Path(data) if isinstance(data, str) and data else None
+        return set()
+    named = [folder / str(p["file"]) for p in parties if isinstance(p, dict) and "file" in p]
+    return {p.resolve() for p in (folder / "parties.toml", *named)}
 
 
 def _path(meta: dict, args: argparse.Namespace) -> str:

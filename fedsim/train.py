@@ -232,8 +232,8 @@ def command(args: argparse.Namespace) -> int:
             out = Path(str(values.get("out-dir") or "runs"))
             refuse_source(out, "--out-dir")  # runs never land in the source
             refuse_file_on(out, "--out-dir")  # before the data is read, not as the run starts
-            held.enter_context(hold_run(out, str(values["run-name"])))  # one command per run, until this one ends
             cfg, nodes = check(values)
+            held.enter_context(hold_run(cfg.out_path() / cfg.runtime.run_name))  # one command per run, until it ends
         except Exception as e:  # noqa: BLE001 - a configuration or data error, named
             print(f"fedsim train: {type(e).__name__}: {e}", file=sys.stderr)
             return 2

@@ -1,12 +1,12 @@
 """One command trains a run folder at a time.
 
-    hold_run(out_dir, run_name)    a context holding ``<out_dir>/.<run_name>.lock`` (an exclusive
-                                   flock, 0600); RunInUse names the holder's pid where another
-                                   process holds it
+    hold_run(run_dir)    a context holding ``<run_dir>/.lock`` (an exclusive flock, 0600; the folder
+                         made 0700 where missing); RunInUse names the holder's pid where another
+                         process holds it
 
-The lock lives beside the run folder, not in it: a run's start sets a finished run's files aside
-inside the folder, which the lock must not depend on. The kernel lets go of it when the holder's
-process ends, however it ends, so a killed command never leaves a run locked.
+A run's start sets a finished run's files aside by their names (app/run_files.py), never the lock.
+The kernel lets go of it when the holder's process ends, however it ends, so a killed command
+never leaves a run locked.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ class RunInUse(RuntimeError):
 
 
 @contextlib.contextmanager
-def hold_run(out_dir: Path, run_name: str):
-    path = private_dir(Path(out_dir)) / f".{run_name}.lock"
+def hold_run(run_dir: Path):
+    path = private_dir(Path(run_dir)) / ".lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -33,7 +33,7 @@ def hold_run(out_dir: Path, run_name: str):
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             raise RunInUse(
-                f"run {run_name} in {out_dir} is being trained by another command (pid {holder}); "
+                f"run {Path(run_dir).name} in {Path(run_dir).parent} is being trained by another command (pid {holder}); "
                 "wait for it to end, or give this run another --run-name"
             ) from None
         os.ftruncate(fd, 0)

@@ -92,7 +92,7 @@ def test_input_mistakes_are_named_and_exit_2(tmp_path):
     own = tmp_path / "d" / "listings.csv"  # a file of the run's data: predict would replace it
     kept_bytes = own.read_bytes()
     data_out = fedsim("predict", str(run), str(REPO / "examples/housing/sales.csv"), "--out", str(own), cwd=tmp_path)
-    assert data_out.returncode == 2 and "a file of the run's data folder" in data_out.stderr, data_out.stderr
+    assert data_out.returncode == 2 and "a file of the run's data" in data_out.stderr, data_out.stderr
     assert own.read_bytes() == kept_bytes
     extra = fedsim("report", str(run), "--bogus", "runs/other", cwd=tmp_path)  # were ignored, exit 0
     assert extra.returncode == 2 and "report takes one RUN; unexpected ['--bogus', 'runs/other']" in extra.stderr

@@ -26,11 +26,12 @@ GIVEN = ("--engine", "inprocess", "--recipe", "given", "--no-yardstick")
 
 
 def _as_a_terminals_command() -> None:
-    """Ctrl-C's disposition as a terminal's foreground command has it, whatever the test runner's:
+    """The signals' dispositions as a terminal's foreground command has them, whatever the test runner's:
     a job a non-interactive shell starts in the background (`scripts/test.sh &`) inherits SIGINT
     ignored (POSIX), and Python then keeps it ignored: the run trained on for 120 s."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # and SIGHUP, which `nohup` ignores
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
