@@ -295,8 +295,13 @@ def primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.Da
         raise DatasetError(
             f"label column {spec['label']!r} is not in the primary's file {prim['file']}; columns: {list(df.columns)}"
         )
+    if opts.n_rows > len(df):  # a sample of more rows than there are: the user meant another file or number
+        raise DatasetError(
+            f"n-rows = {opts.n_rows} is more than the primary's {len(df)} rows ({prim['file']}); "
+            f"set -c n-rows=<at most {len(df)}>, or leave it out for every row"
+        )
     if opts.n_rows:
-        df = df.sample(n=min(opts.n_rows, len(df)), random_state=opts.seed)
+        df = df.sample(n=opts.n_rows, random_state=opts.seed)
     source_rows, df = df.index.to_numpy(), df.reset_index(drop=True)
     return df, source_rows, labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_rows)
 

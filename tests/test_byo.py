@@ -351,3 +351,11 @@ def test_a_partys_identifiers_are_a_list_of_distinct_columns(tmp_path, ids, matc
     write_parties(tmp_path, SPEC.replace('identifiers = ["lat", "lon"]', f"identifiers = {ids}"))
     with pytest.raises(DatasetError, match=match):
         load_dataset("csv", tmp_path)
+
+
+def test_n_rows_over_the_primarys_rows_is_refused_naming_both(tmp_path):
+    """`-c n-rows=5000` on a 400-row file trained on the 400 without a word."""
+    write_parties(tmp_path)
+    assert load_dataset("csv", tmp_path, DatasetOptions(n_rows=400)).primary.n_rows == 400  # all of them: fine
+    with pytest.raises(DatasetError, match=r"n-rows = 5000 is more than the primary's 400 rows \(sales.csv\)"):
+        load_dataset("csv", tmp_path, DatasetOptions(n_rows=5000))
