@@ -109,8 +109,9 @@ def checkpoint_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Pa
 
 
 def model_dir(cfg: RunConfig, context: Context, run: str, party: str) -> Path:
-    """Where the final state (app/kept.py party_model_file) goes. Deployed: <model-dir>/<run>/<party> (without "model-dir":
-    the checkpoint folder's root); simulation: <out-dir>/<run>/<party>, beside the primary's."""
+    """Where the final state (app/kept.py party_model_file) goes. Deployed:
+    <model-dir>/<run>/<party> (without "model-dir": the checkpoint folder's root); simulation:
+    <out-dir>/<run>/<party>, beside the primary's."""
     if not deployed(context):
         return cfg.out_path() / run / party
     key = "model-dir" if context.node_config.get("model-dir") else "checkpoint-dir"

@@ -18,8 +18,9 @@ quiet 16-core machine trains an epoch in 12.75 s with 16 threads and 24.08 s wit
 ``OMP_NUM_THREADS``, where set (by a user, a sweep worker, or Ray for a simulation's ClientApp
 actors: the federation's client-resources num-cpus), is an upper bound. The run-config key
 ``threads`` (> 0) overrides the choice: it travels with the run to every party (ServerApp,
-ClientApps, deployed SuperNodes and their workers; a secondary takes it up to its own CPUs), is checked with the run config and recorded
-in config.json; an environment variable reaches none of a deployment's other machines.
+ClientApps, deployed SuperNodes and their workers; a secondary takes it up to its own CPUs), is
+checked with the run config and recorded in config.json; an environment variable reaches none of
+a deployment's other machines.
 
 :func:`use` is the one place that applies a choice (torch.set_num_threads and threadpoolctl's
 global limit on the BLAS/OpenMP pools); it logs the choice once per process (and again only if it
@@ -185,10 +186,16 @@ def entity_aug_choice(override: int, models) -> ThreadChoice:
     return ThreadChoice(1, cpus, 1, len(models), params, "entity augmentation: one thread")
 
 
+def secondary_asked(override: int) -> int:
+    """The run config's ``threads`` as a secondary takes it: the value is the primary's, so at
+    most the CPUs this process may use (0: none asked)."""
+    return min(override, usable_cpus()) if override > 0 else 0
+
+
 def entity_aug_secondary(override: int) -> int:
-    """An Entity Augmentation secondary's threads: one, or the run config's ``threads`` up to the
-    CPUs its own process may use (the value is the primary's, as for a FedSim secondary)."""
-    return min(override, usable_cpus()) if override > 0 else 1
+    """An Entity Augmentation secondary's threads: one, or what the run config asks
+    (:func:`secondary_asked`)."""
+    return secondary_asked(override) or 1
 
 
 def use(choice: ThreadChoice, tag: str = "", cpu: bool = True) -> ThreadChoice:

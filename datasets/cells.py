@@ -88,11 +88,12 @@ def cell_problems(
             raw = df[col]
             empty = raw.isna() | (raw.astype(str).str.strip() == "")
             out.append((col, empty.to_numpy(), "is no identifier (every record needs its identifiers)"))
-            if id_kind == "numeric" and not pd.api.types.is_numeric_dtype(raw):
-                text = (raw.notna() & pd.to_numeric(raw, errors="coerce").isna() & ~empty).to_numpy()
-                out.append((col, text, "is not a number (numeric identifiers)"))
             if id_kind == "numeric":
-                values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+                num = pd.to_numeric(raw, errors="coerce")
+                if not pd.api.types.is_numeric_dtype(raw):
+                    text = (raw.notna() & num.isna() & ~empty).to_numpy()
+                    out.append((col, text, "is not a number (numeric identifiers)"))
+                values = num.to_numpy(dtype=np.float64)
                 out.append((col, np.abs(np.nan_to_num(values)) > MAX_ABS_NUMBER, f"{BEYOND} (an identifier)"))
     return [(c, rows, what) for c, rows, what in out if rows.any()]
 

@@ -32,7 +32,7 @@ def party_threads(cfg: RunConfig, context: Context, party: SecondaryParty) -> No
     partitions = int(context.node_config.get("num-partitions", 0))
     processes = partitions + 1 if partitions and "party" not in context.node_config else 1
     cpu = cfg.torch_device().type == "cpu"
-    asked = min(cfg.runtime.threads, threads.usable_cpus())  # the primary's run config: bounded by this host's CPUs
+    asked = threads.secondary_asked(cfg.runtime.threads)
     threads.use(threads.decide(asked, processes, [party.model]), "[secondary]", cpu)
 
 

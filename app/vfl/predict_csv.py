@@ -71,8 +71,9 @@ def read_new(run_dir: Path, new: NewRecords):
     names, kind = primary["id_names"], primary["id_kind"]
     require_columns(df, [*names, *([id_column] if id_column else [])], where)
     keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
-    if id_column and repeated_id(keys):  # two records' predictions under one id could not be told apart
-        raise DatasetError(f"{where}: {repeated_id(keys)}")
+    twice = repeated_id(keys) if id_column else None  # two records' predictions under one id: whose is whose?
+    if twice:
+        raise DatasetError(f"{where}: {twice}")
     problems = cell_problems(df, numeric=transform.numeric, identifiers=names, id_kind=kind)
     skipped = []
     if skip:
