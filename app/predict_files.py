@@ -100,8 +100,10 @@ def kept_rows_input(src: Path, skipped: list[tuple], id_column: str, beside: Pat
     import pandas as pd
 
     df = pd.read_csv(src, dtype=str, keep_default_na=False)
-    lines = {line for line, _, _ in skipped}
-    keep = [r + 2 not in lines for r in range(len(df))]
+    from files.csv_lines import record_lines  # lazy: as pandas, for a predict that skipped records
+
+    left_out = {line for line, _, _ in skipped}
+    keep = [int(line) not in left_out for line in record_lines(src, len(df))]
     if not id_column:
         if "row" in df.columns:
             raise ValueError(f"new records {src}: a column is named 'row'; name the records with --id-column")

@@ -164,10 +164,10 @@ class RunRecord:
         body = {"run": cfg.flat(), "resolved": dataclasses.asdict(settings), "hyperparameters": hyperparameters}
         (self.folder / CONFIG).write_text(json.dumps(body, indent=2))
 
-    def write_split(self, split, n_rows: int, rule: str, source_rows=None, entity_ids=None) -> None:
+    def write_split(self, split, n_rows: int, rule: str, source_lines=None, entity_ids=None) -> None:
         """split.csv (module docstring) from a datasets.base.Split of the primary's rows; its
         digest, ``rule`` (how the split was drawn) and sizes go into summary.json."""
-        self._split = write_split_csv(self.folder / SPLIT, split, n_rows, rule, source_rows, entity_ids)
+        self._split = write_split_csv(self.folder / SPLIT, split, n_rows, rule, source_lines, entity_ids)
 
     def open_metrics(self, head, kept: list[EpochRecord] = ()) -> None:
         """Start metrics.jsonl afresh with the epochs a resumed run keeps; ``head`` (a TaskHead)
@@ -240,7 +240,7 @@ class RunRecord:
         }
 
 
-def write_split_csv(path: Path, split, n: int, rule: str, source_rows=None, entity_ids=None) -> dict:
+def write_split_csv(path: Path, split, n: int, rule: str, source_lines=None, entity_ids=None) -> dict:
     """Write split.csv (0600, atomically); returns summary.json's ``split`` entry."""
     import hashlib
 
@@ -250,8 +250,8 @@ def write_split_csv(path: Path, split, n: int, rule: str, source_rows=None, enti
     for name in ("train", "val", "test"):
         part[getattr(split, name)] = name
     columns = {"row": np.arange(n)}
-    if source_rows is not None:
-        columns["source_line"] = np.asarray(source_rows) + 2  # header = line 1
+    if source_lines is not None:
+        columns["source_line"] = np.asarray(source_lines)  # the line the record starts on (header = line 1)
     if entity_ids is not None:
         columns["entity_id"] = np.asarray(entity_ids)
     data = pd.DataFrame({**columns, "part": part}).to_csv(index=False).encode()

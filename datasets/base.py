@@ -128,8 +128,8 @@ class VFLDataset:
     true_match: dict[str, np.ndarray] = field(default_factory=dict)
     entity_ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # (n,) str
     metric: str = ""
-    # own CSVs: each primary row's 0-based data row in the primary's file (n,); None otherwise
-    source_rows: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # own CSVs: each primary row's line in the primary's file (n,), files/csv_lines.py; None otherwise
+    source_lines: np.ndarray | None = field(default=None, compare=False, repr=False)
     # secondaries this process knows by name only, their tables held by each party on its own host
     # (the primary's view: datasets/csv_views.py load_primary_view); :attr:`party_names` has all
     remote: tuple[str, ...] = ()

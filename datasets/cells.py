@@ -1,5 +1,5 @@
 """A party's CSV read cell by cell as its numeric columns demand, and its bad cells named by the
-file's line (header = line 1, so data row r is line r + 2), in training and in predict alike.
+file's line (files/csv_lines.py: header = line 1, blank lines counted), in training and in predict alike.
 
 The one rule (docs/own-data.md "Blank cells and non-numbers"): in a numeric feature column a
 blank cell is missing and is filled with the training mean (counted and reported); any text that
@@ -23,6 +23,7 @@ from pandas._libs.parsers import STR_NA_VALUES
 
 from datasets.base import DatasetError
 from files.csv_header import repeated_columns
+from files.csv_lines import lines_of
 from linkage.contracts import MAX_ABS_NUMBER
 
 BEYOND = f"is beyond ±{MAX_ABS_NUMBER:g}"  # a finite number too large to standardise, sum or link
@@ -124,14 +125,14 @@ def refuse_problems(
         return
     col, rows, what = problems[0]
     idx = np.flatnonzero(rows)
-    lines = (idx[:5] + 2).tolist()
+    lines = lines_of(path, idx[:5], len(df))
     ids = f" (ids {[names[i] for i in idx[:5]]})" if names is not None else ""
     feature = "identifier" not in what
     rule = f"; {NUMERIC_RULE}" if feature else ""
     others = sorted({c for c, _, _ in problems[1:] if c != col})
     also = f"; also bad cells in column(s) {others}" if others else ""
     raise DatasetError(
-        f"{who}: {Path(path).absolute()}, line {idx[0] + 2}, column {col!r}: "
+        f"{who}: {Path(path).absolute()}, line {lines[0]}, column {col!r}: "
         f"{_shown(df[col].iloc[idx[0]])} {what} ({len(idx)} such cell(s) in the column, lines "
         f"{lines}{ids}){rule}{also}; {'fix or blank them' if feature else 'fix or drop those rows'}"
     )

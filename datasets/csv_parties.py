@@ -36,6 +36,7 @@ from datasets.columns import feature_columns, refuse_text
 from datasets.entity_ids import entity_rows, entity_split, read_entity_ids
 from datasets.options import PLE_BINS, SPEC, DatasetOptions, Recipe
 from datasets.tables import Columns, party_table, require_columns
+from files.csv_lines import record_lines
 from linkage.contracts import STRING_METRICS, party_names_problem
 from linkage.metrics import REGISTRY
 from linkage.strings import normalize_strings
@@ -233,14 +234,14 @@ def _roles(columns: list[str], party: dict, label: str | None, where: str) -> tu
     return ids, *feature_columns(columns, party.get("numeric"), party.get("categorical"), reserved, where)
 
 
-def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tuple[np.ndarray, int]:
-    """The labels as numbers and the class count; ``source_rows``: each value's 0-based data row in
-    the file (default: its position), named in errors as the file's line (header = line 1)."""
-    rows = np.arange(len(values)) if source_rows is None else np.asarray(source_rows)
+def labels_of(values: pd.Series, task: str, where: str, lines=None) -> tuple[np.ndarray, int]:
+    """The labels as numbers and the class count; ``lines``: each value's line in the file
+    (files/csv_lines.py; default: its position below a header on line 1), named in errors."""
+    lines = np.arange(len(values)) + 2 if lines is None else np.asarray(lines)
     bad = values.isna().to_numpy()
     if bad.any():
         raise DatasetError(
-            f"{where}: {int(bad.sum())} missing label(s) (first lines of the file: {(rows[bad][:5] + 2).tolist()})"
+            f"{where}: {int(bad.sum())} missing label(s) (first lines of the file: {lines[bad][:5].tolist()})"
         )
     if task == "regression":
         y = pd.to_numeric(values, errors="coerce")
@@ -254,7 +255,7 @@ def labels_of(values: pd.Series, task: str, where: str, source_rows=None) -> tup
         if bad.any():
             raise DatasetError(
                 f"{where}: {int(bad.sum())} label(s) not finite as float32 (inf, or beyond 3.4e38; first lines "
-                f"of the file: {(rows[bad][:5] + 2).tolist()})"
+                f"of the file: {lines[bad][:5].tolist()})"
             )
         return y, 1
     classes = sorted(values.unique().tolist(), key=str)
@@ -280,17 +281,18 @@ ENTITY_FILES = (
 def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
     folder = data_folder(data_dir)
     spec = read_spec(folder)
-    df, source_rows, labels = primary_frame(folder, spec, opts)
+    df, source_lines, labels = primary_frame(folder, spec, opts)
     frames = secondary_frames(folder, spec, EVERY_FILE)
     drawn = draw_split(folder, spec, df, frames, opts)
-    return assemble(folder, spec, (df, source_rows, labels), drawn, frames, opts.recipe.scale)
+    return assemble(folder, spec, (df, source_lines, labels), drawn, frames, opts.recipe.scale)
 
 
 def primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.DataFrame, np.ndarray, tuple]:
     """(the primary's rows (sampled to ``n_rows``), each one's data row in its file, (labels,
     class count))."""
     prim = spec["primary"]
-    df = read_csv(folder / prim["file"], f"party {prim.get('name', 'primary')!r} ({prim['file']})", prim, spec["label"])
+    path = folder / prim["file"]
+    df = read_csv(path, f"party {prim.get('name', 'primary')!r} ({prim['file']})", prim, spec["label"])
     if spec["label"] not in df.columns:
         raise DatasetError(
             f"label column {spec['label']!r} is not in the primary's file {prim['file']}; columns: {list(df.columns)}"
@@ -300,10 +302,11 @@ def primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.Da
             f"n-rows = {opts.n_rows} is more than the primary's {len(df)} rows ({prim['file']}); "
             f"set -c n-rows=<at most {len(df)}>, or leave it out for every row"
         )
+    lines = record_lines(path, len(df))  # (n,) each record's line in the file
     if opts.n_rows:
         df = df.sample(n=opts.n_rows, random_state=opts.seed)
-    source_rows, df = df.index.to_numpy(), df.reset_index(drop=True)
-    return df, source_rows, labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_rows)
+    source_lines, df = lines[df.index.to_numpy()], df.reset_index(drop=True)
+    return df, source_lines, labels_of(df[spec["label"]], spec["task"], f"primary ({prim['file']})", source_lines)
 
 
 def secondary_frames(folder: Path, spec: dict, why: str) -> dict[str, pd.DataFrame]:
@@ -353,7 +356,7 @@ def assemble(folder: Path, spec: dict, primary_rows: tuple, drawn: tuple, frames
     """The VFLDataset: ``primary_rows`` from :func:`_primary_frame`, ``drawn`` from :func:`draw_split`;
     a table for each secondary whose file is in ``frames``, every other one remote; ``scale``
     for each party that declares none."""
-    prim, (df, source_rows, (labels, n_classes)) = spec["primary"], primary_rows
+    prim, (df, source_lines, (labels, n_classes)) = spec["primary"], primary_rows
     split, entity_ids, true_match = drawn
     primary = read_party(folder, prim.get("name", "primary"), prim, split.train, df, label=spec["label"], scale=scale)
     secondaries = {
@@ -373,6 +376,6 @@ def assemble(folder: Path, spec: dict, primary_rows: tuple, drawn: tuple, frames
         true_match=true_match,
         entity_ids=entity_ids,
         metric=spec.get("metric", ""),
-        source_rows=source_rows,
+        source_lines=source_lines,
         remote=tuple(name for name in spec["secondaries"] if name not in secondaries),
     )

@@ -39,11 +39,11 @@ def load_primary_view(data_dir: Path | None, options: DatasetOptions, matches: d
     why). Not a registered loader (datasets/registry.py): ``options`` as a loader's ``opts``."""
     folder = data_folder(data_dir)
     spec = read_spec(folder)
-    df, source_rows, labels = primary_frame(folder, spec, options)
+    df, source_lines, labels = primary_frame(folder, spec, options)
     read = "entity_id" in spec["primary"] and matches is None
     frames = secondary_frames(folder, spec, ENTITY_FILES) if read else {}
     drawn = draw_split(folder, spec, df, frames, options, matches)
-    return assemble(folder, spec, (df, source_rows, labels), drawn, {}, options.recipe.scale)
+    return assemble(folder, spec, (df, source_lines, labels), drawn, {}, options.recipe.scale)
 
 
 def primary_entity_ids(data_dir: Path | None, options: DatasetOptions) -> np.ndarray:

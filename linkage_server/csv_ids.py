@@ -24,6 +24,7 @@ import numpy as np
 
 from files.atomic import write_atomic
 from files.csv_header import repeated_columns
+from files.csv_lines import lines_of
 from linkage.contracts import LinkageError
 from linkage.strings import normalize_strings
 
@@ -38,11 +39,6 @@ class CsvIdentifiers:
     skipped: np.ndarray  # (s,) int64 data rows left out
     empty_cells: int  # missing cells linked as empty strings (rule "empty")
     rows: int  # data rows in the CSV
-
-
-def lines(rows: np.ndarray) -> list[int]:
-    """1-based line numbers of data rows (the header is line 1; one line per record)."""
-    return (np.asarray(rows, dtype=np.int64) + 2).tolist()
 
 
 def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +84,7 @@ def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str =
     bad = cells.all(axis=1) if missing == "empty" else cells.any(axis=1)
     skipped = np.flatnonzero(bad)
     if missing == "refuse" and len(skipped):
-        shown = ", ".join(map(str, lines(skipped[:10]))) + (", ..." if len(skipped) > 10 else "")
+        shown = ", ".join(map(str, lines_of(csv, skipped[:10], len(table)))) + (", ..." if len(skipped) > 10 else "")
         raise LinkageError(
             f"{csv}: {len(skipped)} row(s) have a missing identifier in {columns} (lines {shown}); nothing was "
             f"uploaded or written. Choose what to do with them: --missing skip (leave them out; the linkage then "
@@ -108,8 +104,9 @@ def write_skipped(csv: str, skipped: np.ndarray, out: Path) -> Path:
     """The skipped rows of ``csv`` as they are in it (every column, as text), after their line number."""
     import pandas as pd
 
-    df = pd.read_csv(csv, dtype=str, keep_default_na=False).iloc[skipped]
-    df.insert(0, "csv_line", lines(skipped))
+    table = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    df = table.iloc[skipped]
+    df.insert(0, "csv_line", lines_of(csv, skipped, len(table)))
     write_atomic(Path(out), df.to_csv(index=False).encode())  # 0600: the party's own records
     return Path(out)
 
@@ -125,7 +122,9 @@ def report(got: CsvIdentifiers, csv: str, columns: list[str], rule: str, out: Pa
     if got.empty_cells:
         parts.append(f"{got.empty_cells} missing identifier(s) in {columns} treated as empty")
     if len(got.skipped):
-        shown = ", ".join(map(str, lines(got.skipped[:10]))) + (", ..." if len(got.skipped) > 10 else "")
+        shown = ", ".join(map(str, lines_of(csv, got.skipped[:10], got.rows))) + (
+            ", ..." if len(got.skipped) > 10 else ""
+        )
         why = "every identifier missing" if rule == "empty" else "a missing identifier"
         parts.append(
             f"skipped {len(got.skipped)} row(s) with {why}: lines {shown} (written to {out}); the linkage "

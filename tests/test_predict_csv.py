@@ -266,6 +266,12 @@ def test_skip_invalid_predicts_the_others_and_lists_the_skipped_beside_the_outpu
     clean = _new_csv(folder, rows, lambda d: d)
     assert main([str(folder / "run"), str(clean), "--out", str(folder / "pred.csv"), "--id-column", "flat_id"]) == 0
     assert len(pd.read_csv(folder / "pred.csv")) == len(rows) and not (folder / "pred.skipped.csv").exists()
+    # blank lines above a bad record: its line is the one an editor shows (pandas skips blank lines)
+    new = _new_csv(folder, rows, bad)  # (the same file as above; the clean run rewrote it)
+    new.write_text(new.read_text().replace("\n", "\n\n\n", 2).replace("\n\n\n", "\n", 1))  # two after row 0
+    assert main([str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), "--skip-invalid"]) == 0
+    assert list(pd.read_csv(folder / "pred.skipped.csv")["line"]) == [6, 9]
+    assert list(pd.read_csv(folder / "pred.csv")["row"]) == [0, 1, 3, 4, 6, 7, 8, 9]
 
 
 # ---------------------------------------------------------------------------- fedsim predict through Flower

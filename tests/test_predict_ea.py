@@ -212,6 +212,9 @@ def test_the_command_writes_the_csv_or_nothing(trained_run, run, tmp_path, capsy
     assert main([str(run), "--ids", str(ids), "--ids-column", "id", "--out", str(out)]) == 2
     err = capsys.readouterr().err  # issue 29: the older output stays byte for byte, and the message says so
     assert "'300' (line 6): not an entity of the run (0..299)" in err, err
+    ids.write_text(ids.read_text().replace("\n", "\n\n", 1))  # a blank line below the header
+    assert main([str(run), "--ids", str(ids), "--ids-column", "id", "--out", str(out)]) == 2
+    assert "'300' (line 7): not an entity of the run" in capsys.readouterr().err  # the line an editor shows
     assert "was left untouched" in err and out.read_bytes() == before
     assert main([str(run), "--ids", str(ids), "--out", str(ids)]) == 2
     assert "--out names the input file" in capsys.readouterr().err and ids.exists()

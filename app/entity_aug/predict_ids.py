@@ -1,7 +1,7 @@
 """Which of a user's entity ids an Entity Augmentation run can predict, named by the user's own
 ids and the lines of their file, before anything runs.
 
-    screen_ids(raw (q,), cfg, data) -> (keep (q,) bool, [(line, id, reason)] of the others)
+    screen_ids(raw (q,), cfg, data, lines (q,)) -> (keep (q,) bool, [(line, id, reason)] of the others)
     read_screened(run_dir, ids_csv, column, skip) -> (the ids to predict, the skipped)
     read_ids(csv, column) / entity_ids(ids) / held_by_every_party(cfg, data): the pieces, also
     used by app/entity_aug/predict.py and predict_server.py
@@ -23,6 +23,7 @@ from app.entity_aug.parties import overlap_parts
 from app.kept import KeptError, read_manifest
 from datasets.base import require_columns
 from datasets.overlap import EntityData
+from files.csv_lines import record_lines
 
 SHOWN = 5  # ids named in a refusal
 
@@ -97,9 +98,10 @@ def _indices(raw: np.ndarray, data: EntityData) -> np.ndarray:
     return np.where((index >= 0) & (index < n), index, -1)
 
 
-def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData) -> tuple[np.ndarray, list[tuple]]:
+def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData, lines: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
     """(keep (q,) bool, [(file line, id, reason)] of the ids the run cannot predict): ids that are
-    not entities of the run, and entities some party does not hold. Lines: header = line 1."""
+    not entities of the run, and entities some party does not hold; ``lines`` (q,) each id's line
+    in its file (files/csv_lines.py)."""
     index = _indices(np.asarray(raw), data)
     held = held_by_every_party(cfg, data)
     unknown = (
@@ -113,7 +115,7 @@ def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData) -> tuple[np.nd
         why = unknown if j < 0 else f"not held by every party (missing at {', '.join(missing)})" if missing else ""
         if why:
             keep[i] = False
-            skipped.append((i + 2, str(value), why))
+            skipped.append((int(lines[i]), str(value), why))
     return keep, skipped
 
 
@@ -132,7 +134,7 @@ def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tupl
     cfg = RunConfig.of(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
     data = id_exchange.run_data(cfg, Path(run_dir))
     raw = read_ids(Path(ids_csv), column, data.entity_ids is not None)
-    keep, skipped = screen_ids(raw, cfg, data)
+    keep, skipped = screen_ids(raw, cfg, data, record_lines(ids_csv, len(raw)))
     if skipped and not skip:
         raise KeptError(refusal(skipped, len(raw)))
     if not keep.any():

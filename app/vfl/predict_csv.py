@@ -37,6 +37,7 @@ from datasets.cells import bad_rows, cell_problems, read_table, refuse_problems,
 from datasets.csv_parties import normalized_strings
 from datasets.tables import read_identifiers, require_columns
 from datasets.transform import FeatureTransform
+from files.csv_lines import record_lines
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def read_new(run_dir: Path, new: NewRecords):
     names, kind = primary["id_names"], primary["id_kind"]
     require_columns(df, [*names, *([id_column] if id_column else [])], where)
     keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
-    twice = repeated_id(keys) if id_column else None  # two records' predictions under one id: whose is whose?
+    lines = record_lines(path, len(df))  # (q,) each record's line in the file
+    twice = repeated_id(keys, lines) if id_column else None  # two records' predictions under one id: whose is whose?
     if twice:
         raise DatasetError(f"{where}: {twice}")
     problems = cell_problems(df, numeric=transform.numeric, identifiers=names, id_kind=kind)
@@ -79,7 +81,7 @@ def read_new(run_dir: Path, new: NewRecords):
     if skip:
         problems += transform.unseen(df) if unknown == "refuse" else []
         bad, reasons = bad_rows(problems, len(df)), row_reasons(problems, df)
-        skipped = [(int(r) + 2, keys[r], reasons[int(r)]) for r in np.flatnonzero(bad)]
+        skipped = [(int(lines[r]), keys[r], reasons[int(r)]) for r in np.flatnonzero(bad)]
         if bad.all():
             first = f"; the first: line {skipped[0][0]}, {skipped[0][2]}" if skipped else ""
             raise DatasetError(f"{where}: none of its {len(df)} record(s) can be predicted{first}")
@@ -91,18 +93,18 @@ def read_new(run_dir: Path, new: NewRecords):
     return keys, features, ids, report | {"skipped": skipped}
 
 
-def repeated_id(keys) -> str | None:
+def repeated_id(keys, lines: np.ndarray) -> str | None:
     """What is wrong when an id names two records of a FedSim predict input (each its own
     features, so two predictions under one id could not be told apart): "id 'a' names 2 records
-    (lines [2, 4]); each id once", the lines as a CSV's (header = line 1); None when each is once.
+    (lines [2, 4]); each id once", ``lines`` (q,) each record's line in the file; None when each is once.
     Entity Augmentation's ids name entities: a repeated one gets the same prediction twice."""
     text = np.asarray(keys).astype(str)
     values, counts = np.unique(text, return_counts=True)
     if not (counts > 1).any():
         return None
     twice = str(values[counts > 1][0])
-    lines = (np.flatnonzero(text == twice)[:5] + 2).tolist()
-    return f"id {twice!r} names {int((text == twice).sum())} records (lines {lines}); each id once"
+    shown = lines[np.flatnonzero(text == twice)[:5]].tolist()
+    return f"id {twice!r} names {int((text == twice).sum())} records (lines {shown}); each id once"
 
 
 def read_arrays(path: Path, id_column: str = ""):

@@ -194,7 +194,7 @@ def _start(record: RunRecord, cfg: RunConfig, settings, hyper: dict, out: Path, 
     log_hyperparameters(tag, hyper)
     ds, seconds = _load(cfg, tag)
     record.write_split(
-        ds.split, ds.primary.n_rows, ds.split_rule(cfg.train.seed, cfg.data.search_fold), ds.source_rows, ds.entity_ids
+        ds.split, ds.primary.n_rows, ds.split_rule(cfg.train.seed, cfg.data.search_fold), ds.source_lines, ds.entity_ids
     )
     return ds, seconds
 

@@ -1,0 +1,105 @@
+"""A CSV's lines as its user sees them in an editor: pandas skips blank lines and keeps a quoted
+field's newlines in its record, so "data row + 2" named the wrong line below either. Every
+message and file that names a line (training's refusals, split.csv, the linkage client's skipped
+rows, predict's skipped records) names the line the record starts on."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from datasets import DatasetError, load_dataset
+from linkage.contracts import LinkageError
+from linkage_server.csv_ids import read_csv_identifiers, write_skipped
+from tests.test_byo import write_parties
+
+# header on line 1; a blank line; a record spanning lines 4-5 (quoted newline); whitespace-only
+# and CRLF-blank lines; records start on lines 2, 4, 7, 9, 11
+TRICKY = 'a,b\n1,2\n\n3,"x\ny"\n  \t\n4,5\n\n,\n\r\n6,7\r\n\n8,9\n'
+STARTS = [2, 4, 7, 9, 11, 13]
+
+
+def _planted(text: str) -> list[int]:
+    """Brute force: the lines whose text begins a record (every non-blank line but the header
+    and a quoted record's continuation)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return [i + 1 for i, s in enumerate(lines) if s.strip() and i > 0 and not s.startswith('y"')]
+
+
+def test_each_record_starts_on_the_line_the_file_shows(tmp_path):
+    from files.csv_lines import record_lines
+
+    assert _planted(TRICKY) == STARTS
+    plain, packed = tmp_path / "t.csv", tmp_path / "t.csv.gz"
+    plain.write_text(TRICKY, newline="")
+    packed.write_bytes(gzip.compress(TRICKY.encode()))
+    n = len(pd.read_csv(plain, dtype=str, keep_default_na=False))
+    assert n == len(STARTS)
+    assert record_lines(plain, n).tolist() == STARTS
+    assert record_lines(packed, n).tolist() == STARTS
+    clean = tmp_path / "clean.csv"
+    clean.write_text("a,b\n1,2\n3,4\n")
+    assert record_lines(clean, 2).tolist() == [2, 3]
+
+
+def _with_blank_lines(path, after: list[int]) -> list[int]:
+    """Blank lines inserted after the given data rows (0-based); returns each record's new line."""
+    lines = path.read_text().splitlines()
+    out, starts = [lines[0]], []
+    for r, line in enumerate(lines[1:]):
+        starts.append(len(out) + 1)
+        out.append(line)
+        if r in after:
+            out += ["", "   "]
+    path.write_text("\n".join(out) + "\n")
+    return starts
+
+
+def test_a_training_refusal_names_the_line_below_blank_lines(tmp_path):
+    write_parties(tmp_path)
+    shops = pd.read_csv(tmp_path / "shops.csv")
+    shops.loc[[7, 30], "rent"] = [np.inf, 1.0]
+    shops.to_csv(tmp_path / "shops.csv", index=False)
+    starts = _with_blank_lines(tmp_path / "shops.csv", after=[0, 3])
+    assert starts[7] == 13  # 9 before the blank lines
+    with pytest.raises(DatasetError, match=r"party 'shops'.*line 13, column 'rent': inf .*lines \[13\]"):
+        load_dataset("csv", tmp_path)
+
+
+def test_the_primarys_records_are_named_by_their_lines_for_split_csv_and_missing_labels(tmp_path):
+    write_parties(tmp_path)
+    starts = _with_blank_lines(tmp_path / "sales.csv", after=[1, 50])
+    ds = load_dataset("csv", tmp_path)
+    assert ds.source_lines.tolist() == starts  # split.csv's source_line
+    text = (tmp_path / "sales.csv").read_text().splitlines()
+    prices = [float(text[line - 1].split(",")[-1]) for line in ds.source_lines]
+    np.testing.assert_allclose(prices, ds.labels, rtol=1e-6)
+    sales = pd.read_csv(tmp_path / "sales.csv")
+    sales.loc[60, "price"] = np.nan
+    sales.to_csv(tmp_path / "sales.csv", index=False)
+    _with_blank_lines(tmp_path / "sales.csv", after=[1, 50])
+    with pytest.raises(DatasetError, match=r"1 missing label\(s\) \(first lines of the file: \[66\]\)"):
+        load_dataset("csv", tmp_path)
+
+
+def test_the_linkage_clients_skipped_rows_are_named_by_their_lines(tmp_path):
+    csv = tmp_path / "ids.csv"
+    csv.write_text('zip,name\n1000,a\n\n,"b\nc"\n1002,d\n\n,e\n', newline="")
+    with pytest.raises(LinkageError, match=r"2 row\(s\) have a missing identifier in \['zip'\] \(lines 4, 8\)"):
+        read_csv_identifiers(str(csv), ["zip"], "numbers")
+    got = read_csv_identifiers(str(csv), ["zip"], "numbers", "skip")
+    out = write_skipped(str(csv), got.skipped, tmp_path / "skipped.csv")
+    skipped = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert skipped["csv_line"].tolist() == ["4", "8"] and skipped["name"].tolist() == ["b\nc", "e"]
+
+
+def test_a_predict_inputs_copy_without_its_skipped_records_drops_the_records_on_those_lines(tmp_path):
+    from app.predict_files import kept_rows_input
+
+    src = tmp_path / "new.csv"
+    src.write_text('id,x\na,1\n\nb,"2\n"\nc,3\n\nd,4\n', newline="")  # b on line 4, d on line 8
+    copy, column = kept_rows_input(src, [(4, "b", "bad"), (8, "d", "bad")], "id", tmp_path / "pred.csv")
+    assert column == "id" and pd.read_csv(copy, dtype=str)["id"].tolist() == ["a", "c"]
