@@ -344,3 +344,27 @@ def test_create_job_refuses_a_secrets_folder_it_cannot_write_before_the_service_
         service_cli.main(argv)
     assert done.value.code == 2 and "--secrets-dir" in capsys.readouterr().err
     assert made == []  # no job on the service
+
+
+def test_a_refused_create_job_leaves_no_secrets_folder_it_made(tmp_path, monkeypatch):
+    """The folder was made before the service was asked: a job the service refused (a wrong
+    admin token, an unknown party) left an empty secrets folder behind as if it held a job's."""
+    import pytest
+
+    from linkage_server import cli as service_cli
+    from linkage_server import client
+
+    def refused(*a, **k):
+        raise client.ServiceError(401, "wrong admin token")
+
+    monkeypatch.setattr(client, "create_job", refused)
+    (tmp_path / "admin.token").write_text(ADMIN)
+    argv = ["create-job", "--url", "http://127.0.0.1:1", "--admin-token-file", str(tmp_path / "admin.token")]
+    argv += ["--primary", "p", "--secondary", "s"]
+    with pytest.raises(SystemExit):
+        service_cli.main([*argv, "--secrets-dir", str(tmp_path / "new" / "secrets")])
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(SystemExit):
+        service_cli.main([*argv, "--secrets-dir", str(tmp_path / "kept")])
+    assert (tmp_path / "kept").is_dir()  # a folder that was there stays
