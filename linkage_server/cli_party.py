@@ -145,8 +145,10 @@ def cmd_make_key(args) -> None:
 
 
 def cmd_encode(args) -> None:
-    ids, raw = identifiers(args)
     out = args.out if args.out.endswith(".npy") else f"{args.out}.npy"  # as np.save names it
+    if Path(args.out).is_dir() or Path(out).is_dir():  # else DIR.npy would appear beside the folder
+        raise ValueError(f"--out {args.out} is a folder; name the file to write, e.g. {Path(args.out) / 'ids.npy'}")
+    ids, raw = identifiers(args)
     write_atomic(Path(out), to_npy(ids))  # 0600: encoded or not, identifiers are the party's alone
     record = {
         "raw_sha256": raw or identifier_digest(ids),

@@ -283,3 +283,15 @@ def test_a_refused_encode_leaves_the_last_list_of_skipped_rows(tmp_path, capsys)
         main(["encode", "--csv", str(tmp_path / "v2.csv"), "--key-file", str(tmp_path / "k.key"), *common])
     assert done.value.code == 2 and "federal" in capsys.readouterr().err
     assert skipped.read_bytes() == before
+
+
+def test_encode_refuses_an_out_that_is_a_folder(tmp_path, capsys):
+    """`encode --out DIR` wrote DIR.npy beside the folder (exit 0): refused by name, nothing written."""
+    people(1, 10).to_csv(tmp_path / "p.csv", index=False)
+    (tmp_path / "k.key").write_text(json.dumps({"secret": "shared by the parties"}))
+    (tmp_path / "enc").mkdir()
+    argv = ["encode", "--csv", str(tmp_path / "p.csv"), "--columns", "first,last", "--kind", "strings"]
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--key-file", str(tmp_path / "k.key"), "--out", str(tmp_path / "enc")])
+    assert done.value.code == 2 and "--out" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "k.key", "p.csv"]
