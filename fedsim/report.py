@@ -12,6 +12,7 @@ from app.run_files import CURVE, GATE, YARDSTICK
 from app.run_record import hyperparameter_lines, read_metrics
 from app.run_status import problem
 from fedsim.ensemble_step import RECORD as ENSEMBLE
+from fedsim.ensemble_step import kept_members
 from fedsim.ensemble_step import lines as ensemble_lines
 from fedsim.recipe_search import RECORD as SEARCH
 from fedsim.recipe_search import lines as search_lines
@@ -38,6 +39,10 @@ def one_run(run_dir: Path) -> int:
         print("\n".join(search_lines(json.loads((run_dir / SEARCH).read_text()))))
     if (run_dir / ENSEMBLE).exists():
         print("\n".join(ensemble_lines(json.loads((run_dir / ENSEMBLE).read_text()))))
+        for member in (m for m in kept_members(run_dir) if not is_run(str(m))):
+            print(
+                f"warning: ensemble member {member} is gone: `fedsim predict` refuses the run until it is back; --alone predicts with the run alone"
+            )
     if (run_dir / YARDSTICK).exists():
         from fedsim.yardstick import lines  # lazy: scikit-learn, only for a run that has a yardstick
 
