@@ -4,8 +4,6 @@ read as strings, and a skipped row's linkage equal to the linkage of the file wi
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -17,6 +15,7 @@ from linkage.store import load_primary, load_secondary
 from linkage_server.cli import main
 from linkage_server.cli_party import read_identifiers
 from tests.test_service import ADMIN, free_port, service
+from tests.test_service_cli import cli
 
 FIRST = ["anna", "bob", "zoe", "lee", "kim", "max", "eva", "tom", "ida", "ole"]
 LAST = ["smith", "lee", "kim", "park", "berg", "holm", "nagy", "rossi"]
@@ -104,30 +103,10 @@ def test_encode_skips_as_if_the_rows_were_deleted(tmp_path, capsys):
     assert skipped["zip"].tolist() == df["zip"][[2, 9, 20]].tolist()  # the rows as they are in the file
 
 
-def _cli(capsys, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m linkage_server ARGS` run by its main in this process, as the `encode` test above
-    runs it: the same exit status, stdout and stderr (a SystemExit's message goes to stderr with
-    status 1, as Python's exit prints it), without a Python start and the client's imports for each
-    of the test's 14 commands (tests/test_service_cli.py runs the module as a process)."""
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-    out = capsys.readouterr()
-    if check and code != 0:
-        raise AssertionError(f"linkage_server {args[0]} failed:\n{out.out}\n{out.err}")
-    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
-
-
 def _job(capsys, url, tmp_path, tag):
     (tmp_path / "admin.token").write_text(ADMIN)
     job = json.loads(
-        _cli(
-            capsys,
+        cli(
             "create-job",
             "--url",
             url,
@@ -143,8 +122,7 @@ def _job(capsys, url, tmp_path, tag):
     )["job"]
 
     def party(name, *args, check=True):
-        return _cli(
-            capsys,
+        return cli(
             *args,
             *(("--privacy", "off") if args[0] == "link" else ()),  # exact releases compared
             "--url",
