@@ -288,8 +288,8 @@ def load_csv_parties(data_dir: Path | None, opts: DatasetOptions) -> VFLDataset:
 
 
 def primary_frame(folder: Path, spec: dict, opts: DatasetOptions) -> tuple[pd.DataFrame, np.ndarray, tuple]:
-    """(the primary's rows (sampled to ``n_rows``), each one's data row in its file, (labels,
-    class count))."""
+    """(the primary's rows (sampled to ``n_rows``), each one's line in its file (files/csv_lines.py),
+    (labels, class count))."""
     prim = spec["primary"]
     path = folder / prim["file"]
     df = read_csv(path, f"party {prim.get('name', 'primary')!r} ({prim['file']})", prim, spec["label"])

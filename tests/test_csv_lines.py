@@ -29,7 +29,8 @@ def _planted(text: str) -> list[int]:
     return [i + 1 for i, s in enumerate(lines) if s.strip() and i > 0 and not s.startswith('y"')]
 
 
-def test_each_record_starts_on_the_line_the_file_shows(tmp_path):
+def test_each_record_starts_on_the_line_the_file_shows(tmp_path, monkeypatch):
+    from files import csv_lines
     from files.csv_lines import record_lines
 
     assert _planted(TRICKY) == STARTS
@@ -43,6 +44,10 @@ def test_each_record_starts_on_the_line_the_file_shows(tmp_path):
     clean = tmp_path / "clean.csv"
     clean.write_text("a,b\n1,2\n3,4\n")
     assert record_lines(clean, 2).tolist() == [2, 3]
+    monkeypatch.setattr(csv_lines, "BLOCK", 3)  # the fast check, its blank lines spanning two blocks
+    assert record_lines(plain, n).tolist() == STARTS and record_lines(clean, 2).tolist() == [2, 3]
+    clean.write_text("a,b\n1,2\n   \t \n3,4\n")
+    assert record_lines(clean, 2).tolist() == [2, 4]
 
 
 def _with_blank_lines(path, after: list[int]) -> list[int]:
