@@ -271,6 +271,26 @@ def _into_source(args) -> str | None:
     return None
 
 
+READS = ("csv", "key_file", "npy", "secret_file", "admin_token_file", "train_rows")  # files a command reads
+WRITES = ("out", "skipped_out")  # files it writes (--out also as encode names it: .npy, .npy.source.json)
+
+
+def _overwrites(args) -> str | None:
+    """A file the command would write over one it reads, or over another it writes, named."""
+    named: dict[Path, str] = {}
+    for name in (*READS, *WRITES):
+        value = getattr(args, name, None)
+        paths = [value] if value else []
+        if value and name == "out":
+            npy = value if value.endswith(".npy") else f"{value}.npy"
+            paths += [npy, npy + ".source.json"]
+        for path in {Path(v).resolve() for v in paths}:
+            if path in named and name in WRITES:
+                return f"--{name.replace('_', '-')} {value} is also --{named[path].replace('_', '-')}: it would be written over; name another file"
+            named.setdefault(path, name)
+    return None
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") -> None:
     """Run one command. A bad command line exits 2 with the usage; a refused or failed operation
     raises SystemExit with "error: <reason>" (exit 1, the reason on stderr); success returns."""
@@ -280,7 +300,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m linkage_server") 
 
     private_umask()  # uploads, searches, results, secrets, fetched linkage: 0600 files in 0700 folders
     args = parser(prog).parse_args(argv)
-    problem = _missing(args) or _into_source(args)
+    problem = _missing(args) or _into_source(args) or _overwrites(args)
     if problem:
         args.parser.error(problem)
     try:

@@ -273,3 +273,18 @@ def test_encode_refuses_an_out_that_is_a_folder(tmp_path, capsys):
         main([*argv, "--key-file", str(tmp_path / "k.key"), "--out", str(tmp_path / "enc")])
     assert done.value.code == 2 and "--out" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "k.key", "p.csv"]
+
+
+def test_skipped_out_may_not_name_the_input_the_key_or_the_output(tmp_path, capsys):
+    """`encode --missing skip --skipped-out X` wrote the skipped rows over X: over the party's CSV
+    (its data gone, exit 0), over the shared key (then failed reading it), over --out (the list
+    lost). Each is refused before anything is read or written, and each file stays as it was."""
+    people(1, 10).pipe(with_gaps, [2], [5]).to_csv(tmp_path / "p.csv", index=False)
+    (tmp_path / "k.key").write_text(json.dumps({"secret": "shared by the parties"}))
+    argv = ["encode", "--csv", str(tmp_path / "p.csv"), "--columns", "first,last", "--kind", "strings"]
+    argv += ["--key-file", str(tmp_path / "k.key"), "--missing", "skip", "--out", str(tmp_path / "e.npy")]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for target in ("p.csv", "k.key", "e.npy", "e.npy.source.json"):
+        out = cli(*argv, "--skipped-out", str(tmp_path / target), check=False)
+        assert out.returncode == 2 and "--skipped-out" in out.stderr, out.stderr
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
