@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from app.config import RunConfig
-from app.predict_files import left_note
+from app.predict_files import left_note, output_refusal
 from app.run_status import PREVIOUS
 from files.atomic import write_atomic
 from files.private import private_dir
@@ -261,8 +261,9 @@ def predict_command(
     ``body(read())`` (or ``body()`` without ``read``) predicts, writes ``out`` atomically and
     returns the closing line (stdout); an error: exit 1. A failed predict leaves an older file at
     ``out`` byte-identical, and its message says so."""
-    if Path(out).resolve() == Path(source).resolve():
-        print(f"predict refused: --out names the input file {what}", file=sys.stderr)
+    refused = output_refusal(out, source)
+    if refused:
+        print(f"predict refused: {refused}", file=sys.stderr)
         return 2
     try:
         if check is not None:

@@ -25,6 +25,23 @@ from pathlib import Path
 from files.atomic import atomic_path, write_atomic
 
 
+def output_refusal(out: Path, source: Path) -> str | None:
+    """Why a predict reading ``source`` may not write ``out`` (None: it may): ``out`` is the input,
+    or a folder, or its list of skipped records (<out stem>.skipped.csv, which every predict writes
+    or removes) is the input."""
+    out, source = Path(out).resolve(), Path(source).resolve()
+    if out == source:
+        return f"--out names the input file {source}"
+    if skipped_path(out) == source:
+        return (
+            f"--out {out}: its list of skipped records, {skipped_path(out).name} (written or removed by every "
+            "predict), would be the input file; name the output otherwise"
+        )
+    if out.is_dir():
+        return f"--out {out} is a folder; name the CSV file to write"
+    return None
+
+
 def left_note(out: Path) -> str:
     """What became of ``out`` after a failed predict."""
     if Path(out).exists():

@@ -25,6 +25,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from app.predict_files import output_refusal, skipped_path
 from app.run_files import CONFIG
 from fedsim.ensemble_step import kept_members
 from fedsim.helpfmt import HelpFormatter
@@ -121,8 +122,9 @@ def command(args: argparse.Namespace) -> int:
 
 def _refused(args: argparse.Namespace) -> str | None:
     """Why the command cannot start (exit 2): no such run folder, --out where it may not go; else None."""
-    if args.out.resolve() == args.new.resolve():
-        return "--out names the input NEW"
+    refused = output_refusal(args.out, args.new)
+    if refused:
+        return refused
     if inside_source(args.out):
         return (
             f"--out {args.out}: {inside_source(args.out)}; write predictions into a work folder outside the "
@@ -132,10 +134,11 @@ def _refused(args: argparse.Namespace) -> str | None:
         return f"no run folder {args.run_dir} (RUN names the folder a `fedsim train` wrote, e.g. runs/<run-name>)"
     runs = (args.run_dir, *(args.member or []), *kept_members(args.run_dir))  # read or not, their files stay theirs
     for run in runs:
-        if args.out.resolve().is_relative_to(Path(run).resolve()):
-            return f"--out {args.out} is inside the run folder {run}, whose files are the run's; write elsewhere"
-        if args.out.resolve() in _data_files(Path(run)):
-            return f"--out {args.out} is a file of the run's data, which training and predict read; write elsewhere"
+        for written in (args.out.resolve(), skipped_path(args.out.resolve())):  # its list too, written or removed
+            if written.is_relative_to(Path(run).resolve()):
+                return f"--out {args.out} writes {written} inside the run folder {run}, whose files are the run's; write elsewhere"
+            if written in _data_files(Path(run)):
+                return f"--out {args.out} writes {written}, a file of the run's data, which training and predict read; write elsewhere"
     return None
 
 

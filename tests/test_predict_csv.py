@@ -380,3 +380,21 @@ def test_fedsim_predict_an_ensemble_through_flower_or_nothing(flower_run, monkey
     assert _fedsim_predict(run, new, "--out", out, "--member", member) == 1
     assert out.read_text() == "row,prediction\n7,2.5\n" and "member 0" in capsys.readouterr().err
     assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []  # no member's file left
+
+
+def test_predict_never_writes_or_removes_its_input_as_the_skipped_list_and_refuses_a_folder(trained, capsys):
+    """Every predict writes or removes <out stem>.skipped.csv: an input named pred.skipped.csv with
+    --out pred.csv was overwritten by the list of skipped records (exit 0), or removed. A folder as
+    --out predicted everything, then failed writing. Each refused before anything runs, exit 2."""
+    from fedsim.cli import main as fedsim
+
+    folder, ds = trained
+    rows = ds.split.test[:6]
+    new = _new_csv(folder, rows, _word_at("rooms", 2, "n/a")).rename(folder / "pred.skipped.csv")
+    before = new.read_bytes()
+    for extra in (["--skip-invalid"], []):
+        code = fedsim(["predict", str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), *extra])
+        assert code == 2 and "skipped" in capsys.readouterr().err and new.read_bytes() == before
+    (folder / "outdir").mkdir()
+    assert fedsim(["predict", str(folder / "run"), str(new), "--out", str(folder / "outdir")]) == 2
+    assert "folder" in capsys.readouterr().err and list((folder / "outdir").iterdir()) == []

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from app.kept import KeptError, predict_command, read_manifest, write_csv
-from app.predict_files import closing, kept_rows_input, left_note, run_to_output
+from app.predict_files import closing, kept_rows_input, left_note, output_refusal, run_to_output
 from app.run_status import require_finished
 from app.vfl.predict import Prediction, check_new, predict_in_process
 from datasets.base import DatasetError
@@ -160,8 +160,9 @@ def flower_predict(
     2, nothing started), without the skipped records when ``new.skip``; then :func:`run_to_output`."""
     made = None
     try:
-        if Path(out).resolve() == Path(new.path).resolve():
-            raise ValueError(f"--out names the input {new.path}")
+        refused = output_refusal(out, new.path)
+        if refused:
+            raise ValueError(refused)
         meta = read_manifest(run_dir)
         keys, features, ids, report = read_input(run_dir, new)
         check_new(features, ids, meta)
