@@ -53,6 +53,27 @@ def _one_line_each(handle) -> bool:
     return True
 
 
+def first_long_record(path: Path | str) -> tuple[int, int, int] | None:
+    """(line, fields, header fields) of the first record of the CSV at ``path`` with more fields than
+    its header (None when there is none): pandas takes such a file's first column(s) as its index,
+    shifting every column, or stops with a line number that does not count quoted line breaks."""
+    from pandas.io.common import get_handle  # lazy: the files package's other modules need no pandas
+
+    header, line = None, 0
+    with get_handle(path, "r", compression="infer", encoding="utf-8", errors="replace") as h:
+        reader = csv.reader(h.handle)
+        try:
+            for row in reader:
+                if row and header is None:
+                    header = len(row)
+                elif len(row) > (header or 0):
+                    return line + 1, len(row), header
+                line = reader.line_num
+        except csv.Error:
+            return None
+    return None
+
+
 def lines_of(path: Path | str, rows, n_records: int) -> list[int]:
     """The file lines of data rows ``rows`` (0-based, as pandas read the CSV of ``n_records`` records)."""
     return record_lines(path, n_records)[np.asarray(rows, dtype=np.int64)].tolist()

@@ -108,3 +108,21 @@ def test_a_predict_inputs_copy_without_its_skipped_records_drops_the_records_on_
     src.write_text('id,x\na,1\n\nb,"2\n"\nc,3\n\nd,4\n', newline="")  # b on line 4, d on line 8
     copy, column = kept_rows_input(src, [(4, "b", "bad"), (8, "d", "bad")], "id", tmp_path / "pred.csv")
     assert column == "id" and pd.read_csv(copy, dtype=str)["id"].tolist() == ["a", "c"]
+
+
+def test_a_row_with_more_fields_than_the_header_is_refused_by_file_and_line(tmp_path):
+    """Data rows ending in a comma (the header not) made pandas take the first column as the
+    index: every column shifted one to the left, the run trained on them, exit 0. One row with a
+    field too many failed with pandas' own message, naming no file and a line that does not
+    count a quoted line break. Both refused naming the file, the line an editor shows, the counts."""
+    write_parties(tmp_path)
+    lines = (tmp_path / "shops.csv").read_text().splitlines()
+    (tmp_path / "shops.csv").write_text("\n".join([lines[0], *(line + "," for line in lines[1:])]) + "\n")
+    with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 2: 4 fields, the header names 3"):
+        load_dataset("csv", tmp_path)
+    y, x, rent = lines[3].split(",")
+    lines[3] = f'{y},{x},"{rent}\n"'  # a quoted line break in data row 2 (lines 4-5)
+    lines[9] += ",oops"  # data row 9: line 11 in the file (one break above it)
+    (tmp_path / "shops.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 11: 4 fields, the header names 3"):
+        load_dataset("csv", tmp_path)

@@ -398,3 +398,19 @@ def test_predict_never_writes_or_removes_its_input_as_the_skipped_list_and_refus
     (folder / "outdir").mkdir()
     assert fedsim(["predict", str(folder / "run"), str(new), "--out", str(folder / "outdir")]) == 2
     assert "folder" in capsys.readouterr().err and list((folder / "outdir").iterdir()) == []
+
+
+def test_the_id_column_is_read_as_text_exactly(trained, capsys):
+    """--id-column was parsed as numbers: '007' came back as 7 (and '007' and '7' were 'the same
+    id, twice'), 'NA' and 'null' as nan, and a blank id turned every id into a float. The ids are
+    the user's text, written back exactly; a blank one is refused by its line."""
+    folder, ds = trained
+    rows = ds.split.test[:5]
+    ids = ["007", "7", "NA", "null", "0300"]
+    new = _new_csv(folder, rows, lambda d: d.assign(flat_id=ids))
+    assert main([str(folder / "run"), str(new), "--out", str(folder / "ids.csv"), "--id-column", "flat_id"]) == 0
+    got = pd.read_csv(folder / "ids.csv", dtype={"flat_id": str}, keep_default_na=False)
+    assert got["flat_id"].tolist() == ids
+    new = _new_csv(folder, rows, lambda d: d.assign(flat_id=["a", "b", "", "d", "e"]))
+    assert main([str(folder / "run"), str(new), "--out", str(folder / "ids.csv"), "--id-column", "flat_id"]) == 2
+    assert "without an id in column 'flat_id' (lines [4])" in capsys.readouterr().err

@@ -71,8 +71,8 @@ def read_new(run_dir: Path, new: NewRecords):
     df = read_table(path, where, transform.numeric)
     names, kind = primary["id_names"], primary["id_kind"]
     require_columns(df, [*names, *([id_column] if id_column else [])], where)
-    keys = df[id_column].to_numpy() if id_column else np.arange(len(df))
     lines = record_lines(path, len(df))  # (q,) each record's line in the file
+    keys = _id_text(path, id_column, lines, where) if id_column else np.arange(len(df))
     twice = repeated_id(keys, lines) if id_column else None  # two records' predictions under one id: whose is whose?
     if twice:
         raise DatasetError(f"{where}: {twice}")
@@ -91,6 +91,18 @@ def read_new(run_dir: Path, new: NewRecords):
     ids = read_identifiers(normalized_strings(df, names, where) if kind == "string" else df, names, kind, where)
     features, report = transform.apply(df, where, unknown)
     return keys, features, ids, report | {"skipped": skipped}
+
+
+def _id_text(path: Path, column: str, lines: np.ndarray, where: str) -> np.ndarray:
+    """(q,) the records' ids as the file writes them ('007' stays '007', 'NA' stays 'NA'), read
+    apart from the features (the column may be one); a blank id is refused by its line."""
+    ids = pd.read_csv(path, usecols=[column], dtype=str, keep_default_na=False)[column].to_numpy()  # (q,)
+    blank = np.flatnonzero(np.char.strip(ids.astype(str)) == "")
+    if len(blank):
+        raise DatasetError(
+            f"{where}: {len(blank)} record(s) without an id in column {column!r} (lines {lines[blank[:5]].tolist()})"
+        )
+    return ids
 
 
 def repeated_id(keys, lines: np.ndarray) -> str | None:
