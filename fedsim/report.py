@@ -39,10 +39,9 @@ def one_run(run_dir: Path) -> int:
         print("\n".join(search_lines(json.loads((run_dir / SEARCH).read_text()))))
     if (run_dir / ENSEMBLE).exists():
         print("\n".join(ensemble_lines(json.loads((run_dir / ENSEMBLE).read_text()))))
-        for member in (m for m in kept_members(run_dir) if not is_run(str(m))):
-            print(
-                f"warning: ensemble member {member} is gone: `fedsim predict` refuses the run until it is back; --alone predicts with the run alone"
-            )
+    unusable = _unpredictable(run_dir)
+    if unusable:
+        print(f"warning: `fedsim predict` refuses this run as it is: {unusable}")
     if (run_dir / YARDSTICK).exists():
         from fedsim.yardstick import lines  # lazy: scikit-learn, only for a run that has a yardstick
 
@@ -51,11 +50,33 @@ def one_run(run_dir: Path) -> int:
     title = f"run {run_dir.name}: {summary.get('method')} on {summary.get('dataset')}"
     print(f"plots: {learning_curve(rows, summary, run_dir / CURVE, title)}")
     best = next((r for r in rows if r["epoch"] == summary["best_epoch"]), {})
+    if unusable:  # its kept state, which the weight gate is drawn from, may be what is gone
+        return 0
     gate = weight_gate(run_dir, run_dir / GATE, best.get("attention"))
     if gate is None:
         (run_dir / GATE).unlink(missing_ok=True)  # an earlier run's: none of this one's
     print(f"plots: {gate}" if gate else "plots: no weight gate in this run (method or gate off)")
     return 0
+
+
+def _unpredictable(run_dir: Path) -> str:
+    """Why predict would refuse the run folder as it is ("" when it would not): the checks predict
+    makes of the run's kept state and of each kept ensemble member (app/vfl/ensemble.py)."""
+    from app.kept import read_manifest  # lazy: torch, for a report's checks of the kept state
+    from app.vfl.ensemble import check_members  # lazy: torch, as the line above
+
+    members = kept_members(run_dir)
+    try:
+        if members:
+            gone = [str(m) for m in members if not Path(m).is_dir()]
+            if gone:
+                return f"its kept ensemble's member(s) {gone} are gone (--alone predicts with the run alone)"
+            check_members([run_dir, *members], in_process=False)
+        else:
+            read_manifest(run_dir)
+    except Exception as e:  # noqa: BLE001 - what predict would say, said here
+        return f"{type(e).__name__}: {e}" + (" (--alone predicts with the run alone)" if members else "")
+    return ""
 
 
 def headline(summary: dict) -> list[str]:

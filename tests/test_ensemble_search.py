@@ -119,15 +119,21 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
         assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(target), *alone]) == 2
         assert "inside the run folder" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in member.rglob("*") if p.is_file()} == before
-    member.rename(out / "away")  # a kept member deleted: report said the ensemble predicts, as before
-    try:
-        assert fedsim(["report", str(out / "r")]) == 0
-        said = capsys.readouterr().out
-        assert f"warning: ensemble member {member} is gone" in said and "--alone" in said
-        assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(folder / "p.csv")]) != 0
-        assert str(member) in capsys.readouterr().err  # as report says
-    finally:
-        (out / "away").rename(member)
+    # what report says of the ensemble is what predict finds: a member deleted, a member's kept
+    # state deleted (report said the ensemble predicts; predict failed), the run's own kept state
+    # deleted (report said "no weight gate (method or gate off)" and deleted its plot)
+    for gone, word in ((member, "gone"), (member / "kept", "no kept federation"), (out / "r" / "kept", "kept")):
+        gone.rename(out / "away")
+        try:
+            plots = {p.name for p in (out / "r").glob("*.png")}
+            assert fedsim(["report", str(out / "r")]) == 0
+            said = capsys.readouterr().out
+            assert "warning: " in said and word in said and "no weight gate" not in said, said
+            assert {p.name for p in (out / "r").glob("*.png")} == plots
+            assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(folder / "p.csv")]) != 0
+            capsys.readouterr()
+        finally:
+            (out / "away").rename(gone)
 
 
 def _plant(run: Path, part: str, values: np.ndarray) -> None:

@@ -1,0 +1,46 @@
+"""What predict may write and how it reads a user's ids: never its input as the list of skipped
+records, never into a folder, the ids written back exactly as the user's text."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from app.vfl.predict_csv import main
+from tests import test_predict_csv
+from tests.test_predict_csv import _new_csv, _word_at
+
+trained = test_predict_csv.trained  # the fixture: a small own-CSV run, trained once for this module
+
+
+def test_predict_never_writes_or_removes_its_input_as_the_skipped_list_and_refuses_a_folder(trained, capsys):
+    """Every predict writes or removes <out stem>.skipped.csv: an input named pred.skipped.csv with
+    --out pred.csv was overwritten by the list of skipped records (exit 0), or removed. A folder as
+    --out predicted everything, then failed writing. Each refused before anything runs, exit 2."""
+    from fedsim.cli import main as fedsim
+
+    folder, ds = trained
+    rows = ds.split.test[:6]
+    new = _new_csv(folder, rows, _word_at("rooms", 2, "n/a")).rename(folder / "pred.skipped.csv")
+    before = new.read_bytes()
+    for extra in (["--skip-invalid"], []):
+        code = fedsim(["predict", str(folder / "run"), str(new), "--out", str(folder / "pred.csv"), *extra])
+        assert code == 2 and "skipped" in capsys.readouterr().err and new.read_bytes() == before
+    (folder / "outdir").mkdir()
+    assert fedsim(["predict", str(folder / "run"), str(new), "--out", str(folder / "outdir")]) == 2
+    assert "folder" in capsys.readouterr().err and list((folder / "outdir").iterdir()) == []
+
+
+def test_the_id_column_is_read_as_text_exactly(trained, capsys):
+    """--id-column was parsed as numbers: '007' came back as 7 (and '007' and '7' were 'the same
+    id, twice'), 'NA' and 'null' as nan, and a blank id turned every id into a float. The ids are
+    the user's text, written back exactly; a blank one is refused by its line."""
+    folder, ds = trained
+    rows = ds.split.test[:5]
+    ids = ["007", "7", "NA", "null", "0300"]
+    new = _new_csv(folder, rows, lambda d: d.assign(flat_id=ids))
+    assert main([str(folder / "run"), str(new), "--out", str(folder / "ids.csv"), "--id-column", "flat_id"]) == 0
+    got = pd.read_csv(folder / "ids.csv", dtype={"flat_id": str}, keep_default_na=False)
+    assert got["flat_id"].tolist() == ids
+    new = _new_csv(folder, rows, lambda d: d.assign(flat_id=["a", "b", "", "d", "e"]))
+    assert main([str(folder / "run"), str(new), "--out", str(folder / "ids.csv"), "--id-column", "flat_id"]) == 2
+    assert "without an id in column 'flat_id' (lines [4])" in capsys.readouterr().err
