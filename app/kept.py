@@ -25,6 +25,7 @@ import torch
 
 from app.config import RunConfig
 from app.predict_files import left_note, output_refusal
+from app.run_files import read_json
 from app.run_status import PREVIOUS
 from files.atomic import write_atomic
 from files.private import private_dir
@@ -186,7 +187,7 @@ def read_manifest(run_dir: Path) -> dict:
             f"run {Path(run_dir)} has no kept federation ({folder / MANIFEST} is missing): it did not "
             "finish, or it was trained before runs kept their best epoch; train it again"
         )
-    return json.loads((folder / MANIFEST).read_text())
+    return read_json(folder / MANIFEST)
 
 
 def write_outputs(folder: Path, outputs: dict[str, dict[str, np.ndarray]]) -> None:

@@ -271,7 +271,13 @@ def read_summary(folder: Path) -> dict:
 
 def read_metrics(folder: Path) -> list[dict]:
     """metrics.jsonl as a list of per-epoch dicts."""
-    return [json.loads(line) for line in (Path(folder) / METRICS).read_text().splitlines()]
+    path = Path(folder) / METRICS
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    except ValueError as e:
+        raise ValueError(
+            f"{path} is not whole JSON lines ({e}): was the run folder edited or copied part-way?"
+        ) from None
 
 
 def run_warnings(records: list[EpochRecord], head, constant_val: dict[str, float]) -> list[str]:

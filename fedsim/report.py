@@ -4,11 +4,10 @@ report (experiments/report.py, its options)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from app.run_files import CURVE, GATE, YARDSTICK
+from app.run_files import CURVE, GATE, YARDSTICK, read_json
 from app.run_record import hyperparameter_lines, read_metrics
 from app.run_status import problem
 from fedsim.ensemble_step import RECORD as ENSEMBLE
@@ -32,20 +31,28 @@ def one_run(run_dir: Path) -> int:
     if why:
         print(f"fedsim report: {why}", file=sys.stderr)
         return 1
-    summary = json.loads((run_dir / "summary.json").read_text())
+    try:
+        return _report(run_dir)
+    except (OSError, ValueError, KeyError) as e:  # a file of the run missing, cut short or edited: named
+        print(f"fedsim report: run {run_dir}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def _report(run_dir: Path) -> int:
+    summary = read_json(run_dir / "summary.json")
     for line in headline(summary):
         print(line)
     if (run_dir / SEARCH).exists():
-        print("\n".join(search_lines(json.loads((run_dir / SEARCH).read_text()))))
+        print("\n".join(search_lines(read_json(run_dir / SEARCH))))
     if (run_dir / ENSEMBLE).exists():
-        print("\n".join(ensemble_lines(json.loads((run_dir / ENSEMBLE).read_text()))))
+        print("\n".join(ensemble_lines(read_json(run_dir / ENSEMBLE))))
     unusable = _unpredictable(run_dir)
     if unusable:
         print(f"warning: `fedsim predict` refuses this run as it is: {unusable}")
     if (run_dir / YARDSTICK).exists():
         from fedsim.yardstick import lines  # lazy: scikit-learn, only for a run that has a yardstick
 
-        print("\n".join(lines(json.loads((run_dir / YARDSTICK).read_text()))))
+        print("\n".join(lines(read_json(run_dir / YARDSTICK))))
     rows = read_metrics(run_dir)
     title = f"run {run_dir.name}: {summary.get('method')} on {summary.get('dataset')}"
     print(f"plots: {learning_curve(rows, summary, run_dir / CURVE, title)}")

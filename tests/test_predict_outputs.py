@@ -44,3 +44,28 @@ def test_the_id_column_is_read_as_text_exactly(trained, capsys):
     new = _new_csv(folder, rows, lambda d: d.assign(flat_id=["a", "b", "", "d", "e"]))
     assert main([str(folder / "run"), str(new), "--out", str(folder / "ids.csv"), "--id-column", "flat_id"]) == 2
     assert "without an id in column 'flat_id' (lines [4])" in capsys.readouterr().err
+
+
+def test_a_tampered_run_folder_is_named_by_its_file_not_a_traceback(trained, tmp_path, capsys):
+    """A run folder with metrics.jsonl deleted, or summary.json or federation.json cut short:
+    report printed a traceback (naming no file for the JSON), predict a JSONDecodeError naming
+    no file. Each exits 1 naming the file; report of a run whose kept state is cut short reports
+    its metrics and warns, naming the file, that predict refuses it."""
+    import shutil
+
+    from fedsim.cli import main as fedsim
+
+    folder, ds = trained
+    new = _new_csv(folder, ds.split.test[:3])
+    for name, cut in (("metrics.jsonl", None), ("summary.json", 200), ("kept/federation.json", 100)):
+        run = tmp_path / name.replace("/", "-")
+        shutil.copytree(folder / "run", run)
+        (run / name).unlink() if cut is None else (run / name).write_bytes((folder / "run" / name).read_bytes()[:cut])
+        for argv in (["report", str(run)], ["predict", str(run), str(new), "--out", str(tmp_path / "p.csv")]):
+            if argv[0] == "predict" and name != "kept/federation.json":
+                continue  # predict reads neither of the others
+            code, said = fedsim(argv), capsys.readouterr()
+            if argv[0] == "report" and name == "kept/federation.json":
+                assert code == 0 and "warning: `fedsim predict` refuses" in said.out and "federation.json" in said.out
+                continue
+            assert code == 1 and name.split("/")[-1] in said.err and "Traceback" not in said.err, (argv, said)
