@@ -37,13 +37,16 @@ def record_lines(path: Path | str, n_records: int) -> np.ndarray:
     return lines if len(lines) == n_records else plain
 
 
-_BLANK = re.compile(rb"\n[ \t\r]*\n")  # a blank or whitespace-only line (pandas skips it)
+_BLANK = re.compile(
+    rb"\n[ \t\r]*\n|\r(?!\n)"
+)  # a blank or whitespace-only line (pandas skips it); a line ended by \r alone
 BLOCK = 1 << 24  # bytes scanned at a time
 
 
 def _one_line_each(handle) -> bool:
-    """Whether the file (binary ``handle``) has neither a quote nor a blank line: then its record r
-    is on line r + 2, found at C speed, a block at a time."""
+    """Whether the file (binary ``handle``) has neither a quote nor a blank line (nor a line ended by
+    a carriage return alone, which the csv module counts): then its record r is on line r + 2,
+    found at C speed, a block at a time."""
     carry = b"\n"  # the file's first line counts as after a line break
     while block := handle.read(BLOCK):
         text = carry + block

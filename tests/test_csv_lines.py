@@ -48,6 +48,9 @@ def test_each_record_starts_on_the_line_the_file_shows(tmp_path, monkeypatch):
     assert record_lines(plain, n).tolist() == STARTS and record_lines(clean, 2).tolist() == [2, 3]
     clean.write_text("a,b\n1,2\n   \t \n3,4\n")
     assert record_lines(clean, 2).tolist() == [2, 4]
+    old_mac = tmp_path / "cr.csv"  # lines ended by a carriage return alone
+    old_mac.write_bytes(b"a,b\r1,2\r\r3,4\r")
+    assert len(pd.read_csv(old_mac)) == 2 and record_lines(old_mac, 2).tolist() == [2, 4]
 
 
 def _with_blank_lines(path, after: list[int]) -> list[int]:
