@@ -277,6 +277,8 @@ WRITES = ("out", "skipped_out")  # files it writes (--out also as encode names i
 
 def _overwrites(args) -> str | None:
     """A file the command would write over one it reads, or over another it writes, named."""
+    if getattr(args, "skipped_out", None) and Path(args.skipped_out).is_dir():
+        return f"--skipped-out {args.skipped_out} is a folder; name the CSV file to write the skipped rows to"
     named: dict[Path, str] = {}
     for name in (*READS, *WRITES):
         value = getattr(args, name, None)

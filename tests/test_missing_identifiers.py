@@ -283,8 +283,9 @@ def test_skipped_out_may_not_name_the_input_the_key_or_the_output(tmp_path, caps
     (tmp_path / "k.key").write_text(json.dumps({"secret": "shared by the parties"}))
     argv = ["encode", "--csv", str(tmp_path / "p.csv"), "--columns", "first,last", "--kind", "strings"]
     argv += ["--key-file", str(tmp_path / "k.key"), "--missing", "skip", "--out", str(tmp_path / "e.npy")]
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    for target in ("p.csv", "k.key", "e.npy", "e.npy.source.json"):
+    (tmp_path / "d").mkdir()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    for target in ("p.csv", "k.key", "e.npy", "e.npy.source.json", "d"):
         out = cli(*argv, "--skipped-out", str(tmp_path / target), check=False)
         assert out.returncode == 2 and "--skipped-out" in out.stderr, out.stderr
-        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
