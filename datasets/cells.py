@@ -23,7 +23,7 @@ from pandas._libs.parsers import STR_NA_VALUES
 
 from datasets.base import DatasetError
 from files.csv_header import repeated_columns
-from files.csv_lines import first_long_record, lines_of
+from files.csv_lines import lines_of, long_record
 from linkage.contracts import MAX_ABS_NUMBER
 
 BEYOND = f"is beyond ±{MAX_ABS_NUMBER:g}"  # a finite number too large to standardise, sum or link
@@ -66,7 +66,7 @@ def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequen
         raise not_utf8(where, path, e) from None
     except pd.errors.ParserError as e:  # a record with more fields than the rest
         raise _long_record(where, path, e) from None
-    if not df.index.equals(pd.RangeIndex(len(df))):  # every record longer than the header: pandas indexed by it
+    if not isinstance(df.index, pd.RangeIndex):  # every record longer than the header: pandas indexed by it
         raise _long_record(where, path, None)
     if df.empty:
         raise DatasetError(f"{where}: file {path} has a header line but no rows")
@@ -75,13 +75,9 @@ def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequen
 
 def _long_record(where: str, path: Path, error: Exception | None) -> DatasetError:
     """A record with more fields than the header, named by its line (files/csv_lines.py)."""
-    found = first_long_record(path)
-    if found is None:
-        return DatasetError(f"{where}: file {path} cannot be read as a CSV: {error}")
-    line, fields, named = found
+    found = long_record(path)
     return DatasetError(
-        f"{where}: file {path}, line {line}: {fields} fields, the header names {named} (a comma too many, "
-        "or a comma inside an unquoted value?); fix the line"
+        f"{where}: file {path}, {found}" if found else f"{where}: file {path} cannot be read as a CSV: {error}"
     )
 
 

@@ -1,15 +1,36 @@
 """Where a CSV's records are in the file, for messages that name a line: pandas skips blank
 (and whitespace-only) lines and keeps a quoted field's newlines inside its record, so data row r
 is line r + 2 only in a file with neither. Every reader of a party's or a user's CSV names lines
-through here (datasets/, linkage_server/, app/)."""
+through here (datasets/, linkage_server/, app/).
+
+    record_lines(path, n) -> (n,) each data record's first line
+    lines_of(path, rows, n) -> [the lines of data rows ``rows``]
+    long_record(path) -> "line L: F fields, the header names H (...)" or "" (pandas would shift or stop)
+"""
 
 from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+
+def _records(path: Path | str) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of each record of the CSV at ``path``, its header first, as pandas
+    reads it: blank and whitespace-only lines skipped, a quoted field's line breaks kept in it.
+    csv.Error (e.g. a field past the csv module's size limit, which pandas reads) is raised."""
+    from pandas.io.common import get_handle  # lazy: the files package's other modules need no pandas
+
+    line = 0
+    with get_handle(path, "r", compression="infer", encoding="utf-8", errors="replace") as h:
+        reader = csv.reader(h.handle)  # pandas opens with newline="": a record's own newlines stay in it
+        for row in reader:
+            if row and not (len(row) == 1 and row[0] != "" and not row[0].strip()):  # pandas skips blank lines
+                yield line + 1, row
+            line = reader.line_num  # the record's last line
 
 
 def record_lines(path: Path | str, n_records: int) -> np.ndarray:
@@ -17,29 +38,20 @@ def record_lines(path: Path | str, n_records: int) -> np.ndarray:
     starts, as pandas reads it (the header is its first record). ``n_records`` is the count pandas
     read; where this reading disagrees with it (a dialect pandas parses otherwise), the plain
     count, r + 2, which holds for a file without blank lines or quoted newlines."""
-    from pandas.io.common import get_handle  # lazy: the files package's other modules need no pandas
+    from pandas.io.common import get_handle  # lazy: as in _records
 
     plain = np.arange(n_records, dtype=np.int64) + 2
     with get_handle(path, "rb", compression="infer", is_text=False) as h:
         if _one_line_each(h.handle):
             return plain
-    starts, line = [], 0
-    with get_handle(path, "r", compression="infer", encoding="utf-8", errors="replace") as h:
-        reader = csv.reader(h.handle)  # pandas opens with newline="": a record's own newlines stay in it
-        try:
-            for row in reader:
-                if row and not (len(row) == 1 and row[0] != "" and not row[0].strip()):  # pandas skips blank lines
-                    starts.append(line + 1)
-                line = reader.line_num  # the record's last line
-        except csv.Error:  # e.g. a field past the csv module's size limit, which pandas reads
-            return plain
-    lines = np.asarray(starts[1:], dtype=np.int64)  # the first is the header
+    try:
+        lines = np.asarray([line for line, _ in _records(path)][1:], dtype=np.int64)  # the first is the header
+    except csv.Error:
+        return plain
     return lines if len(lines) == n_records else plain
 
 
-_BLANK = re.compile(
-    rb"\n[ \t\r]*\n|\r(?!\n)"
-)  # a blank or whitespace-only line (pandas skips it); a line ended by \r alone
+_BLANK = re.compile(rb"\n[ \t\r]*\n|\r(?!\n)")  # a blank or whitespace-only line; a line ended by \r alone
 BLOCK = 1 << 24  # bytes scanned at a time
 
 
@@ -56,25 +68,24 @@ def _one_line_each(handle) -> bool:
     return True
 
 
-def first_long_record(path: Path | str) -> tuple[int, int, int] | None:
-    """(line, fields, header fields) of the first record of the CSV at ``path`` with more fields than
-    its header (None when there is none): pandas takes such a file's first column(s) as its index,
-    shifting every column, or stops with a line number that does not count quoted line breaks."""
-    from pandas.io.common import get_handle  # lazy: the files package's other modules need no pandas
-
-    header, line = None, 0
-    with get_handle(path, "r", compression="infer", encoding="utf-8", errors="replace") as h:
-        reader = csv.reader(h.handle)
-        try:
-            for row in reader:
-                if row and header is None:
-                    header = len(row)
-                elif len(row) > (header or 0):
-                    return line + 1, len(row), header
-                line = reader.line_num
-        except csv.Error:
-            return None
-    return None
+def long_record(path: Path | str) -> str:
+    """What is wrong with the first record of the CSV at ``path`` that has more fields than its
+    header ("" when none, or the csv module cannot tell): pandas takes such a file's first
+    column(s) as its index, shifting every column, or stops with a line number that does not count
+    quoted line breaks."""
+    header = None
+    try:
+        for line, row in _records(path):
+            if header is None:
+                header = len(row)
+            elif len(row) > header:
+                return (
+                    f"line {line}: {len(row)} fields, the header names {header} (a comma too many, or a comma "
+                    "inside an unquoted value?); fix the line"
+                )
+    except csv.Error:
+        return ""
+    return ""
 
 
 def lines_of(path: Path | str, rows, n_records: int) -> list[int]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from files.atomic import write_atomic
 from files.csv_header import repeated_columns
-from files.csv_lines import lines_of
+from files.csv_lines import lines_of, long_record
 from linkage.contracts import LinkageError
 from linkage.strings import normalize_strings
 
@@ -52,12 +52,20 @@ def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndar
     absent = [c for c in columns if c not in header]
     if absent:
         raise LinkageError(f"{csv}: no column(s) {absent}; columns are {header}")
+    try:
+        df = (
+            pd.read_csv(csv, usecols=columns, dtype=str, keep_default_na=False)
+            if kind == "strings"
+            else pd.read_csv(csv, usecols=columns)
+        )
+    except pd.errors.ParserError as e:  # a record with more fields than the rest
+        raise LinkageError(f"{csv}: {long_record(csv) or e}") from None
+    if not isinstance(df.index, pd.RangeIndex):  # every record longer than the header: pandas indexed by it
+        raise LinkageError(f"{csv}: {long_record(csv) or 'more fields in its records than its header names'}")
     if kind == "strings":
-        df = pd.read_csv(csv, usecols=columns, dtype=str, keep_default_na=False)
         table = np.array([normalize_strings(df[c].tolist()) if len(df) else [] for c in columns], dtype=str)
         table = table.reshape(len(columns), len(df)).T
         return table, table == ""
-    df = pd.read_csv(csv, usecols=columns)
     text = [c for c in columns if not pd.api.types.is_numeric_dtype(df[c])]
     if text:
         raise LinkageError(

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from datasets import DatasetError, load_dataset
+from datasets.cells import read_table
 from linkage.contracts import LinkageError
 from linkage_server.csv_ids import read_csv_identifiers, write_skipped
 from tests.test_byo import write_parties
@@ -129,3 +130,25 @@ def test_a_row_with_more_fields_than_the_header_is_refused_by_file_and_line(tmp_
     (tmp_path / "shops.csv").write_text("\n".join(lines) + "\n")
     with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 11: 4 fields, the header names 3"):
         load_dataset("csv", tmp_path)
+
+
+def test_a_long_record_is_found_whatever_the_first_column_holds_and_wherever_the_header_is(tmp_path):
+    """A first column of 0, 1, 2, ... made the shifted table's index look like pandas' own, so
+    the check let it through; a blank line above the header was taken for the header."""
+    from files.csv_lines import long_record
+
+    csv = tmp_path / "t.csv"
+    csv.write_text("id,x,y\n0,1.5,2.5,\n1,3.5,4.5,\n2,5.5,6.5,\n")
+    with pytest.raises(DatasetError, match=r"t.csv, line 2: 4 fields, the header names 3"):
+        read_table(csv, "party 't'")
+    csv.write_text("  \na,b\n1,2\n3,4,5\n")
+    assert long_record(csv).startswith("line 4: 3 fields, the header names 2")
+
+
+def test_the_linkage_clients_identifiers_refuse_a_long_record_as_training_does(tmp_path):
+    """Read by usecols, rows ending in a comma still shifted: 'name' linked the numbers."""
+    csv = tmp_path / "ids.csv"
+    csv.write_text("name,x\nann,1,\nbob,2,\n")
+    for kind in ("strings", "numbers"):
+        with pytest.raises(LinkageError, match=r"ids.csv: line 2: 3 fields, the header names 2"):
+            read_csv_identifiers(str(csv), ["name"] if kind == "strings" else ["x"], kind)
