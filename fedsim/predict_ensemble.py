@@ -52,7 +52,7 @@ def predict_members(args: argparse.Namespace, predict_one: Callable[[dict, argpa
             if code != 0:
                 print(f"fedsim predict: ensemble member {i} ({run}) failed{left_note(args.out)}", file=sys.stderr)
                 return code
-        frame = combine([pd.read_csv(o) for o in outs], metas[0]["head"]["task"], runs)
+        frame = combine([member_frame(o) for o in outs], metas[0]["head"]["task"], runs)
         write_csv(frame, args.out)
         if args.skip_invalid:  # every member read the same input: member 0's list is the ensemble's
             os.replace(skipped_path(outs[0]), skipped_path(args.out))
@@ -67,6 +67,15 @@ def predict_members(args: argparse.Namespace, predict_one: Callable[[dict, argpa
             skipped_path(out).unlink(missing_ok=True)
     print(f"{len(frame)} predictions, the mean of {len(runs)} members -> {args.out}")
     return 0
+
+
+def member_frame(path: Path) -> pd.DataFrame:
+    """A member's output as it wrote it: its id column (the first) as text, exactly ('007' stays
+    '007', 'NA' an id); the predictions as numbers."""
+    frame = pd.read_csv(path)
+    ids = frame.columns[0]
+    frame[ids] = pd.read_csv(path, usecols=[ids], dtype=str, keep_default_na=False)[ids]
+    return frame
 
 
 def combine(frames: list[pd.DataFrame], task: str, runs: list[Path]) -> pd.DataFrame:

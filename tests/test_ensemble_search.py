@@ -112,6 +112,12 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
     assert _predict_rows(folder, out, "test", "--alone") == pytest.approx(_metrics_of(out / "r")["test"]["rmse"], 1e-4)
     assert fedsim(["report", str(out / "r")]) == 0
     assert "kept: predictions are the mean of 3 members" in capsys.readouterr().out
+    named = pd.read_csv(folder / "test.csv").head(4).assign(code=["007", "7", "NA", "null"])  # ids as text
+    named.to_csv(folder / "named.csv", index=False)
+    argv = ["predict", str(out / "r"), str(folder / "named.csv"), "--out", str(folder / "named-p.csv")]
+    assert fedsim([*argv, "--id-column", "code"]) == 0
+    got = pd.read_csv(folder / "named-p.csv", dtype=str, keep_default_na=False)["code"].tolist()
+    assert got == ["007", "7", "NA", "null"]  # the members' files were read back as numbers
     member = out / "r.member1"  # a kept member's files are its own, as the run's are
     before = {p: p.read_bytes() for p in member.rglob("*") if p.is_file()}
     target = member / "summary.json"
