@@ -17,11 +17,12 @@ CURVE, GATE = "learning_curve.png", "weight_gate.png"  # `fedsim report`'s plots
 DERIVED = (YARDSTICK, SEARCH, ENSEMBLE, CURVE, GATE)
 
 
-def read_json(path: Path) -> object:
-    """The JSON in the run's file ``path``; one that is not whole JSON is a ValueError naming it."""
+def read_json(path: Path, lines: bool = False) -> object:
+    """The JSON in the run's file ``path`` (``lines``: a list, one value per line, as metrics.jsonl);
+    one that is not whole JSON is a ValueError naming it."""
     text = Path(path).read_text()
     try:
-        return json.loads(text)
+        return [json.loads(line) for line in text.splitlines()] if lines else json.loads(text)
     except ValueError as e:
         raise ValueError(f"{path} is not whole JSON ({e}): was the run folder edited or copied part-way?") from None
 

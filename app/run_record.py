@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from app import threads
-from app.run_files import CONFIG, LOSSES, METRICS, MODEL, PROGRESS, SPLIT, SUMMARY
+from app.run_files import CONFIG, LOSSES, METRICS, MODEL, PROGRESS, SPLIT, SUMMARY, read_json
 from files.atomic import write_atomic
 from files.private import private_dir
 from strategies.records import EpochRecord, best_epoch, record_row
@@ -271,13 +271,7 @@ def read_summary(folder: Path) -> dict:
 
 def read_metrics(folder: Path) -> list[dict]:
     """metrics.jsonl as a list of per-epoch dicts."""
-    path = Path(folder) / METRICS
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines()]
-    except ValueError as e:
-        raise ValueError(
-            f"{path} is not whole JSON lines ({e}): was the run folder edited or copied part-way?"
-        ) from None
+    return read_json(Path(folder) / METRICS, lines=True)
 
 
 def run_warnings(records: list[EpochRecord], head, constant_val: dict[str, float]) -> list[str]:

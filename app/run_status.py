@@ -35,7 +35,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.run_files import DERIVED, FILES, FOLDERS, SUMMARY
+from app.run_files import DERIVED, FILES, FOLDERS, SUMMARY, read_json
 from files.atomic import write_atomic
 from files.private import private_dir
 
@@ -62,7 +62,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 def read(folder: Path) -> dict | None:
     path = Path(folder) / STATUS
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if path.exists() else None
 
 
 class RunStatus:
@@ -232,7 +232,7 @@ def problem(folder: Path, since: float | None = None, kept: bool = False) -> str
 
 def _read_attempt(folder: Path) -> dict | None:
     path = Path(folder) / LAST_ATTEMPT
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if path.exists() else None
 
 
 def require_finished(folder: Path, since: float | None = None, output: str = "", kept: bool = False) -> dict:
@@ -241,7 +241,7 @@ def require_finished(folder: Path, since: float | None = None, output: str = "",
     why = problem(folder, since, kept)
     if why:
         raise RunFailed(why + (f"\n--- output (last lines) ---\n{output[-4000:]}" if output.strip() else ""))
-    return json.loads((Path(folder) / SUMMARY).read_text())
+    return read_json(Path(folder) / SUMMARY)
 
 
 def is_finished(folder: Path) -> bool:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from app.run_files import CONFIG, ENSEMBLE
+from app.run_files import CONFIG, ENSEMBLE, read_json
 from files.atomic import write_atomic
 
 RECORD = ENSEMBLE  # in the run folder
@@ -126,7 +126,7 @@ def lines(rec: dict) -> list[str]:
 def _kept(run_dir: Path) -> dict | None:
     """The run's ensemble record when it kept an ensemble, else None."""
     path = Path(run_dir) / RECORD
-    rec = json.loads(path.read_text()) if path.exists() else {}
+    rec = read_json(path) if path.exists() else {}
     return rec if rec.get("kept") else None
 
 

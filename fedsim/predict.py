@@ -93,13 +93,13 @@ def _manifest(run_dir: Path) -> dict:
 
 
 def command(args: argparse.Namespace) -> int:
-    problem = _refused(args)
-    if problem:
-        print(f"fedsim predict: {problem}", file=sys.stderr)
-        return 2
     try:
+        problem = _refused(args)
+        if problem:
+            print(f"fedsim predict: {problem}", file=sys.stderr)
+            return 2
         meta = _manifest(args.run_dir)
-    except Exception as e:  # noqa: BLE001 - no usable run: named
+    except Exception as e:  # noqa: BLE001 - no usable run (or a file of it cut short): named
         from app.predict_files import left_note  # lazy: numpy, off `fedsim --help`
 
         print(f"fedsim predict: {type(e).__name__}: {e}{left_note(args.out)}", file=sys.stderr)

@@ -27,11 +27,11 @@ def is_run(path: str) -> bool:
 
 
 def one_run(run_dir: Path) -> int:
-    why = problem(run_dir, kept=True)
-    if why:
-        print(f"fedsim report: {why}", file=sys.stderr)
-        return 1
     try:
+        why = problem(run_dir, kept=True)
+        if why:
+            print(f"fedsim report: {why}", file=sys.stderr)
+            return 1
         return _report(run_dir)
     except (OSError, ValueError, KeyError) as e:  # a file of the run missing, cut short or edited: named
         print(f"fedsim report: run {run_dir}: {type(e).__name__}: {e}", file=sys.stderr)

@@ -57,13 +57,19 @@ def test_a_tampered_run_folder_is_named_by_its_file_not_a_traceback(trained, tmp
 
     folder, ds = trained
     new = _new_csv(folder, ds.split.test[:3])
-    for name, cut in (("metrics.jsonl", None), ("summary.json", 200), ("kept/federation.json", 100)):
+    cases = [("metrics.jsonl", None), ("summary.json", 200), ("kept/federation.json", 100), ("status.json", 20)]
+    for name, cut in [*cases, ("ensemble.json", 1)]:
         run = tmp_path / name.replace("/", "-")
         shutil.copytree(folder / "run", run)
-        (run / name).unlink() if cut is None else (run / name).write_bytes((folder / "run" / name).read_bytes()[:cut])
+        if name == "ensemble.json":  # a run of an ensemble, its record cut short
+            (run / name).write_text("{")
+        elif cut is None:
+            (run / name).unlink()
+        else:
+            (run / name).write_bytes((folder / "run" / name).read_bytes()[:cut])
         for argv in (["report", str(run)], ["predict", str(run), str(new), "--out", str(tmp_path / "p.csv")]):
-            if argv[0] == "predict" and name != "kept/federation.json":
-                continue  # predict reads neither of the others
+            if argv[0] == "predict" and name == "metrics.jsonl":
+                continue  # predict does not read it
             code, said = fedsim(argv), capsys.readouterr()
             if argv[0] == "report" and name == "kept/federation.json":
                 assert code == 0 and "warning: `fedsim predict` refuses" in said.out and "federation.json" in said.out
