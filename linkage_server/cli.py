@@ -271,8 +271,8 @@ def _into_source(args) -> str | None:
     return None
 
 
-READS = ("csv", "key_file", "npy", "secret_file", "admin_token_file", "train_rows")  # files a command reads
-WRITES = ("out", "skipped_out")  # files it writes (--out also as encode names it: .npy, .npy.source.json)
+READS = ("csv", "key_file", "npy", "secret_file", "admin_token_file", "train_rows", "ca_cert")  # files a command reads
+WRITES = ("out", "skipped_out")  # files it writes (encode's --out also as it names it: .npy, .npy.source.json)
 
 
 def _overwrites(args) -> str | None:
@@ -283,7 +283,7 @@ def _overwrites(args) -> str | None:
     for name in (*READS, *WRITES):
         value = getattr(args, name, None)
         paths = [value] if value else []
-        if value and name == "out":
+        if value and name == "out" and args.command == "encode":  # encode's own names for its --out
             npy = value if value.endswith(".npy") else f"{value}.npy"
             paths += [npy, npy + ".source.json"]
         for path in {Path(v).resolve() for v in paths}:

@@ -289,3 +289,14 @@ def test_skipped_out_may_not_name_the_input_the_key_or_the_output(tmp_path, caps
         out = cli(*argv, "--skipped-out", str(tmp_path / target), check=False)
         assert out.returncode == 2 and "--skipped-out" in out.stderr, out.stderr
         assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_only_encode_writes_its_out_as_npy_so_only_its_npy_names_clash(tmp_path):
+    """query writes --out as named: `query --npy new.npy --out new` is no clash (it was refused)."""
+    np.save(tmp_path / "new.npy", np.zeros((2, 2)))
+    (tmp_path / "s.secret").write_text("x" * 32)
+    argv = ["query", "--npy", str(tmp_path / "new.npy"), "--out", str(tmp_path / "new"), "--url", "http://127.0.0.1:1"]
+    out = cli(
+        *argv, "--job", "0123456789abcdef", "--party", "p", "--secret-file", str(tmp_path / "s.secret"), check=False
+    )
+    assert "is also" not in out.stderr and "cannot reach the linkage service" in out.stderr, out.stderr
