@@ -46,7 +46,7 @@ def _report(run_dir: Path) -> int:
         print("\n".join(search_lines(read_json(run_dir / SEARCH))))
     if (run_dir / ENSEMBLE).exists():
         print("\n".join(ensemble_lines(read_json(run_dir / ENSEMBLE))))
-    unusable = _unpredictable(run_dir)
+    unusable, own = _unpredictable(run_dir)
     if unusable:
         print(f"warning: `fedsim predict` refuses this run as it is: {unusable}")
     if (run_dir / YARDSTICK).exists():
@@ -57,7 +57,7 @@ def _report(run_dir: Path) -> int:
     title = f"run {run_dir.name}: {summary.get('method')} on {summary.get('dataset')}"
     print(f"plots: {learning_curve(rows, summary, run_dir / CURVE, title)}")
     best = next((r for r in rows if r["epoch"] == summary["best_epoch"]), {})
-    if unusable:  # its kept state, which the weight gate is drawn from, may be what is gone
+    if own:  # its kept state, which the weight gate is drawn from, is what is gone
         return 0
     gate = weight_gate(run_dir, run_dir / GATE, best.get("attention"))
     if gate is None:
@@ -66,24 +66,27 @@ def _report(run_dir: Path) -> int:
     return 0
 
 
-def _unpredictable(run_dir: Path) -> str:
-    """Why predict would refuse the run folder as it is ("" when it would not): the checks predict
-    makes of the run's kept state and of each kept ensemble member (app/vfl/ensemble.py)."""
-    from app.kept import read_manifest  # lazy: torch, for a report's checks of the kept state
-    from app.vfl.ensemble import check_members  # lazy: torch, as the line above
+def _unpredictable(run_dir: Path) -> tuple[str, bool]:
+    """(why predict would refuse the run folder as it is, "" when it would not; whether the run's
+    own kept state is why): the checks predict makes of the run and of each kept ensemble member."""
+    from app.kept import read_manifest  # lazy: the app package's predict modules, for this check only
+    from app.vfl.ensemble import check_members  # lazy: as the line above
 
+    try:
+        read_manifest(run_dir)
+    except Exception as e:  # noqa: BLE001 - what predict would say, said here
+        return f"{type(e).__name__}: {e}", True
     members = kept_members(run_dir)
+    alone = " (--alone predicts with the run alone)"
+    gone = [str(m) for m in members if not Path(m).is_dir()]
+    if gone:
+        return f"its kept ensemble's member(s) {gone} are gone{alone}", False
     try:
         if members:
-            gone = [str(m) for m in members if not Path(m).is_dir()]
-            if gone:
-                return f"its kept ensemble's member(s) {gone} are gone (--alone predicts with the run alone)"
             check_members([run_dir, *members], in_process=False)
-        else:
-            read_manifest(run_dir)
-    except Exception as e:  # noqa: BLE001 - what predict would say, said here
-        return f"{type(e).__name__}: {e}" + (" (--alone predicts with the run alone)" if members else "")
-    return ""
+    except Exception as e:  # noqa: BLE001 - as above
+        return f"{type(e).__name__}: {e}{alone}", False
+    return "", False
 
 
 def headline(summary: dict) -> list[str]:

@@ -128,13 +128,15 @@ def test_the_kept_ensemble_predicts_new_records_as_it_was_scored_and_alone_as_th
     # what report says of the ensemble is what predict finds: a member deleted, a member's kept
     # state deleted (report said the ensemble predicts; predict failed), the run's own kept state
     # deleted (report said "no weight gate (method or gate off)" and deleted its plot)
-    for gone, word in ((member, "gone"), (member / "kept", "no kept federation"), (out / "r" / "kept", "kept")):
+    cases = ((member, "gone", True), (member / "kept", "no kept federation", True), (out / "r" / "kept", "", False))
+    for gone, word, alone in cases:  # alone: --alone still predicts, and the run's weight gate is drawn
         gone.rename(out / "away")
         try:
             plots = {p.name for p in (out / "r").glob("*.png")}
             assert fedsim(["report", str(out / "r")]) == 0
             said = capsys.readouterr().out
-            assert "warning: " in said and word in said and "no weight gate" not in said, said
+            assert "warning: `fedsim predict` refuses" in said and word in said and "no weight gate" not in said
+            assert ("--alone" in said) == alone and ("weight_gate.png" in said) == alone, said
             assert {p.name for p in (out / "r").glob("*.png")} == plots
             assert fedsim(["predict", str(out / "r"), str(folder / "test.csv"), "--out", str(folder / "p.csv")]) != 0
             capsys.readouterr()
