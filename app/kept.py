@@ -251,7 +251,6 @@ def write_csv(frame: "pd.DataFrame", out: Path) -> None:
 def predict_command(
     out: Path,
     source: Path,
-    what: str,
     body: Callable,
     read: Callable | None = None,
     check: Callable[[], object] | None = None,

@@ -129,15 +129,21 @@ def row_reasons(problems: list[tuple[str, np.ndarray, str]], df: pd.DataFrame) -
 
 
 def refuse_problems(
-    problems: list[tuple[str, np.ndarray, str]], df: pd.DataFrame, path: Path, who: str, names: Sequence | None = None
+    problems: list[tuple[str, np.ndarray, str]],
+    df: pd.DataFrame,
+    path: Path,
+    who: str,
+    names: Sequence | None = None,
+    lines: np.ndarray | None = None,
 ) -> None:
     """Refuse the first problem, naming the file, its line, the column and the value, how many
-    cells of the column are bad and their first lines (and the records' ids, ``names``)."""
+    cells of the column are bad and their first lines (and the records' ids, ``names``);
+    ``lines``: each record's line where the caller has them (files/csv_lines.py)."""
     if not problems:
         return
     col, rows, what = problems[0]
     idx = np.flatnonzero(rows)
-    lines = lines_of(path, idx[:5], len(df))
+    lines = lines_of(path, idx[:5], len(df)) if lines is None else lines[idx[:5]].tolist()
     ids = f" (ids {[names[i] for i in idx[:5]]})" if names is not None else ""
     feature = "identifier" not in what
     rule = f"; {NUMERIC_RULE}" if feature else ""

@@ -134,10 +134,11 @@ def _refused(args: argparse.Namespace) -> str | None:
         return f"no run folder {args.run_dir} (RUN names the folder a `fedsim train` wrote, e.g. runs/<run-name>)"
     runs = (args.run_dir, *(args.member or []), *kept_members(args.run_dir))  # read or not, their files stay theirs
     for run in runs:
+        data = _data_files(Path(run))
         for written in (args.out.resolve(), skipped_path(args.out.resolve())):  # its list too, written or removed
             if written.is_relative_to(Path(run).resolve()):
                 return f"--out {args.out} writes {written} inside the run folder {run}, whose files are the run's; write elsewhere"
-            if written in _data_files(Path(run)):
+            if written in data:
                 return f"--out {args.out} writes {written}, a file of the run's data, which training and predict read; write elsewhere"
     return None
 

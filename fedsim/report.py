@@ -69,7 +69,7 @@ def _report(run_dir: Path) -> int:
 def _unpredictable(run_dir: Path) -> tuple[str, bool]:
     """(why predict would refuse the run folder as it is, "" when it would not; whether the run's
     own kept state is why): the checks predict makes of the run and of each kept ensemble member."""
-    from app.kept import read_manifest  # lazy: the app package's predict modules, for this check only
+    from app.kept import read_manifest  # lazy: the predict stack (numpy), for this check only
     from app.vfl.ensemble import check_members  # lazy: as the line above
 
     try:

@@ -190,7 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     return predict_command(
         args.out,
         args.ids,
-        "--ids",
         predict,
         check=lambda: load_kept(args.run_dir),
         read=lambda: read_screened(args.run_dir, args.ids, args.ids_column, args.skip_invalid),

@@ -87,7 +87,7 @@ def read_new(run_dir: Path, new: NewRecords):
             raise DatasetError(f"{where}: none of its {len(df)} record(s) can be predicted{first}")
         df, keys = df[~bad].reset_index(drop=True), keys[~bad]
     else:
-        refuse_problems(problems, df, path, "new records", keys if id_column else None)
+        refuse_problems(problems, df, path, "new records", keys if id_column else None, lines)
     ids = read_identifiers(normalized_strings(df, names, where) if kind == "string" else df, names, kind, where)
     features, report = transform.apply(df, where, unknown)
     return keys, features, ids, report | {"skipped": skipped}
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(table(keys, args.id_column, pred, args.explain), args.out)
         return closing(args.out, len(keys), pred.best_epoch, report, args.skip_invalid, args.id_column)
 
-    return predict_command(args.out, args.new, "NEW.csv", predict, read, check)
+    return predict_command(args.out, args.new, predict, read, check)
 
 
 if __name__ == "__main__":
