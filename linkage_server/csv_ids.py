@@ -25,7 +25,7 @@ import numpy as np
 from files.atomic import write_atomic
 from files.csv_header import repeated_columns
 from files.csv_lines import lines_of, long_record
-from linkage.contracts import LinkageError
+from linkage.contracts import MAX_ABS_NUMBER, LinkageError
 from linkage.strings import normalize_strings
 
 MISSING_RULES = ("refuse", "skip", "empty")
@@ -66,14 +66,44 @@ def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndar
         table = np.array([normalize_strings(df[c].tolist()) if len(df) else [] for c in columns], dtype=str)
         table = table.reshape(len(columns), len(df)).T
         return table, table == ""
-    text = [c for c in columns if not pd.api.types.is_numeric_dtype(df[c])]
-    if text:
-        raise LinkageError(
-            f"{csv}: identifier column(s) {text} hold text, not numbers: for text identifiers "
-            f"(names, titles, addresses) use --kind strings"
-        )
-    values = df[columns].to_numpy(dtype=np.float64)
+    values = np.stack([_numbers(csv, df[c], c) for c in columns], axis=1) if len(df) else np.zeros((0, len(columns)))
     return values, np.isnan(values)
+
+
+def _numbers(csv: str, cells, column: str) -> np.ndarray:
+    """(n,) float64 of one numeric identifier column: a blank or whitespace-only cell is missing
+    (NaN, as training reads it); text that is not a number, inf, or a number beyond the bound the
+    service refuses (MAX_ABS_NUMBER) is refused by its line and value."""
+    import pandas as pd
+
+    if cells.dtype != object:  # pandas read numbers (NaN where blank)
+        shown, values = cells.astype(str), cells.to_numpy(dtype=np.float64)
+    else:
+        shown = cells.fillna("").astype(str).str.strip()
+        values = pd.to_numeric(shown.where(shown != "", None), errors="coerce").to_numpy(dtype=np.float64)
+        for r in np.flatnonzero(np.isnan(values) & (shown != "").to_numpy()):  # what pandas could not read
+            values[r] = _float(shown.iloc[r])  # '1e400' is inf; 'abc' stays NaN
+    notnum = np.isnan(values) & (shown != "").to_numpy() & (shown.str.lower() != "nan").to_numpy()
+    bad = notnum | (np.abs(np.nan_to_num(values, nan=0.0)) > MAX_ABS_NUMBER)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        what = (
+            "is not a number: for text identifiers (names, titles, addresses) use --kind strings"
+            if notnum[r]
+            else f"is beyond ±{MAX_ABS_NUMBER:g}, as the service refuses"
+        )
+        line = lines_of(csv, [r], len(values))[0]
+        raise LinkageError(
+            f"{csv}, line {line}, column {column!r}: {shown.iloc[r]!r} {what} ({int(bad.sum())} such cell(s))"
+        )
+    return values
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
 
 
 def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str = "refuse") -> CsvIdentifiers:

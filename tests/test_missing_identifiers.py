@@ -300,3 +300,21 @@ def test_only_encode_writes_its_out_as_npy_so_only_its_npy_names_clash(tmp_path)
         *argv, "--job", "0123456789abcdef", "--party", "p", "--secret-file", str(tmp_path / "s.secret"), check=False
     )
     assert "is also" not in out.stderr and "cannot reach the linkage service" in out.stderr, out.stderr
+
+
+def test_a_numeric_identifier_that_is_blank_text_or_too_large_is_named_by_its_line(tmp_path):
+    """A whitespace-only number was 'text' (use --kind strings), naming no line and not offering
+    --missing skip, where training counts it as missing; 1e400 was the same 'text', and inf went
+    into the .npy. Blank is missing (skip works), the others are refused by line and value."""
+    from linkage_server.csv_ids import read_csv_identifiers
+
+    csv = tmp_path / "n.csv"
+    csv.write_text("lat,lon\n1.5,2.5\n\n , 3\n4,5\n")
+    with pytest.raises(LinkageError, match=r"1 row\(s\) have a missing identifier .* \(lines 4\)"):
+        read_csv_identifiers(str(csv), ["lat", "lon"], "numbers")
+    got = read_csv_identifiers(str(csv), ["lat", "lon"], "numbers", "skip")
+    np.testing.assert_array_equal(got.ids, [[1.5, 2.5], [4.0, 5.0]])
+    for bad, what in (("abc", "'abc' is not a number"), ("1e400", "'1e400' is beyond"), ("inf", "'inf' is beyond")):
+        csv.write_text(f"lat,lon\n1.5,2.5\n\n{bad},3\n")
+        with pytest.raises(LinkageError, match=rf"n.csv, line 4, column 'lat': {what}"):
+            read_csv_identifiers(str(csv), ["lat", "lon"], "numbers")

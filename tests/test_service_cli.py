@@ -295,7 +295,7 @@ def test_command_line_mistakes_are_named_never_a_traceback(tmp_path):
     no_columns = cli("encode", *ids, "--out", str(tmp_path / "x.npy"), check=False)
     assert no_columns.returncode == 2 and "--columns is required with --csv" in no_columns.stderr
     text = cli("encode", *ids, "--columns", "title,year", "--out", str(tmp_path / "x.npy"), check=False)
-    assert text.returncode == 2 and "['title'] hold text, not numbers" in text.stderr  # the user's input
+    assert text.returncode == 2 and "column 'title': 'portal' is not a number" in text.stderr  # the user's input
     assert "use --kind strings" in text.stderr
     both = cli("encode", *ids, "--columns", "title,year", "--kind", "strings", "--out", str(tmp_path / "x.npy"))
     assert "(2, 2) <U7" in both.stdout  # two string columns, normalised
