@@ -2,12 +2,14 @@
 is which entity, with no linkage, and the split that keeps evaluation on shared entities.
 
     read_entity_ids(df, column, where) -> (n,) object, the ids as text
+    canonical_ids(values) -> (n,) object, each id as compared (training and predict alike)
     match_entities(primary_ids, party_ids) -> (n_primary,) int64, the party's row of each entity, -1 none
     entity_rows(spec, primary_ids, frames) -> {secondary: match_entities of its file}
     entity_split(held_by_all, seed, where) -> Split   (validation / test first, sizes by eval_sizes)
 
-Ids are compared as text, exactly (whole-number floats as integers, surrounding spaces dropped):
-"17" in one file and 17 or 17.0 in another are the same entity, "A7" and "a7" are not.
+Ids are compared as text, exactly, but for surrounding spaces and whole numbers (by their value):
+"17" in one file and 17, 17.0 or 0017 in another are the same entity, "A7" and "a7" are not;
+predict reads a user's ids alike (app/entity_aug/predict_ids.py).
 """
 
 from __future__ import annotations
@@ -18,14 +20,25 @@ import pandas as pd
 from datasets.base import DatasetError, Split, require_columns
 
 
+def canonical_ids(values: pd.Series) -> np.ndarray:
+    """(n,) object: each id as ids are compared: its text without surrounding spaces, and a whole
+    number (17, 17.0, 0017, 1.7e1) by its value ('17'); missing values stay missing (None)."""
+    text = values.astype(str).str.strip().where(values.notna(), None)
+    number = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)  # (n,) NaN for text
+    with np.errstate(invalid="ignore"):
+        whole = np.isfinite(number) & (number == np.round(number)) & (np.abs(number) < 2.0**53)
+    out = text.to_numpy(dtype=object)
+    out[whole] = [str(int(x)) for x in number[whole]]
+    return out
+
+
 def read_entity_ids(df: pd.DataFrame, column: str, where: str) -> np.ndarray:
-    """(n,) object: each row's entity id as text; missing, empty and repeated ids are refused."""
+    """(n,) object: each row's entity id as compared (:func:`canonical_ids`); missing, empty and
+    repeated ids are refused."""
     require_columns(df, [column], where)
     values = df[column]
-    if pd.api.types.is_float_dtype(values) and values.notna().all() and (values == values.round()).all():
-        values = values.astype("int64")
-    text = values.astype(str).str.strip()
-    bad = (values.isna() | (text == "")).to_numpy()
+    text = pd.Series(canonical_ids(values), index=values.index)
+    bad = (values.isna() | text.isna() | (text == "")).to_numpy()
     if bad.any():
         raise DatasetError(
             f"{where}: {int(bad.sum())} row(s) without an entity id in column {column!r} "

@@ -22,6 +22,8 @@ from app.entity_aug import id_exchange
 from app.entity_aug.parties import overlap_parts
 from app.kept import KeptError, read_manifest
 from datasets.base import require_columns
+from datasets.cells import read_table
+from datasets.entity_ids import canonical_ids
 from datasets.overlap import EntityData
 from files.csv_lines import record_lines
 
@@ -50,14 +52,16 @@ def entity_ids(ids) -> np.ndarray:
 def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
     """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict); with
     ``declared`` (the run's parties declared their ids) read as text, as the parties' ids."""
-    df = pd.read_csv(path, dtype={column: str}) if declared else pd.read_csv(path)
-    require_columns(df, [column], f"entity ids {path}")
+    where = f"entity ids {path}"
+    df = read_table(path, where, text=[column] if declared else [])  # a file's lines, long records: as training
+    require_columns(df, [column], where)
     if declared:
-        text = df[column].str.strip()  # as training reads a party's ids (datasets/entity_ids.py)
-        empty = text.isna() | (text == "")
+        ids = canonical_ids(df[column])  # as training compares a party's ids (datasets/entity_ids.py)
+        empty = np.array([i is None or i == "" for i in ids], dtype=bool)
         if empty.any():
-            raise KeptError(f"entity ids {path}: column {column!r} has {int(empty.sum())} empty value(s)")
-        return text.to_numpy()
+            lines = record_lines(path, len(df))[empty][:5].tolist()
+            raise KeptError(f"{where}: column {column!r} has {int(empty.sum())} empty value(s) (lines {lines})")
+        return ids
     values = pd.to_numeric(df[column], errors="coerce")
     bad = values.isna() & df[column].notna()
     if bad.any():

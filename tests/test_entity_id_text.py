@@ -1,0 +1,55 @@
+"""Entity ids compared one way everywhere (docs/own-data.md: surrounding spaces dropped, a whole
+number by its value): training read an all-number id column as integers ('0001' -> 1) and a mixed
+one as text, while predict read the user's ids as text, so a run on zero-padded ids refused
+'0001' (its own id) and predicted '1', which no file holds, and '17.0' was not '17'."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from app.config import RunConfig
+from app.entity_aug.predict import main as predict
+from app.modes import run_experiment
+
+DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
+
+
+def test_an_id_is_its_text_without_spaces_or_a_whole_number_by_its_value():
+    from datasets.entity_ids import canonical_ids  # the one rule, here by itself
+
+    got = canonical_ids(pd.Series(["0001", " 17", "17.0", "1.7e1", "A7", "a7", "NA", "0x1", "inf", "1.5", None]))
+    assert got.tolist() == ["1", "17", "17", "17", "A7", "a7", "NA", "0x1", "inf", "1.5", None]
+
+
+@pytest.fixture(scope="module")
+def padded(tmp_path_factory):
+    """The digits example with ids '0000', '0001', ... as its files write them, trained 2 epochs."""
+    folder = tmp_path_factory.mktemp("padded")
+    shutil.copytree(DIGITS, folder / "data")
+    for name in ("labels.csv", "left.csv", "right.csv"):
+        rows = list(csv.reader(open(folder / "data" / name)))
+        for row in rows[1:]:
+            row[0] = row[0].replace("img", "")
+        with open(folder / "data" / name, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+    cfg = RunConfig.of(dataset="csv", data_dir=str(folder / "data"), mode="entity-aug", epochs=2, out_dir=str(folder))
+    run_experiment(cfg, folder / "run")
+    return folder
+
+
+def test_a_run_on_zero_padded_ids_predicts_its_own_ids(padded, capsys):
+    split = pd.read_csv(padded / "run" / "split.csv", dtype=str, keep_default_na=False)
+    test = split.loc[split.part == "test", "entity_id"].head(3).tolist()
+    ids, out = padded / "ids.csv", padded / "p.csv"
+    argv = [str(padded / "run"), "--ids", str(ids), "--ids-column", "image_id", "--out", str(out)]
+    pd.DataFrame({"image_id": [f"{int(i):04d}" for i in test]}).to_csv(ids, index=False)  # as the files write them
+    assert predict(argv) == 0 and len(pd.read_csv(out)) == 3
+    pd.DataFrame({"image_id": [f"{test[0]}.0", f" {test[1]}", "x9"]}).to_csv(ids, index=False)  # 17.0 is 17
+    assert predict(argv) == 2
+    err = capsys.readouterr().err
+    assert "'x9' (line 4)" in err and f"'{test[0]}" not in err and f"'{test[1]}" not in err, err
