@@ -223,7 +223,15 @@ def load_states(folder: Path, names: list[str]) -> dict[str, dict[str, torch.Ten
     missing = [n for n in names if not (folder / f"{n}.pt").exists()]
     if missing:
         raise KeptError(f"kept federation {folder} lacks the state of {missing}")
-    return {n: torch.load(folder / f"{n}.pt", map_location="cpu", weights_only=True) for n in names}
+    return {n: _state(folder / f"{n}.pt") for n in names}
+
+
+def _state(path: Path) -> dict[str, torch.Tensor]:
+    """One kept state; a file cut short or not a saved state is refused naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, ValueError, OSError) as e:  # torch's reader, pickle's end of file
+        raise KeptError(f"{path} is not a whole saved state ({type(e).__name__}: {str(e)[:200]})") from None
 
 
 # ---------------------------------------------------------------------------- predictions out

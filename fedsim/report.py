@@ -73,7 +73,7 @@ def _unpredictable(run_dir: Path) -> tuple[str, bool]:
     from app.vfl.ensemble import check_members  # lazy: as the line above
 
     try:
-        read_manifest(run_dir)
+        _kept_states(read_manifest(run_dir), run_dir)
     except Exception as e:  # noqa: BLE001 - what predict would say, said here
         return f"{type(e).__name__}: {e}", True
     members = kept_members(run_dir)
@@ -83,10 +83,25 @@ def _unpredictable(run_dir: Path) -> tuple[str, bool]:
         return f"its kept ensemble's member(s) {gone} are gone{alone}", False
     try:
         if members:
-            check_members([run_dir, *members], in_process=False)
+            for member, meta in zip(members, check_members([run_dir, *members], in_process=False)[1:], strict=True):
+                _kept_states(meta, member)
     except Exception as e:  # noqa: BLE001 - as above
         return f"{type(e).__name__}: {e}{alone}", False
     return "", False
+
+
+def _kept_states(meta: dict, run_dir: Path) -> None:
+    """Load the states predict loads from the run folder (app/kept.py load_states): every party's
+    where the run kept them (in process), else the primary's; a missing or broken one raises."""
+    from app.entity_aug.kept import PRIMARY_MODEL, state_name  # lazy: as _unpredictable's imports
+    from app.kept import load_states  # lazy: as above
+
+    in_run = meta.get("secondary_states", "run") == "run"
+    if meta.get("mode") == "entity-aug":
+        names = [PRIMARY_MODEL, *(map(state_name, meta["parties"]) if in_run else [])]
+    else:
+        names = ["primary", *(meta["secondaries"] if in_run else [])]
+    load_states(Path(run_dir) / "kept", names)
 
 
 def headline(summary: dict) -> list[str]:

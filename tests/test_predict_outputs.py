@@ -58,8 +58,9 @@ def test_a_tampered_run_folder_is_named_by_its_file_not_a_traceback(trained, tmp
     folder, ds = trained
     new = _new_csv(folder, ds.split.test[:3])
     cases = [("metrics.jsonl", None), ("summary.json", 200), ("kept/federation.json", 100), ("status.json", 20)]
+    cases += [("kept/primary.pt", None), ("kept/primary.pt", 1000), ("kept/shops.pt", 1000)]  # a party's state
     for name, cut in [*cases, ("ensemble.json", 1)]:
-        run = tmp_path / name.replace("/", "-")
+        run = tmp_path / f"{name.replace('/', '-')}-{cut}"
         shutil.copytree(folder / "run", run)
         if name == "ensemble.json":  # a run of an ensemble, its record cut short
             (run / name).write_text("{")
@@ -71,7 +72,8 @@ def test_a_tampered_run_folder_is_named_by_its_file_not_a_traceback(trained, tmp
             if argv[0] == "predict" and name == "metrics.jsonl":
                 continue  # predict does not read it
             code, said = fedsim(argv), capsys.readouterr()
-            if argv[0] == "report" and name == "kept/federation.json":
-                assert code == 0 and "warning: `fedsim predict` refuses" in said.out and "federation.json" in said.out
+            if argv[0] == "report" and name.startswith("kept/"):  # its metrics reported, predict's refusal said
+                assert code == 0 and "warning: `fedsim predict` refuses" in said.out, said
+                assert name.split("/")[-1] in said.out and "Traceback" not in said.err, said
                 continue
             assert code == 1 and name.split("/")[-1] in said.err and "Traceback" not in said.err, (argv, said)
