@@ -23,7 +23,7 @@ from pandas._libs.parsers import STR_NA_VALUES
 
 from datasets.base import DatasetError
 from files.csv_header import repeated_columns
-from files.csv_lines import lines_of, long_record
+from files.csv_lines import lines_of, ragged_record
 from linkage.contracts import MAX_ABS_NUMBER
 
 BEYOND = f"is beyond ±{MAX_ABS_NUMBER:g}"  # a finite number too large to standardise, sum or link
@@ -65,17 +65,17 @@ def read_table(path: Path, where: str, numeric: Sequence[str] = (), text: Sequen
     except UnicodeDecodeError as e:  # a byte past the header line
         raise not_utf8(where, path, e) from None
     except pd.errors.ParserError as e:  # a record with more fields than the rest
-        raise _long_record(where, path, e) from None
-    if not isinstance(df.index, pd.RangeIndex):  # every record longer than the header: pandas indexed by it
-        raise _long_record(where, path, None)
+        raise _ragged(where, path, e) from None
+    if not isinstance(df.index, pd.RangeIndex) or ragged_record(path):  # pandas shifted or blanked a record
+        raise _ragged(where, path, None)
     if df.empty:
         raise DatasetError(f"{where}: file {path} has a header line but no rows")
     return df
 
 
-def _long_record(where: str, path: Path, error: Exception | None) -> DatasetError:
-    """A record with more fields than the header, named by its line (files/csv_lines.py)."""
-    found = long_record(path)
+def _ragged(where: str, path: Path, error: Exception | None) -> DatasetError:
+    """A record with more or fewer fields than the header, named by its line (files/csv_lines.py)."""
+    found = ragged_record(path) or (None if error else "its records have more fields than its header names")
     return DatasetError(
         f"{where}: file {path}, {found}" if found else f"{where}: file {path} cannot be read as a CSV: {error}"
     )

@@ -24,7 +24,7 @@ import numpy as np
 
 from files.atomic import write_atomic
 from files.csv_header import repeated_columns
-from files.csv_lines import lines_of, long_record
+from files.csv_lines import lines_of, ragged_record
 from linkage.contracts import MAX_ABS_NUMBER, LinkageError
 from linkage.strings import normalize_strings
 
@@ -59,9 +59,10 @@ def _table(csv: str, columns: list[str], kind: str) -> tuple[np.ndarray, np.ndar
             else pd.read_csv(csv, usecols=columns)
         )
     except pd.errors.ParserError as e:  # a record with more fields than the rest
-        raise LinkageError(f"{csv}: {long_record(csv) or e}") from None
-    if not isinstance(df.index, pd.RangeIndex):  # every record longer than the header: pandas indexed by it
-        raise LinkageError(f"{csv}: {long_record(csv) or 'more fields in its records than its header names'}")
+        raise LinkageError(f"{csv}: {ragged_record(csv) or e}") from None
+    ragged = ragged_record(csv)  # a record shorter than the header pandas reads as blanks
+    if ragged or not isinstance(df.index, pd.RangeIndex):  # longer ones: pandas indexed by their first field
+        raise LinkageError(f"{csv}: {ragged or 'its records have more fields than its header names'}")
     if kind == "strings":
         table = np.array([normalize_strings(df[c].tolist()) if len(df) else [] for c in columns], dtype=str)
         table = table.reshape(len(columns), len(df)).T

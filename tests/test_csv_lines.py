@@ -122,27 +122,27 @@ def test_a_row_with_more_fields_than_the_header_is_refused_by_file_and_line(tmp_
     write_parties(tmp_path)
     lines = (tmp_path / "shops.csv").read_text().splitlines()
     (tmp_path / "shops.csv").write_text("\n".join([lines[0], *(line + "," for line in lines[1:])]) + "\n")
-    with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 2: 4 fields, the header names 3"):
+    with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 2: 4 field\(s\), the header names 3"):
         load_dataset("csv", tmp_path)
     y, x, rent = lines[3].split(",")
     lines[3] = f'{y},{x},"{rent}\n"'  # a quoted line break in data row 2 (lines 4-5)
     lines[9] += ",oops"  # data row 9: line 11 in the file (one break above it)
     (tmp_path / "shops.csv").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 11: 4 fields, the header names 3"):
+    with pytest.raises(DatasetError, match=r"party 'shops'.*shops.csv, line 11: 4 field\(s\), the header names 3"):
         load_dataset("csv", tmp_path)
 
 
 def test_a_long_record_is_found_whatever_the_first_column_holds_and_wherever_the_header_is(tmp_path):
     """A first column of 0, 1, 2, ... made the shifted table's index look like pandas' own, so
     the check let it through; a blank line above the header was taken for the header."""
-    from files.csv_lines import long_record
+    from files.csv_lines import ragged_record
 
     csv = tmp_path / "t.csv"
     csv.write_text("id,x,y\n0,1.5,2.5,\n1,3.5,4.5,\n2,5.5,6.5,\n")
-    with pytest.raises(DatasetError, match=r"t.csv, line 2: 4 fields, the header names 3"):
+    with pytest.raises(DatasetError, match=r"t.csv, line 2: 4 field\(s\), the header names 3"):
         read_table(csv, "party 't'")
     csv.write_text("  \na,b\n1,2\n3,4,5\n")
-    assert long_record(csv).startswith("line 4: 3 fields, the header names 2")
+    assert ragged_record(csv).startswith("line 4: 3 field(s), the header names 2")
 
 
 def test_the_linkage_clients_identifiers_refuse_a_long_record_as_training_does(tmp_path):
@@ -150,5 +150,25 @@ def test_the_linkage_clients_identifiers_refuse_a_long_record_as_training_does(t
     csv = tmp_path / "ids.csv"
     csv.write_text("name,x\nann,1,\nbob,2,\n")
     for kind in ("strings", "numbers"):
-        with pytest.raises(LinkageError, match=r"ids.csv: line 2: 3 fields, the header names 2"):
+        with pytest.raises(LinkageError, match=r"ids.csv: line 2: 3 field\(s\), the header names 2"):
             read_csv_identifiers(str(csv), ["name"] if kind == "strings" else ["x"], kind)
+
+
+def test_a_record_with_fewer_fields_than_the_header_is_refused_not_blanked(tmp_path):
+    """A record cut short (a copy or an export stopped mid-line, a value left out) was read as
+    blank cells and filled with the training mean, named by no line: refused by file and line,
+    with and without quotes in the file, in training and in the linkage client alike."""
+    from files import csv_lines
+
+    write_parties(tmp_path)
+    lines = (tmp_path / "shops.csv").read_text().splitlines()
+    lines[5] = ",".join(lines[5].split(",")[:2])  # data row 4: line 6, its rent left out
+    for quoted in (False, True):
+        if quoted:  # the csv module's path: a quoted field above it
+            lines[2] = '"{}",{}'.format(*lines[2].split(",", 1))
+        (tmp_path / "shops.csv").write_text("\n".join(lines) + "\n")
+        with pytest.raises(DatasetError, match=r"shops.csv, line 6: 2 field\(s\), the header names 3"):
+            load_dataset("csv", tmp_path)
+        with pytest.raises(LinkageError, match=r"line 6: 2 field\(s\), the header names 3"):
+            read_csv_identifiers(str(tmp_path / "shops.csv"), ["y", "x"], "numbers")
+    assert csv_lines.ragged_record(tmp_path / "sales.csv") == ""
