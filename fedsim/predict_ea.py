@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from app.entity_aug.predict_ids import read_screened
+from app.config import RunConfig
+from app.entity_aug.predict_ids import id_column, read_screened
 from app.predict_files import kept_rows_input, left_note, list_skipped, run_to_output
 from fedsim.predict_flower import predict_through_flower
 
@@ -16,7 +17,7 @@ def fedsim_predict(meta: dict, args) -> int:
     """`fedsim predict RUN IDS --out P` of a run trained through `flwr run` (its options ``args``):
     the ids screened here first (exit 2 naming them, or with --skip-invalid left out and listed),
     then :func:`simulate`, or on the deployment it was trained on (``--deployment``)."""
-    column = args.id_column or "entity"
+    column = id_column(args.id_column, RunConfig.of(**meta["run"]))
     try:
         _, skipped = read_screened(args.run_dir, args.new, column, args.skip_invalid)
     except Exception as e:  # noqa: BLE001 - bad ids, named before Flower starts

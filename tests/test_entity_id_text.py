@@ -53,3 +53,13 @@ def test_a_run_on_zero_padded_ids_predicts_its_own_ids(padded, capsys):
     assert predict(argv) == 2
     err = capsys.readouterr().err
     assert "'x9' (line 4)" in err and f"'{test[0]}" not in err and f"'{test[1]}" not in err, err
+
+
+def test_predict_reads_the_runs_declared_id_column_by_default(padded):
+    """Without --ids-column predict looked for a column 'entity' ("missing column(s) ['entity'];
+    available: ['image_id']"), though the run's parties declare entity_id = "image_id"."""
+    split = pd.read_csv(padded / "run" / "split.csv", dtype=str, keep_default_na=False)
+    ids, out = padded / "ids2.csv", padded / "p2.csv"
+    pd.DataFrame({"image_id": split.loc[split.part == "test", "entity_id"].head(2)}).to_csv(ids, index=False)
+    assert predict([str(padded / "run"), "--ids", str(ids), "--out", str(out)]) == 0
+    assert pd.read_csv(out).columns[0] == "image_id"

@@ -42,8 +42,14 @@ import torch
 from app.config import RunConfig
 from app.entity_aug.kept import PRIMARY_MODEL, features_digest, load_kept, state_name
 from app.entity_aug.parties import build_party, build_primary, ea_data, ea_plan, ea_settings
-from app.entity_aug.predict_ids import entity_ids, held_by_every_party, read_ids, read_screened  # noqa: F401 - re-exported
-from app.kept import KeptError, predict_command, write_csv
+from app.entity_aug.predict_ids import (  # noqa: F401 - re-exported
+    entity_ids,
+    held_by_every_party,
+    id_column,
+    read_ids,
+    read_screened,
+)
+from app.kept import KeptError, predict_command, read_manifest, write_csv
 from app.predict_files import list_skipped
 from app.run_status import require_finished
 from datasets.overlap import EntityData
@@ -169,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--ids", type=Path, required=True, help="CSV with a column of entity ids")
-    ap.add_argument("--ids-column", default="entity", help="the column of --ids holding the entity ids")
+    ap.add_argument(
+        "--ids-column",
+        default="",
+        help="the column of --ids holding the entity ids (default: the column the run's parties declare, else 'entity')",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument(
         "--skip-invalid",
@@ -192,8 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         args.ids,
         predict,
         check=lambda: load_kept(args.run_dir),
-        read=lambda: read_screened(args.run_dir, args.ids, args.ids_column, args.skip_invalid),
+        read=lambda: _screened(args),
     )
+
+
+def _screened(args: argparse.Namespace) -> tuple:
+    """The ids to predict and the skipped (read_screened), in the run's id column unless given."""
+    args.ids_column = id_column(args.ids_column, RunConfig.of(**read_manifest(args.run_dir)["run"]))
+    return read_screened(args.run_dir, args.ids, args.ids_column, args.skip_invalid)
 
 
 if __name__ == "__main__":

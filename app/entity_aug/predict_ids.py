@@ -21,13 +21,27 @@ from app.config import RunConfig
 from app.entity_aug import id_exchange
 from app.entity_aug.parties import overlap_parts
 from app.kept import KeptError, read_manifest
-from datasets.base import require_columns
+from datasets.base import DatasetError, require_columns
 from datasets.cells import read_table
+from datasets.csv_parties import data_folder, read_spec
 from datasets.entity_ids import canonical_ids
 from datasets.overlap import EntityData
 from files.csv_lines import record_lines
 
 SHOWN = 5  # ids named in a refusal
+DEFAULT_ID_COLUMN = "entity"  # the ids' column for a run whose parties declare no entity id column
+
+
+def id_column(given: str, cfg: RunConfig) -> str:
+    """The ids' column of a predict of the run trained with ``cfg``: ``given``, else the column the
+    run's primary declares as its entity id (parties.toml ``entity_id``), else "entity"."""
+    if given or cfg.data.dataset != "csv":
+        return given or DEFAULT_ID_COLUMN
+    try:
+        spec = read_spec(data_folder(cfg.data.data_dir))
+    except (DatasetError, OSError):  # the run's data folder moved: the plain default, then its refusal
+        return DEFAULT_ID_COLUMN
+    return str(spec["primary"].get("entity_id") or DEFAULT_ID_COLUMN)
 
 
 def entity_ids(ids) -> np.ndarray:

@@ -29,12 +29,12 @@ from app.entity_aug.channel import FlowerChannel
 from app.entity_aug.kept import PRIMARY_MODEL, read_manifest, state_name
 from app.entity_aug.parties import ea_plan, ea_settings
 from app.entity_aug.predict import check_ids, check_parties, predicted, read_ids, rebuild, table, user_entities
+from app.entity_aug.predict_ids import id_column
 from app.kept import KEPT, KeptError, kept_attempt, load_states, predict_mode_files, write_csv
 from app.run_status import require_finished
 from app.transport import handshake
 from datasets.overlap import PRIMARY_BLOCK
 
-ID_COLUMN = "entity"  # the ids' column when predict-id-column is empty (as app.entity_aug.predict's --ids-column)
 SAME = ("dataset", "data_dir", "n_rows", "seed", "mode", "ea_variant", "overlap", "dtype")  # what rebuilds the parties
 
 
@@ -55,7 +55,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
     trained = RunConfig.of(**meta["run"])
     _same_parties(cfg, trained)
     data = id_exchange.run_data(trained, run_dir)  # guests met by their ids: their files are not read here
-    column = cfg.predict.id_column or ID_COLUMN
+    column = id_column(cfg.predict.id_column, trained)
     raw = read_ids(src, column, data.entity_ids is not None)
     ids = user_entities(raw, data)
     local = [PRIMARY_BLOCK] if PRIMARY_BLOCK in data.parties else []
