@@ -17,7 +17,7 @@ from files.private import create_secret, warn_if_exposed
 from linkage.binding import RECORD, identifier_digest
 from linkage.contracts import LinkageError
 from linkage.encode import encode_with_key, federal_key, key_fingerprint
-from linkage_server.csv_ids import read_csv_identifiers, report, skipped_path, write_skipped
+from linkage_server.csv_ids import TEXT_HINT, read_csv_identifiers, report, skipped_path, write_skipped
 from linkage_server.params import JobParams
 from linkage_server.progress import Bar
 from linkage_server.uploads import METRIC_OF_KIND, to_npy
@@ -132,7 +132,11 @@ def cmd_make_key(args) -> None:
     """A fresh shared secret for the parties; with --csv, FEDERAL parameters from that party's numbers."""
     key: dict = {"secret": secrets.token_urlsafe(32)}
     if args.csv:
-        values = read_identifiers(args.csv, args.columns.split(","), "numbers")
+        try:  # a missing number does not move the range fitted: those rows are left out of the fit
+            values = read_identifiers(args.csv, args.columns.split(","), "numbers", "skip")
+        except LinkageError as e:  # its own advice: make-key has no --kind
+            hint = "make-key --csv fits numbers (FEDERAL); text identifiers need no fitted key: run it without --csv"
+            raise LinkageError(str(e).replace(TEXT_HINT, hint)) from None
         p = federal_key(values, k=args.k, bits_per_dim=args.bits_per_dim)
         key["federal"] = {n: p[n] for n in ("bits_per_dim", "t", "lo", "hi")}
         print(

@@ -29,6 +29,7 @@ from linkage.contracts import MAX_ABS_NUMBER, LinkageError
 from linkage.strings import normalize_strings
 
 MISSING_RULES = ("refuse", "skip", "empty")
+TEXT_HINT = "for text identifiers (names, titles, addresses) use --kind strings"  # encode's and link's advice
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,7 @@ def _numbers(csv: str, cells, column: str) -> np.ndarray:
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         what = (
-            "is not a number: for text identifiers (names, titles, addresses) use --kind strings"
-            if notnum[r]
-            else f"is beyond ±{MAX_ABS_NUMBER:g}, as the service refuses"
+            f"is not a number: {TEXT_HINT}" if notnum[r] else f"is beyond ±{MAX_ABS_NUMBER:g}, as the service refuses"
         )
         line = lines_of(csv, [r], len(values))[0]
         raise LinkageError(

@@ -318,3 +318,17 @@ def test_a_numeric_identifier_that_is_blank_text_or_too_large_is_named_by_its_li
         csv.write_text(f"lat,lon\n1.5,2.5\n\n{bad},3\n")
         with pytest.raises(LinkageError, match=rf"n.csv, line 4, column 'lat': {what}"):
             read_csv_identifiers(str(csv), ["lat", "lon"], "numbers")
+
+
+def test_make_key_fits_the_numbers_it_has_and_advises_only_its_own_options(tmp_path):
+    """make-key refused a missing number suggesting --missing skip and --kind strings, options it
+    does not have: a missing number does not move the range it fits, and text gets advice it can use."""
+    csv, key = tmp_path / "b.csv", tmp_path / "k.json"
+    csv.write_text("lat,lon\n1.5,2.5\n,3\n4,5\n")
+    assert cli("make-key", "--out", str(key), "--csv", str(csv), "--columns", "lat,lon", "--k", "1").returncode == 0
+    assert json.loads(key.read_text())["federal"]["lo"] == [1.5, 2.5]
+    csv.write_text("lat,lon\n1.5,2.5\nabc,3\n")
+    argv = ["make-key", "--out", str(tmp_path / "k2.json"), "--csv", str(csv), "--columns", "lat,lon", "--k", "1"]
+    out = cli(*argv, check=False)
+    assert out.returncode == 2 and "line 3, column 'lat'" in out.stderr and "--kind" not in out.stderr, out.stderr
+    assert "without --csv" in out.stderr and not (tmp_path / "k2.json").exists()
