@@ -19,7 +19,7 @@ def fedsim_predict(meta: dict, args) -> int:
     then :func:`simulate`, or on the deployment it was trained on (``--deployment``)."""
     column = id_column(args.id_column, RunConfig.of(**meta["run"]))
     try:
-        _, skipped = read_screened(args.run_dir, args.new, column, args.skip_invalid)
+        skipped = read_screened(args.run_dir, args.new, column, args.skip_invalid)[1]
     except Exception as e:  # noqa: BLE001 - bad ids, named before Flower starts
         print(f"fedsim predict: refused: {type(e).__name__}: {e}{left_note(args.out)}", file=sys.stderr)
         return 2

@@ -47,8 +47,10 @@ def test_a_run_on_zero_padded_ids_predicts_its_own_ids(padded, capsys):
     test = split.loc[split.part == "test", "entity_id"].head(3).tolist()
     ids, out = padded / "ids.csv", padded / "p.csv"
     argv = [str(padded / "run"), "--ids", str(ids), "--ids-column", "image_id", "--out", str(out)]
-    pd.DataFrame({"image_id": [f"{int(i):04d}" for i in test]}).to_csv(ids, index=False)  # as the files write them
-    assert predict(argv) == 0 and len(pd.read_csv(out)) == 3
+    given = [f"{int(i):04d}" for i in test]  # as the files write them
+    pd.DataFrame({"image_id": given}).to_csv(ids, index=False)
+    assert predict(argv) == 0
+    assert pd.read_csv(out, dtype=str)["image_id"].tolist() == given  # written back as given, to join on
     pd.DataFrame({"image_id": [f"{test[0]}.0", f" {test[1]}", "x9"]}).to_csv(ids, index=False)  # 17.0 is 17
     assert predict(argv) == 2
     err = capsys.readouterr().err

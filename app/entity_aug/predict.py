@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     def predict(screened) -> str:
-        ids, skipped = screened
+        ids, skipped, texts = screened
         pred = predict_ea_in_process(args.run_dir, ids)
-        write_csv(table(ids, args.ids_column, pred), args.out)
+        write_csv(table(texts, args.ids_column, pred), args.out)
         told = list_skipped(args.out, skipped, args.ids_column, args.skip_invalid)
         if told:
             print(told, file=sys.stderr)

@@ -2,7 +2,7 @@
 ids and the lines of their file, before anything runs.
 
     screen_ids(raw (q,), cfg, data, lines (q,)) -> (keep (q,) bool, [(line, id, reason)] of the others)
-    read_screened(run_dir, ids_csv, column, skip) -> (the ids to predict, the skipped)
+    read_screened(run_dir, ids_csv, column, skip) -> (the ids to predict, the skipped, their texts as written)
     read_ids(csv, column) / entity_ids(ids) / held_by_every_party(cfg, data): the pieces, also
     used by app/entity_aug/predict.py and predict_server.py
 
@@ -146,9 +146,10 @@ def refusal(skipped: list[tuple], q: int) -> str:
     )
 
 
-def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tuple[np.ndarray, list[tuple]]:
-    """The ids of ``column`` in ``ids_csv`` the run can predict, and the skipped (line, id, reason);
-    without ``skip`` a single unpredictable id raises KeptError naming the first ones."""
+def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tuple[np.ndarray, list[tuple], np.ndarray]:
+    """The ids of ``column`` in ``ids_csv`` the run can predict (as compared), the skipped (line,
+    id, reason), and the predicted ids as the file writes them (for the output); without ``skip``
+    a single unpredictable id raises KeptError naming the first ones."""
     cfg = RunConfig.of(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
     data = id_exchange.run_data(cfg, Path(run_dir))
     raw = read_ids(Path(ids_csv), column, data.entity_ids is not None)
@@ -157,4 +158,9 @@ def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tupl
         raise KeptError(refusal(skipped, len(raw)))
     if not keep.any():
         raise KeptError(f"none of the {len(raw)} entity id(s) can be predicted: {refusal(skipped, len(raw))}")
-    return raw[keep], skipped
+    return raw[keep], skipped, id_texts(Path(ids_csv), column)[keep]
+
+
+def id_texts(path: Path, column: str) -> np.ndarray:
+    """(q,) the ids of ``column`` exactly as the file writes them: what predict's output names them by."""
+    return pd.read_csv(path, usecols=[column], dtype=str, keep_default_na=False)[column].to_numpy()
