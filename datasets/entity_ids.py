@@ -2,7 +2,7 @@
 is which entity, with no linkage, and the split that keeps evaluation on shared entities.
 
     read_entity_ids(df, column, where) -> (n,) object, the ids as text
-    canonical_ids(values) -> (n,) object, each id as compared (training and predict alike)
+    entity_keys(values) -> (n,) object, each id as compared (training and predict alike)
     match_entities(primary_ids, party_ids) -> (n_primary,) int64, the party's row of each entity, -1 none
     entity_rows(spec, primary_ids, frames) -> {secondary: match_entities of its file}
     entity_split(held_by_all, seed, where) -> Split   (validation / test first, sizes by eval_sizes)
@@ -14,30 +14,44 @@ predict reads a user's ids alike (app/entity_aug/predict_ids.py).
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+
 import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, Split, require_columns
 
 
-def canonical_ids(values: pd.Series) -> np.ndarray:
-    """(n,) object: each id as ids are compared: its text without surrounding spaces, and a whole
-    number (17, 17.0, 0017, 1.7e1) by its value ('17'); missing values stay missing (None)."""
-    text = values.astype(str).str.strip().where(values.notna(), None)
-    number = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)  # (n,) NaN for text
-    with np.errstate(invalid="ignore"):
-        whole = np.isfinite(number) & (number == np.round(number)) & (np.abs(number) < 2.0**53)
-    out = text.to_numpy(dtype=object)
-    out[whole] = [str(int(x)) for x in number[whole]]
-    return out
+def entity_keys(values: pd.Series) -> np.ndarray:
+    """(n,) object: each id as ids are compared, one id at a time and exactly, whatever else its
+    column holds: its text without surrounding spaces, a number by its decimal value (0017, 17,
+    17.0 and 1.7e1 are '17'; 1.10 is '1.1'), other text as it is; missing values stay None."""
+    return np.array([None if _missing(v) else _key(str(v).strip()) for v in values], dtype=object)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value)  # None or NaN
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # as a CSV writes a number: no '_', no inf
+
+
+def _key(text: str) -> str:
+    if not _NUMBER.fullmatch(text):
+        return text
+    value = Decimal(text)
+    if value == value.to_integral_value():
+        return str(int(value))  # exact at any length: '0123456789012345678' is 123456789012345678
+    return format(value.normalize(), "f")  # '1.10' and 1.1 alike
 
 
 def read_entity_ids(df: pd.DataFrame, column: str, where: str) -> np.ndarray:
-    """(n,) object: each row's entity id as compared (:func:`canonical_ids`); missing, empty and
+    """(n,) object: each row's entity id as compared (:func:`entity_keys`); missing, empty and
     repeated ids are refused."""
     require_columns(df, [column], where)
     values = df[column]
-    text = pd.Series(canonical_ids(values), index=values.index)
+    text = pd.Series(entity_keys(values), index=values.index)
     bad = (values.isna() | text.isna() | (text == "")).to_numpy()
     if bad.any():
         raise DatasetError(

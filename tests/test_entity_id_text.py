@@ -20,10 +20,16 @@ DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
 
 
 def test_an_id_is_its_text_without_spaces_or_a_whole_number_by_its_value():
-    from datasets.entity_ids import canonical_ids  # the one rule, here by itself
+    from datasets.entity_ids import entity_keys  # the one rule, here by itself
 
-    got = canonical_ids(pd.Series(["0001", " 17", "17.0", "1.7e1", "A7", "a7", "NA", "0x1", "inf", "1.5", None]))
-    assert got.tolist() == ["1", "17", "17", "17", "A7", "a7", "NA", "0x1", "inf", "1.5", None]
+    got = entity_keys(pd.Series(["0001", " 17", "17.0", "1.7e1", "A7", "a7", "NA", "0x1", "inf", "1.5", "1.50", None]))
+    assert got.tolist() == ["1", "17", "17", "17", "A7", "a7", "NA", "0x1", "inf", "1.5", "1.5", None]
+    # exactly, whatever else the column holds: a float parser's 17 digits collapsed long padded ids
+    long = ["000000000000000001", "000000000000000002", "0123456789012345678", "A7"]
+    assert entity_keys(pd.Series(long)).tolist() == ["1", "2", "123456789012345678", "A7"]
+    as_read = pd.Series([123456789012345678, 2])  # a column pandas read as integers: the same keys
+    assert entity_keys(as_read).tolist() == ["123456789012345678", "2"]
+    assert entity_keys(pd.Series([1.1, 17.0])).tolist() == entity_keys(pd.Series(["1.10", "17"])).tolist()
 
 
 @pytest.fixture(scope="module")

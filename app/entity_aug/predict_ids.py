@@ -24,7 +24,7 @@ from app.kept import KeptError, read_manifest
 from datasets.base import DatasetError, require_columns
 from datasets.cells import read_table
 from datasets.csv_parties import data_folder, read_spec
-from datasets.entity_ids import canonical_ids
+from datasets.entity_ids import entity_keys
 from datasets.overlap import EntityData
 from files.csv_lines import record_lines
 
@@ -70,7 +70,7 @@ def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
     df = read_table(path, where, text=[column] if declared else [])  # a file's lines, long records: as training
     require_columns(df, [column], where)
     if declared:
-        ids = canonical_ids(df[column])  # as training compares a party's ids (datasets/entity_ids.py)
+        ids = entity_keys(df[column])  # as training compares a party's ids (datasets/entity_ids.py)
         empty = np.array([i is None or i == "" for i in ids], dtype=bool)
         if empty.any():
             lines = record_lines(path, len(df))[empty][:5].tolist()
