@@ -28,7 +28,7 @@ def _records(path: Path | str) -> Iterator[tuple[int, list[str]]]:
     with get_handle(path, "r", compression="infer", encoding="utf-8", errors="replace") as h:
         reader = csv.reader(h.handle)  # pandas opens with newline="": a record's own newlines stay in it
         for row in reader:
-            if row and not (len(row) == 1 and row[0] != "" and not row[0].strip()):  # pandas skips blank lines
+            if row and not (len(row) == 1 and row[0] != "" and not row[0].strip(" \t\r")):  # pandas skips blank lines
                 yield line + 1, row
             line = reader.line_num  # the record's last line
 
@@ -98,10 +98,16 @@ def _ragged_quoted(path: Path | str) -> tuple[int, int, int] | tuple[()]:
     header = None
     for line, row in _records(path):
         if header is None:
-            header = len(row)
-        elif len(row) != header:
-            return line, len(row), header
+            header = (len(row), row[-1] == "")
+        elif not _fits(len(row), header):
+            return line, len(row), header[0]
     return ()
+
+
+def _fits(fields: int, header: tuple[int, bool]) -> bool:
+    """A record of ``fields`` fits a header of (fields, its last name empty): as many, or one fewer
+    below a header ending in a comma (an exporter's quirk: pandas reads an empty 'Unnamed' column)."""
+    return fields == header[0] or (header[1] and fields == header[0] - 1)
 
 
 def _ragged_plain(handle) -> tuple[int, int, int] | tuple[()] | None:
@@ -119,15 +125,16 @@ def _ragged_plain(handle) -> tuple[int, int, int] | tuple[()] | None:
             found, header = _ragged_lines(full, header)
             if found:
                 line, fields = found
-                return done + line, fields, header
+                return done + line, fields, header[0]
             done += full.count(b"\n") + (0 if full.endswith(b"\n") else 1)
         if not block:
             return ()
 
 
-def _ragged_lines(full: bytes, header: int | None) -> tuple[tuple[int, int] | None, int | None]:
-    """((line within ``full``, fields) of its first record whose count is not ``header``'s, or
-    None; the header's count, taken from the first non-blank line when not known yet)."""
+def _ragged_lines(full: bytes, header: tuple | None) -> tuple[tuple[int, int] | None, tuple | None]:
+    """((line within ``full``, fields) of its first record that does not fit ``header`` (fields,
+    last name empty; :func:`_fits`), or None; the header, from the first non-blank line when not
+    known yet)."""
     raw = np.frombuffer(full, dtype=np.uint8)
     ends = np.flatnonzero(raw == 10)  # (lines,)
     if not full.endswith(b"\n"):
@@ -135,15 +142,18 @@ def _ragged_lines(full: bytes, header: int | None) -> tuple[tuple[int, int] | No
     starts = np.r_[0, ends[:-1] + 1]
     commas = np.flatnonzero(raw == 44)
     fields = np.searchsorted(commas, ends) - np.searchsorted(commas, starts) + 1  # (lines,)
-    blank = lambda i: not full[starts[i] : ends[i]].strip()  # noqa: E731 - pandas skips such a line
+    blank = lambda i: not full[starts[i] : ends[i]].strip(b" \t\r")  # noqa: E731 - pandas skips such a line
     first = 0
     if header is None:
         first = next((i for i in range(len(ends)) if not blank(i)), len(ends))
         if first == len(ends):
             return None, None
-        header, first = int(fields[first]), first + 1
-    for i in first + np.flatnonzero(fields[first:] != header):
-        if not blank(i):
+        header, first = (
+            (int(fields[first]), full[starts[first] : ends[first]].rstrip(b" \t\r").endswith(b",")),
+            first + 1,
+        )
+    for i in first + np.flatnonzero(fields[first:] != header[0]):
+        if not blank(i) and not _fits(int(fields[i]), header):
             return (int(i) + 1, int(fields[i])), header
     return None, header
 

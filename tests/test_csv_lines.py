@@ -172,3 +172,17 @@ def test_a_record_with_fewer_fields_than_the_header_is_refused_not_blanked(tmp_p
         with pytest.raises(LinkageError, match=r"line 6: 2 field\(s\), the header names 3"):
             read_csv_identifiers(str(tmp_path / "shops.csv"), ["y", "x"], "numbers")
     assert csv_lines.ragged_record(tmp_path / "sales.csv") == ""
+
+
+def test_a_header_ending_in_a_comma_is_no_ragged_file_and_a_form_feed_line_is_a_record(tmp_path):
+    """An exporter's trailing comma on the header alone (pandas reads an empty 'Unnamed' column)
+    was refused as every record being short; a line holding a form feed, which pandas reads as a
+    record of blanks, was taken for a blank line."""
+    from files.csv_lines import ragged_record
+
+    csv = tmp_path / "t.csv"
+    for quote in ("", '"'):
+        csv.write_text(f"a,b,\n{quote}1{quote},2\n3,4\n")
+        assert ragged_record(csv) == ""
+    csv.write_text("a,b\n1,2\n\x0c\n3,4\n")
+    assert len(pd.read_csv(csv)) == 3 and ragged_record(csv).startswith("line 3: 1 field(s), the header names 2")
