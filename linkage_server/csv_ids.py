@@ -17,6 +17,7 @@ as text from the start, ``dtype=str`` with no NA words, so "02134" stays "02134"
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,16 +77,19 @@ def _numbers(csv: str, cells, column: str) -> np.ndarray:
     """(n,) float64 of one numeric identifier column: a blank or whitespace-only cell is missing
     (NaN, as training reads it); text that is not a number, inf, or a number beyond the bound the
     service refuses (MAX_ABS_NUMBER) is refused by its line and value."""
-    import pandas as pd
+    import pandas as pd  # lazy: as _table's
 
-    if cells.dtype != object:  # pandas read numbers (NaN where blank)
-        shown, values = cells.astype(str), cells.to_numpy(dtype=np.float64)
+    if cells.dtype != object:  # pandas read numbers (NaN where blank): only the values to check
+        values = cells.to_numpy(dtype=np.float64)
+        notnum = np.zeros(len(values), dtype=bool)
+        shown = cells
     else:
         shown = cells.fillna("").astype(str).str.strip()
         values = pd.to_numeric(shown.where(shown != "", None), errors="coerce").to_numpy(dtype=np.float64)
-        for r in np.flatnonzero(np.isnan(values) & (shown != "").to_numpy()):  # what pandas could not read
-            values[r] = _float(shown.iloc[r])  # '1e400' is inf; 'abc' stays NaN
-    notnum = np.isnan(values) & (shown != "").to_numpy() & (shown.str.lower() != "nan").to_numpy()
+        unread = np.flatnonzero(np.isnan(values) & (shown != "").to_numpy())  # what pandas could not read
+        for r in unread[:SHOWN_CELLS]:  # '1e400' is inf (a few looked at: a column of text is refused at once)
+            values[r] = _float(shown.iloc[r])
+        notnum = np.isnan(values) & (shown != "").to_numpy() & (shown.str.lower() != "nan").to_numpy()
     bad = notnum | (np.abs(np.nan_to_num(values, nan=0.0)) > MAX_ABS_NUMBER)
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
@@ -94,16 +98,19 @@ def _numbers(csv: str, cells, column: str) -> np.ndarray:
         )
         line = lines_of(csv, [r], len(values))[0]
         raise LinkageError(
-            f"{csv}, line {line}, column {column!r}: {shown.iloc[r]!r} {what} ({int(bad.sum())} such cell(s))"
+            f"{csv}, line {line}, column {column!r}: {str(shown.iloc[r])!r} {what} ({int(bad.sum())} such cell(s))"
         )
     return values
 
 
 def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
+    """A number as a CSV writes one, past float64's range ('1e400' is inf); NaN for anything else
+    (Python's float also reads '1_000' and other scripts' digits, which training refuses)."""
+    return float(text) if _NUMBER.fullmatch(text) else float("nan")
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+SHOWN_CELLS = 100  # unreadable cells read again by Python's float before a column is refused
 
 
 def read_csv_identifiers(csv: str, columns: list[str], kind: str, missing: str = "refuse") -> CsvIdentifiers:
