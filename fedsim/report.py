@@ -93,14 +93,11 @@ def _unpredictable(run_dir: Path) -> tuple[str, bool]:
 def _kept_states(meta: dict, run_dir: Path) -> None:
     """Load the states predict loads from the run folder (app/kept.py load_states): every party's
     where the run kept them (in process), else the primary's; a missing or broken one raises."""
-    from app.entity_aug.kept import PRIMARY_MODEL, state_name  # lazy: as _unpredictable's imports
+    from app.entity_aug import kept as entity_aug  # lazy: as _unpredictable's imports
     from app.kept import load_states  # lazy: as above
+    from app.vfl import kept as vfl  # lazy: as above
 
-    in_run = meta.get("secondary_states", "run") == "run"
-    if meta.get("mode") == "entity-aug":
-        names = [PRIMARY_MODEL, *(map(state_name, meta["parties"]) if in_run else [])]
-    else:
-        names = ["primary", *(meta["secondaries"] if in_run else [])]
+    names = (entity_aug if meta.get("mode") == "entity-aug" else vfl).kept_state_names(meta)
     load_states(Path(run_dir) / "kept", names)
 
 

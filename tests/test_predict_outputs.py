@@ -59,11 +59,14 @@ def test_a_tampered_run_folder_is_named_by_its_file_not_a_traceback(trained, tmp
     new = _new_csv(folder, ds.split.test[:3])
     cases = [("metrics.jsonl", None), ("summary.json", 200), ("kept/federation.json", 100), ("status.json", 20)]
     cases += [("kept/primary.pt", None), ("kept/primary.pt", 1000), ("kept/shops.pt", 1000)]  # a party's state
+    cases += [("kept/primary.pt", "text")]  # not a saved state at all (torch raised a bare KeyError)
     for name, cut in [*cases, ("ensemble.json", 1)]:
         run = tmp_path / f"{name.replace('/', '-')}-{cut}"
         shutil.copytree(folder / "run", run)
         if name == "ensemble.json":  # a run of an ensemble, its record cut short
             (run / name).write_text("{")
+        elif cut == "text":
+            (run / name).write_text("hello")
         elif cut is None:
             (run / name).unlink()
         else:

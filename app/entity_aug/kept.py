@@ -122,7 +122,15 @@ def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
             "predict it over Flower (`fedsim predict RUN ids.csv --out p.csv`, or `flwr run` with "
             "predict-run)"
         )
-    return meta, kept.load_states(folder, [PRIMARY_MODEL, *map(state_name, meta["parties"])])
+    return meta, kept.load_states(folder, kept_state_names(meta))
+
+
+def kept_state_names(meta: dict) -> list[str]:
+    """The states predict loads from the run folder of manifest ``meta``: every party's where the
+    run kept them there (in process), else the primary's model and its own block's (if any)."""
+    meta = upgrade(meta)
+    in_run = meta.get("secondary_states", "run") == "run"
+    return [PRIMARY_MODEL, *(state_name(p) for p in meta["parties"] if in_run or p == PRIMARY_BLOCK)]
 
 
 def save_secondary_state(

@@ -85,5 +85,11 @@ def load_kept(run_dir: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
     """(manifest, {"primary" | party: state dict}): the secondaries' states only when they are
     kept in the run folder (in process); through Flower each secondary holds its own."""
     folder, meta = Path(run_dir) / KEPT, read_manifest(run_dir)
+    return meta, kept.load_states(folder, kept_state_names(meta))
+
+
+def kept_state_names(meta: dict) -> list[str]:
+    """The states predict loads from the run folder of manifest ``meta``: the primary's, and the
+    secondaries' where the run kept them there (in process; through Flower each keeps its own)."""
     in_run = meta.get("secondary_states", "run") == "run"
-    return meta, kept.load_states(folder, ["primary", *(meta["secondaries"] if in_run else [])])
+    return ["primary", *(meta["secondaries"] if in_run else [])]
