@@ -14,13 +14,13 @@ predict reads a user's ids alike (app/entity_aug/predict_ids.py).
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 
 import numpy as np
 import pandas as pd
 
 from datasets.base import DatasetError, Split, require_columns
+from linkage.contracts import CSV_NUMBER
 
 
 def entity_keys(values: pd.Series) -> np.ndarray:
@@ -34,11 +34,8 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and value != value)  # None or NaN
 
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # as a CSV writes a number: no '_', no inf
-
-
 def _key(text: str) -> str:
-    if not _NUMBER.fullmatch(text):
+    if not CSV_NUMBER.fullmatch(text):
         return text
     value = Decimal(text)
     if value == value.to_integral_value():

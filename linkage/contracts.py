@@ -15,6 +15,7 @@ from linkage.errors import LinkageError  # noqa: F401 - re-exported: every packa
 from linkage.metrics import DEFAULT_STRING_METRIC, METRICS, STRING_METRICS  # noqa: F401
 
 MAX_ABS_NUMBER = 1e100  # a number a party's CSV or upload may hold: squared distances and sums must stay finite
+CSV_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # a number as a CSV writes one: no '_', no inf
 PARTY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: PARTY_NAME.fullmatch
 
 

@@ -17,7 +17,6 @@ as text from the start, ``dtype=str`` with no NA words, so "02134" stays "02134"
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 from files.atomic import write_atomic
 from files.csv_header import repeated_columns
 from files.csv_lines import lines_of, ragged_record
-from linkage.contracts import MAX_ABS_NUMBER, LinkageError
+from linkage.contracts import CSV_NUMBER, MAX_ABS_NUMBER, LinkageError
 from linkage.strings import normalize_strings
 
 MISSING_RULES = ("refuse", "skip", "empty")
@@ -106,10 +105,9 @@ def _numbers(csv: str, cells, column: str) -> np.ndarray:
 def _float(text: str) -> float:
     """A number as a CSV writes one, past float64's range ('1e400' is inf); NaN for anything else
     (Python's float also reads '1_000' and other scripts' digits, which training refuses)."""
-    return float(text) if _NUMBER.fullmatch(text) else float("nan")
+    return float(text) if CSV_NUMBER.fullmatch(text) else float("nan")
 
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 SHOWN_CELLS = 100  # unreadable cells read again by Python's float before a column is refused
 
 
