@@ -71,3 +71,17 @@ def test_predict_reads_the_runs_declared_id_column_by_default(padded):
     pd.DataFrame({"image_id": split.loc[split.part == "test", "entity_id"].head(2)}).to_csv(ids, index=False)
     assert predict([str(padded / "run"), "--ids", str(ids), "--out", str(out)]) == 0
     assert pd.read_csv(out).columns[0] == "image_id"
+
+
+def test_skip_invalid_skips_a_blank_id_by_its_line(padded, capsys):
+    """--skip-invalid refused a whole file for one blank id ("has 1 empty value(s)"), naming no
+    line; a blank id is skipped and listed like any other id the run cannot predict."""
+    split = pd.read_csv(padded / "run" / "split.csv", dtype=str, keep_default_na=False)
+    test = split.loc[split.part == "test", "entity_id"].head(2).tolist()
+    ids, out = padded / "ids3.csv", padded / "p3.csv"
+    ids.write_text(f'image_id\n{test[0]}\n""\n{test[1]}\n')
+    argv = [str(padded / "run"), "--ids", str(ids), "--out", str(out)]
+    assert predict(argv) == 2 and "(line 3): an empty id" in capsys.readouterr().err
+    assert predict([*argv, "--skip-invalid"]) == 0
+    assert pd.read_csv(out, dtype=str)["image_id"].tolist() == test
+    assert pd.read_csv(padded / "p3.skipped.csv")["line"].tolist() == [3]

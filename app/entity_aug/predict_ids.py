@@ -63,16 +63,17 @@ def entity_ids(ids) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def read_ids(path: Path, column: str, declared: bool = False) -> np.ndarray:
+def read_ids(path: Path, column: str, declared: bool = False, empty_ok: bool = False) -> np.ndarray:
     """(q,) the entity ids in ``column`` of the CSV at ``path`` (checked by predict); with
-    ``declared`` (the run's parties declared their ids) read as text, as the parties' ids."""
+    ``declared`` (the run's parties declared their ids) read as text, as the parties' ids, a blank
+    one refused (``empty_ok``: None, for :func:`screen_ids` to name by its line)."""
     where = f"entity ids {path}"
     df = read_table(path, where, text=[column] if declared else [])  # a file's lines, long records: as training
     require_columns(df, [column], where)
     if declared:
         ids = entity_keys(df[column])  # as training compares a party's ids (datasets/entity_ids.py)
         empty = np.array([i is None or i == "" for i in ids], dtype=bool)
-        if empty.any():
+        if empty.any() and not empty_ok:
             lines = record_lines(path, len(df))[empty][:5].tolist()
             raise KeptError(f"{where}: column {column!r} has {int(empty.sum())} empty value(s) (lines {lines})")
         return ids
@@ -111,7 +112,7 @@ def _indices(raw: np.ndarray, data: EntityData) -> np.ndarray:
     n = len(data.labels)
     if data.entity_ids is not None:  # the parties' own ids, compared as text
         lookup = {str(v): i for i, v in enumerate(data.entity_ids)}
-        return np.array([lookup.get(str(v), -1) for v in raw], dtype=np.int64)
+        return np.array([-1 if v is None else lookup.get(str(v), -1) for v in raw], dtype=np.int64)
     index = entity_ids(raw)  # whole numbers, or the input is refused as a whole
     return np.where((index >= 0) & (index < n), index, -1)
 
@@ -133,7 +134,9 @@ def screen_ids(raw: np.ndarray, cfg: RunConfig, data: EntityData, lines: np.ndar
         why = unknown if j < 0 else f"not held by every party (missing at {', '.join(missing)})" if missing else ""
         if why:
             keep[i] = False
-            skipped.append((int(lines[i]), str(value), why))
+            skipped.append(
+                (int(lines[i]), "" if value is None else str(value), "an empty id" if value is None else why)
+            )
     return keep, skipped
 
 
@@ -152,7 +155,7 @@ def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tupl
     a single unpredictable id raises KeptError naming the first ones."""
     cfg = RunConfig.of(**read_manifest(Path(run_dir))["run"])  # the run trained in process or over Flower
     data = id_exchange.run_data(cfg, Path(run_dir))
-    raw = read_ids(Path(ids_csv), column, data.entity_ids is not None)
+    raw = read_ids(Path(ids_csv), column, data.entity_ids is not None, empty_ok=True)
     keep, skipped = screen_ids(raw, cfg, data, record_lines(ids_csv, len(raw)))
     if skipped and not skip:
         raise KeptError(refusal(skipped, len(raw)))
