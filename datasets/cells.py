@@ -81,6 +81,12 @@ def _ragged(where: str, path: Path, error: Exception | None) -> DatasetError:
     )
 
 
+def column_text(path: Path, column: str) -> np.ndarray:
+    """(n,) str: one column of the CSV at ``path`` exactly as the file writes it ('007' stays '007',
+    'NA' stays 'NA', a blank cell is ''), read apart from the rest: ids a predict writes back."""
+    return pd.read_csv(path, usecols=[column], dtype=str, keep_default_na=False)[column].to_numpy()
+
+
 def cell_problems(
     df: pd.DataFrame, *, numeric: Sequence[str] = (), identifiers: Sequence[str] = (), id_kind: str = "numeric"
 ) -> list[tuple[str, np.ndarray, str]]:

@@ -26,6 +26,7 @@ from app.kept import write_csv
 from app.predict_files import left_note, skipped_path
 from app.vfl.ensemble import average, check_members
 from app.vfl.predict import Prediction
+from datasets.cells import column_text
 
 
 def predict_members(args: argparse.Namespace, predict_one: Callable[[dict, argparse.Namespace], int]) -> int:
@@ -74,7 +75,7 @@ def member_frame(path: Path) -> pd.DataFrame:
     '007', 'NA' an id); the predictions as numbers."""
     frame = pd.read_csv(path)
     ids = frame.columns[0]
-    frame[ids] = pd.read_csv(path, usecols=[ids], dtype=str, keep_default_na=False)[ids]
+    frame[ids] = column_text(path, ids)
     return frame
 
 

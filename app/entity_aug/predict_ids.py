@@ -22,7 +22,7 @@ from app.entity_aug import id_exchange
 from app.entity_aug.parties import overlap_parts
 from app.kept import KeptError, read_manifest
 from datasets.base import DatasetError, require_columns
-from datasets.cells import read_table
+from datasets.cells import column_text, read_table
 from datasets.csv_parties import data_folder, read_spec
 from datasets.entity_ids import entity_keys
 from datasets.overlap import EntityData
@@ -161,9 +161,4 @@ def read_screened(run_dir: Path, ids_csv: Path, column: str, skip: bool) -> tupl
         raise KeptError(refusal(skipped, len(raw)))
     if not keep.any():
         raise KeptError(f"none of the {len(raw)} entity id(s) can be predicted: {refusal(skipped, len(raw))}")
-    return raw[keep], skipped, id_texts(Path(ids_csv), column)[keep]
-
-
-def id_texts(path: Path, column: str) -> np.ndarray:
-    """(q,) the ids of ``column`` exactly as the file writes them: what predict's output names them by."""
-    return pd.read_csv(path, usecols=[column], dtype=str, keep_default_na=False)[column].to_numpy()
+    return raw[keep], skipped, column_text(Path(ids_csv), column)[keep]

@@ -29,10 +29,11 @@ from app.entity_aug.channel import FlowerChannel
 from app.entity_aug.kept import PRIMARY_MODEL, read_manifest, state_name
 from app.entity_aug.parties import ea_plan, ea_settings
 from app.entity_aug.predict import check_ids, check_parties, predicted, read_ids, rebuild, table, user_entities
-from app.entity_aug.predict_ids import id_column, id_texts
+from app.entity_aug.predict_ids import id_column
 from app.kept import KEPT, KeptError, kept_attempt, load_states, predict_mode_files, write_csv
 from app.run_status import require_finished
 from app.transport import handshake
+from datasets.cells import column_text
 from datasets.overlap import PRIMARY_BLOCK
 
 SAME = ("dataset", "data_dir", "n_rows", "seed", "mode", "ea_variant", "overlap", "dtype")  # what rebuilds the parties
@@ -76,7 +77,7 @@ def run_ea_predict(grid: Grid, cfg: RunConfig) -> dict:
         meta,
         seconds,
     )
-    write_csv(table(id_texts(src, column), column, pred), out)  # the ids as the file writes them
+    write_csv(table(column_text(src, column), column, pred), out)  # the ids as the file writes them
     log(
         INFO,
         "[primary] predict: %d entities with run %s (best epoch %d) in %.2f s: %s -> %s",

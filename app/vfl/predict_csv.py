@@ -33,7 +33,7 @@ from app.predict_files import closing, kept_rows_input, left_note, output_refusa
 from app.run_status import require_finished
 from app.vfl.predict import Prediction, check_new, predict_in_process
 from datasets.base import DatasetError
-from datasets.cells import bad_rows, cell_problems, read_table, refuse_problems, row_reasons
+from datasets.cells import bad_rows, cell_problems, column_text, read_table, refuse_problems, row_reasons
 from datasets.csv_parties import normalized_strings
 from datasets.tables import read_identifiers, require_columns
 from datasets.transform import FeatureTransform
@@ -96,7 +96,7 @@ def read_new(run_dir: Path, new: NewRecords):
 def _id_text(path: Path, column: str, lines: np.ndarray, where: str) -> np.ndarray:
     """(q,) the records' ids as the file writes them ('007' stays '007', 'NA' stays 'NA'), read
     apart from the features (the column may be one); a blank id is refused by its line."""
-    ids = pd.read_csv(path, usecols=[column], dtype=str, keep_default_na=False)[column].to_numpy()  # (q,)
+    ids = column_text(path, column)  # (q,)
     blank = np.flatnonzero(np.char.strip(ids.astype(str)) == "")
     if len(blank):
         raise DatasetError(
