@@ -17,17 +17,17 @@ writes the same steps up for separate hosts.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from deploy.app_source import app_folder
-from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, LinkRequest, node_config, party_levels
+from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, LinkRequest, party_levels
 from deploy.localsim import REPO, free_port, run_config_arg
-from deploy.processes import Proc, _wait_port, running, start_time, stop
+from deploy.processes import Proc, listening, running, stop
+from deploy.servers import register_node, start_node, start_service, start_superlink, tool
 from files.atomic import write_atomic
 from files.private import private_dir
 from files.source_tree import exit_if_source
@@ -37,140 +37,6 @@ from strategies.vfl.methods import REGISTRY
 # A deployed run unless its run config says otherwise: exact split learning (S = 1) over the
 # direct transport, each party worker's encrypted link (a Flower exchange costs 6-8 s, the link
 # milliseconds: docs/deployment.md "Direct transport", docs/benchmarks.md "Deployment").
-
-
-# ---------------------------------------------------------------------- processes
-
-
-def _tool(name: str) -> str:
-    return shutil.which(name, path=str(Path(sys.executable).parent)) or name
-
-
-def _spawn(dep: Deployment, name: str, cmd: list[str], port: int) -> Proc:
-    """Start ``cmd`` in its own session (so `down` can end it and all it spawned)."""
-    log = private_dir(dep.root / "logs") / f"{name}.log"
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # appended: an earlier up's lines stay
-    with os.fdopen(fd, "ab") as out:  # umask: what the process writes is private whatever this one's umask
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=dep.env(), start_new_session=True, cwd=dep.root, umask=0o077
-        )
-    return Proc(proc.pid, port, str(log), start_time(proc.pid))
-
-
-# ---------------------------------------------------------------------- steps
-
-
-def write_connection(dep: Deployment) -> None:
-    auth = f'root-certificates = "{dep.creds / "ca.crt"}"' if dep.secure else "insecure = true"
-    write_atomic(
-        dep.home / "config.toml",
-        (
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{dep.superlink.port}"\n{auth}\n'
-        ).encode(),
-    )
-
-
-def start_superlink(dep: Deployment, timeout: float) -> None:
-    port = free_port()
-    cmd = [
-        _tool("flower-superlink"),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--disable-runtime-dependency-installation",
-    ]
-    if dep.secure:
-        c = dep.creds
-        cmd += [
-            "--ssl-ca-certfile",
-            str(c / "ca.crt"),
-            "--ssl-certfile",
-            str(c / "server.crt"),
-            "--ssl-keyfile",
-            str(c / "server.key"),
-            "--enable-supernode-auth",
-        ]
-    else:
-        cmd += ["--insecure"]
-    dep.superlink = _spawn(dep, "superlink", cmd, port)
-    dep.save()
-    _wait_port(port, dep.superlink, "the SuperLink", timeout)
-    write_connection(dep)
-
-
-def register_node(dep: Deployment, party: str) -> None:
-    """The SuperLink operator admits a party's SuperNode by its public key."""
-    pub = dep.creds / "nodes" / f"{party}.pub"
-    r = subprocess.run(
-        [_tool("flwr"), "supernode", "register", str(pub), CONNECTION, "--name", party],
-        env=dep.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        umask=0o077,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"registering SuperNode {party!r} failed:\n{r.stdout}\n{r.stderr}")
-
-
-def start_node(dep: Deployment, party: str, key: Path | None = None) -> Proc:
-    """One party's SuperNode, configured by its own node config (node_config)."""
-    port = free_port()
-    cmd = [
-        _tool("flower-supernode"),
-        "--superlink",
-        f"127.0.0.1:{dep.superlink.port}",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--node-config",
-        node_config(dep, party),
-        "--max-retries",
-        "3",
-        "--max-wait-time",
-        "30",
-    ]
-    if dep.secure:
-        cmd += [
-            "--root-certificates",
-            str(dep.creds / "ca.crt"),
-            "--auth-supernode-private-key",
-            str(key or dep.creds / "nodes" / party),
-        ]
-    else:
-        cmd += ["--insecure"]
-    return _spawn(dep, f"supernode-{party}", cmd, port)
-
-
-def start_service(dep: Deployment) -> None:
-    """The linkage service, not waited for: `up` registers the SuperNodes while it starts."""
-    port = free_port()
-    token = dep.root / "admin.token"
-    if not token.exists():
-        from deploy.certs import write_private  # lazy: cryptography, for `up` only
-
-        write_private(token, os.urandom(24).hex().encode())
-    cmd = [
-        sys.executable,
-        "-m",
-        "linkage_server",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(dep.root / "linkage-service"),
-        "--admin-token-file",
-        str(token),
-    ]
-    if dep.secure:
-        cmd += ["--certfile", str(dep.creds / "server.crt"), "--keyfile", str(dep.creds / "server.key")]
-    dep.service = _spawn(dep, "linkage-service", cmd, port)
-    dep.save()
 
 
 def up(
@@ -212,11 +78,24 @@ def up(
             dep.nodes[party] = start_node(dep, party)
             dep.save()
             private_dir(dep.linkage_dir(party))
-        _wait_port(dep.service.port, dep.service, "the linkage service", timeout)
+        _listening(dep, timeout)
     except BaseException:
         stop_all(dep)  # what this call started, from memory (deploy.json may be older or absent)
         raise
     return dep
+
+
+def _listening(dep: Deployment, timeout: float) -> None:
+    """Each SuperNode and the linkage service, started together, waited for until each listens
+    itself; one whose port another process took meanwhile starts again on a fresh one."""
+    for party, proc in dep.nodes.items():
+        restart = functools.partial(lambda p, port: start_node(dep, p, port=port), party)
+        dep.nodes[party] = listening(restart, free_port, f"party {party!r}'s SuperNode", timeout, proc)
+        dep.save()
+    dep.service = listening(
+        lambda port: start_service(dep, port), free_port, "the linkage service", timeout, dep.service
+    )
+    dep.save()
 
 
 def data_root(dataset: str) -> str:
@@ -336,7 +215,7 @@ def start_run(dep: Deployment, run_config: dict[str, object], output=None) -> su
 
     values = run_values(dep, run_config)
     RunConfig.from_flower(values)  # names an unknown key, which Flower 1.41 refuses unnamed
-    cmd = [_tool("flwr"), "run", str(app_folder(REPO)), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
+    cmd = [tool("flwr"), "run", str(app_folder(REPO)), CONNECTION, "--stream", "--run-config", run_config_arg(values)]
     out, err = (output, subprocess.STDOUT) if output is not None else (subprocess.PIPE, subprocess.PIPE)
     return subprocess.Popen(cmd, env=dep.env(), stdout=out, stderr=err, text=True, cwd=dep.root, umask=0o077)
 
@@ -353,7 +232,7 @@ def flwr_run(dep: Deployment, run_config: dict[str, object], timeout: float = 36
         run_id = re.search(r"Successfully started run (\d+)", out or "")
         if run_id:
             subprocess.run(
-                [_tool("flwr"), "stop", run_id.group(1), CONNECTION], env=dep.env(), capture_output=True, timeout=60
+                [tool("flwr"), "stop", run_id.group(1), CONNECTION], env=dep.env(), capture_output=True, timeout=60
             )
         err = (err or "") + f"\n[deploy.commands] run stopped after its {timeout} s timeout"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -3,11 +3,13 @@ stopping its whole session."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,18 +38,84 @@ def ours(proc: Proc) -> bool:
     return proc.started != 0 and start_time(proc.pid) == proc.started
 
 
+PORT_TRIES = 3  # starts of a server whose port another process took between its pick and its bind
+MARK = "--- started"  # how each start's lines begin in a server's log (appended across `up`s)
+
+
+class PortTaken(RuntimeError):
+    """The server died because another process had bound its port first."""
+
+
+def listening(
+    start: Callable[[int], Proc], port: Callable[[], int], what: str, timeout: float, started: Proc | None = None
+) -> Proc:
+    """``start(port())`` (or ``started``, begun already), waited for until it listens itself;
+    started again on a fresh port when another process took the port first (a port is picked
+    free, then bound seconds later, after the server's imports): PORT_TRIES starts in all. Any
+    other failure is raised at once, the server stopped."""
+    proc = started or start(port())
+    for attempt in range(1, PORT_TRIES + 1):
+        try:
+            _wait_port(proc.port, proc, what, timeout)
+            return proc
+        except PortTaken:
+            if attempt == PORT_TRIES:
+                raise
+        except RuntimeError:
+            stop(proc)  # alive but not listening in time: not left behind
+            raise
+        proc = start(port())
+    raise AssertionError("unreachable")
+
+
 def _wait_port(port: int, proc: Proc, what: str, timeout: float) -> None:
+    """Until ``proc`` itself listens on 127.0.0.1:``port`` (another process answering that port
+    is not it); :class:`PortTaken` if it died on a port in use, RuntimeError on any other exit
+    or after ``timeout`` seconds, each with the log's tail."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
         if not _alive(proc.pid):
-            raise RuntimeError(f"{what} exited during start-up; its log {proc.log}:\n{_tail(proc.log)}")
+            error = PortTaken if lost_port(proc.log) else RuntimeError
+            raise error(f"{what} exited during start-up; its log {proc.log}:\n{_tail(proc.log)}")
+        if _listens(proc.pid, port):
+            return
         time.sleep(0.2)
     raise RuntimeError(
         f"{what} did not listen on 127.0.0.1:{port} within {timeout} s; log {proc.log}:\n{_tail(proc.log)}"
     )
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (its network namespace's
+    tables and its open files in /proc). Where /proc does not tell (not Linux, another user's
+    process): whether anything answers on 127.0.0.1:``port``."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        tables = [Path(f"/proc/{pid}/net/{t}").read_text() for t in ("tcp", "tcp6")]
+    except PermissionError:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    except OSError:
+        return False  # gone, or a zombie: its files closed
+    inodes = set()
+    for line in (row for table in tables for row in table.splitlines()[1:]):
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # state 0A: LISTEN
+            inodes.add(f"socket:[{fields[9]}]")
+    for fd in fds if inodes else []:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False
+
+
+def lost_port(log: str) -> bool:
+    """Whether the last start in ``log`` (the lines after its last :data:`MARK`) failed on a port in use."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return False
+    return "already in use" in text[text.rfind(MARK) :].lower()
 
 
 def _alive(pid: int) -> bool:

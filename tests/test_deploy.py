@@ -2,6 +2,7 @@
 and SuperNode authentication, trained through `flwr run`; refusals and a killed SuperNode."""
 
 import json
+import socket
 import subprocess
 import time
 
@@ -76,15 +77,28 @@ def _down(root, timeout: float = 30.0) -> None:
     assert processes_mentioning(str(root)) == []  # everything it started is gone
 
 
-def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path):
+def test_deployment_with_tls_node_auth_three_parties_and_the_linkage_service(tmp_path, monkeypatch):
     """Train through `flwr run` on the deployment, then predict with the kept federation. Linked in
     private mode (`deploy link --private`): every party uploads keyed Bloom / FEDERAL filters under
     one parties' key the service never sees, and predict encodes the new records with the
-    primary's copy (the raw path: the refusals test below, tests/test_lab_deploy.py)."""
+    primary's copy (the raw path: the refusals test below, tests/test_lab_deploy.py). The first
+    SuperNode's port is taken by another process before it binds (as another test's server can):
+    `up` starts it again on a fresh port (tests/test_deploy_ports.py)."""
     from deploy.private_mode import KEY
     from linkage.store import load_primary
 
-    dep, root = _linked_deployment(tmp_path, private=True)
+    real_start = deploy.start_node
+
+    def first_on_a_taken_port(dep, party, key=None, port=0):
+        return real_start(dep, party, key, port or (0 if dep.nodes else held.getsockname()[1]))
+
+    monkeypatch.setattr(deploy, "start_node", first_on_a_taken_port)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        dep, root = _linked_deployment(tmp_path, private=True)
+        assert dep.nodes["airbnb_a"].port != held.getsockname()[1]
+    assert "already in use" in (root / "logs" / "supernode-airbnb_a.log").read_text()
     try:
         assert load_primary(dep.linkage_dir("primary")).metric == "hamming"  # linked on the filters
         keys = {(dep.party_dir(p) / KEY).read_text() for p in ("primary", *dep.parties)}

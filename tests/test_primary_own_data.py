@@ -171,10 +171,10 @@ def test_a_deployment_with_one_data_folder_per_party(tmp_path, monkeypatch):
     folders = _folders(tmp_path)
     real_start = deploy.start_node
 
-    def own_folder(dep, party, key=None):  # the node config's data-dir: the party's own folder
+    def own_folder(dep, party, key=None, port=0):  # the node config's data-dir: the party's own folder
         dep.data_dir = str(folders[party])
         try:
-            return real_start(dep, party, key)
+            return real_start(dep, party, key, port)
         finally:
             dep.data_dir = str(folders["full"])
 
