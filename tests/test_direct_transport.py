@@ -15,11 +15,12 @@ import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
 from app import secure_link
-from app.party_worker import decode, encode, spawn
+from app.party_worker import decode, encode
 from app.secure_link import LinkClosed, LinkError, SecureLink, new_key
 from app.transport import PartyError
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
+from app.worker_start import spawn
 from deploy.localsim import _processes
 
 
@@ -181,7 +182,7 @@ import subprocess, sys, time
 subprocess.run([sys.executable, "-c", '''
 import os, sys
 from flwr.app import Context, RecordDict
-from app.party_worker import spawn
+from app.worker_start import spawn
 from deploy.localsim import _processes
 print(spawn(Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}), sys.argv[1], 60), flush=True)
 print(*[p for p, ppid, _, args in _processes() if ppid == os.getpid() and "app.party_worker" in args], flush=True)
