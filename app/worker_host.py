@@ -17,6 +17,7 @@ the same user before a key crosses. The host ends once no party is left, or with
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -32,9 +33,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from app import party_worker as worker
-from app.secure_link import LinkError, SecureLink
+from app.secure_link import SecureLink
 
 LINE = 1 << 16  # bytes a spec or a reply may take
+MESSAGE_TIME = 30.0  # seconds a party's message has, once begun, to arrive whole (the others wait meanwhile)
 
 
 def shared(node_config: dict) -> bool:
@@ -68,17 +70,23 @@ class Squatted(RuntimeError):
 
 def join(spec: dict, env: dict) -> str:
     """spawn's way in a simulation: the simulation's host (started here if none runs) serves the
-    party of ``spec``; returns the address its link listens at."""
-    deadline = time.monotonic() + worker.START_TIMEOUT
+    party of ``spec``; returns the address its link listens at. :class:`Squatted` where the
+    host's name is held by a process that is not a host of this user's."""
+    deadline, refused = time.monotonic() + worker.START_TIMEOUT, 0
     while time.monotonic() < deadline:
         sock = _connect(spec["node"], spec["slot"])
         if sock is None:
-            _start(spec["node"], spec["slot"], env)
+            if _start(spec["node"], spec["slot"], env, deadline) == "taken":
+                refused += 1  # the name bound, yet nobody accepts at it: once is a host between bind and listen
+                if refused > 2:
+                    raise Squatted("a process holds this simulation's worker-host name and does not listen at it")
             continue
         try:
             reply = _ask(sock, spec, deadline)
-        except OSError:
-            continue  # the host was ending as it was reached: the next try starts a new one
+        except ConnectionError:
+            continue  # the host was ending as it was reached, the spec unread: the next try starts a new one
+        except OSError as e:
+            raise RuntimeError(f"the simulation's worker host did not answer: {e}") from e
         finally:
             sock.close()
         if reply.startswith("ready "):
@@ -89,11 +97,15 @@ def join(spec: dict, env: dict) -> str:
 
 def _connect(node: list, slot: int) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(worker.HANDSHAKE)  # a name held by a process that never accepts holds no one up
     try:
         sock.connect(_name(node, slot))
     except (ConnectionRefusedError, FileNotFoundError):
         sock.close()
         return None
+    except OSError as e:
+        sock.close()
+        raise Squatted(f"this simulation's worker-host name does not accept ({e})") from e
     if not _same_user(sock):
         sock.close()
         raise Squatted("another user's process holds this simulation's worker-host name: no key goes to it")
@@ -117,8 +129,9 @@ def _read_all(sock: socket.socket) -> bytes:
     raise ValueError(f"a worker-host message over {LINE} bytes")
 
 
-def _start(node: list, slot: int, env: dict) -> None:
-    """Start a host; one that finds the name taken (another ClientApp's host won) just exits."""
+def _start(node: list, slot: int, env: dict, deadline: float) -> str:
+    """Start a host: ``ready``, or ``taken`` where another process holds the name (another
+    ClientApp's host won the race, or not a host at all) and the one started here just exits."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.worker_host", json.dumps(node), str(slot)],
         stdout=subprocess.PIPE,
@@ -126,13 +139,14 @@ def _start(node: list, slot: int, env: dict) -> None:
         env=env,
         start_new_session=True,
     )  # outlives this ClientApp process
-    ready, _, _ = select.select([proc.stdout], [], [], worker.START_TIMEOUT)
+    ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
     line = proc.stdout.readline().decode().strip() if ready else ""
     proc.stdout.close()
     if line not in ("ready", "taken"):
         if proc.poll() is None:
             proc.kill()
         raise RuntimeError(f"the simulation's worker host did not start (status {proc.wait()}); see this node's log")
+    return line
 
 
 @dataclass
@@ -162,7 +176,8 @@ class Host:
         self.waiting = 0  # registrations still waiting for their primary
 
     def register(self, conn: socket.socket) -> None:
-        """One ClientApp's spec in, ``ready HOST:PORT`` or the reason it is refused out."""
+        """One ClientApp's spec in, ``ready HOST:PORT`` or the reason it is refused out; a
+        ClientApp gone before the answer costs the host nothing."""
         with conn:
             if not _same_user(conn):
                 print("[worker host] refused a connection from another user", file=sys.stderr, flush=True)
@@ -172,13 +187,23 @@ class Host:
                 spec = json.loads(_read_all(conn))
                 server = self._listen(spec)
             except Exception as e:  # noqa: BLE001 - told to the ClientApp, which fails naming it
-                conn.sendall(f"error {type(e).__name__}: {e}".encode())
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"error {type(e).__name__}: {e}".encode())
                 return
             host, port = server.getsockname()[:2]
+            try:
+                conn.sendall(f"ready {host}:{port}".encode())
+            except OSError:
+                server.close()
+                self._count(spec["tag"], -1)
+                return
             with self.counting:
                 self.waiting += 1
             threading.Thread(target=self._handshake, args=(server, spec), daemon=True).start()
-            conn.sendall(f"ready {host}:{port}".encode())
+
+    def _count(self, tag: str, change: int) -> None:
+        with self.counting:
+            self.tags[tag] += change
 
     def _listen(self, spec: dict) -> socket.socket:
         if spec.get("handlers") not in worker.HANDLERS:
@@ -210,7 +235,7 @@ class Host:
             server.close()
             with self.counting:
                 self.waiting -= 1
-                self.tags[spec["tag"]] -= party is None
+            self._count(spec["tag"], -(party is None))
         self.waking[1].send(b"!")
 
     def busy(self) -> bool:
@@ -241,19 +266,22 @@ class Host:
             self._end(party)
 
     def _answer(self, party: Party) -> None:
+        """The party's next message, whole within MESSAGE_TIME once it has begun (a link that
+        stalls mid-message holds the other parties up no longer), answered."""
         party.last = time.monotonic()
         try:
-            if worker.answer(party.link, party.context, party.handlers, party.last + party.idle):
+            if worker.answer(party.link, party.context, party.handlers, party.last + MESSAGE_TIME):
                 return
-        except (LinkError, OSError) as e:  # this party's link failed: the others go on
-            print(f"[worker host] a link failed: {e}", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - this party's link or handler failed: the others go on
+            print(f"[worker host] a party's link ended: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         self._end(party)
 
     def _end(self, party: Party) -> None:
         del self.parties[party.link.sock]
         party.link.close()
-        with self.counting:
-            self.tags[party.tag] -= 1
+        self._count(party.tag, -1)
 
 
 def main() -> int:

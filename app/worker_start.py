@@ -37,7 +37,7 @@ def spawn(context: Context, key: str, timeout: float, handlers: str = worker.HAN
             f"node config 'direct-listen' = {listen!r} listens on every interface: set "
             "'direct-address' to the HOST:PORT the primary reaches this worker at"
         )
-    node = worker.started(os.getppid())
+    node = _node()
     tag = _refuse_past_cap(context, node)
     spec = {
         "node_config": dict(context.node_config),
@@ -55,7 +55,8 @@ def spawn(context: Context, key: str, timeout: float, handlers: str = worker.HAN
             return advertise or address
         except worker_host.Squatted as e:
             print(f"[party worker] {e}: starting this party's own", file=sys.stderr, flush=True)
-    return advertise or _own_worker(spec, tag, env)
+    address = _own_worker(spec, tag, env)
+    return advertise or address
 
 
 def _own_worker(spec: dict, tag: str, env: dict) -> str:
@@ -86,6 +87,12 @@ def _own_worker(spec: dict, tag: str, env: dict) -> str:
             "in use by an earlier run's worker?); its error is in this node's log"
         )
     return line.split()[1]
+
+
+def _node() -> list:
+    """(pid, start time) of the process that ran this ClientApp: the SuperNode, or the
+    simulation's process; its workers end with it."""
+    return worker.started(os.getppid())
 
 
 def _refuse_past_cap(context: Context, node: list) -> str:

@@ -89,13 +89,20 @@ def _listening(dep: Deployment, timeout: float) -> None:
     """Each SuperNode and the linkage service, started together, waited for until each listens
     itself; one whose port another process took meanwhile starts again on a fresh one."""
     for party, proc in dep.nodes.items():
-        restart = functools.partial(lambda p, port: start_node(dep, p, port=port), party)
+        restart = functools.partial(_restart_node, dep, party)
         dep.nodes[party] = listening(restart, free_port, f"party {party!r}'s SuperNode", timeout, proc)
         dep.save()
     dep.service = listening(
         lambda port: start_service(dep, port), free_port, "the linkage service", timeout, dep.service
     )
     dep.save()
+
+
+def _restart_node(dep: Deployment, party: str, port: int) -> Proc:
+    """The party's SuperNode again, on ``port``, recorded at once (`down` stops it whatever follows)."""
+    dep.nodes[party] = start_node(dep, party, port=port)
+    dep.save()
+    return dep.nodes[party]
 
 
 def data_root(dataset: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,7 +40,10 @@ def ours(proc: Proc) -> bool:
 
 
 PORT_TRIES = 3  # starts of a server whose port another process took between its pick and its bind
-MARK = "--- started"  # how each start's lines begin in a server's log (appended across `up`s)
+MARK = "--- started"
+LOST_PORT = re.compile(
+    r"address already in use|errno 98|port in server address .* already in use", re.IGNORECASE
+)  # how each start's lines begin in a server's log (appended across `up`s)
 
 
 class PortTaken(RuntimeError):
@@ -115,7 +119,8 @@ def lost_port(log: str) -> bool:
         text = Path(log).read_text(errors="replace")
     except OSError:
         return False
-    return "already in use" in text[text.rfind(MARK) :].lower()
+    start = text.rfind(MARK)
+    return LOST_PORT.search(text[max(start, 0) :]) is not None
 
 
 def _alive(pid: int) -> bool:
@@ -123,6 +128,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        pass  # another user's process: it exists
     try:  # a zombie (exited, not yet reaped by its parent) is not alive
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:

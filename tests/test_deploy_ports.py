@@ -99,6 +99,10 @@ def test_an_old_start_s_lost_port_in_the_log_is_not_this_one(tmp_path):
     assert not processes.lost_port(str(log))
     log.write_text("--- started\nValueError: no key\n--- started\n[Errno 98] address already in use\n")
     assert processes.lost_port(str(log))
+    log.write_text("--- started\nERROR: Public key already in use\n")  # Flower's, for a node's key: not a port
+    assert not processes.lost_port(str(log))
+    log.write_text("[Errno 98] error while attempting to bind on address: address already in use\n")  # no mark
+    assert processes.lost_port(str(log))
 
 
 def _free() -> int:

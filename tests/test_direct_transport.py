@@ -164,6 +164,26 @@ def test_the_worker_listens_where_its_own_node_config_says():
     assert _ended()  # nobody authenticated within its timeout: it exited
 
 
+def test_a_worker_told_the_address_to_give_is_started_and_reached_there():
+    """A node config with `direct-address` (a host behind its own name, the lab's hosts) got the
+    address back with no worker started: the primary's connection was refused."""
+    port = _free_port()
+    key = new_key()
+    node = {"direct-listen": f"127.0.0.1:{port}", "direct-address": f"127.0.0.1:{port}"}
+    assert spawn(_context(**node), key, timeout=30) == f"127.0.0.1:{port}"
+    link = SecureLink.connect(f"127.0.0.1:{port}", key, 10)
+    channel = DirectChannel(FlowerChannel(None, {"bank": 1}, 10.0, "job"), {"bank": link})
+    assert channel._exchange("query.ping", {"bank": RecordDict()})["bank"].config_records == {}
+    channel.close()
+    assert _ended()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_the_worker_runs_the_code_of_the_app_that_started_it():
     """The worker's PYTHONPATH leads with the folder holding the app's packages (a FAB's root on
     a SuperNode, where nothing of ours is installed), so it imports that copy, not another."""

@@ -2,6 +2,8 @@
 link, key and context; a deployment's node keeps a worker of its own (tests/test_direct_transport.py).
 The twins through `flwr run` (tests/test_flower_run.py, tests/test_entity_aug.py) run over it."""
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -10,7 +12,7 @@ import time
 import pytest
 from flwr.app import Context, RecordDict
 
-from app import party_worker, threads, worker_host
+from app import party_worker, threads, worker_host, worker_start
 from app.secure_link import LinkError, SecureLink, new_key
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
@@ -38,8 +40,17 @@ def _gone(module: str, timeout: float = 30.0) -> bool:
 
 @pytest.fixture
 def one_host(monkeypatch):
-    """Two CPUs whatever this machine has: one host for the primary's other CPU."""
+    """Two CPUs whatever this machine has (one host for the primary's other CPU), and this test
+    process as the node: pytest's xdist workers share a parent, so each gets a host of its own."""
     monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    node = party_worker.started(os.getpid())
+    monkeypatch.setattr(worker_start, "_node", lambda: node)
+    assert _gone("app.worker_host")  # an earlier test's host, in its last seconds
+    yield worker_host._name(node, 0)
+    for pid in _started("app.worker_host"):
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # its sockets closed: a host leaving lists no command line before it closes them
 
 
 def _ping(link: SecureLink, party: str) -> dict:
@@ -74,15 +85,13 @@ def test_the_host_holds_at_most_a_nodes_max_workers_for_a_party(one_host):
     spawn(_node(0, **{"max-workers": 1}), new_key(), timeout=30)
     with pytest.raises(RuntimeError, match="refused the party: .*already runs 1 party worker.*'max-workers' = 1"):
         spawn(_node(0, **{"max-workers": 1}), new_key(), timeout=30)
-    for pid in _started("app.worker_host"):
-        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="another user's process needs root to start")
 def test_a_host_name_held_by_another_user_gets_no_key(one_host):
     """Another local user binding the host's name first: the party starts a worker of its own
     and no key goes to that user's process."""
-    name = worker_host._name(party_worker.started(os.getppid()), 0)  # this user's: spawn's node is our parent
+    name = one_host
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the other user
@@ -95,8 +104,9 @@ def test_a_host_name_held_by_another_user_gets_no_key(one_host):
             time.sleep(60)
         finally:
             os._exit(0)  # never back into pytest
+    os.close(ready_w)
     try:
-        os.read(ready_r, 1)
+        assert os.read(ready_r, 1) == b"!"  # the name is the other user's
         key = new_key()
         link = SecureLink.connect(spawn(_node(0), key, timeout=30), key, 10)
         assert len(_started("app.party_worker")) == 1 and _started("app.worker_host") == []
@@ -111,7 +121,7 @@ def test_a_host_name_held_by_another_user_gets_no_key(one_host):
 def test_the_host_drops_another_users_registration(one_host):
     key = new_key()
     link = SecureLink.connect(spawn(_node(0), key, timeout=30), key, 10)  # the host, serving party 0
-    name = worker_host._name(party_worker.started(os.getppid()), 0)
+    name = one_host
     answer_r, answer_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the other user hands the host a spec of its own
@@ -133,3 +143,29 @@ def test_the_host_drops_another_users_registration(one_host):
     assert _ping(link, "a") == {}  # the host serves on
     link.close()
     assert _gone("app.worker_host")
+
+
+def test_a_clientapp_gone_before_its_answer_does_not_end_the_host(one_host):
+    """A ClientApp that hands its spec and leaves (killed, or its wait over) made the host's answer
+    fail with a broken pipe, and the host exited, taking every party it served with it."""
+    key = new_key()
+    link = SecureLink.connect(spawn(_node(0), key, timeout=30), key, 10)
+    for _ in range(3):
+        gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        gone.connect(one_host)
+        spec = {"handlers": "app.vfl.client", "tag": "x", "listen": "127.0.0.1:0", "node_config": {}}
+        gone.sendall(json.dumps(spec).encode())
+        gone.close()
+    time.sleep(1.0)  # the host answers them meanwhile (an order, not a speed: the ping below queues behind)
+    assert _ping(link, "a") == {}
+    link.close()
+
+
+def test_a_host_name_bound_by_a_process_that_does_not_listen_gets_the_party_its_own_worker(one_host):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as holder:
+        holder.bind(one_host)  # bound, never listening: every connect is refused
+        key = new_key()
+        link = SecureLink.connect(spawn(_node(0), key, timeout=30), key, 10)
+        assert len(_started("app.party_worker")) == 1
+        assert _ping(link, "a") == {}
+        link.close()
