@@ -15,12 +15,11 @@ import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
 from app import secure_link
-from app.party_worker import decode, encode
+from app.party_worker import decode, encode, spawn
 from app.secure_link import LinkClosed, LinkError, SecureLink, new_key
 from app.transport import PartyError
 from app.vfl.channel import FlowerChannel
 from app.vfl.direct import DirectChannel
-from app.worker_start import spawn
 from deploy.localsim import _processes
 
 
@@ -165,8 +164,9 @@ def test_the_worker_listens_where_its_own_node_config_says():
 
 
 def test_a_worker_told_the_address_to_give_is_started_and_reached_there():
-    """A node config with `direct-address` (a host behind its own name, the lab's hosts) got the
-    address back with no worker started: the primary's connection was refused."""
+    """A node config with `direct-address` (a host behind its own name, as the lab's hosts): the
+    worker is started, listening where `direct-listen` says, and the primary reaches it at the
+    address given (a refactor once returned the address with no worker started)."""
     port = _free_port()
     key = new_key()
     node = {"direct-listen": f"127.0.0.1:{port}", "direct-address": f"127.0.0.1:{port}"}
@@ -202,7 +202,7 @@ import subprocess, sys, time
 subprocess.run([sys.executable, "-c", '''
 import os, sys
 from flwr.app import Context, RecordDict
-from app.worker_start import spawn
+from app.party_worker import spawn
 from deploy.localsim import _processes
 print(spawn(Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}), sys.argv[1], 60), flush=True)
 print(*[p for p, ppid, _, args in _processes() if ppid == os.getpid() and "app.party_worker" in args], flush=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from app import messages, worker_start
+from app import messages, party_worker
 from app.config import RunConfig
 from app.node import node_run_config
 
@@ -30,7 +30,7 @@ def direct_open(msg: Message, context: Context) -> Message:
     and the address the worker listens at. The worker builds the party on the link's hello."""
     cfg = node_run_config(context)
     key = messages.read_named(msg.content, "ea_direct_open", "query.ea_direct_open", names=("key",))["key"]
-    address = worker_start.spawn(context, key, cfg.runtime.node_timeout, "app.entity_aug.client")
+    address = party_worker.spawn(context, key, cfg.runtime.node_timeout, "app.entity_aug.client")
     reply = ConfigRecord({"party": secondary_name(cfg, context), "address": address})
     return Message(RecordDict({"ea_direct_open": reply}), reply_to=msg)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from app import messages, worker_start
+from app import messages
+from app import party_worker as worker
 from app.config import RunConfig
 from app.node import node_run_config
 
@@ -28,7 +29,7 @@ def direct_open(msg: Message, context: Context) -> Message:
     and the address the worker listens at. The worker loads the party's data on the link's hello."""
     cfg = node_run_config(context)
     key = messages.read_named(msg.content, "direct_open", "query.direct_open", names=("key",))["key"]
-    address = worker_start.spawn(context, key, cfg.runtime.node_timeout)
+    address = worker.spawn(context, key, cfg.runtime.node_timeout)
     return Message(
         RecordDict({"direct_open": ConfigRecord({"party": party_name(cfg, context), "address": address})}), reply_to=msg
     )
