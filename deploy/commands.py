@@ -27,7 +27,7 @@ from deploy.app_source import app_folder
 from deploy.deployment import CONNECTION, PRIMARY, SECRET, Deployment, LinkRequest, party_levels
 from deploy.localsim import REPO, free_port, run_config_arg
 from deploy.processes import Proc, listening, running, stop
-from deploy.servers import register_node, start_node, start_service, start_superlink, tool
+from deploy.servers import linkage_service, register_node, start_node, start_service, start_superlink, tool
 from files.atomic import write_atomic
 from files.private import private_dir
 from files.source_tree import exit_if_source
@@ -92,10 +92,7 @@ def _listening(dep: Deployment, timeout: float) -> None:
         restart = functools.partial(_restart_node, dep, party)
         dep.nodes[party] = listening(restart, free_port, f"party {party!r}'s SuperNode", timeout, proc)
         dep.save()
-    dep.service = listening(
-        lambda port: start_service(dep, port), free_port, "the linkage service", timeout, dep.service
-    )
-    dep.save()
+    linkage_service(dep, timeout, started=dep.service)
 
 
 def _restart_node(dep: Deployment, party: str, port: int) -> Proc:

@@ -153,3 +153,13 @@ def start_service(dep: Deployment, port: int = 0) -> Proc:
     dep.service = _spawn(dep, "linkage-service", cmd, port)
     dep.save()
     return dep.service
+
+
+def linkage_service(
+    dep: Deployment, timeout: float, what: str = "the linkage service", started: Proc | None = None
+) -> Proc:
+    """The linkage service listening: started here (or ``started``'s start waited for), again on
+    a fresh port where another process took its port first (deploy/processes.py ``listening``)."""
+    dep.service = listening(lambda port: start_service(dep, port), free_port, what, timeout, started)
+    dep.save()
+    return dep.service

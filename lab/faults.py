@@ -92,9 +92,10 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
     from app.vfl.linking import metric_of  # lazy: torch and flwr
     from datasets import load_dataset  # lazy: pandas
     from datasets.registry import DatasetOptions  # lazy: pandas
-    from deploy.commands import start_service, stop_all  # lazy: the linkage client and pandas
+    from deploy.commands import stop_all  # lazy: the linkage client and pandas
     from deploy.deployment import Deployment  # lazy: with deploy.commands
-    from deploy.processes import _wait_port, stop  # lazy: with deploy.commands
+    from deploy.processes import stop  # lazy: with deploy.commands
+    from deploy.servers import linkage_service  # lazy: with deploy.commands
     from linkage_server.client import LinkageClient, create_job  # lazy: httpx and scipy
     from linkage_server.params import JobParams  # lazy: with the client
 
@@ -103,8 +104,7 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
     dep = Deployment(str(folder), dataset, str(Path(data_dir).resolve()), False, parties)
     ds = load_dataset(dataset, dep.data_dir, DatasetOptions(seed=0, n_rows=n_rows))
     try:
-        start_service(dep)
-        _wait_port(dep.service.port, dep.service, "the linkage service", 120)
+        linkage_service(dep, 120)
         token = (dep.root / "admin.token").read_text().strip()
         job = create_job(dep.service_url, token, PRIMARY, parties, verify=False)
         secret = job["secrets"]
@@ -120,9 +120,8 @@ def link_across_restart(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir
             c.upload_train_rows(ds.split.train)
             before, uploaded = c.status(), c.uploaded  # the primary's own record of its upload
         stop(dep.service)  # the service goes down between the uploads and the job's start
-        start_service(dep)  # ... and comes back on the same --data-dir (another port)
-        t0 = time.monotonic()
-        _wait_port(dep.service.port, dep.service, "the restarted linkage service", 120)
+        t0 = time.monotonic()  # ... and comes back on the same --data-dir (another port)
+        linkage_service(dep, 120, "the restarted linkage service")
         restart_s = time.monotonic() - t0
         with client(PRIMARY) as c:
             c.uploaded, after = uploaded, c.status()  # the same primary, its client's record kept

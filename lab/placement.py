@@ -48,16 +48,15 @@ def place_linkage(lab: Lab, dep, hosts: dict[str, Host]) -> None:
 def link_as_operator(lab: Lab, hosts: dict[str, Host], dataset: str, data_dir: Path, k: int, n_rows: int) -> dict:
     """The linkage job through the linkage service on root's loopback (deploy.commands.link);
     each party's own result files go to its home's linkage/ only. Returns the link values."""
-    from deploy.commands import link, start_service, stop_all  # lazy: the linkage client and pandas
+    from deploy.commands import link, stop_all  # lazy: the linkage client and pandas
     from deploy.deployment import Deployment, LinkRequest  # lazy: with deploy.commands
-    from deploy.processes import _wait_port  # lazy: with deploy.commands
+    from deploy.servers import linkage_service  # lazy: with deploy.commands
 
     folder = Path(tempfile.mkdtemp(prefix="lab-link-"))
     parties = [p for p in hosts if p != PRIMARY]
     dep = Deployment(str(folder), dataset, str(Path(data_dir).resolve()), False, parties)
     try:
-        start_service(dep)
-        _wait_port(dep.service.port, dep.service, "the linkage service", 120)
+        linkage_service(dep, 120)
         link(dep, LinkRequest(k=k, n_rows=n_rows), timeout=600)
         place_linkage(lab, dep, hosts)
         return dict(dep.link_params)
