@@ -40,10 +40,10 @@ def ours(proc: Proc) -> bool:
 
 
 PORT_TRIES = 3  # starts of a server whose port another process took between its pick and its bind
-MARK = "--- started"
-LOST_PORT = re.compile(
+MARK = "--- started"  # how each start's lines begin in a server's log (appended across `up`s)
+LOST_PORT = re.compile(  # a server's words for a port another process bound first
     r"address already in use|errno 98|port in server address .* already in use", re.IGNORECASE
-)  # how each start's lines begin in a server's log (appended across `up`s)
+)
 
 
 class PortTaken(RuntimeError):

@@ -17,6 +17,7 @@ from deploy.localsim import free_port
 from deploy.processes import MARK, Proc, listening, start_time
 from files.atomic import write_atomic
 from files.private import private_dir
+from linkage_server.local import serve_command
 
 
 def tool(name: str) -> str:
@@ -48,8 +49,7 @@ def write_connection(dep: Deployment) -> None:
 
 
 def start_superlink(dep: Deployment, timeout: float) -> None:
-    dep.superlink = listening(lambda port: _superlink(dep, port), free_port, "the SuperLink", timeout)
-    dep.save()
+    listening(lambda port: _superlink(dep, port), free_port, "the SuperLink", timeout)  # each start recorded in dep
     write_connection(dep)
 
 
@@ -134,20 +134,7 @@ def start_service(dep: Deployment, port: int = 0) -> Proc:
         from deploy.certs import write_private  # lazy: cryptography, for `up` only
 
         write_private(token, os.urandom(24).hex().encode())
-    cmd = [
-        sys.executable,
-        "-m",
-        "linkage_server",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(dep.root / "linkage-service"),
-        "--admin-token-file",
-        str(token),
-    ]
+    cmd = serve_command(port, dep.root / "linkage-service", token)
     if dep.secure:
         cmd += ["--certfile", str(dep.creds / "server.crt"), "--keyfile", str(dep.creds / "server.key")]
     dep.service = _spawn(dep, "linkage-service", cmd, port)
@@ -160,6 +147,6 @@ def linkage_service(
 ) -> Proc:
     """The linkage service listening: started here (or ``started``'s start waited for), again on
     a fresh port where another process took its port first (deploy/processes.py ``listening``)."""
-    dep.service = listening(lambda port: start_service(dep, port), free_port, what, timeout, started)
-    dep.save()
-    return dep.service
+    return listening(
+        lambda port: start_service(dep, port), free_port, what, timeout, started
+    )  # each start recorded in dep

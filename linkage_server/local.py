@@ -33,27 +33,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_command(port: int, data_dir: Path, token_file: Path) -> list[str]:
+    """The command line of a linkage service on 127.0.0.1:``port`` keeping ``data_dir``."""
+    return [
+        sys.executable,
+        "-m",
+        "linkage_server",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--admin-token-file",
+        str(token_file),
+    ]
+
+
 @contextlib.contextmanager
 def local_service(data_dir: Path, port: int, admin_token: str, *extra: str, timeout: float = 60.0):
     """`python -m linkage_server serve` on 127.0.0.1:port; yields its URL; stops it on exit."""
     token = Path(data_dir).parent / "admin.token"
     write_atomic(token, admin_token.encode())  # 0600
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "linkage_server",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-            "--admin-token-file",
-            str(token),
-            *extra,
-        ],
+        [*serve_command(port, data_dir, token), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

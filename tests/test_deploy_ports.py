@@ -30,7 +30,7 @@ time.sleep(60)
 def _server(tmp_path, port: int, delay: float = 0.3) -> Proc:
     log = tmp_path / f"server-{port}.log"
     with open(log, "ab") as out:
-        out.write(f"--- started on port {port}\n".encode())
+        out.write(f"{processes.MARK} on port {port}\n".encode())
         proc = subprocess.Popen(
             [sys.executable, "-c", SERVER, str(port), str(delay)],
             stdout=out,
